@@ -1,0 +1,39 @@
+"""Shared fixtures: paths to the real traces in tests/data, and an isolated cache directory."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+RESNET_NW0 = DATA / "kineto" / "resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
+RESNET_NW0_B = DATA / "kineto" / "resnet50_num_workers_0_worker0.1623143566756.pt.trace.json.gz"
+RESNET_NW4 = DATA / "kineto" / "resnet50_num_workers_4_worker0.1623212756351.pt.trace.json.gz"
+RESNET_NW4_B = DATA / "kineto" / "resnet50_num_workers_4_worker0.1623213129365.pt.trace.json.gz"
+DLRM_8RANK = DATA / "dlrm_8rank"
+NSYS_BEFORE = DATA / "nsys-ai" / "mfu_2gpu_before.sqlite"
+NSYS_AFTER = DATA / "nsys-ai" / "mfu_2gpu_after.sqlite"
+B200 = DATA / "tracelens" / "b200_eager_trace.json.gz"
+MI300 = DATA / "tracelens" / "mi300_resnet_act_checkpoint.json.gz"
+NCCL_A100 = DATA / "hta" / "nccl_data.json.gz"
+CPU_ONLY = DATA / "cpu" / "torch_cpu_only.pt.trace.json.gz"
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own empty cache directory, never the user's."""
+    monkeypatch.setenv("TRACEAGENT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+def write_trace(path: Path, events: list[dict], compress: bool = False, **top) -> Path:
+    """Write a Kineto-style trace file from a few hand-made events."""
+    doc = {"schemaVersion": 1, **top, "traceEvents": events}
+    text = json.dumps(doc, indent=None).replace('}, {"ph"', '},\n{"ph"').encode()
+    if compress:
+        path.write_bytes(gzip.compress(text))
+    else:
+        path.write_bytes(text)
+    return path

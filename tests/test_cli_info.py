@@ -1,0 +1,160 @@
+"""`traceagent info`, and what every kind of bad input looks like to the user."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from traceagent.cli import main
+
+from conftest import CPU_ONLY, DLRM_8RANK, NSYS_BEFORE, RESNET_NW0, write_trace
+
+
+def run_cli(*args: str, capsys) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def info_json(path, capsys) -> dict:
+    code, out, _ = run_cli("info", str(path), "--json", capsys=capsys)
+    assert code == 0
+    return json.loads(out)
+
+
+def test_info_on_the_8_rank_dlrm_directory(capsys):
+    data = info_json(DLRM_8RANK, capsys)
+    assert data["ranks"] == 8 and data["world_size"] == 8
+    assert [r["rank"] for r in data["traces"]] == list(range(8))
+    code, out, _ = run_cli("info", str(DLRM_8RANK), capsys=capsys)
+    assert code == 0 and "8 rank(s)" in out
+
+
+def test_info_on_nsight_export_lists_two_devices(capsys):
+    data = info_json(NSYS_BEFORE, capsys)
+    assert data["format"] == "nsys"
+    assert data["traces"][0]["devices"] == {"0": "GPU 0", "1": "GPU 1"}
+    assert data["traces"][0]["counts"]["kernels"] == 4010
+
+
+def test_cpu_only_trace_loads_and_says_so(capsys):
+    # recorded on this machine with the CPU build of PyTorch 2.13 (torch.profiler, CPU activity)
+    data = info_json(CPU_ONLY, capsys)
+    trace = data["traces"][0]
+    assert trace["has_device_activity"] is False
+    assert trace["counts"]["steps"] == 3 and trace["counts"]["host_events"] > 0
+    code, out, _ = run_cli("info", str(CPU_ONLY), capsys=capsys)
+    assert code == 0 and "no device activity" in out
+
+
+def test_demo_runs_on_the_bundled_trace(capsys):
+    code, out, _ = run_cli("demo", capsys=capsys)
+    assert code == 0 and "8772" in out  # the bundled trace's kernel count
+
+
+def test_truncated_json_loads_what_is_complete(tmp_path, capsys):
+    raw = gzip.decompress(RESNET_NW0.read_bytes())
+    cut = tmp_path / "killed.json"
+    cut.write_bytes(raw[: len(raw) * 2 // 3])  # a job killed while writing its trace
+    data = info_json(cut, capsys)
+    trace = data["traces"][0]
+    # this 2021 trace writes host events first, device events last: the cut keeps host events only
+    assert 0 < trace["counts"]["host_events"] < 35569
+    assert any("truncated" in w for w in trace["warnings"])
+
+
+def test_truncated_gzip_loads_what_is_complete(tmp_path, capsys):
+    cut = tmp_path / "killed.json.gz"
+    cut.write_bytes(RESNET_NW0.read_bytes()[:600_000])
+    data = info_json(cut, capsys)
+    warnings = " ".join(data["traces"][0]["warnings"])
+    assert "gzip stream ends early" in warnings and "truncated" in warnings
+    assert data["traces"][0]["counts"]["kernels"] > 0
+
+
+def test_truncated_pretty_printed_trace(tmp_path, capsys):
+    # current PyTorch writes one field per line: the recovery must not rely on one event per line
+    raw = gzip.decompress(CPU_ONLY.read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[: len(raw) // 2])
+    data = info_json(cut, capsys)
+    assert 0 < data["traces"][0]["counts"]["host_events"] < 1035
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"hello, this is a text file\n", "not a trace file"),
+    (b"", "the file is empty"),
+    (b"\x1f\x8b\x08\x00garbage-garbage-garbage", "corrupt gzip file"),
+    (b'{"some": "json", "but": ["not", "a", "trace"]}', "JSON without a traceEvents list"),
+    (b'{"traceEvents": [{"ph": "X", "name": ', "malformed JSON that could not be recovered"),
+])
+def test_bad_files_get_one_clear_line_and_exit_2(tmp_path, capsys, content, problem):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    code, out, err = run_cli("info", str(bad), capsys=capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"traceagent: error: {bad}: {problem}")
+    assert "Traceback" not in err
+
+
+def test_missing_path(tmp_path, capsys):
+    code, _, err = run_cli("info", str(tmp_path / "nope.json"), capsys=capsys)
+    assert code == 2 and "no such file or directory" in err
+
+
+def test_empty_directory(tmp_path, capsys):
+    code, _, err = run_cli("info", str(tmp_path), capsys=capsys)
+    assert code == 2 and "a directory with no trace files in it" in err
+
+
+def test_two_files_claiming_the_same_rank(tmp_path, capsys):
+    event = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 2.0,
+             "args": {"device": 0, "stream": 7}}
+    write_trace(tmp_path / "a.json", [event], distributedInfo={"rank": 3, "world_size": 4})
+    write_trace(tmp_path / "b.json", [event], distributedInfo={"rank": 3, "world_size": 4})
+    code, _, err = run_cli("info", str(tmp_path), capsys=capsys)
+    assert code == 2
+    assert "two files claim rank 3: a.json and b.json" in err
+
+
+def test_unknown_sqlite_file(tmp_path, capsys):
+    db = tmp_path / "other.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE people (name TEXT)")
+    con.commit()
+    con.close()
+    code, _, err = run_cli("info", str(db), capsys=capsys)
+    assert code == 2 and "a SQLite database but not an Nsight Systems export" in err
+
+
+def test_nsys_rep_without_nsys_names_the_export_command(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nsys here
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"\x00NSYS binary report")
+    code, _, err = run_cli("info", str(rep), capsys=capsys)
+    assert code == 2
+    assert "nsys export --type sqlite" in err and "nsys is not on PATH" in err
+
+
+def test_rank_directory_with_one_bad_file_names_that_file(tmp_path, capsys):
+    for src in sorted(DLRM_8RANK.iterdir())[:2]:
+        shutil.copy(src, tmp_path / src.name)
+    (tmp_path / "worker9.json").write_text("not json")
+    code, _, err = run_cli("info", str(tmp_path), capsys=capsys)
+    assert code == 2 and "worker9.json: not a trace file" in err
+
+
+def test_console_script_exit_code_on_bad_input(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("nope")
+    done = subprocess.run([sys.executable, "-m", "traceagent", "info", str(bad)], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "not a trace file" in done.stderr

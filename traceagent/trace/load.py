@@ -1,0 +1,133 @@
+"""Open any trace path: sniff the format, dispatch to its loader, load rank directories in
+parallel processes, and use the Parquet cache."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from ..errors import TraceError
+from . import cache
+from .kineto import load_kineto
+from .model import Job, Trace
+from .nsys import load_nsys
+
+#: progress(done, total, what): called as files finish loading
+Progress = Callable[[int, int, str], None]
+
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+
+
+def sniff(path: str) -> str:
+    """'kineto', 'nsys' or 'nsys-rep', from the first bytes (extensions lie)."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head.startswith(b"SQLite format 3\0"):
+        return "nsys"
+    if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
+        return "kineto"
+    if path.endswith((".nsys-rep", ".qdrep")):
+        return "nsys-rep"
+    if not head:
+        raise TraceError(path, "the file is empty", "Check that the profiler finished writing it.")
+    raise TraceError(path, "not a trace file",
+                     "Expected PyTorch Profiler JSON (.json/.json.gz) or an Nsight Systems .sqlite export.")
+
+
+def load_file(path: str, use_cache: bool = True) -> Trace:
+    """Load one trace file (cached when allowed)."""
+    if use_cache and (cached := cache.read(path)) is not None:
+        return cached
+    fmt = sniff(path)
+    if fmt == "nsys-rep":
+        path_sqlite = _export_nsys_rep(path)
+        trace = load_nsys(path_sqlite)
+    elif fmt == "nsys":
+        trace = load_nsys(path)
+    else:
+        trace = load_kineto(path)
+    if use_cache:
+        cache.write(path, trace)
+    return trace
+
+
+def _export_nsys_rep(path: str) -> str:
+    out = str(Path(path).with_suffix(".sqlite"))
+    command = ["nsys", "export", "--type", "sqlite", "--output", out, path]
+    if shutil.which("nsys") is None:
+        raise TraceError(path, "an Nsight Systems report, and nsys is not on PATH to export it",
+                         f"Run `{' '.join(command)}` where nsys is installed, then open the .sqlite file.")
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0 or not os.path.exists(out):
+        raise TraceError(path, f"`nsys export` failed: {done.stderr.strip()[:200]}", f"Run `{' '.join(command)}` by hand.")
+    return out
+
+
+def trace_files(directory: str) -> list[str]:
+    """The trace files directly inside a directory, in name order."""
+    return sorted(str(p) for p in Path(directory).iterdir()
+                  if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith("."))
+
+
+def load(path: str | os.PathLike, use_cache: bool = True, progress: Progress | None = None,
+         workers: int | None = None) -> Job:
+    """Load a trace file, or a directory of per-rank traces, into a Job (one Trace per rank)."""
+    path = str(path)
+    if not os.path.exists(path):
+        raise TraceError(path, "no such file or directory")
+    if os.path.isdir(path):
+        files = trace_files(path)
+        if not files:
+            raise TraceError(path, "a directory with no trace files in it",
+                             f"Expected files ending in {', '.join(_TRACE_SUFFIXES)}.")
+    else:
+        files = [path]
+    traces = _load_files(files, use_cache, progress, workers)
+    return Job(path=path, traces=_assign_ranks(path, files, traces))
+
+
+def _load_files(files: list[str], use_cache: bool, progress: Progress | None, workers: int | None) -> list[Trace]:
+    total = len(files)
+    if progress:
+        progress(0, total, os.path.basename(files[0]))
+    if total == 1:
+        traces = [load_file(files[0], use_cache)]
+        if progress:
+            progress(1, 1, os.path.basename(files[0]))
+        return traces
+    workers = workers or min(total, os.cpu_count() or 1)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(load_file, f, use_cache) for f in files]
+        traces = []
+        for done, future in enumerate(futures, 1):
+            traces.append(future.result())  # a TraceError names its own file
+            if progress:
+                progress(done, total, os.path.basename(files[done - 1]))
+    return traces
+
+
+def _assign_ranks(path: str, files: list[str], traces: list[Trace]) -> list[Trace]:
+    """Rank from the trace's distributedInfo, else from the file name (rank3, worker3)."""
+    if len(traces) == 1:
+        return traces
+    for file, trace in zip(files, traces):
+        if trace.meta.rank is None and (m := _RANK_IN_NAME.search(Path(file).name)):
+            trace.meta.rank = int(m.group(1))
+    if any(t.meta.rank is None for t in traces):
+        for i, trace in enumerate(traces):  # no rank anywhere: number them in file order
+            trace.meta.rank = i
+            trace.meta.warnings.append("no rank in the trace or its name; numbered in file-name order")
+    seen: dict[int, str] = {}
+    for file, trace in zip(files, traces):
+        rank = trace.meta.rank
+        if rank in seen:
+            raise TraceError(path, f"two files claim rank {rank}: {Path(seen[rank]).name} and {Path(file).name}",
+                             "Put one trace per rank in the directory.")
+        seen[rank] = file
+    return sorted(traces, key=lambda t: t.meta.rank)

@@ -1,0 +1,161 @@
+"""The normalized trace model: one `Trace` per rank, pandas frames with typed columns.
+
+Times are integer nanoseconds on the trace's own clock. String columns are categorical so a
+name is stored once, however many events carry it. See DESIGN.md, "The Trace model".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: Device activity kinds. `sync` rows are CUPTI synchronization records: not device work.
+GPU_KINDS = ("kernel", "memcpy", "memset", "sync")
+#: Host event kinds.
+CPU_KINDS = ("runtime", "driver", "op", "python", "annotation", "dataloader")
+COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
+MEMORY_KINDS = ("pageable", "pinned", "device", "managed", "array", "unknown")
+
+GPU_COLUMNS: dict[str, str] = {
+    "kind": "category",
+    "name": "category",
+    "device": "int32",
+    "stream": "int64",
+    "start": "int64",
+    "end": "int64",
+    "correlation": "int64",  # -1 when unknown
+    "external_id": "int64",  # the op that launched it; -1 when unknown
+    "op": "category",  # name of that op, when the trace has it
+    "bytes": "int64",  # copies and memsets; 0 otherwise
+    "copy_kind": "category",
+    "src_kind": "category",
+    "dst_kind": "category",
+    "is_comm": "bool",
+}
+
+CPU_COLUMNS: dict[str, str] = {
+    "kind": "category",
+    "name": "category",
+    "pid": "int64",
+    "tid": "int64",
+    "start": "int64",
+    "end": "int64",
+    "depth": "int32",  # nesting depth on its thread, 0 = outermost
+    "correlation": "int64",
+    "external_id": "int64",
+    "stack": "category",  # "Call stack" of old with_stack traces, innermost frame first
+}
+
+STEP_COLUMNS: dict[str, str] = {
+    "step": "int64",
+    "name": "category",
+    "start": "int64",  # host
+    "end": "int64",
+    "gpu_start": "Int64",  # device; <NA> when the step launched no device work
+    "gpu_end": "Int64",
+}
+
+
+def typed_frame(columns: dict[str, list | np.ndarray], schema: dict[str, str]) -> pd.DataFrame:
+    """Build a frame with exactly the schema's columns and dtypes (missing ones empty/default)."""
+    n = len(next(iter(columns.values()))) if columns else 0
+    data = {}
+    for col, dtype in schema.items():
+        values = columns.get(col)
+        if values is None:
+            values = _default_column(dtype, n)
+        data[col] = pd.Series(values).astype(dtype) if dtype != "category" else pd.Categorical(values)
+    return pd.DataFrame(data)
+
+
+def _default_column(dtype: str, n: int):
+    if dtype == "category":
+        return pd.Categorical([None] * n)
+    if dtype == "bool":
+        return np.zeros(n, dtype=bool)
+    if dtype == "Int64":
+        return pd.array([pd.NA] * n, dtype="Int64")
+    if dtype.startswith("int"):
+        fill = -1 if n else 0
+        return np.full(n, fill, dtype=dtype)
+    raise ValueError(dtype)
+
+
+def empty_frame(schema: dict[str, str]) -> pd.DataFrame:
+    return typed_frame({}, schema)
+
+
+@dataclass
+class TraceMeta:
+    """What the trace says about itself, and what the loader noticed while reading it."""
+
+    format: str  # "kineto" or "nsys"
+    path: str
+    rank: int | None = None
+    world_size: int | None = None
+    devices: dict[int, str] = field(default_factory=dict)  # device id -> name
+    device_properties: list[dict] = field(default_factory=list)
+    profiler: str = ""  # e.g. "PyTorch Profiler (Kineto schema 1)" or "Nsight Systems 2026.2"
+    has_python_frames: bool = False
+    has_flows: bool = False
+    warnings: list[str] = field(default_factory=list)  # e.g. "truncated: loaded 91% of the file"
+
+
+@dataclass
+class Trace:
+    """One rank's trace: device activity, host events, steps and metadata."""
+
+    gpu: pd.DataFrame
+    cpu: pd.DataFrame
+    steps: pd.DataFrame
+    meta: TraceMeta
+
+    @property
+    def has_device_activity(self) -> bool:
+        return bool((self.gpu["kind"] != "sync").any()) if len(self.gpu) else False
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.meta.rank}" if self.meta.rank is not None else Path(self.meta.path).name
+
+    def counts(self) -> dict[str, int]:
+        """Events by kind: kernels, copies, memsets, syncs, host calls, steps."""
+        gpu_kinds = self.gpu["kind"].value_counts()
+        return {
+            "kernels": int(gpu_kinds.get("kernel", 0)),
+            "memcpys": int(gpu_kinds.get("memcpy", 0)),
+            "memsets": int(gpu_kinds.get("memset", 0)),
+            "syncs": int(gpu_kinds.get("sync", 0)),
+            "host_events": len(self.cpu),
+            "runtime_calls": int(self.cpu["kind"].isin(["runtime", "driver"]).sum()),
+            "steps": len(self.steps),
+        }
+
+    def span_ns(self) -> tuple[int, int] | None:
+        """First start and last end of device work (sync records excluded), or None."""
+        work = self.gpu[self.gpu["kind"] != "sync"]
+        if work.empty:
+            return None
+        return int(work["start"].min()), int(work["end"].max())
+
+
+@dataclass
+class Job:
+    """Everything loaded from one path: one Trace per rank (a single file is a job of one)."""
+
+    path: str
+    traces: list[Trace]
+
+    @property
+    def ranks(self) -> list[int | None]:
+        return [t.meta.rank for t in self.traces]
+
+    @property
+    def format(self) -> str:
+        return self.traces[0].meta.format if self.traces else "unknown"
+
+    def __len__(self) -> int:
+        return len(self.traces)

@@ -1,0 +1,224 @@
+"""Format-independent finishing of a Trace: the loaders hand over raw columns, this adds the rest.
+
+Everything here works on whole columns (or on the few distinct names), never per event.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .model import CPU_COLUMNS, GPU_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, typed_frame
+
+# "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoD (Device -> Device)", "Memset (Device)"
+_MEMCPY_NAME = re.compile(r"Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
+_MEMSET_NAME = re.compile(r"Memset\s*\((\w+)\)", re.IGNORECASE)
+_COPY_KIND = {"htod": "HtoD", "dtoh": "DtoH", "dtod": "DtoD", "htoh": "HtoH", "ptop": "PtoP"}
+_MEMORY_KIND = {k: k for k in ("pageable", "pinned", "device", "managed", "array")}
+
+#: Collective kernels: NCCL (ncclKernel_* old, ncclDevKernel_* current), RCCL.
+COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+#: Ops whose launches are collectives even when the kernel name does not say so.
+COMM_OP = re.compile(r"^(c10d::|record_param_comms|nccl:)")
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+DATALOADER_NAME = re.compile(r"^enumerate\((DataLoader|DataPipe)\)")
+
+
+def parse_copy_names(names: pd.Categorical) -> tuple[pd.Categorical, pd.Categorical, pd.Categorical]:
+    """Copy kind and source/destination memory kinds, parsed once per distinct copy name."""
+    kinds, srcs, dsts = [], [], []
+    for name in names.categories:
+        kind = src = dst = None
+        if m := _MEMCPY_NAME.search(name):
+            kind = _COPY_KIND.get(m.group(1).lower())
+            src = _MEMORY_KIND.get((m.group(2) or "").lower())
+            dst = _MEMORY_KIND.get((m.group(3) or "").lower())
+        elif m := _MEMSET_NAME.search(name):
+            dst = _MEMORY_KIND.get(m.group(1).lower())
+        kinds.append(kind)
+        srcs.append(src)
+        dsts.append(dst)
+    codes = names.codes
+    return tuple(_take(values, codes) for values in (kinds, srcs, dsts))  # type: ignore[return-value]
+
+
+def _take(values: list, codes: np.ndarray) -> pd.Categorical:
+    """Map per-category values onto rows (code -1, a missing name, maps to None)."""
+    lookup = np.array(values + [None], dtype=object)
+    return pd.Categorical(lookup[codes])
+
+
+def thread_time(pid: np.ndarray, tid: np.ndarray, t: np.ndarray, t_min: int, width: int) -> np.ndarray:
+    """Times shifted so each thread owns a disjoint stretch of one axis: per-thread interval
+    work then runs as a single sorted-array pass over all threads."""
+    keys = (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
+    _, thread = np.unique(keys, return_inverse=True)
+    return thread.astype(np.int64) * width + (t - t_min)
+
+
+def nesting_depth(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Depth of each host event among the events of its thread that enclose it (0 = outermost).
+
+    For properly nested intervals the enclosing events are those that started before it
+    (in start order, longer first on ties) and have not ended by its start.
+    """
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    t_min, width = int(start.min()), int(end.max() - start.min()) + 1
+    s = thread_time(pid, tid, start, t_min, width)
+    e = s + (end - start)
+    order = np.lexsort((-(e - s), s))
+    s, e = s[order], e[order]
+    # earlier-starting events that had ended by this start; a zero-length event ends at its
+    # own start, so it is not subtracted from itself
+    ended = np.searchsorted(np.sort(e), s, side="right") - (e == s)
+    depth = np.empty(n, dtype=np.int32)
+    depth[order] = np.maximum(np.arange(n) - ended, 0)
+    return depth
+
+
+def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Row position in `outer` (host events with pid/tid/start/end) of the innermost event on the
+    same thread that encloses time `t`, or -1.
+
+    Among the events that started by `t`, the innermost encloser is the last one (in start
+    order) still open at `t`; binary lifting over window maxima of end times finds it for all
+    queries at once.
+    """
+    result = np.full(len(t), -1, dtype=np.int64)
+    if len(outer) == 0 or len(t) == 0:
+        return result
+    o_pid, o_tid = outer["pid"].to_numpy(np.int64), outer["tid"].to_numpy(np.int64)
+    o_start, o_end = outer["start"].to_numpy(np.int64), outer["end"].to_numpy(np.int64)
+    t_min = int(min(o_start.min(), t.min()))
+    width = int(max(o_end.max(), t.max()) - t_min) + 1
+    both = thread_time(np.r_[o_pid, pid], np.r_[o_tid, tid], np.r_[o_start, t], t_min, width)
+    s, q = both[: len(outer)], both[len(outer):]
+    e = s + (o_end - o_start)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    j = np.searchsorted(s, q, side="right") - 1
+    levels = [e]
+    while (1 << len(levels)) <= len(e):
+        prev, step = levels[-1], 1 << (len(levels) - 1)
+        levels.append(np.maximum(prev, np.r_[np.full(step, np.iinfo(np.int64).min), prev[:-step]]))
+    for k in range(len(levels) - 1, -1, -1):
+        size = 1 << k
+        can = j >= size - 1
+        skip = can.copy()
+        skip[can] = levels[k][j[can]] < q[can]
+        j[skip] -= size
+    found = (j >= 0)
+    found[found] = e[j[found]] >= q[found]
+    result[found] = order[j[found]]
+    return result
+
+
+def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta) -> Trace:
+    """Build the typed frames, link device work to ops, flag collectives, derive steps."""
+    gpu_names = pd.Categorical(gpu.pop("name"))
+    copy_kind, src_kind, dst_kind = parse_copy_names(gpu_names)
+    is_copy = np.asarray(gpu["kind"]) == "memcpy"
+    gpu["copy_kind"] = pd.Categorical(np.where(is_copy, np.asarray(copy_kind, dtype=object), None))
+    gpu["src_kind"] = src_kind
+    gpu["dst_kind"] = dst_kind
+    gpu["name"] = gpu_names
+
+    cpu_names = pd.Categorical(cpu.pop("name"))
+    cpu["name"] = cpu_names
+    kind = np.asarray(cpu["kind"], dtype=object)
+    is_loader = _take([bool(DATALOADER_NAME.match(c)) for c in cpu_names.categories], cpu_names.codes)
+    kind[np.asarray(is_loader, dtype=object) == True] = "dataloader"  # noqa: E712 (object array)
+    cpu["kind"] = kind
+    if "depth" not in cpu:
+        cpu["depth"] = nesting_depth(*(np.asarray(cpu[c], dtype=np.int64) for c in ("pid", "tid", "start", "end")))
+
+    gpu_frame = typed_frame(gpu, GPU_COLUMNS)
+    cpu_frame = typed_frame(cpu, CPU_COLUMNS)
+    _link_ops(gpu_frame, cpu_frame)
+    gpu_frame["is_comm"] = _comm_flags(gpu_frame)
+    gpu_frame = gpu_frame.sort_values("start", kind="stable", ignore_index=True)
+    cpu_frame = cpu_frame.sort_values("start", kind="stable", ignore_index=True)
+    steps = derive_steps(gpu_frame, cpu_frame)
+    used = sorted(int(d) for d in gpu_frame["device"].unique())
+    if used:  # a trace lists every GPU in the machine; keep those it recorded work on
+        meta.devices = {d: meta.devices.get(d, f"GPU {d}") for d in used}
+    return Trace(gpu=gpu_frame, cpu=cpu_frame, steps=steps, meta=meta)
+
+
+def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
+    """Fill each device activity's op: the innermost host op around the call that launched it.
+
+    Nesting in time is used rather than External ids because some PyTorch versions stamp the
+    launch call with its correlation id instead of the op's id; ids are the fallback when the
+    launch call is missing (sampled traces).
+    """
+    ops = cpu[cpu["kind"].isin(["op", "annotation", "dataloader"])]
+    calls = cpu[cpu["kind"].isin(["runtime", "driver"]) & (cpu["correlation"] >= 0)]
+    calls = calls.drop_duplicates("correlation")
+    owner = innermost_enclosing(ops, calls["pid"].to_numpy(), calls["tid"].to_numpy(), calls["start"].to_numpy())
+    call_op = pd.Series(owner, index=calls["correlation"].to_numpy())
+    op_pos = gpu["correlation"].map(call_op).fillna(-1).to_numpy(np.int64)
+
+    by_id = ops[ops["external_id"] >= 0].reset_index(drop=True)
+    by_id = pd.Series(np.arange(len(by_id)), index=by_id["external_id"]).groupby(level=0).last()
+    unlinked = (op_pos < 0) & (gpu["external_id"].to_numpy() >= 0)
+    ids_pos = gpu["external_id"].map(by_id).fillna(-1).to_numpy(np.int64)
+    ops_with_id = ops[ops["external_id"] >= 0]
+
+    names = np.full(len(gpu), None, dtype=object)
+    external = gpu["external_id"].to_numpy().copy()
+    linked = op_pos >= 0
+    names[linked] = ops["name"].to_numpy()[op_pos[linked]]
+    external[linked] = ops["external_id"].to_numpy()[op_pos[linked]]
+    fallback = unlinked & (ids_pos >= 0)
+    names[fallback] = ops_with_id["name"].to_numpy()[ids_pos[fallback]]
+    gpu["external_id"] = external
+    gpu["op"] = pd.Categorical(names)
+
+
+def _comm_flags(gpu: pd.DataFrame) -> np.ndarray:
+    names = gpu["name"].cat.categories
+    by_name = _take([bool(COMM_KERNEL.search(n)) for n in names], gpu["name"].cat.codes.to_numpy())
+    ops = gpu["op"].cat.categories
+    by_op = _take([bool(COMM_OP.match(o)) for o in ops], gpu["op"].cat.codes.to_numpy())
+    flagged = (np.asarray(by_name, dtype=object) == True) | (np.asarray(by_op, dtype=object) == True)  # noqa: E712
+    return flagged & (gpu["kind"].to_numpy() == "kernel")
+
+
+def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
+    """ProfilerStep#N host ranges, and the device range of the work each step launched."""
+    names = cpu["name"].cat.categories
+    step_no = _take([int(m.group(1)) if (m := STEP_NAME.match(n)) else None for n in names],
+                    cpu["name"].cat.codes.to_numpy())
+    step_no = pd.Series(np.asarray(step_no, dtype=object), index=cpu.index)
+    host = cpu[step_no.notna().to_numpy() & cpu["kind"].isin(["op", "annotation"]).to_numpy()].copy()
+    if host.empty:
+        return typed_frame({}, STEP_COLUMNS)
+    host["step"] = step_no[host.index].astype("int64")
+    host["dur"] = host["end"] - host["start"]
+    # a step can appear on several threads; keep its widest range
+    host = host.sort_values("dur").drop_duplicates("step", keep="last").sort_values("start")
+    starts, ends = host["start"].to_numpy(), host["end"].to_numpy()
+
+    work = gpu[gpu["kind"] != "sync"]
+    calls = cpu[cpu["kind"].isin(["runtime", "driver"]) & (cpu["correlation"] >= 0)]
+    launch_at = work["correlation"].map(calls.drop_duplicates("correlation").set_index("correlation")["start"])
+    launch_at = launch_at.fillna(work["start"]).to_numpy(dtype=np.int64)
+    slot = np.searchsorted(starts, launch_at, side="right") - 1
+    inside = (slot >= 0) & (launch_at < ends[np.clip(slot, 0, None)])
+    grouped = pd.DataFrame({"slot": slot[inside], "start": work["start"].to_numpy()[inside],
+                            "end": work["end"].to_numpy()[inside]}).groupby("slot")
+    gpu_start = grouped["start"].min().reindex(range(len(host)))
+    gpu_end = grouped["end"].max().reindex(range(len(host)))
+    return typed_frame({
+        "step": host["step"].to_numpy(),
+        "name": host["name"].astype(object).to_numpy(),
+        "start": starts,
+        "end": ends,
+        "gpu_start": gpu_start.astype("Int64").to_numpy(),
+        "gpu_end": gpu_end.astype("Int64").to_numpy(),
+    }, STEP_COLUMNS)
