@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .detect.analysis import Analysis, analyze
 from .errors import TraceError
 from .trace.load import load
 from .trace.model import Job
@@ -103,10 +104,93 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    job = load_job(args.path, not args.no_cache)
+    result = analyze(job)
+    if args.json:
+        out.print_json(json.dumps(result.to_dict(), allow_nan=False))
+        return 0
+    print_analysis(result)
+    return 0
+
+
+def _ms(us: float | None) -> str:
+    return "-" if us is None else _fmt_ns(us * 1000)
+
+
+def print_analysis(result: Analysis) -> None:
+    """The analysis as Rich tables: verdict first, then the evidence per rank."""
+    from rich.panel import Panel
+
+    data = result.to_dict()
+    v = data["verdict"]
+    title = f"{v['limiter']} · {v['root_cause']}" if v["limiter"] else "no device activity"
+    body = f"[bold]{v['headline']}[/]\n\n{v['hypothesis']}\n\n[bold]Next:[/] {v['next_step']}"
+    for extra in v.get("also", []):
+        body += f"\n[dim]· {extra}[/]"
+    out.print(f"[bold]{data['trace']['path']}[/]  {data['trace']['format']}, {data['trace']['ranks']} rank(s), "
+              f"{', '.join(data['trace']['devices']) or 'no devices'}")
+    for warning in data["trace"]["warnings"]:
+        out.print(f"[yellow]warning: {warning}[/]")
+    out.print(Panel(body, title=f"Verdict: {title}", title_align="left", border_style="cyan"))
+    if not data["verdict"]["limiter"]:
+        return
+
+    table = Table("rank", "span", "busy", "idle", "compute", "comm (exposed)", "memcpy", "verdict",
+                  title="Where device time went")
+    for r in data["ranks"]:
+        b = r["breakdown"]
+        table.add_row(str(r["rank"]) if r["rank"] is not None else "-", _ms(b["span_us"]), _ms(b["busy_us"]),
+                      f"{b['idle_pct']:.1f}%", _ms(b["compute_us"]),
+                      f"{_ms(b['comm_us'])} ({_ms(b['exposed_comm_us'])})", _ms(b["memcpy_us"]),
+                      f"{r['verdict']['limiter']}/{r['verdict']['root_cause']}")
+    out.print(table)
+
+    first = data["ranks"][0]
+    idle = first["idle"]
+    causes = Table("cause", "idle", "share of span", "gaps", title=f"Idle by cause (rank {first['rank']})" if len(data["ranks"]) > 1 else "Idle by cause")
+    for cause, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1]):
+        causes.add_row(cause, _ms(us), f"{100 * us / idle['span_us']:.1f}%", str(idle["by_cause_count"][cause]))
+    out.print(causes)
+    gaps = Table("at", "gap", "cause", "evidence", title="Largest gaps")
+    for g in idle["top_gaps"][:5]:
+        ev = g["evidence"]
+        text = (f"{ev.get('sync_call')} under {ev.get('op')} at {ev.get('python')}" if g["cause"] == "sync"
+                else ", ".join(h["name"] for h in ev.get("host", [])))
+        gaps.add_row(_ms(g["start_us"]), _ms(g["dur_us"]), g["cause"], text[:90])
+    out.print(gaps)
+
+    kernels = Table("kernel", "count", "total", "share of busy", "mean", "launched by", title="Hot kernels")
+    for k in first["hot_kernels"][:8]:
+        kernels.add_row(k["short_name"][:40], str(k["count"]), _ms(k["total_us"]), f"{k['share_pct']:.1f}%",
+                        _ms(k["mean_us"]), (k["op"] or "-")[:30])
+    out.print(kernels)
+
+    copies = first["memcpy"]
+    if copies["count"]:
+        t = Table("copy", "count", "bytes", "time", "GB/s", "pageable", title=f"Data movement ({copies['share_pct']:.1f}% of span)")
+        for kind, c in copies["by_kind"].items():
+            t.add_row(kind, str(c["count"]), f"{c['bytes'] / 1e6:.1f} MB", _ms(c["us"]), f"{c['gbps']:.1f}", str(c["pageable_count"]))
+        out.print(t)
+    if data["comparison"] and data["comparison"]["waits_most"] is not None:
+        c = data["comparison"]
+        t = Table("rank", "comm", "exposed", "compute", title="Communication per rank")
+        for r in c["ranks"]:
+            t.add_row(str(r["rank"]), _ms(r["comm_us"]), _ms(r["exposed_us"]), _ms(r["compute_us"]))
+        out.print(t)
+        out.print(f"Rank {c['waits_most']} waits longest in collectives; rank {c['slowest']} computes longest "
+                  f"(comm time spread {c['comm_spread_pct']:.0f}%).")
+    launch, steps = first["launch"], first["steps"]
+    out.print(f"Launch: median launch-to-start {_ms(launch['median_latency_us'])} (queueing included), "
+              f"{launch['short_kernel_pct']:.0f}% of "
+              f"kernels shorter than their launch call. Steps: {steps['count']}"
+              + (f", mean {_ms(steps['mean_us'])}, slowest {_ms(steps['max_us'])} (step {steps['slowest']})" if steps["count"] else ""))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     args.path = example_trace()
     out.print("[dim]traceagent demo: the bundled ResNet50 trace (PyTorch Profiler, V100, DataLoader with num_workers=0)[/]")
-    return cmd_info(args)
+    return cmd_analyze(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("info", cmd_info, "what a trace holds: format, ranks, devices, span, event counts")
+    add("analyze", cmd_analyze, "find what limits the program: idle gaps and causes, copies, communication, "
+        "hot kernels, and the verdict")
     add("demo", cmd_demo, "run on the bundled example trace (no setup needed)", path=False)
     return parser
 

@@ -16,8 +16,16 @@ import pandas as pd
 
 from .model import Trace, TraceMeta
 
-#: Bump when the Trace model or a loader changes what it produces: old entries are then ignored.
-MODEL_VERSION = 1
+def _loader_fingerprint() -> str:
+    """A hash of the loader sources: any change to what loading produces retires old entries,
+    without anyone having to remember to bump a version."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+MODEL_VERSION = _loader_fingerprint()
 
 
 def cache_dir() -> Path:

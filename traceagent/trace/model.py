@@ -104,7 +104,7 @@ class TraceMeta:
     warnings: list[str] = field(default_factory=list)  # e.g. "truncated: loaded 91% of the file"
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: detectors memoize per-trace work in weak maps
 class Trace:
     """One rank's trace: device activity, host events, steps and metadata."""
 
@@ -133,6 +133,11 @@ class Trace:
             "runtime_calls": int(self.cpu["kind"].isin(["runtime", "driver"]).sum()),
             "steps": len(self.steps),
         }
+
+    def origin_ns(self) -> int:
+        """The trace's first timestamp: reported times are relative to it."""
+        firsts = [int(f["start"].min()) for f in (self.gpu, self.cpu) if len(f)]
+        return min(firsts) if firsts else 0
 
     def span_ns(self) -> tuple[int, int] | None:
         """First start and last end of device work (sync records excluded), or None."""

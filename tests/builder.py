@@ -1,0 +1,62 @@
+"""Build small Kineto traces by hand, in µs, as real-format JSON files the loader reads.
+
+    b = TraceBuilder()
+    b.kernel("gemm", start=0, dur=100, launch_at=0)
+    trace = b.load(tmp_path)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import traceagent
+from conftest import write_trace
+
+PID, TID = 100, 100
+
+
+class TraceBuilder:
+    def __init__(self, device_name: str = "Test GPU", **top) -> None:
+        self.events: list[dict] = []
+        self.correlation = 0
+        self.external = 0
+        self.top = {"deviceProperties": [{"id": 0, "name": device_name}], **top}
+
+    def _x(self, cat: str, name: str, ts: float, dur: float, pid=PID, tid=TID, **args) -> dict:
+        event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+        self.events.append(event)
+        return event
+
+    def op(self, name: str, start: float, dur: float, cat: str = "cpu_op", tid: int = TID) -> dict:
+        self.external += 1
+        return self._x(cat, name, start, dur, tid=tid, **{"External id": self.external})
+
+    def python(self, name: str, start: float, dur: float) -> dict:
+        return self._x("python_function", name, start, dur)
+
+    def runtime(self, name: str, start: float, dur: float, correlation: int | None = None) -> dict:
+        args = {"correlation": correlation} if correlation is not None else {}
+        return self._x("cuda_runtime", name, start, dur, **args)
+
+    def _device(self, cat: str, name: str, start: float, dur: float, stream: int, launch_at: float | None,
+                launch_dur: float, call: str, **args) -> dict:
+        self.correlation += 1
+        if launch_at is not None:
+            self.runtime(call, launch_at, launch_dur, correlation=self.correlation)
+        return self._x(cat, name, start, dur, pid=0, tid=stream, device=0, stream=stream,
+                       correlation=self.correlation, **args)
+
+    def kernel(self, name: str, start: float, dur: float, stream: int = 7, launch_at: float | None = None,
+               launch_dur: float = 5.0) -> dict:
+        return self._device("kernel", name, start, dur, stream, launch_at, launch_dur, "cudaLaunchKernel")
+
+    def memcpy(self, start: float, dur: float, nbytes: int, kind: str = "HtoD", src: str = "Pageable",
+               dst: str = "Device", stream: int = 7, launch_at: float | None = None, launch_dur: float = 5.0) -> dict:
+        return self._device("gpu_memcpy", f"Memcpy {kind} ({src} -> {dst})", start, dur, stream, launch_at,
+                            launch_dur, "cudaMemcpyAsync", bytes=nbytes)
+
+    def write(self, path: Path) -> Path:
+        return write_trace(path, self.events, **self.top)
+
+    def load(self, tmp_path: Path, name: str = "trace.json"):
+        return traceagent.load(self.write(tmp_path / name), use_cache=False).traces[0]

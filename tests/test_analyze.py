@@ -1,0 +1,95 @@
+"""`traceagent analyze` on the real shared traces: verdicts that match what is known about each
+job (SOURCE.md describes the ResNet50 runs as DataLoader-bound with num_workers=0 and fixed with
+num_workers=4), and the JSON contract the agent and the report build on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import traceagent
+from traceagent.cli import main
+from traceagent.detect.analysis import analyze
+
+from conftest import B200, CPU_ONLY, DLRM_8RANK, MI300, RESNET_NW0, RESNET_NW0_B, RESNET_NW4, RESNET_NW4_B
+
+
+def analyze_json(path, capsys) -> dict:
+    assert main(["analyze", str(path), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("path", [RESNET_NW0, RESNET_NW0_B], ids=["run1", "run2"])
+def test_resnet_num_workers_0_waits_on_data_loading(path):
+    result = analyze(traceagent.load(path))
+    v = result.verdict
+    assert (v.limiter, v.root_cause) == ("idle", "dataloader")
+    idle = result.ranks[0].findings.idle
+    assert idle.cause_pct("dataloader") > 15
+    assert v.evidence["cause_pct"] == idle.cause_pct("dataloader")
+
+
+@pytest.mark.parametrize("path", [RESNET_NW4, RESNET_NW4_B], ids=["run1", "run2"])
+def test_resnet_num_workers_4_is_not_data_loading(path):
+    result = analyze(traceagent.load(path))
+    assert result.verdict.root_cause != "dataloader"
+    assert result.ranks[0].findings.idle.cause_pct("dataloader") < 2
+
+
+def test_dlrm_reports_communication_per_rank(capsys):
+    data = analyze_json(DLRM_8RANK, capsys)
+    assert [r["rank"] for r in data["ranks"]] == list(range(8))
+    for rank in data["ranks"]:
+        assert rank["comm"]["kernels"] > 0 and rank["comm"]["comm_us"] > 0
+        assert 0 <= rank["comm"]["exposed_pct"] <= 100
+    comparison = data["comparison"]
+    assert len(comparison["ranks"]) == 8
+    comm = {r["rank"]: r["comm_us"] for r in comparison["ranks"]}
+    assert comparison["waits_most"] == max(comm, key=comm.get)
+
+
+@pytest.mark.parametrize("path, pageable", [(B200, 2), (RESNET_NW0, 12)])
+def test_pageable_copies_are_reported(path, pageable, capsys):
+    # counts of "Pageable" copy names in the raw JSON (see test_load.py)
+    data = analyze_json(path, capsys)
+    copies = data["ranks"][0]["memcpy"]
+    assert copies["pageable_count"] == pageable
+    assert copies["by_kind"]["HtoD"]["pageable_count"] == pageable
+
+
+def test_json_contract(capsys):
+    data = analyze_json(MI300, capsys)
+    assert set(data["trace"]) >= {"path", "format", "ranks", "devices"}
+    rank = data["ranks"][0]
+    assert set(rank["breakdown"]) >= {"span_us", "busy_us", "idle_us", "idle_pct", "compute_us", "memcpy_us",
+                                      "memset_us", "comm_us", "exposed_comm_us"}
+    assert set(rank["idle"]) >= {"gaps", "by_cause_us", "top_gaps"}
+    assert set(rank["idle"]["top_gaps"][0]) >= {"start_us", "dur_us", "cause", "evidence"}
+    assert set(rank["memcpy"]) >= {"share_pct", "by_kind"}
+    assert set(rank["memcpy"]["by_kind"]["DtoD"]) >= {"count", "bytes", "us", "gbps", "pageable_count"}
+    assert set(rank["comm"]) >= {"share_pct", "exposed_pct"}
+    assert set(rank["hot_kernels"][0]) >= {"name", "count", "total_us", "share_pct", "mean_us"}
+    assert set(rank["launch"]) >= {"median_latency_us", "short_kernel_pct"}
+    assert set(rank["steps"]) >= {"count", "mean_us", "max_us"}
+    for verdict in (rank["verdict"], data["verdict"]):
+        assert set(verdict) >= {"limiter", "root_cause", "headline", "hypothesis", "next_step", "evidence"}
+        assert verdict["limiter"] in ("idle", "data_movement", "communication", "compute")
+    # busy and idle add up to the span on every rank
+    b = rank["breakdown"]
+    assert b["busy_us"] + b["idle_us"] == pytest.approx(b["span_us"])
+
+
+def test_cpu_only_trace_verdict(capsys):
+    data = analyze_json(CPU_ONLY, capsys)
+    assert data["verdict"]["limiter"] is None
+    assert "CPU-only" in data["verdict"]["headline"]
+    assert main(["analyze", str(CPU_ONLY)]) == 0
+    assert "no device activity" in capsys.readouterr().out
+
+
+def test_readable_output_leads_with_the_verdict(capsys):
+    assert main(["analyze", str(RESNET_NW0)]) == 0
+    out = capsys.readouterr().out
+    assert out.index("Verdict: idle · dataloader") < out.index("Hot kernels")
+    assert "num_workers=4" in out and "dataloader" in out

@@ -1,0 +1,213 @@
+"""Detectors on small hand-built traces, each planting one limiter. Every expected number is
+worked out by hand in the test from the times it builds (all in µs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from traceagent.detect.analysis import analyze_trace
+from traceagent.detect.breakdown import detect_breakdown
+from traceagent.detect.comm import detect_comm
+from traceagent.detect.idle import detect_idle
+from traceagent.detect.kernels import detect_hot_kernels, short_name
+from traceagent.detect.memcpy import detect_memcpy
+
+from builder import TraceBuilder
+
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def test_overlapping_streams_are_not_double_counted(tmp_path):
+    b = TraceBuilder()
+    b.kernel("a", 0, 100, stream=7)
+    b.kernel("b", 50, 100, stream=8)  # overlaps a by 50
+    b.kernel("c", 200, 100, stream=7)
+    trace = b.load(tmp_path)
+    total = detect_breakdown(trace).total
+    # busy = [0,150) + [200,300) = 250; span 300; idle 50
+    assert (total.span_us, total.busy_us, total.idle_us) == (300, 250, 50)
+    assert total.compute_us == 250 and total.idle_pct == pytest.approx(16.67)
+
+
+def test_short_gaps_are_launch_latency(tmp_path):
+    b = TraceBuilder()
+    b.kernel("a", 0, 100, launch_at=-20)
+    b.kernel("b", 105, 100, launch_at=-10)
+    idle = detect_idle(b.load(tmp_path))
+    assert idle.by_cause_us == {"launch_latency": 5}
+
+
+def test_dataloader_gap(tmp_path):
+    b = TraceBuilder()
+    b.kernel("a", 0, 100, launch_at=-10)
+    b.op(LOADER, 110, 790, cat="user_annotation")
+    b.kernel("b", 1000, 100, launch_at=905)
+    ra = analyze_trace(b.load(tmp_path))
+    # gap [100, 1000) = 900; the loader covers 790 of it (88%)
+    assert ra.findings.idle.by_cause_us == {"dataloader": 900}
+    assert ra.findings.idle.idle_pct == pytest.approx(100 * 900 / 1100, abs=0.01)
+    assert (ra.verdict.limiter, ra.verdict.root_cause) == ("idle", "dataloader")
+    assert "num_workers" in ra.verdict.next_step
+    assert ra.findings.idle.top_gaps[0].evidence["host"][0]["name"] == LOADER
+
+
+def test_sync_gap_names_the_op_and_python_line(tmp_path):
+    b = TraceBuilder()
+    b.kernel("forward", 0, 500, launch_at=0)
+    b.python("train.py(42): <module>", 400, 300)
+    b.python("torch/_tensor.py(100): item", 405, 160)  # library frames are skipped
+    b.op("aten::item", 410, 150)
+    b.op("aten::_local_scalar_dense", 415, 140)
+    b.runtime("cudaStreamSynchronize", 420, 85)  # returns at 505, just after the GPU drains
+    b.op("log_metrics", 560, 240, cat="user_annotation")
+    b.kernel("next", 810, 90, launch_at=800)
+    ra = analyze_trace(b.load(tmp_path))
+    idle = ra.findings.idle
+    # gap [500, 810) = 310
+    assert idle.by_cause_us == {"sync": 310}
+    gap = idle.top_gaps[0]
+    assert gap.evidence == {"sync_call": "cudaStreamSynchronize", "op": "aten::item",
+                            "inner_op": "aten::_local_scalar_dense", "python": "train.py(42): <module>"}
+    site = idle.sync_sites[0]
+    assert (site.op, site.python, site.count, site.idle_us) == ("aten::item", "train.py(42): <module>", 1, 310)
+    assert (ra.verdict.limiter, ra.verdict.root_cause) == ("idle", "sync")
+    assert "train.py(42)" in ra.verdict.next_step
+
+
+def test_launch_bound_loop(tmp_path):
+    b = TraceBuilder()
+    for i in range(20):  # a launch every 30 µs taking 20 µs; each kernel runs 2 µs
+        b.kernel("tiny_add", 30 * i + 15, 2, launch_at=30 * i, launch_dur=20)
+    ra = analyze_trace(b.load(tmp_path))
+    # span [15, 587) = 572; busy 20 × 2 = 40; 19 gaps of 28 µs, each before a late, longer launch
+    assert ra.breakdown.total.span_us == 572 and ra.breakdown.total.busy_us == 40
+    assert ra.findings.idle.by_cause_us == {"launch_overhead": 532}
+    assert ra.findings.launch.short_kernel_pct == 100.0
+    assert ra.findings.launch.median_latency_us == 15
+    assert (ra.verdict.limiter, ra.verdict.root_cause) == ("idle", "launch_overhead")
+
+
+def test_host_work_and_nothing_on_the_host(tmp_path):
+    b = TraceBuilder()
+    b.kernel("a", 0, 100, launch_at=-10)
+    b.op("my_preprocessing", 100, 500)
+    b.kernel("b", 610, 500, launch_at=600)  # longer than its launch: not launch-bound
+    idle = detect_idle(b.load(tmp_path, "busy_host.json"))
+    assert idle.by_cause_us == {"host_other": 510}
+    assert idle.top_gaps[0].evidence["host"][0]["name"] == "my_preprocessing"
+
+    b = TraceBuilder()
+    b.kernel("a", 0, 100, launch_at=-10)
+    b.kernel("b", 610, 500, launch_at=600)
+    idle = detect_idle(b.load(tmp_path, "quiet_host.json"))
+    assert idle.by_cause_us == {"no_host_activity": 510}
+
+
+@pytest.mark.parametrize("src, root", [("Pageable", "pageable_memcpy"), ("Pinned", "memcpy")])
+def test_copies_that_no_compute_hides(tmp_path, src, root):
+    b = TraceBuilder()
+    b.memcpy(0, 800, 8_000_000, src=src, launch_at=-10)
+    b.kernel("k", 800, 200, launch_at=-5)
+    ra = analyze_trace(b.load(tmp_path))
+    copies = detect_memcpy(ra.trace)
+    # 8 MB in 800 µs = 10 GB/s; exposed 800 of a 1000 µs span
+    assert copies.by_kind["HtoD"].gbps == 10.0
+    assert copies.exposed_pct == 80.0
+    assert copies.pageable_count == (1 if src == "Pageable" else 0)
+    assert (ra.verdict.limiter, ra.verdict.root_cause) == ("data_movement", root)
+
+
+def test_exposed_communication(tmp_path):
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, stream=7)
+    b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 50, 350, stream=20)
+    ra = analyze_trace(b.load(tmp_path))
+    comm = detect_comm(ra.trace)
+    # comm [50, 400) = 350, compute hides [50, 100) = 50: exposed 300 of a 400 µs span
+    assert (comm.comm_us, comm.exposed_us) == (350, 300)
+    assert comm.exposed_share_pct == 75.0 and comm.exposed_pct == pytest.approx(85.71)
+    assert (ra.verdict.limiter, ra.verdict.root_cause) == ("communication", "communication")
+
+
+def test_kernel_launched_under_a_c10d_op_is_communication(tmp_path):
+    b = TraceBuilder()
+    b.op("c10d::allreduce_", 0, 50)
+    b.op("record_param_comms", 5, 40)
+    b.kernel("some_custom_collective", 60, 100, launch_at=10)
+    b.op("aten::mm", 60, 20)
+    b.kernel("gemm", 200, 100, launch_at=65)
+    trace = b.load(tmp_path)
+    flags = dict(zip(trace.gpu["name"].astype(str), trace.gpu["is_comm"]))
+    assert flags == {"some_custom_collective": True, "gemm": False}
+
+
+def test_compute_bound_names_the_hot_kernel(tmp_path):
+    b = TraceBuilder()
+    gemm = "void cutlass::Kernel<cutlass_80_tensorop_s16816gemm_128x128_32x3_nn_align8>(cutlass_80_tensorop_s16816gemm_128x128_32x3_nn_align8::Params)"
+    b.op("aten::mm", 0, 10)
+    b.kernel(gemm, 0, 450, launch_at=1)
+    b.kernel(gemm, 450, 450, launch_at=2)
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float)", 900, 100)
+    ra = analyze_trace(b.load(tmp_path))
+    top = detect_hot_kernels(ra.trace).top[0]
+    assert (top.short_name, top.count, top.total_us, top.share_pct, top.op) == ("Kernel", 2, 900, 90.0, "aten::mm")
+    assert (ra.verdict.limiter, ra.verdict.root_cause) == ("compute", "hot_kernel")
+    assert "ncu --kernel-name regex:Kernel" in ra.verdict.next_step
+
+
+def test_short_kernel_names():
+    assert short_name("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+                      "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)") \
+        == "vectorized_elementwise_kernel"
+    assert short_name("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)") == "ncclDevKernel_SendRecv"
+    assert short_name("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == \
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+
+
+def test_nested_host_events_get_depths(tmp_path):
+    b = TraceBuilder()
+    b.op("outer", 0, 100)
+    b.op("inner", 10, 40)
+    b.runtime("cudaLaunchKernel", 20, 10)
+    b.op("sibling", 60, 30)
+    b.op("other_thread", 20, 10, tid=7)
+    b.op("next", 100, 10)  # starts exactly where outer ends: a sibling, not a child
+    b.op("instant", 105, 0)  # zero length, inside next
+    trace = b.load(tmp_path)
+    depth = dict(zip(trace.cpu["name"].astype(str), trace.cpu["depth"]))
+    assert depth == {"outer": 0, "inner": 1, "cudaLaunchKernel": 2, "sibling": 1, "other_thread": 0,
+                     "next": 0, "instant": 1}
+
+
+def test_steps_and_the_slowest_step(tmp_path):
+    b = TraceBuilder()
+    b.op("ProfilerStep#1", 0, 1000)
+    b.kernel("k", 10, 500, launch_at=5)
+    b.op("ProfilerStep#2", 1000, 2000)
+    b.kernel("k", 1010, 500, launch_at=1005)
+    b.op(LOADER, 1520, 1400, cat="user_annotation")  # step 2 waits on data
+    b.kernel("k", 2990, 5, launch_at=2985)
+    ra = analyze_trace(b.load(tmp_path))
+    steps = ra.findings.steps
+    assert (steps.count, steps.slowest, steps.max_us, steps.mean_us) == (2, 2, 2000, 1500)
+    # step 2's device range [1010, 2995): busy 505, idle gap [1510, 2990) = 1480 from the loader
+    step2 = next(s for s in steps.steps if s["step"] == 2)
+    assert step2["idle_dataloader_us"] == 1480 and step2["device_us"] == 1985
+    assert steps.slowest_vs_median["idle_dataloader_us"] > 0
+
+
+def test_trace_without_steps_says_what_is_missing(tmp_path):
+    b = TraceBuilder()
+    b.kernel("k", 0, 100)
+    ra = analyze_trace(b.load(tmp_path))
+    assert ra.findings.steps is None
+    assert ra.to_dict()["steps"] == {"count": 0, "mean_us": None, "max_us": None}
+    assert any("no steps" in line for line in ra.verdict.also)
+    assert any("with_stack=True" in line for line in ra.verdict.also)
+
+
+def test_cpu_only_trace_gets_a_verdict_that_says_so(tmp_path):
+    b = TraceBuilder()
+    b.op("aten::mm", 0, 100)
+    ra = analyze_trace(b.load(tmp_path))
+    assert ra.verdict.limiter is None and "CPU-only" in ra.verdict.headline

@@ -1,0 +1,56 @@
+"""Interval algebra, against hand-worked cases and a brute-force check on random sets."""
+
+import numpy as np
+
+from traceagent.detect import intervals as iv
+
+
+def s(*pairs):
+    return np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs], dtype=np.int64)
+
+
+def pairs(x):
+    return list(zip(x[0].tolist(), x[1].tolist()))
+
+
+def test_union_merges_overlapping_and_touching_streams():
+    # stream A: [0,10) [20,30); stream B: [5,15) [30,35) -> [0,15) [20,35)
+    merged = iv.union(np.array([0, 20, 5, 30]), np.array([10, 30, 15, 35]))
+    assert pairs(merged) == [(0, 15), (20, 35)]
+    assert iv.length(merged) == 30
+
+
+def test_union_of_nested_and_empty_intervals():
+    assert pairs(iv.union(np.array([0, 2, 4, 50]), np.array([100, 3, 4, 60]))) == [(0, 100)]
+    assert pairs(iv.union(np.array([], dtype=np.int64), np.array([], dtype=np.int64))) == []
+
+
+def test_intersect_and_subtract():
+    a, b = s((0, 10), (20, 30)), s((5, 25))
+    assert pairs(iv.intersect(a, b)) == [(5, 10), (20, 25)]
+    assert pairs(iv.subtract(a, b)) == [(0, 5), (25, 30)]
+    assert pairs(iv.subtract(b, a)) == [(10, 20)]
+
+
+def test_gaps_and_covered():
+    a = s((0, 10), (20, 30), (40, 45))
+    assert pairs(iv.gaps(a)) == [(10, 20), (30, 40)]
+    # [5,25) is covered 5+5; [10,20) not at all; [0,100) all 25
+    assert iv.covered(a, np.array([5, 10, 0]), np.array([25, 20, 100])).tolist() == [10, 0, 25]
+
+
+def test_against_brute_force_on_random_sets():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        a_s = rng.integers(0, 200, 8); a = iv.union(a_s, a_s + rng.integers(0, 30, 8))
+        b_s = rng.integers(0, 200, 8); b = iv.union(b_s, b_s + rng.integers(0, 30, 8))
+        grid = np.arange(0, 260)
+        in_a = np.zeros(260, bool); in_b = np.zeros(260, bool)
+        for lo, hi in pairs(a): in_a[lo:hi] = True
+        for lo, hi in pairs(b): in_b[lo:hi] = True
+        assert iv.length(iv.intersect(a, b)) == int((in_a & in_b).sum())
+        assert iv.length(iv.subtract(a, b)) == int((in_a & ~in_b).sum())
+        q_lo = rng.integers(0, 200, 5); q_hi = q_lo + rng.integers(0, 60, 5)
+        expect = [int(in_a[lo:hi].sum()) for lo, hi in zip(q_lo, q_hi)]
+        assert iv.covered(a, q_lo, q_hi).tolist() == expect
+        del grid

@@ -1,0 +1,115 @@
+"""Run every detector on a job and draw the verdicts: the stable contract behind `analyze --json`,
+the agent's tools and the report."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..trace.model import Job, Trace
+from .breakdown import BreakdownResult, detect_breakdown
+from .comm import RankComparison, compare_ranks, detect_comm
+from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verdict
+from .idle import IdleParams, detect_idle
+from .kernels import detect_hot_kernels
+from .launch import detect_launch
+from .memcpy import detect_memcpy
+from .steps import detect_steps
+
+
+@dataclass(frozen=True)
+class RankAnalysis:
+    rank: int | None
+    trace: Trace
+    breakdown: BreakdownResult
+    findings: Findings
+    verdict: Verdict
+
+    def to_dict(self) -> dict:
+        f = self.findings
+        steps = f.steps.to_dict() if f.steps else {"count": 0, "mean_us": None, "max_us": None}
+        return {
+            "rank": self.rank,
+            "devices": {str(k): v for k, v in self.trace.meta.devices.items()},
+            "breakdown": self.breakdown.to_dict(),
+            "idle": f.idle.to_dict(),
+            "memcpy": f.memcpy.to_dict(),
+            "comm": f.comm.to_dict(),
+            "hot_kernels": [k.to_dict() for k in f.kernels.top],
+            "kernels": {"count": f.kernels.kernels, "distinct": f.kernels.distinct, "total_us": f.kernels.total_us},
+            "launch": f.launch.to_dict(),
+            "steps": steps,
+            "verdict": self.verdict.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Analysis:
+    job: Job
+    ranks: list[RankAnalysis]
+    verdict: Verdict
+    comparison: RankComparison | None
+
+    def to_dict(self) -> dict:
+        devices = sorted({name for t in self.job.traces for name in t.meta.devices.values()})
+        return _json_safe({
+            "trace": {"path": self.job.path, "format": self.job.format, "ranks": len(self.job.traces),
+                      "world_size": self.job.traces[0].meta.world_size, "devices": devices,
+                      "warnings": [w for t in self.job.traces for w in t.meta.warnings]},
+            "ranks": [r.to_dict() for r in self.ranks],
+            "comparison": self.comparison.to_dict() if self.comparison else None,
+            "verdict": self.verdict.to_dict(),
+        })
+
+
+def analyze_trace(trace: Trace, idle_params: IdleParams = IdleParams(),
+                  verdict_params: VerdictParams = VerdictParams()) -> RankAnalysis:
+    """Every detector on one rank, and its verdict."""
+    findings = Findings(
+        idle=detect_idle(trace, idle_params), memcpy=detect_memcpy(trace), comm=detect_comm(trace),
+        kernels=detect_hot_kernels(trace), launch=detect_launch(trace), steps=detect_steps(trace, params=idle_params),
+        has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,
+    )
+    return RankAnalysis(trace.meta.rank, trace, detect_breakdown(trace), findings, diagnose(findings, verdict_params))
+
+
+def analyze(job: Job, idle_params: IdleParams = IdleParams(), verdict_params: VerdictParams = VerdictParams()) -> Analysis:
+    """Analyze every rank; the job's verdict is that of the rank that loses the most time to the
+    limiter most ranks share (for one rank: its own verdict)."""
+    ranks = [analyze_trace(t, idle_params, verdict_params) for t in job.traces]
+    return Analysis(job=job, ranks=ranks, verdict=_job_verdict(ranks), comparison=compare_ranks(job))
+
+
+def _job_verdict(ranks: list[RankAnalysis]) -> Verdict:
+    active = [r for r in ranks if r.verdict.limiter is not None]
+    if not active:
+        return no_device_verdict()
+    if len(ranks) == 1:
+        return ranks[0].verdict
+    counts: dict[str, int] = {}
+    for r in active:
+        counts[r.verdict.limiter] = counts.get(r.verdict.limiter, 0) + 1
+    limiter = max(counts, key=counts.get)
+    chosen = max((r for r in active if r.verdict.limiter == limiter), key=lambda r: _loss(r, limiter))
+    v = chosen.verdict
+    evidence = {**v.evidence, "rank": chosen.rank,
+                "limiter_by_rank": {str(r.rank): r.verdict.limiter for r in ranks}}
+    return Verdict(v.limiter, v.root_cause, f"{v.headline} (rank {chosen.rank}; {counts[limiter]} of {len(ranks)} "
+                   f"ranks share this limiter)", v.hypothesis, v.next_step, evidence, v.also)
+
+
+def _loss(r: RankAnalysis, limiter: str) -> float:
+    f = r.findings
+    return {"idle": f.idle.idle_pct, "communication": f.comm.exposed_share_pct,
+            "data_movement": f.memcpy.exposed_pct}.get(limiter, 100 - f.idle.idle_pct)
+
+
+def _json_safe(value):
+    """NaN/inf become null: JSON has no such numbers."""
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

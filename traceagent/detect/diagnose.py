@@ -1,0 +1,220 @@
+"""The verdict: which limiter dominates, its root cause, the evidence, a one-sentence
+hypothesis, and the next step as something the user can run or change.
+
+The limiter is the largest avoidable loss, each measured as a share of the span (device-time):
+idle time, exposed communication, exposed copies. If none reaches its threshold the device is
+busy computing, and the hot kernels are what to look at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .comm import CommResult
+from .idle import IdleResult
+from .kernels import KernelsResult
+from .launch import LaunchResult
+from .memcpy import MemcpyResult
+from .steps import StepsResult
+
+LIMITERS = ("idle", "data_movement", "communication", "compute")
+ROOT_CAUSES = ("dataloader", "sync", "launch_overhead", "host_other", "pageable_memcpy", "memcpy",
+               "communication", "hot_kernel")
+_IDLE_ROOT = {"dataloader": "dataloader", "sync": "sync", "launch_overhead": "launch_overhead",
+              "launch_latency": "launch_overhead", "host_other": "host_other", "no_host_activity": "host_other"}
+
+
+@dataclass(frozen=True)
+class VerdictParams:
+    idle_pct: float = 15.0  # idle share of the span that makes idle the limiter
+    comm_pct: float = 10.0  # exposed communication share of the span
+    memcpy_pct: float = 10.0  # exposed copy share of the span
+    pageable_share: float = 0.5  # share of copied bytes from pageable memory that names it the cause
+
+
+@dataclass(frozen=True)
+class Verdict:
+    limiter: str | None  # one of LIMITERS; None when there is no device activity
+    root_cause: str | None  # one of ROOT_CAUSES
+    headline: str
+    hypothesis: str
+    next_step: str
+    evidence: dict = field(default_factory=dict)
+    also: list[str] = field(default_factory=list)  # what would sharpen the diagnosis
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Findings:
+    """The detector results a verdict is drawn from (one rank)."""
+
+    idle: IdleResult
+    memcpy: MemcpyResult
+    comm: CommResult
+    kernels: KernelsResult
+    launch: LaunchResult
+    steps: StepsResult | None
+    has_python_frames: bool
+    has_device_activity: bool
+    ranks: int = 1
+
+
+def no_device_verdict() -> Verdict:
+    return Verdict(
+        limiter=None, root_cause=None,
+        headline="No device activity: this is a CPU-only trace",
+        hypothesis="The profiler recorded no kernels or copies, so there is no GPU time to explain.",
+        next_step="Profile with the GPU enabled: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+                  "ProfilerActivity.CUDA]) on a CUDA build of PyTorch, and check torch.cuda.is_available().",
+    )
+
+
+def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
+    """The limiter and root cause for one rank's findings."""
+    if not f.has_device_activity:
+        return no_device_verdict()
+    idle, copies, comm = f.idle, f.memcpy, f.comm
+    losses = {
+        "idle": (idle.idle_pct, params.idle_pct),
+        "communication": (comm.exposed_share_pct, params.comm_pct),
+        "data_movement": (copies.exposed_pct, params.memcpy_pct),
+    }
+    over = {k: v for k, (v, threshold) in losses.items() if v >= threshold}
+    limiter = max(over, key=over.get) if over else "compute"
+    also = _missing(f)
+    if limiter == "idle":
+        return _idle_verdict(f, also)
+    if limiter == "communication":
+        return _comm_verdict(f, also)
+    if limiter == "data_movement":
+        return _copy_verdict(f, params, also)
+    return _compute_verdict(f, also)
+
+
+def _missing(f: Findings) -> list[str]:
+    also = []
+    if not f.has_python_frames:
+        also.append("The trace has no Python frames: profile with with_stack=True to see the line behind each stall.")
+    if f.steps is None:
+        also.append("The trace has no steps: use a torch.profiler schedule and call prof.step() each iteration "
+                    "(or mark iterations with NVTX ranges) to compare steps.")
+    return also
+
+
+def _top_idle_cause(idle: IdleResult) -> tuple[str, float]:
+    causes = {c: v for c, v in idle.by_cause_us.items()}
+    cause = max(causes, key=causes.get)
+    return cause, causes[cause]
+
+
+def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
+    idle = f.idle
+    cause, cause_us = _top_idle_cause(idle)
+    root = _IDLE_ROOT[cause]
+    cause_pct = idle.cause_pct(cause)
+    evidence = {"idle_pct": idle.idle_pct, "idle_us": idle.idle_us, "span_us": idle.span_us,
+                "cause": cause, "cause_us": cause_us, "cause_pct": cause_pct,
+                "cause_gaps": idle.by_cause_count.get(cause, 0)}
+    head = f"GPU idle {idle.idle_pct:.1f}% of the time"
+    if root == "dataloader":
+        return Verdict("idle", root, f"{head}, mostly waiting for data loading ({cause_pct:.1f}% of the span)",
+                       "The training loop fetches each batch in the main process (DataLoader __next__ runs while "
+                       "the GPU has nothing queued), so the GPU waits for every batch.",
+                       "Load data in worker processes and pin it: DataLoader(dataset, num_workers=4, pin_memory=True, "
+                       "persistent_workers=True); then re-profile and compare with `traceagent diff before after`.",
+                       evidence, also)
+    if root == "sync":
+        site = idle.sync_sites[0] if idle.sync_sites else None
+        where = ""
+        if site:
+            where = f" {site.call}" + (f" under {site.op}" if site.op else "") + (f" at {site.python}" if site.python else "")
+            evidence.update({"sync_call": site.call, "op": site.op, "python": site.python, "sync_count": site.count})
+        step = ("Remove the synchronization" + (f" at {site.python}" if site and site.python else "")
+                + ": keep values on the GPU instead of calling .item()/.cpu()/print on tensors every step (log every "
+                "N steps), and find other syncs with torch.cuda.set_sync_debug_mode('warn').")
+        if not f.has_python_frames:
+            step += " Re-profile with with_stack=True to get the Python line."
+        return Verdict("idle", root, f"{head}, mostly after host synchronizations ({cause_pct:.1f}% of the span)",
+                       f"The host blocks on the GPU{where}, so it cannot queue work ahead and the GPU drains "
+                       "while the host catches up.", step, evidence, also)
+    if root == "launch_overhead":
+        launch = f.launch
+        evidence.update({"short_kernel_pct": launch.short_kernel_pct, "median_kernel_us": launch.median_kernel_us,
+                         "median_launch_us": launch.median_launch_us})
+        return Verdict("idle", root, f"{head}: the host cannot launch kernels fast enough "
+                                     f"({cause_pct:.1f}% of the span in launch-bound gaps)",
+                       f"Kernels are small (median {launch.median_kernel_us:.1f} µs) against their launch cost "
+                       f"(median {launch.median_launch_us:.1f} µs per call), so the GPU finishes each one before "
+                       "the host issues the next.",
+                       "Cut launches: capture the step in a CUDA graph (torch.compile(model, mode='reduce-overhead') "
+                       "or torch.cuda.graphs), fuse small ops with torch.compile, or raise the batch size.",
+                       evidence, also)
+    top = idle.top_gaps[0] if idle.top_gaps else None
+    hosts = [h["name"] for h in (top.evidence.get("host", []) if top else [])][:3]
+    if hosts:
+        evidence["host_events"] = hosts
+    what = f" (in the largest gap: {', '.join(hosts)})" if hosts else ""
+    return Verdict("idle", "host_other", f"{head}, while the host does other work ({cause_pct:.1f}% of the span)",
+                   f"The host spends the gaps in its own work{what} rather than in launching device work.",
+                   "Profile the host side: `py-spy record -o host.svg -- python train.py`, or re-profile with "
+                   "with_stack=True and look at the Python frames over the largest gaps (`traceagent analyze`).",
+                   evidence, also)
+
+
+def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
+    comm = f.comm
+    evidence = {"comm_us": comm.comm_us, "comm_share_pct": comm.share_pct, "exposed_us": comm.exposed_us,
+                "exposed_pct": comm.exposed_pct, "exposed_share_pct": comm.exposed_share_pct,
+                "top_collective": comm.top[0]["name"] if comm.top else None}
+    return Verdict("communication", "communication",
+                   f"Communication is exposed for {comm.exposed_share_pct:.1f}% of the span "
+                   f"({comm.exposed_pct:.0f}% of collective time is not hidden by compute)",
+                   "Collectives run while no compute kernel does, so the GPU waits on the network (or on a slower "
+                   "rank) instead of overlapping the two.",
+                   "Overlap communication with compute (DDP bucket_cap_mb, FSDP forward/backward prefetch, "
+                   "no_sync() with gradient accumulation), compare ranks for a straggler (`traceagent analyze` on "
+                   "the rank directory), and check the transport with NCCL_DEBUG=INFO.",
+                   evidence, also)
+
+
+def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
+    copies = f.memcpy
+    evidence = {"memcpy_share_pct": copies.share_pct, "exposed_pct": copies.exposed_pct,
+                "exposed_us": copies.exposed_us, "bytes": copies.bytes, "pageable_count": copies.pageable_count,
+                "pageable_bytes": copies.pageable_bytes,
+                "by_kind_gbps": {k: v.gbps for k, v in copies.by_kind.items()}}
+    if copies.bytes and copies.pageable_bytes / copies.bytes >= params.pageable_share:
+        return Verdict("data_movement", "pageable_memcpy",
+                       f"Copies take {copies.exposed_pct:.1f}% of the span with no compute beside them, "
+                       f"mostly from pageable host memory ({copies.pageable_count} copies)",
+                       "Copies from pageable memory are staged through a pinned buffer, run at a fraction of the "
+                       "link's bandwidth and make cudaMemcpyAsync synchronous for the host.",
+                       "Pin host memory: DataLoader(pin_memory=True) or tensor.pin_memory(), and copy with "
+                       ".to(device, non_blocking=True) so copies overlap compute.",
+                       evidence, also)
+    return Verdict("data_movement", "memcpy",
+                   f"Copies take {copies.exposed_pct:.1f}% of the span with no compute beside them",
+                   "Data moves between host and device (or device to device) while the GPU computes nothing.",
+                   "Keep tensors on the device across steps, batch small copies, and overlap the rest with compute "
+                   "on a side stream (copy with non_blocking=True from pinned memory).",
+                   evidence, also)
+
+
+def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
+    kernels = f.kernels
+    top = kernels.top[0] if kernels.top else None
+    evidence = {"idle_pct": f.idle.idle_pct}
+    if top is None:
+        return Verdict("compute", "hot_kernel", "The device is busy, but the trace names no kernels", "", "", evidence, also)
+    evidence.update({"kernel": top.name, "short_name": top.short_name, "kernel_share_pct": top.share_pct,
+                     "kernel_total_us": top.total_us, "kernel_count": top.count})
+    return Verdict("compute", "hot_kernel",
+                   f"The GPU is busy {100 - f.idle.idle_pct:.1f}% of the time; the top kernel, {top.short_name}, "
+                   f"takes {top.share_pct:.1f}% of busy time",
+                   f"Time goes into kernel execution, led by {top.short_name} ({top.count} launches"
+                   + (f", from {top.op}" if top.op else "") + "); speeding it up is the largest single gain.",
+                   f"Profile that kernel: `ncu --kernel-name regex:{top.short_name} --launch-count 5 --set full -o "
+                   f"{top.short_name[:24]} python train.py`, and check it runs in a fast dtype (bf16/TF32) and shape.",
+                   evidence, also)

@@ -1,0 +1,206 @@
+"""Idle gaps on the device and their causes: what the host was doing while the GPU waited.
+
+A gap shorter than `launch_gap_us` is launch latency. A longer one gets the first cause that
+holds, in this order:
+
+1. `dataloader`: DataLoader/DataPipe `__next__` covers at least `loader_cover` of the gap. Put
+   before `sync` (DESIGN.md lists sync first) because a sync that precedes a loader-bound gap
+   is not what to fix: without it the host would still be loading the batch the next kernels need.
+2. `sync`: a synchronization call ended inside the gap or up to `sync_slack_us` before it; the
+   evidence names the op and the user's Python line above it (`aten::item` at `train.py(42)`).
+3. `launch_overhead`: the host issued the next kernel only during the gap, with a launch call,
+   that kernel ran shorter than its launch call, and the gap is at most `launch_bound_max_us`:
+   the host cannot launch fast enough. (Longer waits are host work, not launch cost.)
+4. `host_other`: host events cover at least half of the gap (the evidence names them).
+5. `no_host_activity`: nothing traced on the host (untraced Python, I/O, another process).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace
+from . import intervals as iv
+from .host import LAUNCH_CALLS, host_events_in, host_union, op_above, python_line_above, sync_calls
+from .view import DeviceView, device_views, pct, us
+
+CAUSES = ("dataloader", "sync", "launch_overhead", "host_other", "no_host_activity", "launch_latency")
+
+
+@dataclass(frozen=True)
+class IdleParams:
+    launch_gap_us: float = 10.0  # shorter gaps between device ops are launch latency
+    sync_slack_us: float = 20.0  # a sync ending this long before a gap still explains it
+    loader_cover: float = 0.5  # share of a gap the DataLoader must cover to be its cause
+    host_cover: float = 0.5  # share of a gap host events must cover for `host_other`
+    launch_bound_max_us: float = 1000.0  # longer gaps are not put down to launch cost
+    top: int = 10  # how many gaps to report with evidence
+
+
+@dataclass(frozen=True)
+class Gap:
+    device: int
+    start_us: float  # from the trace's first event
+    dur_us: float
+    cause: str
+    evidence: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SyncSite:
+    """Where synchronizations stalled the device: the call, the op and the Python line."""
+
+    call: str
+    op: str | None
+    python: str | None
+    count: int
+    idle_us: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class IdleResult:
+    idle_us: float
+    span_us: float
+    idle_pct: float
+    gaps: int  # gaps of any length
+    by_cause_us: dict[str, float]
+    by_cause_count: dict[str, int]
+    top_gaps: list[Gap]
+    sync_sites: list[SyncSite]
+    has_python_frames: bool
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["top_gaps"] = [g.to_dict() for g in self.top_gaps]
+        d["sync_sites"] = [s.to_dict() for s in self.sync_sites]
+        return d
+
+    def cause_pct(self, cause: str) -> float:
+        """A cause's idle time as a share of the span."""
+        return pct(self.by_cause_us.get(cause, 0.0), self.span_us)
+
+
+def classify_gaps(trace: Trace, view: DeviceView, params: IdleParams = IdleParams()) -> pd.DataFrame:
+    """Every gap on one device with its cause: columns start, end, dur, cause, sync (row label
+    in trace.cpu of the sync call, or -1), next_op (position in view.work of the op after it)."""
+    g_start, g_end = iv.gaps(view.busy)
+    dur = g_end - g_start
+    n = len(dur)
+    cause = np.full(n, "launch_latency", dtype=object)
+    long = dur >= params.launch_gap_us * 1000
+    undecided = long.copy()
+
+    loader = host_union(trace, ("dataloader",))
+    loader_share = iv.covered(loader, g_start, g_end) / np.maximum(dur, 1)
+    is_loader = undecided & (loader_share >= params.loader_cover)
+    cause[is_loader] = "dataloader"
+    undecided &= ~is_loader
+
+    syncs = sync_calls(trace)
+    sync_label = np.full(n, -1, dtype=np.int64)
+    if len(syncs):
+        ends = syncs["end"].to_numpy(np.int64)
+        first = np.searchsorted(ends, g_start - int(params.sync_slack_us * 1000), side="left")
+        ok = first < len(ends)
+        ok[ok] = ends[first[ok]] <= g_end[ok]
+        is_sync = undecided & ok
+        sync_label[is_sync] = syncs.index.to_numpy()[first[is_sync]]
+        cause[is_sync] = "sync"
+        undecided &= ~is_sync
+
+    # the device op right after each gap, and the host call that launched it
+    work_start = view.work["start"].to_numpy(np.int64)
+    next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
+    calls = trace.cpu[trace.cpu["kind"].isin(["runtime", "driver"]) & (trace.cpu["correlation"] >= 0)]
+    calls = calls.drop_duplicates("correlation").set_index("correlation")
+    corr = view.work["correlation"].to_numpy()[next_op]
+    launch_start = pd.Series(corr).map(calls["start"]).to_numpy(dtype=float)
+    launch_dur = (pd.Series(corr).map(calls["end"]) - pd.Series(corr).map(calls["start"])).to_numpy(dtype=float)
+    is_launch_call = pd.Series(corr).map(calls["name"].astype(str).str.match(LAUNCH_CALLS.pattern)).fillna(False)
+    op_dur = (view.work["end"].to_numpy() - work_start)[next_op]
+    late_launch = ~np.isnan(launch_start) & (launch_start >= g_start)
+    is_launch = (undecided & late_launch & is_launch_call.to_numpy(dtype=bool) & (op_dur < launch_dur)
+                 & (dur <= params.launch_bound_max_us * 1000))
+    cause[is_launch] = "launch_overhead"
+    undecided &= ~is_launch
+
+    host = host_union(trace, ("op", "python", "runtime", "driver", "annotation"))
+    host_share = iv.covered(host, g_start, g_end) / np.maximum(dur, 1)
+    cause[undecided & (host_share >= params.host_cover)] = "host_other"
+    cause[undecided & (host_share < params.host_cover)] = "no_host_activity"
+    return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": cause,
+                         "sync": sync_label, "next_op": next_op})
+
+
+def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:
+    """Idle time on every device, split by cause, with the largest gaps and their evidence."""
+    origin = trace.origin_ns()
+    span = idle = 0
+    frames = []
+    for view in device_views(trace):
+        gaps = classify_gaps(trace, view, params)
+        gaps["device"] = view.device
+        frames.append(gaps)
+        span += view.span_ns
+        idle += int(gaps["dur"].sum())
+    gaps = pd.concat(frames, ignore_index=True) if frames else classify_gaps_empty()
+    by_cause = gaps.groupby("cause")["dur"].agg(["sum", "size"])
+    by_cause_us = {c: us(by_cause.loc[c, "sum"]) for c in CAUSES if c in by_cause.index}
+    by_cause_count = {c: int(by_cause.loc[c, "size"]) for c in CAUSES if c in by_cause.index}
+
+    details = _sync_details(trace, gaps[gaps["sync"] >= 0])
+    top = gaps.nlargest(params.top, "dur")
+    top_gaps = [_evidence(trace, row, origin, details) for row in top.itertuples()]
+    return IdleResult(
+        idle_us=us(idle), span_us=us(span), idle_pct=pct(idle, span), gaps=len(gaps),
+        by_cause_us=by_cause_us, by_cause_count=by_cause_count, top_gaps=top_gaps,
+        sync_sites=_sync_sites(details), has_python_frames=trace.meta.has_python_frames,
+    )
+
+
+def classify_gaps_empty() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("start", "end", "dur", "sync", "next_op", "device")}
+                        | {"cause": pd.Series(dtype=object)})
+
+
+def _sync_details(trace: Trace, sync_gaps: pd.DataFrame) -> pd.DataFrame:
+    """Per sync gap (same index): the call, the op the user called, the innermost op, the line."""
+    columns = ["call", "op", "inner_op", "python", "dur"]
+    if sync_gaps.empty:
+        return pd.DataFrame(columns=columns)
+    calls = trace.cpu.loc[sync_gaps["sync"].to_numpy()]
+    inner, outer = op_above(trace, calls)
+    return pd.DataFrame({"call": calls["name"].astype(str).to_numpy(),
+                         "op": [o or i for o, i in zip(outer, inner)], "inner_op": inner,
+                         "python": python_line_above(trace, calls), "dur": sync_gaps["dur"].to_numpy()},
+                        index=sync_gaps.index)
+
+
+def _sync_sites(details: pd.DataFrame, top: int = 10) -> list[SyncSite]:
+    """Sync gaps grouped by (call, op, line), largest idle first."""
+    if details.empty:
+        return []
+    grouped = details.fillna({"op": "", "python": ""}).groupby(["call", "op", "python"])["dur"].agg(["size", "sum"])
+    grouped = grouped.sort_values("sum", ascending=False).head(top)
+    return [SyncSite(call, op or None, py or None, int(r["size"]), us(r["sum"]))
+            for (call, op, py), r in grouped.iterrows()]
+
+
+def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
+    evidence: dict = {}
+    if gap.cause == "sync" and gap.Index in details.index:
+        d = details.loc[gap.Index]
+        evidence = {"sync_call": d["call"], "op": d["op"], "inner_op": d["inner_op"], "python": d["python"]}
+    elif gap.cause in ("launch_overhead", "host_other", "no_host_activity", "dataloader"):
+        evidence = {"host": [e.to_dict() for e in host_events_in(trace, int(gap.start), int(gap.end), top=3)]}
+    return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,
+               evidence=evidence)

@@ -1,0 +1,89 @@
+"""Interval algebra on sorted int64 arrays: union, intersection, difference, coverage.
+
+An interval set is a pair (starts, ends) of equal-length int64 arrays, sorted, disjoint and
+non-empty intervals [start, end). Every function is vectorized; none loops per interval.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+Intervals = tuple[np.ndarray, np.ndarray]
+
+EMPTY: Intervals = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
+    """Merge possibly overlapping intervals (any order) into a disjoint sorted set."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        return EMPTY
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    # a new merged interval begins where a start lies beyond everything before it
+    new = np.r_[True, starts[1:] > reach[:-1]]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(starts) - 1]
+    return starts[first], reach[last]
+
+
+def length(iv: Intervals) -> int:
+    return int((iv[1] - iv[0]).sum())
+
+
+def _sweep(a: Intervals, b: Intervals, keep) -> Intervals:
+    """Where keep(in_a, in_b) holds, as an interval set."""
+    points = np.r_[a[0], a[1], b[0], b[1]]
+    if len(points) == 0:
+        return EMPTY
+    da = np.r_[np.ones(len(a[0])), -np.ones(len(a[1])), np.zeros(len(b[0]) + len(b[1]))].astype(np.int64)
+    db = np.r_[np.zeros(len(a[0]) + len(a[1])), np.ones(len(b[0])), -np.ones(len(b[1]))].astype(np.int64)
+    order = np.argsort(points, kind="stable")
+    points, da, db = points[order], da[order], db[order]
+    # state after each boundary; only the last boundary at a given time counts
+    in_a, in_b = np.cumsum(da) > 0, np.cumsum(db) > 0
+    last_at_time = np.r_[points[1:] != points[:-1], True]
+    points, in_a, in_b = points[last_at_time], in_a[last_at_time], in_b[last_at_time]
+    inside = keep(in_a[:-1], in_b[:-1])
+    return union(points[:-1][inside], points[1:][inside])
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    return _sweep(a, b, lambda x, y: x & y)
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    return _sweep(a, b, lambda x, y: x & ~y)
+
+
+def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
+    s, e = np.maximum(iv[0], lo), np.minimum(iv[1], hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def gaps(iv: Intervals) -> Intervals:
+    """The holes between consecutive intervals of a set (the set's own span, no edges)."""
+    if len(iv[0]) < 2:
+        return EMPTY
+    return iv[1][:-1].copy(), iv[0][1:].copy()
+
+
+def covered(iv: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each query [start, end), how much of it the set covers (ns)."""
+    return _cumulative(iv, np.asarray(ends, dtype=np.int64)) - _cumulative(iv, np.asarray(starts, dtype=np.int64))
+
+
+def _cumulative(iv: Intervals, t: np.ndarray) -> np.ndarray:
+    """Covered length in (-inf, t] for each t."""
+    s, e = iv
+    if len(s) == 0:
+        return np.zeros(len(t), dtype=np.int64)
+    before = np.r_[0, np.cumsum(e - s)]
+    k = np.searchsorted(s, t, side="right")  # intervals starting at or before t
+    partial = np.where(k > 0, np.minimum(t, e[np.maximum(k - 1, 0)]) - s[np.maximum(k - 1, 0)], 0)
+    return before[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(partial, 0)

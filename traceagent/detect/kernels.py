@@ -1,0 +1,87 @@
+"""Hot kernels: device kernels grouped by name and ranked by total time."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from ..trace.model import Trace
+from . import intervals as iv
+from .view import device_views, pct, us
+
+
+def short_name(name: str) -> str:
+    """A readable kernel name: no return type, template arguments, parameters or namespaces.
+    'void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)' → 'vectorized_elementwise_kernel'."""
+    text = re.sub(r"^(void|__global__)\s+", "", name.strip())
+    text = _strip_bracketed(text, "(", ")")
+    text = _strip_bracketed(text, "<", ">")
+    text = text.strip().split(" ")[-1] if " " in text.strip() else text.strip()
+    return text.split("::")[-1] or name[:60]
+
+
+def _strip_bracketed(text: str, open_: str, close: str) -> str:
+    out, depth = [], 0
+    for ch in text:  # a kernel name, not a per-event loop
+        if ch == open_:
+            depth += 1
+        elif ch == close and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class HotKernel:
+    name: str  # as the trace has it (demangled)
+    short_name: str
+    count: int
+    total_us: float
+    share_pct: float  # of the device's busy time
+    mean_us: float
+    median_us: float
+    max_us: float
+    op: str | None  # the op that launched it most often
+    is_comm: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelsResult:
+    kernels: int
+    distinct: int
+    total_us: float
+    top: list[HotKernel]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "top": [k.to_dict() for k in self.top]}
+
+
+def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = None) -> KernelsResult:
+    """The kernels taking the most device time; `name_filter` keeps names containing it."""
+    kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
+    if name_filter:
+        kernels = kernels[kernels["name"].astype(str).str.contains(name_filter, case=False, regex=False)]
+    busy = sum(iv.length(v.busy) for v in device_views(trace))
+    if kernels.empty:
+        return KernelsResult(0, 0, 0.0, [])
+    dur = kernels["end"] - kernels["start"]
+    table = pd.DataFrame({"name": kernels["name"].astype(str), "dur": dur, "is_comm": kernels["is_comm"]})
+    stats = table.groupby("name")["dur"].agg(["size", "sum", "mean", "median", "max"])
+    stats = stats.sort_values("sum", ascending=False)
+    chosen = stats.head(top)
+    launched = kernels[kernels["name"].astype(str).isin(chosen.index)]
+    ops = (launched.groupby(launched["name"].astype(str))["op"]
+           .agg(lambda s: s.astype(str).value_counts().index[0] if s.notna().any() else None))
+    comm = table.groupby("name")["is_comm"].any()
+    rows = [HotKernel(
+        name=name, short_name=short_name(name), count=int(r["size"]), total_us=us(r["sum"]),
+        share_pct=pct(r["sum"], busy), mean_us=us(r["mean"]), median_us=us(r["median"]), max_us=us(r["max"]),
+        op=ops.get(name) if ops.get(name) not in ("nan", None) else None, is_comm=bool(comm[name]),
+    ) for name, r in chosen.iterrows()]
+    return KernelsResult(kernels=len(kernels), distinct=len(stats), total_us=us(dur.sum()), top=rows)

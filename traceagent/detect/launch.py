@@ -1,0 +1,47 @@
+"""Launch: how long device work waits after its launch call, and how many kernels run shorter
+than the call that launched them (the sign of a launch-bound program)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..trace.model import Trace
+from .host import LAUNCH_CALLS
+from .view import pct, us
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    kernels: int  # kernels linked to their launch call
+    median_latency_us: float  # launch call start → kernel start
+    p90_latency_us: float
+    median_launch_us: float  # duration of the launch call itself
+    median_kernel_us: float
+    short_kernel_pct: float  # kernels shorter than their launch call
+    by_call: dict[str, int]  # launches per API (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch...)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def detect_launch(trace: Trace) -> LaunchResult:
+    cpu = trace.cpu
+    calls = cpu[cpu["kind"].isin(["runtime", "driver"]) & (cpu["correlation"] >= 0)]
+    calls = calls[calls["name"].astype(str).str.match(LAUNCH_CALLS.pattern)].drop_duplicates("correlation")
+    kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
+    # graph launches share one correlation among many kernels: all of them are kept
+    linked = kernels.merge(calls[["correlation", "name", "start", "end"]], on="correlation", suffixes=("", "_call"))
+    if linked.empty:
+        return LaunchResult(0, 0.0, 0.0, 0.0, 0.0, 0.0, {})
+    latency = (linked["start"] - linked["start_call"]).to_numpy()
+    call_dur = (linked["end_call"] - linked["start_call"]).to_numpy()
+    kernel_dur = (linked["end"] - linked["start"]).to_numpy()
+    by_call = linked["name_call"].astype(str).value_counts()
+    return LaunchResult(
+        kernels=len(linked), median_latency_us=us(np.median(latency)), p90_latency_us=us(np.percentile(latency, 90)),
+        median_launch_us=us(np.median(call_dur)), median_kernel_us=us(np.median(kernel_dur)),
+        short_kernel_pct=pct((kernel_dur < call_dur).sum(), len(linked)),
+        by_call={str(k): int(v) for k, v in by_call.items()},
+    )

@@ -1,0 +1,83 @@
+"""Per-device interval sets that every detector shares: busy, compute, communication, copies.
+
+Built once per trace (memoized by identity) so the detectors, each a pure function of the
+trace, do not sort the same millions of intervals again.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace
+from . import intervals as iv
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceView:
+    """One device's work and its unions. Times are ns on the trace clock."""
+
+    device: int
+    work: pd.DataFrame  # device activity rows (sync records excluded), by start
+    busy: iv.Intervals  # all work, every stream
+    compute: iv.Intervals  # kernels that are not collectives
+    comm: iv.Intervals  # collective kernels
+    memcpy: iv.Intervals
+    memset: iv.Intervals
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return int(self.busy[0][0]), int(self.busy[1][-1])
+
+    @property
+    def span_ns(self) -> int:
+        return self.span[1] - self.span[0]
+
+
+_VIEWS: "weakref.WeakKeyDictionary[Trace, list[DeviceView]]" = weakref.WeakKeyDictionary()
+
+
+def device_views(trace: Trace) -> list[DeviceView]:
+    """One view per device that has work, in device order."""
+    if (views := _VIEWS.get(trace)) is not None:
+        return views
+    work = trace.gpu[trace.gpu["kind"] != "sync"]
+    views = []
+    for device, rows in work.groupby("device", sort=True):
+        view = _view(int(device), rows)
+        if len(view.busy[0]):  # a device with only zero-length records has no span
+            views.append(view)
+    _VIEWS[trace] = views
+    return views
+
+
+def _view(device: int, rows: pd.DataFrame) -> DeviceView:
+    start, end = rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64)
+    kind = rows["kind"].to_numpy()
+    comm = rows["is_comm"].to_numpy()
+
+    def union_of(mask: np.ndarray) -> iv.Intervals:
+        return iv.union(start[mask], end[mask])
+
+    is_kernel = kind == "kernel"
+    return DeviceView(
+        device=device,
+        work=rows,
+        busy=iv.union(start, end),
+        compute=union_of(is_kernel & ~comm),
+        comm=union_of(is_kernel & comm),
+        memcpy=union_of(kind == "memcpy"),
+        memset=union_of(kind == "memset"),
+    )
+
+
+def us(ns: float | int | np.integer) -> float:
+    """ns → µs, rounded to the nanosecond."""
+    return round(float(ns) / 1000.0, 3)
+
+
+def pct(part: float, whole: float) -> float:
+    return round(100.0 * float(part) / float(whole), 2) if whole else 0.0
