@@ -15,6 +15,7 @@ from rich.table import Table
 
 from .detect.analysis import Analysis, analyze
 from .errors import TraceError
+from .format import duration
 from .trace.load import load
 from .trace.model import Job
 
@@ -51,15 +52,6 @@ def load_job(path: str, use_cache: bool) -> Job:
         return load(path, use_cache=use_cache, progress=progress)
 
 
-def _fmt_ns(ns: int | float) -> str:
-    us = ns / 1000
-    if us >= 1e6:
-        return f"{us / 1e6:.3f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us:.1f} µs"
-
-
 def info_dict(job: Job) -> dict:
     """What `info` reports, as plain data."""
     ranks = []
@@ -92,7 +84,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         c = r["counts"]
         devices = ", ".join(f"{k}: {v}" for k, v in r["devices"].items()) or "none"
         table.add_row(str(r["rank"]) if r["rank"] is not None else "-", devices,
-                      _fmt_ns(r["span_us"] * 1000) if r["has_device_activity"] else "-",
+                      duration(r["span_us"]) if r["has_device_activity"] else "-",
                       str(c["kernels"]), str(c["memcpys"]), str(c["memsets"]), str(c["runtime_calls"]),
                       str(c["steps"]))
     out.print(table)
@@ -112,10 +104,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return 0
     print_analysis(result)
     return 0
-
-
-def _ms(us: float | None) -> str:
-    return "-" if us is None else _fmt_ns(us * 1000)
 
 
 def print_analysis(result: Analysis) -> None:
@@ -140,9 +128,9 @@ def print_analysis(result: Analysis) -> None:
                   title="Where device time went")
     for r in data["ranks"]:
         b = r["breakdown"]
-        table.add_row(str(r["rank"]) if r["rank"] is not None else "-", _ms(b["span_us"]), _ms(b["busy_us"]),
-                      f"{b['idle_pct']:.1f}%", _ms(b["compute_us"]),
-                      f"{_ms(b['comm_us'])} ({_ms(b['exposed_comm_us'])})", _ms(b["memcpy_us"]),
+        table.add_row(str(r["rank"]) if r["rank"] is not None else "-", duration(b["span_us"]), duration(b["busy_us"]),
+                      f"{b['idle_pct']:.1f}%", duration(b["compute_us"]),
+                      f"{duration(b['comm_us'])} ({duration(b['exposed_comm_us'])})", duration(b["memcpy_us"]),
                       f"{r['verdict']['limiter']}/{r['verdict']['root_cause']}")
     out.print(table)
 
@@ -150,41 +138,83 @@ def print_analysis(result: Analysis) -> None:
     idle = first["idle"]
     causes = Table("cause", "idle", "share of span", "gaps", title=f"Idle by cause (rank {first['rank']})" if len(data["ranks"]) > 1 else "Idle by cause")
     for cause, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1]):
-        causes.add_row(cause, _ms(us), f"{100 * us / idle['span_us']:.1f}%", str(idle["by_cause_count"][cause]))
+        causes.add_row(cause, duration(us), f"{100 * us / idle['span_us']:.1f}%", str(idle["by_cause_count"][cause]))
     out.print(causes)
     gaps = Table("at", "gap", "cause", "evidence", title="Largest gaps")
     for g in idle["top_gaps"][:5]:
         ev = g["evidence"]
         text = (f"{ev.get('sync_call')} under {ev.get('op')} at {ev.get('python')}" if g["cause"] == "sync"
                 else ", ".join(h["name"] for h in ev.get("host", [])))
-        gaps.add_row(_ms(g["start_us"]), _ms(g["dur_us"]), g["cause"], text[:90])
+        gaps.add_row(duration(g["start_us"]), duration(g["dur_us"]), g["cause"], text[:90])
     out.print(gaps)
 
     kernels = Table("kernel", "count", "total", "share of busy", "mean", "launched by", title="Hot kernels")
     for k in first["hot_kernels"][:8]:
-        kernels.add_row(k["short_name"][:40], str(k["count"]), _ms(k["total_us"]), f"{k['share_pct']:.1f}%",
-                        _ms(k["mean_us"]), (k["op"] or "-")[:30])
+        kernels.add_row(k["short_name"][:40], str(k["count"]), duration(k["total_us"]), f"{k['share_pct']:.1f}%",
+                        duration(k["mean_us"]), (k["op"] or "-")[:30])
     out.print(kernels)
 
     copies = first["memcpy"]
     if copies["count"]:
         t = Table("copy", "count", "bytes", "time", "GB/s", "pageable", title=f"Data movement ({copies['share_pct']:.1f}% of span)")
         for kind, c in copies["by_kind"].items():
-            t.add_row(kind, str(c["count"]), f"{c['bytes'] / 1e6:.1f} MB", _ms(c["us"]), f"{c['gbps']:.1f}", str(c["pageable_count"]))
+            t.add_row(kind, str(c["count"]), f"{c['bytes'] / 1e6:.1f} MB", duration(c["us"]), f"{c['gbps']:.1f}", str(c["pageable_count"]))
         out.print(t)
     if data["comparison"] and data["comparison"]["waits_most"] is not None:
         c = data["comparison"]
         t = Table("rank", "comm", "exposed", "compute", title="Communication per rank")
         for r in c["ranks"]:
-            t.add_row(str(r["rank"]), _ms(r["comm_us"]), _ms(r["exposed_us"]), _ms(r["compute_us"]))
+            t.add_row(str(r["rank"]), duration(r["comm_us"]), duration(r["exposed_us"]), duration(r["compute_us"]))
         out.print(t)
         out.print(f"Rank {c['waits_most']} waits longest in collectives; rank {c['slowest']} computes longest "
                   f"(comm time spread {c['comm_spread_pct']:.0f}%).")
     launch, steps = first["launch"], first["steps"]
-    out.print(f"Launch: median launch-to-start {_ms(launch['median_latency_us'])} (queueing included), "
+    out.print(f"Launch: median launch-to-start {duration(launch['median_latency_us'])} (queueing included), "
               f"{launch['short_kernel_pct']:.0f}% of "
               f"kernels shorter than their launch call. Steps: {steps['count']}"
-              + (f", mean {_ms(steps['mean_us'])}, slowest {_ms(steps['max_us'])} (step {steps['slowest']})" if steps["count"] else ""))
+              + (f", mean {duration(steps['mean_us'])}, slowest {duration(steps['max_us'])} (step {steps['slowest']})" if steps["count"] else ""))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report.html import render_html
+    from .report.markdown import render_markdown
+
+    result = analyze(load_job(args.path, not args.no_cache))
+    target = args.output
+    if target and target.lower().endswith((".html", ".htm")):
+        text = render_html(result)
+    else:
+        text = render_markdown(result)
+    if not target:
+        sys.stdout.write(text)
+        return 0
+    try:
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        err.print(f"traceagent: error: {target}: cannot write the report ({exc.strerror})", markup=False)
+        return 2
+    err.print(f"wrote {target}", markup=False)
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .detect.diff import diff
+    from .report.markdown import render_diff_markdown
+
+    before = analyze(load_job(args.before, not args.no_cache))
+    after = analyze(load_job(args.after, not args.no_cache))
+    result = diff(before, after)
+    if args.json:
+        out.print_json(json.dumps(result.to_dict(), allow_nan=False))
+    else:
+        from rich.markdown import Markdown
+        out.print(Markdown(render_diff_markdown(result)))
+    if args.fail_if_slower is not None and result.slower_pct > args.fail_if_slower:
+        err.print(f"traceagent: after is {result.slower_pct:.1f}% slower than before "
+                  f"(limit {args.fail_if_slower:g}%)", markup=False)
+        return 1
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -209,6 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("info", cmd_info, "what a trace holds: format, ranks, devices, span, event counts")
     add("analyze", cmd_analyze, "find what limits the program: idle gaps and causes, copies, communication, "
         "hot kernels, and the verdict")
+    report = add("report", cmd_report, "write the diagnosis: Markdown, or self-contained HTML with charts")
+    report.add_argument("-o", "--output", help="diagnosis.md or diagnosis.html (default: Markdown on stdout)")
+    compare = add("diff", cmd_diff, "compare a trace before and after a change", path=False)
+    compare.add_argument("before", help="trace (or rank directory) before the change")
+    compare.add_argument("after", help="trace (or rank directory) after the change")
+    compare.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                         help="exit 1 when the step time (or span) grew by more than PCT percent")
     add("demo", cmd_demo, "run on the bundled example trace (no setup needed)", path=False)
     return parser
 

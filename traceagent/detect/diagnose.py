@@ -120,7 +120,7 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     head = f"GPU idle {idle.idle_pct:.1f}% of the time"
     if root == "dataloader":
         return Verdict("idle", root, f"{head}, mostly waiting for data loading ({cause_pct:.1f}% of the span)",
-                       "The training loop fetches each batch in the main process (DataLoader __next__ runs while "
+                       "The training loop fetches each batch in the main process (`DataLoader.__next__` runs while "
                        "the GPU has nothing queued), so the GPU waits for every batch.",
                        "Load data in worker processes and pin it: DataLoader(dataset, num_workers=4, pin_memory=True, "
                        "persistent_workers=True); then re-profile and compare with `traceagent diff before after`.",

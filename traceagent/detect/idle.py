@@ -125,7 +125,7 @@ def classify_gaps(trace: Trace, view: DeviceView, params: IdleParams = IdleParam
     corr = view.work["correlation"].to_numpy()[next_op]
     launch_start = pd.Series(corr).map(calls["start"]).to_numpy(dtype=float)
     launch_dur = (pd.Series(corr).map(calls["end"]) - pd.Series(corr).map(calls["start"])).to_numpy(dtype=float)
-    is_launch_call = pd.Series(corr).map(calls["name"].astype(str).str.match(LAUNCH_CALLS.pattern)).fillna(False)
+    is_launch_call = pd.Series(corr).map(calls["name"].astype(str).str.match(LAUNCH_CALLS.pattern)).eq(True)
     op_dur = (view.work["end"].to_numpy() - work_start)[next_op]
     late_launch = ~np.isnan(launch_start) & (launch_start >= g_start)
     is_launch = (undecided & late_launch & is_launch_call.to_numpy(dtype=bool) & (op_dur < launch_dur)

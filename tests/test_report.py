@@ -1,0 +1,118 @@
+"""The written diagnosis: sections, and numbers that match `analyze --json` for the same trace."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import traceagent
+from traceagent.cli import main
+from traceagent.detect.analysis import analyze
+from traceagent.format import duration, percent
+from traceagent.report.html import render_html
+from traceagent.report.markdown import render_markdown
+
+from builder import TraceBuilder
+from conftest import CPU_ONLY, DATA, DLRM_8RANK, RESNET_NW0
+
+SHARED = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json.gz", ".sqlite")) and "dlrm" not in str(p))
+SHARED.append(DLRM_8RANK)
+SECTIONS = ["## Verdict", "## What would sharpen this diagnosis", "## Where device time went", "## Idle time",
+            "## Data movement", "## Communication", "## Hot kernels", "## Launch and steps"]
+
+
+def test_duration_and_percent_formats():
+    assert [duration(x) for x in (0.5, 812.04, 12_345.6, 1_234_567.0)] == ["0.5 µs", "812.0 µs", "12.35 ms", "1.235 s"]
+    assert percent(28.64) == "28.6%"
+
+
+@pytest.mark.parametrize("path", SHARED, ids=lambda p: str(p.relative_to(DATA)))
+def test_markdown_report_matches_analyze_json(path, capsys):
+    assert main(["analyze", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert main(["report", str(path)]) == 0
+    report = capsys.readouterr().out
+
+    v = data["verdict"]
+    assert f"**{v['headline']}**" in report and v["next_step"] in report
+    if v["limiter"] is None:
+        assert "## Idle time" not in report
+        return
+    positions = [report.index(s) for s in SECTIONS]
+    assert positions == sorted(positions), "sections in order, verdict first"
+    for rank in data["ranks"][:8]:
+        b = rank["breakdown"]
+        row = next(line for line in report.splitlines() if line.startswith(f"| {rank['rank'] if rank['rank'] is not None else '-'} | "))
+        for value in (duration(b["span_us"]), duration(b["busy_us"]), percent(b["idle_pct"]), duration(b["compute_us"])):
+            assert value in row
+        idle = rank["idle"]
+        for cause, us in idle["by_cause_us"].items():
+            assert f"| {cause} | {duration(us)} |" in report
+        for k in rank["hot_kernels"][:10]:
+            assert re.search(rf"\| {k['count']} \| {re.escape(duration(k['total_us']))} \| {re.escape(percent(k['share_pct']))} \|", report)
+        for kind, c in rank["memcpy"]["by_kind"].items():
+            assert f"| {kind} | {c['count']} |" in report
+
+
+def test_report_on_a_cpu_only_trace():
+    text = render_markdown(analyze(traceagent.load(CPU_ONLY)))
+    assert "No device activity" in text and "## Hot kernels" not in text
+
+
+def test_thousands_of_kernel_names_stay_readable(tmp_path):
+    b = TraceBuilder()
+    long_tail = "<" + ", ".join(f"at::native::detail::Arg{i}<float, 4>" for i in range(12)) + ">(float*, int)"
+    for i in range(3000):
+        b.kernel(f"void my_namespace::kernel_{i}{long_tail}", start=i * 10, dur=5 + i % 7)
+    report = render_markdown(analyze(traceagent.load(b.write(tmp_path / "many.json"))))
+    table = report[report.index("## Hot kernels"):report.index("<details>")]
+    rows = [line for line in table.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert len(rows) == 10
+    assert all(len(line) < 200 for line in rows), "short names in the table"
+    details = report[report.index("<details>"):report.index("</details>")]
+    assert "my_namespace::kernel_" in details and "Arg11<float, 4>" in details, "full names available"
+
+
+def test_html_report_is_self_contained_with_charts(tmp_path):
+    text = render_html(analyze(traceagent.load(DLRM_8RANK)))
+    assert text.count("<svg") == 4  # timeline, breakdown, hot kernels, ranks
+    assert not re.search(r"<(script|link|img)\b", text)
+    assert not re.search(r"(src|href)=\"https?://", text)
+    assert text.count("<rect") > 50
+    assert "Ranks side by side" in text
+
+
+def test_report_writes_files_by_extension(tmp_path, capsys):
+    md, page = tmp_path / "d.md", tmp_path / "d.html"
+    assert main(["report", str(RESNET_NW0), "-o", str(md)]) == 0
+    assert main(["report", str(RESNET_NW0), "-o", str(page)]) == 0
+    assert md.read_text().startswith("# traceagent diagnosis")
+    assert page.read_text().startswith("<!doctype html>")
+    assert main(["report", str(RESNET_NW0), "-o", str(tmp_path / "missing" / "x.md")]) == 2
+    assert "cannot write the report" in capsys.readouterr().err
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_html_charts_render_in_headless_chromium(tmp_path):
+    from PIL import Image
+
+    page = tmp_path / "report.html"
+    page.write_text(render_html(analyze(traceagent.load(RESNET_NW0))))
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+                    "--window-size=1100,900", f"--screenshot={shot}", page.as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    image = Image.open(shot).convert("RGB")
+    colors = image.getcolors(maxcolors=1 << 20)
+    # the timeline's blue bars and the dataloader gaps' red must be on the page
+    blue = sum(n for n, (r, g, b) in colors if b > 150 and r < 120)
+    red = sum(n for n, (r, g, b) in colors if r > 200 and g < 120 and b < 80)
+    assert blue > 500 and red > 200, (blue, red)

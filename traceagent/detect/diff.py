@@ -1,0 +1,178 @@
+"""Before and after: did the change help, did the old root cause go away, did anything new appear.
+
+Traces cover different lengths of time, so losses are compared as shares of the span and time as
+the mean step (when both traces have steps; the span otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..format import duration, percent
+from .analysis import Analysis
+from .view import pct
+
+# a root cause below this share of the span (or of copied bytes) counts as gone
+GONE_BELOW_PCT = 2.0
+# a loss that grows by this many points of the span is a new problem
+NEW_PROBLEM_POINTS = 5.0
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str  # "us" or "pct"
+    before: float | None
+    after: float | None
+
+    @property
+    def change(self) -> float | None:
+        if self.before is None or self.after is None:
+            return None
+        return round(self.after - self.before, 3)
+
+    @property
+    def change_pct(self) -> float | None:
+        if self.unit != "us" or not self.before or self.after is None:
+            return None
+        return pct(self.after - self.before, self.before)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "change": self.change, "change_pct": self.change_pct}
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    before: dict  # path, limiter, root_cause, headline
+    after: dict
+    time_basis: str  # "step" or "span"
+    slower_pct: float  # + slower, − faster: mean step time (or span) change
+    metrics: list[Metric]
+    root_cause: dict  # the before verdict's cause: its share before and after, and whether it is gone
+    new_problems: list[str]
+    kernels: list[dict]  # top kernels side by side, per step (or per trace)
+    headline: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["metrics"] = [m.to_dict() for m in self.metrics]
+        return d
+
+
+def _summary(a: Analysis) -> dict:
+    """Job-level figures: device-time sums over ranks, step means averaged over ranks."""
+    ranks = a.ranks
+    span = sum(r.findings.idle.span_us for r in ranks)
+    causes: dict[str, float] = {}
+    for r in ranks:
+        for cause, us in r.findings.idle.by_cause_us.items():
+            causes[cause] = causes.get(cause, 0.0) + us
+    steps = [r.findings.steps.mean_us for r in ranks if r.findings.steps]
+    busy = sum(r.breakdown.total.busy_us for r in ranks)
+    copies_bytes = sum(r.findings.memcpy.bytes for r in ranks)
+    return {
+        "span_us": span,
+        "busy_pct": pct(busy, span),
+        "idle_pct": pct(span - busy, span),
+        "cause_pct": {c: pct(v, span) for c, v in causes.items()},
+        "step_us": sum(steps) / len(steps) if len(steps) == len(ranks) and steps else None,
+        "compute_us": sum(r.breakdown.total.compute_us for r in ranks),
+        "memcpy_exposed_pct": pct(sum(r.findings.memcpy.exposed_us for r in ranks), span),
+        "pageable_pct": pct(sum(r.findings.memcpy.pageable_bytes for r in ranks), copies_bytes),
+        "comm_exposed_pct": pct(sum(r.findings.comm.exposed_us for r in ranks), span),
+        "steps": sum(r.findings.steps.count for r in ranks if r.findings.steps),
+    }
+
+
+def _cause_share(s: dict, a: Analysis, root: str | None) -> float:
+    """How big the before verdict's root cause is in a trace, in its own unit (share of span,
+    or for pageable copies the share of copied bytes)."""
+    by_idle = {"dataloader": ["dataloader"], "sync": ["sync"], "launch_overhead": ["launch_overhead", "launch_latency"],
+               "host_other": ["host_other", "no_host_activity"]}
+    if root in by_idle:
+        return round(sum(s["cause_pct"].get(c, 0.0) for c in by_idle[root]), 2)
+    if root == "pageable_memcpy":
+        return s["pageable_pct"]
+    if root == "memcpy":
+        return s["memcpy_exposed_pct"]
+    if root == "communication":
+        return s["comm_exposed_pct"]
+    if root == "hot_kernel":
+        name = a.verdict.evidence.get("kernel")
+        total = sum(k.total_us for r in a.ranks for k in r.findings.kernels.top if k.name == name)
+        return pct(total, s["span_us"])
+    return 0.0
+
+
+_CAUSE_WORDS = {"dataloader": "idle from data loading", "sync": "idle after host synchronizations",
+                "launch_overhead": "idle from launch overhead", "host_other": "idle during other host work",
+                "pageable_memcpy": "bytes copied from pageable memory", "memcpy": "exposed copy time",
+                "communication": "exposed communication", "hot_kernel": "time in the top kernel"}
+
+
+def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
+    b, a = _summary(before), _summary(after)
+    basis = "step" if b["step_us"] and a["step_us"] else "span"
+    key = "step_us" if basis == "step" else "span_us"
+    slower = pct(a[key] - b[key], b[key])
+    per = (lambda s: max(s["steps"], 1)) if basis == "step" else (lambda s: 1)
+
+    metrics = [
+        Metric("step time (mean)" if basis == "step" else "span", "us", b[key], a[key]),
+        Metric("busy", "pct", b["busy_pct"], a["busy_pct"]),
+        Metric("idle", "pct", b["idle_pct"], a["idle_pct"]),
+        Metric("compute per step" if basis == "step" else "compute", "us",
+               round(b["compute_us"] / per(b), 3), round(a["compute_us"] / per(a), 3)),
+        Metric("exposed copies", "pct", b["memcpy_exposed_pct"], a["memcpy_exposed_pct"]),
+        Metric("exposed communication", "pct", b["comm_exposed_pct"], a["comm_exposed_pct"]),
+    ]
+    for cause in sorted(set(b["cause_pct"]) | set(a["cause_pct"])):
+        metrics.append(Metric(f"idle: {cause}", "pct", b["cause_pct"].get(cause, 0.0), a["cause_pct"].get(cause, 0.0)))
+
+    root = before.verdict.root_cause
+    share_before, share_after = _cause_share(b, before, root), _cause_share(a, before, root)
+    gone = root is not None and share_after < GONE_BELOW_PCT
+    words = _CAUSE_WORDS.get(root or "", root or "")
+    root_cause = {"cause": root, "what": words, "before_pct": share_before, "after_pct": share_after, "gone": gone}
+
+    new = []
+    v_after = after.verdict
+    if v_after.root_cause and v_after.root_cause != root:
+        grown = _cause_share(a, after, v_after.root_cause) - _cause_share(b, after, v_after.root_cause)
+        if grown >= NEW_PROBLEM_POINTS or not gone:
+            new.append(f"the after trace's limiter is now {v_after.limiter}/{v_after.root_cause}: {v_after.headline}")
+    for cause in a["cause_pct"]:
+        grown = a["cause_pct"][cause] - b["cause_pct"].get(cause, 0.0)
+        if grown >= NEW_PROBLEM_POINTS:
+            new.append(f"idle from {cause} grew by {grown:.1f} points of the span")
+
+    kernels = _kernels(before, after, per(b), per(a), top)
+    time_word = "step time" if basis == "step" else "span"
+    headline = (f"{words}: {percent(share_before)} → {percent(share_after)}"
+                f"{' (gone)' if gone else ''}; {time_word} {duration(b[key])} → {duration(a[key])} ({slower:+.1f}%)")
+    notes = [] if basis == "step" else ["One of the traces has no steps: time is compared over the whole span."]
+    return DiffResult(
+        before={"path": before.job.path, "limiter": before.verdict.limiter, "root_cause": root,
+                "headline": before.verdict.headline},
+        after={"path": after.job.path, "limiter": v_after.limiter, "root_cause": v_after.root_cause,
+               "headline": v_after.headline},
+        time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
+        kernels=kernels, headline=headline, notes=notes,
+    )
+
+
+def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[dict]:
+    def totals(a: Analysis, per: int) -> dict[str, tuple[str, float]]:
+        out: dict[str, tuple[str, float]] = {}
+        for r in a.ranks:
+            for k in r.findings.kernels.top:
+                short, total = out.get(k.name, (k.short_name, 0.0))
+                out[k.name] = (short, total + k.total_us / per)
+        return out
+
+    tb, ta = totals(before, per_b), totals(after, per_a)
+    names = sorted(set(tb) | set(ta), key=lambda n: -max(tb.get(n, ("", 0))[1], ta.get(n, ("", 0))[1]))[:top]
+    return [{"name": n, "short_name": (tb.get(n) or ta.get(n))[0],
+             "before_us": round(tb[n][1], 3) if n in tb else None,
+             "after_us": round(ta[n][1], 3) if n in ta else None} for n in names]

@@ -1,0 +1,31 @@
+"""How numbers are written for people: one place, so the CLI, the report, the TUI and the
+offline analyst all say the same number the same way."""
+
+from __future__ import annotations
+
+
+def duration(us: float | None) -> str:
+    """µs → '812.0 µs', '12.34 ms', '1.234 s'."""
+    if us is None:
+        return "-"
+    if abs(us) >= 1e6:
+        return f"{us / 1e6:.3f} s"
+    if abs(us) >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.1f} µs"
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def size(nbytes: int | float) -> str:
+    """Bytes in decimal units, as bandwidths are quoted (GB/s)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def shorten(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

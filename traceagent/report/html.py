@@ -1,0 +1,183 @@
+"""The diagnosis as one self-contained HTML file: inline SVG charts (timeline with gaps coloured
+by cause, time breakdown, hot kernels, ranks side by side) above the Markdown report. No script,
+no font or stylesheet from the network."""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+from markdown_it import MarkdownIt
+
+from ..detect import intervals as iv
+from ..detect.analysis import Analysis
+from ..detect.idle import classify_gaps
+from ..detect.view import device_views
+from ..format import duration, percent, shorten
+from .markdown import render_markdown
+
+CAUSE_COLORS = {"dataloader": "#e4572e", "sync": "#8e44ad", "launch_overhead": "#f3a712", "launch_latency": "#f7d08a",
+                "host_other": "#29335c", "no_host_activity": "#9aa0a6"}
+WORK_COLORS = {"compute": "#2e86ab", "communication": "#a23b72", "copies": "#3bb273", "memset": "#7fb069"}
+WIDTH = 960
+BINS = 480
+MAX_STREAMS = 12
+
+
+def render_html(analysis: Analysis, summary: str | None = None) -> str:
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(render_markdown(analysis, summary))
+    charts = _charts(analysis) if analysis.verdict.limiter else ""
+    title = html.escape(f"traceagent diagnosis: {analysis.job.path}")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font: 15px/1.5 system-ui, sans-serif; max-width: 1000px; margin: 2em auto; padding: 0 1em; color: #222; }}
+table {{ border-collapse: collapse; margin: .5em 0; font-size: 13px; }}
+td, th {{ border: 1px solid #ddd; padding: 3px 8px; text-align: left; }}
+code {{ font-size: 12px; background: #f4f4f4; padding: 0 3px; }}
+figure {{ margin: 1.5em 0; }} figcaption {{ font-weight: 600; margin-bottom: .3em; }}
+.legend span {{ display: inline-block; margin-right: 1em; font-size: 12px; }}
+.legend i {{ display: inline-block; width: 10px; height: 10px; margin-right: 4px; }}
+</style></head><body>
+{charts}
+{body}
+</body></html>
+"""
+
+
+def _legend(colors: dict[str, str]) -> str:
+    items = "".join(f'<span><i style="background:{c}"></i>{html.escape(n)}</span>' for n, c in colors.items())
+    return f'<div class="legend">{items}</div>'
+
+
+def _charts(analysis: Analysis) -> str:
+    parts = [_timeline(analysis), _breakdown(analysis), _kernels(analysis)]
+    if len(analysis.ranks) > 1:
+        parts.append(_ranks(analysis))
+    return "\n".join(p for p in parts if p)
+
+
+def _timeline(analysis: Analysis) -> str:
+    """Busy share per time bin for each stream, idle gaps coloured by cause, and step boundaries."""
+    rank = analysis.ranks[0]
+    trace = rank.trace
+    views = device_views(trace)
+    if not views:
+        return ""
+    view = views[0]
+    lo, hi = view.span
+    edges = np.linspace(lo, hi, BINS + 1).astype(np.int64)
+    label_w = 90
+    plot_w = WIDTH - label_w
+    bin_w = plot_w / BINS
+    rows, y = [], 0
+    streams = view.work.groupby("stream")
+    ordered = sorted(streams, key=lambda kv: -(kv[1]["end"] - kv[1]["start"]).sum())[:MAX_STREAMS]
+    for stream, rows_df in ordered:
+        busy = iv.union(rows_df["start"].to_numpy(), rows_df["end"].to_numpy())
+        share = iv.covered(busy, edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
+        rects = "".join(f'<rect x="{label_w + i * bin_w:.1f}" y="{y}" width="{bin_w + 0.3:.1f}" height="14" '
+                        f'fill="{WORK_COLORS["compute"]}" fill-opacity="{min(s, 1):.2f}"/>'
+                        for i, s in enumerate(share) if s > 0.005)
+        rows.append(f'<text x="0" y="{y + 11}" font-size="11">stream {int(stream)}</text>{rects}')
+        y += 18
+    gaps = classify_gaps(trace, view)
+    gaps = gaps[gaps["dur"] >= (hi - lo) / (BINS * 4)].nlargest(2000, "dur")
+    scale = plot_w / max(hi - lo, 1)
+    gap_rects = "".join(
+        f'<rect x="{label_w + (s - lo) * scale:.1f}" y="{y}" width="{max((e - s) * scale, 0.8):.1f}" height="14" '
+        f'fill="{CAUSE_COLORS.get(c, "#999")}"><title>{html.escape(c)}: {duration((e - s) / 1000)}</title></rect>'
+        for s, e, c in zip(gaps["start"], gaps["end"], gaps["cause"]))
+    rows.append(f'<text x="0" y="{y + 11}" font-size="11">idle (cause)</text>{gap_rects}')
+    y += 20
+    marks = ""
+    steps = trace.steps.dropna(subset=["gpu_start"])
+    for step, s in zip(steps["step"], steps["gpu_start"]):
+        x = label_w + (int(s) - lo) * scale
+        if label_w <= x <= WIDTH:
+            marks += (f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{y}" stroke="#444" stroke-dasharray="2,2"/>'
+                      f'<text x="{x + 2:.1f}" y="{y + 10}" font-size="10">step {int(step)}</text>')
+    height = y + 16
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" role="img" '
+           f'aria-label="device timeline">{"".join(rows)}{marks}</svg>')
+    caption = (f"Device {view.device} timeline, {duration((hi - lo) / 1000)}: darker is busier; gaps coloured by cause"
+               + (f" (rank {rank.rank})" if rank.rank is not None else ""))
+    return f"<figure><figcaption>{html.escape(caption)}</figcaption>{svg}{_legend(CAUSE_COLORS)}</figure>"
+
+
+def _bar(segments: list[tuple[str, float, str]], total: float, y: int = 0, height: int = 26) -> str:
+    x, out = 0.0, []
+    for name, value, color in segments:
+        w = WIDTH * value / total if total else 0
+        if w <= 0:
+            continue
+        out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{height}" fill="{color}">'
+                   f'<title>{html.escape(name)}: {duration(value)} ({percent(100 * value / total)})</title></rect>')
+        if w > 60:
+            out.append(f'<text x="{x + 4:.1f}" y="{y + height / 2 + 4}" font-size="11" fill="#fff">'
+                       f'{html.escape(shorten(name, int(w / 7)))}</text>')
+        x += w
+    return "".join(out)
+
+
+def _exclusive_split(analysis: Analysis) -> list[tuple[str, float, str]]:
+    """Span split so the parts add up: compute, then communication, copies and memsets that
+    nothing before them covers, then idle by cause."""
+    totals = {"compute": 0, "communication": 0, "copies": 0, "memset": 0}
+    for rank in analysis.ranks:
+        for v in device_views(rank.trace):
+            covered = v.compute
+            totals["compute"] += iv.length(v.compute)
+            for name, part in (("communication", v.comm), ("copies", v.memcpy), ("memset", v.memset)):
+                totals[name] += iv.length(iv.subtract(part, covered))
+                covered = iv.union(np.r_[covered[0], part[0]], np.r_[covered[1], part[1]])
+    segments = [(n, t / 1000, WORK_COLORS[n]) for n, t in totals.items()]
+    causes: dict[str, float] = {}
+    for rank in analysis.ranks:
+        for c, us in rank.findings.idle.by_cause_us.items():
+            causes[c] = causes.get(c, 0.0) + us
+    segments += [(f"idle: {c}", us, CAUSE_COLORS.get(c, "#999")) for c, us in sorted(causes.items(), key=lambda kv: -kv[1])]
+    return segments
+
+
+def _breakdown(analysis: Analysis) -> str:
+    segments = _exclusive_split(analysis)
+    total = sum(s[1] for s in segments)
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="28" role="img" '
+           f'aria-label="time breakdown">{_bar(segments, total)}</svg>')
+    return (f"<figure><figcaption>Where device time went (all devices)</figcaption>{svg}"
+            f"{_legend({**WORK_COLORS, **CAUSE_COLORS})}</figure>")
+
+
+def _kernels(analysis: Analysis) -> str:
+    top = analysis.ranks[0].findings.kernels.top[:10]
+    if not top:
+        return ""
+    label_w, row = 260, 20
+    biggest = max(k.share_pct for k in top) or 1
+    bars = "".join(
+        f'<text x="0" y="{i * row + 13}" font-size="11">{html.escape(shorten(k.short_name, 38))}</text>'
+        f'<rect x="{label_w}" y="{i * row + 2}" width="{(WIDTH - label_w - 80) * k.share_pct / biggest:.1f}" '
+        f'height="{row - 6}" fill="{WORK_COLORS["communication" if k.is_comm else "compute"]}">'
+        f'<title>{html.escape(shorten(k.name, 300))}</title></rect>'
+        f'<text x="{label_w + (WIDTH - label_w - 80) * k.share_pct / biggest + 4:.1f}" y="{i * row + 13}" '
+        f'font-size="11">{percent(k.share_pct)}</text>'
+        for i, k in enumerate(top))
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{len(top) * row}" role="img" '
+           f'aria-label="hot kernels">{bars}</svg>')
+    return f"<figure><figcaption>Hot kernels by share of busy time</figcaption>{svg}</figure>"
+
+
+def _ranks(analysis: Analysis) -> str:
+    rows, row = [], 22
+    span = max(r.breakdown.total.span_us for r in analysis.ranks) or 1
+    for i, r in enumerate(analysis.ranks):
+        b = r.breakdown.total
+        segments = [("compute", b.compute_us, WORK_COLORS["compute"]),
+                    ("exposed communication", b.exposed_comm_us, WORK_COLORS["communication"]),
+                    ("idle", b.idle_us, CAUSE_COLORS["no_host_activity"])]
+        rows.append(f'<text x="0" y="{i * row + 15}" font-size="11">rank {r.rank}</text>'
+                    f'<g transform="translate(60,0)">{_bar(segments, span * WIDTH / (WIDTH - 60), i * row + 2, row - 6)}</g>')
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{len(rows) * row}" role="img" '
+           f'aria-label="ranks compared">{"".join(rows)}</svg>')
+    return f"<figure><figcaption>Ranks side by side: compute, exposed communication, idle</figcaption>{svg}</figure>"

@@ -1,0 +1,186 @@
+"""The written diagnosis as Markdown: verdict first, then the evidence. Rendered from the same
+dict `analyze --json` prints, so the two never disagree."""
+
+from __future__ import annotations
+
+from ..detect.analysis import Analysis
+from ..detect.diff import DiffResult
+from ..format import duration, percent, shorten, size
+
+TOP_GAPS = 8
+TOP_KERNELS = 10
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    def cell(text: object) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
+    """The report; `summary` is an optional paragraph (written by the model, already checked)."""
+    data = analysis.to_dict()
+    t, v = data["trace"], data["verdict"]
+    out = [f"# traceagent diagnosis: `{t['path']}`", "",
+           f"{t['format']} trace, {t['ranks']} rank(s), devices: {', '.join(t['devices']) or 'none'}."]
+    for warning in t["warnings"]:
+        out.append(f"\n> Warning: {warning}")
+    out += ["", "## Verdict", ""]
+    if v["limiter"]:
+        out.append(f"**{v['headline']}**  ")
+        out.append(f"Limiter: `{v['limiter']}` · root cause: `{v['root_cause']}`")
+    else:
+        out.append(f"**{v['headline']}**")
+    out += ["", f"**Hypothesis.** {v['hypothesis']}", "", f"**Next step.** {v['next_step']}"]
+    if summary:
+        out += ["", "## Summary", "", summary]
+    out += ["", "## What would sharpen this diagnosis", ""]
+    missing = list(v.get("also", []))
+    if t["ranks"] == 1 and (t.get("world_size") or 1) > 1:
+        missing.append(f"This is one rank of {t['world_size']}: load the directory of all ranks' traces to "
+                       "compare ranks.")
+    out += [f"- {m}" for m in missing] or ["- Nothing obvious: the trace has steps and Python frames."]
+    if not v["limiter"]:
+        return "\n".join(out) + "\n"
+
+    out += ["", "## Where device time went", "",
+            _table(["rank", "span", "busy", "idle", "compute", "communication", "exposed comm", "memcpy", "memset", "verdict"],
+                   [[str(r["rank"]) if r["rank"] is not None else "-", duration(b["span_us"]), duration(b["busy_us"]),
+                     percent(b["idle_pct"]), duration(b["compute_us"]), duration(b["comm_us"]),
+                     duration(b["exposed_comm_us"]), duration(b["memcpy_us"]), duration(b["memset_us"]),
+                     f"{r['verdict']['limiter']}/{r['verdict']['root_cause']}"]
+                    for r in data["ranks"] for b in [r["breakdown"]]])]
+    out += ["", "Classes of work are unions over all streams; two classes running at once both count."]
+    for r in data["ranks"][:8] if len(data["ranks"]) > 1 else data["ranks"]:
+        out += _rank_sections(r, len(data["ranks"]) > 1)
+    if len(data["ranks"]) > 8:
+        out += ["", f"_{len(data['ranks']) - 8} more ranks: see `traceagent analyze --json`._"]
+    if data["comparison"] and data["comparison"]["waits_most"] is not None:
+        c = data["comparison"]
+        out += ["", "## Ranks compared", "",
+                _table(["rank", "communication", "exposed", "compute", "busy"],
+                       [[str(r["rank"]), duration(r["comm_us"]), duration(r["exposed_us"]), duration(r["compute_us"]),
+                         duration(r["busy_us"])] for r in c["ranks"]]),
+                "", f"Rank {c['waits_most']} waits longest inside collectives; rank {c['slowest']} computes longest "
+                    f"(communication time spreads {percent(c['comm_spread_pct'])} across ranks)."]
+    return "\n".join(out) + "\n"
+
+
+def _rank_sections(r: dict, several: bool) -> list[str]:
+    who = f" (rank {r['rank']})" if several else ""
+    idle, copies, comm = r["idle"], r["memcpy"], r["comm"]
+    out = ["", f"## Idle time{who}", "",
+           f"The device was idle {duration(idle['idle_us'])} of {duration(idle['span_us'])} "
+           f"({percent(idle['idle_pct'])}) in {idle['gaps']} gaps.", "",
+           _table(["cause", "idle", "share of span", "gaps"],
+                  [[c, duration(us), percent(100 * us / idle["span_us"] if idle["span_us"] else 0),
+                    str(idle["by_cause_count"][c])]
+                   for c, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])]
+    if idle["top_gaps"]:
+        out += ["", "Largest gaps:", "",
+                _table(["at", "length", "cause", "evidence"],
+                       [[duration(g["start_us"]), duration(g["dur_us"]), g["cause"], _evidence(g)]
+                        for g in idle["top_gaps"][:TOP_GAPS]])]
+    if idle["sync_sites"]:
+        out += ["", "Synchronizations that stalled the device:", "",
+                _table(["call", "op", "Python line", "times", "idle after"],
+                       [[s["call"], s["op"] or "-", s["python"] or "-", str(s["count"]), duration(s["idle_us"])]
+                        for s in idle["sync_sites"]])]
+    out += ["", f"## Data movement{who}", ""]
+    if copies["count"]:
+        out += [f"Copies ran {percent(copies['share_pct'])} of the span; {percent(copies['exposed_pct'])} of the span "
+                f"had copies and no compute. {copies['pageable_count']} copies touched pageable memory "
+                f"({size(copies['pageable_bytes'])}).", "",
+                _table(["kind", "count", "bytes", "time", "GB/s", "pageable", "exposed"],
+                       [[k, str(c["count"]), size(c["bytes"]), duration(c["us"]), f"{c['gbps']:.1f}",
+                         str(c["pageable_count"]), duration(c["exposed_us"])] for k, c in copies["by_kind"].items()])]
+    else:
+        out.append("No copies.")
+    out += ["", f"## Communication{who}", ""]
+    if comm["kernels"]:
+        out += [f"{comm['kernels']} collective kernels ran {duration(comm['comm_us'])} ({percent(comm['share_pct'])} "
+                f"of the span); {percent(comm['exposed_pct'])} of that time no compute overlapped "
+                f"({duration(comm['exposed_us'])}, {percent(comm['exposed_share_pct'])} of the span)."]
+        if comm["top"]:
+            out += ["", _table(["collective", "count", "total"],
+                               [[f"`{shorten(c['name'], 70)}`", str(c["count"]), duration(c["total_us"])]
+                                for c in comm["top"]])]
+    else:
+        out.append("No collective kernels.")
+    kernels = r["hot_kernels"][:TOP_KERNELS]
+    out += ["", f"## Hot kernels{who}", "",
+            f"{r['kernels']['count']} kernels of {r['kernels']['distinct']} distinct names ran "
+            f"{duration(r['kernels']['total_us'])}. The top {len(kernels)}:", "",
+            _table(["#", "kernel", "count", "total", "share of busy", "mean", "median", "max", "launched by"],
+                   [[str(i), f"`{shorten(k['short_name'], 40)}`", str(k["count"]), duration(k["total_us"]),
+                     percent(k["share_pct"]), duration(k["mean_us"]), duration(k["median_us"]),
+                     duration(k["max_us"]), f"`{shorten(k['op'], 40)}`" if k["op"] else "-"]
+                    for i, k in enumerate(kernels, 1)])]
+    if kernels:
+        out += ["", "<details><summary>Full kernel names</summary>", ""]
+        out += [f"{i}. `{k['name']}`" for i, k in enumerate(kernels, 1)]
+        out += ["", "</details>"]
+    launch, steps = r["launch"], r["steps"]
+    out += ["", f"## Launch and steps{who}", "",
+            f"Kernels start a median {duration(launch['median_latency_us'])} after their launch call (queueing "
+            f"included; p90 {duration(launch['p90_latency_us'])}). {percent(launch['short_kernel_pct'])} of kernels "
+            f"ran shorter than their launch call (median kernel {duration(launch['median_kernel_us'])}, median "
+            f"launch {duration(launch['median_launch_us'])})."]
+    if steps["count"]:
+        out += ["", f"{steps['count']} steps: mean {duration(steps['mean_us'])}, median {duration(steps['median_us'])}, "
+                f"slowest {duration(steps['max_us'])} (step {steps['slowest']})."]
+        extra = steps.get("slowest_vs_median") or {}
+        if extra:
+            out.append("The slowest step spent more than the median step on: "
+                       + ", ".join(f"{k.removeprefix('idle_').removesuffix('_us')} idle +{duration(v)}"
+                                   for k, v in extra.items() if k != "idle_us") + ".")
+    else:
+        out += ["", "No steps in this trace."]
+    return out
+
+
+def _evidence(gap: dict) -> str:
+    ev = gap["evidence"]
+    if gap["cause"] == "sync":
+        parts = [ev.get("sync_call")] + [f"under {ev['op']}" if ev.get("op") else None,
+                                         f"at {ev['python']}" if ev.get("python") else None]
+        return " ".join(p for p in parts if p)
+    return ", ".join(f"`{shorten(h['name'], 50)}`" for h in ev.get("host", [])) or "-"
+
+
+def render_diff_markdown(d: DiffResult) -> str:
+    rc = d.root_cause
+    out = [f"# traceagent diff", "", f"Before: `{d.before['path']}` ({d.before['limiter']}/{d.before['root_cause']})  ",
+           f"After: `{d.after['path']}` ({d.after['limiter']}/{d.after['root_cause']})", "",
+           f"**{d.headline}**", ""]
+    if rc["cause"]:
+        status = "gone" if rc["gone"] else "still there"
+        out.append(f"The before trace's root cause, {rc['what']}, is {status}: "
+                   f"{percent(rc['before_pct'])} → {percent(rc['after_pct'])}.")
+    out += ["", _table(["metric", "before", "after", "change"],
+                       [[m.name, _value(m.unit, m.before), _value(m.unit, m.after), _change(m)] for m in d.metrics])]
+    if d.kernels:
+        per = "per step" if d.time_basis == "step" else "in the trace"
+        out += ["", f"Hot kernels ({per}):", "",
+                _table(["kernel", "before", "after"],
+                       [[f"`{shorten(k['short_name'], 40)}`", duration(k["before_us"]), duration(k["after_us"])]
+                        for k in d.kernels])]
+    out += ["", "New problems:" if d.new_problems else "No new problems."]
+    out += [f"- {p}" for p in d.new_problems]
+    out += [f"\n_{n}_" for n in d.notes]
+    return "\n".join(out) + "\n"
+
+
+def _value(unit: str, value: float | None) -> str:
+    return duration(value) if unit == "us" else percent(value)
+
+
+def _change(m) -> str:
+    if m.change is None:
+        return "-"
+    if m.unit == "us":
+        return f"{'+' if m.change >= 0 else '-'}{duration(abs(m.change))} ({m.change_pct:+.1f}%)"
+    return f"{m.change:+.1f} points"
