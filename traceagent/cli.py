@@ -15,14 +15,14 @@ from rich.table import Table
 
 from .detect.analysis import Analysis, analyze
 from .errors import TraceError
-from .format import duration
+from .format import duration, percent
 from .trace.load import load
 from .trace.model import Job
 
 EXAMPLE_TRACE = "resnet50_num_workers_0.pt.trace.json.gz"
 
 out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def example_trace() -> str:
@@ -138,7 +138,7 @@ def print_analysis(result: Analysis) -> None:
     idle = first["idle"]
     causes = Table("cause", "idle", "share of span", "gaps", title=f"Idle by cause (rank {first['rank']})" if len(data["ranks"]) > 1 else "Idle by cause")
     for cause, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1]):
-        causes.add_row(cause, duration(us), f"{100 * us / idle['span_us']:.1f}%", str(idle["by_cause_count"][cause]))
+        causes.add_row(cause, duration(us), percent(idle["by_cause_pct"][cause]), str(idle["by_cause_count"][cause]))
     out.print(causes)
     gaps = Table("at", "gap", "cause", "evidence", title="Largest gaps")
     for g in idle["top_gaps"][:5]:
@@ -217,6 +217,50 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ask(args: argparse.Namespace) -> int:
+    """One question, the answer on stdout; tool calls on stderr with -v."""
+    import asyncio
+
+    from .agent.llm import ConfigError, load_config, make_chat_model
+    from .agent.session import Answer, Cancelled, Failure, Session, Token, ToolCall, ToolResult
+    from .agent.tools import AnalysisContext
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        err.print(f"traceagent: error: {exc}", markup=False)
+        return 2
+    analysis = analyze(load_job(args.path, not args.no_cache))
+    other = analyze(load_job(args.compare, not args.no_cache)) if args.compare else None
+    session = Session(AnalysisContext(analysis, other), make_chat_model(config) if config else None, config)
+    if args.verbose:
+        err.print(f"[dim]{session.describe_model()}[/]")
+
+    async def run() -> int:
+        answered = False
+        async for event in session.ask(args.question):
+            if isinstance(event, Token):
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            elif isinstance(event, ToolCall) and args.verbose:
+                err.print(f"tool: {event.name}({json.dumps(event.args)})", markup=False)
+            elif isinstance(event, ToolResult) and args.verbose:
+                err.print(f"  → {event.summary}", markup=False)
+            elif isinstance(event, Failure):
+                err.print(f"traceagent: {event.message}", markup=False)
+            elif isinstance(event, Cancelled):
+                err.print("traceagent: cancelled", markup=False)
+            elif isinstance(event, Answer):
+                answered = True
+                sys.stdout.write("\n")
+                if event.unverified:
+                    err.print(f"traceagent: unverified numbers (in no tool result): {', '.join(event.unverified)}",
+                              markup=False)
+        return 0 if answered else 1
+
+    return asyncio.run(run())
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     args.path = example_trace()
     out.print("[dim]traceagent demo: the bundled ResNet50 trace (PyTorch Profiler, V100, DataLoader with num_workers=0)[/]")
@@ -246,6 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("after", help="trace (or rank directory) after the change")
     compare.add_argument("--fail-if-slower", type=float, metavar="PCT",
                          help="exit 1 when the step time (or span) grew by more than PCT percent")
+    ask = add("ask", cmd_ask, "ask one question about a trace (an LLM if configured, else the offline analyst)")
+    ask.add_argument("question")
+    ask.add_argument("--compare", metavar="OTHER", help="a second trace (after a change) to compare with")
+    ask.add_argument("-v", "--verbose", action="store_true", help="show the model and its tool calls on stderr")
     add("demo", cmd_demo, "run on the bundled example trace (no setup needed)", path=False)
     return parser
 

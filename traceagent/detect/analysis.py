@@ -52,7 +52,7 @@ class Analysis:
 
     def to_dict(self) -> dict:
         devices = sorted({name for t in self.job.traces for name in t.meta.devices.values()})
-        return _json_safe({
+        return json_safe({
             "trace": {"path": self.job.path, "format": self.job.format, "ranks": len(self.job.traces),
                       "world_size": self.job.traces[0].meta.world_size, "devices": devices,
                       "warnings": [w for t in self.job.traces for w in t.meta.warnings]},
@@ -104,12 +104,12 @@ def _loss(r: RankAnalysis, limiter: str) -> float:
             "data_movement": f.memcpy.exposed_pct}.get(limiter, 100 - f.idle.idle_pct)
 
 
-def _json_safe(value):
+def json_safe(value):
     """NaN/inf become null: JSON has no such numbers."""
     if isinstance(value, float):
         return None if math.isnan(value) or math.isinf(value) else value
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value

@@ -38,7 +38,11 @@ class Metric:
         return pct(self.after - self.before, self.before)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "change": self.change, "change_pct": self.change_pct}
+        """Units in the keys: before_us / after_us / change_us, or before_pct / after_pct / change_points."""
+        if self.unit == "us":
+            return {"name": self.name, "before_us": self.before, "after_us": self.after, "change_us": self.change,
+                    "change_pct": self.change_pct}
+        return {"name": self.name, "before_pct": self.before, "after_pct": self.after, "change_points": self.change}
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ class IdleResult:
     idle_pct: float
     gaps: int  # gaps of any length
     by_cause_us: dict[str, float]
+    by_cause_pct: dict[str, float]  # each cause's idle time as a share of the span
     by_cause_count: dict[str, int]
     top_gaps: list[Gap]
     sync_sites: list[SyncSite]
@@ -86,7 +87,7 @@ class IdleResult:
 
     def cause_pct(self, cause: str) -> float:
         """A cause's idle time as a share of the span."""
-        return pct(self.by_cause_us.get(cause, 0.0), self.span_us)
+        return self.by_cause_pct.get(cause, 0.0)
 
 
 def classify_gaps(trace: Trace, view: DeviceView, params: IdleParams = IdleParams()) -> pd.DataFrame:
@@ -162,7 +163,8 @@ def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:
     top_gaps = [_evidence(trace, row, origin, details) for row in top.itertuples()]
     return IdleResult(
         idle_us=us(idle), span_us=us(span), idle_pct=pct(idle, span), gaps=len(gaps),
-        by_cause_us=by_cause_us, by_cause_count=by_cause_count, top_gaps=top_gaps,
+        by_cause_us=by_cause_us, by_cause_pct={c: pct(by_cause.loc[c, "sum"], span) for c in by_cause_us},
+        by_cause_count=by_cause_count, top_gaps=top_gaps,
         sync_sites=_sync_sites(details), has_python_frames=trace.meta.has_python_frames,
     )
 

@@ -82,6 +82,6 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
     rows = [HotKernel(
         name=name, short_name=short_name(name), count=int(r["size"]), total_us=us(r["sum"]),
         share_pct=pct(r["sum"], busy), mean_us=us(r["mean"]), median_us=us(r["median"]), max_us=us(r["max"]),
-        op=ops.get(name) if ops.get(name) not in ("nan", None) else None, is_comm=bool(comm[name]),
+        op=ops.get(name) if isinstance(ops.get(name), str) else None, is_comm=bool(comm[name]),
     ) for name, r in chosen.iterrows()]
     return KernelsResult(kernels=len(kernels), distinct=len(stats), total_us=us(dur.sum()), top=rows)

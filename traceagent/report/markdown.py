@@ -76,8 +76,7 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
            f"The device was idle {duration(idle['idle_us'])} of {duration(idle['span_us'])} "
            f"({percent(idle['idle_pct'])}) in {idle['gaps']} gaps.", "",
            _table(["cause", "idle", "share of span", "gaps"],
-                  [[c, duration(us), percent(100 * us / idle["span_us"] if idle["span_us"] else 0),
-                    str(idle["by_cause_count"][c])]
+                  [[c, duration(us), percent(idle["by_cause_pct"][c]), str(idle["by_cause_count"][c])]
                    for c, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])]
     if idle["top_gaps"]:
         out += ["", "Largest gaps:", "",

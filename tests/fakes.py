@@ -1,0 +1,147 @@
+"""Test doubles for the model: a scripted LangChain chat model, and a scripted OpenAI-compatible
+HTTP server on 127.0.0.1 that the real `openai` client talks to. Neither touches the network."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGenerationChunk
+
+
+class ScriptedChatModel(FakeMessagesListChatModel):
+    """Answers with the scripted messages in order, streaming text word by word; records what it
+    was sent. `bind_tools` returns itself so the session can use it like a real model."""
+
+    received: list[list[BaseMessage]] = []
+    delay_s: float = 0.0
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+    def _next(self, messages: list[BaseMessage]) -> AIMessage:
+        self.received.append(list(messages))
+        return self.responses[min(self.i, len(self.responses) - 1)]
+
+    def _stream(self, messages, stop=None, run_manager=None, **kwargs) -> Iterator[ChatGenerationChunk]:
+        response = self._next(messages)
+        self.i += 1
+        if response.tool_calls or response.invalid_tool_calls:
+            chunks = [{"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
+                      for i, c in enumerate(response.tool_calls)]
+            chunks += [{"name": c.get("name"), "args": c.get("args"), "id": c.get("id"), "index": len(chunks) + i}
+                       for i, c in enumerate(response.invalid_tool_calls)]
+            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=chunks))
+            return
+        for word in str(response.content).split(" "):
+            time.sleep(self.delay_s)
+            yield ChatGenerationChunk(message=AIMessageChunk(content=word + " "))
+
+
+def tool_call(name: str, args: dict | None = None, call_id: str = "call_1") -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args or {}, "id": call_id}])
+
+
+# -- the scripted OpenAI-compatible server ------------------------------------------------------
+
+class Reply(dict):
+    """One scripted reply: text, tool calls, an HTTP error, or a delay before answering."""
+
+    @classmethod
+    def text(cls, content: str) -> "Reply":
+        return cls(kind="text", content=content)
+
+    @classmethod
+    def tool(cls, name: str, arguments: str | dict, call_id: str = "call_1") -> "Reply":
+        args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        return cls(kind="tool", name=name, arguments=args, call_id=call_id)
+
+    @classmethod
+    def error(cls, status: int, message: str = "error", headers: dict | None = None) -> "Reply":
+        return cls(kind="error", status=status, message=message, headers=headers or {})
+
+    @classmethod
+    def slow(cls, seconds: float, then: "Reply") -> "Reply":
+        return cls(kind="slow", seconds=seconds, then=then)
+
+
+class FakeOpenAIServer:
+    """POST /v1/chat/completions answered from a script, streaming as Server-Sent Events."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = list(replies)
+        self.requests: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:
+                try:
+                    self._answer()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test): nothing to answer
+
+            def _answer(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append(body)
+                reply = server.replies.pop(0) if server.replies else Reply.text("(script exhausted)")
+                if reply["kind"] == "slow":
+                    time.sleep(reply["seconds"])
+                    reply = reply["then"]
+                if reply["kind"] == "error":
+                    payload = json.dumps({"error": {"message": reply["message"], "type": "error"}}).encode()
+                    self.send_response(reply["status"])
+                    for k, v in reply["headers"].items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for chunk in server._chunks(reply, body.get("model", "fake")):
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def _chunks(self, reply: Reply, model: str) -> list[dict]:
+        def chunk(delta: dict, finish: str | None = None) -> dict:
+            return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        if reply["kind"] == "tool":
+            args = reply["arguments"]
+            half = len(args) // 2  # arguments arrive in two pieces, as real servers send them
+            return [chunk({"role": "assistant", "content": None, "tool_calls": [
+                        {"index": 0, "id": reply["call_id"], "type": "function",
+                         "function": {"name": reply["name"], "arguments": args[:half]}}]}),
+                    chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}),
+                    chunk({}, "tool_calls")]
+        words = reply["content"].split(" ")
+        return ([chunk({"role": "assistant", "content": ""})]
+                + [chunk({"content": w + (" " if i < len(words) - 1 else "")}) for i, w in enumerate(words)]
+                + [chunk({}, "stop")])
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

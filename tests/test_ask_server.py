@@ -1,0 +1,140 @@
+"""`traceagent ask` against a scripted OpenAI-compatible server on 127.0.0.1, through the real
+openai client (OPENAI_BASE_URL): a full tool-calling turn, and each failure a user will meet."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from traceagent.cli import main
+
+from conftest import RESNET_NW0
+from fakes import FakeOpenAIServer, Reply
+
+SECRET = "sk-test-secret-key-0123456789"
+
+
+@pytest.fixture
+def model_env(monkeypatch):
+    def configure(url: str, retries: int = 0, timeout: float = 10) -> None:
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.setenv("TRACEAGENT_MODEL", "scripted")
+        monkeypatch.setenv("TRACEAGENT_MAX_RETRIES", str(retries))
+        monkeypatch.setenv("TRACEAGENT_TIMEOUT", str(timeout))
+        monkeypatch.setenv("TRACEAGENT_CONFIG", "/nonexistent/config.toml")
+    return configure
+
+
+def ask(capsys, question: str = "Why is my GPU idle?", *extra: str) -> tuple[int, str, str]:
+    code = main(["ask", str(RESNET_NW0), question, *extra])
+    out = capsys.readouterr()
+    assert SECRET not in out.out and SECRET not in out.err, "the key never reaches the user's screen"
+    return code, out.out, out.err
+
+
+def test_full_turn_through_the_openai_client(model_env, capsys):
+    replies = [Reply.tool("idle_gaps", {"cause": "dataloader", "top": 2}),
+               Reply.text("The GPU waits for data loading: 285.21 ms, 28.6% of the span. Use more workers.")]
+    with FakeOpenAIServer(replies) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys, "Why is my GPU idle?", "-v")
+    assert code == 0
+    assert "The GPU waits for data loading: 285.21 ms, 28.6% of the span." in out
+    assert "tool: idle_gaps" in err and "unverified" not in err
+    first, second = server.requests
+    assert first["stream"] is True and first["model"] == "scripted"
+    assert {t["function"]["name"] for t in first["tools"]} >= {"idle_gaps", "hot_kernels", "data_movement", "verdict"}
+    tool_message = second["messages"][-1]
+    assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == "call_1"
+    assert json.loads(tool_message["content"])["by_cause_us"]["dataloader"] > 0
+
+
+def test_invented_numbers_are_flagged(model_env, capsys):
+    replies = [Reply.tool("verdict", {}), Reply.text("Idle is 39.4% of the time, and 12.5 ms is lost to magic.")]
+    with FakeOpenAIServer(replies) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys)
+    assert code == 0 and "unverified numbers (in no tool result): 12.5 ms" in err
+
+
+def test_server_down(model_env, capsys):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model_env(f"http://127.0.0.1:{port}/v1")
+    code, _, err = ask(capsys)
+    assert code == 1
+    assert err.strip() == f"traceagent: cannot reach the model server at http://127.0.0.1:{port}/v1: is it running? (OPENAI_BASE_URL)"
+
+
+def test_server_too_slow(model_env, capsys):
+    with FakeOpenAIServer([Reply.slow(3, Reply.text("late"))]) as server:
+        model_env(server.url, timeout=0.5)
+        code, _, err = ask(capsys)
+    assert code == 1 and "did not answer within 0.5 s; raise TRACEAGENT_TIMEOUT" in err
+
+
+def test_rate_limit_is_retried_with_backoff(model_env, capsys):
+    limited = Reply.error(429, "slow down", {"retry-after-ms": "10"})
+    with FakeOpenAIServer([limited, limited, Reply.text("Fine now: idle 39.4%.")]) as server:
+        model_env(server.url, retries=2)
+        code, out, err = ask(capsys)
+    assert code == 0 and "Fine now" in out and len(server.requests) == 3
+
+
+def test_rate_limit_that_does_not_end(model_env, capsys):
+    limited = Reply.error(429, "slow down", {"retry-after-ms": "10"})
+    with FakeOpenAIServer([limited] * 3) as server:
+        model_env(server.url, retries=2)
+        code, _, err = ask(capsys)
+    assert code == 1 and "is rate limiting (429) and retries ran out" in err
+
+
+def test_bad_key(model_env, capsys):
+    with FakeOpenAIServer([Reply.error(401, f"Incorrect API key provided: {SECRET}")]) as server:
+        model_env(server.url)
+        code, _, err = ask(capsys)
+    assert code == 1 and "rejected the API key (401): check OPENAI_API_KEY" in err
+
+
+@pytest.mark.parametrize("bad_call, message", [
+    (Reply.tool("idle_gaps", "{not json at all"), "could not be parsed"),
+    (Reply.tool("format_disk", {}), "tool 'format_disk': unknown tool"),
+    (Reply.tool("hot_kernels", {"top": "many"}), "tool 'hot_kernels': bad arguments"),
+])
+def test_broken_tool_calls_are_reported_and_the_turn_continues(model_env, capsys, bad_call, message):
+    with FakeOpenAIServer([bad_call, Reply.text("Recovered: idle 39.4%.")]) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys)
+    assert code == 0 and "Recovered" in out
+    assert message in err
+    # the model was told what went wrong, in a tool message
+    assert server.requests[1]["messages"][-1]["role"] == "tool"
+    assert "error" in json.loads(server.requests[1]["messages"][-1]["content"])
+
+
+def test_console_script_end_to_end(tmp_path):
+    replies = [Reply.text("Data loading: 28.6% of the span.")]
+    with FakeOpenAIServer(replies) as server:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPENAI_BASE_URL": server.url,
+               "TRACEAGENT_MAX_RETRIES": "0", "TRACEAGENT_CACHE_DIR": str(tmp_path / "cache")}
+        done = subprocess.run([sys.executable, "-m", "traceagent", "ask", str(RESNET_NW0), "why?"],
+                              capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Data loading: 28.6% of the span."
+
+
+def test_offline_ask_without_configuration(monkeypatch, capsys):
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRACEAGENT_CONFIG", "/nonexistent/config.toml")
+    code = main(["ask", str(RESNET_NW0), "why is my GPU idle?"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "waiting for data loading" in out and "% of the span" in out and "num_workers" in out
+    assert "no LLM is configured" in out
