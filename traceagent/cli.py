@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from contextlib import contextmanager
 from importlib import resources
@@ -261,10 +262,35 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    """The chat app. Without a terminal (a pipe, CI) it prints the analysis instead."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        err.print("traceagent: not a terminal, so no chat: printing the analysis instead", markup=False)
+        return cmd_analyze(args)
+    from .agent.llm import ConfigError, load_config, make_chat_model
+    from .tui.app import TraceAgentApp
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        err.print(f"traceagent: error: {exc}", markup=False)
+        return 2
+    for path in (args.path, getattr(args, "compare", None)):
+        if path and not os.path.exists(path):
+            err.print(f"traceagent: error: {path}: no such file or directory", markup=False)
+            return 2
+    app = TraceAgentApp(args.path, compare=getattr(args, "compare", None),
+                        model=make_chat_model(config) if config else None, config=config, use_cache=not args.no_cache)
+    app.run()
+    return app.return_code or 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     args.path = example_trace()
-    out.print("[dim]traceagent demo: the bundled ResNet50 trace (PyTorch Profiler, V100, DataLoader with num_workers=0)[/]")
-    return cmd_analyze(args)
+    args.compare = None
+    err.print("traceagent demo: the bundled ResNet50 trace (PyTorch Profiler, V100, DataLoader with num_workers=0)",
+              markup=False)
+    return cmd_chat(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -294,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("question")
     ask.add_argument("--compare", metavar="OTHER", help="a second trace (after a change) to compare with")
     ask.add_argument("-v", "--verbose", action="store_true", help="show the model and its tool calls on stderr")
-    add("demo", cmd_demo, "run on the bundled example trace (no setup needed)", path=False)
+    chat = add("chat", cmd_chat, "talk about a trace in the terminal app (an LLM if configured, else the offline analyst)")
+    chat.add_argument("--compare", metavar="OTHER", help="a second trace (after a change) to compare with")
+    add("demo", cmd_demo, "open the chat app on the bundled example trace (no setup needed)", path=False)
     return parser
 
 

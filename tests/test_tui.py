@@ -1,0 +1,229 @@
+"""The chat app, driven with Textual's Pilot: questions, tool blocks, streaming, Escape, findings,
+transcripts, help, errors; and snapshots of the main screen at 120x40."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from langchain_core.messages import AIMessage
+
+from traceagent.tui.app import TraceAgentApp
+from traceagent.tui.screens import HelpScreen
+from traceagent.tui.widgets.conversation import AnswerBlock, ErrorMessage, ToolBlock, UserMessage
+from traceagent.tui.widgets.prompt import PromptInput
+from traceagent.tui.widgets.side_panel import SidePanel
+
+from conftest import RESNET_NW0
+from fakes import ScriptedChatModel, tool_call
+
+SIZE = (120, 40)
+
+
+async def loaded(app: TraceAgentApp, pilot) -> None:
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def ask(pilot, app: TraceAgentApp, question: str) -> None:
+    await pilot.click("#prompt")
+    await pilot.press(*question, "enter")
+    await pilot.pause()
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def scripted(*responses, delay_s: float = 0.0) -> ScriptedChatModel:
+    return ScriptedChatModel(received=[], responses=list(responses), delay_s=delay_s)
+
+
+def test_question_gets_tool_blocks_and_a_streamed_answer(tmp_path):
+    model = scripted(tool_call("idle_gaps", {"cause": "dataloader"}),
+                     AIMessage(content="The GPU waits on data loading: 28.6% of the span. Also 99 ms of mystery."))
+
+    async def run():
+        app = TraceAgentApp(str(RESNET_NW0), model=model, save_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            await ask(pilot, app, "Why is my GPU idle?")
+            users = [str(u.content) for u in app.query(UserMessage)]
+            tools = list(app.query(ToolBlock))
+            answer = app.query_one(AnswerBlock)
+            return users, tools, answer.text
+
+    users, tools, text = asyncio.run(run())
+    assert users == ["Why is my GPU idle?"]
+    assert len(tools) == 1 and "idle_gaps" in str(tools[0].title) and "✓" in str(tools[0].title)
+    assert text.startswith("The GPU waits on data loading: 28.6% of the span.")
+    assert "Unverified numbers" in text and "99 ms" in text
+
+
+def test_escape_stops_the_answer():
+    model = scripted(AIMessage(content=" ".join(f"word{i}" for i in range(400))), delay_s=0.02)
+
+    async def run():
+        app = TraceAgentApp(str(RESNET_NW0), model=model)
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            await pilot.press(*"tell me everything", "enter")
+            await pilot.pause(0.3)
+            await pilot.press("escape")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            text = app.query_one(AnswerBlock).text
+            return text
+
+    text = asyncio.run(run())
+    assert "stopped (Escape)" in text
+    assert "word399" not in text
+
+
+def test_selecting_a_finding_asks_about_it():
+    async def run():
+        app = TraceAgentApp(str(RESNET_NW0))  # offline analyst
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            findings = app.query_one("#findings")
+            findings.focus()
+            findings.highlighted = 0
+            await pilot.press("enter")
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            return [str(u.content) for u in app.query(UserMessage)], app.query_one(AnswerBlock).text
+
+    users, text = asyncio.run(run())
+    assert users == ["Tell me about the idle time from dataloader."]
+    assert "waiting for data loading" in text
+
+
+def test_save_transcript_and_read_it_back(tmp_path):
+    async def run():
+        app = TraceAgentApp(str(RESNET_NW0), save_dir=tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            await ask(pilot, app, "What are the hot kernels?")
+            await pilot.press("ctrl+s")
+            await pilot.press("ctrl+r")
+            await pilot.pause()
+
+    asyncio.run(run())
+    transcript = next(tmp_path.glob("traceagent-transcript-*.md")).read_text()
+    assert "## You" in transcript and "What are the hot kernels?" in transcript
+    assert "dgrad_engine" in transcript and "> tool: `hot_kernels({})`" in transcript
+    report = next(tmp_path.glob("traceagent-report-*.md")).read_text()
+    assert report.startswith("# traceagent diagnosis")
+
+
+def test_help_history_panel_and_new_conversation():
+    async def run():
+        app = TraceAgentApp(str(RESNET_NW0))
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            await pilot.press("f1")
+            await pilot.pause()
+            help_open = isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            await pilot.pause()
+            await ask(pilot, app, "summarize")
+            await pilot.press("up")
+            recalled = app.query_one(PromptInput).value
+            await pilot.press("ctrl+b")
+            panel_hidden = not app.query_one(SidePanel).display
+            await pilot.press("ctrl+n")
+            await pilot.pause()
+            cleared = len(app.query(UserMessage)) == 0 and app.session.history == []
+            return help_open, recalled, panel_hidden, cleared
+
+    help_open, recalled, panel_hidden, cleared = asyncio.run(run())
+    assert help_open and recalled == "summarize" and panel_hidden and cleared
+
+
+def test_model_errors_are_messages_and_nothing_typed_is_lost():
+    class Broken(ScriptedChatModel):
+        def _stream(self, *args, **kwargs):
+            raise ConnectionError("the server went away")
+            yield  # pragma: no cover
+
+    async def run():
+        app = TraceAgentApp(str(RESNET_NW0), model=Broken(received=[], responses=[AIMessage(content="-")]))
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            await ask(pilot, app, "why so slow?")
+            errors = [str(e.content) for e in app.query(ErrorMessage)]
+            await pilot.press("up")
+            return errors, app.query_one(PromptInput).value, app.is_running
+
+    errors, recalled, running = asyncio.run(run())
+    assert errors and "ConnectionError" in errors[0] and running
+    assert recalled == "why so slow?"
+
+
+def test_a_bad_trace_is_a_message_not_a_crash(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("not a trace")
+
+    async def run():
+        app = TraceAgentApp(str(bad))
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            return [str(e.content) for e in app.query(ErrorMessage)], app.is_running
+
+    errors, running = asyncio.run(run())
+    assert running and errors == [f"Cannot load the trace: {bad}: not a trace file. Expected PyTorch Profiler "
+                                  "JSON (.json/.json.gz) or an Nsight Systems .sqlite export."]
+
+
+class GatedApp(TraceAgentApp):
+    """Loading blocks (in its worker thread) until the test opens the gate."""
+
+    gate = threading.Event()
+
+    def _load_and_analyze(self):
+        self.gate.wait(timeout=30)
+        return super()._load_and_analyze()
+
+
+def test_ui_answers_keys_while_the_trace_loads_and_queues_the_question():
+    async def run():
+        app = GatedApp(str(RESNET_NW0), use_cache=False)
+        GatedApp.gate.clear()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press(*"summ")
+            typed = app.query_one(PromptInput).value  # keys handled while loading
+            await pilot.press(*"arize", "enter")
+            queued = app.session is None and app.waiting == ["summarize"]
+            GatedApp.gate.set()
+            await loaded(app, pilot)
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            return typed, queued, len(app.query(AnswerBlock))
+
+    typed, queued, answers = asyncio.run(run())
+    assert typed == "summ" and queued and answers == 1
+
+
+# -- snapshots (pytest-textual-snapshot): the main screen on the bundled ResNet50 trace ------------
+
+async def _answered(pilot, question: str) -> None:
+    app = pilot.app
+    app.query_one(PromptInput).cursor_blink = False  # a blinking cursor makes snapshots flaky
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.press(*question, "enter")
+    await pilot.pause()
+    await app.workers.wait_for_complete()
+    await pilot.pause(0.3)
+
+
+def test_snapshot_offline(snap_compare):
+    app = TraceAgentApp(str(RESNET_NW0))
+    assert snap_compare(app, terminal_size=SIZE, run_before=lambda pilot: _answered(pilot, "why is my GPU idle?"))
+
+
+def test_snapshot_with_a_model(snap_compare):
+    model = scripted(tool_call("verdict"), AIMessage(content="**Data loading** stalls the GPU: idle 39.4% of the "
+                                                             "time, 28.6% of the span waiting for batches."))
+    app = TraceAgentApp(str(RESNET_NW0), model=model)
+    assert snap_compare(app, terminal_size=SIZE, run_before=lambda pilot: _answered(pilot, "Why is my GPU idle?"))

@@ -1,0 +1,227 @@
+"""The chat app: compose the screen, bind keys, and run the slow work (loading, detectors, the
+model) in workers so the UI stays responsive."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input
+
+from ..agent.offline import CANNED_QUESTIONS
+from ..agent.session import Answer, Cancelled, Failure, Session, Token, ToolCall, ToolResult
+from ..agent.tools import AnalysisContext
+from ..detect.analysis import Analysis, analyze
+from ..detect.idle import classify_gaps
+from ..detect.view import device_views
+from ..errors import TraceError
+from ..trace.load import load
+from .screens import HelpScreen
+from .widgets.conversation import Conversation
+from .widgets.prompt import PromptInput
+from .widgets.side_panel import SidePanel
+from .widgets.timeline import Timeline, timeline_data
+
+
+class TraceAgentApp(App):
+    """`traceagent chat`: talk about a trace with an LLM (or the offline analyst)."""
+
+    TITLE = "traceagent"
+    CSS_PATH = Path(__file__).parent / "app.tcss"
+    BINDINGS = [
+        Binding("escape", "cancel", "Stop answer"),
+        Binding("ctrl+n", "new_conversation", "New"),
+        Binding("ctrl+s", "save_transcript", "Save"),
+        Binding("ctrl+r", "write_report", "Report"),
+        Binding("ctrl+b", "toggle_panel", "Panel"),
+        Binding("f1", "help", "Help"),
+        Binding("ctrl+q", "quit", "Quit"),
+    ]
+
+    def __init__(self, path: str, compare: str | None = None, model=None, config=None, use_cache: bool = True,
+                 save_dir: str | Path = ".") -> None:
+        super().__init__()
+        self.path, self.compare, self.model, self.config = path, compare, model, config
+        self.use_cache = use_cache
+        self.save_dir = Path(save_dir)
+        self.session: Session | None = None
+        self.analysis: Analysis | None = None
+        self.waiting: list[str] = []  # questions asked before the trace finished loading
+        self.sub_title = "offline analyst: no LLM configured" if model is None else (
+            config.describe() if config else "LLM")
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal():
+            with Vertical(id="main"):
+                yield Timeline(id="timeline")
+                yield Conversation(id="conversation")
+                yield PromptInput(id="prompt")
+            yield SidePanel(id="panel")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.query_one(PromptInput).focus()
+        await self.query_one(Conversation).add_note(f"Loading {self.path} …")
+        self.load_trace()
+
+    # -- loading ------------------------------------------------------------------------------
+
+    @work(exclusive=True, group="load")
+    async def load_trace(self) -> None:
+        conversation = self.query_one(Conversation)
+        try:
+            analysis, other, timeline = await asyncio.to_thread(self._load_and_analyze)
+        except TraceError as exc:
+            await conversation.add_error(f"Cannot load the trace: {exc}")
+            self.query_one("#summary").update("Not loaded.")
+            return
+        self.analysis = analysis
+        self.session = Session(AnalysisContext(analysis, other), self.model, self.config)
+        await self.query_one(SidePanel).show(analysis)
+        if timeline is not None:
+            self.query_one(Timeline).data = timeline
+        await conversation.add_note(f"Loaded: {analysis.verdict.headline}. Ask a question, or F1 for help.")
+        for question in self.waiting:
+            self.ask(question)
+        self.waiting.clear()
+
+    def _load_and_analyze(self):
+        """In a worker thread: parsing and detectors never run on the UI's event loop."""
+        analysis = analyze(load(self.path, use_cache=self.use_cache))
+        other = analyze(load(self.compare, use_cache=self.use_cache)) if self.compare else None
+        trace = analysis.ranks[0].trace
+        views = device_views(trace)
+        timeline = timeline_data(trace, views[0], classify_gaps(trace, views[0])) if views else None
+        return analysis, other, timeline
+
+    # -- asking ---------------------------------------------------------------------------------
+
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        question = event.value.strip()
+        if not question:
+            return
+        prompt = self.query_one(PromptInput)
+        prompt.remember(question)
+        prompt.value = ""
+        if self.session is None:
+            self.waiting.append(question)
+            await self.query_one(Conversation).add_user(question)
+            await self.query_one(Conversation).add_note("The trace is still loading; this question is next.")
+            return
+        self.ask(question, echo=True)
+
+    def on_side_panel_finding_selected(self, message: SidePanel.FindingSelected) -> None:
+        self.ask(message.question, echo=True)
+
+    @work(exclusive=True, group="chat")
+    async def ask(self, question: str, echo: bool = False) -> None:
+        conversation = self.query_one(Conversation)
+        if echo:
+            await conversation.add_user(question)
+        answer = None
+        tools = {}
+        try:
+            async for event in self.session.ask(question):
+                if isinstance(event, Token):
+                    if answer is None:
+                        answer = await conversation.add_answer()
+                    await answer.add(event.text)
+                    conversation.scroll_end(animate=False)
+                elif isinstance(event, ToolCall):
+                    tools[event.id] = await conversation.add_tool(event.id, event.name, event.args)
+                elif isinstance(event, ToolResult) and event.id in tools:
+                    tools[event.id].show_result(event.summary, event.ok)
+                elif isinstance(event, Failure):
+                    await conversation.add_error(event.message)
+                elif isinstance(event, Cancelled):
+                    await self._stopped(answer)
+                    return
+                elif isinstance(event, Answer):
+                    if answer is None:
+                        answer = await conversation.add_answer()
+                        await answer.add(event.text)
+                    await answer.finish(event.unverified)
+        except asyncio.CancelledError:
+            await self._stopped(answer)
+            raise
+
+    async def _stopped(self, answer) -> None:
+        if answer is not None:
+            await answer.finish(note="stopped (Escape)")
+        else:
+            await self.query_one(Conversation).add_note("Stopped.")
+
+    # -- actions --------------------------------------------------------------------------------
+
+    def action_cancel(self) -> None:
+        if self.session is not None:
+            self.session.cancel()
+        self.workers.cancel_group(self, "chat")
+
+    async def action_new_conversation(self) -> None:
+        self.action_cancel()
+        if self.session is not None:
+            self.session.reset()
+        conversation = self.query_one(Conversation)
+        await conversation.remove_children()
+        await conversation.add_note("New conversation.")
+
+    def action_save_transcript(self) -> None:
+        if self.session is None:
+            self.notify("Nothing to save yet.", severity="warning")
+            return
+        path = self._write(f"traceagent-transcript-{datetime.now():%Y%m%d-%H%M%S}.md", self.session.transcript_markdown())
+        if path:
+            self.notify(f"Saved the conversation to {path}")
+
+    def action_write_report(self) -> None:
+        if self.analysis is None:
+            self.notify("The trace is still loading.", severity="warning")
+            return
+        from ..report.markdown import render_markdown
+
+        path = self._write(f"traceagent-report-{datetime.now():%Y%m%d-%H%M%S}.md", render_markdown(self.analysis))
+        if path:
+            self.notify(f"Wrote the diagnosis to {path}")
+
+    def _write(self, name: str, text: str) -> Path | None:
+        path = self.save_dir / name
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            self.notify(f"Cannot write {path}: {exc.strerror}", severity="error")
+            return None
+        return path
+
+    def action_toggle_panel(self) -> None:
+        panel = self.query_one(SidePanel)
+        panel.display = not panel.display
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("New conversation", "Start over about the same trace", self.action_new_conversation)
+        yield SystemCommand("Save transcript", "Save the conversation as Markdown", self.action_save_transcript)
+        yield SystemCommand("Write report", "Write the diagnosis report as Markdown", self.action_write_report)
+        yield SystemCommand("Toggle side panel", "Show or hide the trace summary", self.action_toggle_panel)
+        yield SystemCommand("Help", "Keys and questions", self.action_help)
+        for question in CANNED_QUESTIONS:
+            yield SystemCommand(f"Ask: {question}", "Ask this question about the trace",
+                                lambda q=question: self._ask_from_palette(q))
+
+    def _ask_from_palette(self, question: str) -> None:
+        if self.session is None:
+            self.waiting.append(question)
+        else:
+            self.ask(question, echo=True)

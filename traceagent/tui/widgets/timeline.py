@@ -1,0 +1,61 @@
+"""A strip of device busy/idle over the trace: one character per slice of time, idle slices
+coloured by the cause of their gap, step boundaries marked underneath."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from ...detect import intervals as iv
+
+CAUSE_STYLES = {"dataloader": "red", "sync": "magenta", "launch_overhead": "yellow", "launch_latency": "bright_yellow",
+                "host_other": "blue", "no_host_activity": "bright_black"}
+_SHADES = " ▁▂▃▄▅▆▇█"
+
+
+class Timeline(Widget):
+    """Set `data` to (busy intervals, classified gaps, step starts, span) for one device."""
+
+    DEFAULT_CSS = """
+    Timeline { height: 4; padding: 0 1; }
+    """
+    data: reactive[tuple | None] = reactive(None)
+
+    def render(self) -> Text:
+        if self.data is None:
+            return Text("timeline: loading…", style="dim")
+        busy, gaps, step_starts, (lo, hi) = self.data
+        width = max(self.size.width - 2, 10)
+        edges = np.linspace(lo, hi, width + 1).astype(np.int64)
+        share = iv.covered(busy, edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
+        # the cause of the longest gap overlapping each slice
+        slice_cause = np.full(width, None, dtype=object)
+        if len(gaps):
+            longest = gaps.sort_values("dur")
+            first = np.searchsorted(edges, longest["start"].to_numpy(), side="right") - 1
+            last = np.searchsorted(edges, longest["end"].to_numpy(), side="left") - 1
+            for a, b, cause in zip(first, last, longest["cause"]):  # bounded by the width, longest last
+                slice_cause[max(a, 0):min(b, width - 1) + 1] = cause
+        line = Text()
+        for s, cause in zip(share, slice_cause):
+            if s >= 0.5 or cause is None:
+                line.append(_SHADES[int(round(s * 8))], style="green")
+            else:
+                line.append("▁", style=f"bold {CAUSE_STYLES.get(cause, 'white')}")
+        marks = [" "] * width
+        for start in step_starts:
+            x = int((start - lo) / max(hi - lo, 1) * width)
+            if 0 <= x < width:
+                marks[x] = "┃"
+        legend = Text("  ".join(f"■ {c}" for c in CAUSE_STYLES), style="dim")
+        for cause, style in CAUSE_STYLES.items():
+            legend.highlight_words([f"■ {cause}"], style=style)
+        return Text("\n").join([line, Text("".join(marks), style="dim"), legend])
+
+
+def timeline_data(trace, view, gaps: pd.DataFrame) -> tuple:
+    steps = trace.steps.dropna(subset=["gpu_start"])
+    return view.busy, gaps[gaps["cause"] != "launch_latency"], steps["gpu_start"].astype("int64").tolist(), view.span
