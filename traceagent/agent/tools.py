@@ -9,6 +9,7 @@ that is the one way trace text reaches a model.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -21,6 +22,7 @@ from ..detect.host import host_events_in
 from ..detect.idle import IdleParams, classify_gaps
 from ..detect.kernels import short_name
 from ..detect.view import device_views, us
+from ..trace.model import matches
 
 MAX_ITEMS = 25
 
@@ -188,7 +190,7 @@ def kernel_instances(ctx: AnalysisContext, name: str, rank: int | None = None, t
     that launched it, and how long after its launch call it started."""
     trace = ctx.rank(rank).trace
     kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
-    match = kernels[kernels["name"].astype(str).str.contains(name, case=False, regex=False)]
+    match = kernels[matches(kernels["name"], re.compile(re.escape(name), re.IGNORECASE))]
     if match.empty:
         raise ToolInputError(f"no kernel name contains {name!r}; call hot_kernels to see names")
     calls = trace.cpu[trace.cpu["kind"].isin(["runtime", "driver"]) & (trace.cpu["correlation"] >= 0)]

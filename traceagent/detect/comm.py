@@ -33,7 +33,7 @@ def detect_comm(trace: Trace, top: int = 5) -> CommResult:
         comm += iv.length(view.comm)
         exposed += iv.length(iv.subtract(view.comm, view.compute))
     kernels = trace.gpu[trace.gpu["is_comm"]]
-    by_name = (kernels.assign(dur=kernels["end"] - kernels["start"]).groupby(kernels["name"].astype(str))["dur"]
+    by_name = (kernels.assign(dur=kernels["end"] - kernels["start"]).groupby("name", observed=True)["dur"]
                .agg(["size", "sum"]).sort_values("sum", ascending=False).head(top))
     return CommResult(
         kernels=len(kernels), comm_us=us(comm), share_pct=pct(comm, span), exposed_us=us(exposed),

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, matches
 from ..trace.normalize import innermost_enclosing, nesting_depth
 from . import intervals as iv
 from .view import us
@@ -39,7 +39,7 @@ def sync_calls(trace: Trace) -> pd.DataFrame:
 
 def _ops(trace: Trace) -> pd.DataFrame:
     cpu = trace.cpu
-    return cpu[(cpu["kind"] == "op") & ~cpu["name"].astype(str).str.match(_STEP.pattern)]
+    return cpu[(cpu["kind"] == "op").to_numpy() & ~matches(cpu["name"], _STEP)]
 
 
 def op_above(trace: Trace, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -48,7 +48,7 @@ def op_above(trace: Trace, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
     ops = _ops(trace).reset_index(drop=True)
     pid, tid, t = (calls[c].to_numpy(np.int64) for c in ("pid", "tid", "start"))
     inner = innermost_enclosing(ops, pid, tid, t)
-    aten = ops[ops["name"].astype(str).str.startswith("aten::")].reset_index(drop=True)
+    aten = ops[matches(ops["name"], r"^aten::")].reset_index(drop=True)
     top_level = aten[nesting_depth(*(aten[c].to_numpy(np.int64) for c in ("pid", "tid", "start", "end"))) == 0]
     top_level = top_level.reset_index(drop=True)
     outer = innermost_enclosing(top_level, pid, tid, t)
@@ -60,7 +60,7 @@ def python_line_above(trace: Trace, calls: pd.DataFrame) -> np.ndarray:
     <module>"), from python_function events, or else from the op's "Call stack" (old traces)."""
     cpu = trace.cpu
     frames = cpu[cpu["kind"] == "python"]
-    frames = frames[~frames["name"].astype(str).str.match(LIBRARY_FRAME.pattern)].reset_index(drop=True)
+    frames = frames[~matches(frames["name"], LIBRARY_FRAME)].reset_index(drop=True)
     pid, tid, t = (calls[c].to_numpy(np.int64) for c in ("pid", "tid", "start"))
     found = _names(frames, innermost_enclosing(frames, pid, tid, t))
     missing = np.flatnonzero(found == None)  # noqa: E711 (object array)
@@ -114,7 +114,7 @@ def host_events_in(trace: Trace, lo: int, hi: int, top: int = 5) -> list[HostEve
     Step markers are left out; they cover everything and explain nothing."""
     cpu = trace.cpu
     inside = cpu[(cpu["start"] < hi) & (cpu["end"] > lo)]
-    inside = inside[~inside["name"].astype(str).str.match(_STEP.pattern)]
+    inside = inside[~matches(inside["name"], _STEP)]
     if inside.empty:
         return []
     overlap = np.minimum(inside["end"], hi) - np.maximum(inside["start"], lo)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, matches
 from . import intervals as iv
 from .host import LAUNCH_CALLS, host_events_in, host_union, op_above, python_line_above, sync_calls
 from .view import DeviceView, device_views, pct, us
@@ -126,7 +126,7 @@ def classify_gaps(trace: Trace, view: DeviceView, params: IdleParams = IdleParam
     corr = view.work["correlation"].to_numpy()[next_op]
     launch_start = pd.Series(corr).map(calls["start"]).to_numpy(dtype=float)
     launch_dur = (pd.Series(corr).map(calls["end"]) - pd.Series(corr).map(calls["start"])).to_numpy(dtype=float)
-    is_launch_call = pd.Series(corr).map(calls["name"].astype(str).str.match(LAUNCH_CALLS.pattern)).eq(True)
+    is_launch_call = pd.Series(corr).map(pd.Series(matches(calls["name"], LAUNCH_CALLS), index=calls.index)).eq(True)
     op_dur = (view.work["end"].to_numpy() - work_start)[next_op]
     late_launch = ~np.isnan(launch_start) & (launch_start >= g_start)
     is_launch = (undecided & late_launch & is_launch_call.to_numpy(dtype=bool) & (op_dur < launch_dur)

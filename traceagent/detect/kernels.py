@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, matches
 from . import intervals as iv
 from .view import device_views, pct, us
 
@@ -66,19 +66,20 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
     """The kernels taking the most device time; `name_filter` keeps names containing it."""
     kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
     if name_filter:
-        kernels = kernels[kernels["name"].astype(str).str.contains(name_filter, case=False, regex=False)]
+        kernels = kernels[matches(kernels["name"], re.compile(re.escape(name_filter), re.IGNORECASE))]
     busy = sum(iv.length(v.busy) for v in device_views(trace))
     if kernels.empty:
         return KernelsResult(0, 0, 0.0, [])
     dur = kernels["end"] - kernels["start"]
-    table = pd.DataFrame({"name": kernels["name"].astype(str), "dur": dur, "is_comm": kernels["is_comm"]})
-    stats = table.groupby("name")["dur"].agg(["size", "sum", "mean", "median", "max"])
+    table = pd.DataFrame({"name": kernels["name"], "dur": dur, "is_comm": kernels["is_comm"]})
+    stats = table.groupby("name", observed=True)["dur"].agg(["size", "sum", "mean", "median", "max"])
     stats = stats.sort_values("sum", ascending=False)
     chosen = stats.head(top)
-    launched = kernels[kernels["name"].astype(str).isin(chosen.index)]
-    ops = (launched.groupby(launched["name"].astype(str))["op"]
-           .agg(lambda s: s.astype(str).value_counts().index[0] if s.notna().any() else None))
-    comm = table.groupby("name")["is_comm"].any()
+    launched = kernels[kernels["name"].isin(chosen.index)]
+    # the op that launched each chosen kernel most often (a few names: per-group work is bounded)
+    pairs = launched.groupby(["name", "op"], observed=True).size().sort_values(ascending=False)
+    ops = {name: op for name, op in reversed(pairs.index.tolist())}
+    comm = table.groupby("name", observed=True)["is_comm"].any()
     rows = [HotKernel(
         name=name, short_name=short_name(name), count=int(r["size"]), total_us=us(r["sum"]),
         share_pct=pct(r["sum"], busy), mean_us=us(r["mean"]), median_us=us(r["median"]), max_us=us(r["max"]),

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..trace.model import Trace
+from ..trace.model import Trace, matches
 from .host import LAUNCH_CALLS
 from .view import pct, us
 
@@ -29,7 +29,7 @@ class LaunchResult:
 def detect_launch(trace: Trace) -> LaunchResult:
     cpu = trace.cpu
     calls = cpu[cpu["kind"].isin(["runtime", "driver"]) & (cpu["correlation"] >= 0)]
-    calls = calls[calls["name"].astype(str).str.match(LAUNCH_CALLS.pattern)].drop_duplicates("correlation")
+    calls = calls[matches(calls["name"], LAUNCH_CALLS)].drop_duplicates("correlation")
     kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
     # graph launches share one correlation among many kernels: all of them are kept
     linked = kernels.merge(calls[["correlation", "name", "start", "end"]], on="correlation", suffixes=("", "_call"))

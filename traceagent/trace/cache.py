@@ -48,10 +48,21 @@ def read(path: str) -> Trace | None:
     try:
         meta = json.loads((entry / "meta.json").read_text())
         meta["devices"] = {int(k): v for k, v in meta["devices"].items()}
-        frames = {name: pd.read_parquet(entry / f"{name}.parquet") for name in ("gpu", "cpu", "steps")}
+        frames = {name: _object_categories(pd.read_parquet(entry / f"{name}.parquet"))
+                  for name in ("gpu", "cpu", "steps")}
     except (OSError, ValueError, KeyError):
         return None
     return Trace(meta=TraceMeta(**meta), **frames)
+
+
+def _object_categories(frame: pd.DataFrame) -> pd.DataFrame:
+    """Parquet hands categories back as Arrow strings; the loaders make plain object categories,
+    and a cached Trace must be the same as a parsed one."""
+    for column in frame.columns:
+        if isinstance(frame[column].dtype, pd.CategoricalDtype):
+            values = frame[column].array
+            frame[column] = pd.Categorical.from_codes(values.codes, categories=pd.Index(values.categories, dtype=object))
+    return frame
 
 
 def write(path: str, trace: Trace) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from .model import Trace, TraceMeta
+from .model import Trace, TraceMeta, categorical
 from .normalize import finish_trace
 
 # lower-cased Kineto category → our kind. The 2021 schema capitalised them (Kernel, Runtime...).
@@ -186,7 +186,7 @@ def load_kineto(path: str) -> Trace:
     del raw
     events = doc.traceEvents
 
-    cats = pd.Categorical(list(map(attrgetter("cat"), events)))
+    cats = categorical(list(map(attrgetter("cat"), events)))
     lower = [str(c).lower() for c in cats.categories]
     codes = cats.codes
     phases = np.asarray(list(map(attrgetter("ph"), events)), dtype=object)

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .model import CPU_COLUMNS, GPU_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, typed_frame
+from .model import CPU_COLUMNS, GPU_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical, typed_frame
 
 # "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoD (Device -> Device)", "Memset (Device)"
 _MEMCPY_NAME = re.compile(r"Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
@@ -47,7 +47,7 @@ def parse_copy_names(names: pd.Categorical) -> tuple[pd.Categorical, pd.Categori
 def _take(values: list, codes: np.ndarray) -> pd.Categorical:
     """Map per-category values onto rows (code -1, a missing name, maps to None)."""
     lookup = np.array(values + [None], dtype=object)
-    return pd.Categorical(lookup[codes])
+    return categorical(lookup[codes])
 
 
 def thread_time(pid: np.ndarray, tid: np.ndarray, t: np.ndarray, t_min: int, width: int) -> np.ndarray:
@@ -119,15 +119,15 @@ def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t
 
 def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta) -> Trace:
     """Build the typed frames, link device work to ops, flag collectives, derive steps."""
-    gpu_names = pd.Categorical(gpu.pop("name"))
+    gpu_names = categorical(gpu.pop("name"))
     copy_kind, src_kind, dst_kind = parse_copy_names(gpu_names)
     is_copy = np.asarray(gpu["kind"]) == "memcpy"
-    gpu["copy_kind"] = pd.Categorical(np.where(is_copy, np.asarray(copy_kind, dtype=object), None))
+    gpu["copy_kind"] = categorical(np.where(is_copy, np.asarray(copy_kind, dtype=object), None))
     gpu["src_kind"] = src_kind
     gpu["dst_kind"] = dst_kind
     gpu["name"] = gpu_names
 
-    cpu_names = pd.Categorical(cpu.pop("name"))
+    cpu_names = categorical(cpu.pop("name"))
     cpu["name"] = cpu_names
     kind = np.asarray(cpu["kind"], dtype=object)
     is_loader = _take([bool(DATALOADER_NAME.match(c)) for c in cpu_names.categories], cpu_names.codes)
@@ -177,7 +177,7 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
     fallback = unlinked & (ids_pos >= 0)
     names[fallback] = ops_with_id["name"].to_numpy()[ids_pos[fallback]]
     gpu["external_id"] = external
-    gpu["op"] = pd.Categorical(names)
+    gpu["op"] = categorical(names)
 
 
 def _comm_flags(gpu: pd.DataFrame) -> np.ndarray:

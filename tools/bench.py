@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Benchmark traceagent against the JSON floor and against Holistic Trace Analysis.
+
+    pip install orjson holistictraceanalysis    # optional: HTA may want its own venv (--hta-python)
+    python tools/bench.py --sizes 10MB 100MB 1GB --ranks-case 8x100MB --runs 3
+
+For each synthetic trace (tools/synth_trace.py) every measurement runs in a fresh process and
+reports wall time and peak RSS (median of --runs): (a) orjson.loads of the file, the floor for
+any Python reader that builds objects; (b) traceagent load without cache; (c) load from cache;
+(d) the full `analyze --json`; (e) HTA loading the trace and computing its temporal, idle-time
+and kernel breakdowns. Then the ratios: ours/floor, HTA/ours, cached/uncached, RSS/file size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+from synth_trace import parse_size, synthesize  # noqa: E402
+
+# Each snippet runs in its own interpreter: imports first (not timed), then the timed work; it
+# prints wall seconds and peak RSS. PATH is the trace file or directory.
+_PRELUDE = "import json, resource, sys, time, os\nPATH = sys.argv[1]\n"
+_REPORT = ("\nprint(json.dumps({'wall_s': time.perf_counter() - t0, "
+           "'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))\n")
+CASES = {
+    "floor": ("import orjson\nfiles = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
+              "t0 = time.perf_counter()\nfor f in files:\n    data = orjson.loads(open(f, 'rb').read())\n    del data"),
+    "load": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH, use_cache=False)"),
+    "warm": ("import traceagent\nt0 = time.perf_counter()\ntraceagent.load(PATH)"),
+    "load_cached": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH)"),
+    "analyze": ("import traceagent\nfrom traceagent.detect.analysis import analyze\nt0 = time.perf_counter()\n"
+                "out = json.dumps(analyze(traceagent.load(PATH, use_cache=False)).to_dict())"),
+    "hta": ("import logging, warnings\nlogging.disable(logging.WARNING)\nwarnings.simplefilter('ignore')\n"
+            "from hta.trace_analysis import TraceAnalysis\nimport tempfile\n"
+            "t0 = time.perf_counter()\nfolder = PATH\n"
+            "if not os.path.isdir(PATH):\n    folder = tempfile.mkdtemp()\n    os.symlink(os.path.abspath(PATH), os.path.join(folder, 'rank-0.json'))\n"
+            "a = TraceAnalysis(trace_dir=folder)\na.get_temporal_breakdown(visualize=False)\n"
+            "a.get_idle_time_breakdown(visualize=False)\na.get_gpu_kernel_breakdown(visualize=False)"),
+}
+
+
+def measure(case: str, path: Path, python: str, runs: int, timeout: int, cache_dir: str) -> dict | None:
+    """Median wall and peak RSS over fresh-process runs; None when the case cannot run here."""
+    results = []
+    env = dict(os.environ, TRACEAGENT_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT))
+    for _ in range(runs):
+        code = _PRELUDE + CASES[case] + _REPORT
+        try:
+            done = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return {"error": f"over {timeout} s"}
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["failed"])[-1]
+            return {"error": last[:120]}
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {"wall_s": statistics.median(r["wall_s"] for r in results),
+            "rss_mb": statistics.median(r["rss_mb"] for r in results)}
+
+
+def size_of(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else path.stat().st_size
+
+
+def run(label: str, path: Path, args) -> dict:
+    cache_dir = tempfile.mkdtemp(prefix="bench-cache-")
+    row = {"case": label, "mb": size_of(path) / 1e6}
+    measure("warm", path, sys.executable, 1, args.timeout, cache_dir)  # fill the cache, in its own process
+    for case in ("floor", "load", "load_cached", "analyze"):
+        row[case] = measure(case, path, sys.executable, args.runs, args.timeout, cache_dir)
+        print(f"  {label} {case}: {row[case]}", file=sys.stderr, flush=True)
+    if args.hta_python and not args.skip_hta:
+        row["hta"] = measure("hta", path, args.hta_python, max(1, args.runs if row["mb"] < 500 else 1), args.timeout, cache_dir)
+        print(f"  {label} hta: {row['hta']}", file=sys.stderr, flush=True)
+    return row
+
+
+def _wall(row: dict, case: str) -> float | None:
+    value = row.get(case)
+    return value.get("wall_s") if isinstance(value, dict) else None
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| trace | MB | floor s | load s | cached s | analyze s | HTA s | analyze/floor | HTA/analyze "
+            "| cached/load | peak RSS/size (analyze) |")
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        def cell(case: str) -> str:
+            v = r.get(case)
+            if not isinstance(v, dict):
+                return "-"
+            return v["error"] if "error" in v else f"{v['wall_s']:.2f}"
+        rss = r["analyze"]["rss_mb"] / r["mb"] if isinstance(r.get("analyze"), dict) and "rss_mb" in r["analyze"] else None
+        lines.append(f"| {r['case']} | {r['mb']:.0f} | {cell('floor')} | {cell('load')} | {cell('load_cached')} | "
+                     f"{cell('analyze')} | {cell('hta')} | {ratio(_wall(r, 'analyze'), _wall(r, 'floor'))} | "
+                     f"{ratio(_wall(r, 'hta'), _wall(r, 'analyze'))} | {ratio(_wall(r, 'load_cached'), _wall(r, 'load'))} | "
+                     f"{f'{rss:.2f}' if rss else '-'} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", nargs="*", default=["10MB", "100MB", "1GB"])
+    parser.add_argument("--ranks-case", default="8x100MB", help="RANKSxSIZE, or '' to skip")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--timeout", type=int, default=3600)
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "traceagent-bench")
+    parser.add_argument("--hta-python", default=sys.executable,
+                        help="the interpreter that has holistictraceanalysis (default: this one)")
+    parser.add_argument("--skip-hta", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    check = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True)
+    if check.returncode != 0:
+        print(f"bench: holistictraceanalysis is not importable by {args.hta_python}: HTA column skipped",
+              file=sys.stderr)
+        args.skip_hta = True
+    rows = []
+    for text in args.sizes:
+        size = parse_size(text)
+        path = args.workdir / f"synth-{text}.json"
+        if not path.exists():
+            started = time.perf_counter()
+            synthesize(path, size)
+            print(f"wrote {path} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+        rows.append(run(text, path, args))
+    if args.ranks_case:
+        ranks, size_text = args.ranks_case.lower().split("x")
+        folder = args.workdir / f"synth-{args.ranks_case}"
+        if not folder.exists():
+            folder.mkdir()
+            for rank in range(int(ranks)):
+                synthesize(folder / f"rank-{rank}.json", parse_size(size_text), rank=rank, world=int(ranks))
+        rows.append(run(args.ranks_case, folder, args))
+    print(f"\n{os.cpu_count()} cores; times are medians of {args.runs} fresh-process runs\n")
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
