@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
 from .model import Trace, TraceMeta, categorical
@@ -49,26 +50,34 @@ _EVENT_FIELDS = [
 ]
 
 
-def _struct_types(strict: bool):
+def _event_type(strict: bool):
     """Typed structs for the fast path; `Any`-typed twins for traces that break the usual types."""
     kind = (lambda t: t) if strict else (lambda t: Any)
+    # gc=False: millions of short-lived structs that hold no cycles need no garbage-collector
+    # tracking, and the collector's passes over them were a good part of decoding time
     args = msgspec.defstruct(
         "Args", [(f, kind(t), d) for f, t, d, _ in _ARG_FIELDS],
-        rename={f: j for f, _, _, j in _ARG_FIELDS})
-    event = msgspec.defstruct(
+        rename={f: j for f, _, _, j in _ARG_FIELDS}, gc=False)
+    return msgspec.defstruct(
         "Event", [(f, kind(t), d) for f, t, d, _ in _EVENT_FIELDS]
-        + [("args", args, msgspec.field(default_factory=args))])
-    doc = msgspec.defstruct("Doc", [
-        ("traceEvents", list[event], msgspec.field(default_factory=list)),
-        ("deviceProperties", list[dict] | None, None),
-        ("distributedInfo", dict | None, None),
-        ("schemaVersion", Any, None),
-    ])
-    return doc, event
+        + [("args", args, msgspec.field(default_factory=args))], gc=False)
 
 
-_STRICT = _struct_types(strict=True)
-_LOOSE = _struct_types(strict=False)
+_STRICT, _LOOSE = _event_type(strict=True), _event_type(strict=False)
+
+
+class _Document(msgspec.Struct):
+    """The first pass: structure only. Events stay raw views into the file's bytes (48 bytes each)
+    so that no event object exists until its batch is decoded."""
+
+    traceEvents: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    deviceProperties: list[dict] | None = None
+    distributedInfo: dict | None = None
+    schemaVersion: Any = None
+
+
+#: events decoded into structs at a time: peak memory holds one batch, not the whole trace
+BATCH = 100_000
 
 
 def read_bytes(path: str) -> tuple[bytes, list[str]]:
@@ -86,38 +95,42 @@ def read_bytes(path: str) -> tuple[bytes, list[str]]:
         raise TraceError(path, f"corrupt gzip file ({exc})", "Re-copy or re-export the trace.") from None
 
 
-def decode(raw: bytes, path: str) -> tuple[Any, list[str]]:
-    """Decode the JSON document; recover the complete events of a truncated one."""
-    for doc_type, event_type in (_STRICT, _LOOSE):
-        try:
-            return _decode_as(raw, doc_type, event_type), []
-        except msgspec.ValidationError:
-            continue  # an odd field type somewhere: retry with the permissive structs
-        except msgspec.DecodeError:
-            recovered = _recover_truncated(raw, doc_type, event_type)
-            if recovered is not None:
-                doc, kept = recovered
-                pct = 100 * kept / max(len(raw), 1)
-                return doc, [f"the JSON is truncated; loaded the complete events in the first {pct:.0f}% of it"]
-            break
-    head = raw.lstrip()[:1]
-    if head not in (b"{", b"["):
+def _first_byte(raw: bytes) -> bytes:
+    """The first non-blank byte, without copying the buffer (lstrip would copy gigabytes)."""
+    for i in range(min(len(raw), 4096)):
+        if raw[i] not in b" \t\r\n":
+            return raw[i:i + 1]
+    return b""
+
+
+def decode(raw: bytes, path: str) -> tuple[_Document, list[str]]:
+    """Decode the document's structure; recover the complete events of a truncated one."""
+    try:
+        return _decode_document(raw), []
+    except msgspec.ValidationError:
+        pass  # e.g. a top-level list of events: fall through to the message below
+    except msgspec.DecodeError:
+        recovered = _recover_truncated(raw)
+        if recovered is not None:
+            doc, kept = recovered
+            pct = 100 * kept / max(len(raw), 1)
+            return doc, [f"the JSON is truncated; loaded the complete events in the first {pct:.0f}% of it"]
+    if _first_byte(raw) not in (b"{", b"["):
         raise TraceError(path, "not a JSON trace file",
                          "Expected PyTorch Profiler JSON (.json/.json.gz) or an Nsight Systems .sqlite export.")
     raise TraceError(path, "malformed JSON that could not be recovered", "Re-export the trace.")
 
 
-def _decode_as(raw: bytes, doc_type, event_type):
-    if raw.lstrip()[:1] == b"[":  # the bare-array form of the Chrome trace format
-        return doc_type(traceEvents=msgspec.json.decode(raw, type=list[event_type]))
-    return msgspec.json.decode(raw, type=doc_type)
+def _decode_document(raw: bytes) -> _Document:
+    if _first_byte(raw) == b"[":  # the bare-array form of the Chrome trace format
+        return _Document(traceEvents=msgspec.json.decode(raw, type=list[msgspec.Raw]))
+    return msgspec.json.decode(raw, type=_Document)
 
 
-def _recover_truncated(raw: bytes, doc_type, event_type, attempts: int = 64):
-    """Cut after the last complete event and close the brackets. Kineto writes one event per
-    line, so '},' at a line end is an event boundary; a cut inside nested args fails and we
-    step back to the previous one."""
-    is_array = raw.lstrip()[:1] == b"["
+def _recover_truncated(raw: bytes, attempts: int = 64):
+    """Cut after the last complete event and close the brackets. A cut inside nested args fails
+    and we step back to the previous closing brace."""
+    is_array = _first_byte(raw) == b"["
     start = raw.find(b"[")
     if start < 0:
         return None
@@ -128,7 +141,7 @@ def _recover_truncated(raw: bytes, doc_type, event_type, attempts: int = 64):
             return None
         closing = b"]" if is_array else b"]}"
         try:
-            doc = _decode_as(raw[: cut + 1] + closing, doc_type, event_type)
+            doc = _decode_document(raw[: cut + 1] + closing)
         except (msgspec.DecodeError, msgspec.ValidationError):
             limit = cut
             continue
@@ -136,6 +149,15 @@ def _recover_truncated(raw: bytes, doc_type, event_type, attempts: int = 64):
             return None
         return doc, cut + 1
     return None
+
+
+def _decode_events(batch: list) -> list:
+    """The second pass, one batch at a time: typed structs, or Any-typed ones for odd traces."""
+    text = b"[" + b",".join(batch) + b"]"
+    try:
+        return msgspec.json.decode(text, type=list[_STRICT])
+    except msgspec.ValidationError:
+        return msgspec.json.decode(text, type=list[_LOOSE])
 
 
 def _select(items: list, index: np.ndarray) -> list:
@@ -177,15 +199,25 @@ class _Clock:
 def load_kineto(path: str) -> Trace:
     """Read one Kineto trace file into a Trace."""
     raw, warnings = read_bytes(path)
-    if not raw.strip():
+    if not raw or raw.isspace():
         raise TraceError(path, "the file is empty", "Check that the profiler finished writing it.")
     doc, more = decode(raw, path)
     warnings += more
-    if not doc.traceEvents and b'"traceEvents"' not in raw and raw.lstrip()[:1] != b"[":
+    if not doc.traceEvents and b'"traceEvents"' not in raw and _first_byte(raw) != b"[":
         raise TraceError(path, "JSON without a traceEvents list", "This does not look like a PyTorch Profiler trace.")
-    del raw
-    events = doc.traceEvents
+    raw_events = doc.traceEvents
+    parts = [_batch_columns(_decode_events(raw_events[i:i + BATCH])) for i in range(0, len(raw_events), BATCH)]
+    del raw, raw_events, doc.traceEvents
+    gpu = _concat([p[0] for p in parts])
+    cpu = _concat([p[1] for p in parts])
+    meta = _meta(doc, path, warnings, has_flows=any(p[2] for p in parts))
+    meta.has_python_frames = bool((cpu.get("kind", np.zeros(0)) == "python").any()) or bool(
+        len(cpu.get("stack", [])) and cpu["stack"].notna().any())
+    return finish_trace(gpu, cpu, meta)
 
+
+def _batch_columns(events: list) -> tuple[dict, dict, bool]:
+    """Columns of one batch of events: (device activity, host events, whether it has flows)."""
     cats = categorical(list(map(attrgetter("cat"), events)))
     lower = [str(c).lower() for c in cats.categories]
     codes = cats.codes
@@ -199,8 +231,7 @@ def load_kineto(path: str) -> Trace:
 
     gpu_items = _select(events, np.flatnonzero(is_gpu))
     cpu_items = _select(events, np.flatnonzero(is_cpu))
-    ts_all = np.concatenate([_numeric(gpu_items, "ts", 0.0), _numeric(cpu_items, "ts", 0.0)])
-    clock = _Clock(ts_all)
+    clock = _Clock(np.concatenate([_numeric(gpu_items, "ts", 0.0), _numeric(cpu_items, "ts", 0.0)]))
 
     gpu = _columns(gpu_items, clock)
     gpu["kind"] = gpu_kind[is_gpu]
@@ -214,11 +245,22 @@ def load_kineto(path: str) -> Trace:
     cpu["kind"] = cpu_kind[is_cpu]
     cpu["pid"] = _ids(cpu_items, "pid")
     cpu["tid"] = _ids(cpu_items, "tid")
-    cpu["stack"] = list(map(attrgetter("args.call_stack"), cpu_items))
+    cpu["stack"] = categorical(list(map(attrgetter("args.call_stack"), cpu_items)))
+    return gpu, cpu, has_flows
 
-    meta = _meta(doc, path, warnings, has_flows)
-    meta.has_python_frames = bool((cpu["kind"] == "python").any()) or any(s for s in cpu["stack"][:1000] if s)
-    return finish_trace(gpu, cpu, meta)
+
+def _concat(parts: list[dict]) -> dict:
+    """One column set from the batches' (categoricals merged, not expanded to strings)."""
+    if not parts:
+        return {"name": [], "kind": []}
+    out = {}
+    for key in parts[0]:
+        columns = [p[key] for p in parts]
+        if isinstance(columns[0], pd.Categorical):
+            out[key] = union_categoricals(columns) if len(columns) > 1 else columns[0]
+        else:
+            out[key] = np.concatenate(columns)
+    return out
 
 
 def _columns(items: list, clock: _Clock) -> dict:
@@ -228,7 +270,7 @@ def _columns(items: list, clock: _Clock) -> dict:
     external = _numeric(items, "args.external_id", -1)
     external = np.where(external >= 0, external, _numeric(items, "args.external_id_2021", -1))
     return {
-        "name": list(map(attrgetter("name"), items)),
+        "name": categorical(list(map(attrgetter("name"), items))),
         "start": start,
         "end": start + dur,
         "correlation": _numeric(items, "args.correlation", -1),

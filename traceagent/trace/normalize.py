@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .model import CPU_COLUMNS, GPU_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical, typed_frame
+from .model import CPU_COLUMNS, GPU_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical, matches, typed_frame
 
 # "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoD (Device -> Device)", "Memset (Device)"
 _MEMCPY_NAME = re.compile(r"Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
@@ -129,9 +129,8 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta) -> Trace:
 
     cpu_names = categorical(cpu.pop("name"))
     cpu["name"] = cpu_names
-    kind = np.asarray(cpu["kind"], dtype=object)
-    is_loader = _take([bool(DATALOADER_NAME.match(c)) for c in cpu_names.categories], cpu_names.codes)
-    kind[np.asarray(is_loader, dtype=object) == True] = "dataloader"  # noqa: E712 (object array)
+    kind = np.asarray(cpu["kind"], dtype=object).copy()
+    kind[matches(pd.Series(cpu_names), DATALOADER_NAME)] = "dataloader"
     cpu["kind"] = kind
     if "depth" not in cpu:
         cpu["depth"] = nesting_depth(*(np.asarray(cpu[c], dtype=np.int64) for c in ("pid", "tid", "start", "end")))
@@ -181,24 +180,19 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
 
 
 def _comm_flags(gpu: pd.DataFrame) -> np.ndarray:
-    names = gpu["name"].cat.categories
-    by_name = _take([bool(COMM_KERNEL.search(n)) for n in names], gpu["name"].cat.codes.to_numpy())
-    ops = gpu["op"].cat.categories
-    by_op = _take([bool(COMM_OP.match(o)) for o in ops], gpu["op"].cat.codes.to_numpy())
-    flagged = (np.asarray(by_name, dtype=object) == True) | (np.asarray(by_op, dtype=object) == True)  # noqa: E712
+    flagged = matches(gpu["name"], COMM_KERNEL) | matches(gpu["op"], COMM_OP)
     return flagged & (gpu["kind"].to_numpy() == "kernel")
 
 
 def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
     """ProfilerStep#N host ranges, and the device range of the work each step launched."""
     names = cpu["name"].cat.categories
-    step_no = _take([int(m.group(1)) if (m := STEP_NAME.match(n)) else None for n in names],
-                    cpu["name"].cat.codes.to_numpy())
-    step_no = pd.Series(np.asarray(step_no, dtype=object), index=cpu.index)
-    host = cpu[step_no.notna().to_numpy() & cpu["kind"].isin(["op", "annotation"]).to_numpy()].copy()
+    numbers = np.array([int(m.group(1)) if (m := STEP_NAME.match(str(n))) else -1 for n in names] + [-1])
+    step_no = numbers[cpu["name"].cat.codes.to_numpy()]
+    host = cpu[(step_no >= 0) & cpu["kind"].isin(["op", "annotation"]).to_numpy()].copy()
     if host.empty:
         return typed_frame({}, STEP_COLUMNS)
-    host["step"] = step_no[host.index].astype("int64")
+    host["step"] = step_no[(step_no >= 0) & cpu["kind"].isin(["op", "annotation"]).to_numpy()]
     host["dur"] = host["end"] - host["start"]
     # a step can appear on several threads; keep its widest range
     host = host.sort_values("dur").drop_duplicates("step", keep="last").sort_values("start")
