@@ -138,3 +138,27 @@ def test_offline_ask_without_configuration(monkeypatch, capsys):
     assert code == 0
     assert "waiting for data loading" in out and "% of the span" in out and "num_workers" in out
     assert "no LLM is configured" in out
+
+
+def test_report_summary_written_by_the_model(model_env, capsys, tmp_path):
+    replies = [Reply.tool("verdict", {}),
+               Reply.text("The GPU is idle 39.4% of the time, mostly waiting for data loading (28.6% of the span); "
+                          "it also loses 17.5 ms somewhere.")]
+    with FakeOpenAIServer(replies) as server:
+        model_env(server.url)
+        out = tmp_path / "d.md"
+        assert main(["report", str(RESNET_NW0), "--llm", "-o", str(out)]) == 0
+    text = out.read_text()
+    summary = text[text.index("## Summary"):text.index("## What would sharpen")]
+    assert "idle 39.4% of the time" in summary
+    assert "Unverified numbers" in summary and "`17.5 ms`" in summary
+    assert "Written by scripted" in summary and SECRET not in text
+    assert text.index("## Verdict") < text.index("## Summary")
+
+
+def test_report_llm_without_a_model_says_how(monkeypatch, capsys):
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRACEAGENT_CONFIG", "/nonexistent/config.toml")
+    assert main(["report", str(RESNET_NW0), "--llm"]) == 2
+    assert "--llm needs a model" in capsys.readouterr().err

@@ -32,7 +32,8 @@ from synth_trace import parse_size, synthesize  # noqa: E402
 # prints wall seconds and peak RSS. PATH is the trace file or directory.
 _PRELUDE = "import json, resource, sys, time, os\nPATH = sys.argv[1]\n"
 _REPORT = ("\nprint(json.dumps({'wall_s': time.perf_counter() - t0, "
-           "'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))\n")
+           "'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
+           "'worker_rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))\n")
 CASES = {
     "floor": ("import orjson\nfiles = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
               "t0 = time.perf_counter()\nfor f in files:\n    data = orjson.loads(open(f, 'rb').read())\n    del data"),
@@ -65,7 +66,9 @@ def measure(case: str, path: Path, python: str, runs: int, timeout: int, cache_d
             return {"error": last[:120]}
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return {"wall_s": statistics.median(r["wall_s"] for r in results),
-            "rss_mb": statistics.median(r["rss_mb"] for r in results)}
+            "rss_mb": statistics.median(r["rss_mb"] for r in results),
+            # parallel loads: the largest worker process's peak (RUSAGE_CHILDREN)
+            "worker_rss_mb": statistics.median(r["worker_rss_mb"] for r in results)}
 
 
 def size_of(path: Path) -> int:
@@ -96,19 +99,22 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| trace | MB | floor s | load s | cached s | analyze s | HTA s | analyze/floor | HTA/analyze "
-            "| cached/load | peak RSS/size (analyze) |")
-    lines = [head, "|" + "---|" * 11]
+            "| cached/load | peak RSS/size (analyze) | largest worker RSS MB |")
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         def cell(case: str) -> str:
             v = r.get(case)
             if not isinstance(v, dict):
                 return "-"
             return v["error"] if "error" in v else f"{v['wall_s']:.2f}"
-        rss = r["analyze"]["rss_mb"] / r["mb"] if isinstance(r.get("analyze"), dict) and "rss_mb" in r["analyze"] else None
+
+        analyze = r.get("analyze") if isinstance(r.get("analyze"), dict) else {}
+        rss = f"{analyze['rss_mb'] / r['mb']:.2f}" if "rss_mb" in analyze else "-"
+        worker = f"{analyze['worker_rss_mb']:.0f}" if "worker_rss_mb" in analyze else "-"
         lines.append(f"| {r['case']} | {r['mb']:.0f} | {cell('floor')} | {cell('load')} | {cell('load_cached')} | "
                      f"{cell('analyze')} | {cell('hta')} | {ratio(_wall(r, 'analyze'), _wall(r, 'floor'))} | "
                      f"{ratio(_wall(r, 'hta'), _wall(r, 'analyze'))} | {ratio(_wall(r, 'load_cached'), _wall(r, 'load'))} | "
-                     f"{f'{rss:.2f}' if rss else '-'} |")
+                     f"{rss} | {worker} |")
     return "\n".join(lines)
 
 

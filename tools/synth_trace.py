@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import random
 import re
 import sys
@@ -49,7 +50,9 @@ class Writer:
             {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045379072, "computeMajor": 9,
              "computeMinor": 0, "numSms": 132}], "distributedInfo": {"backend": "nccl", "rank": rank,
                                                                       "world_size": world}}
-        head = msgspec.json.encode(header)[:-1] + b',\n  "traceEvents": [\n'
+        # the header as Kineto writes it, spaces after colons: some readers (HTA) find the rank
+        # with a regex that expects them
+        head = json.dumps(header, indent=2)[:-2].encode() + b',\n  "traceEvents": [\n'
         self._write(head)
         self.encoder = msgspec.json.Encoder()
 

@@ -180,12 +180,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .report.html import render_html
     from .report.markdown import render_markdown
 
+    summary = None
+    if args.llm:
+        from .agent.llm import ConfigError, load_config
+
+        try:
+            config = load_config()
+        except ConfigError as exc:
+            err.print(f"traceagent: error: {exc}", markup=False)
+            return 2
+        if config is None:
+            err.print("traceagent: error: --llm needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL for a local "
+                      "server (the report without --llm needs none)", markup=False)
+            return 2
     result = analyze(load_job(args.path, not args.no_cache))
+    if args.llm:
+        summary = llm_summary(result, config)
+        if summary is None:
+            return 1
     target = args.output
     if target and target.lower().endswith((".html", ".htm")):
-        text = render_html(result)
+        text = render_html(result, summary)
     else:
-        text = render_markdown(result)
+        text = render_markdown(result, summary)
     if not target:
         sys.stdout.write(text)
         return 0
@@ -197,6 +214,38 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     err.print(f"wrote {target}", markup=False)
     return 0
+
+
+SUMMARY_REQUEST = ("Write the summary paragraph of a written diagnosis of this trace, for a pull request: what "
+                   "limits the program, the evidence in numbers, and the next step. Call the tools you need first; "
+                   "one paragraph of plain prose, no headings.")
+
+
+def llm_summary(result: Analysis, config) -> str | None:
+    """The report's summary paragraph, written by the model through the agent; numbers the tools
+    did not return are marked. None (after one line on stderr) when the model fails."""
+    import asyncio
+
+    from .agent.llm import make_chat_model
+    from .agent.session import Answer, Failure, Session
+    from .agent.tools import AnalysisContext
+
+    session = Session(AnalysisContext(result), make_chat_model(config), config)
+
+    async def run() -> str | None:
+        async for event in session.ask(SUMMARY_REQUEST):
+            if isinstance(event, Failure) and event.kind in ("connection", "timeout", "rate_limit", "auth", "server"):
+                err.print(f"traceagent: {event.message}", markup=False)
+                return None
+            if isinstance(event, Answer):
+                text = event.text.strip()
+                if event.unverified:
+                    text += ("\n\n_Unverified numbers (in no tool result, check before quoting): "
+                             + ", ".join(f"`{u}`" for u in event.unverified) + "_")
+                return text + f"\n\n_Written by {config.model}; every other number in this report is a detector's._"
+        return None
+
+    return asyncio.run(run())
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -311,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
         "hot kernels, and the verdict")
     report = add("report", cmd_report, "write the diagnosis: Markdown, or self-contained HTML with charts")
     report.add_argument("-o", "--output", help="diagnosis.md or diagnosis.html (default: Markdown on stdout)")
+    report.add_argument("--llm", action="store_true", help="add a summary paragraph written by the configured model "
+                        "(its numbers checked against the detectors)")
     compare = add("diff", cmd_diff, "compare a trace before and after a change", path=False)
     compare.add_argument("before", help="trace (or rank directory) before the change")
     compare.add_argument("after", help="trace (or rank directory) after the change")

@@ -31,7 +31,7 @@ def detect_comm(trace: Trace, top: int = 5) -> CommResult:
     for view in device_views(trace):
         span += view.span_ns
         comm += iv.length(view.comm)
-        exposed += iv.length(iv.subtract(view.comm, view.compute))
+        exposed += iv.length(view.exposed_comm)
     kernels = trace.gpu[trace.gpu["is_comm"]]
     by_name = (kernels.assign(dur=kernels["end"] - kernels["start"]).groupby("name", observed=True)["dur"]
                .agg(["size", "sum"]).sort_values("sum", ascending=False).head(top))
@@ -66,7 +66,7 @@ def compare_ranks(job: Job) -> RankComparison | None:
         rows.append({
             "rank": trace.meta.rank,
             "comm_us": us(sum(iv.length(v.comm) for v in views)),
-            "exposed_us": us(sum(iv.length(iv.subtract(v.comm, v.compute)) for v in views)),
+            "exposed_us": us(sum(iv.length(v.exposed_comm) for v in views)),
             "compute_us": us(sum(iv.length(v.compute) for v in views)),
             "busy_us": us(sum(iv.length(v.busy) for v in views)),
             "span_us": us(sum(v.span_ns for v in views)),

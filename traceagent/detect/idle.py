@@ -17,6 +17,7 @@ holds, in this order:
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -90,9 +91,20 @@ class IdleResult:
         return self.by_cause_pct.get(cause, 0.0)
 
 
+_GAPS: "weakref.WeakKeyDictionary[DeviceView, dict]" = weakref.WeakKeyDictionary()
+
+
 def classify_gaps(trace: Trace, view: DeviceView, params: IdleParams = IdleParams()) -> pd.DataFrame:
     """Every gap on one device with its cause: columns start, end, dur, cause, sync (row label
-    in trace.cpu of the sync call, or -1), next_op (position in view.work of the op after it)."""
+    in trace.cpu of the sync call, or -1), next_op (position in view.work of the op after it).
+    Memoized per device view and parameters: the idle, steps and timeline code all ask."""
+    cached = _GAPS.setdefault(view, {})
+    if params not in cached:
+        cached[params] = _classify_gaps(trace, view, params)
+    return cached[params].copy()
+
+
+def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.DataFrame:
     g_start, g_end = iv.gaps(view.busy)
     dur = g_end - g_start
     n = len(dur)

@@ -25,6 +25,7 @@ class DeviceView:
     busy: iv.Intervals  # all work, every stream
     compute: iv.Intervals  # kernels that are not collectives
     comm: iv.Intervals  # collective kernels
+    exposed_comm: iv.Intervals  # collectives while no compute kernel runs
     memcpy: iv.Intervals
     memset: iv.Intervals
 
@@ -63,12 +64,14 @@ def _view(device: int, rows: pd.DataFrame) -> DeviceView:
         return iv.union(start[mask], end[mask])
 
     is_kernel = kind == "kernel"
+    compute, collectives = union_of(is_kernel & ~comm), union_of(is_kernel & comm)
     return DeviceView(
         device=device,
         work=rows,
         busy=iv.union(start, end),
-        compute=union_of(is_kernel & ~comm),
-        comm=union_of(is_kernel & comm),
+        compute=compute,
+        comm=collectives,
+        exposed_comm=iv.subtract(collectives, compute),
         memcpy=union_of(kind == "memcpy"),
         memset=union_of(kind == "memset"),
     )

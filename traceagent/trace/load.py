@@ -93,23 +93,29 @@ def load(path: str | os.PathLike, use_cache: bool = True, progress: Progress | N
 
 
 def _load_files(files: list[str], use_cache: bool, progress: Progress | None, workers: int | None) -> list[Trace]:
+    """Cached files are read here (Parquet is fast, and pickling frames back from a worker would
+    cost more than reading them); the rest are parsed in parallel processes."""
     total = len(files)
+    traces: list[Trace | None] = [cache.read(f) if use_cache else None for f in files]
+    missing = [i for i, t in enumerate(traces) if t is None]
+    done = total - len(missing)
     if progress:
-        progress(0, total, os.path.basename(files[0]))
-    if total == 1:
-        traces = [load_file(files[0], use_cache)]
-        if progress:
-            progress(1, 1, os.path.basename(files[0]))
-        return traces
-    workers = workers or min(total, os.cpu_count() or 1)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(load_file, f, use_cache) for f in files]
-        traces = []
-        for done, future in enumerate(futures, 1):
-            traces.append(future.result())  # a TraceError names its own file
+        progress(done, total, os.path.basename(files[missing[0]] if missing else files[-1]))
+    if len(missing) <= 1 or (workers or os.cpu_count() or 1) == 1:
+        for i in missing:
+            traces[i] = load_file(files[i], use_cache)
+            done += 1
             if progress:
-                progress(done, total, os.path.basename(files[done - 1]))
-    return traces
+                progress(done, total, os.path.basename(files[i]))
+        return traces  # type: ignore[return-value]
+    with ProcessPoolExecutor(max_workers=workers or min(len(missing), os.cpu_count() or 1)) as pool:
+        futures = {i: pool.submit(load_file, files[i], use_cache) for i in missing}
+        for i, future in futures.items():
+            traces[i] = future.result()  # a TraceError names its own file
+            done += 1
+            if progress:
+                progress(done, total, os.path.basename(files[i]))
+    return traces  # type: ignore[return-value]
 
 
 def _assign_ranks(path: str, files: list[str], traces: list[Trace]) -> list[Trace]:

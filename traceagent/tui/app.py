@@ -69,7 +69,7 @@ class TraceAgentApp(App):
 
     async def on_mount(self) -> None:
         self.query_one(PromptInput).focus()
-        await self.query_one(Conversation).add_note(f"Loading {self.path} …")
+        await self.query_one(Conversation).add_note(f"Loading {Path(self.path).name} …")
         self.load_trace()
 
     # -- loading ------------------------------------------------------------------------------
