@@ -18,16 +18,14 @@ from textual.widgets import Footer, Header, Input
 from ..agent.offline import CANNED_QUESTIONS
 from ..agent.session import Answer, Cancelled, Failure, Session, Token, ToolCall, ToolResult
 from ..agent.tools import AnalysisContext
-from ..detect.analysis import Analysis, analyze
-from ..detect.idle import classify_gaps
-from ..detect.view import device_views
+from ..detect.analysis import Analysis
 from ..errors import TraceError
-from ..trace.load import load
+from .loader import load_in_child
 from .screens import HelpScreen
 from .widgets.conversation import Conversation
 from .widgets.prompt import PromptInput
 from .widgets.side_panel import SidePanel
-from .widgets.timeline import Timeline, timeline_data
+from .widgets.timeline import Timeline
 
 
 class TraceAgentApp(App):
@@ -94,13 +92,9 @@ class TraceAgentApp(App):
         self.waiting.clear()
 
     def _load_and_analyze(self):
-        """In a worker thread: parsing and detectors never run on the UI's event loop."""
-        analysis = analyze(load(self.path, use_cache=self.use_cache))
-        other = analyze(load(self.compare, use_cache=self.use_cache)) if self.compare else None
-        trace = analysis.ranks[0].trace
-        views = device_views(trace)
-        timeline = timeline_data(trace, views[0], classify_gaps(trace, views[0])) if views else None
-        return analysis, other, timeline
+        """In a worker thread that waits on a child process (see tui/loader.py): the UI's
+        interpreter never parses."""
+        return load_in_child(self.path, self.compare, self.use_cache)
 
     # -- asking ---------------------------------------------------------------------------------
 

@@ -1,0 +1,56 @@
+"""Load and analyze a trace in a child process for the chat app, and hand the result back.
+
+Parsing holds the GIL for long stretches: done in the app's own interpreter it freezes key
+handling for seconds on large traces. A plain child process (not multiprocessing, which cannot
+start while Textual owns stderr) writes the pickled result, or the pickled TraceError, to stdout:
+for a 100 MB trace that is 18 MB, unpickled in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+from ..detect.analysis import analyze
+from ..detect.idle import classify_gaps
+from ..detect.view import device_views
+from ..errors import TraceError
+from ..trace.load import load
+from .widgets.timeline import timeline_data
+
+
+def load_and_analyze(path: str, compare: str | None, use_cache: bool):
+    """(analysis, analysis of the trace to compare or None, the timeline's data or None)."""
+    analysis = analyze(load(path, use_cache=use_cache))
+    other = analyze(load(compare, use_cache=use_cache)) if compare else None
+    trace = analysis.ranks[0].trace
+    views = device_views(trace)
+    timeline = timeline_data(trace, views[0], classify_gaps(trace, views[0])) if views else None
+    return analysis, other, timeline
+
+
+def load_in_child(path: str, compare: str | None, use_cache: bool):
+    """load_and_analyze in a child process; in this process if the child itself fails."""
+    command = [sys.executable, "-m", "traceagent.tui.loader", path, compare or "", "1" if use_cache else "0"]
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True)
+    if done.returncode == 0 and done.stdout:
+        result = pickle.loads(done.stdout)  # our own child's output
+        if isinstance(result, TraceError):
+            raise result
+        return result
+    return load_and_analyze(path, compare, use_cache)
+
+
+def main() -> int:
+    path, compare, use_cache = sys.argv[1], sys.argv[2] or None, sys.argv[3] == "1"
+    try:
+        result = load_and_analyze(path, compare, use_cache)
+    except TraceError as exc:
+        result = exc
+    sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
