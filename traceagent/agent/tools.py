@@ -57,10 +57,6 @@ def _plain(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def _bounded(items: list, limit: int) -> list:
-    return items[: max(1, min(limit, MAX_ITEMS))]
-
-
 # -- the tools: each takes the context first; the model supplies the rest --------------------------
 
 def overview(ctx: AnalysisContext) -> dict:

@@ -110,10 +110,6 @@ def _default_column(dtype: str, n: int):
     raise ValueError(dtype)
 
 
-def empty_frame(schema: dict[str, str]) -> pd.DataFrame:
-    return typed_frame({}, schema)
-
-
 @dataclass
 class TraceMeta:
     """What the trace says about itself, and what the loader noticed while reading it."""
