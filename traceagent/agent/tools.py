@@ -18,7 +18,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
 from ..detect.diff import diff
-from ..detect.host import host_events_in
+from ..detect.host import calls_by_correlation, host_events_in
 from ..detect.idle import IdleParams, classify_gaps
 from ..detect.kernels import short_name
 from ..detect.view import device_views, us
@@ -189,8 +189,7 @@ def kernel_instances(ctx: AnalysisContext, name: str, rank: int | None = None, t
     match = kernels[matches(kernels["name"], re.compile(re.escape(name), re.IGNORECASE))]
     if match.empty:
         raise ToolInputError(f"no kernel name contains {name!r}; call hot_kernels to see names")
-    calls = trace.cpu[trace.cpu["kind"].isin(["runtime", "driver"]) & (trace.cpu["correlation"] >= 0)]
-    launch = match["correlation"].map(calls.drop_duplicates("correlation").set_index("correlation")["start"])
+    launch = match["correlation"].map(calls_by_correlation(trace)["start"])
     origin = trace.origin_ns()
     chosen = match.assign(dur=match["end"] - match["start"], launch=launch).nlargest(max(1, min(top, MAX_ITEMS)), "dur")
     names = sorted(set(chosen["name"].astype(str)))

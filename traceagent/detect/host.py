@@ -37,6 +37,13 @@ def sync_calls(trace: Trace) -> pd.DataFrame:
     return rows.sort_values("end", kind="stable")
 
 
+def calls_by_correlation(trace: Trace) -> pd.DataFrame:
+    """Runtime and driver calls indexed by correlation id: the host side of each device activity."""
+    cpu = trace.cpu
+    calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy() & (cpu["correlation"] >= 0).to_numpy()]
+    return calls.drop_duplicates("correlation").set_index("correlation")
+
+
 def _ops(trace: Trace) -> pd.DataFrame:
     cpu = trace.cpu
     return cpu[(cpu["kind"] == "op").to_numpy() & ~matches(cpu["name"], _STEP)]

@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..trace.model import Trace, matches
 from . import intervals as iv
-from .host import LAUNCH_CALLS, host_events_in, host_union, op_above, python_line_above, sync_calls
+from .host import LAUNCH_CALLS, calls_by_correlation, host_events_in, host_union, op_above, python_line_above, sync_calls
 from .view import DeviceView, device_views, pct, us
 
 CAUSES = ("dataloader", "sync", "launch_overhead", "host_other", "no_host_activity", "launch_latency")
@@ -133,8 +133,7 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     # the device op right after each gap, and the host call that launched it
     work_start = view.work["start"].to_numpy(np.int64)
     next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
-    calls = trace.cpu[trace.cpu["kind"].isin(["runtime", "driver"]) & (trace.cpu["correlation"] >= 0)]
-    calls = calls.drop_duplicates("correlation").set_index("correlation")
+    calls = calls_by_correlation(trace)
     corr = view.work["correlation"].to_numpy()[next_op]
     launch_start = pd.Series(corr).map(calls["start"]).to_numpy(dtype=float)
     launch_dur = (pd.Series(corr).map(calls["end"]) - pd.Series(corr).map(calls["start"])).to_numpy(dtype=float)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..trace.model import Trace, matches
-from .host import LAUNCH_CALLS
+from .host import LAUNCH_CALLS, calls_by_correlation
 from .view import pct, us
 
 
@@ -27,9 +27,8 @@ class LaunchResult:
 
 
 def detect_launch(trace: Trace) -> LaunchResult:
-    cpu = trace.cpu
-    calls = cpu[cpu["kind"].isin(["runtime", "driver"]) & (cpu["correlation"] >= 0)]
-    calls = calls[matches(calls["name"], LAUNCH_CALLS)].drop_duplicates("correlation")
+    calls = calls_by_correlation(trace)
+    calls = calls[matches(calls["name"], LAUNCH_CALLS)].reset_index()
     kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
     # graph launches share one correlation among many kernels: all of them are kept
     linked = kernels.merge(calls[["correlation", "name", "start", "end"]], on="correlation", suffixes=("", "_call"))
