@@ -162,3 +162,13 @@ def test_report_llm_without_a_model_says_how(monkeypatch, capsys):
     monkeypatch.setenv("TRACEAGENT_CONFIG", "/nonexistent/config.toml")
     assert main(["report", str(RESNET_NW0), "--llm"]) == 2
     assert "--llm needs a model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["ask", str(RESNET_NW0), "why?"], ["report", str(RESNET_NW0), "--llm"]])
+def test_unreadable_config_file_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, command):
+    bad = tmp_path / "config.toml"
+    bad.write_text("[llm\nbroken")
+    monkeypatch.setenv("TRACEAGENT_CONFIG", str(bad))
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"traceagent: error: {bad}: cannot read the config file" in err

@@ -182,13 +182,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     summary = None
     if args.llm:
-        from .agent.llm import ConfigError, load_config
+        from .agent.llm import load_config
 
-        try:
-            config = load_config()
-        except ConfigError as exc:
-            err.print(f"traceagent: error: {exc}", markup=False)
-            return 2
+        config = load_config()
         if config is None:
             err.print("traceagent: error: --llm needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL for a local "
                       "server (the report without --llm needs none)", markup=False)
@@ -271,15 +267,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
     """One question, the answer on stdout; tool calls on stderr with -v."""
     import asyncio
 
-    from .agent.llm import ConfigError, load_config, make_chat_model
+    from .agent.llm import load_config, make_chat_model
     from .agent.session import Answer, Cancelled, Failure, Session, Token, ToolCall, ToolResult
     from .agent.tools import AnalysisContext
 
-    try:
-        config = load_config()
-    except ConfigError as exc:
-        err.print(f"traceagent: error: {exc}", markup=False)
-        return 2
+    config = load_config()
     analysis = analyze(load_job(args.path, not args.no_cache))
     other = analyze(load_job(args.compare, not args.no_cache)) if args.compare else None
     session = Session(AnalysisContext(analysis, other), make_chat_model(config) if config else None, config)
@@ -316,14 +308,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         err.print("traceagent: not a terminal, so no chat: printing the analysis instead", markup=False)
         return cmd_analyze(args)
-    from .agent.llm import ConfigError, load_config, make_chat_model
+    from .agent.llm import load_config, make_chat_model
     from .tui.app import TraceAgentApp
 
-    try:
-        config = load_config()
-    except ConfigError as exc:
-        err.print(f"traceagent: error: {exc}", markup=False)
-        return 2
+    config = load_config()
     for path in (args.path, getattr(args, "compare", None)):
         if path and not os.path.exists(path):
             err.print(f"traceagent: error: {path}: no such file or directory", markup=False)
@@ -378,10 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .agent.llm import ConfigError
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except TraceError as exc:
+    except (TraceError, ConfigError) as exc:
         err.print(f"traceagent: error: {exc}", markup=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
