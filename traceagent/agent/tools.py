@@ -19,7 +19,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
 from ..detect.diff import diff
 from ..detect.host import calls_by_correlation, host_events_in
-from ..detect.idle import IdleParams, classify_gaps
+from ..detect.idle import IdleParams, trace_gaps
 from ..detect.kernels import short_name
 from ..detect.view import device_views, us
 from ..trace.model import matches
@@ -94,16 +94,9 @@ def idle_gaps(ctx: AnalysisContext, rank: int | None = None, cause: str | None =
     if not idle.has_python_frames:
         result["note"] = "this trace has no Python frames (profile with with_stack=True to get source lines)"
     trace, origin = r.trace, r.trace.origin_ns()
-    frames = []
-    for view in device_views(trace):
-        g = classify_gaps(trace, view)
-        g["device"] = view.device
-        frames.append(g)
-    if not frames:
+    gaps = trace_gaps(trace)
+    if gaps.empty and not device_views(trace):
         return result | {"top_gaps": [], "note": "no device activity in this trace"}
-    import pandas as pd
-
-    gaps = pd.concat(frames, ignore_index=True)
     if cause:
         gaps = gaps[gaps["cause"] == cause]
     if min_us:

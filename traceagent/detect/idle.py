@@ -153,18 +153,18 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
                          "sync": sync_label, "next_op": next_op})
 
 
+def trace_gaps(trace: Trace, params: IdleParams = IdleParams()) -> pd.DataFrame:
+    """The classified gaps of every device, one frame, with a `device` column."""
+    frames = [classify_gaps(trace, view, params).assign(device=view.device) for view in device_views(trace)]
+    return pd.concat(frames, ignore_index=True) if frames else _no_gaps()
+
+
 def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:
     """Idle time on every device, split by cause, with the largest gaps and their evidence."""
     origin = trace.origin_ns()
-    span = idle = 0
-    frames = []
-    for view in device_views(trace):
-        gaps = classify_gaps(trace, view, params)
-        gaps["device"] = view.device
-        frames.append(gaps)
-        span += view.span_ns
-        idle += int(gaps["dur"].sum())
-    gaps = pd.concat(frames, ignore_index=True) if frames else classify_gaps_empty()
+    span = sum(view.span_ns for view in device_views(trace))
+    gaps = trace_gaps(trace, params)
+    idle = int(gaps["dur"].sum())
     by_cause = gaps.groupby("cause")["dur"].agg(["sum", "size"])
     by_cause_us = {c: us(by_cause.loc[c, "sum"]) for c in CAUSES if c in by_cause.index}
     by_cause_count = {c: int(by_cause.loc[c, "size"]) for c in CAUSES if c in by_cause.index}
@@ -180,7 +180,7 @@ def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:
     )
 
 
-def classify_gaps_empty() -> pd.DataFrame:
+def _no_gaps() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("start", "end", "dur", "sync", "next_op", "device")}
                         | {"cause": pd.Series(dtype=object)})
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .idle import IdleParams, classify_gaps
-from .view import device_views, us
+from .idle import IdleParams, trace_gaps
+from .view import us
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,7 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
     table = pd.DataFrame({"step": steps["step"].to_numpy(), "host_us": host / 1000.0,
                           "device_us": ((steps["gpu_end"] - steps["gpu_start"]).astype("float64") / 1000.0).to_numpy()})
     # idle by cause per step: gaps that start inside the step's device range
-    gap_frames = [classify_gaps(trace, v, params) for v in device_views(trace)]
-    gaps = pd.concat(gap_frames, ignore_index=True) if gap_frames else pd.DataFrame(columns=["start", "dur", "cause"])
+    gaps = trace_gaps(trace, params)
     lo = steps["gpu_start"].astype("float64").to_numpy()
     hi = steps["gpu_end"].astype("float64").to_numpy()
     order = np.argsort(np.nan_to_num(lo, nan=np.inf))
