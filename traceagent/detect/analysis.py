@@ -77,7 +77,7 @@ def analyze(job: Job, idle_params: IdleParams = IdleParams(), verdict_params: Ve
     """Analyze every rank; the job's verdict is that of the rank that loses the most time to the
     limiter most ranks share (for one rank: its own verdict)."""
     ranks = [analyze_trace(t, idle_params, verdict_params) for t in job.traces]
-    return Analysis(job=job, ranks=ranks, verdict=_job_verdict(ranks), comparison=compare_ranks(job))
+    return Analysis(job=job, ranks=ranks, verdict=_job_verdict(ranks), comparison=compare_ranks([(r.rank, r.breakdown.total) for r in ranks]))
 
 
 def _job_verdict(ranks: list[RankAnalysis]) -> Verdict:

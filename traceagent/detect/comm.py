@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..trace.model import Job, Trace
+from ..trace.model import Trace
+from .breakdown import Breakdown
 from . import intervals as iv
 from .view import device_views, pct, us
 
@@ -56,21 +57,13 @@ class RankComparison:
         return asdict(self)
 
 
-def compare_ranks(job: Job) -> RankComparison | None:
-    """Per-rank communication and compute side by side; None for a single rank."""
-    if len(job.traces) < 2:
+def compare_ranks(ranks: list[tuple[int | None, Breakdown]]) -> RankComparison | None:
+    """Per-rank communication and compute side by side, from each rank's breakdown (all its
+    devices); None for a single rank."""
+    if len(ranks) < 2:
         return None
-    rows = []
-    for trace in job.traces:
-        views = device_views(trace)
-        rows.append({
-            "rank": trace.meta.rank,
-            "comm_us": us(sum(iv.length(v.comm) for v in views)),
-            "exposed_us": us(sum(iv.length(v.exposed_comm) for v in views)),
-            "compute_us": us(sum(iv.length(v.compute) for v in views)),
-            "busy_us": us(sum(iv.length(v.busy) for v in views)),
-            "span_us": us(sum(v.span_ns for v in views)),
-        })
+    rows = [{"rank": rank, "comm_us": b.comm_us, "exposed_us": b.exposed_comm_us, "compute_us": b.compute_us,
+             "busy_us": b.busy_us, "span_us": b.span_us} for rank, b in ranks]
     with_comm = [r for r in rows if r["comm_us"] > 0]
     if not with_comm:
         return RankComparison(rows, None, None, 0.0)
