@@ -53,6 +53,16 @@ def test_cpu_only_trace_loads_and_says_so(capsys):
     assert code == 0 and "no device activity" in out
 
 
+def test_info_message_lines_stay_whole_under_a_long_path(tmp_path, capsys):
+    # a CI checkout under a longer path once split this line at 80 columns, so grep missed it
+    deep = tmp_path / ("a-long-directory-name-" * 4) / CPU_ONLY.name
+    deep.parent.mkdir()
+    shutil.copy(CPU_ONLY, deep)
+    code, out, _ = run_cli("info", str(deep), capsys=capsys)
+    assert code == 0
+    assert f"{deep}: no device activity (a CPU-only trace)" in out.splitlines()[-1]
+
+
 def test_demo_runs_on_the_bundled_trace(capsys):
     code, out, _ = run_cli("demo", capsys=capsys)
     assert code == 0 and "Verdict: idle · dataloader" in out

@@ -26,6 +26,11 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def say(text: str) -> None:
+    """One line of prose on stdout, never hard-wrapped: paths stay whole and `grep` finds the line."""
+    out.print(text, soft_wrap=True)
+
+
 def example_trace() -> str:
     """Path of the bundled example: ResNet50 with num_workers=0 (a DataLoader stall), V100."""
     return str(resources.files("traceagent") / "data" / EXAMPLE_TRACE)
@@ -78,7 +83,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         out.print_json(json.dumps(data))
         return 0
-    out.print(f"[bold]{job.path}[/]  ({data['format']}, {data['traces'][0]['profiler']})")
+    say(f"[bold]{job.path}[/]  ({data['format']}, {data['traces'][0]['profiler']})")
     table = Table("rank", "devices", "span", "kernels", "memcpys", "memsets", "host calls", "steps",
                   title=f"{data['ranks']} rank(s)" + (f" of world size {data['world_size']}" if data['world_size'] else ""))
     for r in data["traces"]:
@@ -91,9 +96,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     out.print(table)
     for r in data["traces"]:
         if not r["has_device_activity"]:
-            out.print(f"[yellow]{r['path']}: no device activity (a CPU-only trace): there is no GPU time to analyze.[/]")
+            say(f"[yellow]{r['path']}: no device activity (a CPU-only trace): there is no GPU time to analyze.[/]")
         for warning in r["warnings"]:
-            out.print(f"[yellow]{r['path']}: {warning}[/]")
+            say(f"[yellow]{r['path']}: {warning}[/]")
     return 0
 
 
@@ -117,10 +122,10 @@ def print_analysis(result: Analysis) -> None:
     body = f"[bold]{v['headline']}[/]\n\n{v['hypothesis']}\n\n[bold]Next:[/] {v['next_step']}"
     for extra in v.get("also", []):
         body += f"\n[dim]· {extra}[/]"
-    out.print(f"[bold]{data['trace']['path']}[/]  {data['trace']['format']}, {data['trace']['ranks']} rank(s), "
+    say(f"[bold]{data['trace']['path']}[/]  {data['trace']['format']}, {data['trace']['ranks']} rank(s), "
               f"{', '.join(data['trace']['devices']) or 'no devices'}")
     for warning in data["trace"]["warnings"]:
-        out.print(f"[yellow]warning: {warning}[/]")
+        say(f"[yellow]warning: {warning}[/]")
     out.print(Panel(body, title=f"Verdict: {title}", title_align="left", border_style="cyan"))
     if not data["verdict"]["limiter"]:
         return
@@ -167,10 +172,10 @@ def print_analysis(result: Analysis) -> None:
         for r in c["ranks"]:
             t.add_row(str(r["rank"]), duration(r["comm_us"]), duration(r["exposed_us"]), duration(r["compute_us"]))
         out.print(t)
-        out.print(f"Rank {c['waits_most']} waits longest in collectives; rank {c['slowest']} computes longest "
+        say(f"Rank {c['waits_most']} waits longest in collectives; rank {c['slowest']} computes longest "
                   f"(comm time spread {c['comm_spread_pct']:.0f}%).")
     launch, steps = first["launch"], first["steps"]
-    out.print(f"Launch: median launch-to-start {duration(launch['median_latency_us'])} (queueing included), "
+    say(f"Launch: median launch-to-start {duration(launch['median_latency_us'])} (queueing included), "
               f"{launch['short_kernel_pct']:.0f}% of "
               f"kernels shorter than their launch call. Steps: {steps['count']}"
               + (f", mean {duration(steps['mean_us'])}, slowest {duration(steps['max_us'])} (step {steps['slowest']})" if steps["count"] else ""))
