@@ -76,8 +76,9 @@ class _Document(msgspec.Struct):
     schemaVersion: Any = None
 
 
-#: events decoded into structs at a time: peak memory holds one batch, not the whole trace
-BATCH = 100_000
+#: events decoded into structs at a time: peak memory holds one batch, not the whole trace.
+#: 10k measured both leaner and faster than 100k on a 100 MB trace (253 vs 345 MB peak, 1.3 vs 1.7 s)
+BATCH = 10_000
 
 
 def read_bytes(path: str) -> tuple[bytes, list[str]]:
@@ -257,7 +258,9 @@ def _concat(parts: list[dict]) -> dict:
     for key in parts[0]:
         columns = [p[key] for p in parts]
         if isinstance(columns[0], pd.Categorical):
-            out[key] = union_categoricals(columns) if len(columns) > 1 else columns[0]
+            # categorical() again: a batch with no values has empty categories, and their union
+            # with object ones comes back as pandas 3 strings, unlike the rest of the model
+            out[key] = categorical(union_categoricals(columns)) if len(columns) > 1 else columns[0]
         else:
             out[key] = np.concatenate(columns)
     return out
