@@ -45,6 +45,8 @@ def run_hta(path: str) -> dict:
         rank = next(iter(analysis.t.traces))
         df = analysis.t.get_trace(rank)
     gpu = df[df["stream"].ne(-1)]
+    symbols = analysis.t.symbol_table.get_sym_table()
+    categories = gpu["cat"].map(lambda i: symbols[i])
     return {
         "span_us": float(temporal["kernel_time(us)"]),
         "idle_us": float(temporal["idle_time(us)"]),
@@ -53,6 +55,9 @@ def run_hta(path: str) -> dict:
         "kernel_types": dict(zip(kernel_types["kernel_type"], kernel_types["sum"])),
         "correlations": set(gpu["correlation"].astype("int64")),
         "events": len(gpu),
+        # HTA takes any event with a `stream` argument for device work; Triton's launch ops
+        # (cat cpu_op) record one
+        "host_ops_as_device": int(categories.isin(["cpu_op", "user_annotation", "python_function"]).sum()),
     }
 
 
@@ -111,6 +116,9 @@ def _differences(trace, hta: dict, ours: dict, own) -> list[str]:
     if syncs and hta["events"] > ours["events"]:
         why.append(f"HTA counts the trace's {syncs} cuda_sync records (host waits stamped on a stream) as device "
                    "work, which can stretch its span; traceagent does not: no kernel or copy ran then.")
+    if hta["host_ops_as_device"]:
+        why.append(f"HTA counts {hta['host_ops_as_device']} host op(s) that carry a `stream` argument (Triton "
+                   "launches record one) as device compute; traceagent keeps them on the host, where they ran.")
     unlinked = ours["events"] - hta["events"]
     if steps < 2 and unlinked > 0:
         why.append(f"{unlinked} device events have no launch call in the trace; HTA leaves them out.")
