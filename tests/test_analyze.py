@@ -93,3 +93,36 @@ def test_readable_output_leads_with_the_verdict(capsys):
     out = capsys.readouterr().out
     assert out.index("Verdict: idle · dataloader") < out.index("Hot kernels")
     assert "num_workers=4" in out and "dataloader" in out
+
+
+def test_trace_strings_print_literally_not_as_markup(tmp_path, capsys):
+    # names are untrusted: Rich would read "[/]" as a closing tag (and crash) and "[red]" as a style
+    from builder import TraceBuilder
+
+    b = TraceBuilder()
+    for i in range(5):
+        b.op("[/]aten::evil[red]", start=i * 100, dur=20)
+        b.kernel("fused_[/]kernel[bold]", start=i * 100 + 10, dur=30, launch_at=i * 100 + 1)
+    folder = tmp_path / "runs [rank0]"
+    folder.mkdir()
+    path = b.write(folder / "trace.json")
+    assert main(["analyze", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "fused_[/]kernel[bold]" in out and "by [/]aten::evil[red]" in out
+    assert f"{path}" in out
+
+
+def test_tables_fit_80_columns_with_every_number_whole(capsys):
+    # at 80 columns Rich once cut "4.00 ms" to "4.00 …" to make room for long NCCL kernel names
+    assert main(["analyze", str(DLRM_8RANK)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines if line[:1] in "┏┃┡│└") <= 80  # prose lines soft-wrap
+    result = analyze(traceagent.load(DLRM_8RANK))
+    first = result.to_dict()["ranks"][0]
+    from traceagent.format import duration
+
+    table = lines[lines.index(next(l for l in lines if "Hot kernels" in l)):]
+    rows = [line for line in table[4:] if line.startswith("│ ") and not line.startswith("│   by")]
+    for kernel, row in zip(first["hot_kernels"][:8], rows):
+        assert row.startswith("│ " + kernel["short_name"][:30])
+        assert f" {duration(kernel['total_us'])} │" in row and f" {duration(kernel['mean_us'])} │" in row

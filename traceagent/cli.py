@@ -12,11 +12,12 @@ from typing import Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.markup import escape
+from rich.table import Column, Table
 
 from .detect.analysis import Analysis, analyze
 from .errors import TraceError
-from .format import duration, percent
+from .format import duration, gap_evidence, percent, shorten, size
 from .trace.load import load
 from .trace.model import Job
 
@@ -83,12 +84,12 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         out.print_json(json.dumps(data))
         return 0
-    say(f"[bold]{job.path}[/]  ({data['format']}, {data['traces'][0]['profiler']})")
+    say(f"[bold]{escape(job.path)}[/]  ({data['format']}, {data['traces'][0]['profiler']})")
     table = Table("rank", "devices", "span", "kernels", "memcpys", "memsets", "host calls", "steps",
                   title=f"{data['ranks']} rank(s)" + (f" of world size {data['world_size']}" if data['world_size'] else ""))
     for r in data["traces"]:
         c = r["counts"]
-        devices = ", ".join(f"{k}: {v}" for k, v in r["devices"].items()) or "none"
+        devices = escape(", ".join(f"{k}: {v}" for k, v in r["devices"].items())) or "none"
         table.add_row(str(r["rank"]) if r["rank"] is not None else "-", devices,
                       duration(r["span_us"]) if r["has_device_activity"] else "-",
                       str(c["kernels"]), str(c["memcpys"]), str(c["memsets"]), str(c["runtime_calls"]),
@@ -96,9 +97,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     out.print(table)
     for r in data["traces"]:
         if not r["has_device_activity"]:
-            say(f"[yellow]{r['path']}: no device activity (a CPU-only trace): there is no GPU time to analyze.[/]")
+            say(f"[yellow]{escape(r['path'])}: no device activity (a CPU-only trace): there is no GPU time to analyze.[/]")
         for warning in r["warnings"]:
-            say(f"[yellow]{r['path']}: {warning}[/]")
+            say(f"[yellow]{escape(r['path'])}: {escape(warning)}[/]")
     return 0
 
 
@@ -112,6 +113,27 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_rows_keeping_numbers_whole(table: Table, rows: list[list[str]]) -> None:
+    """Add rows; the right-justified (number) columns never shrink below their widest cell, and the
+    unwrapped text columns share what is left of the terminal, so at 80 columns the names are
+    shortened with an ellipsis instead of a unit being cut off a number."""
+    for row in rows:
+        table.add_row(*row)
+    numbers = [i for i, c in enumerate(table.columns) if c.justify == "right"]
+    for i in numbers:
+        column = table.columns[i]
+        column.min_width = max([len(str(column.header))] + [len(row[i]) for row in rows])
+        column.no_wrap = True
+    unwrapped = [c for c in table.columns if c.no_wrap and c.justify != "right"]
+    if unwrapped:
+        taken = sum(c.min_width for c in table.columns if c.justify == "right")
+        taken += sum(max(len(row[i]) for row in rows) if rows else 0
+                     for i, c in enumerate(table.columns) if not c.no_wrap)
+        borders = 3 * len(table.columns) + 1  # a rule and a space either side per column
+        for column in unwrapped:
+            column.max_width = max(16, (out.width - taken - borders) // len(unwrapped))
+
+
 def print_analysis(result: Analysis) -> None:
     """The analysis as Rich tables: verdict first, then the evidence per rank."""
     from rich.panel import Panel
@@ -119,58 +141,72 @@ def print_analysis(result: Analysis) -> None:
     data = result.to_dict()
     v = data["verdict"]
     title = f"{v['limiter']} · {v['root_cause']}" if v["limiter"] else "no device activity"
-    body = f"[bold]{v['headline']}[/]\n\n{v['hypothesis']}\n\n[bold]Next:[/] {v['next_step']}"
+    # the verdict quotes trace strings (kernel names, Python lines): escaped, never read as markup
+    body = f"[bold]{escape(v['headline'])}[/]\n\n{escape(v['hypothesis'])}\n\n[bold]Next:[/] {escape(v['next_step'])}"
     for extra in v.get("also", []):
-        body += f"\n[dim]· {extra}[/]"
-    say(f"[bold]{data['trace']['path']}[/]  {data['trace']['format']}, {data['trace']['ranks']} rank(s), "
-              f"{', '.join(data['trace']['devices']) or 'no devices'}")
+        body += f"\n[dim]· {escape(extra)}[/]"
+    say(f"[bold]{escape(data['trace']['path'])}[/]  {data['trace']['format']}, {data['trace']['ranks']} rank(s), "
+              f"{escape(', '.join(data['trace']['devices'])) or 'no devices'}")
     for warning in data["trace"]["warnings"]:
-        say(f"[yellow]warning: {warning}[/]")
+        say(f"[yellow]warning: {escape(warning)}[/]")
     out.print(Panel(body, title=f"Verdict: {title}", title_align="left", border_style="cyan"))
     if not data["verdict"]["limiter"]:
         return
 
-    table = Table("rank", "span", "busy", "idle", "compute", "comm (exposed)", "memcpy", "verdict",
-                  title="Where device time went")
+    # shares of each rank's span, and comm columns only where there is communication: ranks compare
+    # at a glance and the table fits 80 columns unwrapped (the durations are in --json and the report)
+    has_comm = any(r["breakdown"]["comm_us"] for r in data["ranks"])
+    numbers = ["span", "idle", "compute", *(["comm", "exposed"] if has_comm else []), "memcpy"]
+    table = Table("rank", *(Column(n, justify="right") for n in numbers), "root cause",
+                  title="Where device time went (share of span)", pad_edge=False)
+    rows = []
     for r in data["ranks"]:
         b = r["breakdown"]
-        table.add_row(str(r["rank"]) if r["rank"] is not None else "-", duration(b["span_us"]), duration(b["busy_us"]),
-                      f"{b['idle_pct']:.1f}%", duration(b["compute_us"]),
-                      f"{duration(b['comm_us'])} ({duration(b['exposed_comm_us'])})", duration(b["memcpy_us"]),
-                      f"{r['verdict']['limiter']}/{r['verdict']['root_cause']}")
+        share = [b["compute_us"], *([b["comm_us"], b["exposed_comm_us"]] if has_comm else []), b["memcpy_us"]]
+        rows.append([str(r["rank"]) if r["rank"] is not None else "-", duration(b["span_us"]),
+                     f"{b['idle_pct']:.1f}%", *(percent(100 * us / b["span_us"]) for us in share),
+                     r["verdict"]["root_cause"] or "-"])
+    add_rows_keeping_numbers_whole(table, rows)
     out.print(table)
 
     first = data["ranks"][0]
     idle = first["idle"]
-    causes = Table("cause", "idle", "share of span", "gaps", title=f"Idle by cause (rank {first['rank']})" if len(data["ranks"]) > 1 else "Idle by cause")
-    for cause, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1]):
-        causes.add_row(cause, duration(us), percent(idle["by_cause_pct"][cause]), str(idle["by_cause_count"][cause]))
+    causes = Table("cause", *(Column(n, justify="right") for n in ("idle", "share of span", "gaps")),
+                   title=f"Idle by cause (rank {first['rank']})" if len(data["ranks"]) > 1 else "Idle by cause")
+    add_rows_keeping_numbers_whole(causes, [
+        [cause, duration(us), percent(idle["by_cause_pct"][cause]), str(idle["by_cause_count"][cause])]
+        for cause, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])
     out.print(causes)
-    gaps = Table("at", "gap", "cause", "evidence", title="Largest gaps")
-    for g in idle["top_gaps"][:5]:
-        ev = g["evidence"]
-        text = (f"{ev.get('sync_call')} under {ev.get('op')} at {ev.get('python')}" if g["cause"] == "sync"
-                else ", ".join(h["name"] for h in ev.get("host", [])))
-        gaps.add_row(duration(g["start_us"]), duration(g["dur_us"]), g["cause"], text[:90])
+    gaps = Table(*(Column(n, justify="right") for n in ("at", "gap")), "cause", "evidence", title="Largest gaps")
+    add_rows_keeping_numbers_whole(gaps, [
+        [duration(g["start_us"]), duration(g["dur_us"]), g["cause"], escape(gap_evidence(g, name_width=32))]
+        for g in idle["top_gaps"][:5]])
     out.print(gaps)
 
-    kernels = Table("kernel", "count", "total", "share of busy", "mean", "launched by", title="Hot kernels")
-    for k in first["hot_kernels"][:8]:
-        kernels.add_row(k["short_name"][:40], str(k["count"]), duration(k["total_us"]), f"{k['share_pct']:.1f}%",
-                        duration(k["mean_us"]), (k["op"] or "-")[:30])
+    # the op that launched each kernel goes under its name: a column of its own left the names
+    # too narrow to tell apart at 80 columns
+    kernels = Table(Column("kernel [dim](and the op that launched it)[/]", no_wrap=True, overflow="ellipsis"),
+                    *(Column(n, justify="right") for n in ("count", "total", "% busy", "mean")), title="Hot kernels")
+    add_rows_keeping_numbers_whole(kernels, [
+        [escape(shorten(k["short_name"], 60)) + (f"\n[dim]  by {escape(shorten(k['op'], 57))}[/]" if k["op"] else ""),
+         str(k["count"]), duration(k["total_us"]), f"{k['share_pct']:.1f}%", duration(k["mean_us"])]
+        for k in first["hot_kernels"][:8]])
     out.print(kernels)
 
     copies = first["memcpy"]
     if copies["count"]:
-        t = Table("copy", "count", "bytes", "time", "GB/s", "pageable", title=f"Data movement ({copies['share_pct']:.1f}% of span)")
-        for kind, c in copies["by_kind"].items():
-            t.add_row(kind, str(c["count"]), f"{c['bytes'] / 1e6:.1f} MB", duration(c["us"]), f"{c['gbps']:.1f}", str(c["pageable_count"]))
+        t = Table("copy", *(Column(n, justify="right") for n in ("count", "bytes", "time", "GB/s", "pageable")),
+                  title=f"Data movement ({copies['share_pct']:.1f}% of span)")
+        add_rows_keeping_numbers_whole(t, [
+            [kind, str(c["count"]), size(c["bytes"]), duration(c["us"]), f"{c['gbps']:.1f}", str(c["pageable_count"])]
+            for kind, c in copies["by_kind"].items()])
         out.print(t)
     if data["comparison"] and data["comparison"]["waits_most"] is not None:
         c = data["comparison"]
-        t = Table("rank", "comm", "exposed", "compute", title="Communication per rank")
-        for r in c["ranks"]:
-            t.add_row(str(r["rank"]), duration(r["comm_us"]), duration(r["exposed_us"]), duration(r["compute_us"]))
+        t = Table("rank", *(Column(n, justify="right") for n in ("comm", "exposed", "compute")), title="Communication per rank")
+        add_rows_keeping_numbers_whole(t, [
+            [str(r["rank"]), duration(r["comm_us"]), duration(r["exposed_us"]), duration(r["compute_us"])]
+            for r in c["ranks"]])
         out.print(t)
         say(f"Rank {c['waits_most']} waits longest in collectives; rank {c['slowest']} computes longest "
                   f"(comm time spread {c['comm_spread_pct']:.0f}%).")

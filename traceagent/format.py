@@ -29,3 +29,14 @@ def size(nbytes: int | float) -> str:
 
 def shorten(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def gap_evidence(gap: dict, name_width: int = 50, quote: str = "") -> str:
+    """What the host was doing in an idle gap, in words: `cudaStreamSynchronize under aten::item at
+    train.py(42)` for a sync, else the host events that covered it (each wrapped in `quote`)."""
+    ev = gap["evidence"]
+    if gap["cause"] == "sync":
+        parts = [ev.get("sync_call"), f"under {ev['op']}" if ev.get("op") else None,
+                 f"at {ev['python']}" if ev.get("python") else None]
+        return " ".join(p for p in parts if p)
+    return ", ".join(f"{quote}{shorten(h['name'], name_width)}{quote}" for h in ev.get("host", [])) or "-"

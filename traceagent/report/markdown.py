@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..detect.analysis import Analysis
 from ..detect.diff import DiffResult
-from ..format import duration, percent, shorten, size
+from ..format import duration, gap_evidence, percent, shorten, size
 
 TOP_GAPS = 8
 TOP_KERNELS = 10
@@ -81,7 +81,7 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
     if idle["top_gaps"]:
         out += ["", "Largest gaps:", "",
                 _table(["at", "length", "cause", "evidence"],
-                       [[duration(g["start_us"]), duration(g["dur_us"]), g["cause"], _evidence(g)]
+                       [[duration(g["start_us"]), duration(g["dur_us"]), g["cause"], gap_evidence(g, quote="`")]
                         for g in idle["top_gaps"][:TOP_GAPS]])]
     if idle["sync_sites"]:
         out += ["", "Synchronizations that stalled the device:", "",
@@ -139,15 +139,6 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
     else:
         out += ["", "No steps in this trace."]
     return out
-
-
-def _evidence(gap: dict) -> str:
-    ev = gap["evidence"]
-    if gap["cause"] == "sync":
-        parts = [ev.get("sync_call")] + [f"under {ev['op']}" if ev.get("op") else None,
-                                         f"at {ev['python']}" if ev.get("python") else None]
-        return " ".join(p for p in parts if p)
-    return ", ".join(f"`{shorten(h['name'], 50)}`" for h in ev.get("host", [])) or "-"
 
 
 def render_diff_markdown(d: DiffResult) -> str:
