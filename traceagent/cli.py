@@ -317,7 +317,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     other = analyze(load_job(args.compare, not args.no_cache)) if args.compare else None
     session = Session(AnalysisContext(analysis, other), make_chat_model(config) if config else None, config)
     if args.verbose:
-        err.print(f"[dim]{session.describe_model()}[/]")
+        err.print(session.describe_model(), style="dim", markup=False)
 
     async def run() -> int:
         answered = False

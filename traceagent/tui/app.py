@@ -174,7 +174,7 @@ class TraceAgentApp(App):
             return
         path = self._write(f"traceagent-transcript-{datetime.now():%Y%m%d-%H%M%S}.md", self.session.transcript_markdown())
         if path:
-            self.notify(f"Saved the conversation to {path}")
+            self.notify(f"Saved the conversation to {path}", markup=False)
 
     def action_write_report(self) -> None:
         if self.analysis is None:
@@ -184,14 +184,14 @@ class TraceAgentApp(App):
 
         path = self._write(f"traceagent-report-{datetime.now():%Y%m%d-%H%M%S}.md", render_markdown(self.analysis))
         if path:
-            self.notify(f"Wrote the diagnosis to {path}")
+            self.notify(f"Wrote the diagnosis to {path}", markup=False)
 
     def _write(self, name: str, text: str) -> Path | None:
         path = self.save_dir / name
         try:
             path.write_text(text, encoding="utf-8")
         except OSError as exc:
-            self.notify(f"Cannot write {path}: {exc.strerror}", severity="error")
+            self.notify(f"Cannot write {path}: {exc.strerror}", severity="error", markup=False)
             return None
         return path
 
