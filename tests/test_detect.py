@@ -129,6 +129,17 @@ def test_exposed_communication(tmp_path):
     assert (ra.verdict.limiter, ra.verdict.root_cause) == ("communication", "communication")
 
 
+def test_a_second_limiter_over_its_threshold_is_named_too(tmp_path):
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, stream=7)
+    b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 100, 400, stream=20)
+    b.kernel("gemm", 1000, 100, stream=7)
+    ra = analyze_trace(b.load(tmp_path))
+    # span 1100 µs: idle [500, 1000) = 45.5%, comm [100, 500) runs alone = 36.4% exposed
+    assert ra.verdict.limiter == "idle"
+    assert "Exposed communication also costs 36.4% of the span." in ra.verdict.also
+
+
 def test_kernel_launched_under_a_c10d_op_is_communication(tmp_path):
     b = TraceBuilder()
     b.op("c10d::allreduce_", 0, 50)

@@ -71,6 +71,9 @@ def no_device_verdict() -> Verdict:
     )
 
 
+RUNNER_UP = {"idle": "idle time", "communication": "exposed communication", "data_movement": "exposed copies"}
+
+
 def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
     """The limiter and root cause for one rank's findings."""
     if not f.has_device_activity:
@@ -83,7 +86,9 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
     }
     over = {k: v for k, (v, threshold) in losses.items() if v >= threshold}
     limiter = max(over, key=over.get) if over else "compute"
-    also = _missing(f)
+    # a second loss over its threshold is named too: on a DDP rank idle can edge out exposed comm
+    also = [f"{RUNNER_UP[k].capitalize()} also costs {over[k]:.1f}% of the span."
+            for k in sorted(over, key=over.get, reverse=True) if k != limiter] + _missing(f)
     if limiter == "idle":
         return _idle_verdict(f, also)
     if limiter == "communication":
