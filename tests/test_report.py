@@ -116,3 +116,13 @@ def test_html_charts_render_in_headless_chromium(tmp_path):
     blue = sum(n for n, (r, g, b) in colors if b > 150 and r < 120)
     red = sum(n for n, (r, g, b) in colors if r > 200 and g < 120 and b < 80)
     assert blue > 500 and red > 200, (blue, red)
+
+
+def test_a_second_loss_sits_in_the_verdict_not_under_what_would_sharpen_it():
+    result = analyze(traceagent.load(DLRM_8RANK))
+    md = render_markdown(result)
+    verdict, _, rest = md.partition("## What would sharpen this diagnosis")
+    sharpen = rest.split("\n## ")[0]
+    assert result.verdict.other_losses  # rank 7: idle leads, exposed comm 14.4% is over its 10% threshold
+    for loss in result.verdict.other_losses:
+        assert loss in verdict and loss not in sharpen

@@ -113,17 +113,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def number_columns(*headers: str) -> list[Column]:
+    """Right-justified columns: add_rows_keeping_numbers_whole keeps their cells whole."""
+    return [Column(header, justify="right") for header in headers]
+
+
 def add_rows_keeping_numbers_whole(table: Table, rows: list[list[str]]) -> None:
     """Add rows; the right-justified (number) columns never shrink below their widest cell, and the
     unwrapped text columns share what is left of the terminal, so at 80 columns the names are
     shortened with an ellipsis instead of a unit being cut off a number."""
     for row in rows:
         table.add_row(*row)
-    numbers = [i for i, c in enumerate(table.columns) if c.justify == "right"]
-    for i in numbers:
-        column = table.columns[i]
-        column.min_width = max([len(str(column.header))] + [len(row[i]) for row in rows])
-        column.no_wrap = True
+    for i, column in enumerate(table.columns):
+        if column.justify == "right":
+            column.min_width = max([len(str(column.header))] + [len(row[i]) for row in rows])
+            column.no_wrap = True
     unwrapped = [c for c in table.columns if c.no_wrap and c.justify != "right"]
     if unwrapped:
         taken = sum(c.min_width for c in table.columns if c.justify == "right")
@@ -143,7 +147,7 @@ def print_analysis(result: Analysis) -> None:
     title = f"{v['limiter']} · {v['root_cause']}" if v["limiter"] else "no device activity"
     # the verdict quotes trace strings (kernel names, Python lines): escaped, never read as markup
     body = f"[bold]{escape(v['headline'])}[/]\n\n{escape(v['hypothesis'])}\n\n[bold]Next:[/] {escape(v['next_step'])}"
-    for extra in v.get("also", []):
+    for extra in v["other_losses"] + v["also"]:
         body += f"\n[dim]· {escape(extra)}[/]"
     say(f"[bold]{escape(data['trace']['path'])}[/]  {data['trace']['format']}, {data['trace']['ranks']} rank(s), "
               f"{escape(', '.join(data['trace']['devices'])) or 'no devices'}")
@@ -157,7 +161,7 @@ def print_analysis(result: Analysis) -> None:
     # at a glance and the table fits 80 columns unwrapped (the durations are in --json and the report)
     has_comm = any(r["breakdown"]["comm_us"] for r in data["ranks"])
     numbers = ["span", "idle", "compute", *(["comm", "exposed"] if has_comm else []), "memcpy"]
-    table = Table("rank", *(Column(n, justify="right") for n in numbers), "root cause",
+    table = Table("rank", *number_columns(*numbers), "root cause",
                   title="Where device time went (share of span)", pad_edge=False)
     rows = []
     for r in data["ranks"]:
@@ -171,13 +175,13 @@ def print_analysis(result: Analysis) -> None:
 
     first = data["ranks"][0]
     idle = first["idle"]
-    causes = Table("cause", *(Column(n, justify="right") for n in ("idle", "share of span", "gaps")),
+    causes = Table("cause", *number_columns("idle", "share of span", "gaps"),
                    title=f"Idle by cause (rank {first['rank']})" if len(data["ranks"]) > 1 else "Idle by cause")
     add_rows_keeping_numbers_whole(causes, [
         [cause, duration(us), percent(idle["by_cause_pct"][cause]), str(idle["by_cause_count"][cause])]
         for cause, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])
     out.print(causes)
-    gaps = Table(*(Column(n, justify="right") for n in ("at", "gap")), "cause", "evidence", title="Largest gaps")
+    gaps = Table(*number_columns("at", "gap"), "cause", "evidence", title="Largest gaps")
     add_rows_keeping_numbers_whole(gaps, [
         [duration(g["start_us"]), duration(g["dur_us"]), g["cause"], escape(gap_evidence(g, name_width=32))]
         for g in idle["top_gaps"][:5]])
@@ -186,7 +190,7 @@ def print_analysis(result: Analysis) -> None:
     # the op that launched each kernel goes under its name: a column of its own left the names
     # too narrow to tell apart at 80 columns
     kernels = Table(Column("kernel [dim](and the op that launched it)[/]", no_wrap=True, overflow="ellipsis"),
-                    *(Column(n, justify="right") for n in ("count", "total", "% busy", "mean")), title="Hot kernels")
+                    *number_columns("count", "total", "% busy", "mean"), title="Hot kernels")
     add_rows_keeping_numbers_whole(kernels, [
         [escape(shorten(k["short_name"], 60)) + (f"\n[dim]  by {escape(shorten(k['op'], 57))}[/]" if k["op"] else ""),
          str(k["count"]), duration(k["total_us"]), f"{k['share_pct']:.1f}%", duration(k["mean_us"])]
@@ -195,7 +199,7 @@ def print_analysis(result: Analysis) -> None:
 
     copies = first["memcpy"]
     if copies["count"]:
-        t = Table("copy", *(Column(n, justify="right") for n in ("count", "bytes", "time", "GB/s", "pageable")),
+        t = Table("copy", *number_columns("count", "bytes", "time", "GB/s", "pageable"),
                   title=f"Data movement ({copies['share_pct']:.1f}% of span)")
         add_rows_keeping_numbers_whole(t, [
             [kind, str(c["count"]), size(c["bytes"]), duration(c["us"]), f"{c['gbps']:.1f}", str(c["pageable_count"])]
@@ -203,7 +207,7 @@ def print_analysis(result: Analysis) -> None:
         out.print(t)
     if data["comparison"] and data["comparison"]["waits_most"] is not None:
         c = data["comparison"]
-        t = Table("rank", *(Column(n, justify="right") for n in ("comm", "exposed", "compute")), title="Communication per rank")
+        t = Table("rank", *number_columns("comm", "exposed", "compute"), title="Communication per rank")
         add_rows_keeping_numbers_whole(t, [
             [str(r["rank"]), duration(r["comm_us"]), duration(r["exposed_us"]), duration(r["compute_us"])]
             for r in c["ranks"]])

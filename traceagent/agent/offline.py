@@ -147,7 +147,7 @@ class OfflineAnalyst:
 
     def _next(self, verdict: dict) -> str:
         lines = [f"**{verdict['headline']}**", "", f"Next step: {verdict['next_step']}"]
-        lines += [f"- {also}" for also in verdict.get("also", [])]
+        lines += [f"- {note}" for note in verdict["other_losses"] + verdict["also"]]
         return "\n".join(lines)
 
     def _summary(self, overview: dict, verdict: dict) -> str:

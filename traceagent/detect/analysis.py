@@ -95,7 +95,7 @@ def _job_verdict(ranks: list[RankAnalysis]) -> Verdict:
     evidence = {**v.evidence, "rank": chosen.rank,
                 "limiter_by_rank": {str(r.rank): r.verdict.limiter for r in ranks}}
     return Verdict(v.limiter, v.root_cause, f"{v.headline} (rank {chosen.rank}; {counts[limiter]} of {len(ranks)} "
-                   f"ranks share this limiter)", v.hypothesis, v.next_step, evidence, v.also)
+                   f"ranks share this limiter)", v.hypothesis, v.next_step, evidence, v.also, v.other_losses)
 
 
 def _loss(r: RankAnalysis, limiter: str) -> float:

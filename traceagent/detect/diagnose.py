@@ -8,7 +8,7 @@ busy computing, and the hot kernels are what to look at.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from .comm import CommResult
 from .idle import IdleResult
@@ -41,6 +41,7 @@ class Verdict:
     next_step: str
     evidence: dict = field(default_factory=dict)
     also: list[str] = field(default_factory=list)  # what would sharpen the diagnosis
+    other_losses: list[str] = field(default_factory=list)  # losses besides the limiter over their threshold
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -71,7 +72,7 @@ def no_device_verdict() -> Verdict:
     )
 
 
-RUNNER_UP = {"idle": "idle time", "communication": "exposed communication", "data_movement": "exposed copies"}
+LOSS_WORDS = {"idle": "idle time", "communication": "exposed communication", "data_movement": "exposed copies"}
 
 
 def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
@@ -86,16 +87,19 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
     }
     over = {k: v for k, (v, threshold) in losses.items() if v >= threshold}
     limiter = max(over, key=over.get) if over else "compute"
-    # a second loss over its threshold is named too: on a DDP rank idle can edge out exposed comm
-    also = [f"{RUNNER_UP[k].capitalize()} also costs {over[k]:.1f}% of the span."
-            for k in sorted(over, key=over.get, reverse=True) if k != limiter] + _missing(f)
+    also = _missing(f)
     if limiter == "idle":
-        return _idle_verdict(f, also)
-    if limiter == "communication":
-        return _comm_verdict(f, also)
-    if limiter == "data_movement":
-        return _copy_verdict(f, params, also)
-    return _compute_verdict(f, also)
+        verdict = _idle_verdict(f, also)
+    elif limiter == "communication":
+        verdict = _comm_verdict(f, also)
+    elif limiter == "data_movement":
+        verdict = _copy_verdict(f, params, also)
+    else:
+        verdict = _compute_verdict(f, also)
+    # the other losses over their threshold are named too: on a DDP rank idle can edge out exposed comm
+    others = [f"{LOSS_WORDS[k].capitalize()} also costs {over[k]:.1f}% of the span."
+              for k in sorted(over, key=over.get, reverse=True) if k != limiter]
+    return replace(verdict, other_losses=others)
 
 
 def _missing(f: Findings) -> list[str]:

@@ -35,6 +35,8 @@ def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
     else:
         out.append(f"**{v['headline']}**")
     out += ["", f"**Hypothesis.** {v['hypothesis']}", "", f"**Next step.** {v['next_step']}"]
+    if v["other_losses"]:
+        out += ["", f"**Also.** {' '.join(v['other_losses'])}"]
     if summary:
         out += ["", "## Summary", "", summary]
     out += ["", "## What would sharpen this diagnosis", ""]
