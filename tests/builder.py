@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import traceagent
 from conftest import write_trace
+
+import traceagent
 
 PID, TID = 100, 100
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -53,20 +54,20 @@ class Reply(dict):
     """One scripted reply: text, tool calls, an HTTP error, or a delay before answering."""
 
     @classmethod
-    def text(cls, content: str) -> "Reply":
+    def text(cls, content: str) -> Reply:
         return cls(kind="text", content=content)
 
     @classmethod
-    def tool(cls, name: str, arguments: str | dict, call_id: str = "call_1") -> "Reply":
+    def tool(cls, name: str, arguments: str | dict, call_id: str = "call_1") -> Reply:
         args = arguments if isinstance(arguments, str) else json.dumps(arguments)
         return cls(kind="tool", name=name, arguments=args, call_id=call_id)
 
     @classmethod
-    def error(cls, status: int, message: str = "error", headers: dict | None = None) -> "Reply":
+    def error(cls, status: int, message: str = "error", headers: dict | None = None) -> Reply:
         return cls(kind="error", status=status, message=message, headers=headers or {})
 
     @classmethod
-    def slow(cls, seconds: float, then: "Reply") -> "Reply":
+    def slow(cls, seconds: float, then: Reply) -> Reply:
         return cls(kind="slow", seconds=seconds, then=then)
 
 
@@ -138,7 +139,7 @@ class FakeOpenAIServer:
                 + [chunk({"content": w + (" " if i < len(words) - 1 else "")}) for i, w in enumerate(words)]
                 + [chunk({}, "stop")])
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         self.thread.start()
         return self
 

@@ -7,18 +7,17 @@ import asyncio
 import json
 
 import pytest
+from builder import TraceBuilder
+from conftest import RESNET_NW0, RESNET_NW4
+from fakes import ScriptedChatModel, tool_call
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 import traceagent
+from traceagent import analyze
 from traceagent.agent.llm import LLMConfig, load_config
 from traceagent.agent.offline import CANNED_QUESTIONS, route
 from traceagent.agent.session import Answer, Cancelled, Failure, Session, Token, ToolCall, ToolResult
 from traceagent.agent.tools import AnalysisContext
-from traceagent.detect.analysis import analyze
-
-from builder import TraceBuilder
-from conftest import RESNET_NW0, RESNET_NW4
-from fakes import ScriptedChatModel, tool_call
 
 
 @pytest.fixture(scope="module")

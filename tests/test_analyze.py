@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import B200, CPU_ONLY, DLRM_8RANK, MI300, RESNET_NW0, RESNET_NW0_B, RESNET_NW4, RESNET_NW4_B
 
 import traceagent
+from traceagent import analyze
 from traceagent.cli import main
-from traceagent.detect.analysis import analyze
-
-from conftest import B200, CPU_ONLY, DLRM_8RANK, MI300, RESNET_NW0, RESNET_NW0_B, RESNET_NW4, RESNET_NW4_B
 
 
 def analyze_json(path, capsys) -> dict:
@@ -121,7 +120,7 @@ def test_tables_fit_80_columns_with_every_number_whole(capsys):
     first = result.to_dict()["ranks"][0]
     from traceagent.format import duration
 
-    table = lines[lines.index(next(l for l in lines if "Hot kernels" in l)):]
+    table = lines[lines.index(next(line for line in lines if "Hot kernels" in line)):]
     rows = [line for line in table[4:] if line.startswith("│ ") and not line.startswith("│   by")]
     for kernel, row in zip(first["hot_kernels"][:8], rows):
         assert row.startswith("│ " + kernel["short_name"][:30])

@@ -9,11 +9,10 @@ import subprocess
 import sys
 
 import pytest
-
-from traceagent.cli import main
-
 from conftest import RESNET_NW0
 from fakes import FakeOpenAIServer, Reply
+
+from traceagent.cli import main
 
 SECRET = "sk-test-secret-key-0123456789"
 
@@ -58,7 +57,7 @@ def test_invented_numbers_are_flagged(model_env, capsys):
     replies = [Reply.tool("verdict", {}), Reply.text("Idle is 39.4% of the time, and 12.5 ms is lost to magic.")]
     with FakeOpenAIServer(replies) as server:
         model_env(server.url)
-        code, out, err = ask(capsys)
+        code, _, err = ask(capsys)
     assert code == 0 and "unverified numbers (in no tool result): 12.5 ms" in err
 
 
@@ -69,7 +68,8 @@ def test_server_down(model_env, capsys):
     model_env(f"http://127.0.0.1:{port}/v1")
     code, _, err = ask(capsys)
     assert code == 1
-    assert err.strip() == f"traceagent: cannot reach the model server at http://127.0.0.1:{port}/v1: is it running? (OPENAI_BASE_URL)"
+    where = f"http://127.0.0.1:{port}/v1"
+    assert err.strip() == f"traceagent: cannot reach the model server at {where}: is it running? (OPENAI_BASE_URL)"
 
 
 def test_server_too_slow(model_env, capsys):
@@ -83,7 +83,7 @@ def test_rate_limit_is_retried_with_backoff(model_env, capsys):
     limited = Reply.error(429, "slow down", {"retry-after-ms": "10"})
     with FakeOpenAIServer([limited, limited, Reply.text("Fine now: idle 39.4%.")]) as server:
         model_env(server.url, retries=2)
-        code, out, err = ask(capsys)
+        code, out, _ = ask(capsys)
     assert code == 0 and "Fine now" in out and len(server.requests) == 3
 
 

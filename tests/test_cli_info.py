@@ -10,10 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import CPU_ONLY, DLRM_8RANK, NSYS_BEFORE, RESNET_NW0, write_trace
 
 from traceagent.cli import main
-
-from conftest import CPU_ONLY, DLRM_8RANK, NSYS_BEFORE, RESNET_NW0, write_trace
 
 
 def run_cli(*args: str, capsys) -> tuple[int, str, str]:
@@ -107,7 +106,7 @@ def test_truncated_pretty_printed_trace(tmp_path, capsys):
 def test_bad_files_get_one_clear_line_and_exit_2(tmp_path, capsys, content, problem):
     bad = tmp_path / "bad.json"
     bad.write_bytes(content)
-    code, out, err = run_cli("info", str(bad), capsys=capsys)
+    code, _, err = run_cli("info", str(bad), capsys=capsys)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1, err

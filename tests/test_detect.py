@@ -4,6 +4,7 @@ worked out by hand in the test from the times it builds (all in µs)."""
 from __future__ import annotations
 
 import pytest
+from builder import TraceBuilder
 
 from traceagent.detect.analysis import analyze_trace
 from traceagent.detect.breakdown import detect_breakdown
@@ -11,8 +12,6 @@ from traceagent.detect.comm import detect_comm
 from traceagent.detect.idle import detect_idle
 from traceagent.detect.kernels import detect_hot_kernels, short_name
 from traceagent.detect.memcpy import detect_memcpy
-
-from builder import TraceBuilder
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
@@ -155,7 +154,8 @@ def test_kernel_launched_under_a_c10d_op_is_communication(tmp_path):
 
 def test_compute_bound_names_the_hot_kernel(tmp_path):
     b = TraceBuilder()
-    gemm = "void cutlass::Kernel<cutlass_80_tensorop_s16816gemm_128x128_32x3_nn_align8>(cutlass_80_tensorop_s16816gemm_128x128_32x3_nn_align8::Params)"
+    gemm = ("void cutlass::Kernel<cutlass_80_tensorop_s16816gemm_128x128_32x3_nn_align8>"
+            "(cutlass_80_tensorop_s16816gemm_128x128_32x3_nn_align8::Params)")
     b.op("aten::mm", 0, 10)
     b.kernel(gemm, 0, 450, launch_at=1)
     b.kernel(gemm, 450, 450, launch_at=2)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import RESNET_NW0, RESNET_NW4
 
 import traceagent
+from traceagent import analyze
 from traceagent.cli import main
-from traceagent.detect.analysis import analyze
 from traceagent.detect.diff import diff
-
-from conftest import RESNET_NW0, RESNET_NW4
 
 
 @pytest.fixture(scope="module")

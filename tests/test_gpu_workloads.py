@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import traceagent
-from traceagent.detect.analysis import analyze
+from traceagent import analyze
 
 torch = pytest.importorskip("torch")
 SCRIPT = Path(__file__).parents[1] / "tools" / "gpu_workloads.py"

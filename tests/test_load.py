@@ -8,16 +8,14 @@ on the Nsight exports, cross-checked with the origin repositories' own descripti
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import B200, DATA, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0
 
 import traceagent
 from traceagent.trace import cache
 from traceagent.trace.load import load_file
-
-from conftest import (B200, DATA, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0)
 
 ALL_TRACES = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json.gz", ".sqlite")))
 

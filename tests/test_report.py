@@ -8,16 +8,15 @@ import shutil
 import subprocess
 
 import pytest
+from builder import TraceBuilder
+from conftest import CPU_ONLY, DATA, DLRM_8RANK, RESNET_NW0
 
 import traceagent
+from traceagent import analyze
 from traceagent.cli import main
-from traceagent.detect.analysis import analyze
 from traceagent.format import duration, percent
 from traceagent.report.html import render_html
 from traceagent.report.markdown import render_markdown
-
-from builder import TraceBuilder
-from conftest import CPU_ONLY, DATA, DLRM_8RANK, RESNET_NW0
 
 SHARED = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json.gz", ".sqlite")) and "dlrm" not in str(p))
 SHARED.append(DLRM_8RANK)
@@ -46,14 +45,16 @@ def test_markdown_report_matches_analyze_json(path, capsys):
     assert positions == sorted(positions), "sections in order, verdict first"
     for rank in data["ranks"][:8]:
         b = rank["breakdown"]
-        row = next(line for line in report.splitlines() if line.startswith(f"| {rank['rank'] if rank['rank'] is not None else '-'} | "))
+        label = rank["rank"] if rank["rank"] is not None else "-"
+        row = next(line for line in report.splitlines() if line.startswith(f"| {label} | "))
         for value in (duration(b["span_us"]), duration(b["busy_us"]), percent(b["idle_pct"]), duration(b["compute_us"])):
             assert value in row
         idle = rank["idle"]
         for cause, us in idle["by_cause_us"].items():
             assert f"| {cause} | {duration(us)} |" in report
         for k in rank["hot_kernels"][:10]:
-            assert re.search(rf"\| {k['count']} \| {re.escape(duration(k['total_us']))} \| {re.escape(percent(k['share_pct']))} \|", report)
+            total, share = re.escape(duration(k["total_us"])), re.escape(percent(k["share_pct"]))
+            assert re.search(rf"\| {k['count']} \| {total} \| {share} \|", report)
         for kind, c in rank["memcpy"]["by_kind"].items():
             assert f"| {kind} | {c['count']} |" in report
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import traceagent
-from traceagent.detect.analysis import analyze
+from traceagent import analyze
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tools"))
-from synth_trace import parse_size, synthesize  # noqa: E402
+from synth_trace import parse_size, synthesize
 
 EXPECTED = {
     "dataloader": ("idle", "dataloader"),

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-import pytest
+from conftest import RESNET_NW0
+from fakes import ScriptedChatModel, tool_call
 from langchain_core.messages import AIMessage
 
 from traceagent.tui.app import TraceAgentApp
@@ -14,9 +15,6 @@ from traceagent.tui.screens import HelpScreen
 from traceagent.tui.widgets.conversation import AnswerBlock, ErrorMessage, ToolBlock, UserMessage
 from traceagent.tui.widgets.prompt import PromptInput
 from traceagent.tui.widgets.side_panel import SidePanel
-
-from conftest import RESNET_NW0
-from fakes import ScriptedChatModel, tool_call
 
 SIZE = (120, 40)
 

@@ -35,17 +35,19 @@ _REPORT = ("\nprint(json.dumps({'wall_s': time.perf_counter() - t0, "
            "'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
            "'worker_rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))\n")
 CASES = {
-    "floor": ("import orjson\nfiles = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
+    "floor": ("import orjson\n"
+              "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
               "t0 = time.perf_counter()\nfor f in files:\n    data = orjson.loads(open(f, 'rb').read())\n    del data"),
     "load": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH, use_cache=False)"),
     "warm": ("import traceagent\nt0 = time.perf_counter()\ntraceagent.load(PATH)"),
     "load_cached": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH)"),
-    "analyze": ("import traceagent\nfrom traceagent.detect.analysis import analyze\nt0 = time.perf_counter()\n"
+    "analyze": ("import traceagent\nfrom traceagent import analyze\nt0 = time.perf_counter()\n"
                 "out = json.dumps(analyze(traceagent.load(PATH, use_cache=False)).to_dict())"),
     "hta": ("import logging, warnings\nlogging.disable(logging.WARNING)\nwarnings.simplefilter('ignore')\n"
             "from hta.trace_analysis import TraceAnalysis\nimport tempfile\n"
             "t0 = time.perf_counter()\nfolder = PATH\n"
-            "if not os.path.isdir(PATH):\n    folder = tempfile.mkdtemp()\n    os.symlink(os.path.abspath(PATH), os.path.join(folder, 'rank-0.json'))\n"
+            "if not os.path.isdir(PATH):\n    folder = tempfile.mkdtemp()\n"
+            "    os.symlink(os.path.abspath(PATH), os.path.join(folder, 'rank-0.json'))\n"
             "a = TraceAnalysis(trace_dir=folder)\na.get_temporal_breakdown(visualize=False)\n"
             "a.get_idle_time_breakdown(visualize=False)\na.get_gpu_kernel_breakdown(visualize=False)"),
 }
@@ -102,7 +104,7 @@ def table(rows: list[dict]) -> str:
             "| cached/load | peak RSS/size (analyze) | largest worker RSS MB |")
     lines = [head, "|" + "---|" * 12]
     for r in rows:
-        def cell(case: str) -> str:
+        def cell(case: str, r: dict = r) -> str:
             v = r.get(case)
             if not isinstance(v, dict):
                 return "-"

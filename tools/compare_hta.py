@@ -26,9 +26,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import traceagent  # noqa: E402
-from traceagent.detect import intervals as iv  # noqa: E402
-from traceagent.detect.breakdown import detect_breakdown  # noqa: E402
+import traceagent
+from traceagent.detect import intervals as iv
+from traceagent.detect.breakdown import detect_breakdown
 
 
 def run_hta(path: str) -> dict:

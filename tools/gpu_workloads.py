@@ -21,9 +21,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -32,7 +32,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 @dataclass(frozen=True)
 class Workload:
     name: str
-    run: Callable[["Context"], Callable[[], None]]  # set-up → one training step
+    run: Callable[[Context], Callable[[], None]]  # set-up → one training step
     expect: dict | None = None  # limiter / root_cause on a GPU
     expect_not: dict | None = None  # for fixes: what must be gone
     fix_of: str | None = None

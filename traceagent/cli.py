@@ -1,4 +1,7 @@
-"""The `traceagent` command: info · analyze · demo."""
+"""The `traceagent` command: argument parsing and dispatch.
+
+info · analyze · report · diff · ask · chat · demo (`traceagent COMMAND --help` for each).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +9,21 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
-from typing import Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.markup import escape
-from rich.table import Column, Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich_argparse import RichHelpFormatter
 
-from .detect.analysis import Analysis, analyze
+from . import __version__
+from .detect.analysis import Analysis, analyze_job
 from .errors import TraceError
-from .format import duration, gap_evidence, percent, shorten, size
+from .format import duration
+from .report.terminal import print_analysis
 from .trace.load import load
 from .trace.model import Job
 
@@ -30,6 +36,8 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 def say(text: str) -> None:
     """One line of prose on stdout, never hard-wrapped: paths stay whole and `grep` finds the line."""
     out.print(text, soft_wrap=True)
+
+
 
 
 def example_trace() -> str:
@@ -57,6 +65,11 @@ def _progress_bar() -> Iterator:
 def load_job(path: str, use_cache: bool) -> Job:
     with _progress_bar() as progress:
         return load(path, use_cache=use_cache, progress=progress)
+
+
+def analyze_path(path: str, use_cache: bool) -> Analysis:
+    """Load with a progress bar on a terminal, then analyze."""
+    return analyze_job(load_job(path, use_cache))
 
 
 def info_dict(job: Job) -> dict:
@@ -104,121 +117,12 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    job = load_job(args.path, not args.no_cache)
-    result = analyze(job)
-    if args.json:
+    result = analyze_path(args.path, not args.no_cache)
+    if getattr(args, "json", False):
         out.print_json(json.dumps(result.to_dict(), allow_nan=False))
         return 0
-    print_analysis(result)
+    print_analysis(result, out)
     return 0
-
-
-def number_columns(*headers: str) -> list[Column]:
-    """Right-justified columns: add_rows_keeping_numbers_whole keeps their cells whole."""
-    return [Column(header, justify="right") for header in headers]
-
-
-def add_rows_keeping_numbers_whole(table: Table, rows: list[list[str]]) -> None:
-    """Add rows; the right-justified (number) columns never shrink below their widest cell, and the
-    unwrapped text columns share what is left of the terminal, so at 80 columns the names are
-    shortened with an ellipsis instead of a unit being cut off a number."""
-    for row in rows:
-        table.add_row(*row)
-    for i, column in enumerate(table.columns):
-        if column.justify == "right":
-            column.min_width = max([len(str(column.header))] + [len(row[i]) for row in rows])
-            column.no_wrap = True
-    unwrapped = [c for c in table.columns if c.no_wrap and c.justify != "right"]
-    if unwrapped:
-        taken = sum(c.min_width for c in table.columns if c.justify == "right")
-        taken += sum(max(len(row[i]) for row in rows) if rows else 0
-                     for i, c in enumerate(table.columns) if not c.no_wrap)
-        borders = 3 * len(table.columns) + 1  # a rule and a space either side per column
-        for column in unwrapped:
-            column.max_width = max(16, (out.width - taken - borders) // len(unwrapped))
-
-
-def print_analysis(result: Analysis) -> None:
-    """The analysis as Rich tables: verdict first, then the evidence per rank."""
-    from rich.panel import Panel
-
-    data = result.to_dict()
-    v = data["verdict"]
-    title = f"{v['limiter']} · {v['root_cause']}" if v["limiter"] else "no device activity"
-    # the verdict quotes trace strings (kernel names, Python lines): escaped, never read as markup
-    body = f"[bold]{escape(v['headline'])}[/]\n\n{escape(v['hypothesis'])}\n\n[bold]Next:[/] {escape(v['next_step'])}"
-    for extra in v["other_losses"] + v["also"]:
-        body += f"\n[dim]· {escape(extra)}[/]"
-    say(f"[bold]{escape(data['trace']['path'])}[/]  {data['trace']['format']}, {data['trace']['ranks']} rank(s), "
-              f"{escape(', '.join(data['trace']['devices'])) or 'no devices'}")
-    for warning in data["trace"]["warnings"]:
-        say(f"[yellow]warning: {escape(warning)}[/]")
-    out.print(Panel(body, title=f"Verdict: {title}", title_align="left", border_style="cyan"))
-    if not data["verdict"]["limiter"]:
-        return
-
-    # shares of each rank's span, and comm columns only where there is communication: ranks compare
-    # at a glance and the table fits 80 columns unwrapped (the durations are in --json and the report)
-    has_comm = any(r["breakdown"]["comm_us"] for r in data["ranks"])
-    numbers = ["span", "idle", "compute", *(["comm", "exposed"] if has_comm else []), "memcpy"]
-    table = Table("rank", *number_columns(*numbers), "root cause",
-                  title="Where device time went (share of span)", pad_edge=False)
-    rows = []
-    for r in data["ranks"]:
-        b = r["breakdown"]
-        share = [b["compute_us"], *([b["comm_us"], b["exposed_comm_us"]] if has_comm else []), b["memcpy_us"]]
-        rows.append([str(r["rank"]) if r["rank"] is not None else "-", duration(b["span_us"]),
-                     f"{b['idle_pct']:.1f}%", *(percent(100 * us / b["span_us"]) for us in share),
-                     r["verdict"]["root_cause"] or "-"])
-    add_rows_keeping_numbers_whole(table, rows)
-    out.print(table)
-
-    first = data["ranks"][0]
-    idle = first["idle"]
-    causes = Table("cause", *number_columns("idle", "share of span", "gaps"),
-                   title=f"Idle by cause (rank {first['rank']})" if len(data["ranks"]) > 1 else "Idle by cause")
-    add_rows_keeping_numbers_whole(causes, [
-        [cause, duration(us), percent(idle["by_cause_pct"][cause]), str(idle["by_cause_count"][cause])]
-        for cause, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])
-    out.print(causes)
-    gaps = Table(*number_columns("at", "gap"), "cause", "evidence", title="Largest gaps")
-    add_rows_keeping_numbers_whole(gaps, [
-        [duration(g["start_us"]), duration(g["dur_us"]), g["cause"], escape(gap_evidence(g, name_width=32))]
-        for g in idle["top_gaps"][:5]])
-    out.print(gaps)
-
-    # the op that launched each kernel goes under its name: a column of its own left the names
-    # too narrow to tell apart at 80 columns
-    kernels = Table(Column("kernel [dim](and the op that launched it)[/]", no_wrap=True, overflow="ellipsis"),
-                    *number_columns("count", "total", "% busy", "mean"), title="Hot kernels")
-    add_rows_keeping_numbers_whole(kernels, [
-        [escape(shorten(k["short_name"], 60)) + (f"\n[dim]  by {escape(shorten(k['op'], 57))}[/]" if k["op"] else ""),
-         str(k["count"]), duration(k["total_us"]), f"{k['share_pct']:.1f}%", duration(k["mean_us"])]
-        for k in first["hot_kernels"][:8]])
-    out.print(kernels)
-
-    copies = first["memcpy"]
-    if copies["count"]:
-        t = Table("copy", *number_columns("count", "bytes", "time", "GB/s", "pageable"),
-                  title=f"Data movement ({copies['share_pct']:.1f}% of span)")
-        add_rows_keeping_numbers_whole(t, [
-            [kind, str(c["count"]), size(c["bytes"]), duration(c["us"]), f"{c['gbps']:.1f}", str(c["pageable_count"])]
-            for kind, c in copies["by_kind"].items()])
-        out.print(t)
-    if data["comparison"] and data["comparison"]["waits_most"] is not None:
-        c = data["comparison"]
-        t = Table("rank", *number_columns("comm", "exposed", "compute"), title="Communication per rank")
-        add_rows_keeping_numbers_whole(t, [
-            [str(r["rank"]), duration(r["comm_us"]), duration(r["exposed_us"]), duration(r["compute_us"])]
-            for r in c["ranks"]])
-        out.print(t)
-        say(f"Rank {c['waits_most']} waits longest in collectives; rank {c['slowest']} computes longest "
-                  f"(comm time spread {c['comm_spread_pct']:.0f}%).")
-    launch, steps = first["launch"], first["steps"]
-    say(f"Launch: median launch-to-start {duration(launch['median_latency_us'])} (queueing included), "
-              f"{launch['short_kernel_pct']:.0f}% of "
-              f"kernels shorter than their launch call. Steps: {steps['count']}"
-              + (f", mean {duration(steps['mean_us'])}, slowest {duration(steps['max_us'])} (step {steps['slowest']})" if steps["count"] else ""))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -234,7 +138,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             err.print("traceagent: error: --llm needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL for a local "
                       "server (the report without --llm needs none)", markup=False)
             return 2
-    result = analyze(load_job(args.path, not args.no_cache))
+    result = analyze_path(args.path, not args.no_cache)
     if args.llm:
         summary = llm_summary(result, config)
         if summary is None:
@@ -257,24 +161,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-SUMMARY_REQUEST = ("Write the summary paragraph of a written diagnosis of this trace, for a pull request: what "
-                   "limits the program, the evidence in numbers, and the next step. Call the tools you need first; "
-                   "one paragraph of plain prose, no headings.")
-
-
 def llm_summary(result: Analysis, config) -> str | None:
     """The report's summary paragraph, written by the model through the agent; numbers the tools
     did not return are marked. None (after one line on stderr) when the model fails."""
     import asyncio
 
+    from .agent.events import Answer, Failure
     from .agent.llm import make_chat_model
-    from .agent.session import Answer, Failure, Session
+    from .agent.prompts import report_request
+    from .agent.session import Session
     from .agent.tools import AnalysisContext
 
     session = Session(AnalysisContext(result), make_chat_model(config), config)
 
     async def run() -> str | None:
-        async for event in session.ask(SUMMARY_REQUEST):
+        async for event in session.ask(report_request()):
             if isinstance(event, Failure) and event.kind in ("connection", "timeout", "rate_limit", "auth", "server"):
                 err.print(f"traceagent: {event.message}", markup=False)
                 return None
@@ -293,8 +194,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .detect.diff import diff
     from .report.markdown import render_diff_markdown
 
-    before = analyze(load_job(args.before, not args.no_cache))
-    after = analyze(load_job(args.after, not args.no_cache))
+    before = analyze_path(args.before, not args.no_cache)
+    after = analyze_path(args.after, not args.no_cache)
     result = diff(before, after)
     if args.json:
         out.print_json(json.dumps(result.to_dict(), allow_nan=False))
@@ -312,13 +213,14 @@ def cmd_ask(args: argparse.Namespace) -> int:
     """One question, the answer on stdout; tool calls on stderr with -v."""
     import asyncio
 
+    from .agent.events import Answer, Cancelled, Failure, Token, ToolCall, ToolResult
     from .agent.llm import load_config, make_chat_model
-    from .agent.session import Answer, Cancelled, Failure, Session, Token, ToolCall, ToolResult
+    from .agent.session import Session
     from .agent.tools import AnalysisContext
 
     config = load_config()
-    analysis = analyze(load_job(args.path, not args.no_cache))
-    other = analyze(load_job(args.compare, not args.no_cache)) if args.compare else None
+    analysis = analyze_path(args.path, not args.no_cache)
+    other = analyze_path(args.compare, not args.no_cache) if args.compare else None
     session = Session(AnalysisContext(analysis, other), make_chat_model(config) if config else None, config)
     if args.verbose:
         err.print(session.describe_model(), style="dim", markup=False)
@@ -376,26 +278,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="traceagent", description="Find what limits a GPU program from its profiler trace.")
+    parser = argparse.ArgumentParser(prog="traceagent", description="Find what limits a GPU program from its profiler trace.",
+                                     formatter_class=RichHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, func, help: str, path: bool = True) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help)
+    def add(name: str, func, help: str, path: bool = True, json: bool = False) -> argparse.ArgumentParser:
+        """A command; `json` only where the command prints data (elsewhere --json is a usage error)."""
+        p = sub.add_parser(name, help=help, description=help, formatter_class=RichHelpFormatter)
         if path:
             p.add_argument("path", help="trace file (.json, .json.gz, .sqlite) or a directory of per-rank traces")
         p.add_argument("--no-cache", action="store_true", help="parse the trace again instead of reading the cache")
-        p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+        if json:
+            p.add_argument("--json", action="store_true", help="print JSON instead of tables")
         p.set_defaults(func=func)
         return p
 
-    add("info", cmd_info, "what a trace holds: format, ranks, devices, span, event counts")
+    add("info", cmd_info, "what a trace holds: format, ranks, devices, span, event counts", json=True)
     add("analyze", cmd_analyze, "find what limits the program: idle gaps and causes, copies, communication, "
-        "hot kernels, and the verdict")
+        "hot kernels, and the verdict", json=True)
     report = add("report", cmd_report, "write the diagnosis: Markdown, or self-contained HTML with charts")
     report.add_argument("-o", "--output", help="diagnosis.md or diagnosis.html (default: Markdown on stdout)")
     report.add_argument("--llm", action="store_true", help="add a summary paragraph written by the configured model "
                         "(its numbers checked against the detectors)")
-    compare = add("diff", cmd_diff, "compare a trace before and after a change", path=False)
+    compare = add("diff", cmd_diff, "compare a trace before and after a change", path=False, json=True)
     compare.add_argument("before", help="trace (or rank directory) before the change")
     compare.add_argument("after", help="trace (or rank directory) after the change")
     compare.add_argument("--fail-if-slower", type=float, metavar="PCT",

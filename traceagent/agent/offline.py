@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 from langchain_core.tools import BaseTool
 
+from ..detect.vocabulary import GAP_CAUSES, label
 from ..format import duration, percent, shorten, size
+from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
 from .tools import AnalysisContext
 
@@ -50,8 +52,6 @@ class OfflineAnalyst:
         self.tools = tools
 
     async def answer(self, question: str) -> AsyncIterator:
-        from .session import Answer, Token, ToolCall, ToolResult
-
         topic = route(question)
         writer: Callable[..., str] = getattr(self, f"_{topic}") if topic else self._help
         calls = {"idle": ["verdict", "idle_gaps"], "kernels": ["hot_kernels"], "memcpy": ["data_movement"],
@@ -79,7 +79,7 @@ class OfflineAnalyst:
         causes = sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])
         lines = [f"The GPU is idle **{percent(idle['idle_pct'])}** of the time ({duration(idle['idle_us'])} of "
                  f"{duration(idle['span_us'])}, in {idle['gaps']} gaps). By cause:"]
-        lines += [f"- {_CAUSE_WORDS.get(c, c)}: {duration(us)} ({percent(idle['by_cause_pct'][c])} of the span, "
+        lines += [f"- {label(GAP_CAUSES, c)}: {duration(us)} ({percent(idle['by_cause_pct'][c])} of the span, "
                   f"{idle['by_cause_count'][c]} gaps)" for c, us in causes[:5]]
         top = idle.get("top_gaps") or []
         if top:
@@ -185,12 +185,6 @@ class OfflineAnalyst:
     def _help(self) -> str:
         return ("I can answer these without a model: " + "; ".join(f"“{q}”" for q in CANNED_QUESTIONS)
                 + ". Ask one of those, or configure a model for open questions.")
-
-
-_CAUSE_WORDS = {"dataloader": "waiting for data loading", "sync": "after host synchronizations",
-                "launch_overhead": "launch-bound (kernels shorter than their launch)", "launch_latency":
-                "launch latency (short gaps between kernels)", "host_other": "other host work", "no_host_activity":
-                "nothing traced on the host"}
 
 
 def _value(metric: dict, which: str) -> str:

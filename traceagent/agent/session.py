@@ -9,109 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from datetime import datetime
-from importlib import resources
-from pathlib import Path
-from string import Template
-from typing import AsyncIterator
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from .events import Answer, Cancelled, Event, Failure, Token, ToolCall, ToolResult
 from .llm import LLMConfig
 from .numbers import unverified
+from .offline import OfflineAnalyst
+from .prompts import system_prompt
 from .tools import AnalysisContext, ToolInputError, build_tools
 
-
-# -- events -------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Token:
-    """A piece of the answer as it streams."""
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    id: str
-    name: str
-    args: dict
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    id: str
-    name: str
-    content: str  # JSON
-    ok: bool
-
-    @property
-    def summary(self) -> str:
-        """A short line for a collapsed tool block."""
-        try:
-            data = json.loads(self.content)
-        except json.JSONDecodeError:
-            return self.content[:120]
-        if not self.ok:
-            return f"error: {data.get('error', '')}"[:160]
-        keys = [k for k in data if not isinstance(data[k], (list, dict))][:4]
-        return ", ".join(f"{k}={data[k]}" for k in keys)[:160] or f"{len(self.content)} characters"
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The final answer of a turn, and the numbers in it no tool result supports."""
-    text: str
-    unverified: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Something went wrong; `kind` is one of: connection, timeout, rate_limit, auth, server,
-    malformed_tool_call, unknown_tool, bad_arguments, tool_rounds."""
-    kind: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Cancelled:
-    pass
-
-
-Event = Token | ToolCall | ToolResult | Answer | Failure | Cancelled
-
-
-# -- prompts ------------------------------------------------------------------------------------
-
-def prompt_template(name: str) -> str:
-    """A prompt from the installed package, or from the source tree's prompts/ in development."""
-    packaged = resources.files("traceagent") / "prompts" / name
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    return (Path(__file__).resolve().parents[2] / "prompts" / name).read_text(encoding="utf-8")
-
-
-def trace_summary(ctx: AnalysisContext) -> str:
-    """The trace in numbers and fixed vocabulary only: no string from the trace goes into the
-    system prompt (trace text reaches the model only inside tool results)."""
-    a = ctx.analysis
-    lines = [f"- format: {a.job.format}; ranks loaded: {len(a.ranks)}"]
-    for r in a.ranks[:8]:
-        b = r.breakdown.total
-        v = r.verdict
-        lines.append(f"- rank {r.rank if r.rank is not None else 0}: {len(r.trace.meta.devices)} device(s), "
-                     f"span {b.span_us:.1f} µs, busy {b.busy_us:.1f} µs, idle {b.idle_pct:.1f}%, "
-                     f"limiter {v.limiter}, root cause {v.root_cause}, steps {r.findings.steps.count if r.findings.steps else 0}, "
-                     f"python frames {'yes' if r.findings.has_python_frames else 'no'}")
-    if len(a.ranks) > 8:
-        lines.append(f"- and {len(a.ranks) - 8} more ranks")
-    if ctx.other is not None:
-        lines.append("- a second trace is loaded for comparison: call compare_traces")
-    return "\n".join(lines)
-
-
-def system_prompt(ctx: AnalysisContext) -> str:
-    return Template(prompt_template("system.md")).safe_substitute(summary=trace_summary(ctx))
+__all__ = ["Answer", "Cancelled", "Event", "Failure", "Session", "Token", "ToolCall", "ToolResult"]
 
 
 # -- the session --------------------------------------------------------------------------------
@@ -151,8 +61,6 @@ class Session:
         self._cancel.clear()
         self.transcript.append(("user", question))
         if self.offline:
-            from .offline import OfflineAnalyst
-
             async for event in OfflineAnalyst(self.ctx, self.tools).answer(question):
                 self._record(event)
                 yield event

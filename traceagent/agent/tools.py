@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from langchain_core.tools import BaseTool, StructuredTool
@@ -19,9 +20,8 @@ from langchain_core.tools import BaseTool, StructuredTool
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
 from ..detect.diff import diff
 from ..detect.host import calls_by_correlation, host_events_in
-from ..detect.idle import IdleParams, trace_gaps
 from ..detect.kernels import short_name
-from ..detect.view import device_views, us
+from ..detect.view import us
 from ..trace.model import matches
 
 MAX_ITEMS = 25
@@ -89,13 +89,13 @@ def idle_gaps(ctx: AnalysisContext, rank: int | None = None, cause: str | None =
     idle = r.findings.idle
     result: dict = {"idle_us": idle.idle_us, "span_us": idle.span_us, "idle_pct": idle.idle_pct, "gaps": idle.gaps,
                     "by_cause_us": idle.by_cause_us, "by_cause_pct": idle.by_cause_pct,
-                    "by_cause_count": idle.by_cause_count, "launch_gap_us": IdleParams().launch_gap_us,
+                    "by_cause_count": idle.by_cause_count, "launch_gap_us": r.params.idle.launch_gap_us,
                     "sync_sites": [s.to_dict() for s in idle.sync_sites]}
     if not idle.has_python_frames:
         result["note"] = "this trace has no Python frames (profile with with_stack=True to get source lines)"
     trace, origin = r.trace, r.trace.origin_ns()
-    gaps = trace_gaps(trace)
-    if gaps.empty and not device_views(trace):
+    gaps = r.gaps
+    if gaps.empty and not trace.has_device_activity:
         return result | {"top_gaps": [], "note": "no device activity in this trace"}
     if cause:
         gaps = gaps[gaps["cause"] == cause]
@@ -165,9 +165,7 @@ def communication(ctx: AnalysisContext, rank: int | None = None) -> dict:
 def hot_kernels(ctx: AnalysisContext, top: int = 10, name_filter: str | None = None, rank: int | None = None) -> dict:
     """Kernels ranked by total device time: count, total, mean, median, max, share of busy time,
     the op that launched them. `name_filter` keeps names containing that text."""
-    from ..detect.kernels import detect_hot_kernels
-
-    result = detect_hot_kernels(ctx.rank(rank).trace, top=max(1, min(top, MAX_ITEMS)), name_filter=name_filter)
+    result = ctx.rank(rank).hot_kernels(top=max(1, min(top, MAX_ITEMS)), name_filter=name_filter)
     data = result.to_dict()
     if not result.kernels:
         data["note"] = f"no kernels match {name_filter!r}" if name_filter else "no kernels in this trace"

@@ -1,35 +1,67 @@
 """Run every detector on a job and draw the verdicts: the stable contract behind `analyze --json`,
-the agent's tools and the report."""
+the agent's tools and the report.
+
+An analysis keeps the parameters it ran with and what it computed (the classified gaps, the
+breakdowns): the tools, the report and the TUI read those and never run a detector again, so
+they cannot disagree with it.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
 
 from ..trace.model import Job, Trace
 from .breakdown import BreakdownResult, detect_breakdown
 from .comm import RankComparison, compare_ranks, detect_comm
 from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verdict
-from .idle import IdleParams, detect_idle
-from .kernels import detect_hot_kernels
+from .idle import IdleParams, detect_idle, trace_gaps
+from .kernels import KernelsResult, detect_hot_kernels
 from .launch import detect_launch
 from .memcpy import detect_memcpy
 from .steps import detect_steps
 
 
 @dataclass(frozen=True)
+class AnalysisParams:
+    """The thresholds an analysis ran with (each documented where it is defined)."""
+
+    idle: IdleParams = field(default_factory=IdleParams)
+    verdict: VerdictParams = field(default_factory=VerdictParams)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class RankAnalysis:
     rank: int | None
     trace: Trace
+    params: AnalysisParams
+    gaps: pd.DataFrame  # every classified gap of every device (see idle.trace_gaps); ns on the trace clock
     breakdown: BreakdownResult
     findings: Findings
     verdict: Verdict
+
+    def device_gaps(self, device: int) -> pd.DataFrame:
+        """The classified gaps of one device."""
+        return self.gaps[self.gaps["device"] == device]
+
+    def hot_kernels(self, top: int = 10, name_filter: str | None = None) -> KernelsResult:
+        """The hot kernels as analyzed, or a narrower query (a name filter, a longer list)."""
+        if name_filter is None and top <= len(self.findings.kernels.top):
+            kernels = self.findings.kernels
+            return KernelsResult(kernels.kernels, kernels.distinct, kernels.total_us, kernels.top[:top])
+        return detect_hot_kernels(self.trace, top=top, name_filter=name_filter)
 
     def to_dict(self) -> dict:
         f = self.findings
         steps = f.steps.to_dict() if f.steps else {"count": 0, "mean_us": None, "max_us": None}
         return {
             "rank": self.rank,
+            "params": self.params.to_dict(),
             "devices": {str(k): v for k, v in self.trace.meta.devices.items()},
             "breakdown": self.breakdown.to_dict(),
             "idle": f.idle.to_dict(),
@@ -62,22 +94,24 @@ class Analysis:
         })
 
 
-def analyze_trace(trace: Trace, idle_params: IdleParams = IdleParams(),
-                  verdict_params: VerdictParams = VerdictParams()) -> RankAnalysis:
+def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams()) -> RankAnalysis:
     """Every detector on one rank, and its verdict."""
+    idle_params = params.idle
     findings = Findings(
         idle=detect_idle(trace, idle_params), memcpy=detect_memcpy(trace), comm=detect_comm(trace),
         kernels=detect_hot_kernels(trace), launch=detect_launch(trace), steps=detect_steps(trace, params=idle_params),
         has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,
     )
-    return RankAnalysis(trace.meta.rank, trace, detect_breakdown(trace), findings, diagnose(findings, verdict_params))
+    return RankAnalysis(trace.meta.rank, trace, params, trace_gaps(trace, idle_params), detect_breakdown(trace),
+                        findings, diagnose(findings, params.verdict))
 
 
-def analyze(job: Job, idle_params: IdleParams = IdleParams(), verdict_params: VerdictParams = VerdictParams()) -> Analysis:
+def analyze_job(job: Job, params: AnalysisParams = AnalysisParams()) -> Analysis:
     """Analyze every rank; the job's verdict is that of the rank that loses the most time to the
     limiter most ranks share (for one rank: its own verdict)."""
-    ranks = [analyze_trace(t, idle_params, verdict_params) for t in job.traces]
-    return Analysis(job=job, ranks=ranks, verdict=_job_verdict(ranks), comparison=compare_ranks([(r.rank, r.breakdown.total) for r in ranks]))
+    ranks = [analyze_trace(t, params) for t in job.traces]
+    comparison = compare_ranks([(r.rank, r.breakdown.total) for r in ranks])
+    return Analysis(job=job, ranks=ranks, verdict=_job_verdict(ranks), comparison=comparison)
 
 
 def _job_verdict(ranks: list[RankAnalysis]) -> Verdict:

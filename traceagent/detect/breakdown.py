@@ -9,6 +9,7 @@ import numpy as np
 from ..trace.model import Trace
 from . import intervals as iv
 from .view import DeviceView, device_views, pct, us
+from .vocabulary import WORK
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Breakdown:
         return asdict(self)
 
     @staticmethod
-    def total(parts: list["Breakdown"]) -> "Breakdown":
+    def total(parts: list[Breakdown]) -> Breakdown:
         """Several devices together: device-time adds up."""
         sums = {k: round(sum(getattr(p, k) for p in parts), 3) for k in Breakdown.__dataclass_fields__}
         sums["idle_pct"] = pct(sums["idle_us"], sums["span_us"])
@@ -74,16 +75,34 @@ class StepBreakdown:
 
 @dataclass(frozen=True)
 class BreakdownResult:
-    """The trace's breakdown: all devices together, each device, and each step on each device."""
+    """The trace's breakdown: all devices together, each device, and each step on each device.
+
+    exclusive_us splits busy device time (summed over devices) so the parts add up: compute, then
+    communication, copies and memsets that nothing before them covers. With the idle time it
+    adds up to the summed device spans; the report's breakdown chart draws it.
+    """
 
     total: Breakdown
     devices: dict[int, Breakdown]
     steps: list[StepBreakdown]
+    exclusive_us: dict[str, float]
 
     def to_dict(self) -> dict:
         return {**self.total.to_dict(),
                 "devices": {str(d): b.to_dict() for d, b in self.devices.items()},
-                "steps": [s.to_dict() for s in self.steps]}
+                "steps": [s.to_dict() for s in self.steps],
+                "exclusive_us": dict(self.exclusive_us)}
+
+
+def exclusive_work(view: DeviceView) -> dict[str, int]:
+    """One device's busy time split into parts that add up (ns), in the order of vocabulary.WORK:
+    each class counts only where no earlier class ran."""
+    covered = view.compute
+    split = {"compute": iv.length(view.compute)}
+    for name, part in (("communication", view.comm), ("copies", view.memcpy), ("memset", view.memset)):
+        split[name] = iv.length(iv.subtract(part, covered))
+        covered = iv.union(np.r_[covered[0], part[0]], np.r_[covered[1], part[1]])
+    return split
 
 
 def detect_breakdown(trace: Trace) -> BreakdownResult:
@@ -97,5 +116,10 @@ def detect_breakdown(trace: Trace) -> BreakdownResult:
         for step, b in zip(ranged["step"], window_breakdowns(view, lo, hi)):
             steps.append(StepBreakdown(int(step), view.device, b))
     total = Breakdown.total(list(per_device.values())) if per_device else Breakdown(*([0.0] * 9))
-    return BreakdownResult(total=total, devices=per_device, steps=steps)
+    exclusive = {name: 0 for name in WORK}
+    for view in views:
+        for name, ns in exclusive_work(view).items():
+            exclusive[name] += ns
+    return BreakdownResult(total=total, devices=per_device, steps=steps,
+                           exclusive_us={name: us(ns) for name, ns in exclusive.items()})
 

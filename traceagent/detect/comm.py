@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..trace.model import Trace
-from .breakdown import Breakdown
 from . import intervals as iv
+from .breakdown import Breakdown
 from .view import device_views, pct, us
 
 

@@ -16,12 +16,7 @@ from .kernels import KernelsResult
 from .launch import LaunchResult
 from .memcpy import MemcpyResult
 from .steps import StepsResult
-
-LIMITERS = ("idle", "data_movement", "communication", "compute")
-ROOT_CAUSES = ("dataloader", "sync", "launch_overhead", "host_other", "pageable_memcpy", "memcpy",
-               "communication", "hot_kernel")
-_IDLE_ROOT = {"dataloader": "dataloader", "sync": "sync", "launch_overhead": "launch_overhead",
-              "launch_latency": "launch_overhead", "host_other": "host_other", "no_host_activity": "host_other"}
+from .vocabulary import GAP_ROOT, LIMITERS
 
 
 @dataclass(frozen=True)
@@ -34,8 +29,8 @@ class VerdictParams:
 
 @dataclass(frozen=True)
 class Verdict:
-    limiter: str | None  # one of LIMITERS; None when there is no device activity
-    root_cause: str | None  # one of ROOT_CAUSES
+    limiter: str | None  # a vocabulary.LIMITERS name; None when there is no device activity
+    root_cause: str | None  # a vocabulary.ROOT_CAUSES name
     headline: str
     hypothesis: str
     next_step: str
@@ -72,9 +67,6 @@ def no_device_verdict() -> Verdict:
     )
 
 
-LOSS_WORDS = {"idle": "idle time", "communication": "exposed communication", "data_movement": "exposed copies"}
-
-
 def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
     """The limiter and root cause for one rank's findings."""
     if not f.has_device_activity:
@@ -97,7 +89,7 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
     else:
         verdict = _compute_verdict(f, also)
     # the other losses over their threshold are named too: on a DDP rank idle can edge out exposed comm
-    others = [f"{LOSS_WORDS[k].capitalize()} also costs {over[k]:.1f}% of the span."
+    others = [f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% of the span."
               for k in sorted(over, key=over.get, reverse=True) if k != limiter]
     return replace(verdict, other_losses=others)
 
@@ -121,7 +113,7 @@ def _top_idle_cause(idle: IdleResult) -> tuple[str, float]:
 def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     idle = f.idle
     cause, cause_us = _top_idle_cause(idle)
-    root = _IDLE_ROOT[cause]
+    root = GAP_ROOT[cause]
     cause_pct = idle.cause_pct(cause)
     evidence = {"idle_pct": idle.idle_pct, "idle_us": idle.idle_us, "span_us": idle.span_us,
                 "cause": cause, "cause_us": cause_us, "cause_pct": cause_pct,

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from ..format import duration, percent
 from .analysis import Analysis
 from .view import pct
+from .vocabulary import ROOT_CAUSES, gap_causes_of
 
 # a root cause below this share of the span (or of copied bytes) counts as gone
 GONE_BELOW_PCT = 2.0
@@ -92,10 +93,8 @@ def _summary(a: Analysis) -> dict:
 def _cause_share(s: dict, a: Analysis, root: str | None) -> float:
     """How big the before verdict's root cause is in a trace, in its own unit (share of span,
     or for pageable copies the share of copied bytes)."""
-    by_idle = {"dataloader": ["dataloader"], "sync": ["sync"], "launch_overhead": ["launch_overhead", "launch_latency"],
-               "host_other": ["host_other", "no_host_activity"]}
-    if root in by_idle:
-        return round(sum(s["cause_pct"].get(c, 0.0) for c in by_idle[root]), 2)
+    if gaps := gap_causes_of(root or ""):
+        return round(sum(s["cause_pct"].get(c, 0.0) for c in gaps), 2)
     if root == "pageable_memcpy":
         return s["pageable_pct"]
     if root == "memcpy":
@@ -107,12 +106,6 @@ def _cause_share(s: dict, a: Analysis, root: str | None) -> float:
         total = sum(k.total_us for r in a.ranks for k in r.findings.kernels.top if k.name == name)
         return pct(total, s["span_us"])
     return 0.0
-
-
-_CAUSE_WORDS = {"dataloader": "idle from data loading", "sync": "idle after host synchronizations",
-                "launch_overhead": "idle from launch overhead", "host_other": "idle during other host work",
-                "pageable_memcpy": "bytes copied from pageable memory", "memcpy": "exposed copy time",
-                "communication": "exposed communication", "hot_kernel": "time in the top kernel"}
 
 
 def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
@@ -137,7 +130,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     root = before.verdict.root_cause
     share_before, share_after = _cause_share(b, before, root), _cause_share(a, before, root)
     gone = root is not None and share_after < GONE_BELOW_PCT
-    words = _CAUSE_WORDS.get(root or "", root or "")
+    words = ROOT_CAUSES[root].measure if root in ROOT_CAUSES else (root or "")
     root_cause = {"cause": root, "what": words, "before_pct": share_before, "after_pct": share_after, "gone": gone}
 
     new = []

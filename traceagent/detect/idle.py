@@ -25,10 +25,17 @@ import pandas as pd
 
 from ..trace.model import Trace, matches
 from . import intervals as iv
-from .host import LAUNCH_CALLS, calls_by_correlation, host_events_in, host_union, op_above, python_line_above, sync_calls
+from .host import (
+    LAUNCH_CALLS,
+    calls_by_correlation,
+    host_events_in,
+    host_union,
+    op_above,
+    python_line_above,
+    sync_calls,
+)
 from .view import DeviceView, device_views, pct, us
-
-CAUSES = ("dataloader", "sync", "launch_overhead", "host_other", "no_host_activity", "launch_latency")
+from .vocabulary import GAP_CAUSES
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ class IdleResult:
         return self.by_cause_pct.get(cause, 0.0)
 
 
-_GAPS: "weakref.WeakKeyDictionary[DeviceView, dict]" = weakref.WeakKeyDictionary()
+_GAPS: weakref.WeakKeyDictionary[DeviceView, dict] = weakref.WeakKeyDictionary()
 
 
 def classify_gaps(trace: Trace, view: DeviceView, params: IdleParams = IdleParams()) -> pd.DataFrame:
@@ -166,8 +173,8 @@ def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:
     gaps = trace_gaps(trace, params)
     idle = int(gaps["dur"].sum())
     by_cause = gaps.groupby("cause")["dur"].agg(["sum", "size"])
-    by_cause_us = {c: us(by_cause.loc[c, "sum"]) for c in CAUSES if c in by_cause.index}
-    by_cause_count = {c: int(by_cause.loc[c, "size"]) for c in CAUSES if c in by_cause.index}
+    by_cause_us = {c: us(by_cause.loc[c, "sum"]) for c in GAP_CAUSES if c in by_cause.index}
+    by_cause_count = {c: int(by_cause.loc[c, "size"]) for c in GAP_CAUSES if c in by_cause.index}
 
     details = _sync_details(trace, gaps[gaps["sync"] >= 0])
     top = gaps.nlargest(params.top, "dur")

@@ -38,7 +38,7 @@ class DeviceView:
         return self.span[1] - self.span[0]
 
 
-_VIEWS: "weakref.WeakKeyDictionary[Trace, list[DeviceView]]" = weakref.WeakKeyDictionary()
+_VIEWS: weakref.WeakKeyDictionary[Trace, list[DeviceView]] = weakref.WeakKeyDictionary()
 
 
 def device_views(trace: Trace) -> list[DeviceView]:

@@ -11,14 +11,13 @@ from markdown_it import MarkdownIt
 
 from ..detect import intervals as iv
 from ..detect.analysis import Analysis
-from ..detect.idle import classify_gaps
 from ..detect.view import device_views
+from ..detect.vocabulary import GAP_CAUSES, WORK
 from ..format import duration, percent, shorten
 from .markdown import render_markdown
 
-CAUSE_COLORS = {"dataloader": "#e4572e", "sync": "#8e44ad", "launch_overhead": "#f3a712", "launch_latency": "#f7d08a",
-                "host_other": "#29335c", "no_host_activity": "#9aa0a6"}
-WORK_COLORS = {"compute": "#2e86ab", "communication": "#a23b72", "copies": "#3bb273", "memset": "#7fb069"}
+CAUSE_COLORS = {w.name: w.color for w in GAP_CAUSES.values()}
+WORK_COLORS = {w.name: w.color for w in WORK.values()}
 WIDTH = 960
 BINS = 480
 MAX_STREAMS = 12
@@ -81,7 +80,7 @@ def _timeline(analysis: Analysis) -> str:
                         for i, s in enumerate(share) if s > 0.005)
         rows.append(f'<text x="0" y="{y + 11}" font-size="11">stream {int(stream)}</text>{rects}')
         y += 18
-    gaps = classify_gaps(trace, view)
+    gaps = rank.device_gaps(view.device)
     gaps = gaps[gaps["dur"] >= (hi - lo) / (BINS * 4)].nlargest(2000, "dur")
     scale = plot_w / max(hi - lo, 1)
     gap_rects = "".join(
@@ -121,17 +120,9 @@ def _bar(segments: list[tuple[str, float, str]], total: float, y: int = 0, heigh
 
 
 def _exclusive_split(analysis: Analysis) -> list[tuple[str, float, str]]:
-    """Span split so the parts add up: compute, then communication, copies and memsets that
-    nothing before them covers, then idle by cause."""
-    totals = {"compute": 0, "communication": 0, "copies": 0, "memset": 0}
-    for rank in analysis.ranks:
-        for v in device_views(rank.trace):
-            covered = v.compute
-            totals["compute"] += iv.length(v.compute)
-            for name, part in (("communication", v.comm), ("copies", v.memcpy), ("memset", v.memset)):
-                totals[name] += iv.length(iv.subtract(part, covered))
-                covered = iv.union(np.r_[covered[0], part[0]], np.r_[covered[1], part[1]])
-    segments = [(n, t / 1000, WORK_COLORS[n]) for n, t in totals.items()]
+    """Device time split so the parts add up (the analysis's exclusive breakdown), then idle by cause."""
+    totals = {name: sum(r.breakdown.exclusive_us[name] for r in analysis.ranks) for name in WORK}
+    segments = [(n, t, WORK_COLORS[n]) for n, t in totals.items()]
     causes: dict[str, float] = {}
     for rank in analysis.ranks:
         for c, us in rank.findings.idle.by_cause_us.items():

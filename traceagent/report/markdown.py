@@ -145,7 +145,7 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
 
 def render_diff_markdown(d: DiffResult) -> str:
     rc = d.root_cause
-    out = [f"# traceagent diff", "", f"Before: `{d.before['path']}` ({d.before['limiter']}/{d.before['root_cause']})  ",
+    out = ["# traceagent diff", "", f"Before: `{d.before['path']}` ({d.before['limiter']}/{d.before['root_cause']})  ",
            f"After: `{d.after['path']}` ({d.after['limiter']}/{d.after['root_cause']})", "",
            f"**{d.headline}**", ""]
     if rc["cause"]:

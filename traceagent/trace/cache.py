@@ -16,6 +16,7 @@ import pandas as pd
 
 from .model import Trace, TraceMeta
 
+
 def _loader_fingerprint() -> str:
     """A hash of the loader sources: any change to what loading produces retires old entries,
     without anyone having to remember to bump a version."""

@@ -13,15 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-#: Device activity kinds. `sync` rows are CUPTI synchronization records: not device work.
-GPU_KINDS = ("kernel", "memcpy", "memset", "sync")
-#: Host event kinds.
-CPU_KINDS = ("runtime", "driver", "op", "python", "annotation", "dataloader")
-COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
-MEMORY_KINDS = ("pageable", "pinned", "device", "managed", "array", "unknown")
-
 GPU_COLUMNS: dict[str, str] = {
-    "kind": "category",
+    "kind": "category",  # kernel, memcpy, memset, sync (CUPTI synchronization records: not device work)
     "name": "category",
     "device": "int32",
     "stream": "int64",
@@ -31,14 +24,14 @@ GPU_COLUMNS: dict[str, str] = {
     "external_id": "int64",  # the op that launched it; -1 when unknown
     "op": "category",  # name of that op, when the trace has it
     "bytes": "int64",  # copies and memsets; 0 otherwise
-    "copy_kind": "category",
-    "src_kind": "category",
+    "copy_kind": "category",  # HtoD, DtoH, DtoD, HtoH, PtoP
+    "src_kind": "category",  # pageable, pinned, device, managed, array, unknown
     "dst_kind": "category",
     "is_comm": "bool",
 }
 
 CPU_COLUMNS: dict[str, str] = {
-    "kind": "category",
+    "kind": "category",  # runtime, driver, op, python, annotation, dataloader
     "name": "category",
     "pid": "int64",
     "tid": "int64",

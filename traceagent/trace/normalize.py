@@ -46,7 +46,7 @@ def parse_copy_names(names: pd.Categorical) -> tuple[pd.Categorical, pd.Categori
 
 def _take(values: list, codes: np.ndarray) -> pd.Categorical:
     """Map per-category values onto rows (code -1, a missing name, maps to None)."""
-    lookup = np.array(values + [None], dtype=object)
+    lookup = np.array([*values, None], dtype=object)
     return categorical(lookup[codes])
 
 

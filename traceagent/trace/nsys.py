@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from .model import TraceMeta, Trace
+from .model import Trace, TraceMeta
 from .normalize import finish_trace
 
 # nsys's own values (not CUPTI's raw enums), for exports without ENUM tables

@@ -4,9 +4,9 @@ model) in workers so the UI stays responsive."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
 
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
@@ -15,8 +15,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input
 
+from ..agent.events import Answer, Cancelled, Failure, Token, ToolCall, ToolResult
 from ..agent.offline import CANNED_QUESTIONS
-from ..agent.session import Answer, Cancelled, Failure, Session, Token, ToolCall, ToolResult
+from ..agent.session import Session
 from ..agent.tools import AnalysisContext
 from ..detect.analysis import Analysis
 from ..errors import TraceError

@@ -12,22 +12,16 @@ import pickle
 import subprocess
 import sys
 
-from ..detect.analysis import analyze
-from ..detect.idle import classify_gaps
-from ..detect.view import device_views
+from ..api import analyze
 from ..errors import TraceError
-from ..trace.load import load
 from .widgets.timeline import timeline_data
 
 
 def load_and_analyze(path: str, compare: str | None, use_cache: bool):
     """(analysis, analysis of the trace to compare or None, the timeline's data or None)."""
-    analysis = analyze(load(path, use_cache=use_cache))
-    other = analyze(load(compare, use_cache=use_cache)) if compare else None
-    trace = analysis.ranks[0].trace
-    views = device_views(trace)
-    timeline = timeline_data(trace, views[0], classify_gaps(trace, views[0])) if views else None
-    return analysis, other, timeline
+    analysis = analyze(path, use_cache=use_cache)
+    other = analyze(compare, use_cache=use_cache) if compare else None
+    return analysis, other, timeline_data(analysis.ranks[0])
 
 
 def load_in_child(path: str, compare: str | None, use_cache: bool):

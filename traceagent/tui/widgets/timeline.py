@@ -10,9 +10,9 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ...detect import intervals as iv
+from ...detect.view import device_views
+from ...detect.vocabulary import GAP_CAUSES
 
-CAUSE_STYLES = {"dataloader": "red", "sync": "magenta", "launch_overhead": "yellow", "launch_latency": "bright_yellow",
-                "host_other": "blue", "no_host_activity": "bright_black"}
 _SHADES = " ▁▂▃▄▅▆▇█"
 
 
@@ -42,20 +42,28 @@ class Timeline(Widget):
         line = Text()
         for s, cause in zip(share, slice_cause):
             if s >= 0.5 or cause is None:
-                line.append(_SHADES[int(round(s * 8))], style="green")
+                line.append(_SHADES[round(s * 8)], style="green")
             else:
-                line.append("▁", style=f"bold {CAUSE_STYLES.get(cause, 'white')}")
+                line.append("▁", style=f"bold {GAP_CAUSES[cause].style if cause in GAP_CAUSES else 'white'}")
         marks = [" "] * width
         for start in step_starts:
             x = int((start - lo) / max(hi - lo, 1) * width)
             if 0 <= x < width:
                 marks[x] = "┃"
-        legend = Text("  ".join(f"■ {c}" for c in CAUSE_STYLES), style="dim")
-        for cause, style in CAUSE_STYLES.items():
-            legend.highlight_words([f"■ {cause}"], style=style)
+        shown = [w for w in GAP_CAUSES.values() if w.name != "launch_latency"]  # never drawn: see timeline_data
+        legend = Text("  ".join(f"■ {w.name}" for w in shown), style="dim")
+        for word in shown:
+            legend.highlight_words([f"■ {word.name}"], style=word.style)
         return Text("\n").join([line, Text("".join(marks), style="dim"), legend])
 
 
-def timeline_data(trace, view, gaps: pd.DataFrame) -> tuple:
-    steps = trace.steps.dropna(subset=["gpu_start"])
+def timeline_data(rank) -> tuple | None:
+    """What the strip draws for a rank's first device, from its analysis (the gaps as classified
+    there): busy intervals, gaps with a host-side cause, step starts, span. None without devices."""
+    views = device_views(rank.trace)
+    if not views:
+        return None
+    view = views[0]
+    gaps: pd.DataFrame = rank.device_gaps(view.device)
+    steps = rank.trace.steps.dropna(subset=["gpu_start"])
     return view.busy, gaps[gaps["cause"] != "launch_latency"], steps["gpu_start"].astype("int64").tolist(), view.span

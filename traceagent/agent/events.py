@@ -1,0 +1,63 @@
+"""The events a conversation emits, the same for a model session and the offline analyst: the
+TUI renders them, `traceagent ask` prints them, transcripts record them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Token:
+    """A piece of the answer as it streams."""
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    args: dict
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    id: str
+    name: str
+    content: str  # JSON
+    ok: bool
+
+    @property
+    def summary(self) -> str:
+        """A short line for a collapsed tool block."""
+        try:
+            data = json.loads(self.content)
+        except json.JSONDecodeError:
+            return self.content[:120]
+        if not self.ok:
+            return f"error: {data.get('error', '')}"[:160]
+        keys = [k for k in data if not isinstance(data[k], (list, dict))][:4]
+        return ", ".join(f"{k}={data[k]}" for k in keys)[:160] or f"{len(self.content)} characters"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The final answer of a turn, and the numbers in it no tool result supports."""
+    text: str
+    unverified: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Something went wrong; `kind` is one of: connection, timeout, rate_limit, auth, server,
+    malformed_tool_call, unknown_tool, bad_arguments, tool_rounds."""
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    pass
+
+
+Event = Token | ToolCall | ToolResult | Answer | Failure | Cancelled

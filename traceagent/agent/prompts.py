@@ -1,0 +1,48 @@
+"""The prompts: templates from prompts/ (shipped in the wheel), filled with numbers and fixed
+vocabulary only; no string from the trace goes into a prompt."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+from ..detect.vocabulary import as_prompt
+from .tools import AnalysisContext
+
+
+def prompt_template(name: str) -> str:
+    """A prompt from the installed package, or from the source tree's prompts/ in development."""
+    packaged = resources.files("traceagent") / "prompts" / name
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[2] / "prompts" / name).read_text(encoding="utf-8")
+
+
+def trace_summary(ctx: AnalysisContext) -> str:
+    """The trace in numbers and fixed vocabulary only: no string from the trace goes into the
+    system prompt (trace text reaches the model only inside tool results)."""
+    a = ctx.analysis
+    lines = [f"- format: {a.job.format}; ranks loaded: {len(a.ranks)}"]
+    for r in a.ranks[:8]:
+        b = r.breakdown.total
+        v = r.verdict
+        lines.append(f"- rank {r.rank if r.rank is not None else 0}: {len(r.trace.meta.devices)} device(s), "
+                     f"span {b.span_us:.1f} µs, busy {b.busy_us:.1f} µs, idle {b.idle_pct:.1f}%, "
+                     f"limiter {v.limiter}, root cause {v.root_cause}, "
+                     f"steps {r.findings.steps.count if r.findings.steps else 0}, "
+                     f"python frames {'yes' if r.findings.has_python_frames else 'no'}")
+    if len(a.ranks) > 8:
+        lines.append(f"- and {len(a.ranks) - 8} more ranks")
+    if ctx.other is not None:
+        lines.append("- a second trace is loaded for comparison: call compare_traces")
+    return "\n".join(lines)
+
+
+def system_prompt(ctx: AnalysisContext) -> str:
+    return Template(prompt_template("system.md")).safe_substitute(summary=trace_summary(ctx), vocabulary=as_prompt())
+
+
+def report_request() -> str:
+    """What the model is asked for the report's summary paragraph."""
+    return prompt_template("report.md").strip()

@@ -1,0 +1,124 @@
+"""The analysis as Rich tables for the terminal: verdict first, then the evidence per rank.
+Tables fit 80 columns: numbers are never cut, long names are shortened instead."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Column, Table
+
+from ..detect.analysis import Analysis
+from ..format import duration, gap_evidence, percent, shorten, size
+
+
+def say(console: Console, text: str) -> None:
+    """One line of prose, never hard-wrapped: paths stay whole and `grep` finds the line."""
+    console.print(text, soft_wrap=True)
+
+
+def number_columns(*headers: str) -> list[Column]:
+    """Right-justified columns: add_rows_keeping_numbers_whole keeps their cells whole."""
+    return [Column(header, justify="right") for header in headers]
+
+
+def add_rows_keeping_numbers_whole(table: Table, width: int, rows: list[list[str]]) -> None:
+    """Add rows; the right-justified (number) columns never shrink below their widest cell, and the
+    unwrapped text columns share what is left of the terminal, so at 80 columns the names are
+    shortened with an ellipsis instead of a unit being cut off a number."""
+    for row in rows:
+        table.add_row(*row)
+    for i, column in enumerate(table.columns):
+        if column.justify == "right":
+            column.min_width = max([len(str(column.header))] + [len(row[i]) for row in rows])
+            column.no_wrap = True
+    unwrapped = [c for c in table.columns if c.no_wrap and c.justify != "right"]
+    if unwrapped:
+        taken = sum(c.min_width for c in table.columns if c.justify == "right")
+        taken += sum(max(len(row[i]) for row in rows) if rows else 0
+                     for i, c in enumerate(table.columns) if not c.no_wrap)
+        borders = 3 * len(table.columns) + 1  # a rule and a space either side per column
+        for column in unwrapped:
+            column.max_width = max(16, (width - taken - borders) // len(unwrapped))
+
+
+def print_analysis(result: Analysis, out: Console) -> None:
+    """The analysis as Rich tables on `out`: verdict first, then the evidence per rank."""
+    data = result.to_dict()
+    v = data["verdict"]
+    title = f"{v['limiter']} · {v['root_cause']}" if v["limiter"] else "no device activity"
+    # the verdict quotes trace strings (kernel names, Python lines): escaped, never read as markup
+    body = f"[bold]{escape(v['headline'])}[/]\n\n{escape(v['hypothesis'])}\n\n[bold]Next:[/] {escape(v['next_step'])}"
+    for extra in v["other_losses"] + v["also"]:
+        body += f"\n[dim]· {escape(extra)}[/]"
+    say(out, f"[bold]{escape(data['trace']['path'])}[/]  {data['trace']['format']}, {data['trace']['ranks']} rank(s), "
+              f"{escape(', '.join(data['trace']['devices'])) or 'no devices'}")
+    for warning in data["trace"]["warnings"]:
+        say(out, f"[yellow]warning: {escape(warning)}[/]")
+    out.print(Panel(body, title=f"Verdict: {title}", title_align="left", border_style="cyan"))
+    if not data["verdict"]["limiter"]:
+        return
+
+    # shares of each rank's span, and comm columns only where there is communication: ranks compare
+    # at a glance and the table fits 80 columns unwrapped (the durations are in --json and the report)
+    has_comm = any(r["breakdown"]["comm_us"] for r in data["ranks"])
+    numbers = ["span", "idle", "compute", *(["comm", "exposed"] if has_comm else []), "memcpy"]
+    table = Table("rank", *number_columns(*numbers), "root cause",
+                  title="Where device time went (share of span)", pad_edge=False)
+    rows = []
+    for r in data["ranks"]:
+        b = r["breakdown"]
+        share = [b["compute_us"], *([b["comm_us"], b["exposed_comm_us"]] if has_comm else []), b["memcpy_us"]]
+        rows.append([str(r["rank"]) if r["rank"] is not None else "-", duration(b["span_us"]),
+                     f"{b['idle_pct']:.1f}%", *(percent(100 * us / b["span_us"]) for us in share),
+                     r["verdict"]["root_cause"] or "-"])
+    add_rows_keeping_numbers_whole(table, out.width, rows)
+    out.print(table)
+
+    first = data["ranks"][0]
+    idle = first["idle"]
+    causes = Table("cause", *number_columns("idle", "share of span", "gaps"),
+                   title=f"Idle by cause (rank {first['rank']})" if len(data["ranks"]) > 1 else "Idle by cause")
+    add_rows_keeping_numbers_whole(causes, out.width, [
+        [cause, duration(us), percent(idle["by_cause_pct"][cause]), str(idle["by_cause_count"][cause])]
+        for cause, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])
+    out.print(causes)
+    gaps = Table(*number_columns("at", "gap"), "cause", "evidence", title="Largest gaps")
+    add_rows_keeping_numbers_whole(gaps, out.width, [
+        [duration(g["start_us"]), duration(g["dur_us"]), g["cause"], escape(gap_evidence(g, name_width=32))]
+        for g in idle["top_gaps"][:5]])
+    out.print(gaps)
+
+    # the op that launched each kernel goes under its name: a column of its own left the names
+    # too narrow to tell apart at 80 columns
+    kernels = Table(Column("kernel [dim](and the op that launched it)[/]", no_wrap=True, overflow="ellipsis"),
+                    *number_columns("count", "total", "% busy", "mean"), title="Hot kernels")
+    add_rows_keeping_numbers_whole(kernels, out.width, [
+        [escape(shorten(k["short_name"], 60)) + (f"\n[dim]  by {escape(shorten(k['op'], 57))}[/]" if k["op"] else ""),
+         str(k["count"]), duration(k["total_us"]), f"{k['share_pct']:.1f}%", duration(k["mean_us"])]
+        for k in first["hot_kernels"][:8]])
+    out.print(kernels)
+
+    copies = first["memcpy"]
+    if copies["count"]:
+        t = Table("copy", *number_columns("count", "bytes", "time", "GB/s", "pageable"),
+                  title=f"Data movement ({copies['share_pct']:.1f}% of span)")
+        add_rows_keeping_numbers_whole(t, out.width, [
+            [kind, str(c["count"]), size(c["bytes"]), duration(c["us"]), f"{c['gbps']:.1f}", str(c["pageable_count"])]
+            for kind, c in copies["by_kind"].items()])
+        out.print(t)
+    if data["comparison"] and data["comparison"]["waits_most"] is not None:
+        c = data["comparison"]
+        t = Table("rank", *number_columns("comm", "exposed", "compute"), title="Communication per rank")
+        add_rows_keeping_numbers_whole(t, out.width, [
+            [str(r["rank"]), duration(r["comm_us"]), duration(r["exposed_us"]), duration(r["compute_us"])]
+            for r in c["ranks"]])
+        out.print(t)
+        say(out, f"Rank {c['waits_most']} waits longest in collectives; rank {c['slowest']} computes longest "
+                  f"(comm time spread {c['comm_spread_pct']:.0f}%).")
+    launch, steps = first["launch"], first["steps"]
+    say(out, f"Launch: median launch-to-start {duration(launch['median_latency_us'])} (queueing included), "
+              f"{launch['short_kernel_pct']:.0f}% of "
+              f"kernels shorter than their launch call. Steps: {steps['count']}"
+              + (f", mean {duration(steps['mean_us'])}, slowest {duration(steps['max_us'])} (step {steps['slowest']})"
+                 if steps["count"] else ""))
