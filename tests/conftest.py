@@ -1,12 +1,16 @@
-"""Shared fixtures: paths to the real traces in tests/data, and an isolated cache directory."""
+"""Shared fixtures: paths to the real traces in tests/data, the session's cache, an isolated cache
+for the tests about caching, and each shared trace analyzed once per session."""
 
 from __future__ import annotations
 
 import gzip
 import json
+from functools import cache
 from pathlib import Path
 
 import pytest
+
+import traceagent
 
 DATA = Path(__file__).parent / "data"
 RESNET_NW0 = DATA / "kineto" / "resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz"
@@ -22,10 +26,32 @@ NCCL_A100 = DATA / "hta" / "nccl_data.json.gz"
 CPU_ONLY = DATA / "cpu" / "torch_cpu_only.pt.trace.json.gz"
 
 
+@pytest.fixture(scope="session")
+def session_cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("session-cache")
+
+
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path_factory, monkeypatch):
-    """Every test gets its own empty cache directory, never the user's."""
-    monkeypatch.setenv("TRACEAGENT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+def session_cache(session_cache_dir, monkeypatch) -> Path:
+    """Every test reads and writes the session's cache, never the user's: each shared trace is
+    parsed once per run. Tests about caching itself take `isolated_cache` instead."""
+    monkeypatch.setenv("TRACEAGENT_CACHE_DIR", str(session_cache_dir))
+    return session_cache_dir
+
+
+@pytest.fixture
+def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
+    """An empty cache directory of this test's own."""
+    path = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("TRACEAGENT_CACHE_DIR", str(path))
+    return path
+
+
+@cache
+def analyzed(path: Path) -> traceagent.Analysis:
+    """The analysis of a shared trace with default parameters, computed once per session (tests
+    only read it)."""
+    return traceagent.analyze(path, use_cache=False)
 
 
 def write_trace(path: Path, events: list[dict], compress: bool = False, **top) -> Path:

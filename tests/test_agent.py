@@ -8,11 +8,10 @@ import json
 
 import pytest
 from builder import TraceBuilder
-from conftest import RESNET_NW0, RESNET_NW4
+from conftest import RESNET_NW0, RESNET_NW4, analyzed
 from fakes import ScriptedChatModel, tool_call
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-import traceagent
 from traceagent import analyze
 from traceagent.agent.llm import LLMConfig, load_config
 from traceagent.agent.offline import CANNED_QUESTIONS, route
@@ -22,7 +21,7 @@ from traceagent.agent.tools import AnalysisContext
 
 @pytest.fixture(scope="module")
 def resnet():
-    return AnalysisContext(analyze(traceagent.load(RESNET_NW0, use_cache=False)))
+    return AnalysisContext(analyzed(RESNET_NW0))
 
 
 def collect(session: Session, question: str) -> list:
@@ -35,8 +34,9 @@ def test_tool_calling_turn_streams_and_checks_numbers(resnet):
     idle = resnet.analysis.ranks[0].findings.idle
     model = ScriptedChatModel(received=[], responses=[
         tool_call("idle_gaps", {"cause": "dataloader", "top": 3}),
-        # 285 ms and 28.6% are in the tool result (285,214 µs; 28.62%); 77 ms is invented
-        AIMessage(content="Data loading stalls the GPU: 285 ms, 28.6% of the span. Another 77 ms is unexplained."),
+        # rounded as a person would (whole ms, one decimal of the %): both are in the tool result; 77 ms is invented
+        AIMessage(content=f"Data loading stalls the GPU: {idle.by_cause_us['dataloader'] / 1000:.0f} ms, "
+                          f"{idle.cause_pct('dataloader'):.1f}% of the span. Another 77 ms is unexplained."),
     ])
     session = Session(resnet, model)
     events = collect(session, "Why is my GPU idle?")
@@ -61,7 +61,7 @@ def test_instruction_in_a_kernel_name_reaches_the_model_only_as_tool_data(tmp_pa
     b = TraceBuilder()
     b.kernel(f"void evil_kernel<{planted}>(float*)", 0, 900)
     b.kernel("gemm", 900, 100)
-    ctx = AnalysisContext(analyze(traceagent.load(b.write(tmp_path / "evil.json"))))
+    ctx = AnalysisContext(analyze(b.write(tmp_path / "evil.json")))
     model = ScriptedChatModel(received=[], responses=[tool_call("hot_kernels"), AIMessage(content="Done.")])
     collect(Session(ctx, model), "What are the hot kernels?")
     for messages in model.received:
@@ -118,11 +118,12 @@ def test_escape_cancels_mid_answer(resnet):
 
 def test_transcript_is_markdown_without_secrets(resnet):
     config = LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", api_key="sk-secret-test-key-12345")
-    model = ScriptedChatModel(received=[], responses=[tool_call("verdict"), AIMessage(content="Idle 39.4%.")])
+    said = f"Idle {resnet.analysis.verdict.evidence['idle_pct']:.1f}%."
+    model = ScriptedChatModel(received=[], responses=[tool_call("verdict"), AIMessage(content=said)])
     session = Session(resnet, model, config)
     collect(session, "Why?")
     text = session.transcript_markdown()
-    assert "## You" in text and "Why?" in text and "> tool: `verdict({})`" in text and "Idle 39.4%." in text
+    assert "## You" in text and "Why?" in text and "> tool: `verdict({})`" in text and said in text
     assert "sk-secret" not in text and "m at http://127.0.0.1:9/v1" in text
 
 
@@ -145,13 +146,12 @@ def test_offline_analyst_on_idle_names_data_loading_and_the_next_step(resnet):
 
 def test_offline_analyst_says_what_it_can_do():
     assert route("tell me a joke") is None
-    ctx = AnalysisContext(analyze(traceagent.load(RESNET_NW0)))
-    answer = collect(Session(ctx), "tell me a joke")[-1].text
+    answer = collect(Session(AnalysisContext(analyzed(RESNET_NW0))), "tell me a joke")[-1].text
     assert "Why is my GPU idle?" in answer and "OPENAI_API_KEY" in answer
 
 
 def test_offline_compare_uses_the_second_trace():
-    ctx = AnalysisContext(analyze(traceagent.load(RESNET_NW0)), analyze(traceagent.load(RESNET_NW4)))
+    ctx = AnalysisContext(analyzed(RESNET_NW0), analyzed(RESNET_NW4))
     answer = collect(Session(ctx), "did the fix help? compare before and after")[-1]
     assert "idle from data loading" in answer.text and "(gone)" in answer.text and answer.unverified == []
 

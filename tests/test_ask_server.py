@@ -9,12 +9,21 @@ import subprocess
 import sys
 
 import pytest
-from conftest import RESNET_NW0
+from conftest import RESNET_NW0, analyzed
 from fakes import FakeOpenAIServer, Reply
 
 from traceagent.cli import main
+from traceagent.format import duration
 
 SECRET = "sk-test-secret-key-0123456789"
+
+
+def said(what: str) -> str:
+    """A figure of the ResNet50 nw0 analysis as a model would quote it (the scripted replies take
+    their numbers from the detectors at test time, never from literals)."""
+    idle = analyzed(RESNET_NW0).ranks[0].findings.idle
+    return {"idle_pct": f"{idle.idle_pct:.1f}%", "loader_pct": f"{idle.cause_pct('dataloader'):.1f}%",
+            "loader_time": duration(idle.by_cause_us["dataloader"])}[what]
 
 
 @pytest.fixture
@@ -38,12 +47,13 @@ def ask(capsys, question: str = "Why is my GPU idle?", *extra: str) -> tuple[int
 
 def test_full_turn_through_the_openai_client(model_env, capsys):
     replies = [Reply.tool("idle_gaps", {"cause": "dataloader", "top": 2}),
-               Reply.text("The GPU waits for data loading: 285.21 ms, 28.6% of the span. Use more workers.")]
+               Reply.text(f"The GPU waits for data loading: {said('loader_time')}, {said('loader_pct')} of the span. "
+                          "Use more workers.")]
     with FakeOpenAIServer(replies) as server:
         model_env(server.url)
         code, out, err = ask(capsys, "Why is my GPU idle?", "-v")
     assert code == 0
-    assert "The GPU waits for data loading: 285.21 ms, 28.6% of the span." in out
+    assert f"The GPU waits for data loading: {said('loader_time')}, {said('loader_pct')} of the span." in out
     assert "tool: idle_gaps" in err and "unverified" not in err
     first, second = server.requests
     assert first["stream"] is True and first["model"] == "scripted"
@@ -54,7 +64,7 @@ def test_full_turn_through_the_openai_client(model_env, capsys):
 
 
 def test_invented_numbers_are_flagged(model_env, capsys):
-    replies = [Reply.tool("verdict", {}), Reply.text("Idle is 39.4% of the time, and 12.5 ms is lost to magic.")]
+    replies = [Reply.tool("verdict", {}), Reply.text(f"Idle is {said('idle_pct')} of the time, and 12.5 ms is lost to magic.")]
     with FakeOpenAIServer(replies) as server:
         model_env(server.url)
         code, _, err = ask(capsys)
@@ -81,7 +91,7 @@ def test_server_too_slow(model_env, capsys):
 
 def test_rate_limit_is_retried_with_backoff(model_env, capsys):
     limited = Reply.error(429, "slow down", {"retry-after-ms": "10"})
-    with FakeOpenAIServer([limited, limited, Reply.text("Fine now: idle 39.4%.")]) as server:
+    with FakeOpenAIServer([limited, limited, Reply.text(f"Fine now: idle {said('idle_pct')}.")]) as server:
         model_env(server.url, retries=2)
         code, out, _ = ask(capsys)
     assert code == 0 and "Fine now" in out and len(server.requests) == 3
@@ -108,7 +118,7 @@ def test_bad_key(model_env, capsys):
     (Reply.tool("hot_kernels", {"top": "many"}), "tool 'hot_kernels': bad arguments"),
 ])
 def test_broken_tool_calls_are_reported_and_the_turn_continues(model_env, capsys, bad_call, message):
-    with FakeOpenAIServer([bad_call, Reply.text("Recovered: idle 39.4%.")]) as server:
+    with FakeOpenAIServer([bad_call, Reply.text(f"Recovered: idle {said('idle_pct')}.")]) as server:
         model_env(server.url)
         code, out, err = ask(capsys)
     assert code == 0 and "Recovered" in out
@@ -119,14 +129,14 @@ def test_broken_tool_calls_are_reported_and_the_turn_continues(model_env, capsys
 
 
 def test_console_script_end_to_end(tmp_path):
-    replies = [Reply.text("Data loading: 28.6% of the span.")]
+    replies = [Reply.text(f"Data loading: {said('loader_pct')} of the span.")]
     with FakeOpenAIServer(replies) as server:
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPENAI_BASE_URL": server.url,
                "TRACEAGENT_MAX_RETRIES": "0", "TRACEAGENT_CACHE_DIR": str(tmp_path / "cache")}
         done = subprocess.run([sys.executable, "-m", "traceagent", "ask", str(RESNET_NW0), "why?"],
                               capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "Data loading: 28.6% of the span."
+    assert done.stdout.strip() == f"Data loading: {said('loader_pct')} of the span."
 
 
 def test_offline_ask_without_configuration(monkeypatch, capsys):
@@ -142,15 +152,15 @@ def test_offline_ask_without_configuration(monkeypatch, capsys):
 
 def test_report_summary_written_by_the_model(model_env, capsys, tmp_path):
     replies = [Reply.tool("verdict", {}),
-               Reply.text("The GPU is idle 39.4% of the time, mostly waiting for data loading (28.6% of the span); "
-                          "it also loses 17.5 ms somewhere.")]
+               Reply.text(f"The GPU is idle {said('idle_pct')} of the time, mostly waiting for data loading "
+                          f"({said('loader_pct')} of the span); it also loses 17.5 ms somewhere.")]
     with FakeOpenAIServer(replies) as server:
         model_env(server.url)
         out = tmp_path / "d.md"
         assert main(["report", str(RESNET_NW0), "--llm", "-o", str(out)]) == 0
     text = out.read_text()
     summary = text[text.index("## Summary"):text.index("## What would sharpen")]
-    assert "idle 39.4% of the time" in summary
+    assert f"idle {said('idle_pct')} of the time" in summary
     assert "Unverified numbers" in summary and "`17.5 ms`" in summary
     assert "Written by scripted" in summary and SECRET not in text
     assert text.index("## Verdict") < text.index("## Summary")

@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import RESNET_NW0, RESNET_NW4
+from conftest import RESNET_NW0, RESNET_NW4, analyzed
 
-import traceagent
-from traceagent import analyze
 from traceagent.cli import main
 from traceagent.detect.diff import diff
 
 
 @pytest.fixture(scope="module")
 def pair():
-    return analyze(traceagent.load(RESNET_NW0)), analyze(traceagent.load(RESNET_NW4))
+    return analyzed(RESNET_NW0), analyzed(RESNET_NW4)
 
 
 def test_data_loading_idle_falls_and_steps_get_faster(pair):

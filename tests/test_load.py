@@ -46,7 +46,7 @@ def test_resnet50_2021_schema():
     assert _copies(trace) == {("HtoD", "pageable", "device"): (12, 115_607_040)}
     assert list(trace.steps["step"]) == [5, 6, 7, 8, 9, 10]
     assert trace.meta.devices == {0: "Tesla V100-DGXS-32GB"}
-    assert trace.meta.rank is None  # this trace has no distributedInfo
+    assert trace.meta.rank == 0  # no distributedInfo: a single trace is rank 0
     # every kernel is linked to the op that launched it
     assert trace.gpu.loc[trace.gpu["kind"] == "kernel", "op"].notna().all()
     assert (trace.cpu["kind"] == "dataloader").sum() == 6
@@ -153,7 +153,7 @@ def test_nsight_export_without_enum_tables_uses_builtin_values(tmp_path):
     assert trace.meta.profiler.startswith("Nsight Systems 2026")
 
 
-def test_cache_second_load_reads_parquet(tmp_path):
+def test_cache_second_load_reads_parquet(isolated_cache):
     first = traceagent.load(RESNET_NW0)
     entries = list(cache.cache_dir().iterdir())
     assert len(entries) == 1 and (entries[0] / "gpu.parquet").exists()
@@ -163,7 +163,7 @@ def test_cache_second_load_reads_parquet(tmp_path):
     assert a.meta == b.meta
 
 
-def test_cache_is_keyed_by_mtime(tmp_path):
+def test_cache_is_keyed_by_mtime(tmp_path, isolated_cache):
     copy = tmp_path / "t.json.gz"
     copy.write_bytes(RESNET_NW0.read_bytes())
     traceagent.load(copy)
@@ -173,7 +173,7 @@ def test_cache_is_keyed_by_mtime(tmp_path):
     assert len(list(cache.cache_dir().iterdir())) == 2
 
 
-def test_no_cache_writes_nothing():
+def test_no_cache_writes_nothing(isolated_cache):
     traceagent.load(RESNET_NW0, use_cache=False)
     assert not cache.cache_dir().exists() or not any(cache.cache_dir().iterdir())
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 from builder import TraceBuilder
-from conftest import CPU_ONLY, DATA, DLRM_8RANK, RESNET_NW0
+from conftest import CPU_ONLY, DATA, DLRM_8RANK, RESNET_NW0, analyzed
 
 import traceagent
 from traceagent import analyze
@@ -60,7 +60,7 @@ def test_markdown_report_matches_analyze_json(path, capsys):
 
 
 def test_report_on_a_cpu_only_trace():
-    text = render_markdown(analyze(traceagent.load(CPU_ONLY)))
+    text = render_markdown(analyzed(CPU_ONLY))
     assert "No device activity" in text and "## Hot kernels" not in text
 
 
@@ -79,7 +79,7 @@ def test_thousands_of_kernel_names_stay_readable(tmp_path):
 
 
 def test_html_report_is_self_contained_with_charts(tmp_path):
-    text = render_html(analyze(traceagent.load(DLRM_8RANK)))
+    text = render_html(analyzed(DLRM_8RANK))
     assert text.count("<svg") == 4  # timeline, breakdown, hot kernels, ranks
     assert not re.search(r"<(script|link|img)\b", text)
     assert not re.search(r"(src|href)=\"https?://", text)
@@ -105,7 +105,7 @@ def test_html_charts_render_in_headless_chromium(tmp_path):
     from PIL import Image
 
     page = tmp_path / "report.html"
-    page.write_text(render_html(analyze(traceagent.load(RESNET_NW0))))
+    page.write_text(render_html(analyzed(RESNET_NW0)))
     shot = tmp_path / "shot.png"
     subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                     "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
@@ -120,7 +120,7 @@ def test_html_charts_render_in_headless_chromium(tmp_path):
 
 
 def test_a_second_loss_sits_in_the_verdict_not_under_what_would_sharpen_it():
-    result = analyze(traceagent.load(DLRM_8RANK))
+    result = analyzed(DLRM_8RANK)
     md = render_markdown(result)
     verdict, _, rest = md.partition("## What would sharpen this diagnosis")
     sharpen = rest.split("\n## ")[0]

@@ -220,7 +220,7 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
     if gap.cause == "sync" and gap.Index in details.index:
         d = details.loc[gap.Index]
         evidence = {"sync_call": d["call"], "op": d["op"], "inner_op": d["inner_op"], "python": d["python"]}
-    elif gap.cause in ("launch_overhead", "host_other", "no_host_activity", "dataloader"):
+    elif gap.cause != "launch_latency":  # a host-side cause: what the host was doing is the evidence
         evidence = {"host": [e.to_dict() for e in host_events_in(trace, int(gap.start), int(gap.end), top=3)]}
     return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,
                evidence=evidence)

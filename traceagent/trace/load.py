@@ -119,8 +119,11 @@ def _load_files(files: list[str], use_cache: bool, progress: Progress | None, wo
 
 
 def _assign_ranks(path: str, files: list[str], traces: list[Trace]) -> list[Trace]:
-    """Rank from the trace's distributedInfo, else from the file name (rank3, worker3)."""
+    """Rank from the trace's distributedInfo, else from the file name (rank3, worker3); a single
+    trace with neither is rank 0 (never "no rank": tools and sentences address ranks by number)."""
     if len(traces) == 1:
+        if traces[0].meta.rank is None:
+            traces[0].meta.rank = 0
         return traces
     for file, trace in zip(files, traces):
         if trace.meta.rank is None and (m := _RANK_IN_NAME.search(Path(file).name)):

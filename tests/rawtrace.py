@@ -1,0 +1,79 @@
+"""An independent reader of Kineto JSON for checking detectors: the standard `json` module and
+plain Python over the raw events, sharing no code with traceagent. Slow, simple, and small
+traces only; it states each definition the way DESIGN.md does."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import re
+from pathlib import Path
+
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+DATALOADER = re.compile(r"^enumerate\((DataLoader|DataPipe)\)")
+
+
+def events(path: Path) -> list[dict]:
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return [e for e in json.loads(raw)["traceEvents"] if e.get("ph") == "X"]
+
+
+def _ns(us: float) -> int:
+    return round(us * 1000)
+
+
+def device_intervals(path: Path) -> dict[int, list[tuple[int, int]]]:
+    """Kernel, copy and memset intervals in ns, per device."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for e in events(path):
+        if e.get("cat") in DEVICE_CATS:
+            device = int(e.get("args", {}).get("device", 0))
+            out.setdefault(device, []).append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])))
+    return out
+
+
+def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
+def length(intervals: list[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in intervals)
+
+
+def gaps(busy: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return [(a[1], b[0]) for a, b in itertools.pairwise(busy) if b[0] > a[1]]
+
+
+def covered(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
+    return sum(max(0, min(e, hi) - max(s, lo)) for s, e in intervals)
+
+
+def dataloader_idle_ns(path: Path, launch_gap_us: float = 10.0, loader_cover: float = 0.5) -> int:
+    """Idle time put down to data loading: gaps of at least launch_gap_us that the host's
+    `enumerate(DataLoader)…` events cover for at least loader_cover of their length (the first
+    rule of the cause precedence). One device."""
+    (device,) = device_intervals(path).values()
+    loader = union([(_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])) for e in events(path)
+                    if DATALOADER.match(e.get("name", "")) and e.get("cat") not in DEVICE_CATS])
+    total = 0
+    for lo, hi in gaps(union(device)):
+        if hi - lo >= launch_gap_us * 1000 and covered(loader, lo, hi) >= loader_cover * (hi - lo):
+            total += hi - lo
+    return total
+
+
+def collective_ns(path: Path) -> int:
+    """Union of NCCL kernel time over the trace's devices (per device, then summed)."""
+    per_device: dict[int, list[tuple[int, int]]] = {}
+    for e in events(path):
+        if e.get("cat") in DEVICE_CATS and e.get("name", "").startswith("nccl"):
+            device = int(e.get("args", {}).get("device", 0))
+            per_device.setdefault(device, []).append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])))
+    return sum(length(union(v)) for v in per_device.values())
