@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import RESNET_NW0, analyzed
@@ -87,3 +88,13 @@ def test_non_default_idle_parameters_reach_every_layer():
     _, gaps, _, _ = timeline_data(analysis.ranks[0])
     expected = {c: n for c, n in idle["by_cause_count"].items() if c != "launch_latency"}
     assert dict(Counter(gaps["cause"])) == expected
+
+
+def test_the_readme_python_section_runs():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("## From Python", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(block.replace('"trace.json.gz"', repr(str(RESNET_NW0))), namespace)  # our own README
+    assert (namespace["analysis"].verdict.limiter, namespace["analysis"].verdict.root_cause) == ("idle", "dataloader")
+    assert namespace["strict"].ranks[0].params.idle.launch_gap_us == 50
+    assert namespace["data"] == namespace["analysis"].to_dict()
