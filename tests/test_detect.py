@@ -124,7 +124,7 @@ def test_exposed_communication(tmp_path):
     comm = detect_comm(ra.trace)
     # comm [50, 400) = 350, compute hides [50, 100) = 50: exposed 300 of a 400 µs span
     assert (comm.comm_us, comm.exposed_us) == (350, 300)
-    assert comm.exposed_share_pct == 75.0 and comm.exposed_pct == pytest.approx(85.71)
+    assert comm.exposed_pct == 75.0 and comm.exposed_of_comm_pct == pytest.approx(85.71)
     assert (ra.verdict.limiter, ra.verdict.root_cause) == ("communication", "communication")
 
 
@@ -162,7 +162,7 @@ def test_compute_bound_names_the_hot_kernel(tmp_path):
     b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float)", 900, 100)
     ra = analyze_trace(b.load(tmp_path))
     top = detect_hot_kernels(ra.trace).top[0]
-    assert (top.short_name, top.count, top.total_us, top.share_pct, top.op) == ("Kernel", 2, 900, 90.0, "aten::mm")
+    assert (top.short_name, top.count, top.total_us, top.share_of_busy_pct, top.op) == ("Kernel", 2, 900, 90.0, "aten::mm")
     assert (ra.verdict.limiter, ra.verdict.root_cause) == ("compute", "hot_kernel")
     assert "ncu --kernel-name regex:Kernel" in ra.verdict.next_step
 

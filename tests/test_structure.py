@@ -92,13 +92,15 @@ WORDS = set(vocabulary.LIMITERS) | set(vocabulary.ROOT_CAUSES) | set(vocabulary.
 
 def vocabulary_tables(path: Path) -> list[int]:
     """Lines of literal tables of vocabulary words: a dict whose keys are two or more of the words
-    and whose values are strings (labels, colours), or a tuple/list/set of three or more words that
+    and whose values are short strings (labels, colours), or a tuple/list/set of three or more words that
     are most of its items (a table header that names a few classes of work is not a table)."""
     lines = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Dict):
             keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-            strings = all(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in node.values)
+            # short strings (labels, colours, words); advice keyed by cause is logic, not vocabulary
+            strings = all(isinstance(v, ast.Constant) and isinstance(v.value, str) and len(v.value) < 60
+                          for v in node.values)
             if strings and len([k for k in keys if k in WORDS]) >= 2:
                 lines.append(node.lineno)
         elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):

@@ -40,3 +40,27 @@ def gap_evidence(gap: dict, name_width: int = 50, quote: str = "") -> str:
                  f"at {ev['python']}" if ev.get("python") else None]
         return " ".join(p for p in parts if p)
     return ", ".join(f"{quote}{shorten(h['name'], name_width)}{quote}" for h in ev.get("host", [])) or "-"
+
+
+def of_span(devices: int) -> str:
+    """What a rank's percentages are over, in words: its span with one device, device time (the
+    devices' spans added up) with more."""
+    return "of the span" if devices <= 1 else f"of device time ({devices} GPUs)"
+
+
+def scope(rank: int | None, device: int | str | None = None) -> str:
+    """'rank 7, GPU 1', 'rank 7', or 'GPU 1': who a number belongs to."""
+    parts = ([f"rank {rank}"] if rank is not None else []) + ([f"GPU {device}"] if device is not None else [])
+    return ", ".join(parts)
+
+
+def straggler_sentence(comparison: dict) -> str:
+    """The cross-rank comparison (RankComparison.to_dict()) in one sentence."""
+    if comparison["straggler"] is None:
+        return (f"No rank is consistently last into the {comparison['matched']} matched collectives (at most "
+                f"{comparison['straggler_last_pct']:.0f}% by one rank): no straggler.")
+    cause = comparison["straggler_cause"]
+    return (f"Rank {comparison['straggler']} enters {comparison['straggler_last_pct']:.0f}% of the "
+            f"{comparison['matched']} matched collectives last ({'busy computing' if cause == 'hot_kernel' else cause}"
+            f" before them); the other ranks wait {duration(comparison['others_waiting_us'])} for it in all, "
+            f"{comparison['others_exposed_waiting_pct']:.1f}% of their device time with no compute beside it.")

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from langchain_core.tools import BaseTool
 
 from ..detect.vocabulary import GAP_CAUSES, label
-from ..format import duration, percent, shorten, size
+from ..format import duration, percent, shorten, size, straggler_sentence
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
 from .tools import AnalysisContext
@@ -102,7 +102,7 @@ class OfflineAnalyst:
             return "There are no kernels in this trace."
         lines = [f"{hot_kernels['kernels']} kernels ({hot_kernels['distinct']} distinct names) ran "
                  f"{duration(hot_kernels['total_us'])}. The hottest:"]
-        lines += [f"{i}. `{shorten(k['short_name'], 50)}`: {duration(k['total_us'])}, {percent(k['share_pct'])} of "
+        lines += [f"{i}. `{shorten(k['short_name'], 50)}`: {duration(k['total_us'])}, {percent(k['share_of_busy_pct'])} of "
                   f"busy time, {k['count']} launches, mean {duration(k['mean_us'])}"
                   + (f", from `{shorten(k['op'], 40)}`" if k["op"] else "") for i, k in enumerate(top, 1)]
         k = top[0]
@@ -132,15 +132,14 @@ class OfflineAnalyst:
             return ("There are no collective (NCCL/RCCL) kernels in this trace, so communication is not a factor."
                     + (f" {note[0].upper()}{note[1:]}." if note else ""))
         lines = [f"{c['kernels']} collective kernels ran {duration(c['comm_us'])} ({percent(c['share_pct'])} of the "
-                 f"span). **{percent(c['exposed_pct'])}** of that time no compute overlapped: "
-                 f"{duration(c['exposed_us'])}, {percent(c['exposed_share_pct'])} of the span."]
+                 f"span). **{percent(c['exposed_of_comm_pct'])}** of that time no compute overlapped: "
+                 f"{duration(c['exposed_us'])}, {percent(c['exposed_pct'])} of the span."]
         if c["top"]:
             lines.append(f"The largest: `{shorten(c['top'][0]['name'], 60)}` ({c['top'][0]['count']} calls, "
                          f"{duration(c['top'][0]['total_us'])}).")
         ranks = c.get("ranks")
-        if ranks and ranks.get("waits_most") is not None:
-            lines.append(f"Across ranks, rank {ranks['waits_most']} waits longest inside collectives and rank "
-                         f"{ranks['slowest']} computes longest: look at rank {ranks['slowest']} as the straggler.")
+        if ranks and ranks.get("matched"):
+            lines.append(straggler_sentence(ranks))
         elif c.get("ranks_note"):
             lines.append(c["ranks_note"][0].upper() + c["ranks_note"][1:] + ".")
         return "\n".join(lines)

@@ -9,19 +9,20 @@ they cannot disagree with it.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import pandas as pd
 
 from ..trace.model import Job, Trace
 from .breakdown import BreakdownResult, detect_breakdown
-from .comm import RankComparison, compare_ranks, detect_comm
-from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verdict
+from .comm import detect_comm
+from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
 from .idle import IdleParams, detect_idle, trace_gaps
 from .kernels import KernelsResult, detect_hot_kernels
 from .launch import detect_launch
 from .memcpy import detect_memcpy
 from .steps import detect_steps
+from .stragglers import RankComparison, RankInput, StragglerParams, compare_ranks
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class AnalysisParams:
 
     idle: IdleParams = field(default_factory=IdleParams)
     verdict: VerdictParams = field(default_factory=VerdictParams)
+    stragglers: StragglerParams = field(default_factory=StragglerParams)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,6 +84,20 @@ class Analysis:
     verdict: Verdict
     comparison: RankComparison | None
 
+    @property
+    def focus(self) -> RankAnalysis:
+        """The rank the verdict is about (the first rank when it names none)."""
+        return next((r for r in self.ranks if r.rank == self.verdict.rank), self.ranks[0])
+
+    def rank(self, rank: int | None) -> RankAnalysis:
+        """One rank's analysis; None means the verdict's rank."""
+        if rank is None:
+            return self.focus
+        for r in self.ranks:
+            if r.rank == rank:
+                return r
+        raise KeyError(rank)
+
     def to_dict(self) -> dict:
         devices = sorted({name for t in self.job.traces for name in t.meta.devices.values()})
         return json_safe({
@@ -102,24 +118,31 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams()) -> Ra
         kernels=detect_hot_kernels(trace), launch=detect_launch(trace), steps=detect_steps(trace, params=idle_params),
         has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,
     )
+    verdict = replace(diagnose(findings, params.verdict), rank=trace.meta.rank)
     return RankAnalysis(trace.meta.rank, trace, params, trace_gaps(trace, idle_params), detect_breakdown(trace),
-                        findings, diagnose(findings, params.verdict))
+                        findings, verdict)
 
 
 def analyze_job(job: Job, params: AnalysisParams = AnalysisParams()) -> Analysis:
-    """Analyze every rank; the job's verdict is that of the rank that loses the most time to the
-    limiter most ranks share (for one rank: its own verdict)."""
+    """Analyze every rank and compare them; the job's verdict names the straggler when waiting for
+    it costs the other ranks more than the communication threshold, else it is the verdict of the
+    rank that loses the most time to the limiter most ranks share (for one rank: its own)."""
     ranks = [analyze_trace(t, params) for t in job.traces]
-    comparison = compare_ranks([(r.rank, r.breakdown.total) for r in ranks])
-    return Analysis(job=job, ranks=ranks, verdict=_job_verdict(ranks), comparison=comparison)
+    comparison = compare_ranks([RankInput(r.rank, r.trace, r.gaps, r.breakdown.total) for r in ranks],
+                               params.stragglers)
+    return Analysis(job=job, ranks=ranks, verdict=_job_verdict(ranks, comparison, params.verdict),
+                    comparison=comparison)
 
 
-def _job_verdict(ranks: list[RankAnalysis]) -> Verdict:
+def _job_verdict(ranks: list[RankAnalysis], comparison: RankComparison | None, params: VerdictParams) -> Verdict:
     active = [r for r in ranks if r.verdict.limiter is not None]
     if not active:
         return no_device_verdict()
     if len(ranks) == 1:
         return ranks[0].verdict
+    if comparison and comparison.straggler is not None and comparison.others_exposed_waiting_pct >= params.comm_pct:
+        late = next(r for r in ranks if r.rank == comparison.straggler)
+        return straggler_verdict(comparison, late.findings, late.verdict)
     counts: dict[str, int] = {}
     for r in active:
         counts[r.verdict.limiter] = counts.get(r.verdict.limiter, 0) + 1
@@ -128,13 +151,13 @@ def _job_verdict(ranks: list[RankAnalysis]) -> Verdict:
     v = chosen.verdict
     evidence = {**v.evidence, "rank": chosen.rank,
                 "limiter_by_rank": {str(r.rank): r.verdict.limiter for r in ranks}}
-    return Verdict(v.limiter, v.root_cause, f"{v.headline} (rank {chosen.rank}; {counts[limiter]} of {len(ranks)} "
-                   f"ranks share this limiter)", v.hypothesis, v.next_step, evidence, v.also, v.other_losses)
+    return replace(v, headline=f"{v.headline} (rank {chosen.rank}; {counts[limiter]} of {len(ranks)} ranks share "
+                               "this limiter)", evidence=evidence)
 
 
 def _loss(r: RankAnalysis, limiter: str) -> float:
     f = r.findings
-    return {"idle": f.idle.idle_pct, "communication": f.comm.exposed_share_pct,
+    return {"idle": f.idle.idle_pct, "communication": f.comm.exposed_pct,
             "data_movement": f.memcpy.exposed_pct}.get(limiter, 100 - f.idle.idle_pct)
 
 

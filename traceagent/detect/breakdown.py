@@ -8,7 +8,7 @@ import numpy as np
 
 from ..trace.model import Trace
 from . import intervals as iv
-from .view import DeviceView, device_views, pct, us
+from .view import DeviceView, device_views, pct, us, wall_span_ns
 from .vocabulary import WORK
 
 
@@ -19,9 +19,15 @@ class Breakdown:
     compute/comm/memcpy/memset are each the union of that class of work over all streams; two
     classes running at once on different streams both count, so they can add up to more than
     busy. exposed_comm is communication that no compute kernel overlaps.
+
+    For one device (or one step on it) span_us is its wall span and device_time_us equals it. For
+    several devices together span_us is the wall span from the first to the last activity on any
+    of them, device_time_us the sum of their spans, and every other time is a sum over devices;
+    idle_pct is idle over device_time_us either way.
     """
 
     span_us: float
+    device_time_us: float
     busy_us: float
     idle_us: float
     idle_pct: float
@@ -35,10 +41,11 @@ class Breakdown:
         return asdict(self)
 
     @staticmethod
-    def total(parts: list[Breakdown]) -> Breakdown:
-        """Several devices together: device-time adds up."""
+    def total(parts: list[Breakdown], span_us: float) -> Breakdown:
+        """Several devices together over their wall span: device time adds up."""
         sums = {k: round(sum(getattr(p, k) for p in parts), 3) for k in Breakdown.__dataclass_fields__}
-        sums["idle_pct"] = pct(sums["idle_us"], sums["span_us"])
+        sums["span_us"] = span_us
+        sums["idle_pct"] = pct(sums["idle_us"], sums["device_time_us"])
         return Breakdown(**sums)
 
 
@@ -50,7 +57,8 @@ def window_breakdowns(view: DeviceView, lo: np.ndarray, hi: np.ndarray) -> list[
             for name in ("busy", "compute", "comm", "exposed_comm", "memcpy", "memset")}
     idle = span - part["busy"]
     return [Breakdown(
-        span_us=us(span[i]), busy_us=us(part["busy"][i]), idle_us=us(idle[i]), idle_pct=pct(idle[i], span[i]),
+        span_us=us(span[i]), device_time_us=us(span[i]), busy_us=us(part["busy"][i]), idle_us=us(idle[i]),
+        idle_pct=pct(idle[i], span[i]),
         compute_us=us(part["compute"][i]), comm_us=us(part["comm"][i]), exposed_comm_us=us(part["exposed_comm"][i]),
         memcpy_us=us(part["memcpy"][i]), memset_us=us(part["memset"][i]),
     ) for i in range(len(span))]
@@ -75,7 +83,8 @@ class StepBreakdown:
 
 @dataclass(frozen=True)
 class BreakdownResult:
-    """The trace's breakdown: all devices together, each device, and each step on each device.
+    """The rank's breakdown: all its devices together (see Breakdown), each device, and each step
+    on each device.
 
     exclusive_us splits busy device time (summed over devices) so the parts add up: compute, then
     communication, copies and memsets that nothing before them covers. With the idle time it
@@ -115,7 +124,7 @@ def detect_breakdown(trace: Trace) -> BreakdownResult:
     for view in views:
         for step, b in zip(ranged["step"], window_breakdowns(view, lo, hi)):
             steps.append(StepBreakdown(int(step), view.device, b))
-    total = Breakdown.total(list(per_device.values())) if per_device else Breakdown(*([0.0] * 9))
+    total = Breakdown.total(list(per_device.values()), us(wall_span_ns(views))) if per_device else Breakdown(*([0.0] * 10))
     exclusive = {name: 0 for name in WORK}
     for view in views:
         for name, ns in exclusive_work(view).items():

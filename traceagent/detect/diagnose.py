@@ -16,7 +16,8 @@ from .kernels import KernelsResult
 from .launch import LaunchResult
 from .memcpy import MemcpyResult
 from .steps import StepsResult
-from .vocabulary import GAP_ROOT, LIMITERS
+from .stragglers import RankComparison
+from .vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Verdict:
     evidence: dict = field(default_factory=dict)
     also: list[str] = field(default_factory=list)  # what would sharpen the diagnosis
     other_losses: list[str] = field(default_factory=list)  # losses besides the limiter over their threshold
+    rank: int | None = None  # the rank it is about (None: no device activity anywhere)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,7 +76,7 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
     idle, copies, comm = f.idle, f.memcpy, f.comm
     losses = {
         "idle": (idle.idle_pct, params.idle_pct),
-        "communication": (comm.exposed_share_pct, params.comm_pct),
+        "communication": (comm.exposed_pct, params.comm_pct),
         "data_movement": (copies.exposed_pct, params.memcpy_pct),
     }
     over = {k: v for k, (v, threshold) in losses.items() if v >= threshold}
@@ -167,11 +169,11 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
 def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
     comm = f.comm
     evidence = {"comm_us": comm.comm_us, "comm_share_pct": comm.share_pct, "exposed_us": comm.exposed_us,
-                "exposed_pct": comm.exposed_pct, "exposed_share_pct": comm.exposed_share_pct,
+                "exposed_pct": comm.exposed_pct, "exposed_of_comm_pct": comm.exposed_of_comm_pct,
                 "top_collective": comm.top[0]["name"] if comm.top else None}
     return Verdict("communication", "communication",
-                   f"Communication is exposed for {comm.exposed_share_pct:.1f}% of the span "
-                   f"({comm.exposed_pct:.0f}% of collective time is not hidden by compute)",
+                   f"Communication is exposed for {comm.exposed_pct:.1f}% of the span "
+                   f"({comm.exposed_of_comm_pct:.0f}% of collective time is not hidden by compute)",
                    "Collectives run while no compute kernel does, so the GPU waits on the network (or on a slower "
                    "rank) instead of overlapping the two.",
                    "Overlap communication with compute (DDP bucket_cap_mb, FSDP forward/backward prefetch, "
@@ -209,13 +211,51 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
     evidence = {"idle_pct": f.idle.idle_pct}
     if top is None:
         return Verdict("compute", "hot_kernel", "The device is busy, but the trace names no kernels", "", "", evidence, also)
-    evidence.update({"kernel": top.name, "short_name": top.short_name, "kernel_share_pct": top.share_pct,
+    evidence.update({"kernel": top.name, "short_name": top.short_name, "kernel_share_of_busy_pct": top.share_of_busy_pct,
                      "kernel_total_us": top.total_us, "kernel_count": top.count})
     return Verdict("compute", "hot_kernel",
                    f"The GPU is busy {100 - f.idle.idle_pct:.1f}% of the time; the top kernel, {top.short_name}, "
-                   f"takes {top.share_pct:.1f}% of busy time",
+                   f"takes {top.share_of_busy_pct:.1f}% of busy time",
                    f"Time goes into kernel execution, led by {top.short_name} ({top.count} launches"
                    + (f", from {top.op}" if top.op else "") + "); speeding it up is the largest single gain.",
                    f"Profile that kernel: `ncu --kernel-name regex:{top.short_name} --launch-count 5 --set full -o "
                    f"{top.short_name[:24]} python train.py`, and check it runs in a fast dtype (bf16/TF32) and shape.",
                    evidence, also)
+
+
+_STRAGGLER_STEPS = {
+    "dataloader": "Its input pipeline is slower than the others': compare its DataLoader (num_workers, the storage "
+                  "or shard it reads, per-sample work) with theirs, and profile its host with py-spy.",
+    "sync": "It blocks on its GPU before the collective: remove the synchronization on that rank "
+            "(.item(), .cpu(), logging of tensor values), or do it every N steps.",
+    "launch_overhead": "Its host cannot launch kernels fast enough: capture the step in a CUDA graph or fuse ops "
+                       "with torch.compile.",
+    "host_other": "Its host does work the others do not before the collective (logging, checkpointing, evaluation "
+                  "on one rank): profile that rank's host with py-spy and move the work off the critical path.",
+    "hot_kernel": "Its GPU computes longer than the others' before each collective: check for uneven work "
+                  "(sharding, sequence lengths, routing), and for a slower GPU (nvidia-smi -q: clocks, "
+                  "temperature, ECC, PCIe/NVLink placement).",
+}
+
+
+def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: Verdict) -> Verdict:
+    """The job's verdict when one rank makes the others wait: named by that rank and by what it
+    was doing before the collectives it entered last; its own verdict and losses follow."""
+    rank, cause = comparison.straggler, comparison.straggler_cause or "host_other"
+    limiter = "compute" if cause == "hot_kernel" else "idle"
+    what = ROOT_CAUSES[cause].label if cause != "hot_kernel" else "longer compute on its GPU"
+    evidence = {"straggler_rank": rank, "straggler_cause": cause, "last_pct": comparison.straggler_last_pct,
+                "matched_collectives": comparison.matched, "others_waiting_us": comparison.others_waiting_us,
+                "others_exposed_waiting_pct": comparison.others_exposed_waiting_pct,
+                "lateness_by_cause_us": comparison.straggler_cause_us, "rank": rank}
+    return Verdict(
+        limiter, "straggler",
+        f"Rank {rank} is the straggler: it enters {comparison.straggler_last_pct:.0f}% of collectives last, "
+        f"delayed by {what}; the other ranks wait for it {comparison.others_exposed_waiting_pct:.1f}% of their "
+        "device time",
+        f"Collectives cannot finish before every rank joins, so the other ranks sit inside them while rank {rank} "
+        f"is still busy with {what}: their waiting is rank {rank}'s cost, not slow communication.",
+        f"Look at rank {rank} first (`traceagent analyze` on its trace). " + _STRAGGLER_STEPS[cause],
+        evidence, _missing(late), [f"On rank {rank} itself: {late_verdict.headline}.", *late_verdict.other_losses],
+        rank=rank,
+    )

@@ -34,7 +34,7 @@ from .host import (
     python_line_above,
     sync_calls,
 )
-from .view import DeviceView, device_views, pct, us
+from .view import DeviceView, device_time_ns, device_views, pct, us, wall_span_ns
 from .vocabulary import GAP_CAUSES
 
 
@@ -75,26 +75,46 @@ class SyncSite:
 
 
 @dataclass(frozen=True)
+class DeviceIdle:
+    """Idle time on one device, over its own span."""
+
+    span_us: float
+    idle_us: float
+    idle_pct: float  # of the device's span
+    by_cause_us: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class IdleResult:
+    """Idle time on one rank. With one device span_us and device_time_us are its span; with
+    several, span_us is the rank's wall span and idle and its percentages are over device time
+    (the devices' spans added up). `devices` has each device over its own span."""
+
     idle_us: float
     span_us: float
-    idle_pct: float
+    device_time_us: float
+    idle_pct: float  # of device time
     gaps: int  # gaps of any length
     by_cause_us: dict[str, float]
-    by_cause_pct: dict[str, float]  # each cause's idle time as a share of the span
+    by_cause_pct: dict[str, float]  # each cause's idle time as a share of device time
     by_cause_count: dict[str, int]
     top_gaps: list[Gap]
     sync_sites: list[SyncSite]
     has_python_frames: bool
+    devices: dict[int, DeviceIdle] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["devices"] = {str(k): v.to_dict() for k, v in self.devices.items()}
         d["top_gaps"] = [g.to_dict() for g in self.top_gaps]
         d["sync_sites"] = [s.to_dict() for s in self.sync_sites]
         return d
 
     def cause_pct(self, cause: str) -> float:
-        """A cause's idle time as a share of the span."""
+        """A cause's idle time as a share of device time."""
         return self.by_cause_pct.get(cause, 0.0)
 
 
@@ -169,7 +189,8 @@ def trace_gaps(trace: Trace, params: IdleParams = IdleParams()) -> pd.DataFrame:
 def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:
     """Idle time on every device, split by cause, with the largest gaps and their evidence."""
     origin = trace.origin_ns()
-    span = sum(view.span_ns for view in device_views(trace))
+    views = device_views(trace)
+    span = device_time_ns(views)
     gaps = trace_gaps(trace, params)
     idle = int(gaps["dur"].sum())
     by_cause = gaps.groupby("cause")["dur"].agg(["sum", "size"])
@@ -179,8 +200,16 @@ def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:
     details = _sync_details(trace, gaps[gaps["sync"] >= 0])
     top = gaps.nlargest(params.top, "dur")
     top_gaps = [_evidence(trace, row, origin, details) for row in top.itertuples()]
+    devices = {}
+    for view in views:
+        mine = gaps[gaps["device"] == view.device]
+        device_idle = int(mine["dur"].sum())
+        causes = mine.groupby("cause")["dur"].sum()
+        devices[view.device] = DeviceIdle(us(view.span_ns), us(device_idle), pct(device_idle, view.span_ns),
+                                          {c: us(causes[c]) for c in GAP_CAUSES if c in causes.index})
     return IdleResult(
-        idle_us=us(idle), span_us=us(span), idle_pct=pct(idle, span), gaps=len(gaps),
+        idle_us=us(idle), span_us=us(wall_span_ns(views)), device_time_us=us(span), idle_pct=pct(idle, span),
+        gaps=len(gaps), devices=devices,
         by_cause_us=by_cause_us, by_cause_pct={c: pct(by_cause.loc[c, "sum"], span) for c in by_cause_us},
         by_cause_count=by_cause_count, top_gaps=top_gaps,
         sync_sites=_sync_sites(details), has_python_frames=trace.meta.has_python_frames,

@@ -40,7 +40,7 @@ class HotKernel:
     short_name: str
     count: int
     total_us: float
-    share_pct: float  # of the device's busy time
+    share_of_busy_pct: float  # of busy time (summed over the rank's devices)
     mean_us: float
     median_us: float
     max_us: float
@@ -82,7 +82,7 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
     comm = table.groupby("name", observed=True)["is_comm"].any()
     rows = [HotKernel(
         name=name, short_name=short_name(name), count=int(r["size"]), total_us=us(r["sum"]),
-        share_pct=pct(r["sum"], busy), mean_us=us(r["mean"]), median_us=us(r["median"]), max_us=us(r["max"]),
+        share_of_busy_pct=pct(r["sum"], busy), mean_us=us(r["mean"]), median_us=us(r["median"]), max_us=us(r["max"]),
         op=ops.get(name) if isinstance(ops.get(name), str) else None, is_comm=bool(comm[name]),
     ) for name, r in chosen.iterrows()]
     return KernelsResult(kernels=len(kernels), distinct=len(stats), total_us=us(dur.sum()), top=rows)

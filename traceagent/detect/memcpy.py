@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..trace.model import Trace
 from . import intervals as iv
-from .view import device_views, pct, us
+from .view import device_time_ns, device_views, pct, us
 
 
 @dataclass(frozen=True)
@@ -25,14 +25,15 @@ class CopyKind:
 
 @dataclass(frozen=True)
 class MemcpyResult:
-    """Copies over all devices. share_pct: time any copy ran, over the span (device-time)."""
+    """Copies on one rank, over all its devices. Percentages are over device time (the devices'
+    spans added up; one device's span when there is one): share_pct is the time any copy ran."""
 
     count: int
     bytes: int
     us: float
     share_pct: float
     exposed_us: float  # copy time with no compute kernel running on the same device
-    exposed_pct: float  # exposed_us over the span
+    exposed_pct: float  # exposed_us over device time
     pageable_count: int
     pageable_bytes: int
     by_kind: dict[str, CopyKind]
@@ -44,10 +45,11 @@ class MemcpyResult:
 
 
 def detect_memcpy(trace: Trace) -> MemcpyResult:
-    span = union_ns = exposed_ns = 0
+    views = device_views(trace)
+    span = device_time_ns(views)
+    union_ns = exposed_ns = 0
     frames = []
-    for view in device_views(trace):
-        span += view.span_ns
+    for view in views:
         union_ns += iv.length(view.memcpy)
         exposed_ns += iv.length(iv.subtract(view.memcpy, view.compute))
         copies = view.work[view.work["kind"] == "memcpy"]

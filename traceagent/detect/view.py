@@ -77,6 +77,17 @@ def _view(device: int, rows: pd.DataFrame) -> DeviceView:
     )
 
 
+def wall_span_ns(views: list[DeviceView]) -> int:
+    """A rank's span: first to last activity over its devices (0 without any). Sums of the
+    devices' own spans are device time, never called span."""
+    return max(v.span[1] for v in views) - min(v.span[0] for v in views) if views else 0
+
+
+def device_time_ns(views: list[DeviceView]) -> int:
+    """The devices' spans added up: the denominator of a rank's percentages."""
+    return sum(v.span_ns for v in views)
+
+
 def us(ns: float | int | np.integer) -> float:
     """ns → µs, rounded to the nanosecond."""
     return round(float(ns) / 1000.0, 3)

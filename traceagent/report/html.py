@@ -145,14 +145,14 @@ def _kernels(analysis: Analysis) -> str:
     if not top:
         return ""
     label_w, row = 260, 20
-    biggest = max(k.share_pct for k in top) or 1
+    biggest = max(k.share_of_busy_pct for k in top) or 1
     bars = "".join(
         f'<text x="0" y="{i * row + 13}" font-size="11">{html.escape(shorten(k.short_name, 38))}</text>'
-        f'<rect x="{label_w}" y="{i * row + 2}" width="{(WIDTH - label_w - 80) * k.share_pct / biggest:.1f}" '
+        f'<rect x="{label_w}" y="{i * row + 2}" width="{(WIDTH - label_w - 80) * k.share_of_busy_pct / biggest:.1f}" '
         f'height="{row - 6}" fill="{WORK_COLORS["communication" if k.is_comm else "compute"]}">'
         f'<title>{html.escape(shorten(k.name, 300))}</title></rect>'
-        f'<text x="{label_w + (WIDTH - label_w - 80) * k.share_pct / biggest + 4:.1f}" y="{i * row + 13}" '
-        f'font-size="11">{percent(k.share_pct)}</text>'
+        f'<text x="{label_w + (WIDTH - label_w - 80) * k.share_of_busy_pct / biggest + 4:.1f}" y="{i * row + 13}" '
+        f'font-size="11">{percent(k.share_of_busy_pct)}</text>'
         for i, k in enumerate(top))
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{len(top) * row}" role="img" '
            f'aria-label="hot kernels">{bars}</svg>')

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..detect.analysis import Analysis
 from ..detect.diff import DiffResult
-from ..format import duration, gap_evidence, percent, shorten, size
+from ..format import duration, gap_evidence, of_span, percent, scope, shorten, size, straggler_sentence
 
 TOP_GAPS = 8
 TOP_KERNELS = 10
@@ -49,35 +49,48 @@ def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
         return "\n".join(out) + "\n"
 
     out += ["", "## Where device time went", "",
-            _table(["rank", "span", "busy", "idle", "compute", "communication", "exposed comm", "memcpy", "memset", "verdict"],
-                   [[str(r["rank"]) if r["rank"] is not None else "-", duration(b["span_us"]), duration(b["busy_us"]),
+            _table(["rank", "GPU", "span", "busy", "idle", "compute", "communication", "exposed comm", "memcpy",
+                    "memset", "verdict"],
+                   [[str(r["rank"]), device, duration(b["span_us"]), duration(b["busy_us"]),
                      percent(b["idle_pct"]), duration(b["compute_us"]), duration(b["comm_us"]),
                      duration(b["exposed_comm_us"]), duration(b["memcpy_us"]), duration(b["memset_us"]),
                      f"{r['verdict']['limiter']}/{r['verdict']['root_cause']}"]
-                    for r in data["ranks"] for b in [r["breakdown"]]])]
-    out += ["", "Classes of work are unions over all streams; two classes running at once both count."]
+                    for r in data["ranks"] for device, b in r["breakdown"]["devices"].items()])]
+    out += ["", "Each row is one GPU over its own span. Classes of work are unions over all streams; two "
+                "classes running at once both count."]
     for r in data["ranks"][:8] if len(data["ranks"]) > 1 else data["ranks"]:
         out += _rank_sections(r, len(data["ranks"]) > 1)
     if len(data["ranks"]) > 8:
         out += ["", f"_{len(data['ranks']) - 8} more ranks: see `traceagent analyze --json`._"]
-    if data["comparison"] and data["comparison"]["waits_most"] is not None:
+    if data["comparison"] and data["comparison"]["matched"]:
         c = data["comparison"]
         out += ["", "## Ranks compared", "",
-                _table(["rank", "communication", "exposed", "compute", "busy"],
-                       [[str(r["rank"]), duration(r["comm_us"]), duration(r["exposed_us"]), duration(r["compute_us"]),
-                         duration(r["busy_us"])] for r in c["ranks"]]),
-                "", f"Rank {c['waits_most']} waits longest inside collectives; rank {c['slowest']} computes longest "
-                    f"(communication time spreads {percent(c['comm_spread_pct'])} across ranks)."]
+                f"{c['matched']} collectives matched on every rank. Waiting is the part of a collective before the "
+                "last rank entered it: the late rank's cost, not communication.", "",
+                _table(["rank", "in collectives", "waiting", "exposed waiting", "communication proper", "entered last",
+                        "compute"],
+                       [[str(r["rank"]), duration(r["comm_us"]), duration(r["waiting_us"]),
+                         duration(r["exposed_waiting_us"]), duration(r["communication_us"]), str(r["last_count"]),
+                         duration(r["compute_us"])] for r in c["ranks"]]),
+                "", straggler_sentence(c)]
     return "\n".join(out) + "\n"
 
 
 def _rank_sections(r: dict, several: bool) -> list[str]:
     who = f" (rank {r['rank']})" if several else ""
     idle, copies, comm = r["idle"], r["memcpy"], r["comm"]
-    out = ["", f"## Idle time{who}", "",
-           f"The device was idle {duration(idle['idle_us'])} of {duration(idle['span_us'])} "
-           f"({percent(idle['idle_pct'])}) in {idle['gaps']} gaps.", "",
-           _table(["cause", "idle", "share of span", "gaps"],
+    devices = len(idle["devices"])
+    of = of_span(devices)
+    if devices > 1:
+        said = [f"{scope(r['rank'], d)}: idle {duration(x['idle_us'])} of its span {duration(x['span_us'])} "
+                f"({percent(x['idle_pct'])})." for d, x in idle["devices"].items()]
+        said.append(f"Together: idle {duration(idle['idle_us'])} of {duration(idle['device_time_us'])} of device "
+                    f"time ({percent(idle['idle_pct'])}) in {idle['gaps']} gaps.")
+    else:
+        said = [f"{scope(r['rank'], next(iter(idle['devices']), None))}: idle {duration(idle['idle_us'])} of "
+                f"{duration(idle['span_us'])} ({percent(idle['idle_pct'])}) in {idle['gaps']} gaps."]
+    out = ["", f"## Idle time{who}", "", " ".join(said), "",
+           _table(["cause", "idle", f"share {of}", "gaps"],
                   [[c, duration(us), percent(idle["by_cause_pct"][c]), str(idle["by_cause_count"][c])]
                    for c, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])]
     if idle["top_gaps"]:
@@ -92,7 +105,7 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
                         for s in idle["sync_sites"]])]
     out += ["", f"## Data movement{who}", ""]
     if copies["count"]:
-        out += [f"Copies ran {percent(copies['share_pct'])} of the span; {percent(copies['exposed_pct'])} of the span "
+        out += [f"Copies ran {percent(copies['share_pct'])} {of}; {percent(copies['exposed_pct'])} {of} "
                 f"had copies and no compute. {copies['pageable_count']} copies touched pageable memory "
                 f"({size(copies['pageable_bytes'])}).", "",
                 _table(["kind", "count", "bytes", "time", "GB/s", "pageable", "exposed"],
@@ -103,8 +116,8 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
     out += ["", f"## Communication{who}", ""]
     if comm["kernels"]:
         out += [f"{comm['kernels']} collective kernels ran {duration(comm['comm_us'])} ({percent(comm['share_pct'])} "
-                f"of the span); {percent(comm['exposed_pct'])} of that time no compute overlapped "
-                f"({duration(comm['exposed_us'])}, {percent(comm['exposed_share_pct'])} of the span)."]
+                f"{of}); {percent(comm['exposed_of_comm_pct'])} of that time no compute overlapped "
+                f"({duration(comm['exposed_us'])}, {percent(comm['exposed_pct'])} {of})."]
         if comm["top"]:
             out += ["", _table(["collective", "count", "total"],
                                [[f"`{shorten(c['name'], 70)}`", str(c["count"]), duration(c["total_us"])]
@@ -117,7 +130,7 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
             f"{duration(r['kernels']['total_us'])}. The top {len(kernels)}:", "",
             _table(["#", "kernel", "count", "total", "share of busy", "mean", "median", "max", "launched by"],
                    [[str(i), f"`{shorten(k['short_name'], 40)}`", str(k["count"]), duration(k["total_us"]),
-                     percent(k["share_pct"]), duration(k["mean_us"]), duration(k["median_us"]),
+                     percent(k["share_of_busy_pct"]), duration(k["mean_us"]), duration(k["median_us"]),
                      duration(k["max_us"]), f"`{shorten(k['op'], 40)}`" if k["op"] else "-"]
                     for i, k in enumerate(kernels, 1)])]
     if kernels:

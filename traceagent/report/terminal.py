@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Column, Table
 
 from ..detect.analysis import Analysis
-from ..format import duration, gap_evidence, percent, shorten, size
+from ..format import duration, gap_evidence, of_span, percent, shorten, size, straggler_sentence
 
 
 def say(console: Console, text: str) -> None:
@@ -42,6 +42,17 @@ def add_rows_keeping_numbers_whole(table: Table, width: int, rows: list[list[str
             column.max_width = max(16, (width - taken - borders) // len(unwrapped))
 
 
+def _scope_column(ranks: list[dict]):
+    """(header, label(rank, device)) naming each GPU row by what tells rows apart: the rank when
+    every rank has one GPU, the GPU for one rank, both ("3:1") otherwise."""
+    several_devices = any(len(r["breakdown"]["devices"]) > 1 for r in ranks)
+    if not several_devices:
+        return "rank", lambda rank, device: str(rank)
+    if len(ranks) == 1:
+        return "GPU", lambda rank, device: str(device)
+    return "rank:GPU", lambda rank, device: f"{rank}:{device}"
+
+
 def print_analysis(result: Analysis, out: Console) -> None:
     """The analysis as Rich tables on `out`: verdict first, then the evidence per rank."""
     data = result.to_dict()
@@ -59,31 +70,33 @@ def print_analysis(result: Analysis, out: Console) -> None:
     if not data["verdict"]["limiter"]:
         return
 
-    # shares of each rank's span, and comm columns only where there is communication: ranks compare
-    # at a glance and the table fits 80 columns unwrapped (the durations are in --json and the report)
+    # one row per GPU, each over its own span; comm columns only where there is communication:
+    # devices compare at a glance and the table fits 80 columns (the durations are in --json)
     has_comm = any(r["breakdown"]["comm_us"] for r in data["ranks"])
     numbers = ["span", "idle", "compute", *(["comm", "exposed"] if has_comm else []), "memcpy"]
-    table = Table("rank", *number_columns(*numbers), "root cause",
-                  title="Where device time went (share of span)", pad_edge=False)
+    header, label = _scope_column(data["ranks"])
+    table = Table(header, *number_columns(*numbers), "root cause",
+                  title="Where device time went (share of each GPU's span)", pad_edge=False)
     rows = []
     for r in data["ranks"]:
-        b = r["breakdown"]
-        share = [b["compute_us"], *([b["comm_us"], b["exposed_comm_us"]] if has_comm else []), b["memcpy_us"]]
-        rows.append([str(r["rank"]) if r["rank"] is not None else "-", duration(b["span_us"]),
-                     f"{b['idle_pct']:.1f}%", *(percent(100 * us / b["span_us"]) for us in share),
-                     r["verdict"]["root_cause"] or "-"])
+        for device, b in r["breakdown"]["devices"].items():
+            share = [b["compute_us"], *([b["comm_us"], b["exposed_comm_us"]] if has_comm else []), b["memcpy_us"]]
+            rows.append([label(r["rank"], device), duration(b["span_us"]), f"{b['idle_pct']:.1f}%",
+                         *(percent(100 * us / b["span_us"]) for us in share), r["verdict"]["root_cause"] or "-"])
     add_rows_keeping_numbers_whole(table, out.width, rows)
     out.print(table)
 
-    first = data["ranks"][0]
+    # the detail tables are about the rank the verdict names, and say so
+    first = next(r for r in data["ranks"] if r["rank"] == result.focus.rank)
     idle = first["idle"]
-    causes = Table("cause", *number_columns("idle", "share of span", "gaps"),
-                   title=f"Idle by cause (rank {first['rank']})" if len(data["ranks"]) > 1 else "Idle by cause")
+    who = f" (rank {first['rank']})" if len(data["ranks"]) > 1 else ""
+    causes = Table("cause", *number_columns("idle", f"share {of_span(len(idle['devices']))}", "gaps"),
+                   title=f"Idle by cause{who}")
     add_rows_keeping_numbers_whole(causes, out.width, [
         [cause, duration(us), percent(idle["by_cause_pct"][cause]), str(idle["by_cause_count"][cause])]
         for cause, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])
     out.print(causes)
-    gaps = Table(*number_columns("at", "gap"), "cause", "evidence", title="Largest gaps")
+    gaps = Table(*number_columns("at", "gap"), "cause", "evidence", title=f"Largest gaps{who}")
     add_rows_keeping_numbers_whole(gaps, out.width, [
         [duration(g["start_us"]), duration(g["dur_us"]), g["cause"], escape(gap_evidence(g, name_width=32))]
         for g in idle["top_gaps"][:5]])
@@ -92,30 +105,31 @@ def print_analysis(result: Analysis, out: Console) -> None:
     # the op that launched each kernel goes under its name: a column of its own left the names
     # too narrow to tell apart at 80 columns
     kernels = Table(Column("kernel [dim](and the op that launched it)[/]", no_wrap=True, overflow="ellipsis"),
-                    *number_columns("count", "total", "% busy", "mean"), title="Hot kernels")
+                    *number_columns("count", "total", "% busy", "mean"), title=f"Hot kernels{who}")
     add_rows_keeping_numbers_whole(kernels, out.width, [
         [escape(shorten(k["short_name"], 60)) + (f"\n[dim]  by {escape(shorten(k['op'], 57))}[/]" if k["op"] else ""),
-         str(k["count"]), duration(k["total_us"]), f"{k['share_pct']:.1f}%", duration(k["mean_us"])]
+         str(k["count"]), duration(k["total_us"]), f"{k['share_of_busy_pct']:.1f}%", duration(k["mean_us"])]
         for k in first["hot_kernels"][:8]])
     out.print(kernels)
 
     copies = first["memcpy"]
     if copies["count"]:
         t = Table("copy", *number_columns("count", "bytes", "time", "GB/s", "pageable"),
-                  title=f"Data movement ({copies['share_pct']:.1f}% of span)")
+                  title=f"Data movement{who} ({copies['share_pct']:.1f}% {of_span(len(idle['devices']))})")
         add_rows_keeping_numbers_whole(t, out.width, [
             [kind, str(c["count"]), size(c["bytes"]), duration(c["us"]), f"{c['gbps']:.1f}", str(c["pageable_count"])]
             for kind, c in copies["by_kind"].items()])
         out.print(t)
-    if data["comparison"] and data["comparison"]["waits_most"] is not None:
+    if data["comparison"] and data["comparison"]["matched"]:
         c = data["comparison"]
-        t = Table("rank", *number_columns("comm", "exposed", "compute"), title="Communication per rank")
+        t = Table("rank", *number_columns("in collectives", "waiting", "comm proper", "last", "compute"),
+                  title=f"Ranks in {c['matched']} matched collectives")
         add_rows_keeping_numbers_whole(t, out.width, [
-            [str(r["rank"]), duration(r["comm_us"]), duration(r["exposed_us"]), duration(r["compute_us"])]
+            [str(r["rank"]), duration(r["comm_us"]), duration(r["waiting_us"]), duration(r["communication_us"]),
+             str(r["last_count"]), duration(r["compute_us"])]
             for r in c["ranks"]])
         out.print(t)
-        say(out, f"Rank {c['waits_most']} waits longest in collectives; rank {c['slowest']} computes longest "
-                  f"(comm time spread {c['comm_spread_pct']:.0f}%).")
+        say(out, straggler_sentence(c))
     launch, steps = first["launch"], first["steps"]
     say(out, f"Launch: median launch-to-start {duration(launch['median_latency_us'])} (queueing included), "
               f"{launch['short_kernel_pct']:.0f}% of "

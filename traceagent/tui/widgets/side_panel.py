@@ -75,9 +75,9 @@ def _findings(data: dict) -> list[tuple[str, str]]:
         found.append((f"copies {percent(m['share_pct'])}, {m['pageable_count']} pageable",
                       "How much time goes to memcpy?"))
     if r["comm"]["kernels"]:
-        found.append((f"communication exposed {percent(r['comm']['exposed_pct'])}", "Is communication overlapped?"))
+        found.append((f"communication exposed {percent(r['comm']['exposed_of_comm_pct'])}", "Is communication overlapped?"))
     for k in r["hot_kernels"][:3]:
-        found.append((f"kernel {shorten(k['short_name'], 24)} {percent(k['share_pct'])}",
+        found.append((f"kernel {shorten(k['short_name'], 24)} {percent(k['share_of_busy_pct'])}",
                       "What are the hot kernels?"))
     if r["steps"]["count"]:
         found.append((f"{r['steps']['count']} steps, mean {duration(r['steps']['mean_us'])}", "What about the steps?"))

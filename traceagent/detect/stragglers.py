@@ -1,0 +1,175 @@
+"""Collectives matched across ranks: who enters last, who waits, and what the late rank was doing.
+
+A collective ends at about the same moment on every rank (it cannot finish before the last rank
+joins), so its time on one rank splits into **waiting** (before the last rank entered) and
+communication proper. The **straggler** is the rank that enters last most often; its cost is the
+others' waiting, and its cause is what its own GPU was doing just before it entered.
+
+Matching: the k-th collective of each name on every rank (launch order), up to the count the
+rank with fewest has; traces do not carry process groups, so each name is taken as one group.
+Clocks: ranks on different hosts have different clocks, so each rank's clock is aligned to the
+first rank's by the median difference of matched collective end times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace
+from . import intervals as iv
+from .breakdown import Breakdown
+from .view import device_views, pct, us
+from .vocabulary import GAP_ROOT
+
+
+@dataclass(frozen=True)
+class StragglerParams:
+    late_tolerance_us: float = 5.0  # a rank counts as last when it enters this much after the next latest
+    straggler_last_pct: float = 50.0  # share of collectives a rank must enter last to be the straggler
+    cause_cover: float = 0.5  # share of its lateness idle gaps must explain to name an idle cause
+
+
+@dataclass(frozen=True)
+class RankInput:
+    """What the comparison reads from one rank's analysis."""
+
+    rank: int
+    trace: Trace
+    gaps: pd.DataFrame
+    breakdown: Breakdown
+
+
+@dataclass(frozen=True)
+class RankCollectives:
+    """One rank in matched collectives. Times are sums over its matched collectives."""
+
+    rank: int
+    comm_us: float  # time inside matched collectives
+    waiting_us: float  # before the last rank entered: the straggler's cost, not communication
+    exposed_waiting_us: float  # waiting that no compute kernel on this rank overlaps
+    communication_us: float  # communication proper: comm_us − waiting_us
+    last_count: int  # collectives this rank entered last (by more than late_tolerance_us)
+    late_by_us: float  # summed margin by which it was last
+    compute_us: float
+    device_time_us: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RankComparison:
+    """Ranks side by side over their matched collectives, and the straggler if there is one."""
+
+    matched: int  # collectives matched on every rank
+    ranks: list[RankCollectives]
+    straggler: int | None  # the rank that enters last in at least straggler_last_pct of collectives
+    straggler_last_pct: float  # share of matched collectives it entered last
+    straggler_cause: str | None  # a vocabulary.ROOT_CAUSES name: what delayed it (hot_kernel: busy computing)
+    straggler_cause_us: dict[str, float] = field(default_factory=dict)  # its lateness explained, by cause
+    others_waiting_us: float = 0.0  # waiting on every other rank: the straggler's cost
+    others_exposed_waiting_pct: float = 0.0  # of the other ranks' device time, not hidden by compute
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ranks"] = [r.to_dict() for r in self.ranks]
+        return d
+
+
+def _collectives(trace: Trace) -> pd.DataFrame:
+    kernels = trace.gpu[(trace.gpu["kind"] == "kernel").to_numpy() & trace.gpu["is_comm"].to_numpy()]
+    kernels = kernels.sort_values("start", kind="stable")
+    names = kernels["name"].astype(str)
+    return pd.DataFrame({"name": names.to_numpy(), "nth": names.groupby(names).cumcount().to_numpy(),
+                         "device": kernels["device"].to_numpy(), "start": kernels["start"].to_numpy(np.int64),
+                         "end": kernels["end"].to_numpy(np.int64)})
+
+
+def compare_ranks(ranks: list[RankInput], params: StragglerParams = StragglerParams()) -> RankComparison | None:
+    """Match collectives across ranks and split their time into waiting and communication; None
+    for fewer than two ranks."""
+    if len(ranks) < 2:
+        return None
+    tables = [_collectives(r.trace).set_index(["name", "nth"]) for r in ranks]
+    keys = tables[0].index
+    for table in tables[1:]:
+        keys = keys.intersection(table.index)
+    if len(keys) == 0:
+        return RankComparison(0, [_row(r, 0, 0, 0, 0, 0.0, 0) for r in ranks], None, 0.0, None)
+    keys = keys.sort_values()
+    start = np.stack([t.loc[keys, "start"].to_numpy(np.int64) for t in tables])  # ranks × collectives
+    end = np.stack([t.loc[keys, "end"].to_numpy(np.int64) for t in tables])
+    offset = np.median(end - end[0], axis=1).astype(np.int64)  # each rank's clock against rank 0's
+    entry = start - offset[:, None]
+    last_entry = entry.max(axis=0)
+    waiting = np.clip(last_entry - entry, 0, end - start)
+    order = np.sort(entry, axis=0)
+    margin = order[-1] - order[-2]
+    late = margin > params.late_tolerance_us * 1000
+    last = np.where(late, entry.argmax(axis=0), -1)
+
+    rows = []
+    for i, r in enumerate(ranks):
+        exposed = _exposed_waiting(r, tables[i].loc[keys], waiting[i])
+        rows.append(_row(r, int((end[i] - start[i]).sum()), int(waiting[i].sum()), exposed,
+                         int((last == i).sum()), float(margin[last == i].sum()), len(keys)))
+    counts = np.bincount(last[last >= 0], minlength=len(ranks))
+    s = int(counts.argmax())
+    last_pct = pct(counts[s], len(keys))
+    if last_pct < params.straggler_last_pct:
+        return RankComparison(len(keys), rows, None, last_pct, None)
+    cause, by_cause = _straggler_cause(ranks[s], tables[s].loc[keys][last == s], margin[last == s], params)
+    others = [row for row in rows if row.rank != ranks[s].rank]
+    return RankComparison(
+        matched=len(keys), ranks=rows, straggler=ranks[s].rank, straggler_last_pct=last_pct, straggler_cause=cause,
+        straggler_cause_us=by_cause, others_waiting_us=round(sum(o.waiting_us for o in others), 3),
+        others_exposed_waiting_pct=pct(sum(o.exposed_waiting_us for o in others),
+                                       sum(o.device_time_us for o in others)),
+    )
+
+
+def _row(r: RankInput, comm: int, waiting: int, exposed: int, last: int, late_by: float, matched: int) -> RankCollectives:
+    return RankCollectives(rank=r.rank, comm_us=us(comm), waiting_us=us(waiting), exposed_waiting_us=us(exposed),
+                           communication_us=us(comm - waiting), last_count=last, late_by_us=us(late_by),
+                           compute_us=r.breakdown.compute_us, device_time_us=r.breakdown.device_time_us)
+
+
+def _exposed_waiting(r: RankInput, collectives: pd.DataFrame, waiting: np.ndarray) -> int:
+    """Waiting time on this rank that no compute kernel on the same device overlaps (ns)."""
+    total = 0
+    for view in device_views(r.trace):
+        mine = (collectives["device"] == view.device).to_numpy()
+        lo = collectives["start"].to_numpy(np.int64)[mine]
+        total += iv.length(iv.subtract(iv.union(lo, lo + waiting[mine]), view.compute))
+    return total
+
+
+def _straggler_cause(r: RankInput, late: pd.DataFrame, margin: np.ndarray,
+                     params: StragglerParams) -> tuple[str, dict[str, float]]:
+    """What held the straggler back: over the time by which it was late to each collective it
+    entered last (the margin before its entry), how much each cause of idle gaps covers on its
+    GPU; what no gap covers it spent busy, which means slower work on its GPU (`hot_kernel`)."""
+    explained: dict[str, int] = {}
+    starts = late["start"].to_numpy(np.int64)
+    lo, hi = starts - margin.astype(np.int64), starts
+    devices = late["device"].to_numpy()
+    for device in np.unique(devices):
+        mine = devices == device
+        gaps = r.gaps[r.gaps["device"] == device]
+        for cause, rows in gaps.groupby("cause"):
+            union = iv.union(rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64))
+            ns = int(iv.covered(union, lo[mine], hi[mine]).sum())
+            if ns:
+                root = GAP_ROOT.get(str(cause), "host_other")
+                explained[root] = explained.get(root, 0) + ns
+    busy = int(margin.sum()) - sum(explained.values())
+    if busy > 0:
+        explained["hot_kernel"] = busy
+    by_cause = {k: us(v) for k, v in sorted(explained.items(), key=lambda kv: -kv[1])}
+    idle_total = sum(v for k, v in explained.items() if k != "hot_kernel")
+    if idle_total and idle_total >= params.cause_cover * margin.sum():
+        return max((k for k in explained if k != "hot_kernel"), key=explained.get), by_cause
+    return "hot_kernel", by_cause
