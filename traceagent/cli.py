@@ -21,6 +21,7 @@ from rich_argparse import RichHelpFormatter
 
 from . import __version__
 from .detect.analysis import Analysis, analyze_job
+from .detect.view import device_views, us, wall_span_ns
 from .errors import TraceError
 from .format import duration
 from .report.terminal import print_analysis
@@ -76,12 +77,14 @@ def info_dict(job: Job) -> dict:
     """What `info` reports, as plain data."""
     ranks = []
     for trace in job.traces:
-        span = trace.span_ns()
+        # the same device views `analyze` measures, so each GPU's span is the same number there
+        views = device_views(trace)
         ranks.append({
             "rank": trace.meta.rank,
             "path": trace.meta.path,
             "devices": {str(k): v for k, v in trace.meta.devices.items()},
-            "span_us": round((span[1] - span[0]) / 1000, 3) if span else 0.0,
+            "span_us": us(wall_span_ns(views)),
+            "device_spans_us": {str(v.device): us(v.span_ns) for v in views},
             "has_device_activity": trace.has_device_activity,
             "counts": trace.counts(),
             "profiler": trace.meta.profiler,
@@ -98,15 +101,17 @@ def cmd_info(args: argparse.Namespace) -> int:
         out.print_json(json.dumps(data))
         return 0
     say(f"[bold]{escape(job.path)}[/]  ({data['format']}, {data['traces'][0]['profiler']})")
-    table = Table("rank", "devices", "span", "kernels", "memcpys", "memsets", "host calls", "steps",
-                  title=f"{data['ranks']} rank(s)" + (f" of world size {data['world_size']}" if data['world_size'] else ""))
+    table = Table("rank", "GPU", "span", "kernels", "memcpys", "memsets", "host calls", "steps",
+                  title=f"{data['ranks']} rank(s)" + (f" of world size {data['world_size']}" if data['world_size'] else "")
+                  + "; each GPU over its own span")
     for r in data["traces"]:
         c = r["counts"]
-        devices = escape(", ".join(f"{k}: {v}" for k, v in r["devices"].items())) or "none"
-        table.add_row(str(r["rank"]) if r["rank"] is not None else "-", devices,
-                      duration(r["span_us"]) if r["has_device_activity"] else "-",
-                      str(c["kernels"]), str(c["memcpys"]), str(c["memsets"]), str(c["runtime_calls"]),
-                      str(c["steps"]))
+        spans = r["device_spans_us"] or {"-": None}
+        for i, (device, span) in enumerate(spans.items()):
+            name = escape(f"{device}: {r['devices'].get(device, 'GPU ' + device)}") if span is not None else "none"
+            # counts are per rank: on its first row
+            counts = [str(c[k]) for k in ("kernels", "memcpys", "memsets", "runtime_calls", "steps")] if i == 0 else [""] * 5
+            table.add_row(str(r["rank"]) if i == 0 else "", name, duration(span) if span is not None else "-", *counts)
     out.print(table)
     for r in data["traces"]:
         if not r["has_device_activity"]:
@@ -328,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("traceagent: interrupted")
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

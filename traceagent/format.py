@@ -64,3 +64,10 @@ def straggler_sentence(comparison: dict) -> str:
             f"{comparison['matched']} matched collectives last ({'busy computing' if cause == 'hot_kernel' else cause}"
             f" before them); the other ranks wait {duration(comparison['others_waiting_us'])} for it in all, "
             f"{comparison['others_exposed_waiting_pct']:.1f}% of their device time with no compute beside it.")
+
+
+def device_lines(rank: dict) -> list[str]:
+    """One line per GPU of a rank (a RankAnalysis.to_dict()), each over that GPU's own span: the
+    same figures `analyze` prints in its per-GPU table."""
+    return [f"{scope(rank['rank'], device)}: span {duration(b['span_us'])}, busy {percent(b['busy_pct'])}, "
+            f"idle {percent(b['idle_pct'])}" for device, b in rank["breakdown"]["devices"].items()]

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from langchain_core.tools import BaseTool
 
 from ..detect.vocabulary import GAP_CAUSES, label
-from ..format import duration, percent, shorten, size, straggler_sentence
+from ..format import device_lines, duration, percent, shorten, size, straggler_sentence
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
 from .tools import AnalysisContext
@@ -153,10 +153,10 @@ class OfflineAnalyst:
         t = overview["trace"]
         lines = [f"A {t['format']} trace with {t['ranks']} rank(s) on {', '.join(t['devices']) or 'no GPU'}."]
         for r in overview["ranks"][:8]:
-            b = r["breakdown"]
-            lines.append(f"- rank {r['rank'] if r['rank'] is not None else 0}: span {duration(b['span_us'])}, busy "
-                         f"{duration(b['busy_us'])}, idle {percent(b['idle_pct'])}; limiter {r['limiter']} "
-                         f"({r['root_cause']})")
+            lines += [f"- {line}" for line in device_lines(r)]
+            lines.append(f"  rank {r['rank']}: limiter {r['limiter']} ({r['root_cause']})")
+        if len(overview["ranks"]) > 8:
+            lines.append(f"- and {len(overview['ranks']) - 8} more ranks (ask about one by number)")
         lines += ["", f"**Verdict:** {verdict['headline']}.", f"{verdict['hypothesis']}", "",
                   f"**Next step:** {verdict['next_step']}"]
         return "\n".join(lines)

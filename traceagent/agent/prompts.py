@@ -8,6 +8,7 @@ from pathlib import Path
 from string import Template
 
 from ..detect.vocabulary import as_prompt
+from ..format import device_lines
 from .tools import AnalysisContext
 
 
@@ -25,13 +26,12 @@ def trace_summary(ctx: AnalysisContext) -> str:
     a = ctx.analysis
     lines = [f"- format: {a.job.format}; ranks loaded: {len(a.ranks)}"]
     for r in a.ranks[:8]:
-        b = r.breakdown.total
         v = r.verdict
-        lines.append(f"- rank {r.rank if r.rank is not None else 0}: {len(r.trace.meta.devices)} device(s), "
-                     f"span {b.span_us:.1f} µs, busy {b.busy_us:.1f} µs, idle {b.idle_pct:.1f}%, "
-                     f"limiter {v.limiter}, root cause {v.root_cause}, "
+        lines += [f"- {line}" for line in device_lines(r.to_dict())]
+        lines.append(f"  rank {r.rank}: limiter {v.limiter}, root cause {v.root_cause}, "
                      f"steps {r.findings.steps.count if r.findings.steps else 0}, "
                      f"python frames {'yes' if r.findings.has_python_frames else 'no'}")
+    lines.append(f"- the verdict is about rank {a.verdict.rank}; tools default to it")
     if len(a.ranks) > 8:
         lines.append(f"- and {len(a.ranks) - 8} more ranks")
     if ctx.other is not None:

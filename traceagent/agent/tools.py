@@ -65,7 +65,7 @@ def overview(ctx: AnalysisContext) -> dict:
     data = ctx.analysis.to_dict()
     return {
         "trace": data["trace"],
-        "ranks": [{"rank": r["rank"], "breakdown": r["breakdown"] | {"devices": None, "steps": None},
+        "ranks": [{"rank": r["rank"], "breakdown": r["breakdown"] | {"steps": None},
                    "counts": ctx.rank(r["rank"]).trace.counts(), "limiter": r["verdict"]["limiter"],
                    "root_cause": r["verdict"]["root_cause"]} for r in data["ranks"][:MAX_ITEMS]],
         "verdict": {k: data["verdict"][k] for k in ("limiter", "root_cause", "headline")},

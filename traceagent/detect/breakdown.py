@@ -29,8 +29,9 @@ class Breakdown:
     span_us: float
     device_time_us: float
     busy_us: float
+    busy_pct: float  # of device time
     idle_us: float
-    idle_pct: float
+    idle_pct: float  # of device time
     compute_us: float
     comm_us: float
     exposed_comm_us: float
@@ -46,6 +47,7 @@ class Breakdown:
         sums = {k: round(sum(getattr(p, k) for p in parts), 3) for k in Breakdown.__dataclass_fields__}
         sums["span_us"] = span_us
         sums["idle_pct"] = pct(sums["idle_us"], sums["device_time_us"])
+        sums["busy_pct"] = pct(sums["busy_us"], sums["device_time_us"])
         return Breakdown(**sums)
 
 
@@ -57,7 +59,8 @@ def window_breakdowns(view: DeviceView, lo: np.ndarray, hi: np.ndarray) -> list[
             for name in ("busy", "compute", "comm", "exposed_comm", "memcpy", "memset")}
     idle = span - part["busy"]
     return [Breakdown(
-        span_us=us(span[i]), device_time_us=us(span[i]), busy_us=us(part["busy"][i]), idle_us=us(idle[i]),
+        span_us=us(span[i]), device_time_us=us(span[i]), busy_us=us(part["busy"][i]),
+        busy_pct=pct(part["busy"][i], span[i]), idle_us=us(idle[i]),
         idle_pct=pct(idle[i], span[i]),
         compute_us=us(part["compute"][i]), comm_us=us(part["comm"][i]), exposed_comm_us=us(part["exposed_comm"][i]),
         memcpy_us=us(part["memcpy"][i]), memset_us=us(part["memset"][i]),
@@ -124,7 +127,7 @@ def detect_breakdown(trace: Trace) -> BreakdownResult:
     for view in views:
         for step, b in zip(ranged["step"], window_breakdowns(view, lo, hi)):
             steps.append(StepBreakdown(int(step), view.device, b))
-    total = Breakdown.total(list(per_device.values()), us(wall_span_ns(views))) if per_device else Breakdown(*([0.0] * 10))
+    total = Breakdown.total(list(per_device.values()), us(wall_span_ns(views))) if per_device else Breakdown(*([0.0] * 11))
     exclusive = {name: 0 for name in WORK}
     for view in views:
         for name, ns in exclusive_work(view).items():

@@ -1,7 +1,8 @@
 """The verdict: which limiter dominates, its root cause, the evidence, a one-sentence
 hypothesis, and the next step as something the user can run or change.
 
-The limiter is the largest avoidable loss, each measured as a share of the span (device-time):
+The limiter is the largest avoidable loss, each measured as a share of the rank's span (of device
+time, the GPUs' spans added up, when the rank has several GPUs):
 idle time, exposed communication, exposed copies. If none reaches its threshold the device is
 busy computing, and the hot kernels are what to look at.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from ..format import of_span
 from .comm import CommResult
 from .idle import IdleResult
 from .kernels import KernelsResult
@@ -22,8 +24,8 @@ from .vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES
 
 @dataclass(frozen=True)
 class VerdictParams:
-    idle_pct: float = 15.0  # idle share of the span that makes idle the limiter
-    comm_pct: float = 10.0  # exposed communication share of the span
+    idle_pct: float = 15.0  # idle share of the span (device time) that makes idle the limiter
+    comm_pct: float = 10.0  # exposed communication (or waiting for a straggler) share of the span
     memcpy_pct: float = 10.0  # exposed copy share of the span
     pageable_share: float = 0.5  # share of copied bytes from pageable memory that names it the cause
 
@@ -91,9 +93,20 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
     else:
         verdict = _compute_verdict(f, also)
     # the other losses over their threshold are named too: on a DDP rank idle can edge out exposed comm
-    others = [f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% of the span."
+    others = [f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% {_of(f)}."
               for k in sorted(over, key=over.get, reverse=True) if k != limiter]
     return replace(verdict, other_losses=others)
+
+
+def _of(f: Findings) -> str:
+    return of_span(len(f.idle.devices))
+
+
+def _busy(f: Findings) -> str:
+    busy = 100 - f.idle.idle_pct
+    if len(f.idle.devices) <= 1:
+        return f"The GPU is busy {busy:.1f}% of the time"
+    return f"The GPUs are busy {busy:.1f}% {_of(f)}"
 
 
 def _missing(f: Findings) -> list[str]:
@@ -120,9 +133,10 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     evidence = {"idle_pct": idle.idle_pct, "idle_us": idle.idle_us, "span_us": idle.span_us,
                 "cause": cause, "cause_us": cause_us, "cause_pct": cause_pct,
                 "cause_gaps": idle.by_cause_count.get(cause, 0)}
-    head = f"GPU idle {idle.idle_pct:.1f}% of the time"
+    head = (f"GPU idle {idle.idle_pct:.1f}% of the time" if len(idle.devices) <= 1
+            else f"GPUs idle {idle.idle_pct:.1f}% {_of(f)}")
     if root == "dataloader":
-        return Verdict("idle", root, f"{head}, mostly waiting for data loading ({cause_pct:.1f}% of the span)",
+        return Verdict("idle", root, f"{head}, mostly waiting for data loading ({cause_pct:.1f}% {_of(f)})",
                        "The training loop fetches each batch in the main process (`DataLoader.__next__` runs while "
                        "the GPU has nothing queued), so the GPU waits for every batch.",
                        "Load data in worker processes and pin it: DataLoader(dataset, num_workers=4, pin_memory=True, "
@@ -139,7 +153,7 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
                 "N steps), and find other syncs with torch.cuda.set_sync_debug_mode('warn').")
         if not f.has_python_frames:
             step += " Re-profile with with_stack=True to get the Python line."
-        return Verdict("idle", root, f"{head}, mostly after host synchronizations ({cause_pct:.1f}% of the span)",
+        return Verdict("idle", root, f"{head}, mostly after host synchronizations ({cause_pct:.1f}% {_of(f)})",
                        f"The host blocks on the GPU{where}, so it cannot queue work ahead and the GPU drains "
                        "while the host catches up.", step, evidence, also)
     if root == "launch_overhead":
@@ -147,7 +161,7 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
         evidence.update({"short_kernel_pct": launch.short_kernel_pct, "median_kernel_us": launch.median_kernel_us,
                          "median_launch_us": launch.median_launch_us})
         return Verdict("idle", root, f"{head}: the host cannot launch kernels fast enough "
-                                     f"({cause_pct:.1f}% of the span in launch-bound gaps)",
+                                     f"({cause_pct:.1f}% {_of(f)} in launch-bound gaps)",
                        f"Kernels are small (median {launch.median_kernel_us:.1f} µs) against their launch cost "
                        f"(median {launch.median_launch_us:.1f} µs per call), so the GPU finishes each one before "
                        "the host issues the next.",
@@ -159,7 +173,7 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     if hosts:
         evidence["host_events"] = hosts
     what = f" (in the largest gap: {', '.join(hosts)})" if hosts else ""
-    return Verdict("idle", "host_other", f"{head}, while the host does other work ({cause_pct:.1f}% of the span)",
+    return Verdict("idle", "host_other", f"{head}, while the host does other work ({cause_pct:.1f}% {_of(f)})",
                    f"The host spends the gaps in its own work{what} rather than in launching device work.",
                    "Profile the host side: `py-spy record -o host.svg -- python train.py`, or re-profile with "
                    "with_stack=True and look at the Python frames over the largest gaps (`traceagent analyze`).",
@@ -172,7 +186,7 @@ def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
                 "exposed_pct": comm.exposed_pct, "exposed_of_comm_pct": comm.exposed_of_comm_pct,
                 "top_collective": comm.top[0]["name"] if comm.top else None}
     return Verdict("communication", "communication",
-                   f"Communication is exposed for {comm.exposed_pct:.1f}% of the span "
+                   f"Communication is exposed for {comm.exposed_pct:.1f}% {_of(f)} "
                    f"({comm.exposed_of_comm_pct:.0f}% of collective time is not hidden by compute)",
                    "Collectives run while no compute kernel does, so the GPU waits on the network (or on a slower "
                    "rank) instead of overlapping the two.",
@@ -190,7 +204,7 @@ def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
                 "by_kind_gbps": {k: v.gbps for k, v in copies.by_kind.items()}}
     if copies.bytes and copies.pageable_bytes / copies.bytes >= params.pageable_share:
         return Verdict("data_movement", "pageable_memcpy",
-                       f"Copies take {copies.exposed_pct:.1f}% of the span with no compute beside them, "
+                       f"Copies take {copies.exposed_pct:.1f}% {_of(f)} with no compute beside them, "
                        f"mostly from pageable host memory ({copies.pageable_count} copies)",
                        "Copies from pageable memory are staged through a pinned buffer, run at a fraction of the "
                        "link's bandwidth and make cudaMemcpyAsync synchronous for the host.",
@@ -198,7 +212,7 @@ def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
                        ".to(device, non_blocking=True) so copies overlap compute.",
                        evidence, also)
     return Verdict("data_movement", "memcpy",
-                   f"Copies take {copies.exposed_pct:.1f}% of the span with no compute beside them",
+                   f"Copies take {copies.exposed_pct:.1f}% {_of(f)} with no compute beside them",
                    "Data moves between host and device (or device to device) while the GPU computes nothing.",
                    "Keep tensors on the device across steps, batch small copies, and overlap the rest with compute "
                    "on a side stream (copy with non_blocking=True from pinned memory).",
@@ -214,7 +228,7 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
     evidence.update({"kernel": top.name, "short_name": top.short_name, "kernel_share_of_busy_pct": top.share_of_busy_pct,
                      "kernel_total_us": top.total_us, "kernel_count": top.count})
     return Verdict("compute", "hot_kernel",
-                   f"The GPU is busy {100 - f.idle.idle_pct:.1f}% of the time; the top kernel, {top.short_name}, "
+                   f"{_busy(f)}; the top kernel, {top.short_name}, "
                    f"takes {top.share_of_busy_pct:.1f}% of busy time",
                    f"Time goes into kernel execution, led by {top.short_name} ({top.count} launches"
                    + (f", from {top.op}" if top.op else "") + "); speeding it up is the largest single gain.",

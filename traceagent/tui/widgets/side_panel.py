@@ -10,7 +10,7 @@ from textual.widgets import Markdown, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ...detect.analysis import Analysis
-from ...format import duration, percent, shorten
+from ...format import device_lines, duration, percent, shorten
 
 
 class SidePanel(VerticalScroll):
@@ -41,11 +41,8 @@ class SidePanel(VerticalScroll):
         data = analysis.to_dict()
         t = data["trace"]
         lines = [f"{t['format']}, {t['ranks']} rank(s)", ", ".join(t["devices"]) or "no devices"]
-        for r in data["ranks"][:4]:
-            b = r["breakdown"]
-            who = f"rank {r['rank']}" if r["rank"] is not None else "device time"
-            lines.append(f"{who}: span {duration(b['span_us'])}, "
-                         f"busy {percent(100 - b['idle_pct'] if b['span_us'] else 0)}")
+        for r in data["ranks"]:
+            lines += device_lines(r)
         self.query_one("#summary", Static).update("\n".join(lines))
         v = data["verdict"]
         verdict = f"**{v['headline']}**\n\n{v['next_step']}" if v["limiter"] else f"**{v['headline']}**"
