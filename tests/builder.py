@@ -40,16 +40,16 @@ class TraceBuilder:
         return self._x("cuda_runtime", name, start, dur, **args)
 
     def _device(self, cat: str, name: str, start: float, dur: float, stream: int, launch_at: float | None,
-                launch_dur: float, call: str, **args) -> dict:
+                launch_dur: float, call: str, device: int = 0, **args) -> dict:
         self.correlation += 1
         if launch_at is not None:
             self.runtime(call, launch_at, launch_dur, correlation=self.correlation)
-        return self._x(cat, name, start, dur, pid=0, tid=stream, device=0, stream=stream,
+        return self._x(cat, name, start, dur, pid=device, tid=stream, device=device, stream=stream,
                        correlation=self.correlation, **args)
 
     def kernel(self, name: str, start: float, dur: float, stream: int = 7, launch_at: float | None = None,
-               launch_dur: float = 5.0) -> dict:
-        return self._device("kernel", name, start, dur, stream, launch_at, launch_dur, "cudaLaunchKernel")
+               launch_dur: float = 5.0, device: int = 0) -> dict:
+        return self._device("kernel", name, start, dur, stream, launch_at, launch_dur, "cudaLaunchKernel", device)
 
     def memcpy(self, start: float, dur: float, nbytes: int, kind: str = "HtoD", src: str = "Pageable",
                dst: str = "Device", stream: int = 7, launch_at: float | None = None, launch_dur: float = 5.0) -> dict:

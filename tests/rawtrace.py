@@ -77,3 +77,41 @@ def collective_ns(path: Path) -> int:
             device = int(e.get("args", {}).get("device", 0))
             per_device.setdefault(device, []).append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])))
     return sum(length(union(v)) for v in per_device.values())
+
+
+def collective_waiting(files: dict[int, Path], tolerance_ns: int = 5000) -> dict:
+    """Waiting inside matched collectives, per rank: the k-th NCCL kernel of each name on every
+    rank is one collective; each rank's clock is shifted by the median difference of its end times
+    from the first rank's; a rank waits from its entry until the last rank's entry (at most the
+    kernel's length); a rank is last when it enters more than `tolerance_ns` after the next."""
+    per_rank = {}
+    for rank, path in files.items():
+        kernels = sorted((e for e in events(path) if e.get("cat") in DEVICE_CATS and e.get("name", "").startswith("nccl")),
+                         key=lambda e: e["ts"])
+        seen: dict[str, int] = {}
+        table = {}
+        for e in kernels:
+            nth = seen.get(e["name"], 0)
+            seen[e["name"]] = nth + 1
+            table[(e["name"], nth)] = (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
+        per_rank[rank] = table
+    ranks = sorted(per_rank)
+    keys = sorted(set.intersection(*(set(t) for t in per_rank.values())))
+    first = ranks[0]
+    offset = {}
+    for rank in ranks:
+        diffs = sorted(per_rank[rank][k][1] - per_rank[first][k][1] for k in keys)
+        mid = len(diffs) // 2
+        offset[rank] = int(diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2)
+    waiting = {rank: 0 for rank in ranks}
+    last = {rank: 0 for rank in ranks}
+    for k in keys:
+        entry = {rank: per_rank[rank][k][0] - offset[rank] for rank in ranks}
+        latest = max(entry.values())
+        for rank in ranks:
+            start, end = per_rank[rank][k]
+            waiting[rank] += min(max(latest - entry[rank], 0), end - start)
+        ordered = sorted(entry.values())
+        if ordered[-1] - ordered[-2] > tolerance_ns:
+            last[max(entry, key=entry.get)] += 1
+    return {"matched": len(keys), "waiting_us": {r: w / 1000 for r, w in waiting.items()}, "last": last}

@@ -15,13 +15,13 @@ import pandas as pd
 
 from ..trace.model import Job, Trace
 from .breakdown import BreakdownResult, detect_breakdown
-from .comm import detect_comm
+from .comm import CommResult, detect_comm
 from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
 from .idle import IdleParams, detect_idle, trace_gaps
 from .kernels import KernelsResult, detect_hot_kernels
 from .launch import detect_launch
-from .memcpy import detect_memcpy
-from .steps import detect_steps
+from .memcpy import MemcpyResult, detect_memcpy
+from .steps import StepsResult, detect_steps
 from .stragglers import RankComparison, RankInput, StragglerParams, compare_ranks
 
 
@@ -51,12 +51,31 @@ class RankAnalysis:
         """The classified gaps of one device."""
         return self.gaps[self.gaps["device"] == device]
 
-    def hot_kernels(self, top: int = 10, name_filter: str | None = None) -> KernelsResult:
-        """The hot kernels as analyzed, or a narrower query (a name filter, a longer list)."""
-        if name_filter is None and top <= len(self.findings.kernels.top):
+    @property
+    def devices(self) -> list[int]:
+        """The GPUs of this rank that ran work."""
+        return sorted(int(d) for d in self.findings.idle.devices)
+
+    def hot_kernels(self, top: int = 10, name_filter: str | None = None, device: int | None = None) -> KernelsResult:
+        """The hot kernels as analyzed, or a narrower query (one GPU, a name filter, a longer list)."""
+        if name_filter is None and device is None and top <= len(self.findings.kernels.top):
             kernels = self.findings.kernels
             return KernelsResult(kernels.kernels, kernels.distinct, kernels.total_us, kernels.top[:top])
-        return detect_hot_kernels(self.trace, top=top, name_filter=name_filter)
+        return detect_hot_kernels(self.trace, top=top, name_filter=name_filter, device=device)
+
+    def memcpy(self, device: int | None = None) -> MemcpyResult:
+        """Copies on the rank, or on one of its GPUs."""
+        return self.findings.memcpy if device is None else detect_memcpy(self.trace, device=device)
+
+    def comm(self, device: int | None = None) -> CommResult:
+        """Collectives on the rank, or on one of its GPUs."""
+        return self.findings.comm if device is None else detect_comm(self.trace, device=device)
+
+    def steps(self, device: int | None = None) -> StepsResult | None:
+        """Steps with idle from every GPU of the rank, or from one."""
+        if device is None:
+            return self.findings.steps
+        return detect_steps(self.trace, params=self.params.idle, device=device)
 
     def to_dict(self) -> dict:
         f = self.findings

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 from ..trace.model import Trace
 from . import intervals as iv
-from .view import device_time_ns, device_views, pct, us
+from .view import device_time_ns, on_device, pct, us, views_of
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,16 @@ class CommResult:
         return asdict(self)
 
 
-def detect_comm(trace: Trace, top: int = 5) -> CommResult:
-    views = device_views(trace)
+def detect_comm(trace: Trace, top: int = 5, device: int | None = None) -> CommResult:
+    """Collectives on every device of the rank, or on one."""
+    views = views_of(trace, device)
     span = device_time_ns(views)
     comm = exposed = 0
     for view in views:
         comm += iv.length(view.comm)
         exposed += iv.length(view.exposed_comm)
-    kernels = trace.gpu[trace.gpu["is_comm"]]
+    kernels = on_device(trace.gpu, device)
+    kernels = kernels[kernels["is_comm"]]
     by_name = (kernels.assign(dur=kernels["end"] - kernels["start"]).groupby("name", observed=True)["dur"]
                .agg(["size", "sum"]).sort_values("sum", ascending=False).head(top))
     return CommResult(

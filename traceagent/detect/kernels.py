@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..trace.model import Trace, matches
 from . import intervals as iv
-from .view import device_views, pct, us
+from .view import on_device, pct, us, views_of
 
 
 def short_name(name: str) -> str:
@@ -62,12 +62,15 @@ class KernelsResult:
         return {**asdict(self), "top": [k.to_dict() for k in self.top]}
 
 
-def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = None) -> KernelsResult:
-    """The kernels taking the most device time; `name_filter` keeps names containing it."""
-    kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
+def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = None,
+                       device: int | None = None) -> KernelsResult:
+    """The kernels taking the most device time (on every device, or one); `name_filter` keeps
+    names containing it."""
+    kernels = on_device(trace.gpu, device)
+    kernels = kernels[kernels["kind"] == "kernel"]
     if name_filter:
         kernels = kernels[matches(kernels["name"], re.compile(re.escape(name_filter), re.IGNORECASE))]
-    busy = sum(iv.length(v.busy) for v in device_views(trace))
+    busy = sum(iv.length(v.busy) for v in views_of(trace, device))
     if kernels.empty:
         return KernelsResult(0, 0, 0.0, [])
     dur = kernels["end"] - kernels["start"]

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..trace.model import Trace
 from . import intervals as iv
-from .view import device_time_ns, device_views, pct, us
+from .view import device_time_ns, on_device, pct, us, views_of
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,9 @@ class MemcpyResult:
         return asdict(self)
 
 
-def detect_memcpy(trace: Trace) -> MemcpyResult:
-    views = device_views(trace)
+def detect_memcpy(trace: Trace, device: int | None = None) -> MemcpyResult:
+    """Copies on every device of the rank, or on one."""
+    views = views_of(trace, device)
     span = device_time_ns(views)
     union_ns = exposed_ns = 0
     frames = []
@@ -71,7 +72,8 @@ def detect_memcpy(trace: Trace) -> MemcpyResult:
             pageable_count=int(page.sum()), pageable_bytes=int(rows.loc[page, "bytes"].sum()),
             exposed_us=us(rows["exposed"].sum()),
         )
-    memsets = trace.gpu[trace.gpu["kind"] == "memset"]
+    memsets = on_device(trace.gpu, device)
+    memsets = memsets[memsets["kind"] == "memset"]
     return MemcpyResult(
         count=len(copies), bytes=int(copies["bytes"].sum()), us=us(copies["dur"].sum()),
         share_pct=pct(union_ns, span), exposed_us=us(exposed_ns), exposed_pct=pct(exposed_ns, span),

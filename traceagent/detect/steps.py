@@ -28,8 +28,10 @@ class StepsResult:
         return asdict(self)
 
 
-def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams()) -> StepsResult | None:
-    """None when the trace has no steps (no ProfilerStep#N ranges)."""
+def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(),
+                 device: int | None = None) -> StepsResult | None:
+    """None when the trace has no steps (no ProfilerStep#N ranges). Idle per step counts the
+    gaps of every device, or of one."""
     steps = trace.steps
     if steps.empty:
         return None
@@ -38,6 +40,8 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
                           "device_us": ((steps["gpu_end"] - steps["gpu_start"]).astype("float64") / 1000.0).to_numpy()})
     # idle by cause per step: gaps that start inside the step's device range
     gaps = trace_gaps(trace, params)
+    if device is not None:
+        gaps = gaps[gaps["device"] == device]
     lo = steps["gpu_start"].astype("float64").to_numpy()
     hi = steps["gpu_end"].astype("float64").to_numpy()
     order = np.argsort(np.nan_to_num(lo, nan=np.inf))

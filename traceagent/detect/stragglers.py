@@ -69,7 +69,7 @@ class RankComparison:
     straggler: int | None  # the rank that enters last in at least straggler_last_pct of collectives
     straggler_last_pct: float  # share of matched collectives it entered last
     straggler_cause: str | None  # a vocabulary.ROOT_CAUSES name: what delayed it (hot_kernel: busy computing)
-    straggler_cause_us: dict[str, float] = field(default_factory=dict)  # its lateness explained, by cause
+    straggler_cause_us: dict[str, float] = field(default_factory=dict)  # what it did beyond the others, by cause
     others_waiting_us: float = 0.0  # waiting on every other rank: the straggler's cost
     others_exposed_waiting_pct: float = 0.0  # of the other ranks' device time, not hidden by compute
 
@@ -121,7 +121,8 @@ def compare_ranks(ranks: list[RankInput], params: StragglerParams = StragglerPar
     last_pct = pct(counts[s], len(keys))
     if last_pct < params.straggler_last_pct:
         return RankComparison(len(keys), rows, None, last_pct, None)
-    cause, by_cause = _straggler_cause(ranks[s], tables[s].loc[keys][last == s], margin[last == s], params)
+    matched = [t.loc[keys] for t in tables]
+    cause, by_cause = _straggler_cause(ranks, matched, last == s, s, params)
     others = [row for row in rows if row.rank != ranks[s].rank]
     return RankComparison(
         matched=len(keys), ranks=rows, straggler=ranks[s].rank, straggler_last_pct=last_pct, straggler_cause=cause,
@@ -147,29 +148,52 @@ def _exposed_waiting(r: RankInput, collectives: pd.DataFrame, waiting: np.ndarra
     return total
 
 
-def _straggler_cause(r: RankInput, late: pd.DataFrame, margin: np.ndarray,
-                     params: StragglerParams) -> tuple[str, dict[str, float]]:
-    """What held the straggler back: over the time by which it was late to each collective it
-    entered last (the margin before its entry), how much each cause of idle gaps covers on its
-    GPU; what no gap covers it spent busy, which means slower work on its GPU (`hot_kernel`)."""
-    explained: dict[str, int] = {}
-    starts = late["start"].to_numpy(np.int64)
-    lo, hi = starts - margin.astype(np.int64), starts
-    devices = late["device"].to_numpy()
-    for device in np.unique(devices):
-        mine = devices == device
-        gaps = r.gaps[r.gaps["device"] == device]
+def _lead_up(r: RankInput, collectives: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """For each collective on one rank, what its GPU did since the previous collective ended (or
+    since its first activity): idle ns by root cause, and busy ns."""
+    idle: dict[str, np.ndarray] = {}
+    busy = np.zeros(len(collectives), dtype=np.int64)
+    entry = collectives["start"].to_numpy(np.int64)
+    devices = collectives["device"].to_numpy()
+    every = _collectives(r.trace)  # matched or not: any collective ends the lead-up to the next
+    for view in device_views(r.trace):
+        mine = devices == view.device
+        if not mine.any():
+            continue
+        ends = np.sort(every["end"].to_numpy(np.int64)[every["device"].to_numpy() == view.device])
+        before = np.searchsorted(ends, entry[mine], side="right") - 1
+        lo = np.where(before >= 0, ends[np.maximum(before, 0)], view.span[0])
+        hi = entry[mine]
+        busy[mine] = iv.covered(view.busy, lo, hi)
+        gaps = r.gaps[r.gaps["device"] == view.device]
         for cause, rows in gaps.groupby("cause"):
+            root = GAP_ROOT.get(str(cause), "host_other")
             union = iv.union(rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64))
-            ns = int(iv.covered(union, lo[mine], hi[mine]).sum())
-            if ns:
-                root = GAP_ROOT.get(str(cause), "host_other")
-                explained[root] = explained.get(root, 0) + ns
-    busy = int(margin.sum()) - sum(explained.values())
+            idle.setdefault(root, np.zeros(len(collectives), dtype=np.int64))[mine] += iv.covered(union, lo, hi)
+    return idle, busy
+
+
+def _straggler_cause(ranks: list[RankInput], tables: list[pd.DataFrame], late: np.ndarray, s: int,
+                     params: StragglerParams) -> tuple[str, dict[str, float]]:
+    """What held the straggler back: over the collectives it entered last, what its GPU did since
+    its previous collective beyond what the other ranks' GPUs did (their median): extra idle by
+    cause, or extra busy time, which means slower work on its GPU (`hot_kernel`)."""
+    lead = [_lead_up(r, t) for r, t in zip(ranks, tables)]
+    others = [i for i in range(len(ranks)) if i != s]
+    extra: dict[str, int] = {}
+    causes = {c for idle, _ in lead for c in idle}
+    for cause in causes:
+        mine = lead[s][0].get(cause, np.zeros(len(late), dtype=np.int64))[late]
+        theirs = np.median(np.stack([lead[i][0].get(cause, np.zeros(len(late), dtype=np.int64))[late]
+                                     for i in others]), axis=0)
+        if (more := int(np.clip(mine - theirs, 0, None).sum())) > 0:
+            extra[cause] = more
+    busy = int(np.clip(lead[s][1][late] - np.median(np.stack([lead[i][1][late] for i in others]), axis=0),
+                       0, None).sum())
     if busy > 0:
-        explained["hot_kernel"] = busy
-    by_cause = {k: us(v) for k, v in sorted(explained.items(), key=lambda kv: -kv[1])}
-    idle_total = sum(v for k, v in explained.items() if k != "hot_kernel")
-    if idle_total and idle_total >= params.cause_cover * margin.sum():
-        return max((k for k in explained if k != "hot_kernel"), key=explained.get), by_cause
+        extra["hot_kernel"] = busy
+    by_cause = {k: us(v) for k, v in sorted(extra.items(), key=lambda kv: -kv[1])}
+    idle_total = sum(v for k, v in extra.items() if k != "hot_kernel")
+    if idle_total and idle_total >= params.cause_cover * sum(extra.values()):
+        return max((k for k in extra if k != "hot_kernel"), key=extra.get), by_cause
     return "hot_kernel", by_cause

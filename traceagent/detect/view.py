@@ -77,6 +77,16 @@ def _view(device: int, rows: pd.DataFrame) -> DeviceView:
     )
 
 
+def views_of(trace: Trace, device: int | None = None) -> list[DeviceView]:
+    """Every device's view, or one device's (empty when it has no work)."""
+    return [v for v in device_views(trace) if device is None or v.device == device]
+
+
+def on_device(frame: pd.DataFrame, device: int | None) -> pd.DataFrame:
+    """Rows of a device-activity frame on one device (all rows for None)."""
+    return frame if device is None else frame[frame["device"] == device]
+
+
 def wall_span_ns(views: list[DeviceView]) -> int:
     """A rank's span: first to last activity over its devices (0 without any). Sums of the
     devices' own spans are device time, never called span."""

@@ -1,0 +1,186 @@
+"""Several GPUs and several ranks: every number on its rank and GPU, the same in every command,
+and the straggler found by its collectives. Expected numbers are computed by hand from traces
+built here (the comments show the arithmetic), or read from the raw files by tests/rawtrace.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import rawtrace
+from builder import TraceBuilder
+from conftest import DLRM_8RANK, NSYS_BEFORE, analyzed
+
+import traceagent
+from traceagent.agent.tools import AnalysisContext, build_tools
+from traceagent.cli import main
+from traceagent.format import duration
+
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def run(capsys, *args: str) -> str:
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+# -- one rank, two GPUs ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_gpus(tmp_path_factory) -> Path:
+    # GPU 0: kernels [0, 100) and [200, 300) µs: span 300, busy 200, idle 100
+    # GPU 1: kernels [50, 150) and [250, 450) µs: span 400, busy 300, idle 100
+    # the rank: wall span 0..450 = 450 µs; device time 300 + 400 = 700 µs; idle 200 / 700 = 28.57%
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, device=0, launch_at=0)
+    b.kernel("gemm", 200, 100, device=0, launch_at=190)
+    b.kernel("gemm", 50, 100, device=1, launch_at=45)
+    b.kernel("gemm", 250, 200, device=1, launch_at=240)
+    b.top["deviceProperties"] = [{"id": 0, "name": "Test GPU"}, {"id": 1, "name": "Test GPU"}]
+    return b.write(tmp_path_factory.mktemp("two") / "two_gpus.json")
+
+
+def test_each_gpu_has_its_own_span_and_the_rank_its_wall_span(two_gpus):
+    rank = traceagent.analyze(two_gpus).ranks[0]
+    devices = rank.breakdown.devices
+    assert (devices[0].span_us, devices[0].idle_us) == (300.0, 100.0)
+    assert (devices[1].span_us, devices[1].idle_us) == (400.0, 100.0)
+    total = rank.breakdown.total
+    assert (total.span_us, total.device_time_us, total.idle_us, total.idle_pct) == (450.0, 700.0, 200.0, 28.57)
+    idle = rank.findings.idle
+    assert (idle.span_us, idle.device_time_us, idle.idle_pct) == (450.0, 700.0, 28.57)
+
+
+def test_info_analyze_report_and_ask_agree_on_each_gpu(two_gpus, capsys):
+    info = json.loads(run(capsys, "info", str(two_gpus), "--json"))["traces"][0]
+    assert info["device_spans_us"] == {"0": 300.0, "1": 400.0} and info["span_us"] == 450.0
+    analysis = json.loads(run(capsys, "analyze", str(two_gpus), "--json"))["ranks"][0]
+    assert {d: b["span_us"] for d, b in analysis["breakdown"]["devices"].items()} == {"0": 300.0, "1": 400.0}
+    assert analysis["breakdown"]["span_us"] == 450.0
+    report = run(capsys, "report", str(two_gpus))
+    assert "| 0 | 0 | 300.0 µs |" in report and "| 0 | 1 | 400.0 µs |" in report
+    answer = run(capsys, "ask", str(two_gpus), "summarize this trace")
+    assert "rank 0, GPU 0: span 300.0 µs" in answer and "rank 0, GPU 1: span 400.0 µs" in answer
+    assert "28.6% of device time (2 GPUs)" in run(capsys, "analyze", str(two_gpus))
+
+
+def test_the_nsight_pair_says_the_same_span_everywhere(capsys):
+    info = json.loads(run(capsys, "info", str(NSYS_BEFORE), "--json"))["traces"][0]
+    rank = json.loads(run(capsys, "analyze", str(NSYS_BEFORE), "--json"))["ranks"][0]
+    spans = {d: b["span_us"] for d, b in rank["breakdown"]["devices"].items()}
+    assert info["device_spans_us"] == spans and set(spans) == {"0", "1"}
+    assert all(290_000 < s < 310_000 for s in spans.values())  # each GPU ran about 300 ms
+    # the job's span is the wall span, not the sum (which would be about 600 ms)
+    assert info["span_us"] == rank["breakdown"]["span_us"] < 310_000
+    report = run(capsys, "report", str(NSYS_BEFORE))
+    answer = run(capsys, "ask", str(NSYS_BEFORE), "summarize this trace")
+    for device, span in spans.items():
+        assert f"| 0 | {device} | {duration(span)} |" in report
+        assert f"rank 0, GPU {device}: span {duration(span)}" in answer
+
+
+def test_every_tool_takes_a_rank_and_a_gpu(two_gpus):
+    tools = {t.name: t for t in build_tools(AnalysisContext(traceagent.analyze(two_gpus)))}
+    one = json.loads(tools["idle_gaps"].invoke({"rank": 0, "device": 1}))
+    assert one["scope"] == {"rank": 0, "device": 1, "devices": [0, 1]}
+    assert (one["span_us"], one["idle_us"], one["gaps"]) == (400.0, 100.0, 1)
+    for name, schema in ((t.name, t.args) for t in tools.values()):
+        assert {"rank", "device"} <= set(schema), name
+    bad = tools["hot_kernels"]
+    from traceagent.agent.tools import ToolInputError
+    with pytest.raises(ToolInputError, match="no GPU 5"):
+        bad.invoke({"device": 5})
+
+
+def test_a_single_rank_trace_is_rank_0_for_the_tools():
+    from conftest import RESNET_NW0
+
+    tools = {t.name: t for t in build_tools(AnalysisContext(analyzed(RESNET_NW0)))}
+    result = json.loads(tools["idle_gaps"].invoke({"rank": 0}))
+    assert result["scope"]["rank"] == 0 and result["idle_us"] > 0
+
+
+# -- several ranks: who waits for whom ---------------------------------------------------------
+
+STEP, COMPUTE, COMM, STEPS, RANKS = 5000.0, 1000.0, 200.0, 5, 4
+
+
+def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0, how: str = "dataloader",
+              overlapped: bool = False) -> Path:
+    """RANKS ranks, STEPS steps of one compute kernel then one all-reduce; each rank's clock is
+    offset by a different amount (as on different hosts). The late rank, by `how`:
+    - "dataloader": its host loads data for `delay` µs before launching its compute;
+    - "slow_kernel": its compute kernel runs `delay` µs longer.
+    Every other rank enters the all-reduce on time and sits in it until the late rank arrives."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(RANKS):
+        clock = 1_000_000.0 * (rank + 1)  # a different clock per rank
+        b = TraceBuilder(distributedInfo={"rank": rank, "world_size": RANKS})
+        for k in range(STEPS):
+            t = clock + k * STEP
+            late = rank == late_rank
+            start = t + (delay if late and how == "dataloader" else 0)
+            if late and how == "dataloader":
+                b.op(LOADER, t, delay, cat="user_annotation")
+            dur = COMPUTE + (delay if late and how == "slow_kernel" else 0)
+            b.kernel("volta_sgemm_128x64_nn", start, dur, launch_at=start - 5)
+            # everyone is in by the late rank's entry; the collective ends COMM after that
+            last_entry = t + COMPUTE + (delay if late_rank is not None else 0)
+            if overlapped:  # on a side stream, under the compute kernel, all ranks together
+                b.kernel(ALLREDUCE, t + 100, COMM, stream=20, launch_at=t + 95)
+            else:
+                entry = start + dur
+                b.kernel(ALLREDUCE, entry, last_entry + COMM - entry, launch_at=entry - 5)
+        b.write(folder / f"rank{rank}.json")
+    return folder
+
+
+def test_a_rank_late_from_data_loading_is_the_straggler(tmp_path):
+    analysis = traceagent.analyze(write_job(tmp_path / "job", late_rank=2, how="dataloader"))
+    c = analysis.comparison
+    assert (c.matched, c.straggler, c.straggler_last_pct, c.straggler_cause) == (STEPS, 2, 100.0, "dataloader")
+    rows = {r.rank: r for r in c.ranks}
+    # each on-time rank waits `delay` per step: 5 × 2000 µs; its communication proper is 5 × 200 µs
+    for rank in (0, 1, 3):
+        assert (rows[rank].waiting_us, rows[rank].communication_us, rows[rank].last_count) == (10_000.0, 1000.0, 0)
+    assert (rows[2].waiting_us, rows[2].last_count) == (0.0, STEPS)
+    assert c.others_waiting_us == 30_000.0
+    # device time of an on-time rank: first kernel at t=0, last all-reduce ends 4×5000 + 3200 = 23200 µs
+    assert c.others_exposed_waiting_pct == round(100 * 30_000 / (3 * 23_200), 2)
+    v = analysis.verdict
+    assert (v.limiter, v.root_cause, v.rank) == ("idle", "straggler", 2)
+    assert v.headline.startswith("Rank 2 is the straggler") and "data loading" in v.headline
+    assert v.evidence["others_waiting_us"] == 30_000.0
+
+
+def test_a_rank_with_slower_kernels_is_the_straggler(tmp_path):
+    analysis = traceagent.analyze(write_job(tmp_path / "job", late_rank=1, delay=1500.0, how="slow_kernel"))
+    c = analysis.comparison
+    assert (c.straggler, c.straggler_cause) == (1, "hot_kernel")
+    assert {r.rank: r.waiting_us for r in c.ranks} == {0: 7500.0, 1: 0.0, 2: 7500.0, 3: 7500.0}  # 5 × 1500
+    v = analysis.verdict
+    assert (v.limiter, v.root_cause, v.rank) == ("compute", "straggler", 1)
+    assert "longer compute" in v.headline and "uneven work" in v.next_step
+
+
+def test_well_overlapped_communication_is_not_blamed(tmp_path):
+    analysis = traceagent.analyze(write_job(tmp_path / "job", overlapped=True))
+    c = analysis.comparison
+    assert c.matched == STEPS and c.straggler is None
+    assert all(r.waiting_us == 0.0 for r in c.ranks)
+    assert analysis.verdict.root_cause not in ("straggler", "communication")
+    assert all(r.findings.comm.exposed_pct == 0.0 for r in analysis.ranks)
+
+
+def test_dlrm_waiting_matches_a_hand_computation():
+    # tests/rawtrace.py matches NCCL kernels by name and order and aligns clocks by end times, in
+    # plain Python over the raw JSON files
+    expected = rawtrace.collective_waiting({int(p.name[len("worker")]): p for p in DLRM_8RANK.glob("worker*.json.gz")})
+    c = analyzed(DLRM_8RANK).comparison
+    assert c.matched == expected["matched"]
+    for row in c.ranks:
+        assert row.waiting_us == pytest.approx(expected["waiting_us"][row.rank], abs=0.01)
+        assert row.last_count == expected["last"][row.rank]
+    assert c.straggler == max(expected["last"], key=expected["last"].get)
