@@ -184,3 +184,73 @@ def test_dlrm_waiting_matches_a_hand_computation():
         assert row.waiting_us == pytest.approx(expected["waiting_us"][row.rank], abs=0.01)
         assert row.last_count == expected["last"][row.rank]
     assert c.straggler == max(expected["last"], key=expected["last"].get)
+
+
+# -- loading multi-rank data ---------------------------------------------------------------------
+
+def test_a_merged_multi_rank_file_loads_as_its_ranks(tmp_path):
+    # as TraceLens' TraceFusion writes it: every event tagged args.rank, pids and correlation ids
+    # offset by rank so the processes stay apart (the rank files are the straggler job above)
+    job = write_job(tmp_path / "job", late_rank=2)
+    merged = []
+    for rank in range(RANKS):
+        doc = json.loads((job / f"rank{rank}.json").read_text())
+        for event in doc["traceEvents"]:
+            event["args"]["rank"] = rank
+            event["pid"] = event["pid"] + rank * 1000
+            if "correlation" in event["args"]:
+                event["args"]["correlation"] += rank * 100_000
+            merged.append(event)
+    path = tmp_path / "merged_trace.json"
+    path.write_text(json.dumps({"traceEvents": merged}))
+    loaded = traceagent.load(path)
+    assert [t.meta.rank for t in loaded.traces] == list(range(RANKS))
+    assert all(list(t.meta.devices) == [0] for t in loaded.traces)  # one GPU each, not four on one rank
+    analysis = traceagent.analyze(loaded)
+    assert (analysis.comparison.straggler, analysis.verdict.root_cause) == (2, "straggler")
+
+
+def test_ranks_named_by_process_labels_split_too(tmp_path):
+    # other mergers label each process "rank N" in process_name metadata instead
+    events = []
+    for rank in range(2):
+        pid = 500 + rank
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"Rank {rank}"}})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": 1, "ts": 10.0, "dur": 50.0,
+                       "args": {}})
+        events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": pid, "tid": 7, "ts": 20.0 + rank, "dur": 30.0,
+                       "args": {"device": 0, "stream": 7}})
+    path = tmp_path / "labelled.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    traces = traceagent.load(path).traces
+    assert [(t.meta.rank, len(t.gpu), len(t.cpu)) for t in traces] == [(0, 1, 1), (1, 1, 1)]
+
+
+def test_nested_rank_directories_load_and_say_which_files(tmp_path):
+    src = sorted(DLRM_8RANK.glob("worker*.json.gz"))[:2]
+    for i, file in enumerate(src):
+        (tmp_path / f"rank{i}").mkdir()
+        (tmp_path / f"rank{i}" / "trace.json.gz").write_bytes(file.read_bytes())
+    (tmp_path / "rank1" / "older.json.gz").write_bytes(src[1].read_bytes())  # two files: the last in name order
+    job = traceagent.load(tmp_path)
+    assert [t.meta.rank for t in job.traces] == [0, 1]
+    assert any("rank1/ holds 2 trace files; took trace.json.gz" in w for w in job.traces[0].meta.warnings)
+
+
+def test_offset_amd_device_ids_take_the_listed_gpu_name(tmp_path):
+    # deviceProperties lists id 0; the kernels carry the GPU's system index, 9
+    b = TraceBuilder(device_name="AMD Instinct MI300X")
+    b.kernel("gemm", 0, 100, device=9, launch_at=0)
+    trace = b.load(tmp_path)
+    assert trace.meta.devices == {9: "AMD Instinct MI300X"}
+
+
+@pytest.mark.parametrize("name", ["multimem_all_reduce_kernel<bf16>", "ncclDevKernel_Generic",
+                                  "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+                                  "two_shot_all_reduce_kernel"])
+def test_collective_kernels_old_and_new_are_communication(tmp_path, name):
+    b = TraceBuilder()
+    b.kernel(name, 0, 100, launch_at=0)
+    b.kernel("gemm", 200, 100, launch_at=190)
+    trace = b.load(tmp_path)
+    assert trace.gpu.set_index("name")["is_comm"].to_dict() == {name: True, "gemm": False}

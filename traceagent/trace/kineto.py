@@ -8,6 +8,7 @@ C-level `map(attrgetter)`, never a Python loop per event.
 from __future__ import annotations
 
 import gzip
+import re
 import zlib
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -38,6 +39,8 @@ _ARG_FIELDS = [
     ("stream", int, -1, "stream"),
     ("bytes", int, 0, "bytes"),
     ("call_stack", str | None, None, "Call stack"),
+    ("rank", int, -1, "rank"),  # merged multi-rank files (TraceLens' TraceFusion tags every event)
+    ("label", str | None, None, "name"),  # process_name metadata: "rank 3" in merged files
 ]
 _EVENT_FIELDS = [
     ("ph", str, "", "ph"),
@@ -211,14 +214,37 @@ def load_kineto(path: str) -> Trace:
     del raw, raw_events, doc.traceEvents
     gpu = _concat([p[0] for p in parts])
     cpu = _concat([p[1] for p in parts])
+    labelled = {pid: rank for p in parts for pid, rank in p[3].items()}
+    for columns in (gpu, cpu):
+        columns["rank"] = _ranks(columns.pop("rank_arg", np.zeros(0, np.int64)), columns.pop("pid_raw", None), labelled)
     meta = _meta(doc, path, warnings, has_flows=any(p[2] for p in parts))
     meta.has_python_frames = bool((cpu.get("kind", np.zeros(0)) == "python").any()) or bool(
         len(cpu.get("stack", [])) and cpu["stack"].notna().any())
     return finish_trace(gpu, cpu, meta)
 
 
-def _batch_columns(events: list) -> tuple[dict, dict, bool]:
-    """Columns of one batch of events: (device activity, host events, whether it has flows)."""
+_RANK_LABEL = re.compile(r"\brank\s*[:#=]?\s*(\d+)", re.IGNORECASE)
+
+
+def _ranks(arg: np.ndarray, pid: np.ndarray | None, labelled: dict[int, int]) -> np.ndarray:
+    """Each event's rank in a merged file: its `rank` arg, else its process's label; -1 if neither."""
+    if pid is None or not labelled:
+        return arg
+    by_label = pd.Series(pid).map(labelled).fillna(-1).to_numpy(np.int64)
+    return np.where(arg >= 0, arg, by_label)
+
+
+def _process_ranks(events: list, phases: np.ndarray) -> dict[int, int]:
+    """pid → rank from process_name metadata that names a rank ("rank 3", "Rank: 3")."""
+    meta = _select(events, np.flatnonzero(phases == "M"))
+    named = [e for e in meta if e.name == "process_name" and isinstance(e.args.label, str)]
+    pids = _ids(named, "pid") if named else np.zeros(0, np.int64)
+    return {int(pid): int(m.group(1)) for pid, e in zip(pids, named) if (m := _RANK_LABEL.search(e.args.label))}
+
+
+def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int]]:
+    """Columns of one batch of events: (device activity, host events, whether it has flows, and
+    pid → rank from process labels)."""
     cats = categorical(list(map(attrgetter("cat"), events)))
     lower = [str(c).lower() for c in cats.categories]
     codes = cats.codes
@@ -241,13 +267,17 @@ def _batch_columns(events: list) -> tuple[dict, dict, bool]:
     stream = _numeric(gpu_items, "args.stream", -1)
     gpu["stream"] = np.where(stream >= 0, stream, _ids(gpu_items, "tid"))
     gpu["bytes"] = _numeric(gpu_items, "args.bytes", 0)
+    gpu["rank_arg"] = _numeric(gpu_items, "args.rank", -1)
+    gpu["pid_raw"] = _ids(gpu_items, "pid")
 
     cpu = _columns(cpu_items, clock)
     cpu["kind"] = cpu_kind[is_cpu]
     cpu["pid"] = _ids(cpu_items, "pid")
     cpu["tid"] = _ids(cpu_items, "tid")
     cpu["stack"] = categorical(list(map(attrgetter("args.call_stack"), cpu_items)))
-    return gpu, cpu, has_flows
+    cpu["rank_arg"] = _numeric(cpu_items, "args.rank", -1)
+    cpu["pid_raw"] = cpu["pid"]
+    return gpu, cpu, has_flows, _process_ranks(events, phases)
 
 
 def _concat(parts: list[dict]) -> dict:

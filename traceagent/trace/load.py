@@ -15,6 +15,7 @@ from ..errors import TraceError
 from . import cache
 from .kineto import load_kineto
 from .model import Job, Trace
+from .normalize import split_ranks
 from .nsys import load_nsys
 
 #: progress(done, total, what): called as files finish loading
@@ -75,21 +76,46 @@ def trace_files(directory: str) -> list[str]:
                   if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith("."))
 
 
+def rank_files(directory: str) -> tuple[list[str], list[str]]:
+    """(files, notes): the trace files directly inside, or else one per sub-directory (`run/rank0/`,
+    `run/rank1/`...): the last in name order where a sub-directory holds several (profiler file
+    names end in a timestamp), with a note saying which was taken."""
+    files = trace_files(directory)
+    if files:
+        return files, []
+    notes = []
+    for sub in sorted(p for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")):
+        found = trace_files(str(sub))
+        if found:
+            files.append(found[-1])
+            if len(found) > 1:
+                notes.append(f"{sub.name}/ holds {len(found)} trace files; took {Path(found[-1]).name}")
+    return files, notes
+
 def load(path: str | os.PathLike, use_cache: bool = True, progress: Progress | None = None,
          workers: int | None = None) -> Job:
     """Load a trace file, or a directory of per-rank traces, into a Job (one Trace per rank)."""
     path = str(path)
     if not os.path.exists(path):
         raise TraceError(path, "no such file or directory")
+    notes: list[str] = []
     if os.path.isdir(path):
-        files = trace_files(path)
+        files, notes = rank_files(path)
         if not files:
-            raise TraceError(path, "a directory with no trace files in it",
+            raise TraceError(path, "a directory with no trace files in it (nor in its sub-directories)",
                              f"Expected files ending in {', '.join(_TRACE_SUFFIXES)}.")
     else:
         files = [path]
-    traces = _load_files(files, use_cache, progress, workers)
-    return Job(path=path, traces=_assign_ranks(path, files, traces))
+    loaded = _load_files(files, use_cache, progress, workers)
+    # a merged multi-rank file becomes its ranks (each already knows its rank)
+    traces, origins = [], []
+    for file, trace in zip(files, loaded):
+        parts = split_ranks(trace)
+        traces += parts
+        origins += [file] * len(parts)
+    for trace in traces:
+        trace.meta.warnings.extend(notes)
+    return Job(path=path, traces=_assign_ranks(path, origins, traces))
 
 
 def _load_files(files: list[str], use_cache: bool, progress: Progress | None, workers: int | None) -> list[Trace]:
@@ -126,8 +152,10 @@ def _assign_ranks(path: str, files: list[str], traces: list[Trace]) -> list[Trac
             traces[0].meta.rank = 0
         return traces
     for file, trace in zip(files, traces):
-        if trace.meta.rank is None and (m := _RANK_IN_NAME.search(Path(file).name)):
-            trace.meta.rank = int(m.group(1))
+        # the file's name (worker3.json), else its directory's (rank3/trace.json)
+        named = _RANK_IN_NAME.search(Path(file).name) or _RANK_IN_NAME.search(Path(file).parent.name)
+        if trace.meta.rank is None and named:
+            trace.meta.rank = int(named.group(1))
     if any(t.meta.rank is None for t in traces):
         for i, trace in enumerate(traces):  # no rank anywhere: number them in file order
             trace.meta.rank = i

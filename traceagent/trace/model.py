@@ -28,6 +28,7 @@ GPU_COLUMNS: dict[str, str] = {
     "src_kind": "category",  # pageable, pinned, device, managed, array, unknown
     "dst_kind": "category",
     "is_comm": "bool",
+    "rank": "int32",  # merged multi-rank files: the rank that recorded it; -1 in a one-rank file
 }
 
 CPU_COLUMNS: dict[str, str] = {
@@ -41,6 +42,7 @@ CPU_COLUMNS: dict[str, str] = {
     "correlation": "int64",
     "external_id": "int64",
     "stack": "category",  # "Call stack" of old with_stack traces, innermost frame first
+    "rank": "int32",  # as for device activity
 }
 
 STEP_COLUMNS: dict[str, str] = {

@@ -6,6 +6,7 @@ Everything here works on whole columns (or on the few distinct names), never per
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -18,8 +19,9 @@ _MEMSET_NAME = re.compile(r"Memset\s*\((\w+)\)", re.IGNORECASE)
 _COPY_KIND = {"htod": "HtoD", "dtoh": "DtoH", "dtod": "DtoD", "htoh": "HtoH", "ptop": "PtoP"}
 _MEMORY_KIND = {k: k for k in ("pageable", "pinned", "device", "managed", "array")}
 
-#: Collective kernels: NCCL (ncclKernel_* old, ncclDevKernel_* current), RCCL.
-COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+#: Collective kernels: NCCL (ncclKernel_* old, ncclDevKernel_* current), RCCL, and NVLink SHARP /
+#: symmetric-memory collectives (multimem_all_reduce_kernel on B200, one_shot/two_shot all-reduce).
+COMM_KERNEL = re.compile(r"nccl|rccl|multimem_|\b(one|two)_shot_all_reduce|symm_mem", re.IGNORECASE)
 #: Ops whose launches are collectives even when the kernel name does not say so.
 COMM_OP = re.compile(r"^(c10d::|record_param_comms|nccl:)")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -144,7 +146,7 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta) -> Trace:
     steps = derive_steps(gpu_frame, cpu_frame)
     used = sorted(int(d) for d in gpu_frame["device"].unique())
     if used:  # a trace lists every GPU in the machine; keep those it recorded work on
-        meta.devices = {d: meta.devices.get(d, f"GPU {d}") for d in used}
+        meta.devices = device_names(used, meta.devices)
     return Trace(gpu=gpu_frame, cpu=cpu_frame, steps=steps, meta=meta)
 
 
@@ -177,6 +179,15 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
     names[fallback] = ops_with_id["name"].to_numpy()[ids_pos[fallback]]
     gpu["external_id"] = external
     gpu["op"] = categorical(names)
+
+
+def device_names(used: list[int], listed: dict[int, str]) -> dict[int, str]:
+    """Names for the devices that ran work. When the trace lists one device and work ran on one
+    other id (AMD traces number GPUs by their system index, 2 or 9, while deviceProperties says
+    0), that one listed device is the one in use."""
+    if len(listed) == 1 and len(used) == 1 and used[0] not in listed:
+        return {used[0]: next(iter(listed.values()))}
+    return {d: listed.get(d, f"GPU {d}") for d in used}
 
 
 def _comm_flags(gpu: pd.DataFrame) -> np.ndarray:
@@ -216,3 +227,21 @@ def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
         "gpu_start": gpu_start.astype("Int64").to_numpy(),
         "gpu_end": gpu_end.astype("Int64").to_numpy(),
     }, STEP_COLUMNS)
+
+
+def split_ranks(trace: Trace) -> list[Trace]:
+    """A merged multi-rank file (events tagged with their rank) as one Trace per rank; any other
+    trace as itself. Untagged events (process metadata, flows) stay with no rank."""
+    ranks = sorted(set(np.unique(trace.gpu["rank"])) | set(np.unique(trace.cpu["rank"])) - {-1})
+    if len(ranks) < 2:
+        return [trace]
+    out = []
+    for rank in ranks:
+        gpu = trace.gpu[trace.gpu["rank"] == rank].reset_index(drop=True)
+        cpu = trace.cpu[trace.cpu["rank"] == rank].reset_index(drop=True)
+        used = sorted(int(d) for d in gpu["device"].unique())
+        meta = replace(trace.meta, rank=int(rank), world_size=trace.meta.world_size or len(ranks),
+                       devices={d: trace.meta.devices.get(d, f"GPU {d}") for d in used},
+                       warnings=[*trace.meta.warnings, f"rank {rank} of a merged file of {len(ranks)} ranks"])
+        out.append(Trace(gpu=gpu, cpu=cpu, steps=derive_steps(gpu, cpu), meta=meta))
+    return out
