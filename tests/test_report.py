@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -9,7 +10,7 @@ import subprocess
 
 import pytest
 from builder import TraceBuilder
-from conftest import CPU_ONLY, DATA, DLRM_8RANK, RESNET_NW0, analyzed
+from conftest import CPU_ONLY, DATA, DLRM_8RANK, NSYS_BEFORE, RESNET_NW0, analyzed
 
 import traceagent
 from traceagent import analyze
@@ -100,23 +101,43 @@ def test_report_writes_files_by_extension(tmp_path, capsys):
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
-def test_html_charts_render_in_headless_chromium(tmp_path):
+def screenshot(html_text: str, folder, size: str = "1100,900"):
+    """The page as headless Chromium draws it (an RGB PIL image)."""
     from PIL import Image
 
-    page = tmp_path / "report.html"
-    page.write_text(render_html(analyzed(RESNET_NW0)))
-    shot = tmp_path / "shot.png"
+    page, shot = folder / "page.html", folder / "shot.png"
+    page.write_text(html_text)
     subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-                    "--window-size=1100,900", f"--screenshot={shot}", page.as_uri()],
+                    "--disable-component-update", "--no-first-run", f"--user-data-dir={folder / 'profile'}",
+                    f"--window-size={size}", f"--screenshot={shot}", page.as_uri()],
                    check=True, capture_output=True, timeout=120)
-    image = Image.open(shot).convert("RGB")
+    return Image.open(shot).convert("RGB")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_html_charts_render_in_headless_chromium(tmp_path):
+    image = screenshot(render_html(analyzed(RESNET_NW0)), tmp_path)
     colors = image.getcolors(maxcolors=1 << 20)
     # the timeline's blue bars and the dataloader gaps' red must be on the page
     blue = sum(n for n, (r, g, b) in colors if b > 150 and r < 120)
     red = sum(n for n, (r, g, b) in colors if r > 200 and g < 120 and b < 80)
     assert blue > 500 and red > 200, (blue, red)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_html_timeline_of_the_nsight_pair_draws_both_gpus(tmp_path):
+    page = render_html(analyzed(NSYS_BEFORE))
+    figure = next(f for f in page.split("<figure>") if 'aria-label="device timeline"' in f).split("</figure>")[0]
+    streams = re.findall(r">GPU (\d+) stream \d+<", figure)
+    assert set(streams) == {"0", "1"}
+    image = screenshot(f'<!doctype html><body style="margin:0"><figure>{figure}</figure></body>', tmp_path)
+    # rows of pixels with the compute blue (any opacity: bluer than it is red) right of the labels
+    width, height = image.size
+    pixels = image.load()
+    blue_rows = [y for y in range(height)
+                 if sum(1 for x in range(120, width, 4) if (p := pixels[x, y])[2] > p[0] + 40) > 20]
+    bands = 1 + sum(1 for a, b in itertools.pairwise(blue_rows) if b > a + 1) if blue_rows else 0
+    assert bands == len(streams), (bands, streams)  # one band per stream row drawn, on both GPUs
 
 
 def test_a_second_loss_sits_in_the_verdict_not_under_what_would_sharpen_it():

@@ -247,3 +247,38 @@ def test_snapshot_with_a_model(snap_compare):
                                                              "batches."))
     app = InProcessApp(str(RESNET_NW0), model=model)
     assert snap_compare(app, terminal_size=SIZE, run_before=lambda pilot: _answered(pilot, "Why is my GPU idle?"))
+
+
+def test_every_rank_is_listed_and_the_view_switches_between_them():
+    from conftest import DLRM_8RANK
+    from textual.widgets import OptionList, Select, Static
+
+    from traceagent.detect.view import device_views
+    from traceagent.tui.widgets.timeline import Timeline
+
+    analysis = analyzed(DLRM_8RANK)
+
+    async def run():
+        app = InProcessApp(str(DLRM_8RANK))
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            summary = str(app.query_one("#summary", Static).render())
+            select = app.query_one("#scope", Select)
+            first = (select.value, app.query_one(Timeline).data[3])
+            select.value = (3, 3)  # as choosing "rank 3 · GPU 3" in the select does
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            findings = [str(o.prompt) for o in app.query_one("#findings", OptionList).options]
+            return summary, first, app.query_one(Timeline).data[3], findings, app.sub_title
+
+    summary, (chosen, first_span), span, findings, title = asyncio.run(run())
+    assert all(f"rank {r}, GPU {r}: span" in summary for r in range(8))  # DLRM: rank r uses GPU r
+    focus = analysis.focus
+    assert chosen == (focus.rank, focus.devices[0])  # it opens on the verdict's rank
+    assert first_span == device_views(focus.trace)[0].span
+    rank3 = analysis.rank(3)
+    assert span == device_views(rank3.trace)[0].span != first_span  # the strip now draws rank 3's GPU
+    idle3 = rank3.findings.idle
+    top = max(idle3.by_cause_pct, key=idle3.by_cause_pct.get)
+    assert findings[0] == f"idle {idle3.by_cause_pct[top]:.1f}%: {top}" and "showing rank 3, GPU 3" in title

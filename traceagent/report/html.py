@@ -19,8 +19,10 @@ from .markdown import render_markdown
 CAUSE_COLORS = {w.name: w.color for w in GAP_CAUSES.values()}
 WORK_COLORS = {w.name: w.color for w in WORK.values()}
 WIDTH = 960
+LABEL_W = 110  # room for "GPU 1 stream 13"
 BINS = 480
-MAX_STREAMS = 12
+MAX_STREAMS = 12  # per GPU
+MAX_DEVICES = 8
 
 
 def render_html(analysis: Analysis, summary: str | None = None) -> str:
@@ -57,51 +59,59 @@ def _charts(analysis: Analysis) -> str:
 
 
 def _timeline(analysis: Analysis) -> str:
-    """Busy share per time bin for each stream, idle gaps coloured by cause, and step boundaries."""
-    rank = analysis.ranks[0]
+    """The verdict's rank: for each of its GPUs (on one time axis), busy share per time bin for
+    each stream, idle gaps coloured by cause; step boundaries across all of them."""
+    rank = analysis.focus
     trace = rank.trace
-    views = device_views(trace)
+    views = device_views(trace)[:MAX_DEVICES]
     if not views:
         return ""
-    view = views[0]
-    lo, hi = view.span
-    edges = np.linspace(lo, hi, BINS + 1).astype(np.int64)
-    label_w = 90
-    plot_w = WIDTH - label_w
-    bin_w = plot_w / BINS
+    lo, hi = min(v.span[0] for v in views), max(v.span[1] for v in views)
     rows, y = [], 0
+    for view in views:
+        section, y = _device_rows(rank, view, lo, hi, y, several=len(views) > 1)
+        rows.append(section)
+    scale = (WIDTH - LABEL_W) / max(hi - lo, 1)
+    marks = ""
+    steps = trace.steps.dropna(subset=["gpu_start"])
+    for step, s in zip(steps["step"], steps["gpu_start"]):
+        x = LABEL_W + (int(s) - lo) * scale
+        if LABEL_W <= x <= WIDTH:
+            marks += (f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{y}" stroke="#444" stroke-dasharray="2,2"/>'
+                      f'<text x="{x + 2:.1f}" y="{y + 10}" font-size="10">step {int(step)}</text>')
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{y + 16}" role="img" '
+           f'aria-label="device timeline">{"".join(rows)}{marks}</svg>')
+    gpus = ", ".join(str(v.device) for v in views)
+    caption = (f"Rank {rank.rank}, GPU{'s' if len(views) > 1 else ''} {gpus}, over {duration((hi - lo) / 1000)}: "
+               "darker is busier; gaps coloured by cause")
+    return f"<figure><figcaption>{html.escape(caption)}</figcaption>{svg}{_legend(CAUSE_COLORS)}</figure>"
+
+
+def _device_rows(rank, view, lo: int, hi: int, y: int, several: bool) -> tuple[str, int]:
+    """One GPU's rows of the timeline from height y: its busiest streams, then its idle gaps."""
+    edges = np.linspace(lo, hi, BINS + 1).astype(np.int64)
+    bin_w = (WIDTH - LABEL_W) / BINS
+    who = f"GPU {view.device} " if several else ""
+    rows = []
     streams = view.work.groupby("stream")
     ordered = sorted(streams, key=lambda kv: -(kv[1]["end"] - kv[1]["start"]).sum())[:MAX_STREAMS]
     for stream, rows_df in ordered:
         busy = iv.union(rows_df["start"].to_numpy(), rows_df["end"].to_numpy())
         share = iv.covered(busy, edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
-        rects = "".join(f'<rect x="{label_w + i * bin_w:.1f}" y="{y}" width="{bin_w + 0.3:.1f}" height="14" '
+        rects = "".join(f'<rect x="{LABEL_W + i * bin_w:.1f}" y="{y}" width="{bin_w + 0.3:.1f}" height="14" '
                         f'fill="{WORK_COLORS["compute"]}" fill-opacity="{min(s, 1):.2f}"/>'
                         for i, s in enumerate(share) if s > 0.005)
-        rows.append(f'<text x="0" y="{y + 11}" font-size="11">stream {int(stream)}</text>{rects}')
+        rows.append(f'<text x="0" y="{y + 11}" font-size="11">{who}stream {int(stream)}</text>{rects}')
         y += 18
     gaps = rank.device_gaps(view.device)
     gaps = gaps[gaps["dur"] >= (hi - lo) / (BINS * 4)].nlargest(2000, "dur")
-    scale = plot_w / max(hi - lo, 1)
+    scale = (WIDTH - LABEL_W) / max(hi - lo, 1)
     gap_rects = "".join(
-        f'<rect x="{label_w + (s - lo) * scale:.1f}" y="{y}" width="{max((e - s) * scale, 0.8):.1f}" height="14" '
+        f'<rect x="{LABEL_W + (s - lo) * scale:.1f}" y="{y}" width="{max((e - s) * scale, 0.8):.1f}" height="14" '
         f'fill="{CAUSE_COLORS.get(c, "#999")}"><title>{html.escape(c)}: {duration((e - s) / 1000)}</title></rect>'
         for s, e, c in zip(gaps["start"], gaps["end"], gaps["cause"]))
-    rows.append(f'<text x="0" y="{y + 11}" font-size="11">idle (cause)</text>{gap_rects}')
-    y += 20
-    marks = ""
-    steps = trace.steps.dropna(subset=["gpu_start"])
-    for step, s in zip(steps["step"], steps["gpu_start"]):
-        x = label_w + (int(s) - lo) * scale
-        if label_w <= x <= WIDTH:
-            marks += (f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{y}" stroke="#444" stroke-dasharray="2,2"/>'
-                      f'<text x="{x + 2:.1f}" y="{y + 10}" font-size="10">step {int(step)}</text>')
-    height = y + 16
-    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" role="img" '
-           f'aria-label="device timeline">{"".join(rows)}{marks}</svg>')
-    caption = (f"Device {view.device} timeline, {duration((hi - lo) / 1000)}: darker is busier; gaps coloured by cause"
-               + (f" (rank {rank.rank})" if rank.rank is not None else ""))
-    return f"<figure><figcaption>{html.escape(caption)}</figcaption>{svg}{_legend(CAUSE_COLORS)}</figure>"
+    rows.append(f'<text x="0" y="{y + 11}" font-size="11">{who}idle</text>{gap_rects}')
+    return "".join(rows), y + 24
 
 
 def _bar(segments: list[tuple[str, float, str]], total: float, y: int = 0, height: int = 26) -> str:
@@ -141,7 +151,7 @@ def _breakdown(analysis: Analysis) -> str:
 
 
 def _kernels(analysis: Analysis) -> str:
-    top = analysis.ranks[0].findings.kernels.top[:10]
+    top = analysis.focus.findings.kernels.top[:10]
     if not top:
         return ""
     label_w, row = 260, 20
@@ -156,7 +166,8 @@ def _kernels(analysis: Analysis) -> str:
         for i, k in enumerate(top))
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{len(top) * row}" role="img" '
            f'aria-label="hot kernels">{bars}</svg>')
-    return f"<figure><figcaption>Hot kernels by share of busy time</figcaption>{svg}</figure>"
+    return (f"<figure><figcaption>Hot kernels of rank {analysis.focus.rank} by share of its busy time</figcaption>"
+            f"{svg}</figure>")
 
 
 def _ranks(analysis: Analysis) -> str:

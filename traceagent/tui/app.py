@@ -25,8 +25,8 @@ from .loader import load_in_child
 from .screens import HelpScreen
 from .widgets.conversation import Conversation
 from .widgets.prompt import PromptInput
-from .widgets.side_panel import SidePanel
-from .widgets.timeline import Timeline
+from .widgets.side_panel import SidePanel, scope_options
+from .widgets.timeline import Timeline, timeline_data
 
 
 class TraceAgentApp(App):
@@ -53,8 +53,10 @@ class TraceAgentApp(App):
         self.session: Session | None = None
         self.analysis: Analysis | None = None
         self.waiting: list[str] = []  # questions asked before the trace finished loading
-        self.sub_title = "offline analyst: no LLM configured" if model is None else (
+        self._model_title = "offline analyst: no LLM configured" if model is None else (
             config.describe() if config else "LLM")
+        self.sub_title = self._model_title
+        self.scope: tuple[int, int] | None = None  # the rank and GPU the timeline shows
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -115,6 +117,25 @@ class TraceAgentApp(App):
 
     def on_side_panel_finding_selected(self, message: SidePanel.FindingSelected) -> None:
         self.ask(message.question, echo=True)
+
+    def on_side_panel_scope_selected(self, message: SidePanel.ScopeSelected) -> None:
+        self.show_scope(message.rank, message.device)
+
+    @work(exclusive=True, group="scope")
+    async def show_scope(self, rank: int, device: int) -> None:
+        """Redraw the timeline for one rank's GPU (interval work off the UI thread)."""
+        if self.analysis is None:
+            return
+        chosen = self.analysis.rank(rank)
+        self.query_one(Timeline).data = await asyncio.to_thread(timeline_data, chosen, device)
+        self.scope = (rank, device)
+        self.sub_title = f"{self._model_title} · showing rank {rank}, GPU {device}"
+
+    def _pick_scope(self, rank: int, device: int) -> None:
+        """From the command palette: the same as choosing it in the side panel's select."""
+        from textual.widgets import Select
+
+        self.query_one("#scope", Select).value = (rank, device)
 
     @work(exclusive=True, group="chat")
     async def ask(self, question: str, echo: bool = False) -> None:
@@ -211,6 +232,10 @@ class TraceAgentApp(App):
         yield SystemCommand("Write report", "Write the diagnosis report as Markdown", self.action_write_report)
         yield SystemCommand("Toggle side panel", "Show or hide the trace summary", self.action_toggle_panel)
         yield SystemCommand("Help", "Keys and questions", self.action_help)
+        if self.analysis is not None:
+            for label, (rank, device) in scope_options(self.analysis.to_dict())[:64]:
+                yield SystemCommand(f"Show {label}", "Timeline and findings for this rank and GPU",
+                                    lambda r=rank, d=device: self._pick_scope(r, d))
         for question in CANNED_QUESTIONS:
             yield SystemCommand(f"Ask: {question}", "Ask this question about the trace",
                                 lambda q=question: self._ask_from_palette(q))

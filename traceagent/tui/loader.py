@@ -21,7 +21,7 @@ def load_and_analyze(path: str, compare: str | None, use_cache: bool):
     """(analysis, analysis of the trace to compare or None, the timeline's data or None)."""
     analysis = analyze(path, use_cache=use_cache)
     other = analyze(compare, use_cache=use_cache) if compare else None
-    return analysis, other, timeline_data(analysis.ranks[0])
+    return analysis, other, timeline_data(analysis.focus)
 
 
 def load_in_child(path: str, compare: str | None, use_cache: bool):

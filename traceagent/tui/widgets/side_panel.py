@@ -1,12 +1,12 @@
-"""The side panel: the trace in a few lines, the verdict, and the findings list (selecting a
-finding asks about it)."""
+"""The side panel: the trace in a few lines (every rank's GPUs), the verdict, which rank and GPU
+the timeline and findings show (a select), and the findings list (selecting one asks about it)."""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.widgets import Markdown, OptionList, Static
+from textual.widgets import Markdown, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from ...detect.analysis import Analysis
@@ -20,6 +20,8 @@ class SidePanel(VerticalScroll):
     SidePanel #summary { height: auto; }
     SidePanel #verdict { height: auto; margin: 0; padding: 0; }
     SidePanel OptionList { height: auto; max-height: 14; border: none; padding: 0; }
+    SidePanel #summary-scroll { height: auto; max-height: 10; }
+    SidePanel Select { margin: 0; }
     """
 
     class FindingSelected(Message):
@@ -27,46 +29,81 @@ class SidePanel(VerticalScroll):
             super().__init__()
             self.question = question
 
+    class ScopeSelected(Message):
+        """The user chose which rank and GPU the timeline and findings show."""
+
+        def __init__(self, rank: int, device: int) -> None:
+            super().__init__()
+            self.rank, self.device = rank, device
+
     questions: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield Static("Trace", classes="title")
-        yield Static("Loading…", id="summary", markup=False)
+        with VerticalScroll(id="summary-scroll"):
+            yield Static("Loading…", id="summary", markup=False)
         yield Static("Verdict", classes="title")
         yield Markdown("", id="verdict")
+        yield Static("Showing", classes="title")
+        yield Select([], id="scope", allow_blank=True, prompt="rank · GPU")
         yield Static("Findings (Enter asks)", classes="title")
         yield OptionList(id="findings")
 
     async def show(self, analysis: Analysis) -> None:
-        data = analysis.to_dict()
-        t = data["trace"]
+        self.data = analysis.to_dict()
+        t = self.data["trace"]
         lines = [f"{t['format']}, {t['ranks']} rank(s)", ", ".join(t["devices"]) or "no devices"]
-        for r in data["ranks"]:
+        for r in self.data["ranks"]:
             lines += device_lines(r)
         self.query_one("#summary", Static).update("\n".join(lines))
-        v = data["verdict"]
+        v = self.data["verdict"]
         verdict = f"**{v['headline']}**\n\n{v['next_step']}" if v["limiter"] else f"**{v['headline']}**"
         await self.query_one("#verdict", Markdown).update(verdict)
+        scopes = scope_options(self.data)
+        select = self.query_one("#scope", Select)
+        select.set_options([(label, value) for label, value in scopes])
+        focus = analysis.focus
+        if scopes:
+            select.value = next((value for _, value in scopes if value[0] == focus.rank), scopes[0][1])
+        self.show_findings(focus.rank)
+
+    def show_findings(self, rank: int) -> None:
+        """The findings of one rank (the verdict's at first)."""
         findings = self.query_one("#findings", OptionList)
-        found = _findings(data)
+        several = len(self.data["ranks"]) > 1
+        found = _findings(next(r for r in self.data["ranks"] if r["rank"] == rank), self.data["verdict"], several)
         self.questions = [question for _, question in found]
         findings.clear_options()
         findings.add_options([Option(label) for label, _ in found])
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        if event.value is Select.BLANK or not hasattr(self, "data"):
+            return
+        rank, device = event.value
+        self.show_findings(rank)
+        self.post_message(self.ScopeSelected(rank, device))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         self.post_message(self.FindingSelected(self.questions[event.option_index]))
 
 
-def _findings(data: dict) -> list[tuple[str, str]]:
-    """(label, the question it asks) for what the detectors found on the first rank."""
-    if not data["verdict"]["limiter"]:
+def scope_options(data: dict) -> list[tuple[str, tuple[int, int]]]:
+    """(label, (rank, GPU)) for every GPU of every rank."""
+    return [(f"rank {r['rank']} · GPU {device}", (r["rank"], int(device)))
+            for r in data["ranks"] for device in r["breakdown"]["devices"]]
+
+
+def _findings(r: dict, verdict: dict, several_ranks: bool) -> list[tuple[str, str]]:
+    """(label, the question it asks) for what the detectors found on one rank."""
+    if not verdict["limiter"]:
         return []
-    r = data["ranks"][0]
+    on = f" on rank {r['rank']}" if several_ranks else ""
     found = []
     idle = r["idle"]
     for cause, pct in sorted(idle["by_cause_pct"].items(), key=lambda kv: -kv[1])[:3]:
-        found.append((f"idle {percent(pct)}: {cause}", f"Tell me about the idle time from {cause}."))
+        found.append((f"idle {percent(pct)}: {cause}", f"Tell me about the idle time from {cause}{on}."))
     if r["memcpy"]["count"]:
         m = r["memcpy"]
         found.append((f"copies {percent(m['share_pct'])}, {m['pageable_count']} pageable",

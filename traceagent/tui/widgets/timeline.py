@@ -22,7 +22,8 @@ class Timeline(Widget):
     DEFAULT_CSS = """
     Timeline { height: 4; padding: 0 1; }
     """
-    data: reactive[tuple | None] = reactive(None)
+    # always_update: the tuple holds frames, which cannot be compared for equality
+    data: reactive[tuple | None] = reactive(None, always_update=True)
 
     def render(self) -> Text:
         if self.data is None:
@@ -57,10 +58,11 @@ class Timeline(Widget):
         return Text("\n").join([line, Text("".join(marks), style="dim"), legend])
 
 
-def timeline_data(rank) -> tuple | None:
-    """What the strip draws for a rank's first device, from its analysis (the gaps as classified
-    there): busy intervals, gaps with a host-side cause, step starts, span. None without devices."""
-    views = device_views(rank.trace)
+def timeline_data(rank, device: int | None = None) -> tuple | None:
+    """What the strip draws for one GPU of a rank (its first by default), from its analysis (the
+    gaps as classified there): busy intervals, gaps with a host-side cause, step starts, span.
+    None without devices."""
+    views = [v for v in device_views(rank.trace) if device is None or v.device == device]
     if not views:
         return None
     view = views[0]
