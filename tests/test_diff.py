@@ -40,3 +40,17 @@ def test_diff_json_and_regression_gate(capsys):
     assert main(["diff", str(RESNET_NW4), str(RESNET_NW0), "--fail-if-slower", "5"]) == 1
     assert "slower than before" in capsys.readouterr().err
     assert main(["diff", str(RESNET_NW4), str(RESNET_NW0), "--fail-if-slower", "50"]) == 0
+
+
+def test_a_job_compared_with_itself_keeps_its_straggler_and_says_its_scope():
+    from conftest import DLRM_8RANK
+
+    job = analyzed(DLRM_8RANK)
+    d = diff(job, job)
+    assert d.root_cause["cause"] == "straggler" and not d.root_cause["gone"]
+    # the straggler's cost is the others' waiting, as the comparison measures it
+    assert d.root_cause["before_pct"] == d.root_cause["after_pct"] == job.comparison.others_exposed_waiting_pct > 0
+    # step time is the mean over ranks of each rank's mean step (what analyze reports per rank)
+    step = d.metrics[0]
+    assert step.name == "step time (mean over 8 ranks)"
+    assert step.before == pytest.approx(sum(r.findings.steps.mean_us for r in job.ranks) / 8)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from langchain_core.tools import BaseTool
 
 from ..detect.vocabulary import GAP_CAUSES, label
-from ..format import device_lines, duration, percent, shorten, size, straggler_sentence
+from ..format import device_lines, duration, of_span, percent, shorten, size, straggler_sentence
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
 from .tools import AnalysisContext
@@ -72,15 +72,33 @@ class OfflineAnalyst:
 
     # -- templates: each takes the tool results it asked for --------------------------------
 
+    def _who(self, result: dict) -> str:
+        """'Rank 7: ' before a rank's figures when the job has several ranks (tools default to the
+        verdict's rank, so the reader must be told which one this is)."""
+        scope = result.get("scope") or {}
+        if len(self.ctx.analysis.ranks) < 2 or "rank" not in scope:
+            return ""
+        gpu = f", GPU {scope['device']}" if scope.get("device") not in (None, "all") else ""
+        return f"Rank {scope['rank']}{gpu}: "
+
+    @staticmethod
+    def _of(result: dict) -> str:
+        """What the result's percentages are over: the span, or device time for several GPUs."""
+        scope = result.get("scope") or {}
+        several = scope.get("device") == "all" and len(scope.get("devices", [])) > 1
+        return of_span(len(scope["devices"]) if several else 1)
+
     def _idle(self, verdict: dict, idle_gaps: dict) -> str:
         idle = idle_gaps
         if not self.ctx.analysis.verdict.limiter:
             return verdict["headline"] + ". " + verdict["next_step"]
         causes = sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])
-        lines = [f"The GPU is idle **{percent(idle['idle_pct'])}** of the time ({duration(idle['idle_us'])} of "
-                 f"{duration(idle['span_us'])}, in {idle['gaps']} gaps). By cause:"]
-        lines += [f"- {label(GAP_CAUSES, c)}: {duration(us)} ({percent(idle['by_cause_pct'][c])} of the span, "
-                  f"{idle['by_cause_count'][c]} gaps)" for c, us in causes[:5]]
+        of = self._of(idle)
+        whole = idle.get("device_time_us", idle["span_us"])
+        lines = [f"{self._who(idle)}The GPU is idle **{percent(idle['idle_pct'])}** {of} "
+                 f"({duration(idle['idle_us'])} of {duration(whole)}, in {idle['gaps']} gaps). By cause:"]
+        lines += [f"- {label(GAP_CAUSES, c)}: {duration(us)} ({percent(idle['by_cause_pct'][c])} {of}, "
+                  f"{idle['by_cause_count'][c]} gaps)" for c, us in causes[:5] if c in idle.get("by_cause_pct", {})]
         top = idle.get("top_gaps") or []
         if top:
             g = top[0]
@@ -100,7 +118,7 @@ class OfflineAnalyst:
         top = hot_kernels["top"][:5]
         if not top:
             return "There are no kernels in this trace."
-        lines = [f"{hot_kernels['kernels']} kernels ({hot_kernels['distinct']} distinct names) ran "
+        lines = [f"{self._who(hot_kernels)}{hot_kernels['kernels']} kernels ({hot_kernels['distinct']} distinct names) ran "
                  f"{duration(hot_kernels['total_us'])}. The hottest:"]
         lines += [f"{i}. `{shorten(k['short_name'], 50)}`: {duration(k['total_us'])}, {percent(k['share_of_busy_pct'])} of "
                   f"busy time, {k['count']} launches, mean {duration(k['mean_us'])}"
@@ -114,7 +132,8 @@ class OfflineAnalyst:
         m = data_movement
         if not m["count"]:
             return "There are no memory copies in this trace: data movement is not what limits it."
-        lines = [f"Copies ran **{percent(m['share_pct'])}** of the span; {percent(m['exposed_pct'])} of the span had "
+        of = self._of(m)
+        lines = [f"{self._who(m)}Copies ran **{percent(m['share_pct'])}** {of}; {percent(m['exposed_pct'])} {of} had "
                  f"copies and no compute beside them ({duration(m['exposed_us'])}). By kind:"]
         lines += [f"- {kind}: {c['count']} copies, {size(c['bytes'])}, {duration(c['us'])}, {c['gbps']:.1f} GB/s"
                   + (f", {c['pageable_count']} from pageable memory" if c["pageable_count"] else "")
@@ -131,9 +150,10 @@ class OfflineAnalyst:
             note = c.get("ranks_note", "")
             return ("There are no collective (NCCL/RCCL) kernels in this trace, so communication is not a factor."
                     + (f" {note[0].upper()}{note[1:]}." if note else ""))
-        lines = [f"{c['kernels']} collective kernels ran {duration(c['comm_us'])} ({percent(c['share_pct'])} of the "
-                 f"span). **{percent(c['exposed_of_comm_pct'])}** of that time no compute overlapped: "
-                 f"{duration(c['exposed_us'])}, {percent(c['exposed_pct'])} of the span."]
+        of = self._of(c)
+        lines = [f"{self._who(c)}{c['kernels']} collective kernels ran {duration(c['comm_us'])} "
+                 f"({percent(c['share_pct'])} {of}). **{percent(c['exposed_of_comm_pct'])}** of that time no compute "
+                 f"overlapped: {duration(c['exposed_us'])}, {percent(c['exposed_pct'])} {of}."]
         if c["top"]:
             lines.append(f"The largest: `{shorten(c['top'][0]['name'], 60)}` ({c['top'][0]['count']} calls, "
                          f"{duration(c['top'][0]['total_us'])}).")
@@ -167,7 +187,8 @@ class OfflineAnalyst:
         slow = steps.get("slowest_vs_median") or {}
         extra = ", ".join(f"{k.removeprefix('idle_').removesuffix('_us')} idle +{duration(v)}"
                           for k, v in slow.items() if k != "idle_us")
-        return (f"{steps['count']} steps: mean {duration(steps['mean_us'])}, median {duration(steps['median_us'])}, "
+        return (f"{self._who(steps)}{steps['count']} steps: mean {duration(steps['mean_us'])}, "
+                f"median {duration(steps['median_us'])}, "
                 f"from {duration(steps['min_us'])} to {duration(steps['max_us'])} (slowest: step {steps['slowest']})."
                 + (f" The slowest step spent more than the median on: {extra}." if extra else ""))
 

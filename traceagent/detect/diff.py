@@ -66,9 +66,10 @@ class DiffResult:
 
 
 def _summary(a: Analysis) -> dict:
-    """Job-level figures: device-time sums over ranks, step means averaged over ranks."""
+    """Job-level figures: percentages over the device time of every GPU of every rank, step means
+    averaged over ranks, the job's span from first to last activity on any rank."""
     ranks = a.ranks
-    span = sum(r.findings.idle.span_us for r in ranks)
+    span = sum(r.findings.idle.device_time_us for r in ranks)  # device time: the denominator
     causes: dict[str, float] = {}
     for r in ranks:
         for cause, us in r.findings.idle.by_cause_us.items():
@@ -78,6 +79,8 @@ def _summary(a: Analysis) -> dict:
     copies_bytes = sum(r.findings.memcpy.bytes for r in ranks)
     return {
         "span_us": span,
+        "wall_span_us": max((r.breakdown.total.span_us for r in ranks), default=0.0),
+        "straggler_pct": a.comparison.others_exposed_waiting_pct if a.comparison else 0.0,
         "busy_pct": pct(busy, span),
         "idle_pct": pct(span - busy, span),
         "cause_pct": {c: pct(v, span) for c, v in causes.items()},
@@ -101,6 +104,8 @@ def _cause_share(s: dict, a: Analysis, root: str | None) -> float:
         return s["memcpy_exposed_pct"]
     if root == "communication":
         return s["comm_exposed_pct"]
+    if root == "straggler":  # the others' waiting for it, over their device time
+        return s["straggler_pct"]
     if root == "hot_kernel":
         name = a.verdict.evidence.get("kernel")
         total = sum(k.total_us for r in a.ranks for k in r.findings.kernels.top if k.name == name)
@@ -111,15 +116,18 @@ def _cause_share(s: dict, a: Analysis, root: str | None) -> float:
 def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     b, a = _summary(before), _summary(after)
     basis = "step" if b["step_us"] and a["step_us"] else "span"
-    key = "step_us" if basis == "step" else "span_us"
+    key = "step_us" if basis == "step" else "wall_span_us"
     slower = pct(a[key] - b[key], b[key])
     per = (lambda s: max(s["steps"], 1)) if basis == "step" else (lambda s: 1)
+    # several ranks: step figures are means over ranks, shares are over every GPU's device time
+    over = f" (mean over {len(before.ranks)} ranks)" if len(before.ranks) > 1 else ""
+    of = " (of device time)" if len(before.ranks) > 1 or b["span_us"] != b["wall_span_us"] else ""
 
     metrics = [
-        Metric("step time (mean)" if basis == "step" else "span", "us", b[key], a[key]),
-        Metric("busy", "pct", b["busy_pct"], a["busy_pct"]),
-        Metric("idle", "pct", b["idle_pct"], a["idle_pct"]),
-        Metric("compute per step" if basis == "step" else "compute", "us",
+        Metric(f"step time{over or ' (mean)'}" if basis == "step" else "span", "us", b[key], a[key]),
+        Metric(f"busy{of}", "pct", b["busy_pct"], a["busy_pct"]),
+        Metric(f"idle{of}", "pct", b["idle_pct"], a["idle_pct"]),
+        Metric(f"compute per step{over}" if basis == "step" else "compute", "us",
                round(b["compute_us"] / per(b), 3), round(a["compute_us"] / per(a), 3)),
         Metric("exposed copies", "pct", b["memcpy_exposed_pct"], a["memcpy_exposed_pct"]),
         Metric("exposed communication", "pct", b["comm_exposed_pct"], a["comm_exposed_pct"]),

@@ -58,10 +58,12 @@ def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
                     for r in data["ranks"] for device, b in r["breakdown"]["devices"].items()])]
     out += ["", "Each row is one GPU over its own span. Classes of work are unions over all streams; two "
                 "classes running at once both count."]
-    for r in data["ranks"][:8] if len(data["ranks"]) > 1 else data["ranks"]:
-        out += _rank_sections(r, len(data["ranks"]) > 1)
-    if len(data["ranks"]) > 8:
-        out += ["", f"_{len(data['ranks']) - 8} more ranks: see `traceagent analyze --json`._"]
+    # the verdict's rank first, then the others in rank order (the table above has them all)
+    ranks = sorted(data["ranks"], key=lambda r: (r["rank"] != analysis.focus.rank, r["rank"]))
+    for r in ranks[:8]:
+        out += _rank_sections(r, len(ranks) > 1)
+    if len(ranks) > 8:
+        out += ["", f"_{len(ranks) - 8} more ranks: see `traceagent analyze --json`._"]
     if data["comparison"] and data["comparison"]["matched"]:
         c = data["comparison"]
         out += ["", "## Ranks compared", "",
