@@ -112,6 +112,7 @@ def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0,
     """RANKS ranks, STEPS steps of one compute kernel then one all-reduce; each rank's clock is
     offset by a different amount (as on different hosts). The late rank, by `how`:
     - "dataloader": its host loads data for `delay` µs before launching its compute;
+    - "host_work": its host runs other work (an op that launches nothing) for `delay` µs first;
     - "slow_kernel": its compute kernel runs `delay` µs longer.
     Every other rank enters the all-reduce on time and sits in it until the late rank arrives."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -121,9 +122,11 @@ def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0,
         for k in range(STEPS):
             t = clock + k * STEP
             late = rank == late_rank
-            start = t + (delay if late and how == "dataloader" else 0)
-            if late and how == "dataloader":
-                b.op(LOADER, t, delay, cat="user_annotation")
+            host_first = late and how in ("dataloader", "host_work")
+            start = t + (delay if host_first else 0)
+            if host_first:
+                b.op(LOADER if how == "dataloader" else "aten::copy_checkpoint_to_disk", t, delay,
+                     cat="user_annotation" if how == "dataloader" else "cpu_op")
             dur = COMPUTE + (delay if late and how == "slow_kernel" else 0)
             b.kernel("volta_sgemm_128x64_nn", start, dur, launch_at=start - 5)
             # everyone is in by the late rank's entry; the collective ends COMM after that
@@ -137,10 +140,12 @@ def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0,
     return folder
 
 
-def test_a_rank_late_from_data_loading_is_the_straggler(tmp_path):
-    analysis = traceagent.analyze(write_job(tmp_path / "job", late_rank=2, how="dataloader"))
+@pytest.mark.parametrize("how, cause, words", [("dataloader", "dataloader", "data loading"),
+                                               ("host_work", "host_other", "other host work")])
+def test_a_rank_late_from_host_work_is_the_straggler(tmp_path, how, cause, words):
+    analysis = traceagent.analyze(write_job(tmp_path / "job", late_rank=2, how=how))
     c = analysis.comparison
-    assert (c.matched, c.straggler, c.straggler_last_pct, c.straggler_cause) == (STEPS, 2, 100.0, "dataloader")
+    assert (c.matched, c.straggler, c.straggler_last_pct, c.straggler_cause) == (STEPS, 2, 100.0, cause)
     rows = {r.rank: r for r in c.ranks}
     # each on-time rank waits `delay` per step: 5 × 2000 µs; its communication proper is 5 × 200 µs
     for rank in (0, 1, 3):
@@ -151,7 +156,7 @@ def test_a_rank_late_from_data_loading_is_the_straggler(tmp_path):
     assert c.others_exposed_waiting_pct == round(100 * 30_000 / (3 * 23_200), 2)
     v = analysis.verdict
     assert (v.limiter, v.root_cause, v.rank) == ("idle", "straggler", 2)
-    assert v.headline.startswith("Rank 2 is the straggler") and "data loading" in v.headline
+    assert v.headline.startswith("Rank 2 is the straggler") and words in v.headline
     assert v.evidence["others_waiting_us"] == 30_000.0
 
 
