@@ -9,6 +9,7 @@ from builder import TraceBuilder
 from traceagent.detect.analysis import analyze_trace
 from traceagent.detect.breakdown import detect_breakdown
 from traceagent.detect.comm import detect_comm
+from traceagent.detect.diagnose import VerdictParams, _verdict_for
 from traceagent.detect.idle import detect_idle
 from traceagent.detect.kernels import detect_hot_kernels, short_name
 from traceagent.detect.memcpy import detect_memcpy
@@ -136,7 +137,9 @@ def test_a_second_limiter_over_its_threshold_is_named_too(tmp_path):
     ra = analyze_trace(b.load(tmp_path))
     # span 1100 µs: idle [500, 1000) = 45.5%, comm [100, 500) runs alone = 36.4% exposed
     assert ra.verdict.limiter == "idle"
-    assert "Exposed communication also costs 36.4% of the span." in ra.verdict.other_losses
+    (other,) = ra.verdict.other_losses  # with its own cause and next step
+    assert other.startswith("Exposed communication also costs 36.4% of the span, from exposed communication: ")
+    assert other.endswith(_verdict_for("communication", ra.findings, VerdictParams(), []).next_step)
     assert not any("also costs" in note for note in ra.verdict.also)  # also says what would sharpen it
 
 

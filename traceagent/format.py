@@ -33,13 +33,18 @@ def shorten(text: str, width: int = 60) -> str:
 
 def gap_evidence(gap: dict, name_width: int = 50, quote: str = "") -> str:
     """What the host was doing in an idle gap, in words: `cudaStreamSynchronize under aten::item at
-    train.py(42)` for a sync, else the host events that covered it (each wrapped in `quote`)."""
+    train.py(42)` for a sync, else what the launching thread was in, innermost first, and the
+    user's line when it is not the first of those (each wrapped in `quote`)."""
     ev = gap["evidence"]
     if gap["cause"] == "sync":
         parts = [ev.get("sync_call"), f"under {ev['op']}" if ev.get("op") else None,
                  f"at {ev['python']}" if ev.get("python") else None]
         return " ".join(p for p in parts if p)
-    return ", ".join(f"{quote}{shorten(h['name'], name_width)}{quote}" for h in ev.get("host", [])) or "-"
+    names = ", ".join(f"{quote}{shorten(h['name'], name_width)}{quote}" for h in ev.get("host", []))
+    line = ev.get("python")
+    if line and not any(h["name"] == line for h in ev.get("host", [])[:1]):
+        names += f" at {quote}{shorten(line, name_width)}{quote}"
+    return names or "-"
 
 
 def of_span(devices: int) -> str:

@@ -19,7 +19,8 @@ from langchain_core.tools import BaseTool, StructuredTool
 
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
 from ..detect.diff import diff
-from ..detect.host import calls_by_correlation, host_events_in
+from ..detect.host import calls_by_correlation, gap_host, host_events_in
+from ..detect.idle import gap_launcher
 from ..detect.kernels import short_name
 from ..detect.view import on_device, us
 from ..trace.model import matches
@@ -143,8 +144,8 @@ def idle_gaps(ctx: AnalysisContext, rank: int | None = None, device: int | None 
     listed = []
     for g in chosen.itertuples():
         item = {"start_us": us(g.start - origin), "dur_us": us(g.dur), "cause": g.cause, "device": int(g.device)}
-        if g.cause != "launch_latency":
-            item["host"] = [h.to_dict() for h in host_events_in(trace, int(g.start), int(g.end), top=3)]
+        if g.cause != "launch_latency":  # what the thread that launched the next work was doing
+            item |= gap_host(trace, int(g.start), int(g.end), gap_launcher(trace, int(g.device), int(g.next_op))).to_dict()
         listed.append(item)
     result["matching_gaps"] = len(gaps)
     result["matching_idle_us"] = us(gaps["dur"].sum())

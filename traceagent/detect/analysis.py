@@ -23,6 +23,7 @@ from .launch import detect_launch
 from .memcpy import MemcpyResult, detect_memcpy
 from .steps import StepsResult, detect_steps
 from .stragglers import RankComparison, RankInput, StragglerParams, compare_ranks
+from .workload import detect_workload
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams()) -> Ra
         idle=detect_idle(trace, idle_params), memcpy=detect_memcpy(trace), comm=detect_comm(trace),
         kernels=detect_hot_kernels(trace), launch=detect_launch(trace), steps=detect_steps(trace, params=idle_params),
         has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,
+        workload=detect_workload(trace),
     )
     verdict = replace(diagnose(findings, params.verdict), rank=trace.meta.rank)
     return RankAnalysis(trace.meta.rank, trace, params, trace_gaps(trace, idle_params), detect_breakdown(trace),
@@ -156,7 +158,7 @@ def analyze_job(job: Job, params: AnalysisParams = AnalysisParams()) -> Analysis
 def _job_verdict(ranks: list[RankAnalysis], comparison: RankComparison | None, params: VerdictParams) -> Verdict:
     active = [r for r in ranks if r.verdict.limiter is not None]
     if not active:
-        return no_device_verdict()
+        return ranks[0].verdict if ranks else no_device_verdict()
     if len(ranks) == 1:
         return ranks[0].verdict
     if comparison and comparison.straggler is not None and comparison.others_exposed_waiting_pct >= params.comm_pct:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from ..format import of_span
+from . import advice
 from .comm import CommResult
 from .idle import IdleResult
 from .kernels import KernelsResult
@@ -20,6 +21,7 @@ from .memcpy import MemcpyResult
 from .steps import StepsResult
 from .stragglers import RankComparison
 from .vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES
+from .workload import Workload
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,19 @@ class Findings:
     has_python_frames: bool
     has_device_activity: bool
     ranks: int = 1
+    workload: Workload = field(default_factory=lambda: Workload(None, None, 0))
 
 
-def no_device_verdict() -> Verdict:
+def no_device_verdict(runtime_calls: int = 0) -> Verdict:
+    if runtime_calls:  # a GPU job whose device records are missing, not a CPU-only one
+        return Verdict(
+            limiter=None, root_cause=None,
+            headline=f"No kernel or copy records in this trace ({runtime_calls} CUDA API calls were recorded)",
+            hypothesis="The host called the GPU, but the profiler recorded no device activity: CUDA activity was "
+                       "not enabled, or the records were lost (a buffer overflow, a killed job).",
+            next_step="Profile with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) "
+                      "(or nsys profile -t cuda), and let the profiler finish writing before the job exits.",
+        )
     return Verdict(
         limiter=None, root_cause=None,
         headline="No device activity: this is a CPU-only trace",
@@ -74,7 +86,7 @@ def no_device_verdict() -> Verdict:
 def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
     """The limiter and root cause for one rank's findings."""
     if not f.has_device_activity:
-        return no_device_verdict()
+        return no_device_verdict(f.workload.runtime_calls)
     idle, copies, comm = f.idle, f.memcpy, f.comm
     losses = {
         "idle": (idle.idle_pct, params.idle_pct),
@@ -84,18 +96,26 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
     over = {k: v for k, (v, threshold) in losses.items() if v >= threshold}
     limiter = max(over, key=over.get) if over else "compute"
     also = _missing(f)
-    if limiter == "idle":
-        verdict = _idle_verdict(f, also)
-    elif limiter == "communication":
-        verdict = _comm_verdict(f, also)
-    elif limiter == "data_movement":
-        verdict = _copy_verdict(f, params, also)
-    else:
-        verdict = _compute_verdict(f, also)
-    # the other losses over their threshold are named too: on a DDP rank idle can edge out exposed comm
-    others = [f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% {_of(f)}."
-              for k in sorted(over, key=over.get, reverse=True) if k != limiter]
+    verdict = _verdict_for(limiter, f, params, also)
+    # every other loss over its threshold, with its own cause and next step: on a DDP rank idle
+    # can edge out exposed communication, and both need fixing
+    others = []
+    for k in sorted(over, key=over.get, reverse=True):
+        if k != limiter:
+            other = _verdict_for(k, f, params, also)
+            others.append(f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% {_of(f)}, from "
+                          f"{ROOT_CAUSES[other.root_cause].label}: {other.next_step}")
     return replace(verdict, other_losses=others)
+
+
+def _verdict_for(limiter: str, f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
+    if limiter == "idle":
+        return _idle_verdict(f, also)
+    if limiter == "communication":
+        return _comm_verdict(f, also)
+    if limiter == "data_movement":
+        return _copy_verdict(f, params, also)
+    return _compute_verdict(f, also)
 
 
 def _of(f: Findings) -> str:
@@ -136,12 +156,10 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     head = (f"GPU idle {idle.idle_pct:.1f}% of the time" if len(idle.devices) <= 1
             else f"GPUs idle {idle.idle_pct:.1f}% {_of(f)}")
     if root == "dataloader":
+        evidence["dataloader"] = f.workload.dataloader
+        hypothesis, step = advice.dataloader(f.workload)
         return Verdict("idle", root, f"{head}, mostly waiting for data loading ({cause_pct:.1f}% {_of(f)})",
-                       "The training loop fetches each batch in the main process (`DataLoader.__next__` runs while "
-                       "the GPU has nothing queued), so the GPU waits for every batch.",
-                       "Load data in worker processes and pin it: DataLoader(dataset, num_workers=4, pin_memory=True, "
-                       "persistent_workers=True); then re-profile and compare with `traceagent diff before after`.",
-                       evidence, also)
+                       hypothesis, step, evidence, also)
     if root == "sync":
         site = idle.sync_sites[0] if idle.sync_sites else None
         where = ""
@@ -159,15 +177,12 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     if root == "launch_overhead":
         launch = f.launch
         evidence.update({"short_kernel_pct": launch.short_kernel_pct, "median_kernel_us": launch.median_kernel_us,
-                         "median_launch_us": launch.median_launch_us})
+                         "median_launch_us": launch.median_launch_us, "launch_bound": idle.launch_bound,
+                         "launches_by_call": launch.by_call})
+        hypothesis, step = advice.launch_bound(idle, launch)
         return Verdict("idle", root, f"{head}: the host cannot launch kernels fast enough "
                                      f"({cause_pct:.1f}% {_of(f)} in launch-bound gaps)",
-                       f"Kernels are small (median {launch.median_kernel_us:.1f} µs) against their launch cost "
-                       f"(median {launch.median_launch_us:.1f} µs per call), so the GPU finishes each one before "
-                       "the host issues the next.",
-                       "Cut launches: capture the step in a CUDA graph (torch.compile(model, mode='reduce-overhead') "
-                       "or torch.cuda.graphs), fuse small ops with torch.compile, or raise the batch size.",
-                       evidence, also)
+                       hypothesis, step, evidence, also)
     top = idle.top_gaps[0] if idle.top_gaps else None
     hosts = [h["name"] for h in (top.evidence.get("host", []) if top else [])][:3]
     if hosts:
@@ -202,21 +217,16 @@ def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
                 "exposed_us": copies.exposed_us, "bytes": copies.bytes, "pageable_count": copies.pageable_count,
                 "pageable_bytes": copies.pageable_bytes,
                 "by_kind_gbps": {k: v.gbps for k, v in copies.by_kind.items()}}
+    evidence["side_stream_bytes"] = copies.side_stream_bytes
     if copies.bytes and copies.pageable_bytes / copies.bytes >= params.pageable_share:
+        hypothesis, step = advice.pageable_copies(copies)
         return Verdict("data_movement", "pageable_memcpy",
                        f"Copies take {copies.exposed_pct:.1f}% {_of(f)} with no compute beside them, "
                        f"mostly from pageable host memory ({copies.pageable_count} copies)",
-                       "Copies from pageable memory are staged through a pinned buffer, run at a fraction of the "
-                       "link's bandwidth and make cudaMemcpyAsync synchronous for the host.",
-                       "Pin host memory: DataLoader(pin_memory=True) or tensor.pin_memory(), and copy with "
-                       ".to(device, non_blocking=True) so copies overlap compute.",
-                       evidence, also)
-    return Verdict("data_movement", "memcpy",
-                   f"Copies take {copies.exposed_pct:.1f}% {_of(f)} with no compute beside them",
-                   "Data moves between host and device (or device to device) while the GPU computes nothing.",
-                   "Keep tensors on the device across steps, batch small copies, and overlap the rest with compute "
-                   "on a side stream (copy with non_blocking=True from pinned memory).",
-                   evidence, also)
+                       hypothesis, step, evidence, also)
+    hypothesis, step = advice.exposed_copies(copies)
+    return Verdict("data_movement", "memcpy", f"Copies take {copies.exposed_pct:.1f}% {_of(f)} with no compute beside them",
+                   hypothesis, step, evidence, also)
 
 
 def _compute_verdict(f: Findings, also: list[str]) -> Verdict:

@@ -4,6 +4,7 @@ host events inside a time window."""
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -109,7 +110,7 @@ def host_union(trace: Trace, kinds: tuple[str, ...]) -> iv.Intervals:
 class HostEvent:
     name: str
     kind: str
-    overlap_us: float
+    overlap_us: float  # of this thread's time in the window: never more than the window
     depth: int
 
     def to_dict(self) -> dict:
@@ -117,16 +118,86 @@ class HostEvent:
 
 
 def host_events_in(trace: Trace, lo: int, hi: int, top: int = 5) -> list[HostEvent]:
-    """The host events that spent the most time inside [lo, hi): what the host was doing then.
-    Step markers are left out; they cover everything and explain nothing."""
+    """The host events that spent the most time inside [lo, hi), each name's time measured on one
+    thread at a time (so it never exceeds the window). Step markers are left out; they cover
+    everything and explain nothing."""
     cpu = trace.cpu
     inside = cpu[(cpu["start"] < hi) & (cpu["end"] > lo)]
     inside = inside[~matches(inside["name"], _STEP)]
     if inside.empty:
         return []
-    overlap = np.minimum(inside["end"], hi) - np.maximum(inside["start"], lo)
-    table = pd.DataFrame({"name": inside["name"].astype(str), "kind": inside["kind"].astype(str),
-                          "overlap": overlap.to_numpy(), "depth": inside["depth"].to_numpy()})
-    grouped = table.groupby(["name", "kind"], observed=True).agg(overlap=("overlap", "sum"), depth=("depth", "min"))
+    table = _overlaps(inside, lo, hi)
+    grouped = table.groupby(["name", "kind"], observed=True).agg(overlap=("overlap", "max"), depth=("depth", "min"))
     grouped = grouped.sort_values(["overlap", "depth"], ascending=[False, True]).head(top)
     return [HostEvent(name, kind, us(row.overlap), int(row.depth)) for (name, kind), row in grouped.iterrows()]
+
+
+def _overlaps(events: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    """Per event: its name, kind, thread, depth and its time inside [lo, hi); one name's events on
+    one thread merged (a thread does one thing at a time at each depth)."""
+    overlap = (np.minimum(events["end"], hi) - np.maximum(events["start"], lo)).to_numpy()
+    table = pd.DataFrame({"name": events["name"].astype(str).to_numpy(), "kind": events["kind"].astype(str).to_numpy(),
+                          "pid": events["pid"].to_numpy(), "tid": events["tid"].to_numpy(),
+                          "depth": events["depth"].to_numpy(), "overlap": overlap})
+    per_thread = table.groupby(["name", "kind", "pid", "tid"], observed=True).agg(
+        overlap=("overlap", "sum"), depth=("depth", "max")).reset_index()
+    per_thread["overlap"] = np.minimum(per_thread["overlap"], hi - lo)  # nested same-name frames: recursion
+    return per_thread
+
+
+_LAUNCHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def launching_threads(trace: Trace) -> pd.DataFrame:
+    """Threads that launch device work, busiest first: pid, tid, launches."""
+    if (found := _LAUNCHERS.get(trace)) is not None:
+        return found
+    cpu = trace.cpu
+    calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy() & matches(cpu["name"], LAUNCH_CALLS)]
+    found = (calls.groupby(["pid", "tid"]).size().rename("launches").reset_index()
+             .sort_values("launches", ascending=False, kind="stable").reset_index(drop=True))
+    _LAUNCHERS[trace] = found
+    return found
+
+
+@dataclass(frozen=True)
+class GapHost:
+    """What the host was doing over one idle gap, read on the thread that launches device work."""
+
+    thread: dict | None  # {"pid", "tid"} of the launching thread (None: the trace has no launches)
+    host: list[HostEvent]  # on that thread: what spans the gap, innermost first, then its parents
+    python: str | None  # the innermost frame of the user's own code spanning the gap ("train.py(42): main")
+    other_threads: list[dict]  # context only, never the headline: other threads' busiest events
+
+    def to_dict(self) -> dict:
+        return {"thread": self.thread, "host": [h.to_dict() for h in self.host], "python": self.python,
+                "other_threads": self.other_threads}
+
+
+def gap_host(trace: Trace, lo: int, hi: int, thread: tuple[int, int] | None = None, top: int = 3,
+             span_share: float = 0.5) -> GapHost:
+    """The host over [lo, hi) on `thread` (the one that launched the work after the gap; default:
+    the busiest launching thread). Events that span at least `span_share` of the gap come first,
+    innermost first; without any, the longest overlaps."""
+    if thread is None:
+        launchers = launching_threads(trace)
+        thread = (int(launchers["pid"].iloc[0]), int(launchers["tid"].iloc[0])) if len(launchers) else None
+    cpu = trace.cpu
+    inside = cpu[(cpu["start"] < hi).to_numpy() & (cpu["end"] > lo).to_numpy()]
+    inside = inside[~matches(inside["name"], _STEP)]
+    if thread is None or inside.empty:
+        return GapHost(None if thread is None else {"pid": thread[0], "tid": thread[1]}, [], None, [])
+    on_thread = (inside["pid"].to_numpy() == thread[0]) & (inside["tid"].to_numpy() == thread[1])
+    mine = _overlaps(inside[on_thread], lo, hi) if on_thread.any() else _overlaps(inside.iloc[:0], lo, hi)
+    spanning = mine[mine["overlap"] >= span_share * (hi - lo)]
+    chosen = (spanning.sort_values(["depth", "overlap"], ascending=[False, False]) if len(spanning)
+              else mine.sort_values(["overlap", "depth"], ascending=[False, False])).head(top)
+    host = [HostEvent(r.name, r.kind, us(r.overlap), int(r.depth)) for r in chosen.itertuples()]
+    library = spanning["name"].map(lambda n: bool(LIBRARY_FRAME.match(n))).to_numpy(dtype=bool)  # a few rows
+    user = spanning[(spanning["kind"] == "python").to_numpy() & ~library]
+    python = str(user.sort_values("depth").iloc[-1]["name"]) if len(user) else None
+    others = _overlaps(inside[~on_thread], lo, hi) if (~on_thread).any() else None
+    context = [] if others is None else [
+        {"name": r.name, "kind": r.kind, "overlap_us": us(r.overlap), "pid": int(r.pid), "tid": int(r.tid)}
+        for r in others.sort_values("overlap", ascending=False).head(2).itertuples()]
+    return GapHost({"pid": thread[0], "tid": thread[1]}, host, python, context)

@@ -28,7 +28,7 @@ from . import intervals as iv
 from .host import (
     LAUNCH_CALLS,
     calls_by_correlation,
-    host_events_in,
+    gap_host,
     host_union,
     op_above,
     python_line_above,
@@ -105,6 +105,7 @@ class IdleResult:
     sync_sites: list[SyncSite]
     has_python_frames: bool
     devices: dict[int, DeviceIdle] = field(default_factory=dict)
+    launch_bound: list[dict] = field(default_factory=list)  # op, launch_call, gaps, idle_us: who launched too slowly
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -180,6 +181,20 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
                          "sync": sync_label, "next_op": next_op})
 
 
+def gap_launcher(trace: Trace, device: int, next_op: int) -> tuple[int, int] | None:
+    """The (pid, tid) that launched the device op ending a gap: the thread whose work the GPU
+    waited for. None when that op has no launch call in the trace."""
+    view = next((v for v in device_views(trace) if v.device == device), None)
+    if view is None or not 0 <= next_op < len(view.work):
+        return None
+    calls = calls_by_correlation(trace)
+    corr = int(view.work["correlation"].iloc[next_op])
+    if corr < 0 or corr not in calls.index:
+        return None
+    call = calls.loc[corr]
+    return int(call["pid"]), int(call["tid"])
+
+
 def trace_gaps(trace: Trace, params: IdleParams = IdleParams()) -> pd.DataFrame:
     """The classified gaps of every device, one frame, with a `device` column."""
     frames = [classify_gaps(trace, view, params).assign(device=view.device) for view in device_views(trace)]
@@ -209,11 +224,30 @@ def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:
                                           {c: us(causes[c]) for c in GAP_CAUSES if c in causes.index})
     return IdleResult(
         idle_us=us(idle), span_us=us(wall_span_ns(views)), device_time_us=us(span), idle_pct=pct(idle, span),
-        gaps=len(gaps), devices=devices,
+        gaps=len(gaps), devices=devices, launch_bound=_launch_bound(trace, gaps),
         by_cause_us=by_cause_us, by_cause_pct={c: pct(by_cause.loc[c, "sum"], span) for c in by_cause_us},
         by_cause_count=by_cause_count, top_gaps=top_gaps,
         sync_sites=_sync_sites(details), has_python_frames=trace.meta.has_python_frames,
     )
+
+
+def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[dict]:
+    """The ops (and launch APIs) whose kernels ended launch-bound gaps, by idle time."""
+    bound = gaps[gaps["cause"] == "launch_overhead"]
+    if bound.empty:
+        return []
+    calls = calls_by_correlation(trace)
+    rows = []
+    for view in device_views(trace):
+        mine = bound[bound["device"] == view.device]
+        work = view.work.iloc[mine["next_op"].to_numpy()]
+        corr = work["correlation"].to_numpy()
+        rows.append(pd.DataFrame({"op": work["op"].astype(object).fillna("(no op)").to_numpy(),
+                                  "launch_call": pd.Series(corr).map(calls["name"].astype(object)).fillna("-").to_numpy(),
+                                  "dur": mine["dur"].to_numpy()}))
+    table = pd.concat(rows).groupby(["op", "launch_call"])["dur"].agg(["size", "sum"]).sort_values("sum", ascending=False)
+    return [{"op": op, "launch_call": call, "gaps": int(r["size"]), "idle_us": us(r["sum"])}
+            for (op, call), r in table.head(top).iterrows()]
 
 
 def _no_gaps() -> pd.DataFrame:
@@ -249,7 +283,7 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
     if gap.cause == "sync" and gap.Index in details.index:
         d = details.loc[gap.Index]
         evidence = {"sync_call": d["call"], "op": d["op"], "inner_op": d["inner_op"], "python": d["python"]}
-    elif gap.cause != "launch_latency":  # a host-side cause: what the host was doing is the evidence
-        evidence = {"host": [e.to_dict() for e in host_events_in(trace, int(gap.start), int(gap.end), top=3)]}
+    elif gap.cause != "launch_latency":  # a host-side cause: what the launching thread was doing
+        evidence = gap_host(trace, int(gap.start), int(gap.end), gap_launcher(trace, gap.device, gap.next_op)).to_dict()
     return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,
                evidence=evidence)

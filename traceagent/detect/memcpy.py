@@ -39,6 +39,7 @@ class MemcpyResult:
     by_kind: dict[str, CopyKind]
     memset_count: int
     memset_us: float
+    side_stream_bytes: int = 0  # copied on streams where no compute kernel runs
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -48,12 +49,15 @@ def detect_memcpy(trace: Trace, device: int | None = None) -> MemcpyResult:
     """Copies on every device of the rank, or on one."""
     views = views_of(trace, device)
     span = device_time_ns(views)
-    union_ns = exposed_ns = 0
+    union_ns = exposed_ns = side_bytes = 0
     frames = []
     for view in views:
         union_ns += iv.length(view.memcpy)
         exposed_ns += iv.length(iv.subtract(view.memcpy, view.compute))
         copies = view.work[view.work["kind"] == "memcpy"]
+        compute_streams = set(view.work.loc[(view.work["kind"] == "kernel").to_numpy()
+                                            & ~view.work["is_comm"].to_numpy(), "stream"])
+        side_bytes += int(copies.loc[~copies["stream"].isin(compute_streams), "bytes"].sum())
         if len(copies):
             cover = iv.covered(view.compute, copies["start"].to_numpy(), copies["end"].to_numpy())
             frames.append(copies.assign(dur=copies["end"] - copies["start"],
@@ -79,5 +83,6 @@ def detect_memcpy(trace: Trace, device: int | None = None) -> MemcpyResult:
         share_pct=pct(union_ns, span), exposed_us=us(exposed_ns), exposed_pct=pct(exposed_ns, span),
         pageable_count=int(pageable.sum()), pageable_bytes=int(copies.loc[pageable, "bytes"].sum()),
         by_kind=by_kind, memset_count=len(memsets), memset_us=us((memsets["end"] - memsets["start"]).sum()),
+        side_stream_bytes=side_bytes,
     )
 
