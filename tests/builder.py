@@ -32,24 +32,27 @@ class TraceBuilder:
         self.external += 1
         return self._x(cat, name, start, dur, tid=tid, **{"External id": self.external})
 
-    def python(self, name: str, start: float, dur: float) -> dict:
-        return self._x("python_function", name, start, dur)
+    def python(self, name: str, start: float, dur: float, tid: int = TID) -> dict:
+        return self._x("python_function", name, start, dur, tid=tid)
 
-    def runtime(self, name: str, start: float, dur: float, correlation: int | None = None) -> dict:
+    def runtime(self, name: str, start: float, dur: float, correlation: int | None = None, cat: str = "cuda_runtime",
+                tid: int = TID) -> dict:
         args = {"correlation": correlation} if correlation is not None else {}
-        return self._x("cuda_runtime", name, start, dur, **args)
+        return self._x(cat, name, start, dur, tid=tid, **args)
 
     def _device(self, cat: str, name: str, start: float, dur: float, stream: int, launch_at: float | None,
                 launch_dur: float, call: str, device: int = 0, **args) -> dict:
         self.correlation += 1
         if launch_at is not None:
-            self.runtime(call, launch_at, launch_dur, correlation=self.correlation)
+            driver = call.startswith("cu") and not call.startswith("cuda")
+            self.runtime(call, launch_at, launch_dur, correlation=self.correlation,
+                         cat="cuda_driver" if driver else "cuda_runtime")
         return self._x(cat, name, start, dur, pid=device, tid=stream, device=device, stream=stream,
                        correlation=self.correlation, **args)
 
     def kernel(self, name: str, start: float, dur: float, stream: int = 7, launch_at: float | None = None,
-               launch_dur: float = 5.0, device: int = 0) -> dict:
-        return self._device("kernel", name, start, dur, stream, launch_at, launch_dur, "cudaLaunchKernel", device)
+               launch_dur: float = 5.0, device: int = 0, call: str = "cudaLaunchKernel") -> dict:
+        return self._device("kernel", name, start, dur, stream, launch_at, launch_dur, call, device)
 
     def memcpy(self, start: float, dur: float, nbytes: int, kind: str = "HtoD", src: str = "Pageable",
                dst: str = "Device", stream: int = 7, launch_at: float | None = None, launch_dur: float = 5.0) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from rich.table import Table
 from rich_argparse import RichHelpFormatter
 
 from . import __version__
+from .api import with_steps
 from .detect.analysis import Analysis, analyze_job
 from .detect.view import device_views, us, wall_span_ns
 from .errors import TraceError
@@ -68,9 +70,18 @@ def load_job(path: str, use_cache: bool) -> Job:
         return load(path, use_cache=use_cache, progress=progress)
 
 
-def analyze_path(path: str, use_cache: bool) -> Analysis:
-    """Load with a progress bar on a terminal, then analyze."""
-    return analyze_job(load_job(path, use_cache))
+def analyze_path(path: str, use_cache: bool, steps: re.Pattern | None = None) -> Analysis:
+    """Load with a progress bar on a terminal, then analyze (steps from `--steps` when given)."""
+    job = load_job(path, use_cache)
+    return analyze_job(with_steps(job, steps) if steps is not None else job)
+
+
+def step_pattern(text: str) -> re.Pattern:
+    """`--steps REGEX`, checked before any loading starts."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({exc})") from None
 
 
 def info_dict(job: Job) -> dict:
@@ -122,7 +133,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    result = analyze_path(args.path, not args.no_cache)
+    result = analyze_path(args.path, not args.no_cache, args.steps)
     if getattr(args, "json", False):
         out.print_json(json.dumps(result.to_dict(), allow_nan=False))
         return 0
@@ -143,7 +154,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             err.print("traceagent: error: --llm needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL for a local "
                       "server (the report without --llm needs none)", markup=False)
             return 2
-    result = analyze_path(args.path, not args.no_cache)
+    result = analyze_path(args.path, not args.no_cache, args.steps)
     if args.llm:
         summary = llm_summary(result, config)
         if summary is None:
@@ -199,8 +210,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .detect.diff import diff
     from .report.markdown import render_diff_markdown
 
-    before = analyze_path(args.before, not args.no_cache)
-    after = analyze_path(args.after, not args.no_cache)
+    before = analyze_path(args.before, not args.no_cache, args.steps)
+    after = analyze_path(args.after, not args.no_cache, args.steps)
     result = diff(before, after)
     if args.json:
         out.print_json(json.dumps(result.to_dict(), allow_nan=False))
@@ -224,8 +235,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from .agent.tools import AnalysisContext
 
     config = load_config()
-    analysis = analyze_path(args.path, not args.no_cache)
-    other = analyze_path(args.compare, not args.no_cache) if args.compare else None
+    analysis = analyze_path(args.path, not args.no_cache, args.steps)
+    other = analyze_path(args.compare, not args.no_cache, args.steps) if args.compare else None
     session = Session(AnalysisContext(analysis, other), make_chat_model(config) if config else None, config)
     if args.verbose:
         err.print(session.describe_model(), style="dim", markup=False)
@@ -269,7 +280,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             err.print(f"traceagent: error: {path}: no such file or directory", markup=False)
             return 2
     app = TraceAgentApp(args.path, compare=getattr(args, "compare", None),
-                        model=make_chat_model(config) if config else None, config=config, use_cache=not args.no_cache)
+                        model=make_chat_model(config) if config else None, config=config, use_cache=not args.no_cache,
+                        steps=args.steps.pattern if args.steps else None)
     app.run()
     return app.return_code or 0
 
@@ -294,6 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
         if path:
             p.add_argument("path", help="trace file (.json, .json.gz, .sqlite) or a directory of per-rank traces")
         p.add_argument("--no-cache", action="store_true", help="parse the trace again instead of reading the cache")
+        if name != "info":
+            p.add_argument("--steps", type=step_pattern, metavar="REGEX",
+                           help="host ranges (record_function / NVTX) whose names match REGEX are the iterations "
+                                "(default: ProfilerStep#N, else ranges named like step_N or train_step)")
         if json:
             p.add_argument("--json", action="store_true", help="print JSON instead of tables")
         p.set_defaults(func=func)

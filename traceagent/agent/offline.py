@@ -111,7 +111,7 @@ class OfflineAnalyst:
                          + (f" at `{s['python']}`" if s["python"] else "") + f", {s['count']} times, "
                          f"{duration(s['idle_us'])} of idle after them.")
         lines += ["", f"**Verdict:** {verdict['headline']}. {verdict['hypothesis']}", "",
-                  f"**Next step:** {verdict['next_step']}"]
+                  f"**Next step:** {verdict['next_step']}", *_saving(verdict)]
         return "\n".join(lines)
 
     def _kernels(self, hot_kernels: dict) -> str:
@@ -165,7 +165,7 @@ class OfflineAnalyst:
         return "\n".join(lines)
 
     def _next(self, verdict: dict) -> str:
-        lines = [f"**{verdict['headline']}**", "", f"Next step: {verdict['next_step']}"]
+        lines = [f"**{verdict['headline']}**", "", f"Next step: {verdict['next_step']}", *_saving(verdict)]
         lines += [f"- {note}" for note in verdict["other_losses"] + verdict["also"]]
         return "\n".join(lines)
 
@@ -178,7 +178,7 @@ class OfflineAnalyst:
         if len(overview["ranks"]) > 8:
             lines.append(f"- and {len(overview['ranks']) - 8} more ranks (ask about one by number)")
         lines += ["", f"**Verdict:** {verdict['headline']}.", f"{verdict['hypothesis']}", "",
-                  f"**Next step:** {verdict['next_step']}"]
+                  f"**Next step:** {verdict['next_step']}", *_saving(verdict)]
         return "\n".join(lines)
 
     def _steps(self, steps: dict) -> str:
@@ -209,3 +209,8 @@ class OfflineAnalyst:
 
 def _value(metric: dict, which: str) -> str:
     return duration(metric[f"{which}_us"]) if f"{which}_us" in metric else percent(metric[f"{which}_pct"])
+
+
+def _saving(verdict: dict) -> list[str]:
+    """The verdict's saving estimate as a paragraph, when it has one."""
+    return ["", verdict["saving"]["sentence"]] if verdict.get("saving") else []

@@ -21,6 +21,7 @@ from .idle import IdleParams, detect_idle, trace_gaps
 from .kernels import KernelsResult, detect_hot_kernels
 from .launch import detect_launch
 from .memcpy import MemcpyResult, detect_memcpy
+from .savings import estimate_savings
 from .steps import StepsResult, detect_steps
 from .stragglers import RankComparison, RankInput, StragglerParams, compare_ranks
 from .workload import detect_workload
@@ -93,6 +94,8 @@ class RankAnalysis:
             "kernels": {"count": f.kernels.kernels, "distinct": f.kernels.distinct, "total_us": f.kernels.total_us},
             "launch": f.launch.to_dict(),
             "steps": steps,
+            "workload": f.workload.to_dict(),
+            "savings": [s.to_dict() for s in f.savings],
             "verdict": self.verdict.to_dict(),
         }
 
@@ -133,11 +136,12 @@ class Analysis:
 def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams()) -> RankAnalysis:
     """Every detector on one rank, and its verdict."""
     idle_params = params.idle
+    idle, copies, comm = detect_idle(trace, idle_params), detect_memcpy(trace), detect_comm(trace)
+    kernels, steps = detect_hot_kernels(trace), detect_steps(trace, params=idle_params)
     findings = Findings(
-        idle=detect_idle(trace, idle_params), memcpy=detect_memcpy(trace), comm=detect_comm(trace),
-        kernels=detect_hot_kernels(trace), launch=detect_launch(trace), steps=detect_steps(trace, params=idle_params),
+        idle=idle, memcpy=copies, comm=comm, kernels=kernels, launch=detect_launch(trace), steps=steps,
         has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,
-        workload=detect_workload(trace),
+        workload=detect_workload(trace), savings=estimate_savings(idle, copies, comm, kernels, steps),
     )
     verdict = replace(diagnose(findings, params.verdict), rank=trace.meta.rank)
     return RankAnalysis(trace.meta.rank, trace, params, trace_gaps(trace, idle_params), detect_breakdown(trace),

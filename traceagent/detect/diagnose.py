@@ -18,6 +18,7 @@ from .idle import IdleResult
 from .kernels import KernelsResult
 from .launch import LaunchResult
 from .memcpy import MemcpyResult
+from .savings import Saving, saving_for
 from .steps import StepsResult
 from .stragglers import RankComparison
 from .vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES
@@ -43,6 +44,7 @@ class Verdict:
     also: list[str] = field(default_factory=list)  # what would sharpen the diagnosis
     other_losses: list[str] = field(default_factory=list)  # losses besides the limiter over their threshold
     rank: int | None = None  # the rank it is about (None: no device activity anywhere)
+    saving: dict | None = None  # what fixing the root cause would save at most (savings.Saving, and a sentence)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -62,6 +64,7 @@ class Findings:
     has_device_activity: bool
     ranks: int = 1
     workload: Workload = field(default_factory=lambda: Workload(None, None, 0))
+    savings: list[Saving] = field(default_factory=list)  # every finding's, largest first
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:
@@ -105,7 +108,11 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
             other = _verdict_for(k, f, params, also)
             others.append(f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% {_of(f)}, from "
                           f"{ROOT_CAUSES[other.root_cause].label}: {other.next_step}")
-    return replace(verdict, other_losses=others)
+    return replace(verdict, other_losses=others, saving=_saving_dict(saving_for(f.savings, verdict.root_cause)))
+
+
+def _saving_dict(saving: Saving | None) -> dict | None:
+    return None if saving is None else saving.to_dict() | {"sentence": saving.sentence()}
 
 
 def _verdict_for(limiter: str, f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
@@ -268,6 +275,13 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
     rank, cause = comparison.straggler, comparison.straggler_cause or "host_other"
     limiter = "compute" if cause == "hot_kernel" else "idle"
     what = ROOT_CAUSES[cause].label if cause != "hot_kernel" else "longer compute on its GPU"
+    waiting = sum(r.exposed_waiting_us for r in comparison.ranks if r.rank != rank)
+    steps = late.steps
+    saving = Saving(f"rank {rank}'s lateness", "straggler", round(waiting, 3), comparison.others_exposed_waiting_pct,
+                    round(waiting / (len(comparison.ranks) - 1) / steps.count, 3) if steps and steps.count else None,
+                    None, "an upper bound: the other ranks' waiting for it, where no compute of theirs hides it")
+    if saving.per_step_us is not None and steps.mean_us:
+        saving = replace(saving, step_pct=min(round(100 * saving.per_step_us / steps.mean_us, 2), 100.0))
     evidence = {"straggler_rank": rank, "straggler_cause": cause, "last_pct": comparison.straggler_last_pct,
                 "matched_collectives": comparison.matched, "others_waiting_us": comparison.others_waiting_us,
                 "others_exposed_waiting_pct": comparison.others_exposed_waiting_pct,
@@ -281,5 +295,5 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
         f"is still busy with {what}: their waiting is rank {rank}'s cost, not slow communication.",
         f"Look at rank {rank} first (`traceagent analyze` on its trace). " + _STRAGGLER_STEPS[cause],
         evidence, _missing(late), [f"On rank {rank} itself: {late_verdict.headline}.", *late_verdict.other_losses],
-        rank=rank,
+        rank=rank, saving=_saving_dict(saving),
     )

@@ -58,6 +58,7 @@ class DiffResult:
     kernels: list[dict]  # top kernels side by side, per step (or per trace)
     headline: str
     notes: list[str] = field(default_factory=list)
+    prediction: dict | None = None  # the before verdict's saving estimate against the measured change
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -157,14 +158,31 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     headline = (f"{words}: {percent(share_before)} → {percent(share_after)}"
                 f"{' (gone)' if gone else ''}; {time_word} {duration(b[key])} → {duration(a[key])} ({slower:+.1f}%)")
     notes = [] if basis == "step" else ["One of the traces has no steps: time is compared over the whole span."]
+    prediction = _prediction(before, basis, -slower)
+    if prediction:
+        headline += f"; {prediction['sentence']}"
     return DiffResult(
         before={"path": before.job.path, "limiter": before.verdict.limiter, "root_cause": root,
                 "headline": before.verdict.headline},
         after={"path": after.job.path, "limiter": v_after.limiter, "root_cause": v_after.root_cause,
                "headline": v_after.headline},
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
-        kernels=kernels, headline=headline, notes=notes,
+        kernels=kernels, headline=headline, notes=notes, prediction=prediction,
     )
+
+
+def _prediction(before: Analysis, basis: str, measured_pct: float) -> dict | None:
+    """'predicted up to 27.2%, measured 20.1%': the before verdict's saving (an upper bound, of
+    step time or of the span) next to how much faster the after trace is on the same basis."""
+    saving = before.verdict.saving
+    if not saving:
+        return None
+    predicted = saving["step_pct"] if basis == "step" and saving.get("step_pct") is not None else saving["pct"]
+    what = "step time" if basis == "step" else "the span"
+    within = measured_pct <= predicted + 0.05  # an upper bound holds when the gain does not exceed it
+    return {"cause": saving["root_cause"], "predicted_up_to_pct": predicted, "measured_pct": round(measured_pct, 2),
+            "basis": basis, "within_estimate": within,
+            "sentence": f"predicted up to {predicted:.1f}% of {what}, measured {measured_pct:.1f}%"}
 
 
 def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[dict]:

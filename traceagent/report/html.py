@@ -28,6 +28,9 @@ MAX_DEVICES = 8
 def render_html(analysis: Analysis, summary: str | None = None) -> str:
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(render_markdown(analysis, summary))
     charts = _charts(analysis) if analysis.verdict.limiter else ""
+    # the title and the verdict first, then the charts, then the evidence sections
+    first_h2, second_h2 = body.find("<h2>"), body.find("<h2>", body.find("<h2>") + 1)
+    head, rest = (body[:second_h2], body[second_h2:]) if first_h2 >= 0 and second_h2 >= 0 else (body, "")
     title = html.escape(f"traceagent diagnosis: {analysis.job.path}")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
@@ -40,8 +43,9 @@ figure {{ margin: 1.5em 0; }} figcaption {{ font-weight: 600; margin-bottom: .3e
 .legend span {{ display: inline-block; margin-right: 1em; font-size: 12px; }}
 .legend i {{ display: inline-block; width: 10px; height: 10px; margin-right: 4px; }}
 </style></head><body>
+{head}
 {charts}
-{body}
+{rest}
 </body></html>
 """
 

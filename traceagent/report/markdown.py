@@ -35,6 +35,8 @@ def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
     else:
         out.append(f"**{v['headline']}**")
     out += ["", f"**Hypothesis.** {v['hypothesis']}", "", f"**Next step.** {v['next_step']}"]
+    if v.get("saving"):
+        out += ["", f"**What fixing it would save.** {v['saving']['sentence']}"]
     if v["other_losses"]:
         out += ["", f"**Also.** {' '.join(v['other_losses'])}"]
     if summary:
@@ -167,6 +169,11 @@ def render_diff_markdown(d: DiffResult) -> str:
         status = "gone" if rc["gone"] else "still there"
         out.append(f"The before trace's root cause, {rc['what']}, is {status}: "
                    f"{percent(rc['before_pct'])} → {percent(rc['after_pct'])}.")
+    if p := d.prediction:
+        held = ("within the estimate (it is an upper bound)" if p["within_estimate"]
+                else "more than estimated: something besides the root cause changed too")
+        out += ["", f"The before trace's verdict predicted fixing it would save up to {percent(p['predicted_up_to_pct'])}; "
+                    f"the after trace is {percent(p['measured_pct'])} faster, {held}."]
     out += ["", _table(["metric", "before", "after", "change"],
                        [[m.name, _value(m.unit, m.before), _value(m.unit, m.after), _change(m)] for m in d.metrics])]
     if d.kernels:

@@ -60,6 +60,8 @@ def print_analysis(result: Analysis, out: Console) -> None:
     title = f"{v['limiter']} · {v['root_cause']}" if v["limiter"] else "no device activity"
     # the verdict quotes trace strings (kernel names, Python lines): escaped, never read as markup
     body = f"[bold]{escape(v['headline'])}[/]\n\n{escape(v['hypothesis'])}\n\n[bold]Next:[/] {escape(v['next_step'])}"
+    if v.get("saving"):
+        body += f"\n[bold]Saving:[/] {escape(v['saving']['sentence'])}"
     for extra in v["other_losses"] + v["also"]:
         body += f"\n[dim]· {escape(extra)}[/]"
     say(out, f"[bold]{escape(data['trace']['path'])}[/]  {data['trace']['format']}, {data['trace']['ranks']} rank(s), "

@@ -26,6 +26,13 @@ COMM_KERNEL = re.compile(r"nccl|rccl|multimem_|\b(one|two)_shot_all_reduce|symm_
 COMM_OP = re.compile(r"^(c10d::|record_param_comms|nccl:)")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 DATALOADER_NAME = re.compile(r"^enumerate\((DataLoader|DataPipe)\)")
+#: A user's range (record_function, NVTX) named for loading data: its time is data loading.
+DATA_RANGE = re.compile(r"data[ _-]?load|load[ _-]?(batch|data)|[gs]et[ _-]?batch|fetch[ _-]?(batch|data)|next[ _-]?batch"
+                        r"|input[ _-]?pipeline|\bdataloader\b|\bprefetch", re.IGNORECASE)
+#: A user's range naming an iteration, when there is no ProfilerStep: "step 12", "iteration_3", or a
+#: bare "train_step" repeated (numbered in order).
+ITERATION_NAME = re.compile(r"^(?:train(?:ing)?[ _-]?)?(?:step|iter(?:ation)?|batch)(?:[ _#:-]*(\d+))?$"
+                            r"|^(?:forward[ _-]?backward|decode[ _-]?step|train[ _-]?iter)$", re.IGNORECASE)
 
 
 def parse_copy_names(names: pd.Categorical) -> tuple[pd.Categorical, pd.Categorical, pd.Categorical]:
@@ -133,6 +140,7 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta) -> Trace:
     cpu["name"] = cpu_names
     kind = np.asarray(cpu["kind"], dtype=object).copy()
     kind[matches(pd.Series(cpu_names), DATALOADER_NAME)] = "dataloader"
+    kind[(kind == "annotation") & matches(pd.Series(cpu_names), DATA_RANGE)] = "dataloader"
     cpu["kind"] = kind
     if "depth" not in cpu:
         cpu["depth"] = nesting_depth(*(np.asarray(cpu[c], dtype=np.int64) for c in ("pid", "tid", "start", "end")))
@@ -195,16 +203,17 @@ def _comm_flags(gpu: pd.DataFrame) -> np.ndarray:
     return flagged & (gpu["kind"].to_numpy() == "kernel")
 
 
-def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
-    """ProfilerStep#N host ranges, and the device range of the work each step launched."""
-    names = cpu["name"].cat.categories
-    numbers = np.array([int(m.group(1)) if (m := STEP_NAME.match(str(n))) else -1 for n in names] + [-1])
-    step_no = numbers[cpu["name"].cat.codes.to_numpy()]
-    host = cpu[(step_no >= 0) & cpu["kind"].isin(["op", "annotation"]).to_numpy()].copy()
+def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, pattern: re.Pattern | None = None) -> pd.DataFrame:
+    """Step host ranges, and the device range of the work each step launched. Steps are
+    ProfilerStep#N; without those, the user's iteration ranges (record_function or NVTX:
+    ITERATION_NAME); or the ranges whose names match `pattern` (`--steps`). A number in the name
+    (its first group) numbers the step; otherwise steps are numbered in order."""
+    host = _step_ranges(cpu, STEP_NAME, kinds=("op", "annotation")) if pattern is None else None
+    if host is None or host.empty:
+        host = _step_ranges(cpu, pattern or ITERATION_NAME, kinds=("annotation",) if pattern is None
+                            else ("op", "annotation", "python", "dataloader"))
     if host.empty:
         return typed_frame({}, STEP_COLUMNS)
-    host["step"] = step_no[(step_no >= 0) & cpu["kind"].isin(["op", "annotation"]).to_numpy()]
-    host["dur"] = host["end"] - host["start"]
     # a step can appear on several threads; keep its widest range
     host = host.sort_values("dur").drop_duplicates("step", keep="last").sort_values("start")
     starts, ends = host["start"].to_numpy(), host["end"].to_numpy()
@@ -227,6 +236,26 @@ def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
         "gpu_start": gpu_start.astype("Int64").to_numpy(),
         "gpu_end": gpu_end.astype("Int64").to_numpy(),
     }, STEP_COLUMNS)
+
+
+def _step_ranges(cpu: pd.DataFrame, pattern: re.Pattern, kinds: tuple[str, ...]) -> pd.DataFrame:
+    """Host ranges whose names match, with a `step` number and `dur`; empty when none match."""
+    names = [str(n) for n in cpu["name"].cat.categories]
+    found = [pattern.match(n) for n in names]
+    hit = np.array([m is not None for m in found] + [False])[cpu["name"].cat.codes.to_numpy()]
+    numbers = np.array([int(m.group(1)) if m and m.groups() and m.group(1) and m.group(1).isdigit() else -1
+                        for m in found] + [-1])[cpu["name"].cat.codes.to_numpy()]
+    rows = hit & cpu["kind"].isin(kinds).to_numpy()
+    host = cpu[rows].copy()
+    if host.empty:
+        return host
+    host["step"] = numbers[rows]
+    host["dur"] = host["end"] - host["start"]
+    if (host["step"] < 0).any():  # names without a number: number them in order of their start
+        host = host.sort_values("start", kind="stable")
+        host = host[host["depth"] == host["depth"].min()]  # the outermost, not a nested repeat
+        host["step"] = np.arange(len(host))
+    return host
 
 
 def split_ranks(trace: Trace) -> list[Trace]:

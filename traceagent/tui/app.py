@@ -45,9 +45,10 @@ class TraceAgentApp(App):
     ]
 
     def __init__(self, path: str, compare: str | None = None, model=None, config=None, use_cache: bool = True,
-                 save_dir: str | Path = ".") -> None:
+                 save_dir: str | Path = ".", steps: str | None = None) -> None:
         super().__init__()
         self.path, self.compare, self.model, self.config = path, compare, model, config
+        self.steps = steps  # --steps REGEX
         self.use_cache = use_cache
         self.save_dir = Path(save_dir)
         self.session: Session | None = None
@@ -97,7 +98,7 @@ class TraceAgentApp(App):
     def _load_and_analyze(self):
         """In a worker thread that waits on a child process (see tui/loader.py): the UI's
         interpreter never parses."""
-        return load_in_child(self.path, self.compare, self.use_cache)
+        return load_in_child(self.path, self.compare, self.use_cache, self.steps)
 
     # -- asking ---------------------------------------------------------------------------------
 

@@ -17,29 +17,30 @@ from ..errors import TraceError
 from .widgets.timeline import timeline_data
 
 
-def load_and_analyze(path: str, compare: str | None, use_cache: bool):
+def load_and_analyze(path: str, compare: str | None, use_cache: bool, steps: str | None = None):
     """(analysis, analysis of the trace to compare or None, the timeline's data or None)."""
-    analysis = analyze(path, use_cache=use_cache)
-    other = analyze(compare, use_cache=use_cache) if compare else None
+    analysis = analyze(path, use_cache=use_cache, steps=steps)
+    other = analyze(compare, use_cache=use_cache, steps=steps) if compare else None
     return analysis, other, timeline_data(analysis.focus)
 
 
-def load_in_child(path: str, compare: str | None, use_cache: bool):
+def load_in_child(path: str, compare: str | None, use_cache: bool, steps: str | None = None):
     """load_and_analyze in a child process; in this process if the child itself fails."""
-    command = [sys.executable, "-m", "traceagent.tui.loader", path, compare or "", "1" if use_cache else "0"]
+    command = [sys.executable, "-m", "traceagent.tui.loader", path, compare or "", "1" if use_cache else "0",
+               steps or ""]
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True)
     if done.returncode == 0 and done.stdout:
         result = pickle.loads(done.stdout)  # our own child's output
         if isinstance(result, TraceError):
             raise result
         return result
-    return load_and_analyze(path, compare, use_cache)
+    return load_and_analyze(path, compare, use_cache, steps)
 
 
 def main() -> int:
-    path, compare, use_cache = sys.argv[1], sys.argv[2] or None, sys.argv[3] == "1"
+    path, compare, use_cache, steps = sys.argv[1], sys.argv[2] or None, sys.argv[3] == "1", sys.argv[4] or None
     try:
-        result = load_and_analyze(path, compare, use_cache)
+        result = load_and_analyze(path, compare, use_cache, steps)
     except TraceError as exc:
         result = exc
     sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

@@ -1,0 +1,216 @@
+"""Diagnoses that cite the right evidence, give the advice the evidence supports, and say what
+fixing it would save. Traces are built by hand here; the comments give the expected numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from builder import TraceBuilder
+from conftest import RESNET_NW0, RESNET_NW4, analyzed
+
+import traceagent
+from traceagent.cli import main
+from traceagent.detect.analysis import analyze_trace
+
+HELPER = 200  # a thread that launches nothing (a progress bar's monitor, a tracing exporter)
+
+
+def stalled_trace(tmp_path, *, loader: str | None = None, training: bool = True):
+    """Two kernels with a 990 µs gap [110, 1100) between them. Over the gap the main thread is in
+    train.py's main(), in tokenizer.encode for 900 µs of it, in a short aten op for 10 µs; helper
+    threads run for the whole trace. Both kernels are launched by the main thread, inside main()."""
+    b = TraceBuilder()
+    b.python("train.py(10): <module>", 0, 2000)
+    b.python("train.py(20): main", 1, 1998)
+    if loader:
+        b.op(loader, 150, 900, cat="user_annotation")
+    else:
+        b.python("tokenizer.py(5): encode", 150, 900)
+    b.op("aten::copy_", 160, 10)
+    if training:
+        b.op("autograd::engine::evaluate_function: AddmmBackward0", 1300, 50)
+    for tid in (HELPER, HELPER + 1):  # two helper threads with the same frame: never summed
+        b.python("tqdm/_monitor.py(60): run", 0, 3000, tid=tid)
+    b.kernel("gemm", 10, 100, launch_at=2)
+    b.kernel("gemm", 1100, 100, launch_at=1095)
+    return b
+
+
+def test_evidence_is_the_launching_threads_innermost_frame(tmp_path):
+    ra = analyze_trace(stalled_trace(tmp_path).load(tmp_path))
+    (gap,) = [g for g in ra.findings.idle.top_gaps if g.dur_us == 990.0]
+    ev = gap.evidence
+    assert ev["thread"] == {"pid": 100, "tid": 100}
+    # spanning at least half the gap, innermost first: encode (900 of 990 µs), main, <module>
+    assert [h["name"] for h in ev["host"]] == ["tokenizer.py(5): encode", "train.py(20): main", "train.py(10): <module>"]
+    assert ev["python"] == "tokenizer.py(5): encode"
+    assert all(h["overlap_us"] <= gap.dur_us for h in ev["host"] + ev["other_threads"])
+    # the helper threads are context, never the headline
+    assert all("tqdm" not in h["name"] for h in ev["host"])
+    assert {o["tid"] for o in ev["other_threads"]} <= {HELPER, HELPER + 1}
+    assert ra.verdict.root_cause == "host_other" and "tokenizer.py(5): encode" in ra.verdict.hypothesis
+
+
+@pytest.mark.parametrize("loader, kind, says, never", [
+    ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "single_process", "num_workers=4", "prefetch_factor"),
+    ("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", "multi_process", "prefetch_factor",
+     "worker processes and pin it"),
+])
+def test_dataloader_advice_follows_the_iterator_in_use(tmp_path, loader, kind, says, never):
+    ra = analyze_trace(stalled_trace(tmp_path, loader=loader).load(tmp_path))
+    v = ra.verdict
+    assert (v.root_cause, v.evidence["dataloader"]) == ("dataloader", kind)
+    assert says in v.next_step and never not in v.next_step
+
+
+def test_an_annotation_named_for_data_loading_makes_the_gap_data_loading(tmp_path):
+    # a user's record_function("load_batch") (NVTX ranges arrive as the same kind of event)
+    ra = analyze_trace(stalled_trace(tmp_path, loader="load_batch").load(tmp_path))
+    assert ra.findings.idle.by_cause_us == {"dataloader": 990.0}
+    assert ra.verdict.root_cause == "dataloader"
+
+
+def test_inference_is_not_called_training(tmp_path):
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    training = analyze_trace(stalled_trace(tmp_path, loader=loader).load(tmp_path, "t.json"))
+    inference = analyze_trace(stalled_trace(tmp_path, loader=loader, training=False).load(tmp_path, "i.json"))
+    assert "training loop" in training.verdict.hypothesis
+    assert "training" not in inference.verdict.hypothesis and inference.findings.workload.training is False
+
+
+def copy_trace(tmp_path, kind: str, src: str, dst: str, stream: int = 7):
+    # 2 copies of 400 µs and a 100 µs kernel: copies are 800 of 1000 µs, none hidden by compute
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, launch_at=0)
+    b.memcpy(100, 400, 4_000_000, kind=kind, src=src, dst=dst, stream=stream, launch_at=99)
+    b.memcpy(500, 400, 4_000_000, kind=kind, src=src, dst=dst, stream=stream, launch_at=499)
+    b.kernel("gemm", 900, 100, launch_at=899)
+    return analyze_trace(b.load(tmp_path))
+
+
+def test_pageable_copies_to_the_host_point_at_reading_values_back(tmp_path):
+    v = copy_trace(tmp_path, "DtoH", "Device", "Pageable").verdict
+    assert v.root_cause == "pageable_memcpy" and ".item()" in v.next_step and "pin_memory=True" not in v.next_step
+
+
+def test_pageable_copies_to_the_device_point_at_pinning(tmp_path):
+    v = copy_trace(tmp_path, "HtoD", "Pageable", "Device").verdict
+    assert v.root_cause == "pageable_memcpy" and "pin_memory=True" in v.next_step
+
+
+def test_copies_already_on_a_side_stream_are_not_told_to_use_one(tmp_path):
+    ra = copy_trace(tmp_path, "HtoD", "Pinned", "Device", stream=30)
+    v = ra.verdict
+    assert v.root_cause == "memcpy" and ra.findings.memcpy.side_stream_bytes == 8_000_000
+    assert "already run on a side stream" in v.hypothesis and "overlap the rest with compute on a side" not in v.next_step
+
+
+def launch_bound_trace(tmp_path, op: str, call: str):
+    # 50 kernels of 2 µs, each launched 20 µs after the last one ended: launch-bound gaps
+    b = TraceBuilder()
+    t = 0.0
+    for _ in range(50):
+        b.op(op, t, 22)
+        b.kernel("small_kernel", t + 20, 2, launch_at=t, launch_dur=19, call=call)
+        t += 22
+    return analyze_trace(b.load(tmp_path))
+
+
+def test_a_launch_bound_optimizer_is_told_to_fuse(tmp_path):
+    v = launch_bound_trace(tmp_path, "Optimizer.step#AdamW.step", "cudaLaunchKernel").verdict
+    assert v.root_cause == "launch_overhead" and "fused=True" in v.next_step
+    assert "Optimizer.step#AdamW.step" in v.hypothesis
+
+
+def test_a_triton_decode_loop_is_told_to_use_cuda_graphs(tmp_path):
+    ra = launch_bound_trace(tmp_path, "triton_decode_step", "cuLaunchKernel")
+    v = ra.verdict
+    assert v.root_cause == "launch_overhead" and "CUDA graph" in v.next_step
+    assert "50 of 50 kernels launch through cuLaunchKernel" in v.hypothesis
+
+
+def test_a_trace_with_api_calls_but_no_device_records_says_so(tmp_path):
+    b = TraceBuilder()
+    b.op("aten::mm", 0, 100)
+    for i in range(3):
+        b.runtime("cudaLaunchKernel", 10 + i, 1, correlation=i + 1)
+    v = analyze_trace(b.load(tmp_path)).verdict
+    assert v.headline == "No kernel or copy records in this trace (3 CUDA API calls were recorded)"
+
+
+# -- steps --------------------------------------------------------------------------------------
+
+def step_trace(names: list[str]) -> TraceBuilder:
+    """Iterations as a user's ranges (no ProfilerStep): each 1000 µs, a data stall of 400 µs and a
+    600 µs kernel; the stall comes before the step's first kernel."""
+    b = TraceBuilder()
+    for i, name in enumerate(names):
+        t = i * 1000.0
+        b.op(name, t, 1000, cat="user_annotation")
+        b.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, 400, cat="user_annotation")
+        b.kernel("gemm", t + 400, 600, launch_at=t + 395)
+    return b
+
+
+@pytest.mark.parametrize("names, numbers", [(["train_step"] * 4, [0, 1, 2, 3]),
+                                            ([f"iteration_{n}" for n in (7, 8, 9, 10)], [7, 8, 9, 10])])
+def test_record_function_and_nvtx_iterations_are_steps(tmp_path, names, numbers):
+    ra = analyze_trace(step_trace(names).load(tmp_path))
+    steps = ra.findings.steps
+    assert [s["step"] for s in steps.steps] == numbers
+    # every idle nanosecond of a step is its own: the 400 µs stall before each step's kernel
+    # (the first step's is before the device's first work, outside the span)
+    assert [s["idle_us"] for s in steps.steps] == [0.0, 400.0, 400.0, 400.0]
+    assert sum(s["idle_us"] for s in steps.steps) == ra.findings.idle.idle_us
+
+
+def test_steps_named_by_the_user(tmp_path, capsys):
+    path = step_trace(["fwd_bwd"] * 3).write(tmp_path / "t.json")
+    assert analyze_trace(traceagent.load(path).traces[0]).findings.steps is None  # not a name we know
+    assert main(["analyze", str(path), "--json", "--steps", "^fwd_bwd$"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranks"][0]["steps"]["count"] == 3
+    with pytest.raises(SystemExit):
+        main(["analyze", str(path), "--steps", "(unclosed"])
+    assert "not a regular expression" in capsys.readouterr().err
+
+
+# -- what fixing it would save ------------------------------------------------------------------
+
+def test_every_finding_carries_its_saving(capsys):
+    assert main(["analyze", str(RESNET_NW0), "--json"]) == 0
+    rank = json.loads(capsys.readouterr().out)["ranks"][0]
+    from traceagent.detect.vocabulary import GAP_CAUSES, GAP_ROOT
+
+    for cause, idle_us in rank["idle"]["by_cause_us"].items():  # a gap removed saves at most its length
+        (mine,) = [s for s in rank["savings"] if GAP_CAUSES[cause].label in s["finding"]]
+        assert (mine["upper_bound_us"], mine["root_cause"]) == (idle_us, GAP_ROOT[cause])
+    assert any(s["upper_bound_us"] == rank["memcpy"]["exposed_us"] for s in rank["savings"])  # exposed copies
+    assert all(k["saving_2x_us"] == round(k["total_us"] / 2, 3) for k in rank["hot_kernels"])
+    saving = rank["verdict"]["saving"]
+    steps = rank["steps"]
+    # the data-loading stalls per step, over the mean step: 285,214 µs / 6 steps / 174,830 µs
+    assert saving["upper_bound_us"] == rank["idle"]["by_cause_us"]["dataloader"]
+    assert saving["step_pct"] == pytest.approx(100 * saving["upper_bound_us"] / steps["count"] / steps["mean_us"], abs=0.01)
+    assert "upper bound" in saving["sentence"]
+
+
+def test_diff_checks_the_prediction_against_the_measured_change(capsys):
+    before, after = analyzed(RESNET_NW0), analyzed(RESNET_NW4)
+    assert main(["diff", str(RESNET_NW0), str(RESNET_NW4), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    predicted, measured = d["prediction"]["predicted_up_to_pct"], d["prediction"]["measured_pct"]
+    assert predicted == before.verdict.saving["step_pct"]
+    assert measured == pytest.approx(-d["slower_pct"], abs=0.01) and measured > 0
+    assert d["prediction"]["within_estimate"] == (measured <= predicted)
+    assert main(["diff", str(RESNET_NW0), str(RESNET_NW4)]) == 0
+    assert f"predicted up to {predicted:.1f}% of step time, measured {measured:.1f}%" in capsys.readouterr().out
+    assert after.verdict.root_cause != "dataloader"
+
+
+def test_the_html_report_opens_with_its_title_and_verdict():
+    from traceagent.report.html import render_html
+
+    page = render_html(analyzed(RESNET_NW0))
+    assert page.index("<h1>") < page.index("Verdict") < page.index("<figure>")
+    assert page.count("<figure>") == page.count("<figcaption>")  # every chart titled

@@ -1,0 +1,90 @@
+"""What fixing each finding would give back: an upper bound over the trace and per step, with
+its reasoning (DESIGN.md, "saving estimate"). `diff` later compares it with what happened.
+
+- an idle gap removed saves at most its length;
+- communication or copies hidden behind compute save at most their exposed part;
+- a kernel made k× faster saves at most (1 − 1/k) of its time (k = 2 here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .comm import CommResult
+from .idle import IdleResult
+from .kernels import KernelsResult
+from .memcpy import MemcpyResult
+from .steps import StepsResult
+from .view import pct
+from .vocabulary import GAP_CAUSES, GAP_ROOT, ROOT_CAUSES
+
+KERNEL_SPEEDUP = 2.0  # the k of "a kernel made k× faster"
+
+
+@dataclass(frozen=True)
+class Saving:
+    finding: str  # what would be fixed, in words
+    root_cause: str  # a vocabulary.ROOT_CAUSES name
+    upper_bound_us: float  # over the whole trace (this rank)
+    pct: float  # of the rank's span (device time with several GPUs)
+    per_step_us: float | None  # per step, when the trace has steps
+    step_pct: float | None  # of the mean step time
+    reasoning: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def sentence(self) -> str:
+        """'Fixing idle time waiting for data loading would save up to 27.2% of step time (…)'."""
+        share = (f"{self.step_pct:.1f}% of step time" if self.step_pct is not None
+                 else f"{self.pct:.1f}% of the span")
+        return f"Fixing {self.finding} would save up to {share} ({self.reasoning})."
+
+
+def _saving(finding: str, root: str, us_: float, whole_us: float, steps: StepsResult | None,
+            reasoning: str) -> Saving:
+    per_step = round(us_ / steps.count, 3) if steps and steps.count else None
+    step_pct = pct(per_step, steps.mean_us) if per_step is not None and steps.mean_us else None
+    return Saving(finding, root, round(us_, 3), pct(us_, whole_us), per_step,
+                  min(step_pct, 100.0) if step_pct is not None else None, reasoning)
+
+
+def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, kernels: KernelsResult,
+                     steps: StepsResult | None) -> list[Saving]:
+    """Every finding's saving, largest first."""
+    whole = idle.device_time_us
+    out = []
+    for cause, us_ in idle.by_cause_us.items():
+        out.append(_saving(f"idle time {GAP_CAUSES[cause].label}", GAP_ROOT[cause], us_, whole, steps,
+                           "an upper bound: removing a gap saves at most its length"))
+    if copies.exposed_us:
+        root = "pageable_memcpy" if copies.pageable_bytes * 2 >= max(copies.bytes, 1) else "memcpy"
+        out.append(_saving("exposed copies", root, copies.exposed_us, whole, steps,
+                           "an upper bound: a copy hidden behind compute saves at most its exposed part"))
+    if comm.exposed_us:
+        out.append(_saving("exposed communication", "communication", comm.exposed_us, whole, steps,
+                           "an upper bound: communication hidden behind compute saves at most its exposed part"))
+    for k in kernels.top[:3]:
+        if not k.is_comm:
+            out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
+                               k.total_us * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
+                               f"an upper bound: a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
+                               f"{1 - 1 / KERNEL_SPEEDUP:.0%} of its time, if nothing else was hiding it"))
+    return sorted(out, key=lambda s: -s.upper_bound_us)
+
+
+def saving_for(savings: list[Saving], root_cause: str) -> Saving | None:
+    """The verdict's saving: every finding of its root cause together (e.g. idle from launch
+    overhead and launch latency), or None."""
+    mine = [s for s in savings if s.root_cause == root_cause]
+    if not mine:
+        return None
+    if len(mine) == 1:
+        return mine[0]
+    first = mine[0]
+    total = sum(s.upper_bound_us for s in mine)
+    per_step = sum(s.per_step_us for s in mine) if all(s.per_step_us is not None for s in mine) else None
+    step_pct = sum(s.step_pct for s in mine) if all(s.step_pct is not None for s in mine) else None
+    return Saving(ROOT_CAUSES[root_cause].label, root_cause, round(total, 3),
+                  round(sum(s.pct for s in mine), 2), per_step, min(step_pct, 100.0) if step_pct is not None else None,
+                  first.reasoning)
