@@ -214,3 +214,30 @@ def test_the_html_report_opens_with_its_title_and_verdict():
     page = render_html(analyzed(RESNET_NW0))
     assert page.index("<h1>") < page.index("Verdict") < page.index("<figure>")
     assert page.count("<figure>") == page.count("<figcaption>")  # every chart titled
+
+
+def test_an_nvtx_range_named_for_data_loading_in_an_nsight_export(tmp_path):
+    import shutil
+    import sqlite3
+
+    from conftest import DATA
+
+    source = DATA / "test-cuda" / "report1.sqlite"
+    before = analyzed(source).ranks[0]
+    gap = before.gaps.nlargest(1, "dur").iloc[0]
+    assert gap["cause"] != "dataloader"
+    copy = tmp_path / "with_nvtx.sqlite"
+    shutil.copy(source, copy)
+    con = sqlite3.connect(copy)
+    (thread,) = con.execute("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid "
+                            "ORDER BY COUNT(*) DESC LIMIT 1").fetchone()
+    # nvtx.range_push("load_batch") on the launching thread, over the largest gap (a push/pop range)
+    con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, "
+                "textId INTEGER, globalTid INTEGER)")
+    con.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 'load_batch', NULL, ?)",
+                (int(gap["start"]), int(gap["end"]), thread))
+    con.commit()
+    con.close()
+    after = traceagent.analyze(copy, use_cache=False).ranks[0]
+    assert after.gaps.nlargest(1, "dur").iloc[0]["cause"] == "dataloader"
+    assert after.findings.idle.by_cause_us["dataloader"] >= round(gap["dur"] / 1000, 3)
