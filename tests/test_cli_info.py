@@ -78,7 +78,7 @@ def test_truncated_json_loads_what_is_complete(tmp_path, capsys):
     whole = info_json(RESNET_NW0, capsys)["traces"][0]["counts"]
     assert 0 < trace["counts"]["host_events"] < whole["host_events"]
     assert trace["counts"]["kernels"] == 0 < whole["kernels"]
-    assert any("truncated" in w for w in trace["warnings"])
+    assert any("the file ends mid-event (cut short" in w for w in trace["warnings"])
 
 
 def test_truncated_gzip_loads_what_is_complete(tmp_path, capsys):
@@ -86,7 +86,7 @@ def test_truncated_gzip_loads_what_is_complete(tmp_path, capsys):
     cut.write_bytes(RESNET_NW0.read_bytes()[:600_000])
     data = info_json(cut, capsys)
     warnings = " ".join(data["traces"][0]["warnings"])
-    assert "gzip stream ends early" in warnings and "truncated" in warnings
+    assert "gzip stream ends early" in warnings and "ends mid-event" in warnings
     assert data["traces"][0]["counts"]["kernels"] > 0
 
 
@@ -96,7 +96,8 @@ def test_truncated_pretty_printed_trace(tmp_path, capsys):
     cut = tmp_path / "cut.json"
     cut.write_bytes(raw[: len(raw) // 2])
     data = info_json(cut, capsys)
-    assert 0 < data["traces"][0]["counts"]["host_events"] < 1035
+    whole = info_json(CPU_ONLY, capsys)["traces"][0]["counts"]["host_events"]
+    assert 0 < data["traces"][0]["counts"]["host_events"] < whole  # the events before the cut
 
 
 @pytest.mark.parametrize("content, problem", [

@@ -34,13 +34,23 @@ def _strip_bracketed(text: str, open_: str, close: str) -> str:
     return "".join(out)
 
 
+def _running_ns(kernels: pd.DataFrame) -> dict[str, int]:
+    """Per kernel name, the time at least one instance ran (per device, added up): the share of
+    busy time can then never pass 100% when instances overlap on several streams."""
+    out: dict[str, int] = {}
+    for (name, _), rows in kernels.groupby(["name", "device"], observed=True):  # top names only
+        span = iv.union(rows["start"].to_numpy(), rows["end"].to_numpy())
+        out[name] = out.get(name, 0) + iv.length(span)
+    return out
+
+
 @dataclass(frozen=True)
 class HotKernel:
     name: str  # as the trace has it (demangled)
     short_name: str
     count: int
     total_us: float
-    share_of_busy_pct: float  # of busy time (summed over the rank's devices)
+    share_of_busy_pct: float  # the time any instance ran (instances on several streams count once), of busy time
     mean_us: float
     median_us: float
     max_us: float
@@ -84,9 +94,10 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
     pairs = launched.groupby(["name", "op"], observed=True).size().sort_values(ascending=False)
     ops = {name: op for name, op in reversed(pairs.index.tolist())}
     comm = table.groupby("name", observed=True)["is_comm"].any()
+    running = _running_ns(launched)
     rows = [HotKernel(
         name=name, short_name=short_name(name), count=int(r["size"]), total_us=us(r["sum"]),
-        share_of_busy_pct=pct(r["sum"], busy), mean_us=us(r["mean"]), median_us=us(r["median"]), max_us=us(r["max"]),
+        share_of_busy_pct=pct(running[name], busy), mean_us=us(r["mean"]), median_us=us(r["median"]), max_us=us(r["max"]),
         op=ops.get(name) if isinstance(ops.get(name), str) else None, is_comm=bool(comm[name]),
         saving_2x_us=us(r["sum"] / 2),
     ) for name, r in chosen.iterrows()]

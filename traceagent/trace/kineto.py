@@ -74,8 +74,8 @@ class _Document(msgspec.Struct):
     so that no event object exists until its batch is decoded."""
 
     traceEvents: list[msgspec.Raw] = msgspec.field(default_factory=list)
-    deviceProperties: list[dict] | None = None
-    distributedInfo: dict | None = None
+    deviceProperties: Any = None  # a list of dicts; anything else is ignored with a warning (_meta)
+    distributedInfo: Any = None  # a dict; likewise
     schemaVersion: Any = None
 
 
@@ -89,14 +89,23 @@ def read_bytes(path: str) -> tuple[bytes, list[str]]:
     with open(path, "rb") as f:
         raw = f.read()
     if raw[:2] != b"\x1f\x8b":
-        return raw, []
+        return _without_bom(raw), []
     try:
-        return gzip.decompress(raw), []
+        return _without_bom(gzip.decompress(raw)), []
     except EOFError:
         data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw)
-        return data, ["the gzip stream ends early (the file was cut short)"]
+        return _without_bom(data), ["the gzip stream ends early (the file was cut short)"]
     except (OSError, zlib.error) as exc:
         raise TraceError(path, f"corrupt gzip file ({exc})", "Re-copy or re-export the trace.") from None
+
+
+def _without_bom(raw: bytes) -> bytes:
+    """Text editors on Windows write a UTF-8 byte-order mark; JSON parsers reject it."""
+    return raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw
+
+
+#: Python's json module writes these for non-finite floats; JSON has no such values.
+_NON_FINITE = re.compile(rb"(?<=[:,\[])(\s*)(?:-?Infinity|NaN)(?=\s*[,}\]])")
 
 
 def _first_byte(raw: bytes) -> bytes:
@@ -108,21 +117,52 @@ def _first_byte(raw: bytes) -> bytes:
 
 
 def decode(raw: bytes, path: str) -> tuple[_Document, list[str]]:
-    """Decode the document's structure; recover the complete events of a truncated one."""
-    try:
-        return _decode_document(raw), []
-    except msgspec.ValidationError:
-        pass  # e.g. a top-level list of events: fall through to the message below
-    except msgspec.DecodeError:
-        recovered = _recover_truncated(raw)
-        if recovered is not None:
-            doc, kept = recovered
-            pct = 100 * kept / max(len(raw), 1)
-            return doc, [f"the JSON is truncated; loaded the complete events in the first {pct:.0f}% of it"]
+    """Decode the document's structure. Repairs what is repairable (invalid UTF-8, NaN/Infinity
+    values, a file cut short) with a warning; anything else is a TraceError saying where."""
     if _first_byte(raw) not in (b"{", b"["):
         raise TraceError(path, "not a JSON trace file",
                          "Expected PyTorch Profiler JSON (.json/.json.gz) or an Nsight Systems .sqlite export.")
+    warnings: list[str] = []
+    for _ in range(3):  # each repair at most once: UTF-8, then non-finite numbers
+        try:
+            return _decode_document(raw), warnings
+        except msgspec.ValidationError as exc:  # valid JSON of the wrong shape: say which part
+            raise TraceError(path, f"not a PyTorch Profiler trace: {exc}", "Expected {\"traceEvents\": [...]}.") from None
+        except RecursionError:
+            raise TraceError(path, "JSON nested more deeply than Python can read (thousands of levels)",
+                             "No profiler writes this; check where the file came from.") from None
+        except msgspec.DecodeError as exc:
+            message = str(exc)
+            if "UTF-8" in message and not any("UTF-8" in w for w in warnings):
+                raw = raw.decode("utf-8", errors="replace").encode("utf-8")
+                warnings.append("invalid UTF-8 in the file was replaced with \ufffd")
+            elif "malformed" in message and not any("NaN" in w for w in warnings) and _NON_FINITE.search(raw):
+                raw = _NON_FINITE.sub(rb"\1null", raw)
+                warnings.append("NaN/Infinity values (not JSON) were read as missing")
+            elif "truncated" in message:
+                recovered = _recover_truncated(raw)
+                if recovered is None:
+                    break
+                doc, kept = recovered
+                return doc, [*warnings, f"the file ends mid-event (cut short after byte {len(raw):,}): loaded the "
+                                        f"{len(doc.traceEvents):,} complete events in its first {kept:,} bytes; "
+                                        "anything recorded after the cut is missing"]
+            else:
+                raise TraceError(path, f"malformed JSON {_where(raw, message)}",
+                                 "Re-export the trace, or fix the file at that place.") from None
     raise TraceError(path, "malformed JSON that could not be recovered", "Re-export the trace.")
+
+
+def _where(raw: bytes, message: str) -> str:
+    """'at byte 1,234 (line 5, column 17): invalid character' from msgspec's message."""
+    found = re.search(r"\(byte (\d+)\)", message)
+    reason = re.sub(r"^JSON is malformed: |\s*\(byte \d+\)", "", message)
+    if not found:
+        return f"({reason})"
+    at = int(found.group(1))
+    line = raw.count(b"\n", 0, at) + 1
+    column = at - (raw.rfind(b"\n", 0, at) + 1) + 1
+    return f"at byte {at:,} (line {line}, column {column}): {reason}"
 
 
 def _decode_document(raw: bytes) -> _Document:
@@ -155,13 +195,27 @@ def _recover_truncated(raw: bytes, attempts: int = 64):
     return None
 
 
-def _decode_events(batch: list) -> list:
-    """The second pass, one batch at a time: typed structs, or Any-typed ones for odd traces."""
+def _decode_events(batch: list) -> tuple[list, int]:
+    """The second pass, one batch at a time: typed structs, or Any-typed ones for odd traces;
+    events that are not objects at all are skipped (and counted)."""
     text = b"[" + b",".join(batch) + b"]"
     try:
-        return msgspec.json.decode(text, type=list[_STRICT])
-    except msgspec.ValidationError:
-        return msgspec.json.decode(text, type=list[_LOOSE])
+        return msgspec.json.decode(text, type=list[_STRICT]), 0
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        pass
+    try:
+        return msgspec.json.decode(text, type=list[_LOOSE]), 0
+    except (msgspec.ValidationError, msgspec.DecodeError):  # one by one, only on such traces
+        events = []
+        for item in batch:
+            try:
+                events.append(msgspec.json.decode(item, type=_LOOSE))
+            except msgspec.DecodeError as exc:
+                if "UTF-8" in str(exc):  # a name with invalid UTF-8: keep the event, mark the bytes
+                    events.append(msgspec.json.decode(bytes(item).decode("utf-8", "replace").encode(), type=_LOOSE))
+            except msgspec.ValidationError:  # not an object: skipped and counted
+                pass
+        return events, len(batch) - len(events)
 
 
 def _select(items: list, index: np.ndarray) -> list:
@@ -209,17 +263,31 @@ def load_kineto(path: str) -> Trace:
     warnings += more
     if not doc.traceEvents and b'"traceEvents"' not in raw and _first_byte(raw) != b"[":
         raise TraceError(path, "JSON without a traceEvents list", "This does not look like a PyTorch Profiler trace.")
+    if not doc.traceEvents:
+        raise TraceError(path, "the trace holds no events",
+                         "Check that the profiler ran past its warm-up (a schedule that never reaches an active step "
+                         "writes an empty trace).")
     raw_events = doc.traceEvents
-    parts = [_batch_columns(_decode_events(raw_events[i:i + BATCH])) for i in range(0, len(raw_events), BATCH)]
+    parts, skipped = [], 0
+    for i in range(0, len(raw_events), BATCH):
+        events, not_objects = _decode_events(raw_events[i:i + BATCH])
+        parts.append(_batch_columns(events))
+        skipped += not_objects
     del raw, raw_events, doc.traceEvents
+    dropped = sum(p[4] for p in parts)
+    if skipped:
+        warnings.append(f"skipped {skipped:,} entries of traceEvents that are not JSON objects")
+    if dropped:
+        warnings.append(f"dropped {dropped:,} events with impossible values (a missing or non-numeric time, a "
+                        "negative duration, a time out of range, or a negative byte count)")
     gpu = _concat([p[0] for p in parts])
     cpu = _concat([p[1] for p in parts])
     labelled = {pid: rank for p in parts for pid, rank in p[3].items()}
     for columns in (gpu, cpu):
         columns["rank"] = _ranks(columns.pop("rank_arg", np.zeros(0, np.int64)), columns.pop("pid_raw", None), labelled)
     meta = _meta(doc, path, warnings, has_flows=any(p[2] for p in parts))
-    meta.has_python_frames = bool((cpu.get("kind", np.zeros(0)) == "python").any()) or bool(
-        len(cpu.get("stack", [])) and cpu["stack"].notna().any())
+    meta.has_python_frames = bool((np.asarray(cpu.get("kind", []), dtype=object) == "python").any()) or bool(
+        len(cpu.get("stack", [])) and pd.Series(cpu["stack"]).notna().any())
     return finish_trace(gpu, cpu, meta)
 
 
@@ -242,9 +310,26 @@ def _process_ranks(events: list, phases: np.ndarray) -> dict[int, int]:
     return {int(pid): int(m.group(1)) for pid, e in zip(pids, named) if (m := _RANK_LABEL.search(e.args.label))}
 
 
-def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int]]:
-    """Columns of one batch of events: (device activity, host events, whether it has flows, and
-    pid → rank from process labels)."""
+#: |ts| and dur must stay below this (µs) so that ns fit in int64 with room to add them.
+_MAX_US = float(2**61) / 1000.0
+
+
+def _plausible(events: list, index: np.ndarray, device: bool) -> tuple[np.ndarray, int]:
+    """Of the events at `index`, those whose times (and byte counts) can be real; and how many
+    could not."""
+    items = _select(events, index)
+    if not items:
+        return index, 0
+    ts, dur = _numeric(items, "ts", float("nan")), _numeric(items, "dur", 0.0)
+    ok = np.isfinite(ts) & np.isfinite(dur) & (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)
+    if device:
+        ok &= _numeric(items, "args.bytes", 0) >= 0
+    return index[ok], int((~ok).sum())
+
+
+def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int]:
+    """Columns of one batch of events: (device activity, host events, whether it has flows,
+    pid → rank from process labels, events dropped for impossible values)."""
     cats = categorical(list(map(attrgetter("cat"), events)))
     lower = [str(c).lower() for c in cats.categories]
     codes = cats.codes
@@ -256,12 +341,13 @@ def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int]]:
     is_cpu = complete & (cpu_kind != None)  # noqa: E711
     has_flows = any(c in _FLOW_CATEGORIES for c in lower)
 
-    gpu_items = _select(events, np.flatnonzero(is_gpu))
-    cpu_items = _select(events, np.flatnonzero(is_cpu))
+    gpu_index, gpu_dropped = _plausible(events, np.flatnonzero(is_gpu), device=True)
+    cpu_index, cpu_dropped = _plausible(events, np.flatnonzero(is_cpu), device=False)
+    gpu_items, cpu_items = _select(events, gpu_index), _select(events, cpu_index)
     clock = _Clock(np.concatenate([_numeric(gpu_items, "ts", 0.0), _numeric(cpu_items, "ts", 0.0)]))
 
     gpu = _columns(gpu_items, clock)
-    gpu["kind"] = gpu_kind[is_gpu]
+    gpu["kind"] = gpu_kind[gpu_index]
     device = _numeric(gpu_items, "args.device", -1)
     gpu["device"] = np.where(device >= 0, device, _ids(gpu_items, "pid"))
     stream = _numeric(gpu_items, "args.stream", -1)
@@ -271,13 +357,13 @@ def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int]]:
     gpu["pid_raw"] = _ids(gpu_items, "pid")
 
     cpu = _columns(cpu_items, clock)
-    cpu["kind"] = cpu_kind[is_cpu]
+    cpu["kind"] = cpu_kind[cpu_index]
     cpu["pid"] = _ids(cpu_items, "pid")
     cpu["tid"] = _ids(cpu_items, "tid")
     cpu["stack"] = categorical(list(map(attrgetter("args.call_stack"), cpu_items)))
     cpu["rank_arg"] = _numeric(cpu_items, "args.rank", -1)
     cpu["pid_raw"] = cpu["pid"]
-    return gpu, cpu, has_flows, _process_ranks(events, phases)
+    return gpu, cpu, has_flows, _process_ranks(events, phases), gpu_dropped + cpu_dropped
 
 
 def _concat(parts: list[dict]) -> dict:
@@ -312,9 +398,15 @@ def _columns(items: list, clock: _Clock) -> dict:
 
 
 def _meta(doc, path: str, warnings: list[str], has_flows: bool) -> TraceMeta:
-    dist = doc.distributedInfo or {}
-    props = [p for p in (doc.deviceProperties or []) if isinstance(p, dict)]
-    devices = {int(p["id"]): str(p.get("name", f"GPU {p['id']}")) for p in props if "id" in p}
+    dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
+    if doc.distributedInfo is not None and not dist:
+        warnings.append("distributedInfo is not an object; ignored (rank from the file name, else 0)")
+    listed = doc.deviceProperties if isinstance(doc.deviceProperties, list) else []
+    if doc.deviceProperties is not None and not isinstance(doc.deviceProperties, list):
+        warnings.append("deviceProperties is not a list; ignored (GPUs are named by their id)")
+    props = [p for p in listed if isinstance(p, dict)]
+    devices = {int(p["id"]): str(p.get("name", f"GPU {p['id']}")) for p in props
+               if isinstance(p.get("id"), int) and not isinstance(p.get("id"), bool)}
     rank = dist.get("rank")
     world = dist.get("world_size")
     return TraceMeta(

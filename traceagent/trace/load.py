@@ -29,6 +29,7 @@ def sniff(path: str) -> str:
     """'kineto', 'nsys' or 'nsys-rep', from the first bytes (extensions lie)."""
     with open(path, "rb") as f:
         head = f.read(16)
+    head = head[3:] if head[:3] == b"\xef\xbb\xbf" else head  # a UTF-8 byte-order mark
     if head.startswith(b"SQLite format 3\0"):
         return "nsys"
     if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
@@ -71,7 +72,8 @@ def _export_nsys_rep(path: str) -> str:
 
 
 def trace_files(directory: str) -> list[str]:
-    """The trace files directly inside a directory, in name order."""
+    """The trace files directly inside a directory, in name order (regular files only: a FIFO
+    there would block the load)."""
     return sorted(str(p) for p in Path(directory).iterdir()
                   if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith("."))
 
@@ -104,6 +106,8 @@ def load(path: str | os.PathLike, use_cache: bool = True, progress: Progress | N
         if not files:
             raise TraceError(path, "a directory with no trace files in it (nor in its sub-directories)",
                              f"Expected files ending in {', '.join(_TRACE_SUFFIXES)}.")
+    elif not os.path.isfile(path):  # a FIFO, socket or device: reading it could block forever
+        raise TraceError(path, "not a regular file (a pipe, socket or device)", "Save the trace to a file first.")
     else:
         files = [path]
     loaded = _load_files(files, use_cache, progress, workers)
