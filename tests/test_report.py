@@ -18,6 +18,7 @@ from traceagent.cli import main
 from traceagent.format import duration, percent
 from traceagent.report.html import render_html
 from traceagent.report.markdown import render_markdown
+from traceagent.text import md_literal
 
 SHARED = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json.gz", ".sqlite")) and "dlrm" not in str(p))
 SHARED.append(DLRM_8RANK)
@@ -38,7 +39,8 @@ def test_markdown_report_matches_analyze_json(path, capsys):
     report = capsys.readouterr().out
 
     v = data["verdict"]
-    assert f"**{v['headline']}**" in report and v["next_step"] in report
+    # verdict prose shows literally in Markdown (it quotes trace strings): escaped as md_literal does
+    assert f"**{md_literal(v['headline'])}**" in report and md_literal(v["next_step"]) in report
     if v["limiter"] is None:
         assert "## Idle time" not in report
         return
@@ -146,5 +148,5 @@ def test_a_second_loss_sits_in_the_verdict_not_under_what_would_sharpen_it():
     verdict, _, rest = md.partition("## What would sharpen this diagnosis")
     sharpen = rest.split("\n## ")[0]
     assert result.verdict.other_losses  # the straggler's own losses: rank 7 is mostly idle, exposed comm 14.4%
-    for loss in result.verdict.other_losses:
+    for loss in map(md_literal, result.verdict.other_losses):
         assert loss in verdict and loss not in sharpen

@@ -3,6 +3,8 @@ offline analyst all say the same number the same way."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 def duration(us: float | None) -> str:
     """µs → '812.0 µs', '12.34 ms', '1.234 s'."""
@@ -31,19 +33,19 @@ def shorten(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def gap_evidence(gap: dict, name_width: int = 50, quote: str = "") -> str:
+def gap_evidence(gap: dict, name_width: int = 50, wrap: Callable[[str], str] = str) -> str:
     """What the host was doing in an idle gap, in words: `cudaStreamSynchronize under aten::item at
     train.py(42)` for a sync, else what the launching thread was in, innermost first, and the
-    user's line when it is not the first of those (each wrapped in `quote`)."""
+    user's line when it is not the first of those (each name passed through `wrap`, e.g. text.code)."""
     ev = gap["evidence"]
     if gap["cause"] == "sync":
-        parts = [ev.get("sync_call"), f"under {ev['op']}" if ev.get("op") else None,
-                 f"at {ev['python']}" if ev.get("python") else None]
+        parts = [wrap(ev["sync_call"]) if ev.get("sync_call") else None, f"under {wrap(ev['op'])}" if ev.get("op") else None,
+                 f"at {wrap(ev['python'])}" if ev.get("python") else None]
         return " ".join(p for p in parts if p)
-    names = ", ".join(f"{quote}{shorten(h['name'], name_width)}{quote}" for h in ev.get("host", []))
+    names = ", ".join(wrap(shorten(h["name"], name_width)) for h in ev.get("host", []))
     line = ev.get("python")
     if line and not any(h["name"] == line for h in ev.get("host", [])[:1]):
-        names += f" at {quote}{shorten(line, name_width)}{quote}"
+        names += f" at {wrap(shorten(line, name_width))}"
     return names or "-"
 
 

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from ..text import visible
 from .events import Answer, Cancelled, Event, Failure, Token, ToolCall, ToolResult
 from .llm import LLMConfig
 from .numbers import unverified
@@ -80,7 +81,7 @@ class Session:
                         yield Cancelled()
                         return
                     if isinstance(chunk.content, str) and chunk.content:
-                        yield Token(chunk.content)
+                        yield Token(visible(chunk.content, keep_lines=True))  # a model can emit escapes too
                     full = chunk if full is None else full + chunk
             except asyncio.CancelledError:
                 raise
@@ -93,7 +94,7 @@ class Session:
             calls, malformed = parse_tool_calls(full)
             ai = AIMessage(content=full.content, tool_calls=calls)
             if not calls and not malformed:
-                text = ai.content if isinstance(ai.content, str) else str(ai.content)
+                text = visible(ai.content if isinstance(ai.content, str) else str(ai.content), keep_lines=True)
                 self.history += [HumanMessage(question), AIMessage(text)]
                 yield Answer(text, unverified(text, results))
                 return

@@ -26,7 +26,10 @@ MAX_DEVICES = 8
 
 
 def render_html(analysis: Analysis, summary: str | None = None) -> str:
-    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(render_markdown(analysis, summary))
+    # raw HTML, links and images are off: none of traceagent's own Markdown uses them, so none can
+    # come from a trace string or a model's text
+    markdown = MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "image", "autolink"])
+    body = markdown.render(render_markdown(analysis, summary))
     charts = _charts(analysis) if analysis.verdict.limiter else ""
     # the title and the verdict first, then the charts, then the evidence sections
     first_h2, second_h2 = body.find("<h2>"), body.find("<h2>", body.find("<h2>") + 1)

@@ -3,9 +3,12 @@ dict `analyze --json` prints, so the two never disagree."""
 
 from __future__ import annotations
 
+import re
+
 from ..detect.analysis import Analysis
 from ..detect.diff import DiffResult
 from ..format import duration, gap_evidence, of_span, percent, scope, shorten, size, straggler_sentence
+from ..text import code, md_literal, visible
 
 TOP_GAPS = 8
 TOP_KERNELS = 10
@@ -20,33 +23,43 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def model_markdown(text: str) -> str:
+    """A model's Markdown made safe to embed: its emphasis and code stay, but it cannot open a
+    link, an image or HTML, and a code fence it left open is closed so the report goes on."""
+    text = re.sub(r"([<>\[\]!])", r"\\\1", visible(text, keep_lines=True))
+    if text.count("```") % 2:
+        text += "\n```"
+    return text
+
+
 def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
     """The report; `summary` is an optional paragraph (written by the model, already checked)."""
     data = analysis.to_dict()
     t, v = data["trace"], data["verdict"]
-    out = [f"# traceagent diagnosis: `{t['path']}`", "",
-           f"{t['format']} trace, {t['ranks']} rank(s), devices: {', '.join(t['devices']) or 'none'}."]
+    out = [f"# traceagent diagnosis: {code(t['path'])}", "",
+           f"{t['format']} trace, {t['ranks']} rank(s), devices: {md_literal(', '.join(t['devices'])) or 'none'}."]
     for warning in t["warnings"]:
-        out.append(f"\n> Warning: {warning}")
+        out.append(f"\n> Warning: {md_literal(warning)}")
     out += ["", "## Verdict", ""]
     if v["limiter"]:
-        out.append(f"**{v['headline']}**  ")
+        out.append(f"**{md_literal(v['headline'])}**  ")
         out.append(f"Limiter: `{v['limiter']}` · root cause: `{v['root_cause']}`")
     else:
-        out.append(f"**{v['headline']}**")
-    out += ["", f"**Hypothesis.** {v['hypothesis']}", "", f"**Next step.** {v['next_step']}"]
+        out.append(f"**{md_literal(v['headline'])}**")
+    # verdict prose quotes trace strings (kernel names, frames): everything in it shows literally
+    out += ["", f"**Hypothesis.** {md_literal(v['hypothesis'])}", "", f"**Next step.** {md_literal(v['next_step'])}"]
     if v.get("saving"):
-        out += ["", f"**What fixing it would save.** {v['saving']['sentence']}"]
+        out += ["", f"**What fixing it would save.** {md_literal(v['saving']['sentence'])}"]
     if v["other_losses"]:
-        out += ["", f"**Also.** {' '.join(v['other_losses'])}"]
+        out += ["", f"**Also.** {md_literal(' '.join(v['other_losses']))}"]
     if summary:
-        out += ["", "## Summary", "", summary]
+        out += ["", "## Summary", "", model_markdown(summary)]
     out += ["", "## What would sharpen this diagnosis", ""]
     missing = list(v.get("also", []))
     if t["ranks"] == 1 and (t.get("world_size") or 1) > 1:
         missing.append(f"This is one rank of {t['world_size']}: load the directory of all ranks' traces to "
                        "compare ranks.")
-    out += [f"- {m}" for m in missing] or ["- Nothing obvious: the trace has steps and Python frames."]
+    out += [f"- {md_literal(m)}" for m in missing] or ["- Nothing obvious: the trace has steps and Python frames."]
     if not v["limiter"]:
         return "\n".join(out) + "\n"
 
@@ -100,12 +113,13 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
     if idle["top_gaps"]:
         out += ["", "Largest gaps:", "",
                 _table(["at", "length", "cause", "evidence"],
-                       [[duration(g["start_us"]), duration(g["dur_us"]), g["cause"], gap_evidence(g, quote="`")]
+                       [[duration(g["start_us"]), duration(g["dur_us"]), g["cause"], gap_evidence(g, wrap=code)]
                         for g in idle["top_gaps"][:TOP_GAPS]])]
     if idle["sync_sites"]:
         out += ["", "Synchronizations that stalled the device:", "",
                 _table(["call", "op", "Python line", "times", "idle after"],
-                       [[s["call"], s["op"] or "-", s["python"] or "-", str(s["count"]), duration(s["idle_us"])]
+                       [[code(s["call"]), code(s["op"]) if s["op"] else "-", code(s["python"]) if s["python"] else "-",
+                         str(s["count"]), duration(s["idle_us"])]
                         for s in idle["sync_sites"]])]
     out += ["", f"## Data movement{who}", ""]
     if copies["count"]:
@@ -124,7 +138,7 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
                 f"({duration(comm['exposed_us'])}, {percent(comm['exposed_pct'])} {of})."]
         if comm["top"]:
             out += ["", _table(["collective", "count", "total"],
-                               [[f"`{shorten(c['name'], 70)}`", str(c["count"]), duration(c["total_us"])]
+                               [[code(shorten(c['name'], 70)), str(c["count"]), duration(c["total_us"])]
                                 for c in comm["top"]])]
     else:
         out.append("No collective kernels.")
@@ -133,13 +147,13 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
             f"{r['kernels']['count']} kernels of {r['kernels']['distinct']} distinct names ran "
             f"{duration(r['kernels']['total_us'])}. The top {len(kernels)}:", "",
             _table(["#", "kernel", "count", "total", "share of busy", "mean", "median", "max", "launched by"],
-                   [[str(i), f"`{shorten(k['short_name'], 40)}`", str(k["count"]), duration(k["total_us"]),
+                   [[str(i), code(shorten(k['short_name'], 40)), str(k["count"]), duration(k["total_us"]),
                      percent(k["share_of_busy_pct"]), duration(k["mean_us"]), duration(k["median_us"]),
-                     duration(k["max_us"]), f"`{shorten(k['op'], 40)}`" if k["op"] else "-"]
+                     duration(k["max_us"]), code(shorten(k['op'], 40)) if k["op"] else "-"]
                     for i, k in enumerate(kernels, 1)])]
     if kernels:
         out += ["", "<details><summary>Full kernel names</summary>", ""]
-        out += [f"{i}. `{k['name']}`" for i, k in enumerate(kernels, 1)]
+        out += [f"{i}. {code(k['name'])}" for i, k in enumerate(kernels, 1)]
         out += ["", "</details>"]
     launch, steps = r["launch"], r["steps"]
     out += ["", f"## Launch and steps{who}", "",
@@ -162,9 +176,9 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
 
 def render_diff_markdown(d: DiffResult) -> str:
     rc = d.root_cause
-    out = ["# traceagent diff", "", f"Before: `{d.before['path']}` ({d.before['limiter']}/{d.before['root_cause']})  ",
-           f"After: `{d.after['path']}` ({d.after['limiter']}/{d.after['root_cause']})", "",
-           f"**{d.headline}**", ""]
+    out = ["# traceagent diff", "", f"Before: {code(d.before['path'])} ({d.before['limiter']}/{d.before['root_cause']})  ",
+           f"After: {code(d.after['path'])} ({d.after['limiter']}/{d.after['root_cause']})", "",
+           f"**{md_literal(d.headline)}**", ""]
     if rc["cause"]:
         status = "gone" if rc["gone"] else "still there"
         out.append(f"The before trace's root cause, {rc['what']}, is {status}: "
@@ -180,10 +194,10 @@ def render_diff_markdown(d: DiffResult) -> str:
         per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"Hot kernels ({per}):", "",
                 _table(["kernel", "before", "after"],
-                       [[f"`{shorten(k['short_name'], 40)}`", duration(k["before_us"]), duration(k["after_us"])]
+                       [[code(shorten(k['short_name'], 40)), duration(k["before_us"]), duration(k["after_us"])]
                         for k in d.kernels])]
     out += ["", "New problems:" if d.new_problems else "No new problems."]
-    out += [f"- {p}" for p in d.new_problems]
+    out += [f"- {md_literal(p)}" for p in d.new_problems]
     out += [f"\n_{n}_" for n in d.notes]
     return "\n".join(out) + "\n"
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from ..text import visible
 from .model import CPU_COLUMNS, GPU_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical, matches, typed_frame
 
 # "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoD (Device -> Device)", "Memset (Device)"
@@ -126,9 +127,25 @@ def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t
     return result
 
 
+def _visible_names(values) -> pd.Categorical:
+    """A string column with every category made visible (text.visible): once per distinct name."""
+    cats = categorical(values)
+    names = [str(c) for c in cats.categories]
+    shown = [visible(n) for n in names]
+    if shown == names:
+        return cats
+    if len(set(shown)) == len(shown):
+        return cats.rename_categories(shown)
+    return categorical(np.asarray([*shown, None], dtype=object)[cats.codes])
+
+
 def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta) -> Trace:
-    """Build the typed frames, link device work to ops, flag collectives, derive steps."""
-    gpu_names = categorical(gpu.pop("name"))
+    """Build the typed frames, link device work to ops, flag collectives, derive steps. Every
+    string from the trace is made visible here (no raw control characters past this point)."""
+    meta.devices = {d: visible(name) for d, name in meta.devices.items()}
+    if "stack" in cpu:
+        cpu["stack"] = _visible_names(cpu["stack"])
+    gpu_names = _visible_names(gpu.pop("name"))
     copy_kind, src_kind, dst_kind = parse_copy_names(gpu_names)
     is_copy = np.asarray(gpu["kind"]) == "memcpy"
     gpu["copy_kind"] = categorical(np.where(is_copy, np.asarray(copy_kind, dtype=object), None))
@@ -136,7 +153,7 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta) -> Trace:
     gpu["dst_kind"] = dst_kind
     gpu["name"] = gpu_names
 
-    cpu_names = categorical(cpu.pop("name"))
+    cpu_names = _visible_names(cpu.pop("name"))
     cpu["name"] = cpu_names
     kind = np.asarray(cpu["kind"], dtype=object).copy()
     kind[matches(pd.Series(cpu_names), DATALOADER_NAME)] = "dataloader"

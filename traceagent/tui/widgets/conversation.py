@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from textual.containers import VerticalScroll
+from textual.markup import escape
 from textual.widgets import Collapsible, Markdown, Static
 
 from ...format import shorten
@@ -54,7 +55,8 @@ class ToolBlock(Collapsible):
         self.call_id = call_id
         self.arguments = f"arguments: {json.dumps(args) if args else '(none)'}"
         self.details = Static(self.arguments, markup=False)
-        super().__init__(self.details, title=f"tool: {name}({shorten(arguments, 60)})", collapsed=True)
+        # the model chose the name and arguments: shown as text, never read as markup
+        super().__init__(self.details, title=escape(f"tool: {name}({shorten(arguments, 60)})"), collapsed=True)
 
     def show_result(self, summary: str, ok: bool) -> None:
         self.details.update(f"{self.arguments}\nresult: {summary}")

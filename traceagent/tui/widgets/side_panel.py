@@ -3,6 +3,7 @@ the timeline and findings show (a select), and the findings list (selecting one 
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.message import Message
@@ -61,7 +62,7 @@ class SidePanel(VerticalScroll):
         await self.query_one("#verdict", Markdown).update(verdict)
         scopes = scope_options(self.data)
         select = self.query_one("#scope", Select)
-        select.set_options([(label, value) for label, value in scopes])
+        select.set_options([(Text(label), value) for label, value in scopes])
         focus = analysis.focus
         if scopes:
             select.value = next((value for _, value in scopes if value[0] == focus.rank), scopes[0][1])
@@ -74,7 +75,7 @@ class SidePanel(VerticalScroll):
         found = _findings(next(r for r in self.data["ranks"] if r["rank"] == rank), self.data["verdict"], several)
         self.questions = [question for _, question in found]
         findings.clear_options()
-        findings.add_options([Option(label) for label, _ in found])
+        findings.add_options([Option(Text(label)) for label, _ in found])  # Text: trace names are never markup
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()

@@ -1,0 +1,42 @@
+"""Trace strings (kernel names, frames, NVTX ranges) and model text are untrusted: one place
+makes them safe for terminals, Markdown and HTML.
+
+`visible` runs once at load, on every string a trace carries, so no output can hold a raw
+escape byte from a trace; the renderers then escape for their own syntax (Rich markup with
+`rich.markup.escape`, Markdown with `md_literal`/`code`, HTML with `html.escape`)."""
+
+from __future__ import annotations
+
+import re
+
+# C0 and C1 controls (ESC starts terminal sequences) and bidirectional overrides (text that
+# displays in another order than it reads); newline and tab only where a caller keeps them
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_WITH_LINES = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str, keep_lines: bool = False) -> str:
+    """Control characters as visible escapes (`\\x1b`); newlines and tabs kept only if asked."""
+    return (_CONTROL if keep_lines else _CONTROL_WITH_LINES).sub(_escape, text)
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!&|#~{}])")
+
+
+def md_literal(text: str) -> str:
+    """Text that Markdown shows as written: no emphasis, link, image, HTML or table cell
+    break can come out of it."""
+    return _MD_SPECIAL.sub(r"\\\1", visible(text)).replace("\n", " ")
+
+
+def code(text: str) -> str:
+    """A Markdown code span showing `text` literally, whatever backticks it holds."""
+    text = visible(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
