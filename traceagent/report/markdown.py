@@ -27,8 +27,9 @@ def model_markdown(text: str) -> str:
     """A model's Markdown made safe to embed: its emphasis and code stay, but it cannot open a
     link, an image or HTML, and a code fence it left open is closed so the report goes on."""
     text = re.sub(r"([<>\[\]!])", r"\\\1", visible(text, keep_lines=True))
-    if text.count("```") % 2:
-        text += "\n```"
+    fences = re.findall(r"^ {0,3}(`{3,}|~{3,})", text, re.MULTILINE)  # only a line that starts with one opens or closes
+    if len(fences) % 2:
+        text += "\n" + fences[-1]
     return text
 
 

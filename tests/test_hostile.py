@@ -1,0 +1,185 @@
+"""Broken and hostile inputs, one regression test each: every case gives an analysis (with a
+warning when something was repaired or dropped) or one clear error line and exit 2; never a
+traceback, a hang or an impossible number; and no trace string reaches a terminal, a Markdown
+or an HTML report as anything but text."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+
+import pytest
+from builder import TraceBuilder
+from invariants import impossible
+
+import traceagent
+from traceagent.cli import main
+
+BASE = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU"}], "traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0.0, "dur": 50.0,
+     "args": {"External id": 1}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10.0, "dur": 5.0,
+     "args": {"correlation": 1}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20.0, "dur": 30.0,
+     "args": {"device": 0, "stream": 7, "correlation": 1}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 100.0, "dur": 30.0,
+     "args": {"device": 0, "stream": 7, "correlation": 2}}]}
+
+
+def doc(change=None) -> dict:
+    d = json.loads(json.dumps(BASE))
+    if change:
+        change(d)
+    return d
+
+
+def deep_event(text: str) -> str:
+    event = '{"ph":"X","cat":"cpu_op","name":"deep","pid":1,"tid":1,"ts":1,"dur":1,"args":' + '{"a":' * 5000 + "1" \
+            + "}" * 5000 + "}"
+    return text[:-2] + ", " + event + "]}"
+
+
+RAW = json.dumps(BASE).encode()
+# name → (file bytes, a warning the analysis must carry, or an error it must end with)
+CASES = {
+    "bom": (b"\xef\xbb\xbf" + RAW, None, None),
+    "non_object_events": (json.dumps(doc(lambda d: d["traceEvents"].extend([1, "x", None, []]))).encode(),
+                          "skipped 4 entries of traceEvents that are not JSON objects", None),
+    "ts_null": (json.dumps(doc(lambda d: d["traceEvents"][2].update(ts=None))).encode(), "dropped 1 events", None),
+    "negative_duration": (json.dumps(doc(lambda d: d["traceEvents"][2].update(dur=-5))).encode(), "dropped 1 events",
+                          None),
+    "time_out_of_range": (json.dumps(doc(lambda d: d["traceEvents"][3].update(ts=1e300))).encode(),
+                          "dropped 1 events", None),
+    "negative_bytes": (json.dumps(doc(lambda d: d["traceEvents"].append(
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7, "ts": 60.0,
+         "dur": 10.0, "args": {"device": 0, "stream": 7, "bytes": -100}}))).encode(), "dropped 1 events", None),
+    "nan_infinity": (RAW.replace(b'"ts": 100.0', b'"ts": NaN'), "NaN/Infinity values (not JSON) were read as missing",
+                     None),
+    "invalid_utf8": (RAW.replace(b"gemm", b"ge\xffmm", 1), None, None),
+    "string_device_id": (json.dumps(doc(lambda d: d["traceEvents"][2]["args"].update(device="0"))).encode(), None,
+                         None),
+    "device_properties_dict": (json.dumps(doc(lambda d: d.update(deviceProperties={"id": 0}))).encode(),
+                               "deviceProperties is not a list", None),
+    "distributed_info_list": (json.dumps(doc(lambda d: d.update(distributedInfo=[1, 2]))).encode(),
+                              "distributedInfo is not an object", None),
+    "autograd_profiler_export": (json.dumps([{"name": "aten::add", "ph": "X", "ts": 1.0, "dur": 2.0, "tid": 1,
+                                              "pid": "CPU functions", "args": {}}]).encode(), None, None),
+    "cut_short": (RAW[: int(len(RAW) * 0.83)], "the file ends mid-event (cut short after byte", None),
+    "empty_event_list": (b'{"traceEvents": []}', None, "the trace holds no events"),
+    "trace_events_not_a_list": (b'{"traceEvents": 5}', None, "Expected `array`, got `int` - at `$.traceEvents`"),
+    "deep_nesting": (deep_event(json.dumps(BASE)).encode(), None, "JSON nested more deeply than Python can read"),
+    "flipped_byte_in_syntax": (RAW.replace(b'"ph": "X", "cat": "kernel"', b'"ph": "X", "cat"? "kernel"', 1), None,
+                               "malformed JSON at byte"),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_hostile_kineto_inputs(name, tmp_path, capsys):
+    content, warning, error = CASES[name]
+    path = tmp_path / f"{name}.json"
+    path.write_bytes(content)
+    code = main(["analyze", str(path), "--json", "--no-cache"])
+    out, err = capsys.readouterr()
+    if error:
+        assert code == 2 and err.count("\n") == 1 and str(path) in err and error in err
+        return
+    assert code == 0, err
+    data = json.loads(out)
+    assert impossible(data) == []
+    if warning:
+        assert any(warning in w for w in data["trace"]["warnings"]), data["trace"]["warnings"]
+
+
+def test_a_syntax_error_says_where(tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'{"traceEvents": [\n  {"ph": "X",\n   "cat"? 1}]}')
+    assert main(["info", str(path)]) == 2
+    # line 1 is 17 characters and a newline (bytes 0-17), line 2 13 and a newline (18-31): line 3
+    # starts at byte 32, and its "?" is its 9th character, byte 40
+    assert "malformed JSON at byte 40 (line 3, column 9): expected ':'" in capsys.readouterr().err
+
+
+def test_a_fifo_is_refused_before_it_is_opened(tmp_path, capsys):
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    assert main(["info", str(fifo)]) == 2  # opening it would block until a writer came
+    assert "not a regular file (a pipe, socket or device)" in capsys.readouterr().err
+
+
+def test_a_kernel_on_two_streams_at_once_is_never_over_100_percent_busy(tmp_path):
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, stream=7, launch_at=0)
+    b.kernel("gemm", 0, 100, stream=8, launch_at=1)
+    (kernel,) = traceagent.analyze(b.write(tmp_path / "t.json")).ranks[0].findings.kernels.top
+    assert (kernel.total_us, kernel.share_of_busy_pct) == (200.0, 100.0)  # 200 µs of kernel time in 100 µs
+
+
+# -- trace strings as text, everywhere ----------------------------------------------------------
+
+EVIL = "evil[/]\x1b[2J\x1b]8;;http://x\x07[@click=app.quit]x[/]<script>![i](http://e/x.png)`]|"
+
+
+def evil_trace(tmp_path):
+    b = TraceBuilder(device_name="GPU\x1b[31m")
+    for i in range(4):
+        b.python(f"train.py({i}): {EVIL}", i * 1000, 900)
+        b.op(EVIL, i * 1000 + 100, 700)
+        b.kernel(EVIL, i * 1000 + 900, 100, launch_at=i * 1000 + 890)
+    return b.write(tmp_path / "evil.json")
+
+
+@pytest.mark.parametrize("command", [["analyze"], ["analyze", "--json"], ["report"], ["info"],
+                                     ["ask", "what are the hot kernels?"], ["ask", "why is my GPU idle?"]])
+def test_no_raw_escape_byte_from_a_trace_reaches_the_output(tmp_path, capsys, monkeypatch, command):
+    monkeypatch.setenv("TRACEAGENT_CONFIG", "/nonexistent/config.toml")
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    path = evil_trace(tmp_path)
+    assert main([command[0], str(path), *command[1:]]) == 0
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    assert "\\x1b" in out  # shown, not dropped: nothing lost
+
+
+def test_the_reports_cannot_be_hijacked_by_a_trace_string(tmp_path):
+    from traceagent.report.html import render_html
+    from traceagent.report.markdown import render_markdown
+
+    analysis = traceagent.analyze(evil_trace(tmp_path))
+    md = render_markdown(analysis, summary="The model says ![x](http://e/y.png) and <b>bold</b>\n```python\nunclosed")
+    prose = re.sub(r"(`+).*?\1", "", md)  # code spans show their text literally in any Markdown renderer
+    assert "<script>" not in prose and "![i](" not in prose and "![x](" not in prose and "<b>" not in prose
+    page = render_html(analysis, summary="The model says ![x](http://e/y.png) and <b>bold</b>\n```python\nunclosed")
+    assert not re.search(r"<(script|img|a|link|iframe)\b", page, re.IGNORECASE)
+    assert not re.search(r"(src|href)=", page)
+    assert "## Where device time went" in md.split("```python")[-1]  # the open fence did not swallow the rest
+    assert "Where device time went</h2>" in page
+
+
+def test_the_chat_app_stays_up_with_markup_and_escapes_in_names(tmp_path):
+    from textual.widgets import OptionList
+
+    from traceagent.tui.app import TraceAgentApp
+
+    path = evil_trace(tmp_path)
+
+    async def run():
+        app = TraceAgentApp(str(path))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            findings = app.query_one("#findings", OptionList)
+            labels = [str(o.prompt) for o in findings.options]
+            await pilot.click("#findings")  # clicking a finding whose name holds [@click=app.quit] asks about it
+            findings.highlighted = len(labels) - 1
+            await pilot.press("enter")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            return labels, app.is_running, app.return_code
+
+    labels, running, code = asyncio.run(run())
+    assert running and code is None
+    assert any("evil[/]" in label for label in labels)  # shown as text: as markup "[/]" would vanish
+    assert all("\x1b" not in label for label in labels)
