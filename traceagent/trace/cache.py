@@ -1,7 +1,8 @@
 """Parquet cache of normalized traces, so the second load of a trace skips parsing.
 
 Entries live in one cache directory (not beside the trace: trace folders are often read-only)
-keyed by the trace's absolute path, size and mtime, and by the model version below.
+keyed by the trace's absolute path, size, mtime and content fingerprint, and by the model version
+below. Writes are atomic (a directory renamed into place); reads are checked against the model.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
 
-from .model import Trace, TraceMeta
+from .model import CPU_COLUMNS, GPU_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical
 
 
 def _loader_fingerprint() -> str:
@@ -37,23 +39,86 @@ def cache_dir() -> Path:
     return Path(base) / "traceagent"
 
 
+#: files up to this size are hashed whole for the cache key; larger ones in samples
+WHOLE_FILE_HASH = 64 << 20
+_SAMPLE = 1 << 20
+
+
+def fingerprint(path: str) -> str:
+    """The file's content as the cache sees it: a copy with the same size and modification time
+    (`cp -p`, `touch -r`) but other bytes gets another key. Whole files up to 64 MiB (BLAKE2 reads
+    about 1 GB/s); larger ones by their first, middle and last MiB."""
+    digest = hashlib.blake2b(digest_size=16)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        if size <= WHOLE_FILE_HASH:
+            for block in iter(lambda: f.read(_SAMPLE), b""):
+                digest.update(block)
+        else:
+            for offset in (0, size // 2, size - _SAMPLE):
+                f.seek(offset)
+                digest.update(f.read(_SAMPLE))
+    return digest.hexdigest()
+
+
 def _entry(path: str) -> Path:
     stat = os.stat(path)
-    key = f"{os.path.abspath(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\0{MODEL_VERSION}"
+    key = f"{os.path.abspath(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\0{fingerprint(path)}\0{MODEL_VERSION}"
     return cache_dir() / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
+_FRAMES = {"gpu": GPU_COLUMNS, "cpu": CPU_COLUMNS, "steps": STEP_COLUMNS}
+_META_TYPES = {f.name: f.type for f in dataclasses.fields(TraceMeta)}
+
+
 def read(path: str) -> Trace | None:
-    """The cached Trace for this file as it is now, or None."""
+    """The cached Trace for this file as it is now, or None. Whatever is wrong with an entry
+    (unreadable, another schema, swapped or damaged files), it is removed and the trace is parsed
+    again: the cache can be slow, never wrong, never an error."""
     entry = _entry(path)
-    try:
-        meta = json.loads((entry / "meta.json").read_text())
-        meta["devices"] = {int(k): v for k, v in meta["devices"].items()}
-        frames = {name: _object_categories(pd.read_parquet(entry / f"{name}.parquet"))
-                  for name in ("gpu", "cpu", "steps")}
-    except (OSError, ValueError, KeyError):
+    if not entry.exists():
         return None
-    return Trace(meta=TraceMeta(**meta), **frames)
+    try:
+        meta = _meta(json.loads((entry / "meta.json").read_text()))
+        frames = {name: _conform(pd.read_parquet(entry / f"{name}.parquet"), schema) for name, schema in _FRAMES.items()}
+        return Trace(meta=meta, **frames)
+    except Exception:  # any damage at all means: parse the file again
+        shutil.rmtree(entry, ignore_errors=True)
+        return None
+
+
+def _meta(raw) -> TraceMeta:
+    """TraceMeta from meta.json, checked field by field."""
+    if not isinstance(raw, dict) or set(raw) != set(_META_TYPES):
+        raise ValueError("meta.json does not have the TraceMeta fields")
+    if not isinstance(raw["devices"], dict) or not all(isinstance(v, str) for v in raw["devices"].values()):
+        raise ValueError("devices is not a mapping of names")
+    raw["devices"] = {int(k): v for k, v in raw["devices"].items()}
+    for key in ("format", "path", "profiler"):
+        if not isinstance(raw[key], str):
+            raise ValueError(key)
+    for key in ("device_properties", "warnings"):
+        if not isinstance(raw[key], list):
+            raise ValueError(key)
+    for key in ("rank", "world_size"):
+        if raw[key] is not None and not isinstance(raw[key], int):
+            raise ValueError(key)
+    return TraceMeta(**raw)
+
+
+def _conform(frame: pd.DataFrame, schema: dict[str, str]) -> pd.DataFrame:
+    """The frame with exactly the model's columns and dtypes, or ValueError. Parquet gives back
+    empty categorical columns as plain objects and categories as Arrow strings: both restored."""
+    if list(frame.columns) != list(schema):
+        raise ValueError("columns differ from the model's")
+    frame = _object_categories(frame)
+    for column, dtype in schema.items():
+        if dtype == "category":
+            if not isinstance(frame[column].dtype, pd.CategoricalDtype):
+                frame[column] = categorical(frame[column].to_numpy(dtype=object))
+        elif str(frame[column].dtype) != dtype:
+            raise ValueError(f"{column} is {frame[column].dtype}, not {dtype}")
+    return frame
 
 
 def _object_categories(frame: pd.DataFrame) -> pd.DataFrame:
