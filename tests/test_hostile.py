@@ -257,3 +257,56 @@ def test_concurrent_runs_into_one_cache_agree(tmp_path, isolated_cache):
     assert all(out == expected for out in outputs)
     again = subprocess.run(command, capture_output=True, env=env, timeout=120)  # now from the cache
     assert json.loads(again.stdout) == expected
+
+
+# -- secrets and transcripts -------------------------------------------------------------------
+
+SECRET_URL = "http://alice:sk-urlsecret-0123456789@127.0.0.1:9/v1?api_key=querysecret"
+
+
+def test_credentials_in_the_server_url_are_never_shown_or_saved(capsys, monkeypatch):
+    from conftest import RESNET_NW0, analyzed
+
+    from traceagent.agent.llm import load_config
+    from traceagent.agent.session import Session
+    from traceagent.agent.tools import AnalysisContext
+
+    config = load_config({"OPENAI_BASE_URL": SECRET_URL, "TRACEAGENT_CONFIG": "/nonexistent"})
+    assert config.describe() == "gpt-4o-mini at http://[credentials]@127.0.0.1:9/v1?api_key=[key]"
+    session = Session(AnalysisContext(analyzed(RESNET_NW0)), None, config)
+    assert "alice" not in session.transcript_markdown() and "querysecret" not in session.transcript_markdown()
+    # the chat's failure messages and `ask -v` (which prints the model and server) on a server that is down
+    monkeypatch.setenv("OPENAI_BASE_URL", SECRET_URL)
+    monkeypatch.setenv("TRACEAGENT_MAX_RETRIES", "0")
+    monkeypatch.setenv("TRACEAGENT_CONFIG", "/nonexistent/config.toml")
+    assert main(["ask", str(RESNET_NW0), "why?", "-v"]) == 1
+    out, err = capsys.readouterr()
+    assert "cannot reach the model server at http://[credentials]@127.0.0.1:9/v1" in err
+    for secret in ("alice", "sk-urlsecret", "querysecret"):
+        assert secret not in out + err
+
+
+def test_a_stopped_answer_is_saved_with_what_was_said(tmp_path):
+    from conftest import RESNET_NW0, analyzed
+    from fakes import ScriptedChatModel
+    from langchain_core.messages import AIMessage
+
+    from traceagent.agent.events import Token
+    from traceagent.agent.session import Session
+    from traceagent.agent.tools import AnalysisContext
+
+    model = ScriptedChatModel(received=[], responses=[AIMessage(content=" ".join(f"word{i}" for i in range(50)))])
+    session = Session(AnalysisContext(analyzed(RESNET_NW0)), model)
+
+    async def run():
+        seen = 0
+        async for event in session.ask("tell me everything"):
+            if isinstance(event, Token):
+                seen += 1
+                if seen == 5:
+                    session.cancel()  # Escape
+
+    asyncio.run(run())
+    text = session.transcript_markdown()
+    assert "word0 word1 word2 word3 word4" in text and "_(stopped: the answer was cut off here)_" in text
+    assert "word49" not in text

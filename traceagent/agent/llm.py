@@ -26,15 +26,33 @@ class LLMConfig:
     timeout_s: float = 60.0
     max_retries: int = 2
 
+    @property
+    def shown_url(self) -> str | None:
+        """The server's address as it may be shown or saved: without credentials."""
+        return redact_url(self.base_url) if self.base_url else None
+
     def describe(self) -> str:
         """For headers and logs: the model and where it runs, never the key."""
-        return f"{self.model} at {self.base_url}" if self.base_url else f"{self.model} (OpenAI)"
+        return f"{self.model} at {self.shown_url}" if self.base_url else f"{self.model} (OpenAI)"
 
     def redact(self, text: str) -> str:
-        """Remove the key (and anything shaped like an OpenAI key) from a message."""
+        """Remove the key, the credentials of the server's URL (and anything shaped like an OpenAI
+        key or a URL with a password) from a message."""
         if self.api_key and self.api_key != LOCAL_KEY:
             text = text.replace(self.api_key, "[key]")
-        return re.sub(r"sk-[A-Za-z0-9_\-*]{8,}", "[key]", text)
+        if self.base_url:
+            text = text.replace(self.base_url, self.shown_url or "")
+        return redact_url(re.sub(r"sk-[A-Za-z0-9_\-*]{8,}", "[key]", text))
+
+
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_SECRET_QUERY = re.compile(r"([?&](?:api[_-]?key|key|token|access_token|secret|password)=)[^&#\s]*", re.IGNORECASE)
+
+
+def redact_url(text: str) -> str:
+    """Credentials out of every URL in `text`: `http://user:key@host/v1?api_key=x` becomes
+    `http://[credentials]@host/v1?api_key=[key]`."""
+    return _SECRET_QUERY.sub(r"\1[key]", _USERINFO.sub("[credentials]@", text))
 
 
 def config_path() -> Path:

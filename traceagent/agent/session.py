@@ -38,6 +38,7 @@ class Session:
         self.model = model.bind_tools(list(self.tools.values())) if model is not None else None
         self.history: list[BaseMessage] = []
         self.transcript: list[tuple[str, str]] = []  # (role, markdown)
+        self._partial: list[str] = []  # the answer so far, for the transcript if it is stopped
         self._cancel = asyncio.Event()
 
     @property
@@ -61,14 +62,17 @@ class Session:
     async def ask(self, question: str) -> AsyncIterator[Event]:
         self._cancel.clear()
         self.transcript.append(("user", question))
-        if self.offline:
-            async for event in OfflineAnalyst(self.ctx, self.tools).answer(question):
+        self._partial = []
+        events = OfflineAnalyst(self.ctx, self.tools).answer(question) if self.offline else self._ask_model(question)
+        ended = False
+        try:
+            async for event in events:
                 self._record(event)
+                ended = ended or isinstance(event, (Answer, Cancelled))
                 yield event
-            return
-        async for event in self._ask_model(question):
-            self._record(event)
-            yield event
+        finally:  # stopped from outside (Escape cancels the TUI's worker mid-stream): keep what was said
+            if not ended and self._partial:
+                self._record(Cancelled())
 
     async def _ask_model(self, question: str) -> AsyncIterator[Event]:
         messages = [SystemMessage(system_prompt(self.ctx)), *self.history, HumanMessage(question)]
@@ -138,7 +142,9 @@ class Session:
         return Failure(kind, self.config.redact(message) if self.config else message)
 
     def _record(self, event: Event) -> None:
-        if isinstance(event, ToolCall):
+        if isinstance(event, Token):
+            self._partial.append(event.text)
+        elif isinstance(event, ToolCall):
             self.transcript.append(("tool", f"`{event.name}({json.dumps(event.args)})`"))
         elif isinstance(event, Answer):
             text = event.text
@@ -148,7 +154,11 @@ class Session:
         elif isinstance(event, Failure):
             self.transcript.append(("error", event.message))
         elif isinstance(event, Cancelled):
-            self.transcript.append(("error", "cancelled"))
+            said = "".join(self._partial).strip()
+            if said:
+                self.transcript.append(("assistant", said + "\n\n_(stopped: the answer was cut off here)_"))
+            else:
+                self.transcript.append(("error", "stopped before any answer"))
 
     def transcript_markdown(self) -> str:
         """The conversation as Markdown (no keys, no secrets: only what was said and shown)."""
@@ -190,7 +200,7 @@ def describe_model_error(exc: Exception, config: LLMConfig | None) -> tuple[str,
     """(kind, one clear line) for an error from the model server."""
     import openai
 
-    where = (config.base_url or "the OpenAI API") if config else "the model server"
+    where = (config.shown_url or "the OpenAI API") if config else "the model server"
     if isinstance(exc, openai.APITimeoutError):
         timeout = f" within {config.timeout_s:g} s" if config else ""
         return "timeout", f"the model server ({where}) did not answer{timeout}; raise TRACEAGENT_TIMEOUT or try again"
