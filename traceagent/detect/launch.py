@@ -21,6 +21,7 @@ class LaunchResult:
     median_kernel_us: float
     short_kernel_pct: float  # kernels shorter than their launch call
     by_call: dict[str, int]  # launches per API (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch...)
+    before_launch_pct: float = 0.0  # kernels that start before their launch call: host and device clocks disagree
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -35,12 +36,15 @@ def detect_launch(trace: Trace) -> LaunchResult:
     if linked.empty:
         return LaunchResult(0, 0.0, 0.0, 0.0, 0.0, 0.0, {})
     latency = (linked["start"] - linked["start_call"]).to_numpy()
+    # a kernel cannot start before it is launched: such pairs measure clock skew, not latency
+    skewed = latency < 0
+    measured = latency[~skewed] if (~skewed).any() else np.zeros(1, dtype=np.int64)
     call_dur = (linked["end_call"] - linked["start_call"]).to_numpy()
     kernel_dur = (linked["end"] - linked["start"]).to_numpy()
     by_call = linked["name_call"].astype(str).value_counts()
     return LaunchResult(
-        kernels=len(linked), median_latency_us=us(np.median(latency)), p90_latency_us=us(np.percentile(latency, 90)),
+        kernels=len(linked), median_latency_us=us(np.median(measured)), p90_latency_us=us(np.percentile(measured, 90)),
         median_launch_us=us(np.median(call_dur)), median_kernel_us=us(np.median(kernel_dur)),
         short_kernel_pct=pct((kernel_dur < call_dur).sum(), len(linked)),
-        by_call={str(k): int(v) for k, v in by_call.items()},
+        by_call={str(k): int(v) for k, v in by_call.items()}, before_launch_pct=pct(int(skewed.sum()), len(linked)),
     )

@@ -323,7 +323,8 @@ def _plausible(events: list, index: np.ndarray, device: bool) -> tuple[np.ndarra
     ts, dur = _numeric(items, "ts", float("nan")), _numeric(items, "dur", 0.0)
     ok = np.isfinite(ts) & np.isfinite(dur) & (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)
     if device:
-        ok &= _numeric(items, "args.bytes", 0) >= 0
+        nbytes = _numeric(items, "args.bytes", 0)
+        ok &= (nbytes >= 0) & (nbytes < 2**48)  # beyond 256 TB a byte count is damage, and sums overflow
     return index[ok], int((~ok).sum())
 
 

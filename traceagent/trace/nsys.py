@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -52,52 +53,114 @@ def load_nsys(path: str) -> Trace:
         con.close()
 
 
-def _read(con: sqlite3.Connection, tables: set[str], path: str) -> Trace:
-    def query(sql: str) -> pd.DataFrame:
-        return pd.read_sql_query(sql, con)
+@dataclass(frozen=True)
+class _Table:
+    """What a reader needs from one export table: the columns without which its rows mean nothing,
+    and the ones it can do without (read as NULL when the export lacks them)."""
 
+    required: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+
+#: The tables read, and their columns. Exports differ by nsys version: older ones lack some
+#: optional columns; a table that lacks a required one is skipped with a warning.
+SCHEMA = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": _Table(("start", "end"), ("deviceId", "streamId", "correlationId", "globalPid",
+                                                           "demangledName", "shortName")),
+    "CUPTI_ACTIVITY_KIND_MEMCPY": _Table(("start", "end"), ("deviceId", "streamId", "correlationId", "globalPid",
+                                                           "bytes", "copyKind", "srcKind", "dstKind")),
+    "CUPTI_ACTIVITY_KIND_MEMSET": _Table(("start", "end"), ("deviceId", "streamId", "correlationId", "globalPid",
+                                                           "bytes", "memKind")),
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": _Table(("start", "end"), ("deviceId", "streamId", "correlationId",
+                                                                    "globalPid")),
+    "CUPTI_ACTIVITY_KIND_RUNTIME": _Table(("start", "end"), ("globalTid", "correlationId", "nameId")),
+    "NVTX_EVENTS": _Table(("start", "end", "eventType"), ("text", "textId", "globalTid")),
+}
+_MAX_NS = 2**61
+MAX_BYTES = 2**48  # 256 TB in one copy: beyond this a byte count is damage, and sums would overflow
+_NUMERIC = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "globalTid", "bytes", "copyKind",
+            "srcKind", "dstKind", "memKind", "eventType", "nameId", "textId", "demangledName", "shortName"}
+
+
+def _read_table(con: sqlite3.Connection, name: str, warnings: list[str]) -> pd.DataFrame | None:
+    """One table's rows with every schema column (missing optional ones as NULL); numbers checked:
+    rows whose times are not integers, or that end before they start, are dropped and counted."""
+    spec = SCHEMA[name]
+    present = {row[1] for row in con.execute(f"PRAGMA table_info({name})")}
+    missing = [c for c in spec.required if c not in present]
+    if missing:
+        warnings.append(f"{name} has no {', '.join(missing)} column: its rows were skipped")
+        return None
+    columns = ", ".join(c if c in present else f"NULL AS {c}" for c in (*spec.required, *spec.optional))
+    frame = pd.read_sql_query(f"SELECT {columns} FROM {name}", con)
+    for column in frame.columns:
+        if column in _NUMERIC and not pd.api.types.is_numeric_dtype(frame[column]):  # text or blobs
+            frame[column] = pd.to_numeric(frame[column].map(lambda v: v if isinstance(v, (int, float)) else None),
+                                          errors="coerce")
+    times = frame[["start", "end"]]
+    ok = (times.notna().all(axis=1).to_numpy() & (frame["end"].fillna(-1) >= frame["start"].fillna(0)).to_numpy()
+          & (times.abs().fillna(0) < _MAX_NS).all(axis=1).to_numpy())  # sums of durations stay in int64
+    if "bytes" in frame:
+        ok &= frame["bytes"].fillna(0).between(0, MAX_BYTES).to_numpy()
+    if not ok.all():
+        warnings.append(f"{name}: dropped {int((~ok).sum()):,} rows with impossible values (missing, non-numeric or "
+                        "reversed times, negative byte counts)")
+    return frame[ok].reset_index(drop=True)
+
+
+def _strings(con: sqlite3.Connection) -> dict:
+    return dict(con.execute("SELECT id, value FROM StringIds").fetchall())
+
+
+def _read(con: sqlite3.Connection, tables: set[str], path: str) -> Trace:
     copy_kinds, memory_kinds = _enums(con, tables)
+    warnings: list[str] = []
+    strings = _strings(con)
+    frames = {name: _read_table(con, name, warnings) for name in SCHEMA if name in tables}
+
+    def name_of(ids: pd.Series) -> pd.Series:
+        return ids.map(strings)
+
     parts = []
-    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
-        parts.append(query(
-            "SELECT 'kernel' AS kind, COALESCE(d.value, s.value) AS name, k.deviceId AS device, "
-            "k.streamId AS stream, k.start, k.end, k.correlationId AS correlation, k.globalPid, "
-            "0 AS bytes, NULL AS copyKind, NULL AS srcKind, NULL AS dstKind "
-            "FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds d ON d.id = k.demangledName "
-            "LEFT JOIN StringIds s ON s.id = k.shortName"))
-    if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
-        parts.append(query(
-            "SELECT 'memcpy' AS kind, 'Memcpy' AS name, deviceId AS device, streamId AS stream, start, end, "
-            "correlationId AS correlation, globalPid, bytes, copyKind, srcKind, dstKind "
-            "FROM CUPTI_ACTIVITY_KIND_MEMCPY"))
-    if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
-        parts.append(query(
-            "SELECT 'memset' AS kind, 'Memset' AS name, deviceId AS device, streamId AS stream, start, end, "
-            "correlationId AS correlation, globalPid, bytes, NULL AS copyKind, NULL AS srcKind, memKind AS dstKind "
-            "FROM CUPTI_ACTIVITY_KIND_MEMSET"))
-    if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
-        parts.append(query(
-            "SELECT 'sync' AS kind, 'Synchronization' AS name, deviceId AS device, streamId AS stream, start, end, "
-            "correlationId AS correlation, globalPid, 0 AS bytes, NULL AS copyKind, NULL AS srcKind, NULL AS dstKind "
-            "FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"))
-    gpu = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else None
+    if (k := frames.get("CUPTI_ACTIVITY_KIND_KERNEL")) is not None and len(k):
+        parts.append(pd.DataFrame({
+            "kind": "kernel", "name": name_of(k["demangledName"]).fillna(name_of(k["shortName"])),
+            "device": k["deviceId"], "stream": k["streamId"], "start": k["start"], "end": k["end"],
+            "correlation": k["correlationId"], "globalPid": k["globalPid"], "bytes": 0,
+            "copyKind": None, "srcKind": None, "dstKind": None}))
+    if (m := frames.get("CUPTI_ACTIVITY_KIND_MEMCPY")) is not None and len(m):
+        parts.append(pd.DataFrame({
+            "kind": "memcpy", "name": "Memcpy", "device": m["deviceId"], "stream": m["streamId"], "start": m["start"],
+            "end": m["end"], "correlation": m["correlationId"], "globalPid": m["globalPid"], "bytes": m["bytes"],
+            "copyKind": m["copyKind"], "srcKind": m["srcKind"], "dstKind": m["dstKind"]}))
+    if (m := frames.get("CUPTI_ACTIVITY_KIND_MEMSET")) is not None and len(m):
+        parts.append(pd.DataFrame({
+            "kind": "memset", "name": "Memset", "device": m["deviceId"], "stream": m["streamId"], "start": m["start"],
+            "end": m["end"], "correlation": m["correlationId"], "globalPid": m["globalPid"], "bytes": m["bytes"],
+            "copyKind": None, "srcKind": None, "dstKind": m["memKind"]}))
+    if (y := frames.get("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")) is not None and len(y):
+        parts.append(pd.DataFrame({
+            "kind": "sync", "name": "Synchronization", "device": y["deviceId"], "stream": y["streamId"],
+            "start": y["start"], "end": y["end"], "correlation": y["correlationId"], "globalPid": y["globalPid"],
+            "bytes": 0, "copyKind": None, "srcKind": None, "dstKind": None}))
+    gpu = pd.concat(parts, ignore_index=True) if parts else None
 
     cpu_parts = []
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        cpu_parts.append(query(
-            "SELECT 'runtime' AS kind, s.value AS name, r.globalTid, r.start, r.end, r.correlationId AS correlation "
-            "FROM CUPTI_ACTIVITY_KIND_RUNTIME r LEFT JOIN StringIds s ON s.id = r.nameId"))
-    if "NVTX_EVENTS" in tables:
-        cpu_parts.append(query(
-            "SELECT 'annotation' AS kind, COALESCE(n.text, s.value) AS name, n.globalTid, n.start, n.end, "
-            "-1 AS correlation FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
-            f"WHERE n.eventType IN {_NVTX_RANGES} AND n.end IS NOT NULL"))
+    if (r := frames.get("CUPTI_ACTIVITY_KIND_RUNTIME")) is not None and len(r):
+        cpu_parts.append(pd.DataFrame({"kind": "runtime", "name": name_of(r["nameId"]), "globalTid": r["globalTid"],
+                                       "start": r["start"], "end": r["end"], "correlation": r["correlationId"]}))
+    if (n := frames.get("NVTX_EVENTS")) is not None and len(n):
+        n = n[n["eventType"].isin(_NVTX_RANGES)]
+        cpu_parts.append(pd.DataFrame({"kind": "annotation", "name": n["text"].where(n["text"].notna(),
+                                                                                      name_of(n["textId"])),
+                                       "globalTid": n["globalTid"], "start": n["start"], "end": n["end"],
+                                       "correlation": -1}))
     cpu = pd.concat([p for p in cpu_parts if len(p)], ignore_index=True) if any(len(p) for p in cpu_parts) else None
 
     gpu_cols = _gpu_columns(gpu, copy_kinds, memory_kinds)
     cpu_cols = _cpu_columns(cpu)
     meta = TraceMeta(format="nsys", path=str(path), devices=_device_names(con, tables),
-                     profiler=_profiler(con, tables))
+                     profiler=_profiler(con, tables), warnings=warnings)
     return finish_trace(gpu_cols, cpu_cols, meta)
 
 
@@ -110,12 +173,12 @@ def _gpu_columns(gpu: pd.DataFrame | None, copy_kinds: dict, memory_kinds: dict)
     if gpu is None:
         return {"name": [], "kind": []}
     # correlation ids are per process: make them unique across the processes of one export
-    correlation = (_pid(gpu["globalPid"]) << 32) | gpu["correlation"].fillna(-1).to_numpy(np.int64)
+    correlation = (_pid(gpu["globalPid"].fillna(0)) << 32) | gpu["correlation"].fillna(-1).to_numpy(np.int64)
     # name copies and memsets as Kineto does, so one parser (normalize) reads both formats
     copy = gpu["copyKind"].map(copy_kinds).fillna("")
     src = gpu["srcKind"].map(memory_kinds).fillna("unknown").str.capitalize()
     dst = gpu["dstKind"].map(memory_kinds).fillna("unknown").str.capitalize()
-    name = gpu["name"].fillna("").astype(object)
+    name = gpu["name"].fillna("").astype(str).astype(object)
     is_copy, is_set = gpu["kind"] == "memcpy", gpu["kind"] == "memset"
     name[is_copy] = "Memcpy " + copy[is_copy] + " (" + src[is_copy] + " -> " + dst[is_copy] + ")"
     name[is_set] = "Memset (" + dst[is_set] + ")"
@@ -132,16 +195,17 @@ def _gpu_columns(gpu: pd.DataFrame | None, copy_kinds: dict, memory_kinds: dict)
 
 
 def _cpu_columns(cpu: pd.DataFrame | None) -> dict:
-    if cpu is None:
-        return {"name": [], "kind": []}
-    names = pd.Categorical(cpu["name"].fillna(""))
+    if cpu is None:  # no runtime calls nor NVTX ranges: a device-only export
+        empty = np.zeros(0, dtype=np.int64)
+        return {"name": [], "kind": [], "pid": empty, "tid": empty, "start": empty, "end": empty, "correlation": empty}
+    names = pd.Categorical(cpu["name"].fillna("").astype(str))
     clean = [_NVTX_OP_SUFFIX.sub("", _API_SUFFIX.sub("", n)) for n in names.categories]
     names = names.rename_categories(clean) if len(set(clean)) == len(clean) else pd.Categorical(
         np.asarray(clean, dtype=object)[names.codes])
     driver = np.asarray([bool(re.match(r"cu[A-Z]", n)) for n in names.categories] + [False])[names.codes]
     kind = cpu["kind"].to_numpy(object).copy()
     kind[(kind == "runtime") & driver] = "driver"
-    tid_global = cpu["globalTid"].fillna(0)
+    tid_global = cpu["globalTid"].fillna(0).astype(np.int64)
     pid = _pid(tid_global)
     correlation = cpu["correlation"].fillna(-1).to_numpy(np.int64)
     correlation = np.where(correlation >= 0, (pid << 32) | correlation, -1)
