@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import DATA
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from invariants import impossible
 
@@ -118,6 +118,7 @@ def apply_kineto(mutations) -> bytes:
 
 @FUZZ
 @given(mutations=kineto_mutation())
+@example(mutations=[("retype", 0, "name", [])])  # found by the long run: a list for a name
 def test_mutated_kineto_traces(tmp_path, mutations):
     path = tmp_path / "mutated.json"
     path.write_bytes(apply_kineto(mutations))
@@ -145,6 +146,7 @@ def nsys_mutation(draw):
 
 @FUZZ
 @given(mutations=nsys_mutation())
+@example(mutations=[("set", "CUPTI_ACTIVITY_KIND_KERNEL", "start", "-9223372036854775808", 1)])  # abs() overflowed
 def test_mutated_nsight_exports(tmp_path, mutations):
     path = tmp_path / "mutated.sqlite"
     shutil.copy(NSYS, path)

@@ -8,6 +8,7 @@ C-level `map(attrgetter)`, never a Python loop per event.
 from __future__ import annotations
 
 import gzip
+import json
 import re
 import zlib
 from operator import attrgetter, itemgetter
@@ -234,6 +235,15 @@ def _numeric(items: list, attr: str, default: int | float) -> np.ndarray:
         return series.fillna(default).to_numpy(dtype=np.float64 if isinstance(default, float) else np.int64)
 
 
+def _texts(items: list, attr: str, missing: str | None = "") -> list:
+    """A string field of every event. The typed decoder guarantees strings; the loose one (odd
+    traces) lets lists, numbers or objects through, which are written out as text."""
+    values = list(map(attrgetter(attr), items))
+    if all(type(v) is str for v in values):  # the common case, at C speed
+        return values
+    return [v if type(v) is str else missing if v is None else json.dumps(v, default=str)[:1000] for v in values]
+
+
 def _ids(items: list, attr: str) -> np.ndarray:
     """pid/tid: ints, or strings like "stream 7" / "25738"; the trailing number when there is one."""
     values = pd.Series(list(map(attrgetter(attr), items)), dtype=object)
@@ -331,10 +341,10 @@ def _plausible(events: list, index: np.ndarray, device: bool) -> tuple[np.ndarra
 def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int]:
     """Columns of one batch of events: (device activity, host events, whether it has flows,
     pid → rank from process labels, events dropped for impossible values)."""
-    cats = categorical(list(map(attrgetter("cat"), events)))
+    cats = categorical(_texts(events, "cat"))
     lower = [str(c).lower() for c in cats.categories]
     codes = cats.codes
-    phases = np.asarray(list(map(attrgetter("ph"), events)), dtype=object)
+    phases = np.asarray(_texts(events, "ph"), dtype=object)
     complete = phases == "X"
     gpu_kind = np.array([GPU_CATEGORIES.get(c) for c in lower] + [None], dtype=object)[codes]
     cpu_kind = np.array([CPU_CATEGORIES.get(c) for c in lower] + [None], dtype=object)[codes]
@@ -361,7 +371,7 @@ def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int]
     cpu["kind"] = cpu_kind[cpu_index]
     cpu["pid"] = _ids(cpu_items, "pid")
     cpu["tid"] = _ids(cpu_items, "tid")
-    cpu["stack"] = categorical(list(map(attrgetter("args.call_stack"), cpu_items)))
+    cpu["stack"] = categorical(_texts(cpu_items, "args.call_stack", missing=None))
     cpu["rank_arg"] = _numeric(cpu_items, "args.rank", -1)
     cpu["pid_raw"] = cpu["pid"]
     return gpu, cpu, has_flows, _process_ranks(events, phases), gpu_dropped + cpu_dropped
@@ -390,7 +400,7 @@ def _columns(items: list, clock: _Clock) -> dict:
     external = _numeric(items, "args.external_id", -1)
     external = np.where(external >= 0, external, _numeric(items, "args.external_id_2021", -1))
     return {
-        "name": categorical(list(map(attrgetter("name"), items))),
+        "name": categorical(_texts(items, "name")),
         "start": start,
         "end": start + dur,
         "correlation": _numeric(items, "args.correlation", -1),

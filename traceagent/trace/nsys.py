@@ -99,7 +99,8 @@ def _read_table(con: sqlite3.Connection, name: str, warnings: list[str]) -> pd.D
                                           errors="coerce")
     times = frame[["start", "end"]]
     ok = (times.notna().all(axis=1).to_numpy() & (frame["end"].fillna(-1) >= frame["start"].fillna(0)).to_numpy()
-          & (times.abs().fillna(0) < _MAX_NS).all(axis=1).to_numpy())  # sums of durations stay in int64
+          & times.fillna(0).apply(lambda c: c.between(-_MAX_NS, _MAX_NS)).all(axis=1).to_numpy())  # sums stay in int64
+    # (not abs(): abs of the smallest int64 overflows back to itself)
     if "bytes" in frame:
         ok &= frame["bytes"].fillna(0).between(0, MAX_BYTES).to_numpy()
     if not ok.all():
