@@ -77,11 +77,11 @@ def test_question_gets_tool_blocks_and_a_streamed_answer(tmp_path):
     assert "Unverified numbers" in text and "99 ms" in text
 
 
-def test_escape_stops_the_answer():
+def test_escape_stops_the_answer(tmp_path):
     model = scripted(AIMessage(content=" ".join(f"word{i}" for i in range(400))), delay_s=0.02)
 
     async def run():
-        app = InProcessApp(str(RESNET_NW0), model=model)
+        app = InProcessApp(str(RESNET_NW0), model=model, save_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             await loaded(app, pilot)
             await pilot.press(*"tell me everything", "enter")
@@ -90,11 +90,15 @@ def test_escape_stops_the_answer():
             await app.workers.wait_for_complete()
             await pilot.pause()
             text = app.query_one(AnswerBlock).text
+            await pilot.press("ctrl+s")
+            await pilot.pause()
             return text
 
     text = asyncio.run(run())
     assert "stopped (Escape)" in text
     assert "word399" not in text
+    saved = next(tmp_path.glob("traceagent-transcript-*.md")).read_text()
+    assert "word0 word1" in saved and "_(stopped: the answer was cut off here)_" in saved  # what was said, marked
 
 
 def test_selecting_a_finding_asks_about_it():

@@ -145,8 +145,9 @@ class TraceAgentApp(App):
             await conversation.add_user(question)
         answer = None
         tools = {}
+        events = self.session.ask(question)
         try:
-            async for event in self.session.ask(question):
+            async for event in events:
                 if isinstance(event, Token):
                     if answer is None:
                         answer = await conversation.add_answer()
@@ -167,6 +168,7 @@ class TraceAgentApp(App):
                         await answer.add(event.text)
                     await answer.finish(event.unverified)
         except asyncio.CancelledError:
+            await events.aclose()  # the session keeps what was said, marked stopped, before a save can run
             await self._stopped(answer)
             raise
 
