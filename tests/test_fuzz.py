@@ -5,6 +5,7 @@ A few examples run in the suite; a long run takes TRACEAGENT_FUZZ_EXAMPLES=2000.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import os
@@ -79,6 +80,7 @@ def kineto_mutation(draw):
 
 
 def apply_kineto(mutations) -> bytes:
+    mutations = copy.deepcopy(mutations)  # Hypothesis may hand the same {} to two mutations
     doc = json.loads(json.dumps(KINETO))
     events = doc["traceEvents"]
     nested = None
@@ -147,6 +149,7 @@ def nsys_mutation(draw):
 @FUZZ
 @given(mutations=nsys_mutation())
 @example(mutations=[("set", "CUPTI_ACTIVITY_KIND_KERNEL", "start", "-9223372036854775808", 1)])  # abs() overflowed
+@example(mutations=[("set", "TARGET_INFO_GPU", "id", "'abc'", 1)])  # a lookup table outside the schema
 def test_mutated_nsight_exports(tmp_path, mutations):
     path = tmp_path / "mutated.sqlite"
     shutil.copy(NSYS, path)

@@ -110,7 +110,13 @@ def _read_table(con: sqlite3.Connection, name: str, warnings: list[str]) -> pd.D
 
 
 def _strings(con: sqlite3.Connection) -> dict:
-    return dict(con.execute("SELECT id, value FROM StringIds").fetchall())
+    """The export's string table; rows damaged into other types are left out (names then read as
+    missing, never as bytes)."""
+    try:
+        rows = con.execute("SELECT id, value FROM StringIds").fetchall()
+    except sqlite3.Error:
+        return {}
+    return {i: v for i, v in rows if type(i) is int and type(v) is str}
 
 
 def _read(con: sqlite3.Connection, tables: set[str], path: str) -> Trace:
@@ -225,27 +231,39 @@ def _enums(con: sqlite3.Connection, tables: set[str]) -> tuple[dict, dict]:
     """Copy and memory kinds by id, from the export's ENUM tables or the built-in table."""
     copy_kinds, memory_kinds = dict(COPY_KIND_IDS), dict(MEMORY_KIND_IDS)
     if "ENUM_CUDA_MEMCPY_OPER" in tables:
-        rows = con.execute("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER").fetchall()
+        rows = _id_rows(con, "ENUM_CUDA_MEMCPY_OPER")
         copy_kinds = {i: _ENUM_COPY[n.removeprefix("CUDA_MEMCPY_KIND_")] for i, n in rows
                       if n.removeprefix("CUDA_MEMCPY_KIND_") in _ENUM_COPY}
     if "ENUM_CUDA_MEM_KIND" in tables:
-        rows = con.execute("SELECT id, name FROM ENUM_CUDA_MEM_KIND").fetchall()
+        rows = _id_rows(con, "ENUM_CUDA_MEM_KIND")
         memory_kinds = {i: _ENUM_MEMORY[n.removeprefix("CUDA_MEMOPR_MEMORY_KIND_")] for i, n in rows
                         if n.removeprefix("CUDA_MEMOPR_MEMORY_KIND_") in _ENUM_MEMORY}
     return copy_kinds, memory_kinds
 
 
+def _id_rows(con: sqlite3.Connection, table: str) -> list[tuple[int, str]]:
+    """(id, name) rows of a small lookup table whose ids are integers and names text; other rows
+    (damage) are left out, and a table without those columns gives none."""
+    try:
+        rows = con.execute(f"SELECT id, name FROM {table}").fetchall()
+    except sqlite3.Error:
+        return []
+    return [(i, n) for i, n in rows if type(i) is int and type(n) is str]
+
+
 def _device_names(con: sqlite3.Connection, tables: set[str]) -> dict[int, str]:
     if "TARGET_INFO_GPU" in tables:
-        rows = con.execute("SELECT id, name FROM TARGET_INFO_GPU").fetchall()
-        return {int(i): str(n) for i, n in rows if i is not None}
+        return dict(_id_rows(con, "TARGET_INFO_GPU"))
     return {}  # newer exports without TARGET_INFO_GPU: finish_trace names them "GPU <id>"
 
 
 def _profiler(con: sqlite3.Connection, tables: set[str]) -> str:
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):  # the older exports' name is the second
         if table in tables:
-            row = con.execute(f"SELECT value FROM {table} WHERE name = 'EXPORT_PRODUCT_VERSION'").fetchone()
-            if row:
+            try:
+                row = con.execute(f"SELECT value FROM {table} WHERE name = 'EXPORT_PRODUCT_VERSION'").fetchone()
+            except sqlite3.Error:
+                row = None
+            if row and isinstance(row[0], str):
                 return f"Nsight Systems {row[0]}"
     return "Nsight Systems"
