@@ -80,7 +80,6 @@ def kineto_mutation(draw):
 
 
 def apply_kineto(mutations) -> bytes:
-    mutations = copy.deepcopy(mutations)  # Hypothesis may hand the same {} to two mutations
     doc = json.loads(json.dumps(KINETO))
     events = doc["traceEvents"]
     nested = None
@@ -89,17 +88,17 @@ def apply_kineto(mutations) -> bytes:
         if kind == "drop":
             events[a[0] % len(events)].pop(a[1], None) if isinstance(events[a[0] % len(events)], dict) else None
         elif kind == "retype" and isinstance(events[a[0] % len(events)], dict):
-            events[a[0] % len(events)][a[1]] = a[2]
+            events[a[0] % len(events)][a[1]] = copy.deepcopy(a[2])  # Hypothesis may share one {} between mutations
         elif kind == "retype_arg" and isinstance(events[a[0] % len(events)], dict):
             args = events[a[0] % len(events)].setdefault("args", {})
             if isinstance(args, dict):
-                args[a[1]] = a[2]
+                args[a[1]] = copy.deepcopy(a[2])
         elif kind == "nest":
             nested = (a[0] % len(events), a[1])
         elif kind == "huge_name" and isinstance(events[a[0] % len(events)], dict):
             events[a[0] % len(events)]["name"] = "k" * a[1]
         elif kind == "not_an_object":
-            events.insert(a[0] % len(events), a[1])
+            events.insert(a[0] % len(events), copy.deepcopy(a[1]))
     text = json.dumps(doc)
     if nested:  # arguments nested thousands deep, written by hand (json.dumps would recurse)
         i, depth = nested
@@ -121,6 +120,7 @@ def apply_kineto(mutations) -> bytes:
 @FUZZ
 @given(mutations=kineto_mutation())
 @example(mutations=[("retype", 0, "name", [])])  # found by the long run: a list for a name
+@example(mutations=[("not_an_object", 0, {}), ("retype", 0, "ts", {})])  # the harness must not alias values
 def test_mutated_kineto_traces(tmp_path, mutations):
     path = tmp_path / "mutated.json"
     path.write_bytes(apply_kineto(mutations))
