@@ -20,7 +20,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from .model import Trace, TraceMeta, categorical
+from .model import MAX_COPY_BYTES, MAX_TIME_NS, Trace, TraceMeta, categorical
 from .normalize import finish_trace
 
 # lower-cased Kineto category → our kind. The 2021 schema capitalised them (Kernel, Runtime...).
@@ -321,7 +321,7 @@ def _process_ranks(events: list, phases: np.ndarray) -> dict[int, int]:
 
 
 #: |ts| and dur must stay below this (µs) so that ns fit in int64 with room to add them.
-_MAX_US = float(2**61) / 1000.0
+_MAX_US = MAX_TIME_NS / 1000.0  # the model's bound, in the µs Kineto writes
 
 
 def _plausible(events: list, index: np.ndarray, device: bool) -> tuple[np.ndarray, int]:
@@ -334,7 +334,7 @@ def _plausible(events: list, index: np.ndarray, device: bool) -> tuple[np.ndarra
     ok = np.isfinite(ts) & np.isfinite(dur) & (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)
     if device:
         nbytes = _numeric(items, "args.bytes", 0)
-        ok &= (nbytes >= 0) & (nbytes < 2**48)  # beyond 256 TB a byte count is damage, and sums overflow
+        ok &= (nbytes >= 0) & (nbytes < MAX_COPY_BYTES)
     return index[ok], int((~ok).sum())
 
 

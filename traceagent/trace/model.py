@@ -13,6 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+#: Bounds past which a loaded value is damage, not data: times (ns) and one copy's byte count. Both
+#: keep sums over a trace inside int64. Every loader drops events beyond them and counts them.
+MAX_TIME_NS = 2**61
+MAX_COPY_BYTES = 2**48  # 256 TB in one copy
+
 GPU_COLUMNS: dict[str, str] = {
     "kind": "category",  # kernel, memcpy, memset, sync (CUPTI synchronization records: not device work)
     "name": "category",

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from .model import Trace, TraceMeta
+from .model import MAX_COPY_BYTES, MAX_TIME_NS, Trace, TraceMeta
 from .normalize import finish_trace
 
 # nsys's own values (not CUPTI's raw enums), for exports without ENUM tables
@@ -76,8 +76,6 @@ SCHEMA = {
     "CUPTI_ACTIVITY_KIND_RUNTIME": _Table(("start", "end"), ("globalTid", "correlationId", "nameId")),
     "NVTX_EVENTS": _Table(("start", "end", "eventType"), ("text", "textId", "globalTid")),
 }
-_MAX_NS = 2**61
-MAX_BYTES = 2**48  # 256 TB in one copy: beyond this a byte count is damage, and sums would overflow
 _NUMERIC = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "globalTid", "bytes", "copyKind",
             "srcKind", "dstKind", "memKind", "eventType", "nameId", "textId", "demangledName", "shortName"}
 
@@ -99,10 +97,10 @@ def _read_table(con: sqlite3.Connection, name: str, warnings: list[str]) -> pd.D
                                           errors="coerce")
     times = frame[["start", "end"]]
     ok = (times.notna().all(axis=1).to_numpy() & (frame["end"].fillna(-1) >= frame["start"].fillna(0)).to_numpy()
-          & times.fillna(0).apply(lambda c: c.between(-_MAX_NS, _MAX_NS)).all(axis=1).to_numpy())  # sums stay in int64
+          & times.fillna(0).apply(lambda c: c.between(-MAX_TIME_NS, MAX_TIME_NS)).all(axis=1).to_numpy())  # sums stay in int64
     # (not abs(): abs of the smallest int64 overflows back to itself)
     if "bytes" in frame:
-        ok &= frame["bytes"].fillna(0).between(0, MAX_BYTES).to_numpy()
+        ok &= frame["bytes"].fillna(0).between(0, MAX_COPY_BYTES).to_numpy()
     if not ok.all():
         warnings.append(f"{name}: dropped {int((~ok).sum()):,} rows with impossible values (missing, non-numeric or "
                         "reversed times, negative byte counts)")
