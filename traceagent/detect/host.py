@@ -121,15 +121,20 @@ def host_events_in(trace: Trace, lo: int, hi: int, top: int = 5) -> list[HostEve
     """The host events that spent the most time inside [lo, hi), each name's time measured on one
     thread at a time (so it never exceeds the window). Step markers are left out; they cover
     everything and explain nothing."""
-    cpu = trace.cpu
-    inside = cpu[(cpu["start"] < hi) & (cpu["end"] > lo)]
-    inside = inside[~matches(inside["name"], _STEP)]
+    inside = _events_in(trace, lo, hi)
     if inside.empty:
         return []
     table = _overlaps(inside, lo, hi)
     grouped = table.groupby(["name", "kind"], observed=True).agg(overlap=("overlap", "max"), depth=("depth", "min"))
     grouped = grouped.sort_values(["overlap", "depth"], ascending=[False, True]).head(top)
     return [HostEvent(name, kind, us(row.overlap), int(row.depth)) for (name, kind), row in grouped.iterrows()]
+
+
+def _events_in(trace: Trace, lo: int, hi: int) -> pd.DataFrame:
+    """Host events that overlap [lo, hi), without step markers (they cover everything)."""
+    cpu = trace.cpu
+    inside = cpu[(cpu["start"] < hi).to_numpy() & (cpu["end"] > lo).to_numpy()]
+    return inside[~matches(inside["name"], _STEP)]
 
 
 def _overlaps(events: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
@@ -182,9 +187,7 @@ def gap_host(trace: Trace, lo: int, hi: int, thread: tuple[int, int] | None = No
     if thread is None:
         launchers = launching_threads(trace)
         thread = (int(launchers["pid"].iloc[0]), int(launchers["tid"].iloc[0])) if len(launchers) else None
-    cpu = trace.cpu
-    inside = cpu[(cpu["start"] < hi).to_numpy() & (cpu["end"] > lo).to_numpy()]
-    inside = inside[~matches(inside["name"], _STEP)]
+    inside = _events_in(trace, lo, hi)
     if thread is None or inside.empty:
         return GapHost(None if thread is None else {"pid": thread[0], "tid": thread[1]}, [], None, [])
     on_thread = (inside["pid"].to_numpy() == thread[0]) & (inside["tid"].to_numpy() == thread[1])
