@@ -18,7 +18,7 @@ from .idle import IdleResult
 from .kernels import KernelsResult
 from .launch import LaunchResult
 from .memcpy import MemcpyResult
-from .savings import Saving, saving_for
+from .savings import Saving, saving_for, straggler_saving
 from .steps import StepsResult
 from .stragglers import RankComparison
 from .vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES
@@ -275,13 +275,7 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
     rank, cause = comparison.straggler, comparison.straggler_cause or "host_other"
     limiter = "compute" if cause == "hot_kernel" else "idle"
     what = ROOT_CAUSES[cause].label if cause != "hot_kernel" else "longer compute on its GPU"
-    waiting = sum(r.exposed_waiting_us for r in comparison.ranks if r.rank != rank)
-    steps = late.steps
-    saving = Saving(f"rank {rank}'s lateness", "straggler", round(waiting, 3), comparison.others_exposed_waiting_pct,
-                    round(waiting / (len(comparison.ranks) - 1) / steps.count, 3) if steps and steps.count else None,
-                    None, "an upper bound: the other ranks' waiting for it, where no compute of theirs hides it")
-    if saving.per_step_us is not None and steps.mean_us:
-        saving = replace(saving, step_pct=min(round(100 * saving.per_step_us / steps.mean_us, 2), 100.0))
+    saving = straggler_saving(comparison, late.steps)
     evidence = {"straggler_rank": rank, "straggler_cause": cause, "last_pct": comparison.straggler_last_pct,
                 "matched_collectives": comparison.matched, "others_waiting_us": comparison.others_waiting_us,
                 "others_exposed_waiting_pct": comparison.others_exposed_waiting_pct,

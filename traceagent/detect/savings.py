@@ -15,6 +15,7 @@ from .idle import IdleResult
 from .kernels import KernelsResult
 from .memcpy import MemcpyResult
 from .steps import StepsResult
+from .stragglers import RankComparison
 from .view import pct
 from .vocabulary import GAP_CAUSES, GAP_ROOT, ROOT_CAUSES
 
@@ -88,3 +89,14 @@ def saving_for(savings: list[Saving], root_cause: str) -> Saving | None:
     return Saving(ROOT_CAUSES[root_cause].label, root_cause, round(total, 3),
                   round(sum(s.pct for s in mine), 2), per_step, min(step_pct, 100.0) if step_pct is not None else None,
                   first.reasoning)
+
+
+def straggler_saving(comparison: RankComparison, steps: StepsResult | None) -> Saving:
+    """The straggler's cost: the other ranks' exposed waiting for it (all of it over the trace;
+    per step, one other rank's share over the straggler's steps)."""
+    rank = comparison.straggler
+    waiting = sum(r.exposed_waiting_us for r in comparison.ranks if r.rank != rank)
+    per_step = round(waiting / (len(comparison.ranks) - 1) / steps.count, 3) if steps and steps.count else None
+    step_pct = min(pct(per_step, steps.mean_us), 100.0) if per_step is not None and steps.mean_us else None
+    return Saving(f"rank {rank}'s lateness", "straggler", round(waiting, 3), comparison.others_exposed_waiting_pct,
+                  per_step, step_pct, "an upper bound: the other ranks' waiting for it, where no compute of theirs hides it")
