@@ -94,9 +94,9 @@ def _summary(a: Analysis) -> dict:
     }
 
 
-def _cause_share(s: dict, a: Analysis, root: str | None) -> float:
-    """How big the before verdict's root cause is in a trace, in its own unit (share of span,
-    or for pageable copies the share of copied bytes)."""
+def _cause_share(s: dict, a: Analysis, root: str | None, kernel: str | None = None) -> float:
+    """How big a root cause is in trace `a` (summarized in `s`), in its own unit (share of span,
+    or for pageable copies the share of copied bytes); a hot kernel is named by `kernel`."""
     if gaps := gap_causes_of(root or ""):
         return round(sum(s["cause_pct"].get(c, 0.0) for c in gaps), 2)
     if root == "pageable_memcpy":
@@ -107,9 +107,8 @@ def _cause_share(s: dict, a: Analysis, root: str | None) -> float:
         return s["comm_exposed_pct"]
     if root == "straggler":  # the others' waiting for it, over their device time
         return s["straggler_pct"]
-    if root == "hot_kernel":
-        name = a.verdict.evidence.get("kernel")
-        total = sum(k.total_us for r in a.ranks for k in r.findings.kernels.top if k.name == name)
+    if root == "hot_kernel":  # that kernel's time in this trace, over this trace's span
+        total = sum(k.total_us for r in a.ranks for k in r.findings.kernels.top if k.name == kernel)
         return pct(total, s["span_us"])
     return 0.0
 
@@ -137,7 +136,8 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         metrics.append(Metric(f"idle: {cause}", "pct", b["cause_pct"].get(cause, 0.0), a["cause_pct"].get(cause, 0.0)))
 
     root = before.verdict.root_cause
-    share_before, share_after = _cause_share(b, before, root), _cause_share(a, before, root)
+    kernel = before.verdict.evidence.get("kernel")
+    share_before, share_after = _cause_share(b, before, root, kernel), _cause_share(a, after, root, kernel)
     gone = root is not None and share_after < GONE_BELOW_PCT
     words = ROOT_CAUSES[root].measure if root in ROOT_CAUSES else (root or "")
     root_cause = {"cause": root, "what": words, "before_pct": share_before, "after_pct": share_after, "gone": gone}
@@ -145,7 +145,9 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     new = []
     v_after = after.verdict
     if v_after.root_cause and v_after.root_cause != root:
-        grown = _cause_share(a, after, v_after.root_cause) - _cause_share(b, after, v_after.root_cause)
+        kernel_after = v_after.evidence.get("kernel")
+        grown = (_cause_share(a, after, v_after.root_cause, kernel_after)
+                 - _cause_share(b, before, v_after.root_cause, kernel_after))
         if grown >= NEW_PROBLEM_POINTS or not gone:
             new.append(f"the after trace's limiter is now {v_after.limiter}/{v_after.root_cause}: {v_after.headline}")
     for cause in a["cause_pct"]:
@@ -186,16 +188,25 @@ def _prediction(before: Analysis, basis: str, measured_pct: float) -> dict | Non
 
 
 def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[dict]:
-    def totals(a: Analysis, per: int) -> dict[str, tuple[str, float]]:
-        out: dict[str, tuple[str, float]] = {}
+    """The top kernels of both traces side by side: time per step (or per trace), calls in the
+    whole trace, and the share of each trace's own kernel time (never the other trace's)."""
+    def totals(a: Analysis, per: int) -> tuple[dict[str, dict], float]:
+        out: dict[str, dict] = {}
         for r in a.ranks:
             for k in r.findings.kernels.top:
-                short, total = out.get(k.name, (k.short_name, 0.0))
-                out[k.name] = (short, total + k.total_us / per)
-        return out
+                row = out.setdefault(k.name, {"short_name": k.short_name, "us": 0.0, "count": 0})
+                row["us"] += k.total_us / per
+                row["count"] += k.count
+        return out, sum(r.findings.kernels.total_us for r in a.ranks) / per
 
-    tb, ta = totals(before, per_b), totals(after, per_a)
-    names = sorted(set(tb) | set(ta), key=lambda n: -max(tb.get(n, ("", 0))[1], ta.get(n, ("", 0))[1]))[:top]
-    return [{"name": n, "short_name": (tb.get(n) or ta.get(n))[0],
-             "before_us": round(tb[n][1], 3) if n in tb else None,
-             "after_us": round(ta[n][1], 3) if n in ta else None} for n in names]
+    (tb, all_b), (ta, all_a) = totals(before, per_b), totals(after, per_a)
+    names = sorted(set(tb) | set(ta), key=lambda n: -max(tb.get(n, {"us": 0})["us"], ta.get(n, {"us": 0})["us"]))[:top]
+    rows = []
+    for n in names:
+        row = {"name": n, "short_name": (tb.get(n) or ta[n])["short_name"]}
+        for side, table, total in (("before", tb, all_b), ("after", ta, all_a)):
+            k = table.get(n)
+            row |= {f"{side}_us": round(k["us"], 3) if k else None, f"{side}_count": k["count"] if k else None,
+                    f"{side}_share_pct": pct(k["us"], total) if k else None}
+        rows.append(row)
+    return rows

@@ -194,8 +194,10 @@ def render_diff_markdown(d: DiffResult) -> str:
     if d.kernels:
         per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"Hot kernels ({per}):", "",
-                _table(["kernel", "before", "after"],
-                       [[code(shorten(k['short_name'], 40)), duration(k["before_us"]), duration(k["after_us"])]
+                _table(["kernel", "before", "after", "share of kernel time", "calls"],
+                       [[code(shorten(k['short_name'], 40)), duration(k["before_us"]), duration(k["after_us"]),
+                         f"{percent(k['before_share_pct'])} → {percent(k['after_share_pct'])}",
+                         f"{k['before_count'] or 0} → {k['after_count'] or 0}"]
                         for k in d.kernels])]
     out += ["", "New problems:" if d.new_problems else "No new problems."]
     out += [f"- {md_literal(p)}" for p in d.new_problems]
