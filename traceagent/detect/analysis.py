@@ -19,7 +19,7 @@ from .comm import CommResult, detect_comm
 from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
 from .idle import IdleParams, detect_idle, trace_gaps
 from .kernels import KernelsResult, detect_hot_kernels
-from .launch import detect_launch
+from .launch import LaunchResult, detect_launch
 from .memcpy import MemcpyResult, detect_memcpy
 from .savings import estimate_savings
 from .steps import StepsResult, detect_steps
@@ -72,6 +72,10 @@ class RankAnalysis:
     def comm(self, device: int | None = None) -> CommResult:
         """Collectives on the rank, or on one of its GPUs."""
         return self.findings.comm if device is None else detect_comm(self.trace, device=device)
+
+    def launch(self, device: int | None = None) -> LaunchResult:
+        """Launch statistics on the rank, or on one of its GPUs."""
+        return self.findings.launch if device is None else detect_launch(self.trace, device=device)
 
     def steps(self, device: int | None = None) -> StepsResult | None:
         """Steps with idle from every GPU of the rank, or from one."""

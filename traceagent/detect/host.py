@@ -82,6 +82,17 @@ def python_line_above(trace: Trace, calls: pd.DataFrame) -> np.ndarray:
     return found
 
 
+def kernel_python_lines(trace: Trace, names: list[str]) -> dict[str, str]:
+    """The user's Python line that launched each of these kernels most often (kernels without
+    one are left out)."""
+    kernels = trace.gpu[(trace.gpu["kind"] == "kernel").to_numpy() & trace.gpu["name"].isin(names).to_numpy()]
+    launch = kernels[["name", "correlation"]].join(calls_by_correlation(trace)[["pid", "tid", "start"]],
+                                                   on="correlation", how="inner")
+    found = pd.DataFrame({"kernel": launch["name"].astype(str).to_numpy(),
+                          "python": python_line_above(trace, launch)}).dropna()
+    return {k: g["python"].mode().iloc[0] for k, g in found.groupby("kernel")}
+
+
 def _first_user_frame(stack: str | None) -> str | None:
     if not stack:
         return None

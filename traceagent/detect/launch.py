@@ -9,7 +9,7 @@ import numpy as np
 
 from ..trace.model import Trace, matches
 from .host import LAUNCH_CALLS, calls_by_correlation
-from .view import pct, us
+from .view import on_device, pct, us
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,11 @@ class LaunchResult:
         return asdict(self)
 
 
-def detect_launch(trace: Trace) -> LaunchResult:
+def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:
+    """Launch statistics of the kernels of every GPU, or of one."""
     calls = calls_by_correlation(trace)
     calls = calls[matches(calls["name"], LAUNCH_CALLS)].reset_index()
-    kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
+    kernels = on_device(trace.gpu[trace.gpu["kind"] == "kernel"], device)
     # graph launches share one correlation among many kernels: all of them are kept
     linked = kernels.merge(calls[["correlation", "name", "start", "end"]], on="correlation", suffixes=("", "_call"))
     if linked.empty:
