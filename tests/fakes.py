@@ -38,10 +38,17 @@ class ScriptedChatModel(FakeMessagesListChatModel):
             chunks += [{"name": c.get("name"), "args": c.get("args"), "id": c.get("id"), "index": len(chunks) + i}
                        for i, c in enumerate(response.invalid_tool_calls)]
             yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=chunks))
+            yield _finish("tool_calls")
             return
         for word in str(response.content).split(" "):
             time.sleep(self.delay_s)
             yield ChatGenerationChunk(message=AIMessageChunk(content=word + " "))
+        yield _finish(response.response_metadata.get("finish_reason", "stop"))
+
+
+def _finish(reason: str | None) -> ChatGenerationChunk:
+    """The last chunk of a reply, as langchain-openai makes it: the finish reason, no content."""
+    return ChatGenerationChunk(message=AIMessageChunk(content="", response_metadata={"finish_reason": reason}))
 
 
 def tool_call(name: str, args: dict | None = None, call_id: str = "call_1") -> AIMessage:
@@ -54,17 +61,27 @@ class Reply(dict):
     """One scripted reply: text, tool calls, an HTTP error, or a delay before answering."""
 
     @classmethod
-    def text(cls, content: str) -> Reply:
-        return cls(kind="text", content=content)
+    def text(cls, content: str, finish: str | None = "stop", drip_s: float = 0.0) -> Reply:
+        """Text streamed word by word (`drip_s` between words), ending with `finish` (None: the
+        stream ends without a finish reason)."""
+        return cls(kind="text", content=content, finish=finish, drip_s=drip_s)
 
     @classmethod
-    def tool(cls, name: str, arguments: str | dict, call_id: str = "call_1") -> Reply:
+    def tool(cls, name: str, arguments: str | dict, call_id: str = "call_1", repeat_name: bool = False) -> Reply:
+        """A tool call whose arguments arrive in two pieces; `repeat_name`: the function name comes
+        again with every piece, as some servers send it."""
         args = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        return cls(kind="tool", name=name, arguments=args, call_id=call_id)
+        return cls(kind="tool", name=name, arguments=args, call_id=call_id, repeat_name=repeat_name)
 
     @classmethod
-    def error(cls, status: int, message: str = "error", headers: dict | None = None) -> Reply:
-        return cls(kind="error", status=status, message=message, headers=headers or {})
+    def error(cls, status: int, message: str = "error", headers: dict | None = None, body: str | None = None) -> Reply:
+        """An HTTP error with an OpenAI-style JSON body, or with `body` as plain text."""
+        return cls(kind="error", status=status, message=message, headers=headers or {}, body=body)
+
+    @classmethod
+    def raw(cls, stream: bytes) -> Reply:
+        """A 200 event stream with exactly these bytes (malformed or empty streams)."""
+        return cls(kind="raw", stream=stream)
 
     @classmethod
     def slow(cls, seconds: float, then: Reply) -> Reply:
@@ -97,11 +114,12 @@ class FakeOpenAIServer:
                     time.sleep(reply["seconds"])
                     reply = reply["then"]
                 if reply["kind"] == "error":
-                    payload = json.dumps({"error": {"message": reply["message"], "type": "error"}}).encode()
+                    payload = (reply["body"].encode() if reply["body"] is not None
+                               else json.dumps({"error": {"message": reply["message"], "type": "error"}}).encode())
                     self.send_response(reply["status"])
                     for k, v in reply["headers"].items():
                         self.send_header(k, v)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", "text/plain" if reply["body"] is not None else "application/json")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
@@ -109,13 +127,19 @@ class FakeOpenAIServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
+                if reply["kind"] == "raw":
+                    self.wfile.write(reply["stream"])
+                    return
                 for chunk in server._chunks(reply, body.get("model", "fake")):
+                    if reply.get("drip_s"):
+                        time.sleep(reply["drip_s"])
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                     self.wfile.flush()
                 self.wfile.write(b"data: [DONE]\n\n")
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # a short poll: shutdown() waits for the next one (0.5 s by default, in every test)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self) -> str:
@@ -129,15 +153,16 @@ class FakeOpenAIServer:
         if reply["kind"] == "tool":
             args = reply["arguments"]
             half = len(args) // 2  # arguments arrive in two pieces, as real servers send them
+            again = {"name": reply["name"]} if reply["repeat_name"] else {}
             return [chunk({"role": "assistant", "content": None, "tool_calls": [
                         {"index": 0, "id": reply["call_id"], "type": "function",
                          "function": {"name": reply["name"], "arguments": args[:half]}}]}),
-                    chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}),
+                    chunk({"tool_calls": [{"index": 0, "function": again | {"arguments": args[half:]}}]}),
                     chunk({}, "tool_calls")]
-        words = reply["content"].split(" ")
+        words = reply["content"].split(" ") if reply["content"] else []
         return ([chunk({"role": "assistant", "content": ""})]
                 + [chunk({"content": w + (" " if i < len(words) - 1 else "")}) for i, w in enumerate(words)]
-                + [chunk({}, "stop")])
+                + ([chunk({}, reply["finish"])] if reply["finish"] else []))
 
     def __enter__(self) -> FakeOpenAIServer:
         self.thread.start()

@@ -53,7 +53,8 @@ def test_tool_calling_turn_streams_and_checks_numbers(resnet):
     assert isinstance(second[-1], ToolMessage) and json.loads(second[-1].content) == data
     assert "".join(e.text for e in events if isinstance(e, Token)).strip() == answer.text.strip()
     # history carries the turn into the next question
-    assert [type(m) for m in session.history] == [HumanMessage, AIMessage]
+    # the turn is remembered with its tool call and result, so a later answer may quote them
+    assert [type(m) for m in session.history] == [HumanMessage, AIMessage, ToolMessage, AIMessage]
 
 
 def test_instruction_in_a_kernel_name_reaches_the_model_only_as_tool_data(tmp_path):
@@ -62,7 +63,8 @@ def test_instruction_in_a_kernel_name_reaches_the_model_only_as_tool_data(tmp_pa
     b.kernel(f"void evil_kernel<{planted}>(float*)", 0, 900)
     b.kernel("gemm", 900, 100)
     ctx = AnalysisContext(analyze(b.write(tmp_path / "evil.json")))
-    model = ScriptedChatModel(received=[], responses=[tool_call("hot_kernels"), AIMessage(content="Done.")])
+    model = ScriptedChatModel(received=[], responses=[tool_call("hot_kernels", {"full_names": True}),
+                                                      AIMessage(content="Done.")])
     collect(Session(ctx, model), "What are the hot kernels?")
     for messages in model.received:
         for message in messages:

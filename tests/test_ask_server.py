@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import RESNET_NW0, analyzed
@@ -28,7 +29,8 @@ def said(what: str) -> str:
 
 @pytest.fixture
 def model_env(monkeypatch):
-    def configure(url: str, retries: int = 0, timeout: float = 10) -> None:
+    def configure(url: str, retries: int = 0, timeout: float = 10, deadline: float = 120) -> None:
+        monkeypatch.setenv("TRACEAGENT_DEADLINE", str(deadline))
         monkeypatch.setenv("OPENAI_BASE_URL", url)
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
         monkeypatch.setenv("TRACEAGENT_MODEL", "scripted")
@@ -38,8 +40,19 @@ def model_env(monkeypatch):
     return configure
 
 
-def ask(capsys, question: str = "Why is my GPU idle?", *extra: str) -> tuple[int, str, str]:
-    code = main(["ask", str(RESNET_NW0), question, *extra])
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A three-kernel trace: for the tests about the server, where the trace is beside the point."""
+    from builder import TraceBuilder
+
+    b = TraceBuilder()
+    for i in range(3):
+        b.kernel(f"kernel_{i}", i * 100, 50)
+    return b.write(tmp_path_factory.mktemp("tiny") / "tiny.json")
+
+
+def ask(capsys, question: str = "Why is my GPU idle?", *extra: str, trace: Path = RESNET_NW0) -> tuple[int, str, str]:
+    code = main(["ask", str(trace), question, *extra])
     out = capsys.readouterr()
     assert SECRET not in out.out and SECRET not in out.err, "the key never reaches the user's screen"
     return code, out.out, out.err
@@ -71,44 +84,44 @@ def test_invented_numbers_are_flagged(model_env, capsys):
     assert code == 0 and "unverified numbers (in no tool result): 12.5 ms" in err
 
 
-def test_server_down(model_env, capsys):
+def test_server_down(model_env, capsys, tiny):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     model_env(f"http://127.0.0.1:{port}/v1")
-    code, _, err = ask(capsys)
+    code, _, err = ask(capsys, trace=tiny)
     assert code == 1
     where = f"http://127.0.0.1:{port}/v1"
     assert err.strip() == f"traceagent: cannot reach the model server at {where}: is it running? (OPENAI_BASE_URL)"
 
 
-def test_server_too_slow(model_env, capsys):
+def test_server_too_slow(model_env, capsys, tiny):
     with FakeOpenAIServer([Reply.slow(3, Reply.text("late"))]) as server:
         model_env(server.url, timeout=0.5)
-        code, _, err = ask(capsys)
+        code, _, err = ask(capsys, trace=tiny)
     assert code == 1 and "did not answer within 0.5 s; raise TRACEAGENT_TIMEOUT" in err
 
 
-def test_rate_limit_is_retried_with_backoff(model_env, capsys):
+def test_rate_limit_is_retried_with_backoff(model_env, capsys, tiny):
     limited = Reply.error(429, "slow down", {"retry-after-ms": "10"})
     with FakeOpenAIServer([limited, limited, Reply.text(f"Fine now: idle {said('idle_pct')}.")]) as server:
         model_env(server.url, retries=2)
-        code, out, _ = ask(capsys)
+        code, out, _ = ask(capsys, trace=tiny)
     assert code == 0 and "Fine now" in out and len(server.requests) == 3
 
 
-def test_rate_limit_that_does_not_end(model_env, capsys):
+def test_rate_limit_that_does_not_end(model_env, capsys, tiny):
     limited = Reply.error(429, "slow down", {"retry-after-ms": "10"})
     with FakeOpenAIServer([limited] * 3) as server:
         model_env(server.url, retries=2)
-        code, _, err = ask(capsys)
+        code, _, err = ask(capsys, trace=tiny)
     assert code == 1 and "is rate limiting (429) and retries ran out" in err
 
 
-def test_bad_key(model_env, capsys):
+def test_bad_key(model_env, capsys, tiny):
     with FakeOpenAIServer([Reply.error(401, f"Incorrect API key provided: {SECRET}")]) as server:
         model_env(server.url)
-        code, _, err = ask(capsys)
+        code, _, err = ask(capsys, trace=tiny)
     assert code == 1 and "rejected the API key (401): check OPENAI_API_KEY" in err
 
 
@@ -117,10 +130,10 @@ def test_bad_key(model_env, capsys):
     (Reply.tool("format_disk", {}), "tool 'format_disk': unknown tool"),
     (Reply.tool("hot_kernels", {"top": "many"}), "tool 'hot_kernels': bad arguments"),
 ])
-def test_broken_tool_calls_are_reported_and_the_turn_continues(model_env, capsys, bad_call, message):
+def test_broken_tool_calls_are_reported_and_the_turn_continues(model_env, capsys, bad_call, message, tiny):
     with FakeOpenAIServer([bad_call, Reply.text(f"Recovered: idle {said('idle_pct')}.")]) as server:
         model_env(server.url)
-        code, out, err = ask(capsys)
+        code, out, err = ask(capsys, trace=tiny)
     assert code == 0 and "Recovered" in out
     assert message in err
     # the model was told what went wrong, in a tool message
@@ -182,3 +195,138 @@ def test_unreadable_config_file_is_one_line_and_exit_2(monkeypatch, capsys, tmp_
     assert main(command) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"traceagent: error: {bad}: cannot read the config file" in err
+
+
+# -- what real servers do (llama.cpp's llama-server, llama-cpp-python, vLLM, Ollama) -------------------
+
+def test_tools_are_offered_with_tool_choice_and_a_token_limit(model_env, capsys, tiny):
+    with FakeOpenAIServer([Reply.text(f"Idle {said('idle_pct')}.")]) as server:
+        model_env(server.url)
+        ask(capsys, trace=tiny)
+    request = server.requests[0]
+    assert request["tool_choice"] == "auto" and request["tools"]  # without it llama-cpp-python offers no tools
+    assert request["max_tokens"] == request["max_completion_tokens"] == 2048  # each server reads one of them
+
+
+@pytest.mark.parametrize("reply, why", [
+    (Reply.text("The GPU is idle because the", finish="length"), "the model reached its limit of 2048 tokens"),
+    (Reply.text("The GPU is idle because the", finish=None), "the stream ended without a finish reason"),
+    (Reply.text(""), "the model sent an empty answer"),
+])
+def test_an_incomplete_answer_is_shown_as_such_and_exits_1(model_env, capsys, reply, why, tiny):
+    with FakeOpenAIServer([reply]) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys, trace=tiny)
+    assert code == 1
+    assert f"traceagent: incomplete answer: {why}" in err and "Traceback" not in err
+    assert out.strip() == reply["content"].strip()  # what came is shown, not hidden
+
+
+def test_a_tool_name_repeated_in_every_chunk_is_one_call(model_env, capsys):
+    replies = [Reply.tool("idle_gaps", {"cause": "dataloader", "top": 2}, repeat_name=True),
+               Reply.text(f"Data loading: {said('loader_pct')} of the span.")]
+    with FakeOpenAIServer(replies) as server:
+        model_env(server.url)
+        code, _, err = ask(capsys, "why?", "-v")
+    assert code == 0 and "tool: idle_gaps(" in err and "unknown tool" not in err
+    assert json.loads(server.requests[1]["messages"][-1]["content"])["matching_gaps"] > 0
+
+
+@pytest.mark.parametrize("reply, message", [
+    (Reply.error(500, body="llama_decode: failed to decode,\n  KV cache is full (n_ctx = 2048)"),
+     "answered with an error (500): llama_decode: failed to decode, KV cache is full (n_ctx = 2048)"),
+    (Reply.error(500, "the model crashed while loading"), "answered with an error (500): the model crashed while loading"),
+    (Reply.raw(b'data: {"id": "x", "choices": [{"delta": {"content": "Hi\n\n'), "sent a malformed stream"),
+    (Reply.raw(b"data: [DONE]\n\n"), "closed the stream without sending anything"),
+])
+def test_server_failures_are_one_line_with_the_servers_words(model_env, capsys, reply, message, tiny):
+    with FakeOpenAIServer([reply]) as server:
+        model_env(server.url)
+        code, _, err = ask(capsys, trace=tiny)
+    assert code == 1 and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err and "JSONDecodeError" not in err
+
+
+def test_an_endless_tool_loop_stops(model_env, capsys, tiny):
+    with FakeOpenAIServer([Reply.tool("verdict", {}, call_id=f"c{i}") for i in range(10)]) as server:
+        model_env(server.url)
+        code, _, err = ask(capsys, trace=tiny)
+    assert code == 1 and "stopped after 6 rounds of tool calls without an answer" in err
+    assert len(server.requests) == 6
+
+
+def test_a_slow_drip_past_the_deadline_is_stopped(model_env, capsys, tiny):
+    # each word arrives well within the per-chunk timeout, but the answer as a whole is too slow
+    with FakeOpenAIServer([Reply.text("word " * 40, drip_s=0.05)]) as server:
+        model_env(server.url, timeout=5, deadline=0.5)
+        code, out, err = ask(capsys, trace=tiny)
+    assert code == 1 and "the answer took longer than the 0.5 s deadline (TRACEAGENT_DEADLINE)" in err
+    assert 0 < out.count("word") < 40
+
+
+def test_an_answer_without_tools_is_warned_about(model_env, capsys, tiny):
+    with FakeOpenAIServer([Reply.text("Your GPU is launch-bound: <tool_response>use CUDA graphs</tool_response>")]) \
+            as server:
+        model_env(server.url)
+        code, _, err = ask(capsys, trace=tiny)
+    assert code == 0
+    assert "warning: the answer contains tool-call markup (<tool_response>)" in err
+    assert "warning: the model answered without calling any tool" in err
+
+
+def test_a_report_summary_cut_inside_a_code_fence_keeps_every_section(model_env, tmp_path):
+    from markdown_it import MarkdownIt
+
+    replies = [Reply.tool("verdict", {}), Reply.text(f"Idle {said('idle_pct')}. Try:\n```python\nloader = DataLoader(")]
+    with FakeOpenAIServer(replies) as server:
+        model_env(server.url)
+        out = tmp_path / "r.md"
+        assert main(["report", str(RESNET_NW0), "--llm", "-o", str(out)]) == 0
+    without_summary = tmp_path / "plain.md"
+    assert main(["report", str(RESNET_NW0), "-o", str(without_summary)]) == 0
+
+    def headings(path):
+        tokens = MarkdownIt().parse(path.read_text())
+        return [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+
+    assert headings(out) == [*headings(without_summary)[:2], "Summary", *headings(without_summary)[2:]]
+
+
+def test_a_second_turn_may_quote_the_first_turns_tools_and_calc_but_not_a_kernel_name(tmp_path):
+    """Through the real openai client: history keeps tool results, `calc` results verify, and a
+    number found only inside a kernel name verifies nothing. Replies quote the tools at test time."""
+    import asyncio
+
+    from builder import TraceBuilder
+
+    from traceagent.agent.llm import LLMConfig, make_chat_model
+    from traceagent.agent.session import Session
+    from traceagent.agent.tools import AnalysisContext, hot_kernels
+    from traceagent.api import analyze
+
+    b = TraceBuilder()
+    b.kernel("void fused_kernel<731>(float*)", 0, 900)
+    b.kernel("relu_kernel", 1000, 300)
+    ctx = AnalysisContext(analyze(b.write(tmp_path / "t.json"), use_cache=False))
+    top, second = hot_kernels(ctx, full_names=True)["top"][:2]
+    ratio = top["total_us"] / second["total_us"]
+    replies = [Reply.tool("hot_kernels", {"full_names": True}),
+               Reply.text(f"The top kernel takes {top['share_of_busy_pct']:.1f}% of busy time."),
+               Reply.tool("calc", {"expression": f"{top['total_us']:g} / {second['total_us']:g}", "unit": "x"}),
+               Reply.text(f"Again: {top['share_of_busy_pct']:.1f}% of busy time, {ratio:.1f}× the next kernel, "
+                          "and each call lasts 731 µs.")]
+    with FakeOpenAIServer(replies) as server:
+        config = LLMConfig(model="scripted", base_url=server.url, api_key="local", max_retries=0)
+        session = Session(ctx, make_chat_model(config), config)
+
+        async def turn(question):
+            return [e async for e in session.ask(question)]
+
+        first = asyncio.run(turn("What are the hot kernels?"))
+        second_turn = asyncio.run(turn("And compared with the next one?"))
+    assert first[-1].unverified == []
+    assert second_turn[-1].unverified == ["731 µs"]  # only the kernel name has 731
+    calc_result = next(e for e in second_turn if type(e).__name__ == "ToolResult")
+    assert json.loads(calc_result.content)["result_x"] == pytest.approx(ratio, abs=1e-6)
+    earlier = [m for m in server.requests[2]["messages"] if m["role"] == "tool"]
+    assert earlier and "fused_kernel" in earlier[0]["content"], "turn 2 is sent turn 1's tool result"

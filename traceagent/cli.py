@@ -196,6 +196,10 @@ def llm_summary(result: Analysis, config) -> str | None:
                 err.print(f"traceagent: {event.message}", markup=False)
                 return None
             if isinstance(event, Answer):
+                if event.incomplete:  # a cut summary in a report would read as a finished one
+                    err.print(f"traceagent: the model's summary is incomplete: {event.incomplete}; no report written",
+                              markup=False)
+                    return None
                 text = event.text.strip()
                 if event.unverified:
                     text += ("\n\n_Unverified numbers (in no tool result, check before quoting): "
@@ -256,11 +260,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
             elif isinstance(event, Cancelled):
                 err.print("traceagent: cancelled", markup=False)
             elif isinstance(event, Answer):
-                answered = True
+                answered = not event.incomplete
                 sys.stdout.write("\n")
+                if event.incomplete:
+                    err.print(f"traceagent: incomplete answer: {event.incomplete}", markup=False)
                 if event.unverified:
                     err.print(f"traceagent: unverified numbers (in no tool result): {', '.join(event.unverified)}",
                               markup=False)
+                for warning in event.warnings:
+                    err.print(f"traceagent: warning: {warning}", markup=False)
         return 0 if answered else 1
 
     return asyncio.run(run())

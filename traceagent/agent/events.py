@@ -42,15 +42,19 @@ class ToolResult:
 
 @dataclass(frozen=True)
 class Answer:
-    """The final answer of a turn, and the numbers in it no tool result supports."""
+    """The final answer of a turn: the numbers in it no source supports, why it is incomplete
+    (cut at the token limit or the deadline, a stream that ended early, an empty answer), and
+    warnings about how it was produced (no tool called, tool-call markup in the text)."""
     text: str
     unverified: list[str] = field(default_factory=list)
+    incomplete: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Failure:
     """Something went wrong; `kind` is one of: connection, timeout, rate_limit, auth, server,
-    malformed_tool_call, unknown_tool, bad_arguments, tool_rounds."""
+    malformed_tool_call, unknown_tool, bad_arguments, tool_rounds, deadline."""
     kind: str
     message: str
 

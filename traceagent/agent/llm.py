@@ -23,8 +23,11 @@ class LLMConfig:
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     temperature: float = 0.0
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0  # the longest wait for the server's next chunk
     max_retries: int = 2
+    max_tokens: int = 2048  # per model reply: a looping model stops here
+    deadline_s: float = 300.0  # per answer, tool rounds included
+    context_tokens: int = 32768  # the model's context: history is trimmed to fit
 
     @property
     def shown_url(self) -> str | None:
@@ -66,9 +69,10 @@ def load_config(env: dict[str, str] | None = None) -> LLMConfig | None:
     """The model configuration, or None when none is set up (then the offline analyst answers).
 
     Environment wins over the file: OPENAI_API_KEY, OPENAI_BASE_URL, TRACEAGENT_MODEL,
-    TRACEAGENT_TEMPERATURE, TRACEAGENT_TIMEOUT, TRACEAGENT_MAX_RETRIES. The file
-    (~/.config/traceagent/config.toml, or $TRACEAGENT_CONFIG) holds the same keys in lower case
-    without prefixes under [llm]: model, base_url, api_key, temperature, timeout, max_retries.
+    TRACEAGENT_TEMPERATURE, TRACEAGENT_TIMEOUT, TRACEAGENT_MAX_RETRIES, TRACEAGENT_MAX_TOKENS,
+    TRACEAGENT_DEADLINE, TRACEAGENT_CONTEXT_TOKENS. The file (~/.config/traceagent/config.toml, or
+    $TRACEAGENT_CONFIG) holds the same keys in lower case without prefixes under [llm]: model,
+    base_url, api_key, temperature, timeout, max_retries, max_tokens, deadline, context_tokens.
     """
     env = dict(os.environ if env is None else env)
     file: dict = {}
@@ -95,6 +99,9 @@ def load_config(env: dict[str, str] | None = None) -> LLMConfig | None:
             temperature=float(pick("TRACEAGENT_TEMPERATURE", "temperature") or 0.0),
             timeout_s=float(pick("TRACEAGENT_TIMEOUT", "timeout") or 60.0),
             max_retries=int(retries) if retries is not None else 2,
+            max_tokens=int(pick("TRACEAGENT_MAX_TOKENS", "max_tokens") or 2048),
+            deadline_s=float(pick("TRACEAGENT_DEADLINE", "deadline") or 300.0),
+            context_tokens=int(pick("TRACEAGENT_CONTEXT_TOKENS", "context_tokens") or 32768),
         )
     except ValueError as exc:
         raise ConfigError(f"a model setting is not a number ({exc})") from None
@@ -105,9 +112,12 @@ class ConfigError(ValueError):
 
 
 def make_chat_model(config: LLMConfig):
-    """A streaming ChatOpenAI client for the configured server."""
+    """A streaming ChatOpenAI client for the configured server. The reply's token limit is sent as
+    `max_completion_tokens` (OpenAI) and, to other servers, also as `max_tokens`, the name
+    llama.cpp, Ollama and older vLLM read."""
     from langchain_openai import ChatOpenAI
 
     return ChatOpenAI(model=config.model, base_url=config.base_url, api_key=config.api_key,
                       temperature=config.temperature, timeout=config.timeout_s, max_retries=config.max_retries,
-                      streaming=True)
+                      max_tokens=config.max_tokens, streaming=True,
+                      extra_body={"max_tokens": config.max_tokens} if config.base_url else None)

@@ -1,106 +1,293 @@
-"""The number check: every figure in an answer must match a figure in that turn's tool results,
-allowing for rounding and unit conversion (µs/ms/s/ns, %, bytes, GB/s).
+"""The number check: every figure an answer states must be one the detectors produced.
 
-Numbers inside code spans (`num_workers=4`), glued to letters (V100, bf16, ResNet50), list
-markers and small bare integers (counts like "2 ranks", "top 5") are not checked.
+A stated number is read with its unit (µs, ms, s, %, GB/s, bytes, ×, or none: a count) and matched
+only against source values of the same quantity, after unit conversion, to the precision the
+answer shows: `28.6%` matches 28.57, `285 ms` matches 285,214 µs, integers are exact. "About"
+and "~" allow 5%; "over"/"under" a bound hold when a source lies on the right side of it.
+
+Sources (`Sources`) are the conversation's tool results, where a value's quantity comes from its
+key (`_us`, `_pct`, `_gbps`, `_bytes`, `_x`; anything else is a count), numbers written in our own
+prose fields (headline, sentence...), the system prompt's figures and `calc` results. Strings from
+the trace (kernel names, frames) verify nothing, and are masked where our prose quotes them.
+
+Identifiers are not claims: names of models and GPUs (`A100 80GB`, `Llama-2-13B`), dtypes,
+versions (`NCCL 2.18`), flags (`--launch-count 20`), `key=value`, dates, shapes (`4096x4096`),
+`file.py:42`, kernel names, list markers, and rank/GPU/step/stream numbers the trace has (a rank
+it does not have is flagged). Fenced code is not read; an inline code span is checked only when
+it is a bare quantity (`62.3 ms`).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-_CODE = re.compile(r"`[^`]*`|```.*?```", re.DOTALL)
+# unit → (quantity, scales to the quantity's base unit: µs, %, GB/s, bytes, ×, FLOP/s, count)
+_BYTE_SCALES = {"K": (1e3, 2**10), "M": (1e6, 2**20), "G": (1e9, 2**30), "T": (1e12, 2**40)}
+UNITS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "ns": ("time", (1e-3,)), "µs": ("time", (1.0,)), "μs": ("time", (1.0,)), "us": ("time", (1.0,)),
+    "ms": ("time", (1e3,)), "msec": ("time", (1e3,)), "s": ("time", (1e6,)), "sec": ("time", (1e6,)),
+    "secs": ("time", (1e6,)), "second": ("time", (1e6,)), "seconds": ("time", (1e6,)),
+    "min": ("time", (6e7,)), "minutes": ("time", (6e7,)),
+    "%": ("percent", (1.0,)), "percent": ("percent", (1.0,)), "pct": ("percent", (1.0,)),
+    "B": ("bytes", (1.0,)), "bytes": ("bytes", (1.0,)), "byte": ("bytes", (1.0,)),
+    "×": ("ratio", (1.0,)), "x": ("ratio", (1.0,)),
+    "FLOP/s": ("flops", (1.0,)), "FLOPS": ("flops", (1.0,)),
+}
+for _p, (_dec, _bin) in _BYTE_SCALES.items():
+    # "GB" is written for both 10^9 and 2^30 bytes: either reading may match
+    UNITS |= {f"{_p}B": ("bytes", (_dec, _bin)), f"{_p}iB": ("bytes", (_bin,)),
+              f"{_p}B/s": ("bandwidth", (_dec / 1e9, _bin / 1e9)), f"{_p}iB/s": ("bandwidth", (_bin / 1e9,)),
+              f"{_p}FLOP/s": ("flops", (_dec,)), f"{_p}FLOPS": ("flops", (_dec,))}
+UNITS["kB"], UNITS["kB/s"] = UNITS["KB"], UNITS["KB/s"]
+
+# a key's suffix → (quantity, scale to base); the first component of a value's path that has one wins
+_KEY_UNITS = [(re.compile(p), q, s) for p, q, s in [
+    (r"(^|_)us$", "time", 1.0), (r"(^|_)ns$", "time", 1e-3), (r"(^|_)ms$", "time", 1e3), (r"_s$", "time", 1e6),
+    (r"(^|_)(pct|percent)$", "percent", 1.0), (r"(^|_)gbps$", "bandwidth", 1.0), (r"(^|_)bytes$", "bytes", 1.0),
+    (r"(^|_)(x|ratio|speedup)$", "ratio", 1.0), (r"(^|_)tflops$", "flops", 1e12), (r"(^|_)flops$", "flops", 1.0),
+]]
+# keys that name a thing (rank 3, GPU 0, step 8, stream 7) rather than measure it
+IDENTIFIER_KEYS = {"rank": "rank", "ranks": "rank", "straggler": "rank", "device": "device", "devices": "device",
+                   "step": "step", "slowest": "step", "stream": "stream"}
+# our own prose: numbers written here are the detectors' (trace strings inside are masked)
+PROSE_KEYS = {"headline", "hypothesis", "next_step", "sentence", "reasoning", "other_losses", "also", "note",
+              "ranks_note", "prediction", "summary", "why", "how"}
+
+_NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+_UNIT = "|".join(re.escape(u) for u in sorted(UNITS, key=len, reverse=True))
+_SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
 _NUMBER = re.compile(
-    r"(?<![\w.#/])(?P<num>-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?)"
-    r"(?P<unit>\s?(?:µs|us|ms|ns|s\b|sec\b|seconds?\b|%|GB/s|GiB/s|MB/s|GB\b|GiB\b|MB\b|MiB\b|kB\b|KB\b|KiB\b|B\b|bytes\b|x\b|×))?"
-    r"(?![\w.]*\()(?![A-Za-z_])")
-_LIST_MARKER = re.compile(r"^\s*\d+[.)]\s", re.MULTILINE)
+    rf"(?P<num>{_NUM})(?:[eE](?P<e>[-+]?\d+)|\s?[×x]\s?10\^?(?P<e10>[-+]?\d+|[⁰¹²³⁴⁵⁶⁷⁸⁹⁻]+))?"
+    rf"(?:(?P<range>\s?(?:-|–|—|to)\s?)(?P<num2>{_NUM}))?"
+    rf"(?P<space>\s?)(?P<unit>{_UNIT})?")
+_LEFT_OK = set(" \t\n([{\"'*~≈<>≤≥|+-−±") | {""}
+_RIGHT_OK = set(" \t\n,;!?)]}\"'*|") | {""}
+_APPROX = re.compile(r"(?:~|≈|\babout|\baround|\broughly|\bapproximately|\bnearly|\balmost|\bsome|\bclose to)\s*$", re.I)
+_OVER = re.compile(r"(?:>|≥|\bover|\bmore than|\babove|\bat least|\bexceeds?|\bgreater than|\bupwards of)\s*$", re.I)
+_UNDER = re.compile(r"(?:<|≤|\bunder|\bless than|\bbelow|\bfewer than)\s*$", re.I)
 
-_TIME = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6, "sec": 1e6, "second": 1e6, "seconds": 1e6}
-_BYTES = {"B": 1, "bytes": 1, "kB": 1e3, "KB": 1e3, "KiB": 1024, "MB": 1e6, "MiB": 2**20, "GB": 1e9, "GiB": 2**30}
+_CONNECT = r"(?:\s*(?:,|and|or|to|-|–|&)\s*\d+)*\s*(?:,|and|or|to|-|–|&)?\s*"
+_HYPOTHETICAL = re.compile(r"\b(?:if|would|could|might|should|can|aim|target|goal|expect)\b", re.I)
+_KNOWN_LABEL = re.compile(  # "rank 3", "GPU #1", "ranks 0, 3 and 5" (only a plural takes a list)
+    rf"\b(?:(?P<label>rank|gpu|device|cuda:|step|iteration|iter|profilerstep\s*#|stream)\s*[#:]?\s*"
+    rf"|(?P<labels>ranks|gpus|devices|steps|iterations|streams)\s*(?:\d+{_CONNECT})?)$", re.I)
+_LABEL_KIND = {"rank": "rank", "gpu": "device", "device": "device", "cuda:": "device", "step": "step",
+               "iteration": "step", "iter": "step", "profilerstep": "step", "stream": "stream"}
+_IDENT_LABEL = re.compile(
+    r"(?:\b(?:threads?|tid|pid|process(?:es)?|nodes?|layers?|epochs?|top|lines?|versions?|v|batch(?:[ _]size)?|"
+    r"num_workers|workers?|prefetch_factor|seed|port|attempts?|sections?|figures?|tables?|options?|fix(?:es)?|phases?|"
+    r"stages?|parts?|chapters?|sm|sm_|compute capability|cc|world[ _]size|micro-?batch(?:es)?|"
+    r"seq(?:uence)?[ _]len(?:gth)?|hidden[ _]size|heads?|dim|rtx|gtx|cuda|nccl|rccl|cudnn|cublas|pytorch|"
+    r"torch|python|rocm|hip|triton|tensorrt|vllm|jax|ubuntu|driver|gcc|opset|kineto|nsys|ncu|iso|rfc|pr|issue|"
+    r"multiples?|aligned|divisible|power)(?:\s+(?:of|to|by))?"
+    r"\s*(?:of|=|:|is|to|from|#)?\s*(?:\d+(?:\.\d+)*" + _CONNECT + r")?"
+    r"|--?[A-Za-z][\w-]*[\s=]\s*|#\s*|\b[A-Z]{1,4}\d{2,4}[A-Za-z]*\s*)$",  # --flag 20, #3, A100 80GB
+    re.I)
+_MASKS = [re.compile(r"^ {0,3}(```|~~~).*?(^ {0,3}\1|\Z)", re.M | re.S)] + [re.compile(p, re.M | re.I) for p in [
+    r"https?://\S+",
+    r"\S+\.(?:py|pyx|cpp|cc|cu|cuh|h|hpp|c|rs|json|gz|sqlite|nsys-rep|md|txt|toml|yaml|yml)\b(?:[:(]\s*\d+\)?)?",
+    r"\b(?:line|lines)\s+\d+",
+    r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b",
+    r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?(?:,?\s+\d{4})?\b"
+    r"|\b\d{1,2}\s+(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?(?:\s+\d{4})?\b"
+    r"|\b(?:in|since|from|until|of)\s+(?:19|20)\d{2}\b(?!\s*(?:%|ms|us|µs|s\b))",
+    r"\bv?\d+(?:\.\d+){2,}\b",  # versions 1.2.3
+    r"\b\d+(?:\s*[x×]\s*\d+)+\b(?![\^⁰¹²³⁴⁵⁶⁷⁸⁹]|\s*(?:%|ms|us|µs|s\b))|[\[(]\s*\d+(?:\s*,\s*\d+)+\s*[\])]",  # shapes
+    r"^\s*(?:[#>*+-]+\s*)*(?:\d+|[a-z])[.)]\s",  # list markers and numbered headings
+    r"^\s*(?:[#>*+-]+\s*)*\**(?:step|option|fix|phase|stage|part|idea|hypothesis)\s+\d+\s*\**\s*[:.)]",  # "Step 1:"
+]]
+_CODE_SPAN = re.compile(r"`+([^`]*)`+")
+_BARE_QUANTITY = re.compile(rf"^\s*[~≈]?\s*[-+−]?(?:{_NUM})(?:[eE][-+]?\d+)?\s?(?:{_UNIT})?\s*$")
 
 
 @dataclass(frozen=True)
 class Stated:
-    """A number as the answer states it."""
+    """A number as the answer states it: its text, its quantity, and the interval of base-unit
+    values that would make it true (its precision, a hedge, or a bound)."""
 
     text: str
-    value: float
-    decimals: int
-    unit: str
+    quantity: str  # time, percent, bandwidth, bytes, ratio, flops, count
+    lows: tuple[float, ...]
+    highs: tuple[float, ...]
+    bare: float  # the number as written, for matching a value a tool wrote without conversion
 
 
-def stated_numbers(answer: str) -> list[Stated]:
-    """The numbers an answer states that the check applies to."""
-    text = _CODE.sub(" ", answer)
-    text = _LIST_MARKER.sub(" ", text)
-    found = []
+@dataclass
+class Sources:
+    """What an answer's numbers may be checked against, gathered over a conversation."""
+
+    by_quantity: dict[str, list[float]] = field(default_factory=dict)  # sorted |values| in base units
+    written: list[float] = field(default_factory=list)  # sorted |values| exactly as tools wrote them
+    trace_strings: set[str] = field(default_factory=set)
+    known: dict[str, set[int]] = field(default_factory=lambda: {"rank": set(), "device": set(), "step": set(),
+                                                                 "stream": set()})
+
+    def add(self, quantity: str, value: float, written: float | None = None) -> None:
+        bisect.insort(self.by_quantity.setdefault(quantity, []), abs(value))
+        if written is not None:
+            bisect.insort(self.written, abs(written))
+
+    def add_identifiers(self, kind: str, values: Iterable[int]) -> None:
+        self.known[kind].update(int(v) for v in values)
+
+    def add_result(self, text: str) -> None:
+        """A tool result (JSON text): its numbers by the quantity their key names, our prose's
+        numbers by their units; strings from the trace are kept only to mask them."""
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, TypeError):
+            return self.add_prose(str(text))
+        prose: list[str] = []
+        self._walk(data, (), prose)
+        for p in prose:  # after the walk, so every trace string of this result is known
+            self.add_prose(p)
+
+    def add_prose(self, text: str) -> None:
+        """Text we wrote (the system prompt, a verdict's sentence): its figures become sources."""
+        for s in stated_numbers(_mask_strings(text, self.trace_strings), None):
+            if s.quantity != "count":
+                self.add(s.quantity, (s.lows[0] + s.highs[0]) / 2)
+
+    def _walk(self, value, path: tuple[str, ...], prose: list[str]) -> None:
+        if isinstance(value, bool) or value is None:
+            return
+        if isinstance(value, (int, float)):
+            quantity, scale = _key_quantity(path)
+            self.add(quantity, value * scale, value)
+            if path and (kind := IDENTIFIER_KEYS.get(path[-1])) and float(value).is_integer():
+                self.known[kind].add(int(value))
+        elif isinstance(value, str):
+            if path and path[-1] in PROSE_KEYS:
+                prose.append(value)
+            elif len(value) >= 3:
+                self.trace_strings.add(value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                self._walk(v, (*path, str(k)), prose)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                self._walk(v, path, prose)
+
+    def returned(self, value: float) -> bool:
+        """Whether a tool wrote exactly this number (for `calc`'s operands)."""
+        return _within(self.written, abs(value), abs(value))
+
+    def supports(self, stated: Stated) -> bool:
+        values = self.by_quantity.get(stated.quantity, [])
+        if any(_within(values, lo, hi) for lo, hi in zip(stated.lows, stated.highs)):
+            return True
+        # a bare number may be a value copied as the tool wrote it (62339 from dur_us)
+        return stated.quantity == "count" and _within(self.written, stated.lows[0], stated.highs[0])
+
+
+def _within(values: list[float], lo: float, hi: float) -> bool:
+    i = bisect.bisect_left(values, lo - 1e-9 * max(1.0, abs(lo)))
+    return i < len(values) and values[i] <= hi + 1e-9 * max(1.0, abs(hi))
+
+
+def _key_quantity(path: tuple[str, ...]) -> tuple[str, float]:
+    for key in reversed(path):
+        for pattern, quantity, scale in _KEY_UNITS:
+            if pattern.search(key.lower()):
+                return quantity, scale
+    return "count", 1.0
+
+
+def _mask_strings(text: str, strings: set[str]) -> str:
+    """Trace strings blanked out of text (longest first), so their digits are not read."""
+    for s in sorted((s for s in strings if s in text), key=len, reverse=True):
+        text = text.replace(s, " " * len(s))
+    return text
+
+
+def _blank(m: re.Match) -> str:
+    return re.sub(r"[^\n]", " ", m.group(0))
+
+
+def _masked(answer: str, sources: Sources | None) -> str:
+    """The answer with everything that is not a claim blanked (same length, so positions hold)."""
+    text = answer
+    for pattern in _MASKS:
+        text = pattern.sub(_blank, text)
+
+    def code(m: re.Match) -> str:  # a code span is read only when it is a bare quantity
+        inner = m.group(1)
+        return f" {inner}" + " " * (len(m.group(0)) - len(inner) - 1) if _BARE_QUANTITY.match(inner) else \
+            " " * len(m.group(0))
+
+    text = _CODE_SPAN.sub(code, text)
+    return _mask_strings(text, sources.trace_strings) if sources else text
+
+
+def stated_numbers(answer: str, sources: Sources | None = None) -> list[Stated]:
+    """The claims among the numbers of an answer, each with the values that would make it true.
+    With `sources`, rank/GPU/step/stream numbers the trace does not have come back as claims of
+    quantity "identifier" (never supported)."""
+    text = _masked(answer, sources)
+    found: list[Stated] = []
     for m in _NUMBER.finditer(text):
-        raw, unit = m.group("num"), (m.group("unit") or "").strip()
-        value = float(raw.replace(",", ""))
-        decimals = len(raw.split(".")[1]) if "." in raw else 0
-        if not unit and decimals == 0 and abs(value) <= 10:
-            continue  # small counts and enumerations
-        found.append(Stated(m.group(0).strip(), value, decimals, unit))
+        start, end = m.start(), m.end()
+        before, after = text[start - 1:start], text[end:end + 1]
+        unit = m.group("unit")
+        if unit and unit[-1].isalpha() and after[:1].isalnum():
+            unit = None  # "5 steps": no unit
+        if not unit:
+            end = m.start("space")
+            after = text[end:end + 1]
+        if before not in _LEFT_OK or (before and before in "+-−" and text[start - 2:start - 1] not in _LEFT_OK):
+            continue  # glued to a word on the left: A100, sm_80, x86, #3, key=4
+        if after and after not in _RIGHT_OK and not (after in ".:" and not text[end + 1:end + 2].strip()):
+            continue  # glued on the right: 1080p, 2080Ti, 8-GPU
+        if (unit == "B" and not m.group("space")) or (unit in ("x", "×") and m.group("e10")):
+            continue  # 13B, 7B: a model's size
+        sentence = re.split(r"[.!?\n]\s", text[max(0, start - 200):start])[-1]
+        if unit in ("x", "×") and "." not in m.group("num") and _HYPOTHETICAL.search(sentence):
+            continue  # "if it ran 2× faster": a round what-if, not a measurement
+        head = text[max(0, start - 60):start]
+        if _IDENT_LABEL.search(head):
+            continue
+        numbers = [m.group("num")] + ([m.group("num2")] if m.group("num2") else [])
+        if (known := _KNOWN_LABEL.search(head)) and not unit and sources is not None:
+            label = (known.group("label") or known.group("labels")).strip()
+            kind = "step" if label.lower().startswith("profilerstep") else _LABEL_KIND[label.lower().rstrip("s")]
+            for n in numbers:
+                if "." not in n and int(n.replace(",", "")) not in sources.known.get(kind, set()):
+                    found.append(Stated(f"{label} {n}", "identifier", (1.0,), (0.0,), -1.0))
+            continue
+        if known and not unit:
+            continue
+        exponent = int((m.group("e") or m.group("e10") or "0").translate(_SUPERSCRIPT))
+        quantity, scales = UNITS[unit] if unit else ("count", (1.0,))
+        for n in numbers:
+            value = float(n.replace(",", "")) * 10.0 ** exponent
+            decimals = len(n.split(".")[1]) if "." in n else 0
+            if quantity == "count" and decimals == 0 and exponent == 0 and value <= 10:
+                continue  # small counts and enumerations: "2 ranks", "top 5"
+            half = 0.5 * 10.0 ** (exponent - decimals)
+            lo, hi = value - half, value + half
+            if _APPROX.search(head) and decimals == 0:  # "about 300 ms": rounded to its trailing zeros, ±10% at most
+                digits = n.replace(",", "")
+                coarse = 0.5 * 10.0 ** (len(digits) - len(digits.rstrip("0")) + exponent)
+                lo, hi = max(value - coarse, value * 0.9), min(value + coarse, value * 1.1)
+            elif _OVER.search(head):
+                lo, hi = value - half, value * 2
+            elif _UNDER.search(head):
+                lo, hi = value / 4, value + half
+            text_shown = m.group(0).strip() if len(numbers) == 1 else f"{n}{m.group('space')}{unit or ''}".strip()
+            found.append(Stated(text_shown, quantity, tuple(lo * s for s in scales), tuple(hi * s for s in scales),
+                                value))
     return found
 
 
-def _leaves(value, key: str = ""):
-    """(key, number) for every number in a tool result, and numbers written inside its strings."""
-    if isinstance(value, bool) or value is None:
-        return
-    if isinstance(value, (int, float)):
-        yield key, float(value)
-    elif isinstance(value, str):
-        for s in stated_numbers(value):
-            yield f"{key}:{s.unit}", s.value
-    elif isinstance(value, dict):
-        for k, v in value.items():  # the path keeps a parent's unit: by_cause_us.dataloader
-            yield from _leaves(v, f"{key}.{k}" if key else str(k))
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _leaves(v, key)
-
-
-def known_values(tool_results: list[str]) -> list[tuple[str, float]]:
-    """Every number the tools returned this turn, with the key it came under."""
-    values = []
-    for text in tool_results:
-        try:
-            values.extend(_leaves(json.loads(text)))
-        except (json.JSONDecodeError, TypeError):
-            values.extend(("", s.value) for s in stated_numbers(text))
-    return values
-
-
-def _candidates(stated: Stated, key: str, value: float) -> list[float]:
-    """What a tool value reads as in the unit the answer used: µs values (keys ending in _us, or
-    durations written in tool strings) convert to ms/s/ns, byte counts to kB/MB/GB."""
-    out, unit, key = [value], stated.unit, key.lower()
-    if unit in _TIME:
-        if re.search(r"_us(\.|$)", key):
-            out.append(value / _TIME[unit])
-        for suffix, scale in ((":us", 1.0), (":µs", 1.0), (":ms", 1e3), (":s", 1e6), (":ns", 1e-3)):
-            if key.endswith(suffix):
-                out.append(value * scale / _TIME[unit])
-    if unit in _BYTES and "bytes" in key:
-        out.append(value / _BYTES[unit])
-    return out
-
-
-def _matches(stated: Stated, candidate: float) -> bool:
-    # a stated number matches what rounds to it, or anything within 1% (rounded speech)
-    tolerance = max(0.5 * 10 ** -stated.decimals, 0.01 * abs(candidate))
-    return abs(abs(candidate) - abs(stated.value)) <= tolerance + 1e-9
-
-
-def unverified(answer: str, tool_results: list[str]) -> list[str]:
-    """The numbers in `answer` that no tool result of this turn supports."""
-    known = known_values(tool_results)
-    missing = []
-    for stated in stated_numbers(answer):
-        if not any(_matches(stated, c) for key, value in known for c in _candidates(stated, key, value)):
-            missing.append(stated.text)
+def unverified(answer: str, sources: Sources) -> list[str]:
+    """The numbers in `answer` that no source supports, each once, in the order stated."""
+    missing: list[str] = []
+    for stated in stated_numbers(answer, sources):
+        if stated.quantity == "identifier" or not sources.supports(stated):
+            if stated.text not in missing:
+                missing.append(stated.text)
     return missing

@@ -58,17 +58,16 @@ class OfflineAnalyst:
                  "comm": ["communication"], "next": ["verdict"], "summary": ["overview", "verdict"],
                  "steps": ["steps"], "compare": ["compare_traces"] if "compare_traces" in self.tools else ["verdict"]}
         results: dict[str, dict] = {}
-        contents = []
         for i, name in enumerate(calls.get(topic, [])):
             yield ToolCall(f"offline-{i}", name, {})
             content = await asyncio.to_thread(self.tools[name].invoke, {})
-            contents.append(content)
+            self.ctx.sources.add_result(content)
             results[name] = json.loads(content)
             yield ToolResult(f"offline-{i}", name, content, ok=True)
         text = writer(**results) + "\n\n" + NO_LLM
         for piece in re.findall(r"\S+\s*", text):  # stream it like a model would
             yield Token(piece)
-        yield Answer(text, unverified(text, contents) if contents else [])
+        yield Answer(text, unverified(text, self.ctx.sources) if results else [])
 
     # -- templates: each takes the tool results it asked for --------------------------------
 

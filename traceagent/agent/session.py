@@ -1,28 +1,39 @@
 """One conversation about a trace: the model calls the detector tools, the answer streams, and
-every number in it is checked against that turn's tool results.
+every number in it is checked against what the conversation's tools returned.
 
-`Session.ask` is an async iterator of events (see below) that the TUI renders and `traceagent ask`
-prints. Failures of the model server are events too: the conversation survives them.
+`Session.ask` is an async iterator of events (see events.py) that the TUI renders and `traceagent
+ask` prints. Failures of the model server are events too: the conversation survives them. History
+keeps each turn's tool calls and results (trimmed, oldest first, to the model's context), so a
+later answer may quote an earlier turn's figures.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from ..detect.vocabulary import LIMITERS, ROOT_CAUSES
 from ..text import visible
 from .events import Answer, Cancelled, Event, Failure, Token, ToolCall, ToolResult
 from .llm import LLMConfig
-from .numbers import unverified
+from .numbers import Sources, stated_numbers, unverified
 from .offline import OfflineAnalyst
 from .prompts import system_prompt
 from .tools import AnalysisContext, ToolInputError, build_tools
 
 __all__ = ["Answer", "Cancelled", "Event", "Failure", "Session", "Token", "ToolCall", "ToolResult"]
+
+CHARS_PER_TOKEN = 3  # a cautious average for English and JSON: history is trimmed by characters
+# what a server's chat template leaves in the text when it does not support tool calls
+TOOL_MARKUP = re.compile(r"</?tool_(?:call|response)>|<\|im_start\|>|\[TOOL_CALLS\]|<function=|<\|python_tag\|>")
+DIAGNOSIS = re.compile(r"\b(?:" + "|".join(re.escape(w.label) for w in [*LIMITERS.values(), *ROOT_CAUSES.values()])
+                       + r"|bottleneck|bound|idle|limit(?:ed|s)?)\b", re.IGNORECASE)
 
 
 # -- the session --------------------------------------------------------------------------------
@@ -35,15 +46,24 @@ class Session:
         self.config = config
         self.max_tool_rounds = max_tool_rounds
         self.tools = {t.name: t for t in build_tools(ctx)}
-        self.model = model.bind_tools(list(self.tools.values())) if model is not None else None
-        self.history: list[BaseMessage] = []
+        # tool_choice: some servers (llama-cpp-python) offer the model no tools without it
+        self.model = model.bind_tools(list(self.tools.values()), tool_choice="auto") if model is not None else None
+        self.system = system_prompt(ctx)
+        self.turns: list[list[BaseMessage]] = []  # each: question, tool calls and results, answer
         self.transcript: list[tuple[str, str]] = []  # (role, markdown)
         self._partial: list[str] = []  # the answer so far, for the transcript if it is stopped
         self._cancel = asyncio.Event()
+        self._tool_results = 0
+        ctx.sources = self._sources()
 
     @property
     def offline(self) -> bool:
         return self.model is None
+
+    @property
+    def history(self) -> list[BaseMessage]:
+        """Every message of the finished turns, in order."""
+        return [m for turn in self.turns for m in turn]
 
     def describe_model(self) -> str:
         if self.offline:
@@ -56,8 +76,26 @@ class Session:
 
     def reset(self) -> None:
         """A new conversation about the same trace."""
-        self.history.clear()
+        self.turns.clear()
         self.transcript.clear()
+        self._tool_results = 0
+        self.ctx.sources = self._sources()
+
+    def _sources(self) -> Sources:
+        """What answers are checked against before any tool runs: the system prompt's figures, the
+        trace's ranks, GPUs, steps and streams, and the trace strings our prose quotes."""
+        sources = Sources()
+        for analysis in filter(None, (self.ctx.analysis, self.ctx.other)):
+            for r in analysis.ranks:
+                sources.add_identifiers("rank", [r.rank] if r.rank is not None else [])
+                sources.add_identifiers("device", r.devices)
+                sources.add_identifiers("step", r.trace.steps["step"].tolist())
+                sources.add_identifiers("stream", r.trace.gpu["stream"].unique().tolist())
+                quoted = [(k.name, k.short_name, k.op) for k in r.findings.kernels.top]
+                quoted += [(s.call, s.op, s.python) for s in r.findings.idle.sync_sites]
+                sources.trace_strings.update(q for group in quoted for q in group if q and len(q) >= 3)
+        sources.add_prose(self.system)
+        return sources
 
     async def ask(self, question: str) -> AsyncIterator[Event]:
         self._cancel.clear()
@@ -74,52 +112,88 @@ class Session:
             if not ended and self._partial:
                 self._record(Cancelled())
 
+    def _context(self, budget_chars: int) -> list[BaseMessage]:
+        """The newest turns that fit the budget, whole; an older turn that does not fit keeps only
+        its question and answer; older ones are left out."""
+        kept: list[BaseMessage] = []
+        for turn in reversed(self.turns):
+            size = sum(len(str(m.content)) + len(json.dumps(getattr(m, "tool_calls", []))) for m in turn)
+            if size > budget_chars:
+                turn = [turn[0], turn[-1]]
+                size = len(str(turn[0].content)) + len(str(turn[-1].content))
+                if size > budget_chars:
+                    break
+            kept[:0] = turn
+            budget_chars -= size
+        return kept
+
     async def _ask_model(self, question: str) -> AsyncIterator[Event]:
-        messages = [SystemMessage(system_prompt(self.ctx)), *self.history, HumanMessage(question)]
-        results: list[str] = []
+        config = self.config or LLMConfig()
+        turn: list[BaseMessage] = [HumanMessage(question)]
+        budget = (config.context_tokens - config.max_tokens) * CHARS_PER_TOKEN - len(self.system) - len(question)
+        history = self._context(max(budget, 0))
+        deadline = time.monotonic() + config.deadline_s
         for _ in range(self.max_tool_rounds):
-            full = None
+            reply = StreamedReply()
             try:
-                async for chunk in self.model.astream(messages):
+                async for chunk in self.model.astream([SystemMessage(self.system), *history, *turn]):
                     if self._cancel.is_set():
                         yield Cancelled()
                         return
-                    if isinstance(chunk.content, str) and chunk.content:
-                        yield Token(visible(chunk.content, keep_lines=True))  # a model can emit escapes too
-                    full = chunk if full is None else full + chunk
+                    if text := reply.add(chunk):
+                        yield Token(visible(text, keep_lines=True))  # a model can emit escapes too
+                    if time.monotonic() > deadline:
+                        break
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the server's failures are events, not crashes
                 yield self._failure(exc)
                 return
-            if full is None:
-                yield Failure("server", "the model returned an empty response")
+            if time.monotonic() > deadline:
+                yield self._answer(reply.text, f"the answer took longer than the {config.deadline_s:g} s deadline "
+                                               "(TRACEAGENT_DEADLINE) and was stopped")
                 return
-            calls, malformed = parse_tool_calls(full)
-            ai = AIMessage(content=full.content, tool_calls=calls)
+            if not reply.chunks:
+                yield Failure("server", f"the model server ({self._where()}) closed the stream without sending anything")
+                return
+            calls, malformed = reply.tool_calls()
             if not calls and not malformed:
-                text = visible(ai.content if isinstance(ai.content, str) else str(ai.content), keep_lines=True)
-                self.history += [HumanMessage(question), AIMessage(text)]
-                yield Answer(text, unverified(text, results))
+                answer = self._answer(reply.text, reply.incomplete(config))
+                self.turns.append([*turn, AIMessage(answer.text)])
+                yield answer
                 return
-            messages.append(AIMessage(content=full.content, tool_calls=calls + [
+            turn.append(AIMessage(content=reply.text, tool_calls=calls + [
                 {"name": m["name"] or "unknown", "args": {}, "id": m["id"]} for m in malformed]))
             for bad in malformed:
                 yield Failure("malformed_tool_call",
                               f"the model sent a tool call that could not be parsed ({bad['name'] or 'unnamed'})")
-                messages.append(ToolMessage(json.dumps({"error": "arguments were not valid JSON; call the tool again"}),
-                                            tool_call_id=bad["id"]))
-            for call in ai.tool_calls:
+                turn.append(ToolMessage(json.dumps({"error": "arguments were not valid JSON; call the tool again"}),
+                                        tool_call_id=bad["id"]))
+            for call in calls:
                 yield ToolCall(call["id"], call["name"], dict(call["args"]))
                 result = await self._run_tool(call)
                 if not result.ok:
                     kind = "unknown_tool" if call["name"] not in self.tools else "bad_arguments"
                     yield Failure(kind, f"tool {call['name']!r}: {json.loads(result.content)['error']}")
                 else:
-                    results.append(result.content)
+                    self.ctx.sources.add_result(result.content)
+                    self._tool_results += 1
                 yield result
-                messages.append(ToolMessage(result.content, tool_call_id=call["id"]))
+                turn.append(ToolMessage(result.content, tool_call_id=call["id"]))
         yield Failure("tool_rounds", f"stopped after {self.max_tool_rounds} rounds of tool calls without an answer")
+
+    def _answer(self, raw: str, incomplete: str | None) -> Answer:
+        """The turn's answer: its numbers checked, and warnings about how it was produced."""
+        text = visible(raw, keep_lines=True)
+        if not incomplete and not text.strip():
+            incomplete = "the model sent an empty answer"
+        warnings = []
+        if markup := TOOL_MARKUP.search(text):
+            warnings.append(f"the answer contains tool-call markup ({markup.group(0)}): the server's chat template "
+                            "may not support tool calls (see the README's notes on local servers)")
+        if not self._tool_results and (DIAGNOSIS.search(text) or stated_numbers(text)):
+            warnings.append("the model answered without calling any tool: nothing in this answer comes from the trace")
+        return Answer(text, unverified(text, self.ctx.sources), incomplete, warnings)
 
     async def _run_tool(self, call: dict) -> ToolResult:
         tool = self.tools.get(call["name"])
@@ -137,6 +211,9 @@ class Session:
                 message = "; ".join(line.strip() for line in str(exc).splitlines()[1:3])
             return ToolResult(call["id"], call["name"], json.dumps({"error": f"bad arguments: {message}"}), ok=False)
 
+    def _where(self) -> str:
+        return (self.config.shown_url if self.config else None) or "the OpenAI API"
+
     def _failure(self, exc: Exception) -> Failure:
         kind, message = describe_model_error(exc, self.config)
         return Failure(kind, self.config.redact(message) if self.config else message)
@@ -148,8 +225,11 @@ class Session:
             self.transcript.append(("tool", f"`{event.name}({json.dumps(event.args)})`"))
         elif isinstance(event, Answer):
             text = event.text
+            if event.incomplete:
+                text += f"\n\n_(incomplete: {event.incomplete})_"
             if event.unverified:
                 text += "\n\n_Unverified numbers (not in any tool result): " + ", ".join(event.unverified) + "_"
+            text += "".join(f"\n\n_Warning: {w}_" for w in event.warnings)
             self.transcript.append(("assistant", text))
         elif isinstance(event, Failure):
             self.transcript.append(("error", event.message))
@@ -175,25 +255,65 @@ class Session:
         return "\n".join(out) + "\n"
 
 
-def parse_tool_calls(message) -> tuple[list[dict], list[dict]]:
-    """(calls, malformed) from a streamed message. The raw argument text is parsed here because
-    LangChain turns arguments it cannot parse into an empty dict, which would run the tool with
-    defaults instead of telling the model its call was broken."""
-    calls, malformed = [], []
-    chunks = {c.get("index", i): c for i, c in enumerate(getattr(message, "tool_call_chunks", []) or [])}
-    if not chunks:  # a complete (non-streamed) message
-        return list(message.tool_calls), [dict(c) for c in getattr(message, "invalid_tool_calls", [])]
-    for position, chunk in enumerate(chunks.values()):
-        call_id = chunk.get("id") or f"call_{position}"
-        try:
-            args = json.loads(chunk.get("args") or "{}")
-            if not isinstance(args, dict):
-                raise ValueError("arguments are not an object")
-        except ValueError:
-            malformed.append({"name": chunk.get("name"), "id": call_id, "args": chunk.get("args")})
-            continue
-        calls.append({"name": chunk.get("name") or "", "args": args, "id": call_id, "type": "tool_call"})
-    return calls, malformed
+class StreamedReply:
+    """One model reply assembled from its stream: text, tool calls (joined by index, so a server
+    that repeats the function name in every chunk does not produce `idle_gapsidle_gaps`) and the
+    finish reason."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.calls: dict[int, dict] = {}
+        self.finish: str | None = None
+        self.chunks = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def add(self, chunk) -> str:
+        """Take one chunk; return its text."""
+        self.chunks += 1
+        self.finish = (getattr(chunk, "response_metadata", None) or {}).get("finish_reason") or self.finish
+        for position, piece in enumerate(getattr(chunk, "tool_call_chunks", None) or []):
+            index = piece.get("index") if piece.get("index") is not None else position
+            call = self.calls.setdefault(index, {"name": "", "args": "", "id": None})
+            name = piece.get("name") or ""
+            if name and name != call["name"]:  # a repeated name is the same call, not more of its name
+                call["name"] += name
+            call["args"] += piece.get("args") or ""
+            call["id"] = call["id"] or piece.get("id")
+        text = chunk.content if isinstance(chunk.content, str) else ""
+        if text:
+            self.parts.append(text)
+        return text
+
+    def tool_calls(self) -> tuple[list[dict], list[dict]]:
+        """(calls, malformed). Arguments are parsed here because LangChain turns arguments it
+        cannot parse into an empty dict, which would run the tool with defaults instead of telling
+        the model its call was broken."""
+        calls, malformed = [], []
+        for position, call in enumerate(self.calls.values()):
+            call_id = call["id"] or f"call_{position}"
+            try:
+                args = json.loads(call["args"] or "{}")
+                if not isinstance(args, dict):
+                    raise ValueError("arguments are not an object")
+            except ValueError:
+                malformed.append({"name": call["name"], "id": call_id, "args": call["args"]})
+                continue
+            calls.append({"name": call["name"], "args": args, "id": call_id, "type": "tool_call"})
+        return calls, malformed
+
+    def incomplete(self, config: LLMConfig) -> str | None:
+        """Why a text reply is not a finished answer, or None."""
+        if self.finish == "length":
+            return (f"the model reached its limit of {config.max_tokens} tokens before it finished "
+                    "(raise TRACEAGENT_MAX_TOKENS)")
+        if self.finish == "content_filter":
+            return "the server's content filter stopped the answer"
+        if self.finish is None:
+            return "the stream ended without a finish reason: the server cut the answer off"
+        return None
 
 
 def describe_model_error(exc: Exception, config: LLMConfig | None) -> tuple[str, str]:
@@ -214,5 +334,28 @@ def describe_model_error(exc: Exception, config: LLMConfig | None) -> tuple[str,
         model = config.model if config else "the model"
         return "server", f"the model server ({where}) does not know {model} (404): set TRACEAGENT_MODEL"
     if isinstance(exc, openai.APIStatusError):
-        return "server", f"the model server ({where}) answered with an error ({exc.status_code})"
-    return "server", f"the model call failed: {type(exc).__name__}: {str(exc)[:200]}"
+        said = server_message(exc)
+        return "server", f"the model server ({where}) answered with an error ({exc.status_code})" + \
+            (f": {said}" if said else "")
+    if isinstance(exc, json.JSONDecodeError) or isinstance(exc, openai.APIResponseValidationError):
+        return "server", f"the model server ({where}) sent a malformed stream (not JSON server-sent events)"
+    if isinstance(exc, ValueError) and "No generation chunks" in str(exc):
+        return "server", f"the model server ({where}) closed the stream without sending anything"
+    return "server", f"the model call failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
+def server_message(exc) -> str:
+    """The server's own explanation of an error, on one line: the JSON error's message, or the
+    start of its body."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        body = body.get("message") or body.get("error") or body.get("detail") or json.dumps(body)
+        if isinstance(body, dict):
+            body = body.get("message") or json.dumps(body)
+    if not body:
+        response = getattr(exc, "response", None)
+        try:
+            body = response.text if response is not None else ""
+        except Exception:  # a streamed response that was not read
+            body = ""
+    return " ".join(str(body).split())[:200]

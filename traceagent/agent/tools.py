@@ -1,31 +1,49 @@
 """The detectors as tools an LLM (or the offline analyst) calls: typed arguments, docstrings the
 model can act on, compact JSON results with units in the keys.
 
-Every result is bounded (top-N lists, never whole frames) and says plainly when the trace lacks
-what was asked. Strings from the trace (kernel names, paths) appear only as JSON values here:
-that is the one way trace text reaches a model.
+Every result is bounded (top-N lists, never whole frames, no string over `MAX_STRING` characters)
+and says plainly when the trace lacks what was asked (`unavailable`: why, and how to profile to
+get it). Strings from the trace (kernel names, paths) appear only as JSON values here: that is the
+one way trace text reaches a model. Every argument has a description and, where the answer is one
+of a few words, an enum, so a typo is an error the model can correct rather than an empty result.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import Field
 
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
+from ..detect.annotations import annotation_table
 from ..detect.diff import diff
-from ..detect.host import calls_by_correlation, gap_host, host_events_in
+from ..detect.host import calls_by_correlation, gap_host, host_events_in, kernel_python_lines
 from ..detect.idle import gap_launcher
 from ..detect.kernels import short_name
 from ..detect.view import on_device, us
+from ..detect.vocabulary import GAP_CAUSES
 from ..trace.model import matches
+from .numbers import Sources
 
 MAX_ITEMS = 25
+MAX_STRING = 300  # a trace string longer than this reaches the model cut, with its length said
+
+# the arguments the tools share, described once
+Rank = Annotated[int | None, Field(description="the rank (process) to look at; default: the rank the verdict is about")]
+Device = Annotated[int | None, Field(description="one GPU of that rank (its device id); default: all of the rank's GPUs")]
+Top = Annotated[int, Field(description=f"how many items to list (at most {MAX_ITEMS})")]
+FullNames = Annotated[bool, Field(description="true for full (templated) kernel names; default: short names only")]
+GapCause = Literal[tuple(GAP_CAUSES)]  # type: ignore[valid-type]
+CopyKind = Literal["HtoD", "DtoH", "DtoD", "HtoH", "PtoP"]
+CalcUnit = Literal["us", "ms", "s", "pct", "x", "gbps", "bytes", "count"]
 
 
 @dataclass
@@ -34,6 +52,7 @@ class AnalysisContext:
 
     analysis: Analysis
     other: Analysis | None = None
+    sources: Sources = field(default_factory=Sources)  # what the conversation's tools returned: `calc` reads it
 
     def rank(self, rank: int | None) -> RankAnalysis:
         """A rank's analysis; None is the rank the verdict is about."""
@@ -56,8 +75,25 @@ class ToolInputError(ValueError):
     """A tool was asked for something the trace does not have; the message goes back to the model."""
 
 
+def unavailable(what: str, why: str, how: str) -> dict:
+    """The typed answer for what the trace cannot tell: what was asked, why it is not there, and
+    how to profile so that it is."""
+    return {"what": what, "why": why, "how_to_get_it": how}
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(json_safe(value), separators=(",", ":"), default=_plain, allow_nan=False)
+    return json.dumps(_bounded(json_safe(value)), separators=(",", ":"), default=_plain, allow_nan=False)
+
+
+def _bounded(value: Any) -> Any:
+    """Every string cut to MAX_STRING characters (a 10 MB kernel name is not sent whole)."""
+    if isinstance(value, str):
+        return value if len(value) <= MAX_STRING else f"{value[:MAX_STRING]}… ({len(value)} characters)"
+    if isinstance(value, dict):
+        return {k: _bounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_bounded(v) for v in value]
+    return value
 
 
 def _plain(value: Any) -> Any:
@@ -68,10 +104,27 @@ def _plain(value: Any) -> Any:
 
 # -- the tools: each takes the context first; the model supplies the rest --------------------------
 
-def overview(ctx: AnalysisContext, rank: int | None = None, device: int | None = None) -> dict:
+NO_FRAMES = unavailable("the Python line", "this trace has no Python frames",
+                        "profile with torch.profiler.profile(with_stack=True) (or nsys --python-backtrace=cuda)")
+NO_STEPS = unavailable("per-step times", "the trace marks no iterations",
+                       "use a torch.profiler schedule and call prof.step() each iteration, or an NVTX range per "
+                       "step (then `--steps REGEX`)")
+NO_ANNOTATIONS = unavailable("time per code region", "the trace has no user annotations (NVTX ranges)",
+                             "wrap regions in torch.profiler.record_function(...) or torch.cuda.nvtx.range(...)")
+ONE_RANK = unavailable("waiting on other ranks, the straggler", "one rank's trace is loaded",
+                       "load the directory with every rank's trace")
+NO_COUNTERS = unavailable("achieved FLOP/s, memory bandwidth of kernels, occupancy",
+                          "a timeline trace records when kernels ran, not hardware counters",
+                          "profile the hot kernel with Nsight Compute: ncu --kernel-name regex:NAME --set full")
+NO_MEMORY = unavailable("GPU memory use", "traceagent does not summarize allocations yet",
+                        "torch.cuda.memory._record_memory_history(), then torch.cuda.memory._dump_snapshot()")
+
+
+def overview(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
     """What the trace is and where device time went: format, ranks, GPUs, each GPU's span, busy
-    and idle, event counts, and the verdict's limiter and rank. Start here. Without `rank`, every
-    rank (up to 25); with `device`, that GPU's breakdown only."""
+    and idle, event counts, the verdict's limiter and rank, and what the trace cannot answer
+    (with how to profile so it can). Start here. Without `rank`, every rank (up to 25); with
+    `device`, that GPU's breakdown only."""
     data = ctx.analysis.to_dict()
     chosen = data["ranks"] if rank is None else [r for r in data["ranks"] if r["rank"] == ctx.rank(rank).rank]
     ranks = []
@@ -85,13 +138,25 @@ def overview(ctx: AnalysisContext, rank: int | None = None, device: int | None =
     return {
         "trace": data["trace"], "ranks": ranks,
         "verdict": {k: data["verdict"][k] for k in ("limiter", "root_cause", "headline", "rank")},
+        "unavailable": trace_limits(ctx),
     }
 
 
-def verdict(ctx: AnalysisContext, rank: int | None = None, device: int | None = None) -> dict:
+def trace_limits(ctx: AnalysisContext) -> list[dict]:
+    """What this trace cannot answer (about the verdict's rank), each with how to get it."""
+    r = ctx.analysis.focus
+    out = [] if r.findings.has_python_frames else [NO_FRAMES]
+    out += [NO_STEPS] if r.findings.steps is None else []
+    out += [ONE_RANK] if len(ctx.analysis.ranks) == 1 and (r.trace.meta.world_size or 1) > 1 else []
+    out += [] if (r.trace.cpu["kind"] == "annotation").any() else [NO_ANNOTATIONS]
+    return [*out, NO_COUNTERS, NO_MEMORY]
+
+
+def verdict(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
     """The diagnosis: limiter, root cause, headline, one-sentence hypothesis, the next step to
-    take, the evidence numbers, and what the trace lacks. Without `rank`, the job's verdict (its
-    `rank` says which rank it is about); with `device`, also that GPU's breakdown."""
+    take, the evidence numbers, what fixing it would save, and what the trace lacks. Without
+    `rank`, the job's verdict (its `rank` says which rank it is about); with `device`, also that
+    GPU's breakdown."""
     v = ctx.rank(rank).verdict if rank is not None else ctx.analysis.verdict
     result = v.to_dict()
     if device is not None:
@@ -101,12 +166,14 @@ def verdict(ctx: AnalysisContext, rank: int | None = None, device: int | None = 
     return result
 
 
-def idle_gaps(ctx: AnalysisContext, rank: int | None = None, device: int | None = None, cause: str | None = None,
-              step: int | None = None, min_us: float = 0.0, top: int = 10) -> dict:
-    """Idle time on the GPUs and why: totals by cause (dataloader, sync, launch_overhead,
-    host_other, no_host_activity, launch_latency) and the largest gaps with evidence (the sync call,
-    op and Python line; the host events during the gap). Filter by rank, GPU, cause, step number,
-    or a minimum gap length in µs. Times are µs from the trace's first event."""
+def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
+              cause: Annotated[GapCause | None, Field(description="only gaps of this cause")] = None,
+              step: Annotated[int | None, Field(description="only gaps that belong to this step number")] = None,
+              min_us: Annotated[float, Field(description="only gaps at least this long, in µs")] = 0.0,
+              top: Top = 10) -> dict:
+    """Idle time on the GPUs and why: totals by cause and the largest gaps with evidence (what
+    the launching thread was doing, the sync call and op, the user's Python line when the trace
+    has frames). Times are µs from the trace's first event."""
     r, scope = ctx.scoped(rank, device)
     idle = r.findings.idle
     gaps = r.gaps
@@ -123,7 +190,7 @@ def idle_gaps(ctx: AnalysisContext, rank: int | None = None, device: int | None 
     result |= {"scope": scope, "launch_gap_us": r.params.idle.launch_gap_us,
                "sync_sites": [s.to_dict() for s in idle.sync_sites]}
     if not idle.has_python_frames:
-        result["note"] = "this trace has no Python frames (profile with with_stack=True to get source lines)"
+        result["unavailable"] = NO_FRAMES
     trace, origin = r.trace, r.trace.origin_ns()
     if gaps.empty and not trace.has_device_activity:
         return result | {"top_gaps": [], "note": "no device activity in this trace"}
@@ -153,11 +220,13 @@ def idle_gaps(ctx: AnalysisContext, rank: int | None = None, device: int | None 
     return result
 
 
-def host_activity(ctx: AnalysisContext, start_us: float, end_us: float, rank: int | None = None,
-                  device: int | None = None, top: int = 10) -> dict:
-    """What the host (CPU) was doing between start_us and end_us (µs from the trace's first event,
-    as gaps report them): the host events that spent the most time in that window. Host events
-    belong to the rank (its process); `device` only checks the GPU exists."""
+def host_activity(ctx: AnalysisContext,
+                  start_us: Annotated[float, Field(description="window start, µs from the trace's first event")],
+                  end_us: Annotated[float, Field(description="window end, µs from the trace's first event")],
+                  rank: Rank = None, device: Device = None, top: Top = 10) -> dict:
+    """What the host (CPU) was doing in a window (µs from the trace's first event, as gaps report
+    them): the host events that spent the most time in it. Host events belong to the rank (its
+    process); `device` only checks the GPU exists."""
     if end_us <= start_us:
         raise ToolInputError("end_us must be after start_us")
     r, scope = ctx.scoped(rank, device)
@@ -170,51 +239,66 @@ def host_activity(ctx: AnalysisContext, start_us: float, end_us: float, rank: in
     return result
 
 
-def data_movement(ctx: AnalysisContext, rank: int | None = None, device: int | None = None) -> dict:
-    """Copies by kind (HtoD, DtoH, DtoD...): count, bytes, time, achieved GB/s, pageable copies,
-    and copy time that no compute overlaps (exposed), on a rank's GPUs or one of them."""
+def data_movement(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
+                  kind: Annotated[CopyKind | None, Field(description="only copies of this direction")] = None) -> dict:
+    """Copies by kind (HtoD, DtoH, DtoD, HtoH, PtoP): count, bytes, time, achieved GB/s, pageable
+    copies, and copy time that no compute overlaps (exposed), on a rank's GPUs or one of them."""
     r, scope = ctx.scoped(rank, device)
     copies = r.memcpy(device)
     result = copies.to_dict() | {"scope": scope}
+    if kind is not None:
+        result["by_kind"] = {kind: result["by_kind"][kind]} if kind in result["by_kind"] else {}
+        if not result["by_kind"]:
+            result["note"] = f"no {kind} copies in this scope"
     if not copies.count:
         result["note"] = "no memory copies in this scope"
     return result
 
 
-def communication(ctx: AnalysisContext, rank: int | None = None, device: int | None = None) -> dict:
+def communication(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
     """Collective (NCCL/RCCL) kernels: time, share of device time, how much compute does not hide
     (exposed), the largest collectives; across ranks, each rank's waiting (for the last rank to
     enter) against communication proper, and the straggler with what delayed it."""
     r, scope = ctx.scoped(rank, device)
     comm = r.comm(device)
     result = comm.to_dict() | {"scope": scope}
+    result["top"] = [{"short_name": short_name(k.pop("name"))} | k for k in result["top"]]
     if not comm.kernels:
         result["note"] = "no collective kernels in this scope"
     if ctx.analysis.comparison:
         result["ranks"] = ctx.analysis.comparison.to_dict()
         result["ranks"]["ranks"] = result["ranks"]["ranks"][:MAX_ITEMS]
     elif len(ctx.analysis.ranks) == 1:
-        result["ranks_note"] = "one rank loaded: load the directory of all ranks' traces to compare ranks"
+        result["unavailable"] = ONE_RANK
     return result
 
 
-def hot_kernels(ctx: AnalysisContext, top: int = 10, name_filter: str | None = None, rank: int | None = None,
-                device: int | None = None) -> dict:
+def hot_kernels(ctx: AnalysisContext, top: Top = 10,
+                name_filter: Annotated[str | None, Field(description="only kernels whose name contains this")] = None,
+                rank: Rank = None, device: Device = None, full_names: FullNames = False) -> dict:
     """Kernels ranked by total device time: count, total, mean, median, max, share of busy time,
-    the op that launched them, on a rank's GPUs or one of them. `name_filter` keeps names
-    containing that text."""
+    the op that launched them and the user's Python line (when the trace has frames), on a rank's
+    GPUs or one of them."""
     r, scope = ctx.scoped(rank, device)
     result = r.hot_kernels(top=max(1, min(top, MAX_ITEMS)), name_filter=name_filter, device=device)
     data = result.to_dict() | {"scope": scope}
+    lines = kernel_python_lines(r.trace, [k.name for k in result.top]) if r.findings.has_python_frames else {}
+    for k in data["top"]:
+        k["python"] = lines.get(k["name"])
+        if not full_names:
+            del k["name"]
+    if not r.findings.has_python_frames:
+        data["unavailable"] = NO_FRAMES
     if not result.kernels:
         data["note"] = f"no kernels match {name_filter!r}" if name_filter else "no kernels in this scope"
     return data
 
 
-def kernel_instances(ctx: AnalysisContext, name: str, rank: int | None = None, device: int | None = None,
-                     top: int = 10) -> dict:
-    """The longest instances of one kernel (a name or part of one): start, duration, GPU, stream,
-    the op that launched it, and how long after its launch call it started."""
+def kernel_instances(ctx: AnalysisContext,
+                     name: Annotated[str, Field(description="a kernel name or part of one (as hot_kernels lists)")],
+                     rank: Rank = None, device: Device = None, top: Top = 10, full_names: FullNames = False) -> dict:
+    """The longest instances of one kernel: start, duration, GPU, stream, the op that launched it,
+    and how long after its launch call it started."""
     r, scope = ctx.scoped(rank, device)
     trace = r.trace
     kernels = on_device(trace.gpu, device)
@@ -228,7 +312,8 @@ def kernel_instances(ctx: AnalysisContext, name: str, rank: int | None = None, d
     names = sorted(set(chosen["name"].astype(str)))
     return {
         "scope": scope, "matching_kernels": len(match),
-        "names": [{"name": n, "short_name": short_name(n)} for n in names[:5]],
+        "names": [{"name": n, "short_name": short_name(n)} if full_names else {"short_name": short_name(n)}
+                  for n in names[:5]],
         "total_us": us((match["end"] - match["start"]).sum()),
         "instances": [{"start_us": us(k.start - origin), "dur_us": us(k.dur), "device": int(k.device),
                        "stream": int(k.stream), "op": None if k.op is None or k.op != k.op else str(k.op),
@@ -237,23 +322,114 @@ def kernel_instances(ctx: AnalysisContext, name: str, rank: int | None = None, d
     }
 
 
-def steps(ctx: AnalysisContext, rank: int | None = None, device: int | None = None) -> dict:
-    """Per-step times (host and device), idle by cause per step (from the rank's GPUs or one), the
-    slowest step and what it spent more time on than the median step."""
+def launches(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+    """Kernel launch statistics: launches per API, the launch call's median duration,
+    launch-to-start latency (median, p90), how many kernels are shorter than their own launch
+    call, and the idle time the host's launching costs (launch-bound gaps), on a rank's GPUs or
+    one of them."""
+    r, scope = ctx.scoped(rank, device)
+    idle = r.findings.idle if device is None else r.findings.idle.devices[device]
+    result = r.launch(device).to_dict() | {"scope": scope}
+    result |= {"launch_overhead_idle_us": idle.by_cause_us.get("launch_overhead", 0.0),
+               "launch_latency_idle_us": idle.by_cause_us.get("launch_latency", 0.0),
+               "launch_gap_us": r.params.idle.launch_gap_us}
+    if device is None:
+        result["launch_overhead_idle_pct"] = idle.by_cause_pct.get("launch_overhead", 0.0)
+    if not result["kernels"]:
+        result["note"] = "no kernel is linked to its launch call in this trace"
+    return result
+
+
+def steps(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+    """Per-step table: host and device time, the idle each step owns by cause (the gap before a
+    step's first device work is that step's), each step against the median step, the slowest
+    step and what it spent more time on than the median."""
     r, scope = ctx.scoped(rank, device)
     result = r.steps(device)
     if result is None:
-        return {"scope": scope, "count": 0, "note": "this trace has no steps: use a torch.profiler schedule with "
-                                                    "prof.step(), or NVTX ranges, to mark iterations"}
+        return {"scope": scope, "count": 0, "unavailable": NO_STEPS}
     data = result.to_dict() | {"scope": scope}
+    for row in data["steps"]:
+        row["vs_median_pct"] = round((row["host_us"] / result.median_us - 1) * 100, 2) if result.median_us else None
     data["steps"] = data["steps"][:MAX_ITEMS]
     return data
 
 
-def compare_traces(ctx: AnalysisContext, rank: int | None = None, device: int | None = None) -> dict:
+def annotations(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
+                name_filter: Annotated[str | None, Field(description="only ranges whose name contains this")] = None,
+                top: Top = 10) -> dict:
+    """User annotations (record_function / NVTX ranges) by name: how many times each ran, host
+    time, and the GPU time of the kernels launched inside it, on a rank's GPUs or one of them (a
+    nested range counts in its parent too)."""
+    r, scope = ctx.scoped(rank, device)
+    table = annotation_table(r.trace, device)
+    if table.empty:
+        return {"scope": scope, "ranges": [], "unavailable": NO_ANNOTATIONS}
+    if name_filter:
+        table = table[table["name"].str.contains(name_filter, case=False, regex=False)]
+    chosen = table.nlargest(max(1, min(top, MAX_ITEMS)), "gpu_us")
+    return {"scope": scope, "distinct": len(table),
+            "ranges": [{"name": t.name, "count": int(t.count), "host_us": us(t.host_ns), "gpu_us": round(t.gpu_us, 3),
+                        "kernels": int(t.kernels)} for t in chosen.itertuples()]}
+
+
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.USub: operator.neg, ast.UAdd: operator.pos}
+_FUNCTIONS = {"min": min, "max": max, "abs": abs}
+# constants any derivation may use: small integers, unit conversions
+_CONSTANTS = {float(c) for c in [*range(11), 60, 100, 1000, 1e6, 1e9, 1024, 2**20, 2**30]}
+_CALC_KEYS = {"us": "result_us", "ms": "result_ms", "s": "result_s", "pct": "result_pct", "x": "result_x",
+              "gbps": "result_gbps", "bytes": "result_bytes", "count": "result"}
+
+
+def calc(ctx: AnalysisContext,
+         expression: Annotated[str, Field(description="arithmetic (+ - * / parentheses, min, max, abs) over numbers "
+                                                      "copied exactly as tools returned them, e.g. "
+                                                      "'285214 / 996477 * 100'")],
+         unit: Annotated[CalcUnit, Field(description="the unit of the result: us, ms, s, pct, x (a ratio), gbps, "
+                                                     "bytes or count")] = "count") -> dict:
+    """Compute a derived number (a ratio, a difference, a share) from values tools returned, so
+    the answer can state it and the number check accepts it. Every number in the expression must
+    be one a tool returned in this conversation (or a unit constant such as 100 or 1000)."""
+    try:
+        tree = ast.parse(expression.replace("×", "*").replace("÷", "/"), mode="eval")
+    except SyntaxError:
+        raise ToolInputError(f"not an arithmetic expression: {expression[:80]!r}") from None
+    unknown: list[str] = []
+
+    def value(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return value(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            number = float(node.value)
+            if number not in _CONSTANTS and not ctx.sources.returned(number):
+                unknown.append(f"{node.value:g}")
+            return number
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](value(node.operand))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS \
+                and node.args and not node.keywords:
+            return _FUNCTIONS[node.func.id](*(value(a) for a in node.args))
+        raise ToolInputError("only numbers, + - * /, parentheses, min, max and abs are allowed")
+
+    try:
+        result = value(tree)
+    except ZeroDivisionError:
+        raise ToolInputError("division by zero") from None
+    if unknown:
+        raise ToolInputError(f"{', '.join(unknown)}: not a value any tool returned in this conversation; call the "
+                             "tool that reports it, and copy numbers exactly as the tool wrote them")
+    return {"expression": expression, "unit": unit, _CALC_KEYS[unit]: round(result, 6)}
+
+
+def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
     """Before (the first trace) against after (the second): step time, busy and idle, losses by
-    cause, whether the first trace's root cause went away, new problems, hot kernels side by side.
-    The comparison is of whole jobs; `rank` and `device` are checked against the first trace."""
+    cause, whether the first trace's root cause went away, the predicted against the measured
+    saving, new problems, hot kernels side by side (time, calls, share of each trace's own kernel
+    time). The comparison is of whole jobs; `rank` and `device` are checked against the first
+    trace."""
     if ctx.other is None:
         raise ToolInputError("only one trace is loaded; start with --compare OTHER to compare two")
     scope = ctx.scoped(rank, device)[1] if rank is not None or device is not None else {"rank": "all", "device": "all"}
@@ -261,7 +437,8 @@ def compare_traces(ctx: AnalysisContext, rank: int | None = None, device: int | 
 
 
 TOOL_FUNCTIONS: list[Callable[..., dict]] = [overview, verdict, idle_gaps, host_activity, data_movement,
-                                             communication, hot_kernels, kernel_instances, steps, compare_traces]
+                                             communication, hot_kernels, kernel_instances, launches, steps,
+                                             annotations, calc, compare_traces]
 
 
 def build_tools(ctx: AnalysisContext) -> list[BaseTool]:

@@ -166,7 +166,8 @@ class TraceAgentApp(App):
                     if answer is None:
                         answer = await conversation.add_answer()
                         await answer.add(event.text)
-                    await answer.finish(event.unverified)
+                    await answer.finish(event.unverified, warnings=event.warnings,
+                                        note=f"Incomplete: {event.incomplete}" if event.incomplete else None)
         except asyncio.CancelledError:
             await events.aclose()  # the session keeps what was said, marked stopped, before a save can run
             await self._stopped(answer)

@@ -65,7 +65,8 @@ class ToolBlock(Collapsible):
 
 
 class AnswerBlock(Markdown):
-    """An answer as it streams; unverified numbers are listed under it when it ends."""
+    """An answer as it streams; unverified numbers, an incomplete answer's reason and warnings are
+    shown under it when it ends."""
 
     DEFAULT_CSS = """
     AnswerBlock { margin: 0 1; padding: 0 1; }
@@ -82,7 +83,8 @@ class AnswerBlock(Markdown):
         self.text += text
         await self._stream.write(text)
 
-    async def finish(self, unverified: list[str] | None = None, note: str | None = None) -> None:
+    async def finish(self, unverified: list[str] | None = None, note: str | None = None,
+                     warnings: list[str] | None = None) -> None:
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
@@ -91,6 +93,8 @@ class AnswerBlock(Markdown):
             extra += "\n\n> **Unverified numbers** (in no tool result): " + ", ".join(f"`{u}`" for u in unverified)
         if note:
             extra += f"\n\n> _{note}_"
+        for warning in warnings or []:
+            extra += f"\n\n> **Warning:** {warning}"
         if extra:
             self.text += extra
             await self.update(self.text)
