@@ -222,6 +222,15 @@ def test_an_incomplete_answer_is_shown_as_such_and_exits_1(model_env, capsys, re
     assert out.strip() == reply["content"].strip()  # what came is shown, not hidden
 
 
+def test_a_report_whose_summary_was_cut_off_is_not_written(model_env, capsys, tmp_path, tiny):
+    with FakeOpenAIServer([Reply.text("The GPU is idle because", finish="length")]) as server:
+        model_env(server.url)
+        out = tmp_path / "r.md"
+        assert main(["report", str(tiny), "--llm", "-o", str(out)]) == 1
+    assert "the model's summary is incomplete: the model reached its limit" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_a_tool_name_repeated_in_every_chunk_is_one_call(model_env, capsys):
     replies = [Reply.tool("idle_gaps", {"cause": "dataloader", "top": 2}, repeat_name=True),
                Reply.text(f"Data loading: {said('loader_pct')} of the span.")]

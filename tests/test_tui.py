@@ -58,7 +58,8 @@ def scripted(*responses, delay_s: float = 0.0) -> ScriptedChatModel:
 
 def test_question_gets_tool_blocks_and_a_streamed_answer(tmp_path):
     said = f"The GPU waits on data loading: {dataloader_pct():.1f}% of the span."
-    model = scripted(tool_call("idle_gaps", {"cause": "dataloader"}), AIMessage(content=f"{said} Also 99 ms of mystery."))
+    model = scripted(tool_call("idle_gaps", {"cause": "dataloader"}), AIMessage(content=f"{said} Also 99 ms of mystery."),
+                     AIMessage(content="Because the", response_metadata={"finish_reason": "length"}))
 
     async def run():
         app = InProcessApp(str(RESNET_NW0), model=model, save_dir=tmp_path)
@@ -68,13 +69,16 @@ def test_question_gets_tool_blocks_and_a_streamed_answer(tmp_path):
             users = [str(u.content) for u in app.query(UserMessage)]
             tools = list(app.query(ToolBlock))
             answer = app.query_one(AnswerBlock)
-            return users, tools, answer.text
+            await ask(pilot, app, "And why is that?")
+            cut = list(app.query(AnswerBlock))[-1]
+            return users, tools, answer.text, cut.text
 
-    users, tools, text = asyncio.run(run())
+    users, tools, text, cut = asyncio.run(run())
     assert users == ["Why is my GPU idle?"]
     assert len(tools) == 1 and "idle_gaps" in str(tools[0].title) and "✓" in str(tools[0].title)
     assert text.startswith(said)
     assert "Unverified numbers" in text and "99 ms" in text
+    assert cut.startswith("Because the") and "Incomplete: the model reached its limit" in cut  # not shown as finished
 
 
 def test_escape_stops_the_answer(tmp_path):

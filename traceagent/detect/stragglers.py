@@ -57,7 +57,8 @@ class RankCollectives:
     device_time_us: float
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # the share people quote: this rank's exposed waiting over its own device time
+        return asdict(self) | {"exposed_waiting_pct": pct(self.exposed_waiting_us, self.device_time_us)}
 
 
 @dataclass(frozen=True)
