@@ -58,12 +58,14 @@ class RankAnalysis:
         """The GPUs of this rank that ran work."""
         return sorted(int(d) for d in self.findings.idle.devices)
 
-    def hot_kernels(self, top: int = 10, name_filter: str | None = None, device: int | None = None) -> KernelsResult:
-        """The hot kernels as analyzed, or a narrower query (one GPU, a name filter, a longer list)."""
-        if name_filter is None and device is None and top <= len(self.findings.kernels.top):
+    def hot_kernels(self, top: int = 10, name_filter: str | None = None, device: int | None = None,
+                    order: str = "total") -> KernelsResult:
+        """The hot kernels as analyzed, or a narrower query (one GPU, a name filter, a longer list,
+        another order: see detect_hot_kernels)."""
+        if name_filter is None and device is None and order == "total" and top <= len(self.findings.kernels.top):
             kernels = self.findings.kernels
             return KernelsResult(kernels.kernels, kernels.distinct, kernels.total_us, kernels.top[:top])
-        return detect_hot_kernels(self.trace, top=top, name_filter=name_filter, device=device)
+        return detect_hot_kernels(self.trace, top=top, name_filter=name_filter, device=device, order=order)
 
     def memcpy(self, device: int | None = None) -> MemcpyResult:
         """Copies on the rank, or on one of its GPUs."""

@@ -73,10 +73,13 @@ class KernelsResult:
         return {**asdict(self), "top": [k.to_dict() for k in self.top]}
 
 
+ORDERS = {"total": "sum", "mean": "mean", "max": "max", "count": "size"}
+
+
 def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = None,
-                       device: int | None = None) -> KernelsResult:
-    """The kernels taking the most device time (on every device, or one); `name_filter` keeps
-    names containing it."""
+                       device: int | None = None, order: str = "total") -> KernelsResult:
+    """The kernels taking the most device time (on every device, or one), or the longest per
+    call (`order` mean or max) or most launched (count); `name_filter` keeps names containing it."""
     kernels = on_device(trace.gpu, device)
     kernels = kernels[kernels["kind"] == "kernel"]
     if name_filter:
@@ -87,7 +90,7 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
     dur = kernels["end"] - kernels["start"]
     table = pd.DataFrame({"name": kernels["name"], "dur": dur, "is_comm": kernels["is_comm"]})
     stats = table.groupby("name", observed=True)["dur"].agg(["size", "sum", "mean", "median", "max"])
-    stats = stats.sort_values("sum", ascending=False)
+    stats = stats.sort_values(ORDERS[order], ascending=False, kind="stable")
     chosen = stats.head(top)
     launched = kernels[kernels["name"].isin(chosen.index)]
     # the op that launched each chosen kernel most often (a few names: per-group work is bounded)

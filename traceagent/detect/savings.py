@@ -33,7 +33,7 @@ class Saving:
     reasoning: str
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"sentence": self.sentence()}
 
     def sentence(self) -> str:
         """'Fixing idle time waiting for data loading would save up to 27.2% of step time (…)'."""

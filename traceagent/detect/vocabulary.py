@@ -87,6 +87,26 @@ WORK = _table(
 )
 
 
+@dataclass(frozen=True)
+class Bound:
+    """What "is it X-bound?" asks about: its words for people, and the limiters or root causes
+    whose verdict answers yes."""
+
+    label: str
+    means: frozenset[str]
+
+
+#: The bounds engineers ask about, by the word the question uses.
+BOUNDS = {
+    "compute": Bound("compute", frozenset({"compute"})),
+    "copies": Bound("memory copies", frozenset({"data_movement"})),
+    "communication": Bound("communication", frozenset({"communication"})),
+    "launch": Bound("kernel launches", frozenset({"launch_overhead"})),
+    "host": Bound("the host (CPU)", frozenset({"launch_overhead", "host_other", "sync", "dataloader"})),
+    "input": Bound("data loading", frozenset({"dataloader"})),
+}
+
+
 def gap_causes_of(root_cause: str) -> list[str]:
     """The gap causes that count towards one root cause (empty when it is not an idle cause)."""
     return [gap for gap, root in GAP_ROOT.items() if root == root_cause]
