@@ -8,13 +8,14 @@ import json
 
 import pytest
 from builder import TraceBuilder
-from conftest import RESNET_NW0, RESNET_NW4, analyzed
+from conftest import RESNET_NW0, analyzed
 from fakes import ScriptedChatModel, tool_call
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from traceagent import analyze
 from traceagent.agent.llm import LLMConfig, load_config
-from traceagent.agent.offline import CANNED_QUESTIONS, route
+from traceagent.agent.offline import CANNED_QUESTIONS
+from traceagent.agent.question import understand
 from traceagent.agent.session import Answer, Cancelled, Failure, Session, Token, ToolCall, ToolResult
 from traceagent.agent.tools import AnalysisContext
 
@@ -134,28 +135,16 @@ def test_offline_analyst_answers_the_canned_questions_from_tools(resnet, questio
     events = collect(Session(resnet), question)
     answer = events[-1]
     assert isinstance(answer, Answer) and answer.unverified == []
-    assert any(isinstance(e, ToolCall) for e in events)
+    # every answer comes from tools, except the comparison, which says a second trace is needed
+    assert any(isinstance(e, ToolCall) for e in events) or "Only one trace is loaded" in answer.text
     assert "no LLM is configured" in answer.text
 
 
-def test_offline_analyst_on_idle_names_data_loading_and_the_next_step(resnet):
-    answer = collect(Session(resnet), "why is my GPU idle?")[-1].text
-    idle = resnet.analysis.ranks[0].findings.idle
-    assert "waiting for data loading" in answer
-    assert f"{idle.by_cause_pct['dataloader']:.1f}% of the span" in answer
-    assert "num_workers=4" in answer
-
-
 def test_offline_analyst_says_what_it_can_do():
-    assert route("tell me a joke") is None
-    answer = collect(Session(AnalysisContext(analyzed(RESNET_NW0))), "tell me a joke")[-1].text
-    assert "Why is my GPU idle?" in answer and "OPENAI_API_KEY" in answer
-
-
-def test_offline_compare_uses_the_second_trace():
-    ctx = AnalysisContext(analyzed(RESNET_NW0), analyzed(RESNET_NW4))
-    answer = collect(Session(ctx), "did the fix help? compare before and after")[-1]
-    assert "idle from data loading" in answer.text and "(gone)" in answer.text and answer.unverified == []
+    ctx = AnalysisContext(analyzed(RESNET_NW0))
+    assert understand("tell me a joke", ctx).intent is None
+    answer = collect(Session(ctx), "tell me a joke")[-1].text
+    assert "Why is my GPU idle?" in answer and "OPENAI_API_KEY" in answer and "**Verdict:**" in answer
 
 
 def test_config_from_environment_and_file(tmp_path):

@@ -7,7 +7,7 @@ import asyncio
 import threading
 from functools import cache
 
-from conftest import RESNET_NW0, analyzed
+from conftest import RESNET_NW0, RESNET_NW4, analyzed
 from fakes import ScriptedChatModel, tool_call
 from langchain_core.messages import AIMessage
 
@@ -105,23 +105,30 @@ def test_escape_stops_the_answer(tmp_path):
     assert "word0 word1" in saved and "_(stopped: the answer was cut off here)_" in saved  # what was said, marked
 
 
-def test_selecting_a_finding_asks_about_it():
+def test_a_kernel_finding_asks_about_that_kernel_and_compare_shows_both_traces():
+    top = analyzed(RESNET_NW0).focus.findings.kernels.top[0]
+
     async def run():
-        app = InProcessApp(str(RESNET_NW0))  # offline analyst
+        app = InProcessApp(str(RESNET_NW0), compare=str(RESNET_NW4))  # offline analyst
         async with app.run_test(size=SIZE) as pilot:
             await loaded(app, pilot)
             findings = app.query_one("#findings")
+            labels = [str(o.prompt) for o in findings.options]
             findings.focus()
-            findings.highlighted = 0
+            findings.highlighted = next(i for i, label in enumerate(labels) if label.startswith("kernel"))
             await pilot.press("enter")
             await pilot.pause()
             await app.workers.wait_for_complete()
             await pilot.pause()
-            return [str(u.content) for u in app.query(UserMessage)], app.query_one(AnswerBlock).text
+            comparison = app.query_one("#comparison")
+            return ([str(u.content) for u in app.query(UserMessage)], app.query_one(AnswerBlock).text, app.title,
+                    comparison.display, str(comparison.render()))
 
-    users, text = asyncio.run(run())
-    assert users == ["Tell me about the idle time from dataloader."]
-    assert "waiting for data loading" in text
+    users, text, title, shown, comparison = asyncio.run(run())
+    assert users == [f"Why is `{top.short_name}` hot?"]
+    assert f"ran {top.count} times" in text and top.short_name in text
+    assert title == f"traceagent · {RESNET_NW0.name} vs {RESNET_NW4.name}"
+    assert shown and str(RESNET_NW4) in comparison and "(gone)" in comparison  # the comparison's headline
 
 
 def test_save_transcript_and_read_it_back(tmp_path):

@@ -1,7 +1,10 @@
-"""The offline analyst: answers common questions from the same tools when no LLM is configured.
+"""The offline analyst: answers the questions engineers ask from the same tools when no LLM is
+configured.
 
-It routes a question by its words to a topic, calls that topic's tools (emitting the same events
-a model session does), and writes the answer from templates: every number is a tool's number.
+It reads the question (question.py: intent, and the rank, GPU, steps, kernel it names), calls that
+intent's tools with those arguments (emitting the same events a model session does), and writes
+the answer from a template that answers what was asked first (yes or no, or the name), then the
+evidence, then the next step. Every number is a tool's, and the number check runs on it too.
 """
 
 from __future__ import annotations
@@ -13,37 +16,61 @@ from collections.abc import AsyncIterator, Callable
 
 from langchain_core.tools import BaseTool
 
-from ..detect.vocabulary import GAP_CAUSES, label
+from ..detect.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..format import device_lines, duration, of_span, percent, shorten, size, straggler_sentence
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
-from .tools import AnalysisContext
+from .question import Question, understand
+from .tools import AnalysisContext, ToolInputError
 
 NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from templates over the detectors. "
           "Set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server such as vLLM, Ollama or llama.cpp) "
           "to talk it through with a model._")
 
-# topic → words that point to it, first match wins
-TOPICS: list[tuple[str, re.Pattern]] = [
-    ("compare", re.compile(r"\b(compar|before|after|diff|improv|regress|fix(ed)? help)", re.I)),
-    ("next", re.compile(r"\b(next|what should i|profile|recommend|suggest|how (do|can|to) (i )?(fix|speed))", re.I)),
-    ("memcpy", re.compile(r"\b(memcpy|copy|copies|transfer|pageable|pinned|bandwidth|data movement|htod|dtoh)", re.I)),
-    ("comm", re.compile(r"\b(communicat|nccl|rccl|allreduce|all-reduce|collective|overlap|exposed|rank)", re.I)),
-    ("kernels", re.compile(r"\b(kernel|hot|compute|gemm|matmul|slowest op|hotspot)", re.I)),
-    ("steps", re.compile(r"\b(step|iteration)", re.I)),
-    ("idle", re.compile(r"\b(idle|wait|stall|gap|slow|bottleneck|utili[sz]|underutil|starv|sync|dataloader|launch)", re.I)),
-    ("summary", re.compile(r"\b(summar|overview|diagnos|what'?s wrong|tell me about|explain)", re.I)),
-]
+CANNED_QUESTIONS = ["Why is my GPU idle?", "What should I optimize first?", "Is it compute-bound?",
+                    "What are the hot kernels?", "Which kernel is slowest per call?", "How much time goes to memcpy?",
+                    "Is communication overlapped?", "Which rank is the straggler?", "Where does the sync come from?",
+                    "What is the longest gap?", "How long is a step?",
+                    "How does the slowest step differ from the median?",
+                    "Should I use CUDA graphs?", "What is the MFU?", "What should I profile next?",
+                    "Did it help?", "Summarize this trace."]
 
-CANNED_QUESTIONS = ["Why is my GPU idle?", "What are the hot kernels?", "How much time goes to memcpy?",
-                    "Is communication overlapped?", "What should I profile next?", "Summarize this trace."]
+Plan = Callable[[Question, dict], list[tuple[str, dict]]]
 
 
-def route(question: str) -> str | None:
-    for topic, pattern in TOPICS:
-        if pattern.search(question):
-            return topic
-    return None
+def _plans(has_compare: bool) -> dict[str, Plan]:
+    """intent → the tool calls (name, arguments) that answer it, given the question and its scope
+    arguments (rank, device)."""
+    return {
+        "idle": lambda q, at: [("verdict", at), ("idle_gaps", at | _min(q))],
+        "optimize_first": lambda q, at: [("verdict", at)],
+        "bound": lambda q, at: [("verdict", at), ("idle_gaps", at)],
+        "slow_kernel": lambda q, at: [("hot_kernels", at | {"order_by": "mean", "top": 5}),
+                                      ("hot_kernels", at | {"top": 3})],
+        "kernel": lambda q, at: [("hot_kernels", at | {"name_filter": q.kernel, "top": 3}),
+                                 ("kernel_instances", at | {"name": q.kernel, "top": 3})],
+        "kernels": lambda q, at: [("hot_kernels", at)],
+        "copies": lambda q, at: [("data_movement", at)],
+        "dataloader": lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
+        "sync": lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})],
+        "communication": lambda q, at: [("communication", at)],
+        "straggler": lambda q, at: [("communication", at)],
+        "step_vs_step": lambda q, at: [("steps", at)],
+        "one_step": lambda q, at: [("steps", at), ("idle_gaps", at | {"step": q.steps[0], "top": 3})],
+        "steps": lambda q, at: [("steps", at)],
+        "launch": lambda q, at: [("launches", at), ("verdict", at)],
+        "longest_gap": lambda q, at: [("idle_gaps", at | {"top": 1} | _min(q))],
+        "gaps": lambda q, at: [("idle_gaps", at | {"top": 5} | _min(q))],
+        "annotations": lambda q, at: [("annotations", at)],
+        "mfu": lambda q, at: [("overview", at), ("hot_kernels", at | {"top": 1})],
+        "profile_next": lambda q, at: [("overview", {}), ("verdict", at), ("hot_kernels", at | {"top": 1})],
+        "compare": (lambda q, at: [("compare_traces", {})]) if has_compare else (lambda q, at: []),
+        "summary": lambda q, at: [("overview", {}), ("verdict", at)],
+    }
+
+
+def _min(q: Question) -> dict:
+    return {"min_us": q.min_us} if q.min_us else {}
 
 
 class OfflineAnalyst:
@@ -52,32 +79,41 @@ class OfflineAnalyst:
         self.tools = tools
 
     async def answer(self, question: str) -> AsyncIterator:
-        topic = route(question)
-        writer: Callable[..., str] = getattr(self, f"_{topic}") if topic else self._help
-        calls = {"idle": ["verdict", "idle_gaps"], "kernels": ["hot_kernels"], "memcpy": ["data_movement"],
-                 "comm": ["communication"], "next": ["verdict"], "summary": ["overview", "verdict"],
-                 "steps": ["steps"], "compare": ["compare_traces"] if "compare_traces" in self.tools else ["verdict"]}
+        q = understand(question, self.ctx)
+        intent = q.intent if q.intent and not q.foreign else "unknown"
+        plans = _plans("compare_traces" in self.tools)
+        at = {k: v for k, v in (("rank", q.rank), ("device", q.device)) if v is not None}
+        calls = plans[intent](q, at) if intent in plans else plans["summary"](q, {})
         results: dict[str, dict] = {}
-        for i, name in enumerate(calls.get(topic, [])):
-            yield ToolCall(f"offline-{i}", name, {})
-            content = await asyncio.to_thread(self.tools[name].invoke, {})
+        for i, (name, args) in enumerate(calls):
+            yield ToolCall(f"offline-{i}", name, args)
+            try:
+                content = await asyncio.to_thread(self.tools[name].invoke, args)
+            except ToolInputError as exc:  # a rank, GPU or step the trace does not have
+                content = json.dumps({"error": str(exc)})
+                yield ToolResult(f"offline-{i}", name, content, ok=False)
+                text = f"I cannot answer that for this trace: {exc}."
+                break
             self.ctx.sources.add_result(content)
-            results[name] = json.loads(content)
+            key = name if name not in results else f"{name}_{i}"
+            results[key] = json.loads(content)
             yield ToolResult(f"offline-{i}", name, content, ok=True)
-        text = writer(**results) + "\n\n" + NO_LLM
+        else:
+            text = getattr(self, f"_{intent}")(q, **results) if intent != "unknown" else self._unknown(q, **results)
+        text += "\n\n" + NO_LLM
         for piece in re.findall(r"\S+\s*", text):  # stream it like a model would
             yield Token(piece)
         yield Answer(text, unverified(text, self.ctx.sources) if results else [])
 
-    # -- templates: each takes the tool results it asked for --------------------------------
+    # -- templates: each takes the question and the tool results it asked for -----------------
 
     def _who(self, result: dict) -> str:
         """'Rank 7: ' before a rank's figures when the job has several ranks (tools default to the
-        verdict's rank, so the reader must be told which one this is)."""
+        verdict's rank, so the reader must be told which one this is), or a GPU that was asked."""
         scope = result.get("scope") or {}
-        if len(self.ctx.analysis.ranks) < 2 or "rank" not in scope:
-            return ""
         gpu = f", GPU {scope['device']}" if scope.get("device") not in (None, "all") else ""
+        if (len(self.ctx.analysis.ranks) < 2 and not gpu) or "rank" not in scope:
+            return ""
         return f"Rank {scope['rank']}{gpu}: "
 
     @staticmethod
@@ -87,33 +123,109 @@ class OfflineAnalyst:
         several = scope.get("device") == "all" and len(scope.get("devices", [])) > 1
         return of_span(len(scope["devices"]) if several else 1)
 
-    def _idle(self, verdict: dict, idle_gaps: dict) -> str:
+    def _idle(self, q: Question, verdict: dict, idle_gaps: dict) -> str:
         idle = idle_gaps
-        if not self.ctx.analysis.verdict.limiter:
+        if not verdict["limiter"]:
             return verdict["headline"] + ". " + verdict["next_step"]
+        # the verdict first: on a copy- or communication-bound trace the idle time is its symptom
+        lines = [f"**{verdict['headline']}.** {verdict['hypothesis']}", ""]
         causes = sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])
         of = self._of(idle)
         whole = idle.get("device_time_us", idle["span_us"])
-        lines = [f"{self._who(idle)}The GPU is idle **{percent(idle['idle_pct'])}** {of} "
-                 f"({duration(idle['idle_us'])} of {duration(whole)}, in {idle['gaps']} gaps). By cause:"]
-        lines += [f"- {label(GAP_CAUSES, c)}: {duration(us)} ({percent(idle['by_cause_pct'][c])} {of}, "
-                  f"{idle['by_cause_count'][c]} gaps)" for c, us in causes[:5] if c in idle.get("by_cause_pct", {})]
-        top = idle.get("top_gaps") or []
-        if top:
-            g = top[0]
-            what = ", ".join(f"`{shorten(h['name'], 60)}`" for h in g.get("host", [])[:2])
-            lines.append(f"\nThe largest gap lasts {duration(g['dur_us'])} at {duration(g['start_us'])} ({g['cause']})"
-                         + (f"; meanwhile the host was in {what}." if what else "."))
-        if idle["sync_sites"]:
-            s = idle["sync_sites"][0]
-            lines.append(f"Synchronizations: `{s['call']}`" + (f" under `{s['op']}`" if s["op"] else "")
-                         + (f" at `{s['python']}`" if s["python"] else "") + f", {s['count']} times, "
-                         f"{duration(s['idle_us'])} of idle after them.")
-        lines += ["", f"**Verdict:** {verdict['headline']}. {verdict['hypothesis']}", "",
-                  f"**Next step:** {verdict['next_step']}", *_saving(verdict)]
+        lines.append(f"{self._who(idle)}The GPU is idle **{percent(idle['idle_pct'])}** {of} "
+                     f"({duration(idle['idle_us'])} of {duration(whole)}, in {idle['gaps']} gaps). By cause:")
+        pcts = idle.get("by_cause_pct", {})
+        lines += [f"- {label(GAP_CAUSES, c)}: {duration(us)}" + (f" ({percent(pcts[c])} {of}" if c in pcts else " (")
+                  + f"{', ' if c in pcts else ''}{idle['by_cause_count'][c]} gaps)" for c, us in causes[:5] if us > 0]
+        lines += self._largest_gap(idle) + self._sync_line(idle)
+        lines += ["", f"**Next step:** {verdict['next_step']}", *_saving(verdict)]
         return "\n".join(lines)
 
-    def _kernels(self, hot_kernels: dict) -> str:
+    def _largest_gap(self, idle: dict) -> list[str]:
+        top = idle.get("top_gaps") or []
+        if not top:
+            return []
+        g = top[0]
+        what = ", ".join(f"`{shorten(h['name'], 60)}`" for h in g.get("host", [])[:2])
+        return [f"\nThe largest gap lasts {duration(g['dur_us'])} at {duration(g['start_us'])} on GPU {g['device']} "
+                f"({label(GAP_CAUSES, g['cause'])})" + (f"; meanwhile the host was in {what}" if what else "")
+                + (f", from `{g['python']}`" if g.get("python") else "") + "."]
+
+    @staticmethod
+    def _sync_line(idle: dict) -> list[str]:
+        if not idle["sync_sites"]:
+            return []
+        s = idle["sync_sites"][0]
+        return [f"Synchronizations: `{s['call']}`" + (f" under `{s['op']}`" if s["op"] else "")
+                + (f" at `{s['python']}`" if s["python"] else "") + f", {s['count']} times, "
+                f"{duration(s['idle_us'])} of idle after them."]
+
+    def _optimize_first(self, q: Question, verdict: dict) -> str:
+        savings = verdict.get("savings") or []
+        if not savings:
+            return f"**{verdict['headline']}.** {verdict['next_step']}"
+        first = savings[0]
+        lines = [f"Start with **{first['finding']}**: {first['sentence']}", "", f"Why: {verdict['hypothesis']}",
+                 "", f"**Next step:** {verdict['next_step']}"]
+        if len(savings) > 1:
+            lines += ["", "Then, by what fixing each would save at most:"]
+            lines += [f"{i}. {s['sentence']}" for i, s in enumerate(savings[1:5], 2)]
+        return "\n".join(lines)
+
+    def _bound(self, q: Question, verdict: dict, idle_gaps: dict) -> str:
+        limiter, root = verdict["limiter"], verdict["root_cause"]
+        if not limiter:
+            return verdict["headline"] + "."
+        asked = q.limit
+        bound = BOUNDS.get(asked or "")
+        yes = None if bound is None else bool({limiter, root} & bound.means)
+        what = (f"{label(LIMITERS, limiter)}" + (f" ({label(ROOT_CAUSES, root)})" if root else ""))
+        if yes is None:
+            head = f"It is limited by **{what}**."
+        elif yes:
+            head = f"**Yes.** It is limited by {what}."
+        else:
+            head = f"**No.** It is limited by {what}, not by {bound.label}."
+        lines = [head, "", f"{self._who(verdict)}{verdict['headline']}. {verdict['hypothesis']}"]
+        if asked == "copies":
+            lines.append("Whether kernels are bound by GPU memory bandwidth is not in a timeline trace: profile the "
+                         "hot kernel with Nsight Compute (`ncu --set full`) to see its DRAM throughput.")
+        lines += ["", f"**Next step:** {verdict['next_step']}", *_saving(verdict)]
+        return "\n".join(lines)
+
+    def _slow_kernel(self, q: Question, hot_kernels: dict, hot_kernels_1: dict) -> str:
+        per_call, total = hot_kernels["top"], hot_kernels_1["top"]
+        if not per_call:
+            return "There are no kernels in this scope."
+        k, t = per_call[0], total[0]
+        lines = [f"{self._who(hot_kernels)}Per call, the slowest kernel is **`{shorten(k['short_name'], 60)}`**: "
+                 f"mean {duration(k['mean_us'])}, longest {duration(k['max_us'])}, {k['count']} calls.",
+                 f"By total time it is `{shorten(t['short_name'], 60)}`: {duration(t['total_us'])} over "
+                 f"{t['count']} calls, {percent(t['share_of_busy_pct'])} of busy time.", "", "Slowest per call:"]
+        lines += [f"{i}. `{shorten(r['short_name'], 50)}`: mean {duration(r['mean_us'])}, {r['count']} calls"
+                  for i, r in enumerate(per_call[:5], 1)]
+        lines += ["", _ncu(t["short_name"])]
+        return "\n".join(lines)
+
+    def _kernel(self, q: Question, hot_kernels: dict, kernel_instances: dict) -> str:
+        if not hot_kernels["top"]:
+            return f"No kernel in this scope matches `{q.kernel}`."
+        k = hot_kernels["top"][0]
+        lines = [f"{self._who(hot_kernels)}**`{shorten(k['short_name'], 60)}`** ran {k['count']} times for "
+                 f"{duration(k['total_us'])}, {percent(k['share_of_busy_pct'])} of busy time (mean "
+                 f"{duration(k['mean_us'])}, median {duration(k['median_us'])}, longest {duration(k['max_us'])})"
+                 + (f", launched by `{shorten(k['op'], 50)}`" if k["op"] else "")
+                 + (f" from `{k['python']}`" if k.get("python") else "") + "."]
+        inst = kernel_instances["instances"][:3]
+        if inst:
+            lines.append("Its longest instances: " + "; ".join(
+                f"{duration(i['dur_us'])} at {duration(i['start_us'])} (GPU {i['device']}, stream {i['stream']})"
+                for i in inst) + ".")
+        lines += ["", f"If it ran twice as fast it would save at most {duration(k['saving_2x_us'])}.",
+                  _ncu(k["short_name"])]
+        return "\n".join(lines)
+
+    def _kernels(self, q: Question, hot_kernels: dict) -> str:
         top = hot_kernels["top"][:5]
         if not top:
             return "There are no kernels in this trace."
@@ -122,53 +234,267 @@ class OfflineAnalyst:
         lines += [f"{i}. `{shorten(k['short_name'], 50)}`: {duration(k['total_us'])}, {percent(k['share_of_busy_pct'])} of "
                   f"busy time, {k['count']} launches, mean {duration(k['mean_us'])}"
                   + (f", from `{shorten(k['op'], 40)}`" if k["op"] else "") for i, k in enumerate(top, 1)]
-        k = top[0]
-        lines += ["", f"To see why `{shorten(k['short_name'], 50)}` takes that long: `ncu --kernel-name "
-                      f"regex:{k['short_name']} --launch-count 5 --set full -o hot python train.py`."]
+        lines += ["", _ncu(top[0]["short_name"])]
         return "\n".join(lines)
 
-    def _memcpy(self, data_movement: dict) -> str:
+    def _copies(self, q: Question, data_movement: dict) -> str:
         m = data_movement
         if not m["count"]:
-            return "There are no memory copies in this trace: data movement is not what limits it."
+            return "There are no memory copies in this scope: data movement is not what limits it."
         of = self._of(m)
-        lines = [f"{self._who(m)}Copies ran **{percent(m['share_pct'])}** {of}; {percent(m['exposed_pct'])} {of} had "
-                 f"copies and no compute beside them ({duration(m['exposed_us'])}). By kind:"]
-        lines += [f"- {kind}: {c['count']} copies, {size(c['bytes'])}, {duration(c['us'])}, {c['gbps']:.1f} GB/s"
-                  + (f", {c['pageable_count']} from pageable memory" if c["pageable_count"] else "")
-                  for kind, c in m["by_kind"].items()]
+        kinds = sorted(m["by_kind"].items(), key=lambda kv: -kv[1]["us"])
+        main_kind = kinds[0][0]
+        lines = [f"{self._who(m)}Copies ran **{percent(m['share_pct'])}** {of}, mostly {main_kind}; "
+                 f"{percent(m['exposed_pct'])} {of} had copies and no compute beside them ({duration(m['exposed_us'])}). "
+                 "By kind:"]
+        lines += [f"- {kind}: {c['count']} copies, {size(c['bytes'])}, {duration(c['us'])}, {c['gbps']:.1f} GB/s, "
+                  + (f"{c['pageable_count']} from pageable memory" if c["pageable_count"] else "pinned or device memory")
+                  for kind, c in kinds]
         if m["pageable_count"]:
             lines.append(f"\n{m['pageable_count']} copies touch pageable memory ({size(m['pageable_bytes'])}): they "
                          "are staged through a pinned buffer and block the host. Pin the memory "
                          "(`DataLoader(pin_memory=True)` or `tensor.pin_memory()`) and copy with `non_blocking=True`.")
         return "\n".join(lines)
 
-    def _comm(self, communication: dict) -> str:
+    def _dataloader(self, q: Question, verdict: dict, idle_gaps: dict) -> str:
+        idle = idle_gaps
+        waited = idle["by_cause_us"].get("dataloader", 0.0)
+        if not waited:
+            return (f"{self._who(idle)}**No:** the GPU never waits for data loading in this trace. "
+                    f"{verdict['headline']}.")
+        pct = idle.get("by_cause_pct", {}).get("dataloader")
+        lines = [f"{self._who(idle)}**Yes:** the GPU waits for data loading {duration(waited)}"
+                 + (f" ({percent(pct)} {self._of(idle)})" if pct is not None else "")
+                 + f", in {idle['by_cause_count']['dataloader']} gaps."]
+        lines += self._largest_gap(idle)
+        if verdict["root_cause"] == "dataloader":
+            lines += ["", verdict["hypothesis"], "", f"**Next step:** {verdict['next_step']}", *_saving(verdict)]
+        else:
+            lines += ["", f"It is not the main limit, though: {verdict['headline']}."]
+        return "\n".join(lines)
+
+    def _sync(self, q: Question, idle_gaps: dict) -> str:
+        idle = idle_gaps
+        sites = idle["sync_sites"]
+        if not sites:
+            return (f"{self._who(idle)}No host synchronization leaves the GPU idle in this trace"
+                    + (f" (idle after syncs: {duration(idle['by_cause_us']['sync'])})."
+                       if idle["by_cause_us"].get("sync") else "."))
+        s = sites[0]
+        where = f"`{s['python']}`" if s["python"] else None
+        lines = [f"{self._who(idle)}" + (f"**{where}**: " if where else "")
+                 + f"`{s['call']}`" + (f" under `{s['op']}`" if s["op"] else "")
+                 + f" blocks the host {s['count']} times, leaving the GPU idle {duration(s['idle_us'])} after them."]
+        if not where:
+            lines.append("The trace has no Python frames, so the line is unknown: profile with "
+                         "`torch.profiler.profile(with_stack=True)` to get it.")
+        lines += [f"- `{o['call']}`" + (f" under `{o['op']}`" if o["op"] else "") + (f" at `{o['python']}`" if o["python"]
+                  else "") + f": {o['count']} times, {duration(o['idle_us'])}" for o in sites[1:4]]
+        lines += ["", "Common causes: `.item()`, `.cpu()`, `print(tensor)` or a `torch.cuda.synchronize()` in the loop. "
+                      "Keep values on the GPU, or read them every N steps."]
+        return "\n".join(lines)
+
+    def _communication(self, q: Question, communication: dict) -> str:
         c = communication
         if not c["kernels"]:
-            note = c.get("ranks_note", "")
-            return ("There are no collective (NCCL/RCCL) kernels in this trace, so communication is not a factor."
-                    + (f" {note[0].upper()}{note[1:]}." if note else ""))
+            return ("There are no collective (NCCL/RCCL) kernels in this scope, so communication is not a factor."
+                    + (f" {_unavailable(c)}" if c.get("unavailable") else ""))
         of = self._of(c)
         lines = [f"{self._who(c)}{c['kernels']} collective kernels ran {duration(c['comm_us'])} "
                  f"({percent(c['share_pct'])} {of}). **{percent(c['exposed_of_comm_pct'])}** of that time no compute "
                  f"overlapped: {duration(c['exposed_us'])}, {percent(c['exposed_pct'])} {of}."]
         if c["top"]:
-            lines.append(f"The largest: `{shorten(c['top'][0]['name'], 60)}` ({c['top'][0]['count']} calls, "
+            lines.append(f"The largest: `{shorten(c['top'][0]['short_name'], 60)}` ({c['top'][0]['count']} calls, "
                          f"{duration(c['top'][0]['total_us'])}).")
         ranks = c.get("ranks")
         if ranks and ranks.get("matched"):
             lines.append(straggler_sentence(ranks))
-        elif c.get("ranks_note"):
-            lines.append(c["ranks_note"][0].upper() + c["ranks_note"][1:] + ".")
+        elif c.get("unavailable"):
+            lines.append(_unavailable(c))
         return "\n".join(lines)
 
-    def _next(self, verdict: dict) -> str:
-        lines = [f"**{verdict['headline']}**", "", f"Next step: {verdict['next_step']}", *_saving(verdict)]
-        lines += [f"- {note}" for note in verdict["other_losses"] + verdict["also"]]
+    def _straggler(self, q: Question, communication: dict) -> str:
+        ranks = communication.get("ranks")
+        if not ranks or not ranks.get("matched"):
+            if communication.get("unavailable"):
+                return _unavailable(communication, "which rank is the straggler")
+            return "The trace cannot say which rank is the straggler: no collective was matched across the ranks."
+        rank = ranks.get("straggler")
+        rows = sorted(ranks["ranks"], key=lambda r: -r["exposed_waiting_us"])
+        asked = next((r for r in rows if r["rank"] == q.rank), None)
+        if asked is not None:  # "what is rank 3 waiting for?": that rank first
+            late = f"for rank {rank}, the straggler" if rank is not None and rank != q.rank else "for the last rank to enter"
+            lead = (f"**Rank {q.rank} waits {duration(asked['exposed_waiting_us'])} {late}** "
+                    f"({percent(asked['exposed_waiting_pct'])} of its device time, with no compute beside it); it entered "
+                    f"{asked['last_count']} of the collectives last itself.")
+        elif rank is None:
+            lead = "**No rank is a straggler**: no rank enters most collectives last."
+        else:
+            lead = f"**Rank {rank}** is the straggler."
+        lines = [lead, straggler_sentence(ranks), "", "Waiting for the last rank, by rank (exposed: no compute beside it):"]
+        lines += [f"- rank {r['rank']}: {duration(r['exposed_waiting_us'])} exposed waiting, "
+                  f"{percent(r['exposed_waiting_pct'])} of its device time; entered {r['last_count']} collectives last"
+                  for r in rows[:8]]
         return "\n".join(lines)
 
-    def _summary(self, overview: dict, verdict: dict) -> str:
+    def _steps(self, q: Question, steps: dict) -> str:
+        if not steps["count"]:
+            return f"{_unavailable(steps)}"
+        slow = steps.get("slowest_vs_median") or {}
+        extra = ", ".join(f"{label(GAP_CAUSES, k.removeprefix('idle_').removesuffix('_us'))} idle +{duration(v)}"
+                          for k, v in slow.items() if k != "idle_us")
+        return (f"{self._who(steps)}{steps['count']} steps: mean **{duration(steps['mean_us'])}**, "
+                f"median {duration(steps['median_us'])}, "
+                f"from {duration(steps['min_us'])} to {duration(steps['max_us'])} (slowest: step {steps['slowest']})."
+                + (f" The slowest step spent more than the median on: {extra}." if extra else ""))
+
+    def _step_row(self, steps: dict, number: int) -> dict:
+        row = next((r for r in steps["steps"] if r["step"] == number), None)
+        if row is None:
+            raise LookupError(f"there is no step {number} in this trace; its steps are "
+                              f"{', '.join(str(r['step']) for r in steps['steps'])}")
+        return row
+
+    def _step_line(self, row: dict) -> str:
+        causes = sorted(((k.removeprefix("idle_").removesuffix("_us"), v) for k, v in row.items()
+                         if k.startswith("idle_") and k != "idle_us" and v), key=lambda kv: -kv[1])
+        return (f"step {row['step']}: {duration(row['host_us'])} on the host ({row['vs_median_pct']:+.2f}% against the "
+                f"median step), {duration(row['device_us'])} of device work, idle {duration(row['idle_us'])}"
+                + (" (" + ", ".join(f"{label(GAP_CAUSES, c)} {duration(v)}" for c, v in causes[:3]) + ")" if causes else ""))
+
+    def _step_vs_step(self, q: Question, steps: dict) -> str:
+        if not steps["count"]:
+            return _unavailable(steps)
+        try:
+            rows = [self._step_row(steps, n) for n in q.steps[:2]]
+        except LookupError as exc:
+            return f"I cannot compare those: {exc}."
+        slower = max(rows, key=lambda r: r["host_us"])
+        return "\n".join([f"{self._who(steps)}**Step {slower['step']} is slower.**", "",
+                          *[f"- {self._step_line(r)}" for r in rows]])
+
+    def _one_step(self, q: Question, steps: dict, idle_gaps: dict) -> str:
+        try:
+            row = self._step_row(steps, q.steps[0])
+        except LookupError as exc:
+            return f"I cannot answer that: {exc}."
+        lines = [f"{self._who(steps)}{self._step_line(row)}."]
+        if row["step"] == steps["slowest"]:
+            lines.append("It is the slowest step.")
+        lines += self._largest_gap(idle_gaps)
+        return "\n".join(lines)
+
+    def _launch(self, q: Question, launches: dict, verdict: dict) -> str:
+        la = launches
+        if not la["kernels"]:
+            return "No kernel in this trace is linked to its launch call, so launch overhead cannot be measured."
+        bound = verdict["root_cause"] == "launch_overhead"
+        share = la.get("launch_overhead_idle_pct")
+        if re.search(r"cuda ?graph", q.text, re.I):
+            head = ("**Yes:** the host cannot launch kernels fast enough, and a CUDA graph launches a whole step at once."
+                    if bound else "**Not for speed here:** launch overhead is not what limits this trace.")
+        else:
+            head = ("**Yes, launch overhead limits it.**" if bound
+                    else "**Launch overhead is not the main limit.**")
+        lines = [head, "",
+                 f"{self._who(la)}{la['kernels']} kernels: the launch call takes {duration(la['median_launch_us'])} "
+                 f"(median), a kernel runs {duration(la['median_kernel_us'])} (median), and "
+                 f"{percent(la['short_kernel_pct'])} of kernels are shorter than their own launch call. Launch-to-start "
+                 f"latency: median {duration(la['median_latency_us'])}, p90 {duration(la['p90_latency_us'])}.",
+                 f"Launch-bound gaps leave the GPU idle {duration(la['launch_overhead_idle_us'])}"
+                 + (f" ({percent(share)} of the span)." if share is not None else "."),
+                 "", f"{verdict['headline']}.", f"**Next step:** {verdict['next_step']}"]
+        return "\n".join(lines)
+
+    def _longest_gap(self, q: Question, idle_gaps: dict) -> str:
+        top = idle_gaps.get("top_gaps") or []
+        if not top:
+            return "There is no idle gap in this scope."
+        g = top[0]
+        lines = [f"{self._who(idle_gaps)}The longest gap lasts **{duration(g['dur_us'])}**, at {duration(g['start_us'])} "
+                 f"on GPU {g['device']}: {label(GAP_CAUSES, g['cause'])}."]
+        hosts = g.get("host") or []
+        if hosts:
+            lines.append("Meanwhile the launching thread was in " + ", ".join(
+                f"`{shorten(h['name'], 60)}` ({duration(h['overlap_us'])})" for h in hosts[:3]) + ".")
+        if g.get("python"):
+            lines.append(f"Python: `{g['python']}`.")
+        return "\n".join(lines)
+
+    def _gaps(self, q: Question, idle_gaps: dict) -> str:
+        idle = idle_gaps
+        which = f" of at least {duration(q.min_us)}" if q.min_us else ""
+        if not idle["top_gaps"]:
+            return f"{self._who(idle)}There are no idle gaps{which} in this scope."
+        lines = [f"{self._who(idle)}{idle['matching_gaps']} gaps{which}, {duration(idle['matching_idle_us'])} of idle "
+                 "time in all. The largest:"]
+        for i, g in enumerate(idle["top_gaps"], 1):
+            host = ", ".join(f"`{shorten(h['name'], 50)}`" for h in (g.get("host") or [])[:2])
+            lines.append(f"{i}. {duration(g['dur_us'])} at {duration(g['start_us'])} on GPU {g['device']}: "
+                         f"{label(GAP_CAUSES, g['cause'])}" + (f"; the host was in {host}" if host else ""))
+        return "\n".join(lines)
+
+    def _annotations(self, q: Question, annotations: dict) -> str:
+        if not annotations["ranges"]:
+            return _unavailable(annotations)
+        lines = [f"{self._who(annotations)}GPU time launched inside each annotated range (a nested range counts in its "
+                 "parent too):"]
+        lines += [f"{i}. `{shorten(r['name'], 60)}`: {duration(r['gpu_us'])} of GPU time from {r['kernels']} kernels, "
+                  f"{_times(r['count'])}, {duration(r['host_us'])} on the host"
+                  for i, r in enumerate(annotations["ranges"][:8], 1)]
+        return "\n".join(lines)
+
+    def _mfu(self, q: Question, overview: dict, hot_kernels: dict) -> str:
+        r = overview["ranks"][0]
+        top = hot_kernels["top"][0] if hot_kernels["top"] else None
+        lines = ["**The trace cannot say.** A timeline records when kernels ran, not how many floating-point "
+                 "operations they did, so achieved FLOP/s and MFU need either the operations' shapes or hardware "
+                 "counters.", "",
+                 f"What it does say: the GPU is busy {percent(r['breakdown']['busy_pct'])} of the time"
+                 + (f", and the top kernel, `{shorten(top['short_name'], 50)}`, takes "
+                    f"{percent(top['share_of_busy_pct'])} of busy time." if top else "."), "",
+                 "To measure it: profile with `torch.profiler.profile(record_shapes=True, with_flops=True)` (FLOPs of "
+                 "matmuls and convolutions), or run the hot kernel under Nsight Compute "
+                 "(`ncu --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed`)."]
+        return "\n".join(lines)
+
+    def _profile_next(self, q: Question, overview: dict, verdict: dict, hot_kernels: dict) -> str:
+        lines = [f"**{verdict['headline']}.**", ""]
+        missing = [u for u in overview.get("unavailable", []) if u["what"] not in ("GPU memory use",)]
+        top = hot_kernels["top"][0]["short_name"] if hot_kernels["top"] else None
+        if verdict["limiter"] == "compute" and top:
+            lines.append(f"1. The hot kernel, with Nsight Compute: `ncu --kernel-name regex:{top} --launch-count 5 "
+                         f"--set full -o {top[:24]} python train.py`.")
+        else:
+            lines.append("1. The whole timeline with Nsight Systems, to see the host and the GPU together: `nsys profile "
+                         "--trace=cuda,nvtx,osrt --python-backtrace=cuda -o timeline python train.py`.")
+            if top:
+                lines.append(f"2. The hot kernel, with Nsight Compute: `ncu --kernel-name regex:{top} --launch-count 5 "
+                             "--set full -o hot python train.py`.")
+        if missing:
+            lines += ["", "What this trace lacks, and how to record it:"]
+            lines += [f"- {u['what']}: {u['why']}; {u['how_to_get_it']}." for u in missing[:4]]
+        lines += ["", f"The fix to try first: {verdict['next_step']}"]
+        return "\n".join(lines)
+
+    def _compare(self, q: Question, compare_traces: dict | None = None) -> str:
+        if compare_traces is None:
+            return ("Only one trace is loaded. To compare before and after, run `traceagent chat BEFORE --compare "
+                    "AFTER` or `traceagent diff BEFORE AFTER`.")
+        d = compare_traces
+        faster = d["slower_pct"] < 0
+        if _yes_no(q):  # "did it help?", "is it faster?": the answer first
+            lead = "Yes" if faster else "No"
+            lines = [f"**{lead}:** {d['headline']}.", ""]
+        else:
+            lines = [f"**{d['headline']}.**", ""]
+        lines += [f"- {m['name']}: {_value(m, 'before')} → {_value(m, 'after')}" for m in d["metrics"][:6]]
+        if d.get("prediction"):
+            lines.append(f"\nThe before verdict {d['prediction']['sentence']}.")
+        lines += [f"\nNew problem: {p}" for p in d["new_problems"]] or ["\nNo new problems."]
+        return "\n".join(lines)
+
+    def _summary(self, q: Question, overview: dict, verdict: dict) -> str:
         t = overview["trace"]
         lines = [f"A {t['format']} trace with {t['ranks']} rank(s) on {', '.join(t['devices']) or 'no GPU'}."]
         for r in overview["ranks"][:8]:
@@ -178,32 +504,39 @@ class OfflineAnalyst:
             lines.append(f"- and {len(overview['ranks']) - 8} more ranks (ask about one by number)")
         lines += ["", f"**Verdict:** {verdict['headline']}.", f"{verdict['hypothesis']}", "",
                   f"**Next step:** {verdict['next_step']}", *_saving(verdict)]
+        if self.ctx.other is not None:
+            lines += ["", "A second trace is loaded: ask “did it help?” to compare."]
         return "\n".join(lines)
 
-    def _steps(self, steps: dict) -> str:
-        if not steps["count"]:
-            return steps["note"].capitalize() + "."
-        slow = steps.get("slowest_vs_median") or {}
-        extra = ", ".join(f"{k.removeprefix('idle_').removesuffix('_us')} idle +{duration(v)}"
-                          for k, v in slow.items() if k != "idle_us")
-        return (f"{self._who(steps)}{steps['count']} steps: mean {duration(steps['mean_us'])}, "
-                f"median {duration(steps['median_us'])}, "
-                f"from {duration(steps['min_us'])} to {duration(steps['max_us'])} (slowest: step {steps['slowest']})."
-                + (f" The slowest step spent more than the median on: {extra}." if extra else ""))
+    def _unknown(self, q: Question, overview: dict, verdict: dict) -> str:
+        if q.foreign:
+            lead = ("Without a model I read questions in English only; open questions need a configured model "
+                    "(OPENAI_API_KEY, or OPENAI_BASE_URL for a local server). Here is the trace in short:")
+        else:
+            lead = "I did not recognize that question, so here is the trace in short:"
+        return "\n".join([lead, "", self._summary(q, overview, verdict), "",
+                          "Without a model I can answer: " + "; ".join(f"“{c}”" for c in CANNED_QUESTIONS) + "."])
 
-    def _compare(self, compare_traces: dict | None = None, verdict: dict | None = None) -> str:
-        if compare_traces is None:
-            return ("Only one trace is loaded. To compare before and after, run `traceagent chat BEFORE --compare "
-                    "AFTER` or `traceagent diff BEFORE AFTER`.")
-        d = compare_traces
-        lines = [f"**{d['headline']}**", ""]
-        lines += [f"- {m['name']}: {_value(m, 'before')} → {_value(m, 'after')}" for m in d["metrics"][:6]]
-        lines += [f"\nNew problem: {p}" for p in d["new_problems"]] or ["\nNo new problems."]
-        return "\n".join(lines)
 
-    def _help(self) -> str:
-        return ("I can answer these without a model: " + "; ".join(f"“{q}”" for q in CANNED_QUESTIONS)
-                + ". Ask one of those, or configure a model for open questions.")
+def _yes_no(q: Question) -> bool:
+    """Whether the question asks for a yes or a no ("did it help?", "is it faster?")."""
+    return bool(re.match(r"\s*(?:did|does|do|is|are|was|were|has|have|can|could|should|will|would|am)\b", q.text, re.I))
+
+
+def _ncu(kernel: str) -> str:
+    return (f"To see why `{shorten(kernel, 50)}` takes that long: `ncu --kernel-name regex:{kernel} --launch-count 5 "
+            "--set full -o hot python train.py`.")
+
+
+def _unavailable(result: dict, what: str | None = None) -> str:
+    """'This trace cannot say which rank…: why. To get it: how.' from a tool's `unavailable`."""
+    u = result.get("unavailable") or {}
+    return (f"This trace cannot say {what or u.get('what', 'that')}: {u.get('why', 'it lacks the data')}. "
+            f"To get it: {u.get('how_to_get_it', '')}.")
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
 
 
 def _value(metric: dict, which: str) -> str:

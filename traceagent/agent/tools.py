@@ -43,6 +43,7 @@ Top = Annotated[int, Field(description=f"how many items to list (at most {MAX_IT
 FullNames = Annotated[bool, Field(description="true for full (templated) kernel names; default: short names only")]
 GapCause = Literal[tuple(GAP_CAUSES)]  # type: ignore[valid-type]
 CopyKind = Literal["HtoD", "DtoH", "DtoD", "HtoH", "PtoP"]
+KernelOrder = Literal["total", "mean", "max", "count"]
 CalcUnit = Literal["us", "ms", "s", "pct", "x", "gbps", "bytes", "count"]
 
 
@@ -154,11 +155,14 @@ def trace_limits(ctx: AnalysisContext) -> list[dict]:
 
 def verdict(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
     """The diagnosis: limiter, root cause, headline, one-sentence hypothesis, the next step to
-    take, the evidence numbers, what fixing it would save, and what the trace lacks. Without
+    take, the evidence numbers, what fixing it would save (and every finding's saving, largest
+    first: what to optimize first), and what the trace lacks. Without
     `rank`, the job's verdict (its `rank` says which rank it is about); with `device`, also that
     GPU's breakdown."""
     v = ctx.rank(rank).verdict if rank is not None else ctx.analysis.verdict
     result = v.to_dict()
+    about = ctx.rank(rank if rank is not None else v.rank)
+    result["savings"] = [s.to_dict() for s in about.findings.savings]  # every finding's, largest first
     if device is not None:
         r, scope = ctx.scoped(v.rank if rank is None else rank, device)
         result["device_breakdown"] = r.breakdown.devices[device].to_dict()
@@ -275,13 +279,16 @@ def communication(ctx: AnalysisContext, rank: Rank = None, device: Device = None
 
 def hot_kernels(ctx: AnalysisContext, top: Top = 10,
                 name_filter: Annotated[str | None, Field(description="only kernels whose name contains this")] = None,
-                rank: Rank = None, device: Device = None, full_names: FullNames = False) -> dict:
-    """Kernels ranked by total device time: count, total, mean, median, max, share of busy time,
-    the op that launched them and the user's Python line (when the trace has frames), on a rank's
-    GPUs or one of them."""
+                rank: Rank = None, device: Device = None, full_names: FullNames = False,
+                order_by: Annotated[KernelOrder, Field(description="rank by total time (default), by time per call "
+                                                                    "(mean or max), or by launches (count)")] = "total",
+                ) -> dict:
+    """Kernels ranked by total device time (or per call, or by launches): count, total, mean,
+    median, max, share of busy time, the op that launched them and the user's Python line (when
+    the trace has frames), on a rank's GPUs or one of them."""
     r, scope = ctx.scoped(rank, device)
-    result = r.hot_kernels(top=max(1, min(top, MAX_ITEMS)), name_filter=name_filter, device=device)
-    data = result.to_dict() | {"scope": scope}
+    result = r.hot_kernels(top=max(1, min(top, MAX_ITEMS)), name_filter=name_filter, device=device, order=order_by)
+    data = result.to_dict() | {"scope": scope, "order_by": order_by}
     lines = kernel_python_lines(r.trace, [k.name for k in result.top]) if r.findings.has_python_frames else {}
     for k in data["top"]:
         k["python"] = lines.get(k["name"])

@@ -20,6 +20,7 @@ from ..agent.offline import CANNED_QUESTIONS
 from ..agent.session import Session
 from ..agent.tools import AnalysisContext
 from ..detect.analysis import Analysis
+from ..detect.diff import diff
 from ..errors import TraceError
 from .loader import load_in_child
 from .screens import HelpScreen
@@ -57,6 +58,8 @@ class TraceAgentApp(App):
         self._model_title = "offline analyst: no LLM configured" if model is None else (
             config.describe() if config else "LLM")
         self.sub_title = self._model_title
+        if compare:  # the header says both traces are loaded
+            self.title = f"traceagent · {Path(path).name} vs {Path(compare).name}"
         self.scope: tuple[int, int] | None = None  # the rank and GPU the timeline shows
 
     def compose(self) -> ComposeResult:
@@ -87,7 +90,8 @@ class TraceAgentApp(App):
             return
         self.analysis = analysis
         self.session = Session(AnalysisContext(analysis, other), self.model, self.config)
-        await self.query_one(SidePanel).show(analysis)
+        comparison = await asyncio.to_thread(diff, analysis, other) if other is not None else None
+        await self.query_one(SidePanel).show(analysis, other, comparison)
         if timeline is not None:
             self.query_one(Timeline).data = timeline
         await conversation.add_note(f"Loaded: {analysis.verdict.headline}. Ask a question, or F1 for help.")

@@ -11,6 +11,7 @@ from textual.widgets import Markdown, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from ...detect.analysis import Analysis
+from ...detect.diff import DiffResult
 from ...format import device_lines, duration, percent, shorten
 
 
@@ -43,6 +44,8 @@ class SidePanel(VerticalScroll):
         yield Static("Trace", classes="title")
         with VerticalScroll(id="summary-scroll"):
             yield Static("Loading…", id="summary", markup=False)
+        yield Static("Compared with", classes="title comparison")
+        yield Static("", id="comparison", classes="comparison", markup=False)
         yield Static("Verdict", classes="title")
         yield Markdown("", id="verdict")
         yield Static("Showing", classes="title")
@@ -50,7 +53,13 @@ class SidePanel(VerticalScroll):
         yield Static("Findings (Enter asks)", classes="title")
         yield OptionList(id="findings")
 
-    async def show(self, analysis: Analysis) -> None:
+    def on_mount(self) -> None:
+        self.query(".comparison").set(display=False)  # shown when a second trace is loaded
+
+    async def show(self, analysis: Analysis, other: Analysis | None = None, comparison: DiffResult | None = None) -> None:
+        if other is not None and comparison is not None:
+            self.query_one("#comparison", Static).update(f"{other.job.path}\n{comparison.headline}")
+            self.query(".comparison").set(display=True)
         self.data = analysis.to_dict()
         t = self.data["trace"]
         lines = [f"{t['format']}, {t['ranks']} rank(s)", ", ".join(t["devices"]) or "no devices"]
@@ -108,12 +117,14 @@ def _findings(r: dict, verdict: dict, several_ranks: bool) -> list[tuple[str, st
     if r["memcpy"]["count"]:
         m = r["memcpy"]
         found.append((f"copies {percent(m['share_pct'])}, {m['pageable_count']} pageable",
-                      "How much time goes to memcpy?"))
+                      f"How much time goes to memcpy{on}?"))
     if r["comm"]["kernels"]:
-        found.append((f"communication exposed {percent(r['comm']['exposed_of_comm_pct'])}", "Is communication overlapped?"))
+        found.append((f"communication exposed {percent(r['comm']['exposed_of_comm_pct'])}",
+                      f"Is communication overlapped{on}?"))
     for k in r["hot_kernels"][:3]:
         found.append((f"kernel {shorten(k['short_name'], 24)} {percent(k['share_of_busy_pct'])}",
-                      "What are the hot kernels?"))
+                      f"Why is `{k['short_name']}` hot{on}?"))
     if r["steps"]["count"]:
-        found.append((f"{r['steps']['count']} steps, mean {duration(r['steps']['mean_us'])}", "What about the steps?"))
+        found.append((f"{r['steps']['count']} steps, mean {duration(r['steps']['mean_us'])}",
+                      f"How long is a step{on}?"))
     return found

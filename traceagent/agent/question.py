@@ -1,0 +1,112 @@
+"""What a question asks, for the offline analyst: its intent and the things it names (a rank, a
+GPU, steps, a hot kernel of this trace, a threshold), read with patterns, no model.
+
+Intents are tried in order; the first whose pattern matches wins, so the specific come before the
+general ("is it compute-bound?" before "kernels", "step 5 vs 6" before "compare").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .tools import AnalysisContext
+
+# (intent, pattern): the order is the priority
+INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for name, pattern in [
+    ("step_vs_step", r"\bsteps?\s*#?\d+\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–)\s*(?:step\s*#?)?\d+"),
+    ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
+                r"(?:faster|slower|better|worse)|(?:faster|slower) now|what changed|compar|before and after|"
+                r"after the (?:fix|change)|improv|regress|\bdiff\b|did \w+ (?:fix|help)|speed ?up)"),
+    ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|waits? (?:for|on) "
+                  r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank)"),
+    ("mfu", r"\b(?:mfu|flop/?s|flops|tflops|model flops|tensor core utili[sz]ation|achieved (?:flop|throughput))\b"),
+    ("bound", r"\b(?:\w+[- ]bound|bound by|limited by|bottleneck(?:ed)?)\b.*\?|^\s*(?:is|am|are)\b.*\b(?:bound|limited)\b"
+              r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)"),
+    ("profile_next", r"\b(?:profile next|what (?:should|do|can) i profile|how (?:do|should|can) i profile|which profiler|"
+                     r"nsight|\bncu\b|\bnsys\b|measure next|dig deeper|more detail|what (?:else )?to measure)"),
+    ("optimize_first", r"\b(?:optimi[sz]e first|first thing|where (?:do|should|to) (?:i )?start|biggest (?:win|gain|saving)|"
+                       r"priorit|most impact|fix first|what (?:should|do|can) i (?:fix|optimi[sz]e|change|do)|"
+                       r"how (?:do|can|to) (?:i )?(?:fix|speed|make it faster)|what would (?:it )?save)"),
+    ("launch", r"\b(?:launch|cuda ?graphs?|too many kernels|small kernels|kernel overhead|cpu overhead|python overhead)"),
+    ("sync", r"\b(?:sync|synchroni[sz]|\.item\(\)|item\(\)|blocking call|which line|what line|python line|host blocks)"),
+    ("longest_gap", r"\b(?:longest|largest|biggest|worst) (?:gap|stall|idle|bubble)"),
+    ("dataloader", r"\b(?:data ?load|dataloader|input pipeline|num_workers|workers|pin_memory|prefetch|batches)"),
+    ("copies", r"\b(?:memcpy|copy|copies|transfer|pageable|pinned|bandwidth|data movement|htod|dtoh|pcie|h2d|d2h)"),
+    ("communication", r"\b(?:communicat|nccl|rccl|all-?reduce|all-?gather|reduce-?scatter|collective|overlap|exposed)"),
+    ("annotations", r"\b(?:nvtx|annotation|record_function|ranges?\b|regions?\b|sections? of (?:my )?code)"),
+    ("slow_kernel", r"\b(?:slowest|longest) kernel|\bper (?:call|launch)\b|kernel\b.*\b(?:slow|long)"),
+    ("kernels", r"\b(?:kernel|hot|gemm|matmul|hotspot|conv|what runs|most time on the gpu|compute)"),
+    ("one_step", r"\bstep\s*#?\d+"),
+    ("steps", r"\b(?:steps?|iterations?|step time|per step|slowest step)\b"),
+    ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
+    ("idle", r"\b(?:idle|wait|stall|gap|slow|bottleneck|utili[sz]|starv|underutil|busy|why)\b"),
+    ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
+                r"report)"),
+]]
+LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kind, p in [
+    ("communication", r"\b(?:communication|comm|nccl|network|collective)"),
+    ("launch", r"\b(?:launch|overhead)"),
+    ("input", r"\b(?:input|data[- ]?load|dataloader|i/?o)\b|\bdata[- ]bound"),
+    ("host", r"\b(?:cpu|host|python)\b"),
+    ("copies", r"\b(?:memory|bandwidth|copy|copies|memcpy|pcie)"),
+    ("compute", r"\b(?:compute|gpu|math|flops?)\b"),
+]]
+# a question with none of these words, and no intent found, is taken to be in another language
+_ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "
+               "did can should i we me you be slow fast time".split())
+_RANK = re.compile(r"\brank\s*#?(\d+)", re.I)
+_DEVICE = re.compile(r"\b(?:gpu|device|cuda:)\s*#?(\d+)", re.I)
+_STEPS = re.compile(r"\bsteps?\s*#?(\d+)(?:\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–|,)\s*"
+                    r"(?:step\s*#?)?(\d+))?", re.I)
+_THRESHOLD = re.compile(r"\b(?:longer|more|over|above|at least|bigger|larger) than\s*(\d+(?:\.\d+)?)\s*(µs|us|ms|s)\b", re.I)
+_SCALE = {"µs": 1.0, "us": 1.0, "ms": 1e3, "s": 1e6}
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question as the offline analyst reads it."""
+
+    text: str
+    intent: str | None  # None: not understood
+    rank: int | None = None
+    device: int | None = None
+    steps: list[int] = field(default_factory=list)
+    kernel: str | None = None  # a hot kernel of this trace that the question names (its short name)
+    min_us: float | None = None
+    limit: str | None = None  # for "is it X-bound?": compute, copies, communication, launch, host, input
+    foreign: bool = False  # mostly non-Latin script: open questions need a model
+
+
+def understand(text: str, ctx: AnalysisContext) -> Question:
+    """The intent and entities of a question about the loaded trace."""
+    intent = next((name for name, pattern in INTENTS if pattern.search(text)), None)
+    if intent == "compare" and ctx.other is None and _STEPS.search(text):
+        intent = "one_step"  # "did step 5 improve?" with one trace: about that step
+    rank = int(m.group(1)) if (m := _RANK.search(text)) else None
+    device = int(m.group(1)) if (m := _DEVICE.search(text)) else None
+    steps = [int(n) for m in _STEPS.finditer(text) for n in m.groups() if n]
+    min_us = float(m.group(1)) * _SCALE[m.group(2).lower()] if (m := _THRESHOLD.search(text)) else None
+    limit = next((kind for kind, pattern in LIMIT_WORDS if pattern.search(text)), None) if intent == "bound" else None
+    kernel = named_kernel(text, ctx)
+    if kernel and intent in (None, "idle", "summary", "kernels", "slow_kernel"):
+        intent = "kernel"  # "why is dgrad_engine so slow?": about that kernel
+    letters = [c for c in text if c.isalpha()]
+    english = len(set(re.findall(r"[a-z]+", text.lower())) & _ENGLISH)
+    foreign = bool(letters) and (sum(c.isascii() for c in letters) < len(letters) / 2 or (not english and intent is None))
+    return Question(text, intent, rank, device, steps, kernel, min_us, limit, foreign)
+
+
+def named_kernel(text: str, ctx: AnalysisContext) -> str | None:
+    """The hot kernel (short name) of this trace that the question names, longest first."""
+    words = set(re.findall(r"[A-Za-z_][\w:.]{3,}", text))
+    if not words:
+        return None
+    names: set[str] = set()
+    for r in ctx.analysis.ranks:
+        for k in r.findings.kernels.top:
+            names.add(k.short_name)
+    lowered = {w.lower() for w in words}
+    # a whole name, or a part of one that reads as code (dgrad_engine, cudnn_convolution), not "kernel"
+    hits = [n for n in names if n.lower() in lowered or any(("_" in w or "::" in w) and w in n.lower() for w in lowered)]
+    return max(hits, key=len) if hits else None
