@@ -451,17 +451,21 @@ TOOL_FUNCTIONS: list[Callable[..., dict]] = [overview, verdict, idle_gaps, host_
 def build_tools(ctx: AnalysisContext) -> list[BaseTool]:
     """LangChain tools bound to one trace's analysis. Each returns JSON text; a bad request comes
     back as {"error": ...} so the model can correct itself."""
-    tools = []
-    for func in TOOL_FUNCTIONS:
-        if func is compare_traces and ctx.other is None:
-            continue
-        tools.append(StructuredTool.from_function(func=_bind(func, ctx), name=func.__name__,
-                                                  description=" ".join(func.__doc__.split()),
-                                                  handle_tool_error=False))
-    return tools
+    return [_structured(func, ctx) for func in TOOL_FUNCTIONS if func is not compare_traces or ctx.other is not None]
 
 
-def _bind(func: Callable[..., dict], ctx: AnalysisContext) -> Callable[..., str]:
+def tool_schemas() -> list[BaseTool]:
+    """Every tool as a client sees it (name, description, argument schema) before a trace is open;
+    running one needs build_tools."""
+    return [_structured(func, None) for func in TOOL_FUNCTIONS]
+
+
+def _structured(func: Callable[..., dict], ctx: AnalysisContext | None) -> BaseTool:
+    return StructuredTool.from_function(func=_bind(func, ctx), name=func.__name__,
+                                        description=" ".join(func.__doc__.split()), handle_tool_error=False)
+
+
+def _bind(func: Callable[..., dict], ctx: AnalysisContext | None) -> Callable[..., str]:
     """The function without its context argument, returning JSON; keeps the signature so the
     argument schema is derived from the type hints."""
     import functools

@@ -1,0 +1,48 @@
+"""`traceagent mcp` as a coding agent meets it: a subprocess driven by the `mcp` SDK's stdio
+client. Its tools are the chat's (same names, schemas and JSON), plus open_trace/list_traces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from conftest import RESNET_NW0, analyzed
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from traceagent.agent.tools import AnalysisContext, build_tools
+
+
+def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
+    server = StdioServerParameters(command=sys.executable, args=["-m", "traceagent", "mcp"],
+                                   env={**os.environ, "TRACEAGENT_CACHE_DIR": str(tmp_path / "cache")})
+
+    async def drive():
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            listed = (await session.list_tools()).tools
+            before = await session.call_tool("verdict", {})
+            bad = await session.call_tool("open_trace", {"path": str(tmp_path / "missing.json")})
+            opened = await session.call_tool("open_trace", {"path": str(RESNET_NW0)})
+            verdict = await session.call_tool("verdict", {})
+            idle = await session.call_tool("idle_gaps", {"cause": "dataloader", "top": 3})
+            typo = await session.call_tool("idle_gaps", {"cause": "dataloadr"})
+            traces = await session.call_tool("list_traces", {})
+            return listed, before, bad, opened, verdict, idle, typo, traces
+
+    listed, before, bad, opened, verdict, idle, typo, traces = asyncio.run(drive())
+    chat = {t.name: t for t in build_tools(AnalysisContext(analyzed(RESNET_NW0)))}
+    names = {t.name for t in listed}
+    assert {"open_trace", "list_traces"} | set(chat) <= names
+    idle_spec = next(t for t in listed if t.name == "idle_gaps")
+    assert idle_spec.input_schema == convert_to_openai_tool(chat["idle_gaps"])["function"]["parameters"]
+    assert before.is_error and "call open_trace" in before.content[0].text
+    assert bad.is_error and "missing.json" in json.loads(bad.content[0].text)["error"]
+    assert not opened.is_error and json.loads(opened.content[0].text)["verdict"]["root_cause"] == "dataloader"
+    assert json.loads(verdict.content[0].text) == json.loads(chat["verdict"].invoke({}))
+    assert json.loads(idle.content[0].text) == json.loads(chat["idle_gaps"].invoke({"cause": "dataloader", "top": 3}))
+    assert typo.is_error and "bad arguments" in typo.content[0].text
+    assert json.loads(traces.content[0].text)["current"] == str(RESNET_NW0)
