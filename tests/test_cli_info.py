@@ -171,3 +171,23 @@ def test_console_script_exit_code_on_bad_input(tmp_path):
     done = subprocess.run([sys.executable, "-m", "traceagent", "info", str(bad)], capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "not a trace file" in done.stderr
+
+
+@pytest.mark.parametrize("gate", ["dataloader:10", "idle:25", "dataloader"])
+def test_fail_on_gates_a_pipeline(capsys, gate):
+    from conftest import RESNET_NW0, RESNET_NW4, analyzed
+
+    assert main(["analyze", str(RESNET_NW0), "--fail-on", gate]) == 1  # 28.6% waiting for data, 39.4% idle
+    err = capsys.readouterr().err
+    name = gate.split(":")[0]
+    if ":" in gate:  # the figure said is the one analyze reports
+        idle = analyzed(RESNET_NW0).ranks[0].findings.idle
+        share = idle.idle_pct if name == "idle" else idle.by_cause_pct["dataloader"]
+        assert f"traceagent: {name} is {share:.1f}% of the job's device time" in err
+    assert main(["analyze", str(RESNET_NW4), "--fail-on", gate]) == 0  # num_workers=4: 0% data, 23.4% idle
+
+
+def test_fail_on_an_unknown_name_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["analyze", "x.json", "--fail-on", "slowness:5"])
+    assert exit_.value.code == 2 and "'slowness' is not one of: idle" in capsys.readouterr().err

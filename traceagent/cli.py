@@ -1,6 +1,6 @@
 """The `traceagent` command: argument parsing and dispatch.
 
-info · analyze · report · diff · ask · chat · demo (`traceagent COMMAND --help` for each).
+info · analyze · report · diff · annotate · ask · chat · demo · mcp (`traceagent COMMAND --help` for each).
 """
 
 from __future__ import annotations
@@ -136,9 +136,43 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     result = analyze_path(args.path, not args.no_cache, args.steps)
     if getattr(args, "json", False):
         out.print_json(json.dumps(result.to_dict(), allow_nan=False))
-        return 0
-    print_analysis(result, out)
-    return 0
+    else:
+        print_analysis(result, out)
+    return failed_gates(result, getattr(args, "fail_on", None) or [])
+
+
+def failed_gates(result: Analysis, gates: list[tuple[str, float | None]]) -> int:
+    """1 (after a line per gate) when a --fail-on gate is crossed: NAME:PCT when its share of the
+    job's device time passes PCT; NAME alone when the verdict names it."""
+    from .detect.diff import job_share
+
+    crossed = 0
+    v = result.verdict
+    for name, limit in gates:
+        if limit is None:
+            if name in (v.limiter, v.root_cause):
+                err.print(f"traceagent: the verdict is {name}: {v.headline}", markup=False)
+                crossed = 1
+            continue
+        share = job_share(result, name)
+        if share > limit:
+            err.print(f"traceagent: {name} is {share:.1f}% of the job's device time (limit {limit:g}%)", markup=False)
+            crossed = 1
+    return crossed
+
+
+def fail_gate(text: str) -> tuple[str, float | None]:
+    """--fail-on NAME[:PCT]: a limiter, root cause or gap cause, and a percentage."""
+    from .detect.vocabulary import GAP_CAUSES, LIMITERS, ROOT_CAUSES
+
+    name, _, limit = text.partition(":")
+    names = list(dict.fromkeys([*LIMITERS, *ROOT_CAUSES, *GAP_CAUSES]))
+    if name not in names:
+        raise argparse.ArgumentTypeError(f"{name!r} is not one of: {', '.join(names)}")
+    try:
+        return name, float(limit) if limit else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{limit!r} is not a percentage") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -302,6 +336,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_chat(args)
 
 
+def cmd_annotate(args: argparse.Namespace) -> int:
+    """The trace with its findings on extra tracks, for Perfetto UI or chrome://tracing."""
+    from pathlib import Path
+
+    from .report.annotate import annotate
+
+    result = analyze_path(args.path, not args.no_cache, args.steps)
+    try:
+        added = annotate(result, Path(args.output))
+    except OSError as exc:
+        err.print(f"traceagent: error: {args.output}: cannot write the annotated trace ({exc.strerror})", markup=False)
+        return 2
+    err.print(f"wrote {args.output}: {added} finding events on the \"traceagent findings\" tracks "
+              "(open it in https://ui.perfetto.dev or chrome://tracing)", markup=False)
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """The MCP server: stdout carries the protocol, so nothing else is printed there."""
+    import asyncio
+
+    from .mcp_server import serve
+
+    asyncio.run(serve())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="traceagent", description="Find what limits a GPU program from its profiler trace.",
                                      formatter_class=RichHelpFormatter)
@@ -324,8 +385,12 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("info", cmd_info, "what a trace holds: format, ranks, devices, span, event counts", json=True)
-    add("analyze", cmd_analyze, "find what limits the program: idle gaps and causes, copies, communication, "
-        "hot kernels, and the verdict", json=True)
+    analyze = add("analyze", cmd_analyze, "find what limits the program: idle gaps and causes, copies, communication, "
+                  "hot kernels, and the verdict", json=True)
+    analyze.add_argument("--fail-on", type=fail_gate, action="append", metavar="NAME[:PCT]",
+                         help="exit 1 when NAME (a limiter, root cause or idle cause: idle, dataloader, sync, "
+                              "communication, straggler…) passes PCT%% of the job's device time, or without PCT "
+                              "when the verdict names it; repeatable")
     report = add("report", cmd_report, "write the diagnosis: Markdown, or self-contained HTML with charts")
     report.add_argument("-o", "--output", help="diagnosis.md or diagnosis.html (default: Markdown on stdout)")
     report.add_argument("--llm", action="store_true", help="add a summary paragraph written by the configured model "
@@ -342,6 +407,13 @@ def build_parser() -> argparse.ArgumentParser:
     chat = add("chat", cmd_chat, "talk about a trace in the terminal app (an LLM if configured, else the offline analyst)")
     chat.add_argument("--compare", metavar="OTHER", help="a second trace (after a change) to compare with")
     add("demo", cmd_demo, "open the chat app on the bundled example trace (no setup needed)", path=False)
+    annotate = add("annotate", cmd_annotate, "write the trace with the findings on extra timeline tracks "
+                   "(gaps by cause, steps, exposed communication, hot kernels, the verdict)")
+    annotate.add_argument("-o", "--output", required=True, help="annotated.json or annotated.json.gz")
+    sub.add_parser("mcp", help="serve the detector tools to coding agents over MCP (stdio)",
+                   description="A Model Context Protocol server on stdin/stdout for Claude Code, Cursor, VS Code: "
+                               "open_trace, list_traces and the chat's detector tools.",
+                   formatter_class=RichHelpFormatter).set_defaults(func=cmd_mcp)
     return parser
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from ..format import duration, percent
 from .analysis import Analysis
 from .view import pct
-from .vocabulary import ROOT_CAUSES, gap_causes_of
+from .vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
 
 # a root cause below this share of the span (or of copied bytes) counts as gone
 GONE_BELOW_PCT = 2.0
@@ -92,6 +92,23 @@ def _summary(a: Analysis) -> dict:
         "comm_exposed_pct": pct(sum(r.findings.comm.exposed_us for r in ranks), span),
         "steps": sum(r.findings.steps.count for r in ranks if r.findings.steps),
     }
+
+
+def job_share(a: Analysis, name: str) -> float:
+    """A limiter's, root cause's or gap cause's share of the job's device time, as `diff`
+    measures it (pageable copies: their share of copied bytes; a hot kernel: the verdict's, else
+    the top one)."""
+    s = _summary(a)
+    if name == "idle":
+        return s["idle_pct"]
+    if name == "compute":
+        return s["busy_pct"]
+    if name == "data_movement":
+        return s["memcpy_exposed_pct"]
+    if name in GAP_CAUSES:
+        return s["cause_pct"].get(name, 0.0)
+    top = a.focus.findings.kernels.top
+    return _cause_share(s, a, name, a.verdict.evidence.get("kernel") or (top[0].name if top else None))
 
 
 def _cause_share(s: dict, a: Analysis, root: str | None, kernel: str | None = None) -> float:

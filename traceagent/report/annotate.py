@@ -1,0 +1,134 @@
+"""`traceagent annotate`: the findings written back onto the timeline, for Perfetto UI and
+chrome://tracing.
+
+A Kineto trace is copied whole, plus one "traceagent findings" process per rank whose tracks hold
+every classified gap (a slice named by its cause), the steps, exposed communication, the hot
+kernels' longest instances and the verdict (an instant at the start), all on the trace's own
+clock. An Nsight Systems export becomes a Chrome-trace JSON of its device activity with the same
+tracks. traceagent reads the findings' category ("traceagent") as nothing, so an annotated trace
+analyzes exactly like the original.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..detect.analysis import Analysis, RankAnalysis
+from ..detect.host import gap_host
+from ..detect.idle import gap_launcher
+from ..detect.view import views_of
+from ..errors import TraceError
+from ..trace.model import Trace
+
+CATEGORY = "traceagent"
+FINDINGS_PID = 10_000_000  # above any real pid: the findings' own process
+EVIDENCE_GAPS = 50  # the largest gaps carry what the launching thread was doing (it costs a lookup each)
+# track ids inside the findings process
+VERDICT, STEPS, GAPS, EXPOSED_COMM, HOT = 0, 1, 100, 200, 300
+
+
+def annotate(analysis: Analysis, out: Path) -> int:
+    """Write the annotated trace; returns how many finding events it added."""
+    job = analysis.job
+    if len(job.traces) > 1 and len({t.meta.path for t in job.traces}) > 1:
+        raise TraceError(job.path, "annotate takes one trace file, not a directory of ranks",
+                         "Annotate each rank's file on its own.")
+    source = Path(job.traces[0].meta.path)
+    findings = [e for i, r in enumerate(analysis.ranks) for e in finding_events(r, FINDINGS_PID + i)]
+    if job.format == "kineto":
+        doc = _read_json(source)
+        doc["traceEvents"] = [*doc.get("traceEvents", []), *findings]
+    else:  # Nsight: its device activity as Chrome-trace events
+        doc = {"schemaVersion": 1, "traceEvents": [e for t in job.traces for e in device_events(t)] + findings,
+               "deviceProperties": [{"id": d, "name": n} for d, n in job.traces[0].meta.devices.items()]}
+    text = json.dumps(doc, separators=(",", ":")).encode()
+    out.write_bytes(gzip.compress(text, compresslevel=6) if out.name.endswith(".gz") else text)
+    return len(findings)
+
+
+def finding_events(r: RankAnalysis, pid: int) -> list[dict]:
+    """The findings of one rank as Chrome-trace events (ts and dur in µs on the trace clock)."""
+    trace = r.trace
+    name = "traceagent findings" + (f" ({len(trace.meta.devices)} GPUs)" if len(trace.meta.devices) > 1 else "")
+    events = [_meta(pid, "process_name", name), _meta(pid, "process_sort_index", -1, key="sort_index")]
+    tracks = {VERDICT: "verdict", STEPS: "steps"}
+    origin = trace.span_ns()[0] if trace.span_ns() else trace.origin_ns()
+    v = r.verdict
+    events.append({"ph": "i", "s": "p", "cat": CATEGORY, "name": f"verdict: {v.headline}", "pid": pid, "tid": VERDICT,
+                   "ts": origin / 1000, "args": {"limiter": v.limiter, "root_cause": v.root_cause,
+                                                 "next_step": v.next_step}})
+    gaps = r.gaps
+    if len(gaps):
+        largest = set(gaps.nlargest(EVIDENCE_GAPS, "dur").index)
+        for g in gaps.itertuples():
+            args = {"cause": g.cause, "device": int(g.device), "gap_us": g.dur / 1000}
+            if g.Index in largest and g.cause != "launch_latency":
+                args |= gap_host(trace, int(g.start), int(g.end),
+                                 gap_launcher(trace, int(g.device), int(g.next_op))).to_dict()
+            events.append(_slice(pid, GAPS + int(g.device), g.cause, int(g.start), int(g.dur), args))
+            tracks[GAPS + int(g.device)] = f"idle gaps · GPU {int(g.device)}"
+    for s in trace.steps.dropna(subset=["gpu_start"]).itertuples():
+        events.append(_slice(pid, STEPS, f"step {s.step}", int(s.gpu_start), int(s.gpu_end - s.gpu_start),
+                             {"step": int(s.step), "host_us": (s.end - s.start) / 1000}))
+    for view in views_of(trace):
+        starts, ends = view.exposed_comm
+        if len(starts):
+            tracks[EXPOSED_COMM + view.device] = f"exposed communication · GPU {view.device}"
+        events += [_slice(pid, EXPOSED_COMM + view.device, "exposed communication", int(a), int(b - a), {})
+                   for a, b in zip(starts, ends)]
+    kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
+    for rank_in_top, k in enumerate(r.findings.kernels.top[:5]):
+        mine = kernels[kernels["name"] == k.name]
+        longest = mine.assign(dur=mine["end"] - mine["start"]).nlargest(3, "dur")
+        for row in longest.itertuples():
+            tracks[HOT + int(row.device)] = f"hot kernels' longest · GPU {int(row.device)}"
+            events.append(_slice(pid, HOT + int(row.device), k.short_name, int(row.start), int(row.dur),
+                                 {"kernel": k.name, "rank_by_time": rank_in_top + 1, "total_us": k.total_us,
+                                  "share_of_busy_pct": k.share_of_busy_pct}))
+    events += [_meta(pid, "thread_name", label, tid=tid) for tid, label in tracks.items()]
+    return events
+
+
+def device_events(trace: Trace) -> list[dict]:
+    """Device activity as Kineto-style events (what an Nsight export holds on the GPU)."""
+    gpu = trace.gpu[trace.gpu["kind"] != "sync"]
+    cats = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
+    events = []
+    for g in gpu.itertuples():
+        name = str(g.name)
+        if g.kind == "memcpy":
+            name = f"Memcpy {g.copy_kind} ({str(g.src_kind).capitalize()} -> {str(g.dst_kind).capitalize()})"
+        args = {"device": int(g.device), "stream": int(g.stream), "correlation": int(g.correlation)}
+        if g.kind != "kernel":
+            args["bytes"] = int(g.bytes)
+        events.append({"ph": "X", "cat": cats[str(g.kind)], "name": name, "pid": int(g.device),
+                       "tid": f"stream {int(g.stream)}", "ts": int(g.start) / 1000, "dur": int(g.end - g.start) / 1000,
+                       "args": args})
+    return events
+
+
+def _slice(pid: int, tid: int, name: str, start_ns: int, dur_ns: int, args: dict) -> dict:
+    return {"ph": "X", "cat": CATEGORY, "name": name, "pid": pid, "tid": tid, "ts": start_ns / 1000,
+            "dur": dur_ns / 1000, "args": _plain(args)}
+
+
+def _meta(pid: int, what: str, value, tid: int = 0, key: str = "name") -> dict:
+    return {"ph": "M", "name": what, "pid": pid, "tid": tid, "args": {key: value}}
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _read_json(path: Path) -> dict:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
