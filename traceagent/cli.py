@@ -1,6 +1,6 @@
 """The `traceagent` command: argument parsing and dispatch.
 
-info · analyze · report · diff · annotate · ask · chat · demo · mcp (`traceagent COMMAND --help` for each).
+info · analyze · report · diff · annotate · ask · chat · demo · mcp · schema (`traceagent COMMAND --help` for each).
 """
 
 from __future__ import annotations
@@ -353,6 +353,15 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_schema(args: argparse.Namespace) -> int:
+    """The JSON Schema of analyze --json or diff --json (both without an argument)."""
+    from .schema import SCHEMAS
+
+    chosen = {args.which: SCHEMAS[args.which]()} if args.which else {k: f() for k, f in SCHEMAS.items()}
+    sys.stdout.write(json.dumps(chosen[args.which] if args.which else chosen, indent=2) + "\n")
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     """The MCP server: stdout carries the protocol, so nothing else is printed there."""
     import asyncio
@@ -410,6 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
     annotate = add("annotate", cmd_annotate, "write the trace with the findings on extra timeline tracks "
                    "(gaps by cause, steps, exposed communication, hot kernels, the verdict)")
     annotate.add_argument("-o", "--output", required=True, help="annotated.json or annotated.json.gz")
+    schema = sub.add_parser("schema", help="print the JSON Schema of analyze --json and diff --json",
+                            description="The JSON Schemas of traceagent's JSON output (schema_version in each).",
+                            formatter_class=RichHelpFormatter)
+    schema.add_argument("which", nargs="?", choices=["analyze", "diff"], help="one of them (default: both)")
+    schema.set_defaults(func=cmd_schema)
     sub.add_parser("mcp", help="serve the detector tools to coding agents over MCP (stdio)",
                    description="A Model Context Protocol server on stdin/stdout for Claude Code, Cursor, VS Code: "
                                "open_trace, list_traces and the chat's detector tools.",

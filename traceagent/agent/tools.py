@@ -177,7 +177,8 @@ def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
               top: Top = 10) -> dict:
     """Idle time on the GPUs and why: totals by cause and the largest gaps with evidence (what
     the launching thread was doing, the sync call and op, the user's Python line when the trace
-    has frames). Times are µs from the trace's first event."""
+    has frames). Times are µs from the trace's first event; `ts_us` is the same start on the
+    trace's own clock, to find a gap in Perfetto or Nsight."""
     r, scope = ctx.scoped(rank, device)
     idle = r.findings.idle
     gaps = r.gaps
@@ -214,7 +215,8 @@ def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
     chosen = gaps.nlargest(max(1, min(top, MAX_ITEMS)), "dur")
     listed = []
     for g in chosen.itertuples():
-        item = {"start_us": us(g.start - origin), "dur_us": us(g.dur), "cause": g.cause, "device": int(g.device)}
+        item = {"start_us": us(g.start - origin), "ts_us": us(g.start), "dur_us": us(g.dur), "cause": g.cause,
+                "device": int(g.device)}
         if g.cause != "launch_latency":  # what the thread that launched the next work was doing
             item |= gap_host(trace, int(g.start), int(g.end), gap_launcher(trace, int(g.device), int(g.next_op))).to_dict()
         listed.append(item)
@@ -322,7 +324,7 @@ def kernel_instances(ctx: AnalysisContext,
         "names": [{"name": n, "short_name": short_name(n)} if full_names else {"short_name": short_name(n)}
                   for n in names[:5]],
         "total_us": us((match["end"] - match["start"]).sum()),
-        "instances": [{"start_us": us(k.start - origin), "dur_us": us(k.dur), "device": int(k.device),
+        "instances": [{"start_us": us(k.start - origin), "ts_us": us(k.start), "dur_us": us(k.dur), "device": int(k.device),
                        "stream": int(k.stream), "op": None if k.op is None or k.op != k.op else str(k.op),
                        "launch_to_start_us": None if k.launch != k.launch else us(k.start - k.launch)}
                       for k in chosen.itertuples()],

@@ -26,6 +26,10 @@ from .steps import StepsResult, detect_steps
 from .stragglers import RankComparison, RankInput, StragglerParams, compare_ranks
 from .workload import detect_workload
 
+#: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
+#: major number changes when a key is removed or changes meaning, the minor when keys are added.
+SCHEMA_VERSION = "1.0"
+
 
 @dataclass(frozen=True)
 class AnalysisParams:
@@ -130,6 +134,7 @@ class Analysis:
     def to_dict(self) -> dict:
         devices = sorted({name for t in self.job.traces for name in t.meta.devices.values()})
         return json_safe({
+            "schema_version": SCHEMA_VERSION,
             "trace": {"path": self.job.path, "format": self.job.format, "ranks": len(self.job.traces),
                       "world_size": self.job.traces[0].meta.world_size, "devices": devices,
                       "warnings": [w for t in self.job.traces for w in t.meta.warnings]},

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..format import duration, percent
-from .analysis import Analysis
+from .analysis import SCHEMA_VERSION, Analysis
 from .view import pct
 from .vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
 
@@ -61,7 +61,7 @@ class DiffResult:
     prediction: dict | None = None  # the before verdict's saving estimate against the measured change
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = {"schema_version": SCHEMA_VERSION, **asdict(self)}
         d["metrics"] = [m.to_dict() for m in self.metrics]
         return d
 

@@ -55,6 +55,7 @@ class Gap:
     dur_us: float
     cause: str
     evidence: dict = field(default_factory=dict)
+    ts_us: float = 0.0  # the start on the trace's own clock (µs, as Kineto writes ts): to find it in a viewer
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -286,4 +287,5 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
     elif gap.cause != "launch_latency":  # a host-side cause: what the launching thread was doing
         evidence = gap_host(trace, int(gap.start), int(gap.end), gap_launcher(trace, gap.device, gap.next_op)).to_dict()
     return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,
+               ts_us=us(gap.start),
                evidence=evidence)

@@ -113,8 +113,9 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
                    for c, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])]
     if idle["top_gaps"]:
         out += ["", "Largest gaps:", "",
-                _table(["at", "length", "cause", "evidence"],
-                       [[duration(g["start_us"]), duration(g["dur_us"]), g["cause"], gap_evidence(g, wrap=code)]
+                _table(["at", "trace clock (µs)", "length", "cause", "evidence"],
+                       [[duration(g["start_us"]), f"{g['ts_us']:.3f}", duration(g["dur_us"]), g["cause"],
+                         gap_evidence(g, wrap=code)]
                         for g in idle["top_gaps"][:TOP_GAPS]])]
     if idle["sync_sites"]:
         out += ["", "Synchronizations that stalled the device:", "",

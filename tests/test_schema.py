@@ -1,0 +1,53 @@
+"""The JSON contract: analyze --json and diff --json carry a schema_version and validate against the
+JSON Schemas generated from the result types (checked with jsonschema, an independent validator)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import jsonschema
+import pytest
+from conftest import B200, CPU_ONLY, DLRM_8RANK, MI300, NCCL_A100, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
+
+from traceagent.cli import main
+from traceagent.detect.analysis import SCHEMA_VERSION
+from traceagent.detect.diff import diff
+from traceagent.schema import SCHEMAS
+
+
+def validator(which: str) -> jsonschema.Draft202012Validator:
+    schema = SCHEMAS[which]()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize("path", [RESNET_NW0, DLRM_8RANK, NSYS_BEFORE, B200, MI300, NCCL_A100, CPU_ONLY],
+                         ids=lambda p: p.name)
+def test_analyze_json_validates(path):
+    data = json.loads(json.dumps(analyzed(path).to_dict()))  # as printed: JSON types only
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert [e.message for e in validator("analyze").iter_errors(data)] == []
+
+
+def test_the_schema_rejects_what_breaks_the_contract():
+    data = json.loads(json.dumps(analyzed(RESNET_NW0).to_dict()))
+    data["ranks"][0]["idle"]["idle_pct"] = "39%"
+    del data["verdict"]["limiter"]
+    messages = [e.message for e in validator("analyze").iter_errors(data)]
+    assert any("'39%' is not of type 'number'" in m for m in messages)
+    assert any("'limiter' is a required property" in m for m in messages)
+
+
+def test_diff_json_validates():
+    data = json.loads(json.dumps(diff(analyzed(RESNET_NW0), analyzed(RESNET_NW4)).to_dict()))
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert [e.message for e in validator("diff").iter_errors(data)] == []
+
+
+def test_traceagent_schema_prints_what_the_wheel_ships(capsys):
+    for which in SCHEMAS:
+        assert main(["schema", which]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        shipped = json.loads((resources.files("traceagent") / "schemas" / f"{which}.schema.json").read_text())
+        assert printed == shipped, f"regenerate: traceagent schema {which} > traceagent/schemas/{which}.schema.json"

@@ -1,0 +1,145 @@
+"""The JSON contract of `analyze --json` and `diff --json`: a `schema_version`, and JSON Schemas
+generated (with pydantic) from the result types the detectors return, so the schema moves with the
+code. `traceagent schema` prints them; the wheel ships them as traceagent/schemas/*.json.
+
+The version changes its major number when a key is removed or changes meaning, its minor number
+when keys are added.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import TypeAdapter
+from typing_extensions import TypedDict  # pydantic reads these on Python < 3.12
+
+from .detect.analysis import SCHEMA_VERSION
+from .detect.breakdown import Breakdown
+from .detect.comm import CommResult
+from .detect.diagnose import Verdict
+from .detect.diff import DiffResult
+from .detect.idle import DeviceIdle, IdleParams, SyncSite
+from .detect.kernels import HotKernel
+from .detect.launch import LaunchResult
+from .detect.memcpy import MemcpyResult
+from .detect.savings import Saving
+from .detect.stragglers import RankCollectives, StragglerParams
+from .detect.workload import Workload
+
+
+class TraceInfo(TypedDict):
+    path: str
+    format: str
+    ranks: int
+    world_size: int | None
+    devices: list[str]
+    warnings: list[str]
+
+
+class Params(TypedDict):
+    idle: IdleParams
+    verdict: dict[str, Any]
+    stragglers: StragglerParams
+
+
+class BreakdownJSON(TypedDict):
+    """A rank's breakdown: the fields of Breakdown for all its GPUs, and these."""
+
+    devices: dict[str, Breakdown]
+    steps: list[dict[str, Any]]
+    exclusive_us: dict[str, float]
+
+
+class IdleJSON(TypedDict):
+    idle_us: float
+    span_us: float
+    device_time_us: float
+    idle_pct: float
+    gaps: int
+    by_cause_us: dict[str, float]
+    by_cause_pct: dict[str, float]
+    by_cause_count: dict[str, int]
+    devices: dict[str, DeviceIdle]
+    sync_sites: list[SyncSite]
+
+
+class KernelCounts(TypedDict):
+    count: int
+    distinct: int
+    total_us: float
+
+
+class RankJSON(TypedDict):
+    rank: int | None
+    params: Params
+    devices: dict[str, str]
+    breakdown: BreakdownJSON
+    idle: IdleJSON
+    memcpy: MemcpyResult
+    comm: CommResult
+    hot_kernels: list[HotKernel]
+    kernels: KernelCounts
+    launch: LaunchResult
+    steps: dict[str, Any]
+    workload: Workload
+    savings: list[Saving]
+    verdict: Verdict
+
+
+class ComparisonJSON(TypedDict):
+    matched: int
+    ranks: list[RankCollectives]
+    straggler: int | None
+
+
+class AnalysisJSON(TypedDict):
+    """`traceagent analyze --json`."""
+
+    schema_version: str
+    trace: TraceInfo
+    ranks: list[RankJSON]
+    comparison: ComparisonJSON | None
+    verdict: Verdict
+
+
+class MetricJSON(TypedDict, total=False):
+    """One row of diff's metrics: units in the keys (see diff.Metric.to_dict)."""
+
+    name: str
+    before_us: float | None
+    after_us: float | None
+    change_us: float | None
+    change_pct: float | None
+    before_pct: float | None
+    after_pct: float | None
+    change_points: float | None
+
+
+def _schema(kind: type, title: str) -> dict:
+    schema = TypeAdapter(kind).json_schema(mode="serialization")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,
+            "x-schema-version": SCHEMA_VERSION, **schema}
+
+
+def _definition(kind: type) -> dict:
+    return TypeAdapter(kind).json_schema(mode="serialization")
+
+
+def analysis_schema() -> dict:
+    schema = _schema(AnalysisJSON, "traceagent analyze --json")
+    # a rank's breakdown is Breakdown's fields for all its GPUs together, and BreakdownJSON's
+    breakdown, base = schema["$defs"]["BreakdownJSON"], _definition(Breakdown)
+    breakdown["properties"] = {**base["properties"], **breakdown["properties"]}
+    breakdown["required"] = sorted({*base.get("required", []), *breakdown.get("required", [])})
+    return schema
+
+
+def diff_schema() -> dict:
+    schema = _schema(DiffResult, "traceagent diff --json")
+    schema["properties"]["schema_version"] = {"type": "string"}
+    schema["required"] = sorted({*schema.get("required", []), "schema_version"})
+    schema["$defs"]["Metric"] = _definition(MetricJSON)  # written with units in its keys
+    return schema
+
+
+SCHEMAS = {"analyze": analysis_schema, "diff": diff_schema}
