@@ -8,7 +8,7 @@ from importlib import resources
 
 import jsonschema
 import pytest
-from conftest import B200, CPU_ONLY, DLRM_8RANK, MI300, NCCL_A100, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
+from conftest import B200, CPU_ONLY, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
 
 from traceagent.cli import main
 from traceagent.detect.analysis import SCHEMA_VERSION
@@ -22,7 +22,8 @@ def validator(which: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
-@pytest.mark.parametrize("path", [RESNET_NW0, DLRM_8RANK, NSYS_BEFORE, B200, MI300, NCCL_A100, CPU_ONLY],
+@pytest.mark.parametrize("path", [RESNET_NW0, RESNET_NW4, DLRM_8RANK, NSYS_BEFORE, NSYS_AFTER, B200, MI300, NCCL_A100,
+                                  CPU_ONLY],
                          ids=lambda p: p.name)
 def test_analyze_json_validates(path):
     data = json.loads(json.dumps(analyzed(path).to_dict()))  # as printed: JSON types only
