@@ -72,7 +72,9 @@ TABLE = [
     ("R", "Should I use CUDA graphs?", "launch", {}, lambda c: ["**Not for speed here:**"]),
     ("R", "What's the kernel launch overhead?", "launch", {},
      lambda c: [f"{percent(focus(c).findings.launch.short_kernel_pct)} of kernels are shorter"]),
-    ("R", "What is the MFU?", "mfu", {}, lambda c: ["**The trace cannot say.**", "with_flops=True"]),
+    ("R", "What is the MFU?", "mfu", {},  # shapes, but forward convolutions lack their stride: a lower bound
+     lambda c: [f"**MFU {percent(focus(c).findings.flops.mfu_pct)}** (a lower bound", "V100 SXM2 fp32 peak"]),
+    ("N", "What's the MFU?", "mfu", {}, lambda c: ["**The trace cannot say:**", "record_shapes=True"]),
     ("R", "What should I profile next?", "profile_next", {},
      lambda c: ["nsys profile", f"ncu --kernel-name regex:{top_kernel(c).short_name}"]),
     ("R", "Which rank is the straggler?", "straggler", {}, lambda c: ["one rank's trace is loaded"]),

@@ -78,3 +78,19 @@ def device_lines(rank: dict) -> list[str]:
     same figures `analyze` prints in its per-GPU table."""
     return [f"{scope(rank['rank'], device)}: span {duration(b['span_us'])}, busy {percent(b['busy_pct'])}, "
             f"idle {percent(b['idle_pct'])}" for device, b in rank["breakdown"]["devices"].items()]
+
+
+def flops_sentence(flops: dict | None) -> str | None:
+    """What the recorded shapes say about throughput, with the GPU, dtype and peak MFU assumed;
+    None when the trace has no shapes."""
+    if not flops or not flops["shaped_ops"]:
+        return None
+    if not flops["counted_ops"]:
+        return f"{flops['shaped_ops']} ops have recorded shapes, but none could be counted: {flops['note']}."
+    text = (f"Ops with recorded shapes ({flops['counted_ops']} of {flops['shaped_ops']} counted): "
+            f"{flops['gflop']:.1f} GFLOP in {duration(flops['gpu_us'])} of their kernels, "
+            f"{flops['achieved_tflops']:.1f} TFLOP/s achieved")
+    if flops["mfu_pct"] is not None:
+        text += (f"; MFU {percent(flops['mfu_pct'])} over the span ({flops['dtype']} on {flops['peak_family']}, "
+                 f"peak {flops['peak_tflops']:g} TFLOP/s per GPU: {flops['peak_source']})")
+    return text + "." + (f" Not counted: {flops['note']}." if flops["note"] else "")

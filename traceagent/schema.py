@@ -18,6 +18,7 @@ from .detect.breakdown import Breakdown
 from .detect.comm import CommResult
 from .detect.diagnose import Verdict
 from .detect.diff import DiffResult
+from .detect.flops import FlopsResult
 from .detect.idle import DeviceIdle, IdleParams, SyncSite
 from .detect.kernels import HotKernel
 from .detect.launch import LaunchResult
@@ -80,6 +81,7 @@ class RankJSON(TypedDict):
     hot_kernels: list[HotKernel]
     kernels: KernelCounts
     launch: LaunchResult
+    flops: FlopsResult | None
     steps: dict[str, Any]
     workload: Workload
     savings: list[Saving]

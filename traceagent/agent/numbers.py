@@ -84,7 +84,7 @@ _IDENT_LABEL = re.compile(
     r"seq(?:uence)?[ _]len(?:gth)?|hidden[ _]size|heads?|dim|rtx|gtx|cuda|nccl|rccl|cudnn|cublas|pytorch|"
     r"torch|python|rocm|hip|triton|tensorrt|vllm|jax|ubuntu|driver|gcc|opset|kineto|nsys|ncu|iso|rfc|pr|issue|"
     r"multiples?|aligned|divisible|power)(?:\s+(?:of|to|by))?"
-    r"\s*(?:of|=|:|is|to|from|#)?\s*(?:\d+(?:\.\d+)*" + _CONNECT + r")?"
+    r"\s*(?:of|=|:|is|to|from|#|≥|>=|≤|<=)?\s*(?:\d+(?:\.\d+)*" + _CONNECT + r")?"
     r"|--?[A-Za-z][\w-]*[\s=]\s*|#\s*|\b[A-Z]{1,4}\d{2,4}[A-Za-z]*\s*)$",  # --flag 20, #3, A100 80GB
     re.I)
 _MASKS = [re.compile(r"^ {0,3}(```|~~~).*?(^ {0,3}\1|\Z)", re.M | re.S)] + [re.compile(p, re.M | re.I) for p in [
@@ -149,8 +149,7 @@ class Sources:
     def add_prose(self, text: str) -> None:
         """Text we wrote (the system prompt, a verdict's sentence): its figures become sources."""
         for s in stated_numbers(_mask_strings(text, self.trace_strings), None):
-            if s.quantity != "count":
-                self.add(s.quantity, (s.lows[0] + s.highs[0]) / 2)
+            self.add(s.quantity, (s.lows[0] + s.highs[0]) / 2, s.bare if s.quantity == "count" else None)
 
     def _walk(self, value, path: tuple[str, ...], prose: list[str]) -> None:
         if isinstance(value, bool) or value is None:
@@ -277,7 +276,8 @@ def stated_numbers(answer: str, sources: Sources | None = None) -> list[Stated]:
                 lo, hi = value - half, value * 2
             elif _UNDER.search(head):
                 lo, hi = value / 4, value + half
-            text_shown = m.group(0).strip() if len(numbers) == 1 else f"{n}{m.group('space')}{unit or ''}".strip()
+            text_shown = (m.group(0).strip() if unit else m.group("num")) if len(numbers) == 1 \
+                else f"{n}{m.group('space')}{unit or ''}".strip()
             found.append(Stated(text_shown, quantity, tuple(lo * s for s in scales), tuple(hi * s for s in scales),
                                 value))
     return found

@@ -62,7 +62,7 @@ def _plans(has_compare: bool) -> dict[str, Plan]:
         "longest_gap": lambda q, at: [("idle_gaps", at | {"top": 1} | _min(q))],
         "gaps": lambda q, at: [("idle_gaps", at | {"top": 5} | _min(q))],
         "annotations": lambda q, at: [("annotations", at)],
-        "mfu": lambda q, at: [("overview", at), ("hot_kernels", at | {"top": 1})],
+        "mfu": lambda q, at: [("flops", at), ("overview", at), ("hot_kernels", at | {"top": 1})],
         "profile_next": lambda q, at: [("overview", {}), ("verdict", at), ("hot_kernels", at | {"top": 1})],
         "compare": (lambda q, at: [("compare_traces", {})]) if has_compare else (lambda q, at: []),
         "summary": lambda q, at: [("overview", {}), ("verdict", at)],
@@ -444,17 +444,32 @@ class OfflineAnalyst:
                   for i, r in enumerate(annotations["ranges"][:8], 1)]
         return "\n".join(lines)
 
-    def _mfu(self, q: Question, overview: dict, hot_kernels: dict) -> str:
+    def _mfu(self, q: Question, flops: dict, overview: dict, hot_kernels: dict) -> str:
+        if flops.get("mfu_pct") is not None:
+            partial = flops["counted_ops"] < flops["shaped_ops"]
+            lines = [f"{self._who(flops)}**MFU {percent(flops['mfu_pct'])}**"
+                     + (" (a lower bound: not every shaped op could be counted)" if partial else "")
+                     + f" over the span: the {flops['dtype']} FLOPs "
+                     f"of the counted ops against the {flops['peak_family']} {flops['dtype']} peak of "
+                     f"{flops['peak_tflops']:g} TFLOP/s per GPU ({flops['peak_source']}).",
+                     f"Inside their own kernels those ops reach {flops['achieved_tflops']:g} TFLOP/s "
+                     f"({flops['counted_ops']} of {flops['shaped_ops']} shaped ops counted). By op:"]
+            lines += [f"- `{o['name']}` ({o['dtype']}, {_times(o['count'])}): {o['achieved_tflops']:g} TFLOP/s"
+                      + (f", {percent(o['mfu_pct'])} of peak" if o["mfu_pct"] is not None else "")
+                      for o in flops["by_op"][:5] if o["achieved_tflops"] is not None]
+            if flops.get("note"):
+                lines.append(f"\nNot counted: {flops['note']}.")
+            return "\n".join(lines)
         r = overview["ranks"][0]
         top = hot_kernels["top"][0] if hot_kernels["top"] else None
-        lines = ["**The trace cannot say.** A timeline records when kernels ran, not how many floating-point "
-                 "operations they did, so achieved FLOP/s and MFU need either the operations' shapes or hardware "
-                 "counters.", "",
+        why = flops.get("note") or "the trace records no shapes"
+        lines = [f"**The trace cannot say:** {why}. A timeline records when kernels ran, not how many "
+                 "floating-point operations they did.", "",
                  f"What it does say: the GPU is busy {percent(r['breakdown']['busy_pct'])} of the time"
                  + (f", and the top kernel, `{shorten(top['short_name'], 50)}`, takes "
                     f"{percent(top['share_of_busy_pct'])} of busy time." if top else "."), "",
-                 "To measure it: profile with `torch.profiler.profile(record_shapes=True, with_flops=True)` (FLOPs of "
-                 "matmuls and convolutions), or run the hot kernel under Nsight Compute "
+                 "To measure it: profile with `torch.profiler.profile(record_shapes=True)` (PyTorch ≥ 2.1 for "
+                 "convolutions), or run the hot kernel under Nsight Compute "
                  "(`ncu --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed`)."]
         return "\n".join(lines)
 

@@ -114,9 +114,12 @@ NO_ANNOTATIONS = unavailable("time per code region", "the trace has no user anno
                              "wrap regions in torch.profiler.record_function(...) or torch.cuda.nvtx.range(...)")
 ONE_RANK = unavailable("waiting on other ranks, the straggler", "one rank's trace is loaded",
                        "load the directory with every rank's trace")
-NO_COUNTERS = unavailable("achieved FLOP/s, memory bandwidth of kernels, occupancy",
+NO_COUNTERS = unavailable("memory bandwidth of kernels, occupancy, FLOP/s of kernels without shapes",
                           "a timeline trace records when kernels ran, not hardware counters",
                           "profile the hot kernel with Nsight Compute: ncu --kernel-name regex:NAME --set full")
+NO_SHAPES = unavailable("FLOPs, achieved TFLOP/s and MFU", "the trace has no recorded shapes",
+                        "profile with torch.profiler.profile(record_shapes=True) (PyTorch ≥ 2.1 also records the "
+                        "convolutions' stride and padding)")
 NO_MEMORY = unavailable("GPU memory use", "traceagent does not summarize allocations yet",
                         "torch.cuda.memory._record_memory_history(), then torch.cuda.memory._dump_snapshot()")
 
@@ -150,6 +153,7 @@ def trace_limits(ctx: AnalysisContext) -> list[dict]:
     out += [NO_STEPS] if r.findings.steps is None else []
     out += [ONE_RANK] if len(ctx.analysis.ranks) == 1 and (r.trace.meta.world_size or 1) > 1 else []
     out += [] if (r.trace.cpu["kind"] == "annotation").any() else [NO_ANNOTATIONS]
+    out += [] if r.findings.flops and r.findings.flops.shaped_ops else [NO_SHAPES]
     return [*out, NO_COUNTERS, NO_MEMORY]
 
 
@@ -364,6 +368,19 @@ def steps(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dic
     return data
 
 
+def flops(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+    """Achieved FLOP/s and MFU from recorded shapes: FLOPs per op (matmuls, attention,
+    convolutions) and data type, their kernels' device time, achieved TFLOP/s, and MFU against the
+    GPU's peak for that data type, always with the GPU, dtype and peak it assumed and the peak's
+    source. Per rank (`device` only checks the GPU exists)."""
+    r, scope = ctx.scoped(rank, device)
+    result = r.findings.flops
+    data = (result.to_dict() if result else {}) | {"scope": scope}
+    if not result or not result.shaped_ops:
+        data["unavailable"] = NO_SHAPES
+    return data
+
+
 def annotations(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
                 name_filter: Annotated[str | None, Field(description="only ranges whose name contains this")] = None,
                 top: Top = 10) -> dict:
@@ -447,7 +464,7 @@ def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = Non
 
 TOOL_FUNCTIONS: list[Callable[..., dict]] = [overview, verdict, idle_gaps, host_activity, data_movement,
                                              communication, hot_kernels, kernel_instances, launches, steps,
-                                             annotations, calc, compare_traces]
+                                             annotations, flops, calc, compare_traces]
 
 
 def build_tools(ctx: AnalysisContext) -> list[BaseTool]:

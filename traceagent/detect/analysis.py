@@ -17,6 +17,7 @@ from ..trace.model import Job, Trace
 from .breakdown import BreakdownResult, detect_breakdown
 from .comm import CommResult, detect_comm
 from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
+from .flops import detect_flops
 from .idle import IdleParams, detect_idle, trace_gaps
 from .kernels import KernelsResult, detect_hot_kernels
 from .launch import LaunchResult, detect_launch
@@ -103,6 +104,7 @@ class RankAnalysis:
             "hot_kernels": [k.to_dict() for k in f.kernels.top],
             "kernels": {"count": f.kernels.kernels, "distinct": f.kernels.distinct, "total_us": f.kernels.total_us},
             "launch": f.launch.to_dict(),
+            "flops": f.flops.to_dict() if f.flops else None,
             "steps": steps,
             "workload": f.workload.to_dict(),
             "savings": [s.to_dict() for s in f.savings],
@@ -155,8 +157,9 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams()) -> Ra
         workload=detect_workload(trace), savings=estimate_savings(idle, copies, comm, kernels, steps),
     )
     verdict = replace(diagnose(findings, params.verdict), rank=trace.meta.rank)
-    return RankAnalysis(trace.meta.rank, trace, params, trace_gaps(trace, idle_params), detect_breakdown(trace),
-                        findings, verdict)
+    breakdown = detect_breakdown(trace)
+    findings = replace(findings, flops=detect_flops(trace, breakdown.total.span_us, len(breakdown.devices)))
+    return RankAnalysis(trace.meta.rank, trace, params, trace_gaps(trace, idle_params), breakdown, findings, verdict)
 
 
 def analyze_job(job: Job, params: AnalysisParams = AnalysisParams()) -> Analysis:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from ..format import of_span
 from . import advice
 from .comm import CommResult
+from .flops import FlopsResult
 from .idle import IdleResult
 from .kernels import KernelsResult
 from .launch import LaunchResult
@@ -65,6 +66,7 @@ class Findings:
     ranks: int = 1
     workload: Workload = field(default_factory=lambda: Workload(None, None, 0))
     savings: list[Saving] = field(default_factory=list)  # every finding's, largest first
+    flops: FlopsResult | None = None  # from recorded shapes; not part of the verdict
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:

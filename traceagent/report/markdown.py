@@ -7,7 +7,7 @@ import re
 
 from ..detect.analysis import Analysis
 from ..detect.diff import DiffResult
-from ..format import duration, gap_evidence, of_span, percent, scope, shorten, size, straggler_sentence
+from ..format import duration, flops_sentence, gap_evidence, of_span, percent, scope, shorten, size, straggler_sentence
 from ..text import code, md_literal, visible
 
 TOP_GAPS = 8
@@ -153,6 +153,8 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
                      percent(k["share_of_busy_pct"]), duration(k["mean_us"]), duration(k["median_us"]),
                      duration(k["max_us"]), code(shorten(k['op'], 40)) if k["op"] else "-"]
                     for i, k in enumerate(kernels, 1)])]
+    if throughput := flops_sentence(r.get("flops")):
+        out += ["", f"**Throughput.** {md_literal(throughput)}"]
     if kernels:
         out += ["", "<details><summary>Full kernel names</summary>", ""]
         out += [f"{i}. {code(k['name'])}" for i, k in enumerate(kernels, 1)]

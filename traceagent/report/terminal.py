@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Column, Table
 
 from ..detect.analysis import Analysis
-from ..format import duration, gap_evidence, of_span, percent, shorten, size, straggler_sentence
+from ..format import duration, flops_sentence, gap_evidence, of_span, percent, shorten, size, straggler_sentence
 
 
 def say(console: Console, text: str) -> None:
@@ -113,6 +113,8 @@ def print_analysis(result: Analysis, out: Console) -> None:
          str(k["count"]), duration(k["total_us"]), f"{k['share_of_busy_pct']:.1f}%", duration(k["mean_us"])]
         for k in first["hot_kernels"][:8]])
     out.print(kernels)
+    if throughput := flops_sentence(first.get("flops")):
+        say(out, throughput)
 
     copies = first["memcpy"]
     if copies["count"]:

@@ -20,7 +20,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from .model import MAX_COPY_BYTES, MAX_TIME_NS, Trace, TraceMeta, categorical
+from .model import MAX_COPY_BYTES, MAX_TIME_NS, SHAPED_OPS, Trace, TraceMeta, categorical, matches
 from .normalize import finish_trace
 
 # lower-cased Kineto category → our kind. The 2021 schema capitalised them (Kernel, Runtime...).
@@ -42,6 +42,10 @@ _ARG_FIELDS = [
     ("call_stack", str | None, None, "Call stack"),
     ("rank", int, -1, "rank"),  # merged multi-rank files (TraceLens' TraceFusion tags every event)
     ("label", str | None, None, "name"),  # process_name metadata: "rank 3" in merged files
+    # record_shapes: kept as raw JSON (not decoded) and parsed only for SHAPED_OPS
+    ("input_dims", msgspec.Raw | None, None, "Input Dims"),
+    ("input_types", msgspec.Raw | None, None, "Input type"),
+    ("concrete", msgspec.Raw | None, None, "Concrete Inputs"),
 ]
 _EVENT_FIELDS = [
     ("ph", str, "", "ph"),
@@ -374,7 +378,29 @@ def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int]
     cpu["stack"] = categorical(_texts(cpu_items, "args.call_stack", missing=None))
     cpu["rank_arg"] = _numeric(cpu_items, "args.rank", -1)
     cpu["pid_raw"] = cpu["pid"]
+    cpu["shapes"] = _shapes(cpu_items, cpu["name"])
     return gpu, cpu, has_flows, _process_ranks(events, phases), gpu_dropped + cpu_dropped
+
+
+def _shapes(items: list, names: pd.Categorical) -> pd.Categorical:
+    """[dims, types, concrete inputs] as JSON text for the ops the FLOPs detector reads; None
+    elsewhere (the raw bytes of other events' shapes are never decoded)."""
+    wanted = matches(pd.Series(names), SHAPED_OPS)
+    out = np.full(len(items), None, dtype=object)
+    for i in np.flatnonzero(wanted):
+        args = items[i].args
+        parts = [_raw_text(getattr(args, f)) for f in ("input_dims", "input_types", "concrete")]
+        if parts[0] != "null":
+            out[i] = f"[{parts[0]},{parts[1]},{parts[2]}]"
+    return categorical(out)
+
+
+def _raw_text(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, msgspec.Raw):
+        return bytes(value).decode("utf-8", "replace") or "null"
+    return json.dumps(value, default=str)  # the loose decoder hands over lists
 
 
 def _concat(parts: list[dict]) -> dict:

@@ -48,7 +48,13 @@ CPU_COLUMNS: dict[str, str] = {
     "external_id": "int64",
     "stack": "category",  # "Call stack" of old with_stack traces, innermost frame first
     "rank": "int32",  # as for device activity
+    "shapes": "category",  # ops in SHAPED_OPS recorded with record_shapes: JSON [dims, types, concrete inputs]
 }
+
+#: The ops whose recorded shapes the loaders keep: those the FLOPs detector counts (matmul family,
+#: convolution, scaled-dot-product attention, forward and backward). Others' shapes are not read.
+SHAPED_OPS = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|_convolution|convolution_backward|"
+                        r"_scaled_dot_product_\w+_attention(?:_backward)?)$")
 
 STEP_COLUMNS: dict[str, str] = {
     "step": "int64",

@@ -1,0 +1,78 @@
+"""FLOPs, achieved TFLOP/s and MFU from recorded shapes: the formulas by hand, a hand-built trace
+whose throughput is worked out in the test, and a real trace against an independent reading."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from builder import TraceBuilder
+from conftest import DATA, analyzed
+
+from traceagent import analyze
+from traceagent.detect.flops import op_flops
+from traceagent.detect.peaks import _PEAKS, peak_for
+
+H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+BF16 = '"c10::BFloat16"'
+
+
+def shapes(dims: list, types: str = BF16, concrete: list | None = None) -> str:
+    return f"[{json.dumps(dims)},[{types}, {types}],{json.dumps(concrete)}]"
+
+
+@pytest.mark.parametrize("name, dims, concrete, expected", [
+    ("aten::mm", [[64, 128], [128, 256]], None, 2 * 64 * 128 * 256),
+    ("aten::addmm", [[256], [64, 128], [128, 256], [], []], None, 2 * 64 * 128 * 256),
+    ("aten::bmm", [[8, 64, 128], [8, 128, 32]], None, 2 * 8 * 64 * 128 * 32),
+    ("aten::baddbmm", [[8, 64, 32], [8, 64, 128], [8, 128, 32]], None, 2 * 8 * 64 * 128 * 32),
+    # attention: QKᵀ and AV, each 2·B·H·L·S·E; the backward twice the forward
+    ("aten::_scaled_dot_product_flash_attention", [[2, 4, 16, 8], [2, 4, 32, 8], [2, 4, 32, 8]], None,
+     2 * (2 * 2 * 4 * 16 * 32 * 8)),
+    ("aten::_scaled_dot_product_flash_attention_backward",
+     [[2, 4, 16, 8], [2, 4, 16, 8], [2, 4, 32, 8], [2, 4, 32, 8]], None, 2 * 2 * (2 * 2 * 4 * 16 * 32 * 8)),
+    # 3×3 stride 2 padding 1 on 32×32: 16×16 outputs, each a dot product over 3·3·3 inputs
+    ("aten::_convolution", [[4, 3, 32, 32], [16, 3, 3, 3], [], [], [], [], []],
+     ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False"], 2 * 4 * 16 * 3 * 9 * 16 * 16),
+    ("aten::convolution_backward", [[4, 16, 16, 16], [4, 3, 32, 32], [16, 3, 3, 3]], None,
+     2 * (2 * 4 * 16 * 3 * 9 * 16 * 16)),
+])
+def test_flops_by_hand(name, dims, concrete, expected):
+    assert op_flops(name, shapes(dims, concrete=concrete)) == (expected, "bf16")
+
+
+def test_what_cannot_be_counted_is_none():
+    assert op_flops("aten::_convolution", shapes([[4, 3, 32, 32], [16, 3, 3, 3]]))[0] is None  # no stride
+    assert op_flops("aten::mm", "not json")[0] is None
+    assert op_flops("aten::mm", shapes([[64], [128, 256]]))[0] is None
+
+
+def test_achieved_throughput_and_mfu_on_a_hand_built_trace(tmp_path):
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    mm = b.op("aten::mm", 0, 100)
+    mm["args"] |= {"Input Dims": [[1000, 1000], [1000, 1000]], "Input type": ["c10::BFloat16"] * 2}
+    b.kernel("sm90_gemm", 20, 10, launch_at=10)  # launched inside the op: 10 µs of device time
+    result = analyze(b.write(tmp_path / "t.json"), use_cache=False).ranks[0].findings.flops
+    flops = 2 * 1000**3  # 2 GFLOP in 10 µs: 200 TFLOP/s; the H100 SXM bf16 dense peak is 989.5
+    assert (result.gflop, result.gpu_us, result.achieved_tflops) == (2.0, 10.0, 200.0)
+    assert result.by_op[0].mfu_pct == round(100 * 200 / 989.5, 2)
+    assert result.mfu_pct == round(100 * flops / 10e-6 / 989.5e12, 2)  # the span is that one kernel
+    assert (result.gpu, result.dtype, result.peak_tflops) == ("NVIDIA H100 80GB HBM3", "bf16", 989.5)
+
+
+def test_a_real_trace_matches_an_independent_reading():
+    raw = json.loads(gzip.decompress(H100_QWEN.read_bytes()))["traceEvents"]
+    expected = sum(2 * a[0] * a[1] * b[1] for e in raw if e.get("name") == "aten::mm"
+                   for a, b in [e["args"]["Input Dims"][:2]])
+    result = analyzed(H100_QWEN).ranks[0].findings.flops
+    mm = next(o for o in result.by_op if o.name == "aten::mm")
+    assert mm.gflop == pytest.approx(expected / 1e9, abs=1e-3)
+    assert result.mfu_pct is not None and result.gpu and result.dtype == "bf16" and result.peak_source
+
+
+def test_every_peak_has_a_source_and_names_match():
+    assert all(peak.source and peak.tflops for _, peak in _PEAKS)
+    assert peak_for("Tesla V100-DGXS-32GB").gpu == "V100 SXM2"
+    assert peak_for("NVIDIA H100 PCIe").gpu == "H100 PCIe" and peak_for("NVIDIA A100-SXM4-80GB").gpu == "A100"
+    assert peak_for("NVIDIA A10").gpu == "A10" and peak_for("Some GPU") is None

@@ -1,0 +1,168 @@
+"""FLOPs and achieved throughput from recorded shapes (record_shapes=True), and MFU against the
+GPU's peak for the op's data type (peaks.py).
+
+Counted: the matmul family (mm, addmm, bmm, baddbmm: 2·M·K·N per product), scaled-dot-product
+attention (4·B·H·L·S·E forward, twice that backward), convolution forward when the trace records
+stride/padding/dilation (Concrete Inputs) and convolution backward (twice the forward, its output
+shape read from the incoming gradient). Wrappers (linear, matmul, conv2d) are not counted, so
+nothing is counted twice. An op's device time is that of the kernels launched inside it on its
+thread.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace
+from .annotations import launched_gpu_ns
+from .peaks import DTYPES, peak_for
+from .view import us
+
+TOP = 10
+
+
+@dataclass(frozen=True)
+class OpFlops:
+    """One op (by name and data type) over the trace."""
+
+    name: str
+    dtype: str  # fp32, bf16, fp16, fp8, fp64, or the trace's own word
+    count: int
+    gflop: float
+    gpu_us: float  # its kernels' device time
+    achieved_tflops: float | None
+    mfu_pct: float | None  # achieved over the GPU's peak for this dtype
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FlopsResult:
+    """What the shapes say. MFU is only given with the GPU and data type it assumed."""
+
+    shaped_ops: int  # op instances with recorded shapes that the detector reads
+    counted_ops: int  # of those, with FLOPs known
+    gflop: float
+    gpu_us: float  # device time of the counted ops' kernels
+    achieved_tflops: float | None  # gflop over that time
+    gpu: str | None  # the device name, and the peak row it matched
+    peak_family: str | None
+    peak_source: str | None
+    dtype: str | None  # the data type with the most FLOPs: the job-level MFU's
+    peak_tflops: float | None
+    mfu_pct: float | None  # FLOPs of that dtype over (span × GPUs × peak): model FLOPs utilization
+    span_us: float
+    by_op: list[OpFlops]
+    note: str | None = None  # what kept FLOPs from being counted
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def op_flops(name: str, shapes: str) -> tuple[float | None, str]:
+    """(FLOPs or None, dtype) of one op instance from its recorded [dims, types, concrete]."""
+    try:
+        dims, types, concrete = json.loads(shapes)
+    except (ValueError, TypeError):
+        return None, "unknown"
+    types = types or []
+    dtype = DTYPES.get(next((t for t in types if t), ""), next((t for t in types if t), "unknown"))
+    op = name.removeprefix("aten::")
+    try:
+        if op == "mm":
+            (m, k), (_, n) = dims[0], dims[1]
+            return 2.0 * m * k * n, dtype
+        if op == "addmm":
+            (m, k), (_, n) = dims[1], dims[2]
+            return 2.0 * m * k * n, dtype
+        if op == "bmm":
+            (b, m, k), (_, _, n) = dims[0], dims[1]
+            return 2.0 * b * m * k * n, dtype
+        if op == "baddbmm":
+            (b, m, k), (_, _, n) = dims[1], dims[2]
+            return 2.0 * b * m * k * n, dtype
+        if op.startswith("_scaled_dot_product_"):
+            q, k, v = (dims[1], dims[2], dims[3]) if op.endswith("_backward") else (dims[0], dims[1], dims[2])
+            b, h, length, e = q
+            s, ev = k[-2], v[-1]
+            forward = 2.0 * b * h * length * s * e + 2.0 * b * h * length * s * ev
+            return (2 * forward if op.endswith("_backward") else forward), dtype
+        if op == "convolution_backward":  # (grad_output, input, weight, ...): the output's shape is known
+            out, weight = dims[0], dims[2]
+            return 2 * _conv(out[0], out[1], weight, math.prod(out[2:])), dtype
+        if op == "_convolution":
+            return _conv_forward(dims, concrete), dtype
+    except (ValueError, TypeError, IndexError):
+        return None, dtype
+    return None, dtype
+
+
+def _conv(batch: int, out_channels: int, weight: list[int], out_pixels: int) -> float:
+    # weight: [out_channels, in_channels / groups, *kernel]: each output element is a dot product
+    return 2.0 * batch * out_channels * weight[1] * math.prod(weight[2:]) * out_pixels
+
+
+def _conv_forward(dims: list, concrete: list | None) -> float | None:
+    """Forward convolution: the output size needs stride, padding and dilation (Concrete Inputs)."""
+    if not concrete or len(concrete) < 6:
+        return None
+    stride, padding, dilation = (json.loads(concrete[i]) if concrete[i] else None for i in (3, 4, 5))
+    if not all(isinstance(x, list) for x in (stride, padding, dilation)):
+        return None
+    x, w = dims[0], dims[1]
+    spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1
+               for size, k, s, p, d in zip(x[2:], w[2:], stride, padding, dilation)]
+    return _conv(x[0], w[0], w, math.prod(spatial))
+
+
+def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
+    """FLOPs of the shaped ops, their achieved TFLOP/s, and MFU over the rank's span."""
+    cpu = trace.cpu
+    shaped = cpu[cpu["shapes"].notna().to_numpy()]
+    names = next(iter(trace.meta.devices.values()), None)
+    peak = peak_for(names) if names else None
+    if shaped.empty:
+        return FlopsResult(0, 0, 0.0, 0.0, None, names, peak.gpu if peak else None, peak.source if peak else None,
+                           None, None, None, span_us, [],
+                           "no recorded shapes: profile with torch.profiler.profile(record_shapes=True)")
+    computed = [op_flops(str(n), str(s)) for n, s in zip(shaped["name"], shaped["shapes"])]
+    flops = np.array([f if f is not None else np.nan for f, _ in computed])
+    gpu_ns, _ = launched_gpu_ns(trace, shaped)
+    table = pd.DataFrame({"name": shaped["name"].astype(str).to_numpy(), "dtype": [d for _, d in computed],
+                          "flops": flops, "gpu_ns": gpu_ns})
+    known = table[table["flops"].notna()]
+    rows = []
+    for (name, dtype), group in known.groupby(["name", "dtype"]):
+        gpu = float(group["gpu_ns"].sum())
+        achieved = group["flops"].sum() / gpu / 1e3 if gpu else None  # FLOP/ns → TFLOP/s
+        rows.append(OpFlops(name, dtype, len(group), round(float(group["flops"].sum()) / 1e9, 3), us(gpu),
+                            round(float(achieved), 3) if achieved else None, _mfu(achieved, peak, dtype)))
+    rows.sort(key=lambda r: -r.gflop)
+    total, gpu_total = float(known["flops"].sum()), float(known["gpu_ns"].sum())
+    dtype = str(known.groupby("dtype")["flops"].sum().idxmax()) if len(known) else None
+    peak_tflops = peak.tflops.get(dtype) if peak and dtype else None
+    mfu = None
+    if peak_tflops and span_us:  # FLOPs of the main dtype over the whole span of every GPU of the rank
+        main = float(known.loc[known["dtype"] == dtype, "flops"].sum())
+        mfu = round(100.0 * main / (span_us * 1e-6 * devices) / (peak_tflops * 1e12), 2)
+    note = None
+    if len(known) < len(table):
+        note = (f"{len(table) - len(known)} shaped ops have no FLOPs count (forward convolutions need the stride and "
+                "padding that PyTorch ≥ 2.1 records as Concrete Inputs)")
+    if peak is None:
+        note = (note + "; " if note else "") + f"no peak throughput is known for {names or 'this GPU'}: no MFU"
+    return FlopsResult(len(table), len(known), round(total / 1e9, 3), us(gpu_total),
+                       round(total / gpu_total / 1e3, 3) if gpu_total else None, names,
+                       peak.gpu if peak else None, peak.source if peak else None, dtype, peak_tflops, mfu, span_us,
+                       rows[:TOP], note)
+
+
+def _mfu(achieved: float | None, peak, dtype: str) -> float | None:
+    rate = peak.tflops.get(dtype) if peak else None
+    return round(100.0 * float(achieved) / rate, 2) if achieved and rate else None
