@@ -59,6 +59,17 @@ class TraceBuilder:
         return self._device("gpu_memcpy", f"Memcpy {kind} ({src} -> {dst})", start, dur, stream, launch_at,
                             launch_dur, "cudaMemcpyAsync", bytes=nbytes)
 
+    def memory(self, ts: float, nbytes: int, allocated: int | None = None, reserved: int | None = None,
+               device: int = 0) -> dict:
+        """A caching-allocator [memory] instant event (profile_memory=True); totals as new traces write them."""
+        args = {"Device Type": 1, "Device Id": device, "Bytes": nbytes}
+        args |= {"Total Allocated": allocated} if allocated is not None else {}
+        args |= {"Total Reserved": reserved} if reserved is not None else {}
+        event = {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": PID, "tid": TID,
+                 "ts": ts, "args": args}
+        self.events.append(event)
+        return event
+
     def write(self, path: Path) -> Path:
         return write_trace(path, self.events, **self.top)
 

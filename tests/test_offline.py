@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import B200, DLRM_8RANK, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
+from conftest import B200, DATA, DLRM_8RANK, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
 
 from traceagent.agent.question import understand
 from traceagent.agent.session import Answer, Session
@@ -17,7 +17,7 @@ from traceagent.detect.kernels import detect_hot_kernels
 from traceagent.format import duration, percent
 
 TRACES = {"R": (RESNET_NW0, None), "D": (DLRM_8RANK, None), "N": (NSYS_BEFORE, NSYS_AFTER),
-          "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None)}
+          "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None), "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None)}
 
 
 def context(key: str) -> AnalysisContext:
@@ -112,6 +112,12 @@ TABLE = [
     ("C", "what changed?", "compare", {}, lambda c: ["step time (mean)"]),
     ("B", "Should I use CUDA graphs?", "launch", {}, lambda c: ["**Yes:**"]),
     ("B", "Which annotation ranges take the most GPU time?", "annotations", {}, lambda c: ["execute_context_1"]),
+    ("B", "Is memory a problem?", "memory", {}, lambda c: ["profile_memory=True"]),
+    ("R", "Is memory a problem?", "memory", {}, lambda c: ["**No sign of a memory problem:**", "per step"]),
+    ("G", "Would CUDA graphs help?", "launch", {},
+     lambda c: [f"**It already uses them:** {focus(c).findings.graphs.launches} graph replays"]),
+    ("N", "Which NVTX range takes the most GPU time?", "annotations", {},
+     lambda c: [f"1. `{focus(c).findings.annotations.ranges[0].name}`"]),
     ("B", "Why is multimem_all_reduce_kernel slow?", "kernel", {"kernel": "multimem_all_reduce_kernel"},
      lambda c: ["**`multimem_all_reduce_kernel`** ran"]),
 ]

@@ -94,3 +94,37 @@ def flops_sentence(flops: dict | None) -> str | None:
         text += (f"; MFU {percent(flops['mfu_pct'])} over the span ({flops['dtype']} on {flops['peak_family']}, "
                  f"peak {flops['peak_tflops']:g} TFLOP/s per GPU: {flops['peak_source']})")
     return text + "." + (f" Not counted: {flops['note']}." if flops["note"] else "")
+
+
+def memory_sentence(memory: dict | None) -> str | None:
+    """Peak memory per GPU, a leak, and synchronizing allocator calls; None without [memory] events."""
+    if not memory or not memory["devices"]:
+        return None
+    parts = []
+    for d in memory["devices"]:
+        peak = (f"peak {size(d['peak_allocated_bytes'])} allocated, {size(d['peak_reserved_bytes'])} reserved"
+                if d["peak_allocated_bytes"] is not None else f"up to {size(d['growth_bytes'])} above the start")
+        parts.append(f"GPU {d['device']}: {peak}" + ("; grows in every step (a leak)" if d["leak"] else ""))
+    text = "; ".join(parts) + "."
+    if memory["allocator_calls"]:
+        text += (f" {memory['allocator_calls']} synchronizing allocator calls, {duration(memory['allocator_idle_us'])} "
+                 "of idle device time during them.")
+    return text
+
+
+def graphs_sentence(graphs: dict | None) -> str | None:
+    """CUDA graph replays and what they saved; None when the trace has none."""
+    if not graphs or not graphs["used"]:
+        return None
+    return (f"{graphs['launches']} CUDA graph replays ran {graphs['kernels']} kernels "
+            f"({percent(graphs['share_of_kernel_time_pct'])} of kernel time), saving {graphs['launch_calls_saved']} "
+            f"launch calls (about {duration(graphs['saved_us'])} of host time).")
+
+
+def annotations_sentence(annotations: dict | None, top: int = 3) -> str | None:
+    """The annotated ranges (record_function / NVTX) that launched the most GPU time."""
+    if not annotations or not annotations["ranges"]:
+        return None
+    return "Annotated ranges by GPU time launched inside them: " + "; ".join(
+        f"{shorten(r['name'], 40)} {duration(r['gpu_us'])} ({percent(r['share_of_busy_pct'])} of busy)"
+        for r in annotations["ranges"][:top]) + "."

@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 from typing_extensions import TypedDict  # pydantic reads these on Python < 3.12
 
 from .detect.analysis import SCHEMA_VERSION
+from .detect.annotations import AnnotationsResult
 from .detect.breakdown import Breakdown
 from .detect.comm import CommResult
 from .detect.diagnose import Verdict
@@ -23,6 +24,7 @@ from .detect.idle import DeviceIdle, IdleParams, SyncSite
 from .detect.kernels import HotKernel
 from .detect.launch import LaunchResult
 from .detect.memcpy import MemcpyResult
+from .detect.memory import MemoryResult
 from .detect.savings import Saving
 from .detect.stragglers import RankCollectives, StragglerParams
 from .detect.workload import Workload
@@ -82,10 +84,24 @@ class RankJSON(TypedDict):
     kernels: KernelCounts
     launch: LaunchResult
     flops: FlopsResult | None
+    memory: MemoryResult | None
+    graphs: GraphsJSON | None
+    annotations: AnnotationsResult | None
     steps: dict[str, Any]
     workload: Workload
     savings: list[Saving]
     verdict: Verdict
+
+
+class GraphsJSON(TypedDict):
+    launches: int
+    kernels: int
+    kernels_per_launch: float | None
+    device_us: float
+    share_of_kernel_time_pct: float
+    launch_calls_saved: int
+    saved_us: float
+    used: bool
 
 
 class ComparisonJSON(TypedDict):

@@ -51,6 +51,7 @@ def _plans(has_compare: bool) -> dict[str, Plan]:
                                  ("kernel_instances", at | {"name": q.kernel, "top": 3})],
         "kernels": lambda q, at: [("hot_kernels", at)],
         "copies": lambda q, at: [("data_movement", at)],
+        "memory": lambda q, at: [("memory", at)],
         "dataloader": lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
         "sync": lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})],
         "communication": lambda q, at: [("communication", at)],
@@ -256,6 +257,37 @@ class OfflineAnalyst:
                          "(`DataLoader(pin_memory=True)` or `tensor.pin_memory()`) and copy with `non_blocking=True`.")
         return "\n".join(lines)
 
+    def _memory(self, q: Question, memory: dict) -> str:
+        if memory.get("unavailable"):
+            return _unavailable(memory)
+        devices = memory["devices"]
+        leaks = [d for d in devices if d["leak"]]
+        stall = memory["allocator_idle_us"]
+        if leaks:
+            lead = "**Yes: memory grows in every step** on GPU " + ", ".join(str(d["device"]) for d in leaks) + " (a leak)."
+        elif stall:
+            lead = (f"**Allocator calls stall the GPU:** {memory['allocator_calls']} synchronizing allocator calls, "
+                    f"{duration(stall)} of idle device time during them.")
+        else:
+            lead = "**No sign of a memory problem:** no growth across steps and no synchronizing allocator calls."
+        lines = [lead, ""]
+        for d in devices:
+            peak = (f"peak {size(d['peak_allocated_bytes'])} allocated, {size(d['peak_reserved_bytes'])} reserved"
+                    if d["peak_allocated_bytes"] is not None else
+                    f"up to {size(d['growth_bytes'])} above the start (the trace has no allocator totals)")
+            lines.append(f"- {self._who(memory)}GPU {d['device']}: {peak}; {d['allocations']} allocations"
+                         + (f", {d['allocations_per_step']:g} per step" if d["allocations_per_step"] is not None else ""))
+        if memory["allocator_calls"]:
+            lines.append(f"\n{memory['allocator_calls']} allocator calls that synchronize "
+                         f"({duration(memory['allocator_call_us'])} on the host): reuse buffers, or let the caching "
+                         "allocator keep memory "
+                         "(avoid `torch.cuda.empty_cache()` in the loop).")
+        if leaks:
+            lines.append("\nFind what keeps references: tensors appended to a list across steps (losses kept with their "
+                         "graph: use `loss.item()` or `.detach()`), caches that grow. `torch.cuda.memory._record_memory_"
+                         "history()` shows who allocated each block.")
+        return "\n".join(lines)
+
     def _dataloader(self, q: Question, verdict: dict, idle_gaps: dict) -> str:
         idle = idle_gaps
         waited = idle["by_cause_us"].get("dataloader", 0.0)
@@ -390,9 +422,16 @@ class OfflineAnalyst:
             return "No kernel in this trace is linked to its launch call, so launch overhead cannot be measured."
         bound = verdict["root_cause"] == "launch_overhead"
         share = la.get("launch_overhead_idle_pct")
+        graphs = la.get("graphs") or {}
         if re.search(r"cuda ?graph", q.text, re.I):
-            head = ("**Yes:** the host cannot launch kernels fast enough, and a CUDA graph launches a whole step at once."
-                    if bound else "**Not for speed here:** launch overhead is not what limits this trace.")
+            if graphs.get("used"):
+                head = (f"**It already uses them:** {graphs['launches']} graph replays run {graphs['kernels']} kernels "
+                        f"({percent(graphs['share_of_kernel_time_pct'])} of kernel time), saving "
+                        f"{graphs['launch_calls_saved']} launch calls." + (" More of the step could be captured: launch "
+                                                                           "overhead still limits it." if bound else ""))
+            else:
+                head = ("**Yes:** the host cannot launch kernels fast enough, and a CUDA graph launches a whole step "
+                        "at once." if bound else "**Not for speed here:** launch overhead is not what limits this trace.")
         else:
             head = ("**Yes, launch overhead limits it.**" if bound
                     else "**Launch overhead is not the main limit.**")
@@ -439,8 +478,9 @@ class OfflineAnalyst:
             return _unavailable(annotations)
         lines = [f"{self._who(annotations)}GPU time launched inside each annotated range (a nested range counts in its "
                  "parent too):"]
-        lines += [f"{i}. `{shorten(r['name'], 60)}`: {duration(r['gpu_us'])} of GPU time from {r['kernels']} kernels, "
-                  f"{_times(r['count'])}, {duration(r['host_us'])} on the host"
+        lines += [f"{i}. `{shorten(r['name'], 60)}`: {duration(r['gpu_us'])} of GPU time "
+                  f"({percent(r['share_of_busy_pct'])} of busy) from {r['kernels']} kernels, {_times(r['count'])}, "
+                  f"{duration(r['host_us'])} on the host, the GPU idle {percent(r['idle_pct'])} of it"
                   for i, r in enumerate(annotations["ranges"][:8], 1)]
         return "\n".join(lines)
 

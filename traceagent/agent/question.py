@@ -33,6 +33,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("longest_gap", r"\b(?:longest|largest|biggest|worst) (?:gap|stall|idle|bubble)"),
     ("dataloader", r"\b(?:data ?load|dataloader|input pipeline|num_workers|workers|pin_memory|prefetch|batches)"),
     ("copies", r"\b(?:memcpy|copy|copies|transfer|pageable|pinned|bandwidth|data movement|htod|dtoh|pcie|h2d|d2h)"),
+    ("memory", r"\b(?:memory|oom|out of memory|leak|allocat|vram|cudamalloc|cudafree|empty_cache)"),
     ("communication", r"\b(?:communicat|nccl|rccl|all-?reduce|all-?gather|reduce-?scatter|collective|overlap|exposed)"),
     ("annotations", r"\b(?:nvtx|annotation|record_function|ranges?\b|regions?\b|sections? of (?:my )?code)"),
     ("slow_kernel", r"\b(?:slowest|longest) kernel|\bper (?:call|launch)\b|kernel\b.*\b(?:slow|long)"),

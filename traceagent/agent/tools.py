@@ -23,7 +23,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import Field
 
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
-from ..detect.annotations import annotation_table
+from ..detect.annotations import detect_annotations
 from ..detect.diff import diff
 from ..detect.host import calls_by_correlation, gap_host, host_events_in, kernel_python_lines
 from ..detect.idle import gap_launcher
@@ -120,8 +120,9 @@ NO_COUNTERS = unavailable("memory bandwidth of kernels, occupancy, FLOP/s of ker
 NO_SHAPES = unavailable("FLOPs, achieved TFLOP/s and MFU", "the trace has no recorded shapes",
                         "profile with torch.profiler.profile(record_shapes=True) (PyTorch ≥ 2.1 also records the "
                         "convolutions' stride and padding)")
-NO_MEMORY = unavailable("GPU memory use", "traceagent does not summarize allocations yet",
-                        "torch.cuda.memory._record_memory_history(), then torch.cuda.memory._dump_snapshot()")
+NO_MEMORY = unavailable("GPU memory use", "the trace has no [memory] events",
+                        "profile with torch.profiler.profile(profile_memory=True); for who allocated what, "
+                        "torch.cuda.memory._record_memory_history() and torch.cuda.memory._dump_snapshot()")
 
 
 def overview(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
@@ -154,7 +155,8 @@ def trace_limits(ctx: AnalysisContext) -> list[dict]:
     out += [ONE_RANK] if len(ctx.analysis.ranks) == 1 and (r.trace.meta.world_size or 1) > 1 else []
     out += [] if (r.trace.cpu["kind"] == "annotation").any() else [NO_ANNOTATIONS]
     out += [] if r.findings.flops and r.findings.flops.shaped_ops else [NO_SHAPES]
-    return [*out, NO_COUNTERS, NO_MEMORY]
+    out += [] if len(r.trace.memory) else [NO_MEMORY]
+    return [*out, NO_COUNTERS]
 
 
 def verdict(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
@@ -338,8 +340,8 @@ def kernel_instances(ctx: AnalysisContext,
 def launches(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
     """Kernel launch statistics: launches per API, the launch call's median duration,
     launch-to-start latency (median, p90), how many kernels are shorter than their own launch
-    call, and the idle time the host's launching costs (launch-bound gaps), on a rank's GPUs or
-    one of them."""
+    call, the idle time the host's launching costs (launch-bound gaps), and CUDA graphs (replays,
+    kernels per replay, share of kernel time, launch calls saved), on a rank's GPUs or one."""
     r, scope = ctx.scoped(rank, device)
     idle = r.findings.idle if device is None else r.findings.idle.devices[device]
     result = r.launch(device).to_dict() | {"scope": scope}
@@ -348,6 +350,7 @@ def launches(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> 
                "launch_gap_us": r.params.idle.launch_gap_us}
     if device is None:
         result["launch_overhead_idle_pct"] = idle.by_cause_pct.get("launch_overhead", 0.0)
+    result["graphs"] = r.findings.graphs.to_dict() if r.findings.graphs else None
     if not result["kernels"]:
         result["note"] = "no kernel is linked to its launch call in this trace"
     return result
@@ -381,22 +384,36 @@ def flops(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dic
     return data
 
 
+def memory(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+    """GPU memory from the allocator's events: per GPU the peak allocated and reserved bytes,
+    growth, allocated-minus-freed per step (a leak grows in every step), allocations per step;
+    and the allocator calls that synchronize (cudaMalloc, cudaFree, pinned host allocations) with
+    the idle device time during them."""
+    r, scope = ctx.scoped(rank, device)
+    data = (r.findings.memory.to_dict() if r.findings.memory else {"devices": []}) | {"scope": scope}
+    if device is not None:
+        data["devices"] = [d for d in data["devices"] if d["device"] == device]
+    for d in data["devices"]:
+        d["step_net_bytes"] = d["step_net_bytes"][:MAX_ITEMS]
+    if not len(r.trace.memory):
+        data["unavailable"] = NO_MEMORY
+    return data
+
+
 def annotations(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
                 name_filter: Annotated[str | None, Field(description="only ranges whose name contains this")] = None,
                 top: Top = 10) -> dict:
     """User annotations (record_function / NVTX ranges) by name: how many times each ran, host
-    time, and the GPU time of the kernels launched inside it, on a rank's GPUs or one of them (a
-    nested range counts in its parent too)."""
+    time, the GPU time of the kernels launched inside it and its share of busy time, and the
+    device's idle share while it ran, on a rank's GPUs or one of them (a nested range counts in
+    its parent too)."""
     r, scope = ctx.scoped(rank, device)
-    table = annotation_table(r.trace, device)
-    if table.empty:
+    if not (r.trace.cpu["kind"] == "annotation").any():
         return {"scope": scope, "ranges": [], "unavailable": NO_ANNOTATIONS}
-    if name_filter:
-        table = table[table["name"].str.contains(name_filter, case=False, regex=False)]
-    chosen = table.nlargest(max(1, min(top, MAX_ITEMS)), "gpu_us")
-    return {"scope": scope, "distinct": len(table),
-            "ranges": [{"name": t.name, "count": int(t.count), "host_us": us(t.host_ns), "gpu_us": round(t.gpu_us, 3),
-                        "kernels": int(t.kernels)} for t in chosen.itertuples()]}
+    busy = r.breakdown.total.busy_us if device is None else r.breakdown.devices[device].busy_us
+    result = detect_annotations(r.trace, r.gaps, busy, top=max(1, min(top, MAX_ITEMS)), device=device,
+                                name_filter=name_filter)
+    return result.to_dict() | {"scope": scope}
 
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -464,7 +481,7 @@ def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = Non
 
 TOOL_FUNCTIONS: list[Callable[..., dict]] = [overview, verdict, idle_gaps, host_activity, data_movement,
                                              communication, hot_kernels, kernel_instances, launches, steps,
-                                             annotations, flops, calc, compare_traces]
+                                             annotations, flops, memory, calc, compare_traces]
 
 
 def build_tools(ctx: AnalysisContext) -> list[BaseTool]:

@@ -14,14 +14,17 @@ from dataclasses import asdict, dataclass, field, replace
 import pandas as pd
 
 from ..trace.model import Job, Trace
+from .annotations import detect_annotations
 from .breakdown import BreakdownResult, detect_breakdown
 from .comm import CommResult, detect_comm
 from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
 from .flops import detect_flops
+from .graphs import detect_graphs
 from .idle import IdleParams, detect_idle, trace_gaps
 from .kernels import KernelsResult, detect_hot_kernels
 from .launch import LaunchResult, detect_launch
 from .memcpy import MemcpyResult, detect_memcpy
+from .memory import detect_memory
 from .savings import estimate_savings
 from .steps import StepsResult, detect_steps
 from .stragglers import RankComparison, RankInput, StragglerParams, compare_ranks
@@ -105,6 +108,9 @@ class RankAnalysis:
             "kernels": {"count": f.kernels.kernels, "distinct": f.kernels.distinct, "total_us": f.kernels.total_us},
             "launch": f.launch.to_dict(),
             "flops": f.flops.to_dict() if f.flops else None,
+            "memory": f.memory.to_dict() if f.memory else None,
+            "graphs": f.graphs.to_dict() if f.graphs else None,
+            "annotations": f.annotations.to_dict() if f.annotations else None,
             "steps": steps,
             "workload": f.workload.to_dict(),
             "savings": [s.to_dict() for s in f.savings],
@@ -157,9 +163,11 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams()) -> Ra
         workload=detect_workload(trace), savings=estimate_savings(idle, copies, comm, kernels, steps),
     )
     verdict = replace(diagnose(findings, params.verdict), rank=trace.meta.rank)
-    breakdown = detect_breakdown(trace)
-    findings = replace(findings, flops=detect_flops(trace, breakdown.total.span_us, len(breakdown.devices)))
-    return RankAnalysis(trace.meta.rank, trace, params, trace_gaps(trace, idle_params), breakdown, findings, verdict)
+    breakdown, gaps = detect_breakdown(trace), trace_gaps(trace, idle_params)
+    findings = replace(findings, flops=detect_flops(trace, breakdown.total.span_us, len(breakdown.devices)),
+                       memory=detect_memory(trace, gaps), graphs=detect_graphs(trace),
+                       annotations=detect_annotations(trace, gaps, breakdown.total.busy_us))
+    return RankAnalysis(trace.meta.rank, trace, params, gaps, breakdown, findings, verdict)
 
 
 def analyze_job(job: Job, params: AnalysisParams = AnalysisParams()) -> Analysis:

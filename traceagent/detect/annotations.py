@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
+from . import intervals as iv
 from .host import calls_by_correlation
-from .view import on_device
+from .view import on_device, pct, us
 
 
 def launched_gpu_ns(trace: Trace, ranges: pd.DataFrame, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -33,17 +36,59 @@ def launched_gpu_ns(trace: Trace, ranges: pd.DataFrame, device: int | None = Non
     return gpu_ns, count
 
 
-def annotation_table(trace: Trace, device: int | None = None) -> pd.DataFrame:
-    """Per annotation name: instances, host ns, and the GPU µs and count of the kernels launched
-    inside it on its thread (on every GPU, or one)."""
+def annotation_table(trace: Trace, device: int | None = None, gaps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per annotation name: instances, host ns, the GPU µs and count of the kernels launched inside
+    it on its thread (on every GPU, or one), and the device idle µs while it ran (from `gaps`)."""
     cpu = trace.cpu
     ranges = cpu[cpu["kind"] == "annotation"]
-    columns = ["name", "count", "host_ns", "gpu_us", "kernels"]
+    columns = ["name", "count", "host_ns", "gpu_us", "kernels", "idle_us"]
     if ranges.empty:
         return pd.DataFrame(columns=columns)
     gpu_ns, count = launched_gpu_ns(trace, ranges, device)
+    idle_ns = np.zeros(len(ranges))
+    if gaps is not None and len(gaps):
+        chosen = gaps if device is None else gaps[gaps["device"] == device]
+        idle = iv.union(chosen["start"].to_numpy(np.int64), chosen["end"].to_numpy(np.int64))
+        idle_ns = iv.covered(idle, ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64))
     frame = pd.DataFrame({"name": ranges["name"].astype(str).to_numpy(),
-                          "host_ns": (ranges["end"] - ranges["start"]).to_numpy(), "gpu_ns": gpu_ns, "kernels": count})
+                          "host_ns": (ranges["end"] - ranges["start"]).to_numpy(), "gpu_ns": gpu_ns, "kernels": count,
+                          "idle_ns": idle_ns})
     grouped = frame.groupby("name").agg(count=("host_ns", "size"), host_ns=("host_ns", "sum"), gpu_ns=("gpu_ns", "sum"),
-                                        kernels=("kernels", "sum")).reset_index()
-    return grouped.assign(gpu_us=grouped["gpu_ns"] / 1000.0)[columns]
+                                        kernels=("kernels", "sum"), idle_ns=("idle_ns", "sum")).reset_index()
+    return grouped.assign(gpu_us=grouped["gpu_ns"] / 1000.0, idle_us=grouped["idle_ns"] / 1000.0)[columns]
+
+
+@dataclass(frozen=True)
+class AnnotatedRange:
+    name: str
+    count: int
+    host_us: float
+    gpu_us: float  # device time of the kernels launched inside it
+    kernels: int
+    share_of_busy_pct: float  # that device time over the rank's busy time
+    idle_pct: float  # device idle time while it ran, over its host time
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class AnnotationsResult:
+    distinct: int  # names
+    ranges: list[AnnotatedRange]  # the top by GPU time
+
+    def to_dict(self) -> dict:
+        return {"distinct": self.distinct, "ranges": [r.to_dict() for r in self.ranges]}
+
+
+def detect_annotations(trace: Trace, gaps: pd.DataFrame, busy_us: float, top: int = 10,
+                       device: int | None = None, name_filter: str | None = None) -> AnnotationsResult:
+    """record_function / NVTX ranges by name, the top by GPU time launched inside them."""
+    table = annotation_table(trace, device, gaps)
+    if name_filter:
+        table = table[table["name"].str.contains(name_filter, case=False, regex=False)]
+    chosen = table.nlargest(top, "gpu_us") if len(table) else table
+    return AnnotationsResult(len(table), [
+        AnnotatedRange(str(t.name), int(t.count), us(t.host_ns), round(float(t.gpu_us), 3), int(t.kernels),
+                       pct(float(t.gpu_us), busy_us), pct(float(t.idle_us), t.host_ns / 1000.0))
+        for t in chosen.itertuples()])

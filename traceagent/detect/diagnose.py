@@ -13,12 +13,15 @@ from dataclasses import asdict, dataclass, field, replace
 
 from ..format import of_span
 from . import advice
+from .annotations import AnnotationsResult
 from .comm import CommResult
 from .flops import FlopsResult
+from .graphs import GraphsResult
 from .idle import IdleResult
 from .kernels import KernelsResult
 from .launch import LaunchResult
 from .memcpy import MemcpyResult
+from .memory import MemoryResult
 from .savings import Saving, saving_for, straggler_saving
 from .steps import StepsResult
 from .stragglers import RankComparison
@@ -67,6 +70,9 @@ class Findings:
     workload: Workload = field(default_factory=lambda: Workload(None, None, 0))
     savings: list[Saving] = field(default_factory=list)  # every finding's, largest first
     flops: FlopsResult | None = None  # from recorded shapes; not part of the verdict
+    memory: MemoryResult | None = None
+    graphs: GraphsResult | None = None
+    annotations: AnnotationsResult | None = None
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:

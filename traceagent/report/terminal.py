@@ -9,7 +9,19 @@ from rich.panel import Panel
 from rich.table import Column, Table
 
 from ..detect.analysis import Analysis
-from ..format import duration, flops_sentence, gap_evidence, of_span, percent, shorten, size, straggler_sentence
+from ..format import (
+    annotations_sentence,
+    duration,
+    flops_sentence,
+    gap_evidence,
+    graphs_sentence,
+    memory_sentence,
+    of_span,
+    percent,
+    shorten,
+    size,
+    straggler_sentence,
+)
 
 
 def say(console: Console, text: str) -> None:
@@ -113,8 +125,10 @@ def print_analysis(result: Analysis, out: Console) -> None:
          str(k["count"]), duration(k["total_us"]), f"{k['share_of_busy_pct']:.1f}%", duration(k["mean_us"])]
         for k in first["hot_kernels"][:8]])
     out.print(kernels)
-    if throughput := flops_sentence(first.get("flops")):
-        say(out, throughput)
+    for line in (flops_sentence(first.get("flops")), graphs_sentence(first.get("graphs")),
+                 memory_sentence(first.get("memory")), annotations_sentence(first.get("annotations"))):
+        if line:
+            say(out, escape(line))
 
     copies = first["memcpy"]
     if copies["count"]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .model import CPU_COLUMNS, GPU_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical
+from .model import CPU_COLUMNS, GPU_COLUMNS, MEMORY_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical
 
 
 def _loader_fingerprint() -> str:
@@ -67,7 +67,7 @@ def _entry(path: str) -> Path:
     return cache_dir() / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
-_FRAMES = {"gpu": GPU_COLUMNS, "cpu": CPU_COLUMNS, "steps": STEP_COLUMNS}
+_FRAMES = {"gpu": GPU_COLUMNS, "cpu": CPU_COLUMNS, "steps": STEP_COLUMNS, "memory": MEMORY_COLUMNS}
 _META_TYPES = {f.name: f.type for f in dataclasses.fields(TraceMeta)}
 
 
@@ -137,7 +137,7 @@ def write(path: str, trace: Trace) -> bool:
     tmp = entry.with_name(entry.name + f".tmp{os.getpid()}")
     try:
         tmp.mkdir(parents=True, exist_ok=True)
-        for name in ("gpu", "cpu", "steps"):
+        for name in _FRAMES:
             getattr(trace, name).to_parquet(tmp / f"{name}.parquet", index=False)
         (tmp / "meta.json").write_text(json.dumps(dataclasses.asdict(trace.meta), default=str))
         if entry.exists():

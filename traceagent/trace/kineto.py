@@ -46,6 +46,12 @@ _ARG_FIELDS = [
     ("input_dims", msgspec.Raw | None, None, "Input Dims"),
     ("input_types", msgspec.Raw | None, None, "Input type"),
     ("concrete", msgspec.Raw | None, None, "Concrete Inputs"),
+    # [memory] instant events
+    ("device_type", int, -1, "Device Type"),
+    ("device_id", int, -1, "Device Id"),
+    ("mem_bytes", int, 0, "Bytes"),
+    ("total_allocated", int, -1, "Total Allocated"),
+    ("total_reserved", int, -1, "Total Reserved"),
 ]
 _EVENT_FIELDS = [
     ("ph", str, "", "ph"),
@@ -296,13 +302,14 @@ def load_kineto(path: str) -> Trace:
                         "negative duration, a time out of range, or a negative byte count)")
     gpu = _concat([p[0] for p in parts])
     cpu = _concat([p[1] for p in parts])
+    memory = _concat([p[5] for p in parts])
     labelled = {pid: rank for p in parts for pid, rank in p[3].items()}
-    for columns in (gpu, cpu):
+    for columns in (gpu, cpu, memory):
         columns["rank"] = _ranks(columns.pop("rank_arg", np.zeros(0, np.int64)), columns.pop("pid_raw", None), labelled)
     meta = _meta(doc, path, warnings, has_flows=any(p[2] for p in parts))
     meta.has_python_frames = bool((np.asarray(cpu.get("kind", []), dtype=object) == "python").any()) or bool(
         len(cpu.get("stack", [])) and pd.Series(cpu["stack"]).notna().any())
-    return finish_trace(gpu, cpu, meta)
+    return finish_trace(gpu, cpu, meta, memory)
 
 
 _RANK_LABEL = re.compile(r"\brank\s*[:#=]?\s*(\d+)", re.IGNORECASE)
@@ -379,7 +386,24 @@ def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int]
     cpu["rank_arg"] = _numeric(cpu_items, "args.rank", -1)
     cpu["pid_raw"] = cpu["pid"]
     cpu["shapes"] = _shapes(cpu_items, cpu["name"])
-    return gpu, cpu, has_flows, _process_ranks(events, phases), gpu_dropped + cpu_dropped
+    memory = _memory(events, phases)
+    return gpu, cpu, has_flows, _process_ranks(events, phases), gpu_dropped + cpu_dropped, memory
+
+
+def _memory(events: list, phases: np.ndarray) -> dict:
+    """The allocator's [memory] instant events: device (-1 for host), time, bytes (+ allocated,
+    − freed), and the totals after each when the trace has them."""
+    index = np.flatnonzero(phases == "i")
+    items = [e for e in _select(events, index) if e.name == "[memory]"]
+    ts = _numeric(items, "ts", float("nan"))
+    ok = np.isfinite(ts) & (np.abs(ts) < _MAX_US)
+    items = [e for e, keep in zip(items, ok) if keep]
+    clock = _Clock(ts[ok])
+    gpu = _numeric(items, "args.device_type", -1) == 1  # c10::DeviceType: 0 CPU, 1 CUDA (ROCm reports CUDA too)
+    return {"device": np.where(gpu, _numeric(items, "args.device_id", -1), -1), "time": clock.ns(ts[ok]),
+            "bytes": _numeric(items, "args.mem_bytes", 0), "allocated": _numeric(items, "args.total_allocated", -1),
+            "reserved": _numeric(items, "args.total_reserved", -1), "rank_arg": _numeric(items, "args.rank", -1),
+            "pid_raw": _ids(items, "pid") if items else np.zeros(0, np.int64)}
 
 
 def _shapes(items: list, names: pd.Categorical) -> pd.Categorical:

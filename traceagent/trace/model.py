@@ -56,6 +56,15 @@ CPU_COLUMNS: dict[str, str] = {
 SHAPED_OPS = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|_convolution|convolution_backward|"
                         r"_scaled_dot_product_\w+_attention(?:_backward)?)$")
 
+MEMORY_COLUMNS: dict[str, str] = {
+    "device": "int32",  # the GPU; -1 for host memory
+    "time": "int64",  # ns on the trace clock
+    "bytes": "int64",  # allocated (+) or freed (−) by this event
+    "allocated": "int64",  # the allocator's total after it; -1 when the trace does not say (old traces)
+    "reserved": "int64",  # the caching allocator's reserved total; -1 when unknown
+    "rank": "int32",  # as for device activity
+}
+
 STEP_COLUMNS: dict[str, str] = {
     "step": "int64",
     "name": "category",
@@ -140,6 +149,7 @@ class Trace:
     cpu: pd.DataFrame
     steps: pd.DataFrame
     meta: TraceMeta
+    memory: pd.DataFrame = field(default_factory=lambda: typed_frame({}, MEMORY_COLUMNS))  # Kineto [memory] events
 
     @property
     def has_device_activity(self) -> bool:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..text import visible
-from .model import CPU_COLUMNS, GPU_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical, matches, typed_frame
+from .model import CPU_COLUMNS, GPU_COLUMNS, MEMORY_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical, matches, typed_frame
 
 # "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoD (Device -> Device)", "Memset (Device)"
 _MEMCPY_NAME = re.compile(r"Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
@@ -139,7 +139,7 @@ def _visible_names(values) -> pd.Categorical:
     return categorical(np.asarray([*shown, None], dtype=object)[cats.codes])
 
 
-def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta) -> Trace:
+def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = None) -> Trace:
     """Build the typed frames, link device work to ops, flag collectives, derive steps. Every
     string from the trace is made visible here (no raw control characters past this point)."""
     meta.devices = {d: visible(name) for d, name in meta.devices.items()}
@@ -172,7 +172,8 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta) -> Trace:
     used = sorted(int(d) for d in gpu_frame["device"].unique())
     if used:  # a trace lists every GPU in the machine; keep those it recorded work on
         meta.devices = device_names(used, meta.devices)
-    return Trace(gpu=gpu_frame, cpu=cpu_frame, steps=steps, meta=meta)
+    memory_frame = typed_frame(memory or {}, MEMORY_COLUMNS).sort_values("time", kind="stable", ignore_index=True)
+    return Trace(gpu=gpu_frame, cpu=cpu_frame, steps=steps, meta=meta, memory=memory_frame)
 
 
 def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
@@ -289,5 +290,6 @@ def split_ranks(trace: Trace) -> list[Trace]:
         meta = replace(trace.meta, rank=int(rank), world_size=trace.meta.world_size or len(ranks),
                        devices={d: trace.meta.devices.get(d, f"GPU {d}") for d in used},
                        warnings=[*trace.meta.warnings, f"rank {rank} of a merged file of {len(ranks)} ranks"])
-        out.append(Trace(gpu=gpu, cpu=cpu, steps=derive_steps(gpu, cpu), meta=meta))
+        memory = trace.memory[trace.memory["rank"] == rank].reset_index(drop=True)
+        out.append(Trace(gpu=gpu, cpu=cpu, steps=derive_steps(gpu, cpu), meta=meta, memory=memory))
     return out

@@ -1,0 +1,83 @@
+"""Annotation ranges, CUDA graphs and memory: hand-built traces whose answers are worked out in
+the test, and real traces against independent readings of the raw files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+
+import pytest
+from builder import TraceBuilder
+from conftest import DATA, NSYS_BEFORE, analyzed
+
+from traceagent import analyze
+from traceagent.agent.tools import AnalysisContext, build_tools
+
+H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+GRAPHS = DATA / "hta" / "negative_queue_rank0.json.gz"
+
+
+def raw_events(path) -> list[dict]:
+    return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+
+
+def test_graph_replays_by_hand(tmp_path):
+    b = TraceBuilder()
+    b.kernel("single", 0, 10, launch_at=0, launch_dur=4)  # an ordinary launch: the median launch call, 4 µs
+    b.correlation += 1  # one cudaGraphLaunch, three kernels carrying its correlation
+    b.runtime("cudaGraphLaunch", 20, 6, correlation=b.correlation)
+    for i in range(3):
+        b._x("kernel", f"graph_kernel_{i}", 30 + 10 * i, 10, pid=0, tid=7, device=0, stream=7, correlation=b.correlation)
+    graphs = analyze(b.write(tmp_path / "g.json"), use_cache=False).ranks[0].findings.graphs
+    assert (graphs.launches, graphs.kernels, graphs.kernels_per_launch, graphs.launch_calls_saved) == (1, 3, 3.0, 2)
+    assert graphs.share_of_kernel_time_pct == 75.0  # 30 of 40 µs of kernel time
+    assert graphs.saved_us == 2 * 4.0
+
+
+def test_graph_replays_on_a_real_trace():
+    raw = raw_events(GRAPHS)
+    launches = {e["args"]["correlation"] for e in raw if e.get("name") == "cudaGraphLaunch"}
+    inside = [e for e in raw if e.get("cat") == "kernel" and e["args"].get("correlation") in launches]
+    graphs = analyzed(GRAPHS).ranks[0].findings.graphs
+    assert (graphs.launches, graphs.kernels) == (len(launches), len(inside))
+
+
+def test_memory_that_grows_every_step_is_a_leak(tmp_path):
+    b = TraceBuilder()
+    for step in range(3):
+        t0 = step * 1000
+        b.op(f"ProfilerStep#{step}", t0, 900)
+        b.kernel("work", t0 + 10, 500, launch_at=t0 + 5)
+        b.memory(t0 + 20, 4096, allocated=1_000_000 + 4096 * (step + 1), reserved=2_000_000)  # kept
+        b.memory(t0 + 30, 1024, allocated=1_000_000 + 4096 * (step + 1) + 1024, reserved=2_000_000)
+        b.memory(t0 + 40, -1024, allocated=1_000_000 + 4096 * (step + 1), reserved=2_000_000)  # freed
+    b.runtime("cudaFree", 600, 300)  # a synchronizing free across the idle gap 510..1010 of step 0
+    memory = analyze(b.write(tmp_path / "m.json"), use_cache=False).ranks[0].findings.memory
+    (gpu,) = memory.devices
+    assert gpu.step_net_bytes == [4096, 4096, 4096] and gpu.leak
+    assert gpu.peak_allocated_bytes == 1_000_000 + 3 * 4096 + 1024 and gpu.peak_reserved_bytes == 2_000_000
+    assert gpu.allocations == 6 and gpu.allocations_per_step == 2.0
+    assert memory.allocator_calls == 1 and memory.allocator_idle_us == 300.0  # the call lies inside the gap
+
+
+def test_memory_on_a_real_trace():
+    raw = [e for e in raw_events(H100_QWEN) if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1]
+    (gpu,) = analyzed(H100_QWEN).ranks[0].findings.memory.devices
+    assert gpu.events == len(raw)
+    assert gpu.peak_allocated_bytes == max(e["args"]["Total Allocated"] for e in raw)
+    assert gpu.peak_reserved_bytes == max(e["args"]["Total Reserved"] for e in raw)
+    assert gpu.net_bytes == sum(e["args"]["Bytes"] for e in raw)
+
+
+def test_nvtx_ranges_on_an_nsight_export():
+    with sqlite3.connect(NSYS_BEFORE) as db:
+        rows = db.execute("SELECT COALESCE(text, (SELECT value FROM StringIds WHERE id = textId)), end - start "
+                          "FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL").fetchall()
+    # PyTorch's emit_nvtx appends ", seq = N, op_id = M" to each op's range: the name is before it
+    flash = [dur for text, dur in rows if text and text.split(", seq = ")[0] == "FlashAttnFunc"]
+    tools = {t.name: t for t in build_tools(AnalysisContext(analyzed(NSYS_BEFORE)))}
+    ranges = json.loads(tools["annotations"].invoke({"name_filter": "FlashAttnFunc"}))["ranges"]
+    row = next(r for r in ranges if r["name"] == "FlashAttnFunc")
+    assert (row["count"], row["host_us"]) == (len(flash), pytest.approx(sum(flash) / 1000, abs=0.01))
+    assert 0 < row["share_of_busy_pct"] <= 100 and 0 <= row["idle_pct"] <= 100

@@ -1,0 +1,52 @@
+"""CUDA (and HIP) graphs: how many replays, kernels per replay, the share of device time inside
+them, and the launch calls they saved. A graph launch is one host call whose correlation id every
+kernel of the replay carries."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..trace.model import Trace, matches
+from .host import LAUNCH_CALLS, calls_by_correlation
+from .view import pct, us
+
+GRAPH_LAUNCH = re.compile(r"^(?:cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)(?:_v\d+|_ptsz)?$")
+
+
+@dataclass(frozen=True)
+class GraphsResult:
+    launches: int  # graph replays
+    kernels: int  # kernels run inside them
+    kernels_per_launch: float | None
+    device_us: float  # their kernels' device time
+    share_of_kernel_time_pct: float  # of all kernel time on the rank
+    launch_calls_saved: int  # kernels − replays: launch calls the host did not make
+    saved_us: float  # those calls at the median cost of a launch call outside graphs: an estimate
+
+    @property
+    def used(self) -> bool:
+        return self.launches > 0
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"used": self.used}
+
+
+def detect_graphs(trace: Trace) -> GraphsResult:
+    """Graph replays on the rank; the launch calls they saved are priced at the median ordinary
+    launch call of the trace."""
+    calls = calls_by_correlation(trace)
+    graph = matches(calls["name"], GRAPH_LAUNCH)
+    launches = calls[graph]
+    ordinary = calls[matches(calls["name"], LAUNCH_CALLS) & ~graph]
+    median_launch_us = us(np.median(ordinary["end"] - ordinary["start"])) if len(ordinary) else 0.0
+    kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
+    total = float((kernels["end"] - kernels["start"]).sum())
+    inside = kernels[kernels["correlation"].isin(launches.index)]
+    replays = int(inside["correlation"].nunique()) if len(inside) else len(launches)
+    device = float((inside["end"] - inside["start"]).sum())
+    saved = max(len(inside) - replays, 0)
+    return GraphsResult(len(launches), len(inside), round(len(inside) / replays, 1) if replays else None, us(device),
+                        pct(device, total), saved, round(float(np.float64(saved) * median_launch_us), 3))
