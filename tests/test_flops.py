@@ -76,3 +76,18 @@ def test_every_peak_has_a_source_and_names_match():
     assert peak_for("Tesla V100-DGXS-32GB").gpu == "V100 SXM2"
     assert peak_for("NVIDIA H100 PCIe").gpu == "H100 PCIe" and peak_for("NVIDIA A100-SXM4-80GB").gpu == "A100"
     assert peak_for("NVIDIA A10").gpu == "A10" and peak_for("Some GPU") is None
+
+
+def test_the_html_report_charts_throughput_and_memory():
+    from traceagent.format import size
+    from traceagent.report.html import render_html
+
+    analysis = analyzed(H100_QWEN)
+    page = render_html(analysis)
+    flops_chart = next(f for f in page.split("<figure>") if 'aria-label="achieved throughput"' in f)
+    top = analysis.ranks[0].findings.flops.by_op[0]
+    assert f"{top.achieved_tflops:g} TFLOP/s · {top.mfu_pct:.1f}% of peak" in flops_chart
+    assert "H100 SXM peak" in flops_chart
+    memory_chart = next(f for f in page.split("<figure>") if 'aria-label="memory over time"' in f)
+    (gpu,) = analysis.ranks[0].findings.memory.devices
+    assert f"up to {size(gpu.peak_allocated_bytes)}" in memory_chart

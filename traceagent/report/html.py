@@ -13,7 +13,7 @@ from ..detect import intervals as iv
 from ..detect.analysis import Analysis
 from ..detect.view import device_views
 from ..detect.vocabulary import GAP_CAUSES, WORK
-from ..format import duration, percent, shorten
+from ..format import duration, percent, shorten, size
 from .markdown import render_markdown
 
 CAUSE_COLORS = {w.name: w.color for w in GAP_CAUSES.values()}
@@ -59,7 +59,7 @@ def _legend(colors: dict[str, str]) -> str:
 
 
 def _charts(analysis: Analysis) -> str:
-    parts = [_timeline(analysis), _breakdown(analysis), _kernels(analysis)]
+    parts = [_timeline(analysis), _breakdown(analysis), _kernels(analysis), _flops(analysis), _memory(analysis)]
     if len(analysis.ranks) > 1:
         parts.append(_ranks(analysis))
     return "\n".join(p for p in parts if p)
@@ -175,6 +175,56 @@ def _kernels(analysis: Analysis) -> str:
            f'aria-label="hot kernels">{bars}</svg>')
     return (f"<figure><figcaption>Hot kernels of rank {analysis.focus.rank} by share of its busy time</figcaption>"
             f"{svg}</figure>")
+
+
+def _flops(analysis: Analysis) -> str:
+    """Achieved TFLOP/s per op next to the GPU's peak for its dtype (recorded shapes only)."""
+    flops = analysis.focus.findings.flops
+    rows = [o for o in (flops.by_op if flops else []) if o.achieved_tflops]
+    if not rows:
+        return ""
+    peaks = {o.dtype: (o.achieved_tflops * 100 / o.mfu_pct) for o in rows if o.mfu_pct}
+    scale = max([o.achieved_tflops for o in rows] + list(peaks.values()))
+    label_w, row, bar_w = 260, 20, WIDTH - 260 - 150
+    bars = []
+    for i, o in enumerate(rows[:8]):
+        y = i * row
+        width = bar_w * o.achieved_tflops / scale
+        bars.append(f'<text x="0" y="{y + 13}" font-size="11">{html.escape(shorten(o.name, 30))} ({o.dtype})</text>'
+                    f'<rect x="{label_w}" y="{y + 2}" width="{width:.1f}" height="{row - 6}" fill="{WORK_COLORS["compute"]}"/>')
+        if o.dtype in peaks:  # the peak as a tick: how far from the hardware
+            x = label_w + bar_w * peaks[o.dtype] / scale
+            bars.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y}" y2="{y + row - 2}" stroke="#333" stroke-width="2"/>')
+        bars.append(f'<text x="{label_w + width + 4:.1f}" y="{y + 13}" font-size="11">{o.achieved_tflops:g} TFLOP/s'
+                    + (f" · {percent(o.mfu_pct)} of peak" if o.mfu_pct is not None else "") + "</text>")
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{len(rows[:8]) * row}" role="img" '
+           f'aria-label="achieved throughput">{"".join(bars)}</svg>')
+    peak = f" (ticks: the {html.escape(flops.peak_family)} peak per dtype)" if flops.peak_family else ""
+    return f"<figure><figcaption>Achieved TFLOP/s per op over its kernels{peak}</figcaption>{svg}</figure>"
+
+
+def _memory(analysis: Analysis) -> str:
+    """Allocated GPU memory over time (the allocator's totals, or bytes from the trace's start)."""
+    mem = analysis.focus.trace.memory
+    mem = mem[mem["device"] >= 0]
+    if len(mem) < 2:
+        return ""
+    height, lines = 120, []
+    lo, hi = int(mem["time"].min()), int(mem["time"].max()) or 1
+    for device, group in mem.groupby("device"):
+        totals = group["allocated"].to_numpy()
+        level = totals if (totals >= 0).all() else group["bytes"].cumsum().to_numpy()
+        top = max(float(level.max()), 1.0)
+        step = max(1, len(group) // 600)  # at most a few hundred points per line
+        xs = (group["time"].to_numpy()[::step] - lo) / max(hi - lo, 1) * (WIDTH - 80)
+        ys = height - level[::step] / top * (height - 10)
+        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys))
+        lines.append(f'<polyline points="{points}" fill="none" stroke="{WORK_COLORS["copies"]}" stroke-width="1.5">'
+                     f'<title>GPU {int(device)}: up to {size(top)}</title></polyline>'
+                     f'<text x="{WIDTH - 76}" y="14" font-size="11">{size(top)}</text>')
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" role="img" '
+           f'aria-label="memory over time">{"".join(lines)}</svg>')
+    return f"<figure><figcaption>GPU memory allocated over time, rank {analysis.focus.rank}</figcaption>{svg}</figure>"
 
 
 def _ranks(analysis: Analysis) -> str:
