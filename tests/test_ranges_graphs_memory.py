@@ -81,3 +81,25 @@ def test_nvtx_ranges_on_an_nsight_export():
     row = next(r for r in ranges if r["name"] == "FlashAttnFunc")
     assert (row["count"], row["host_us"]) == (len(flash), pytest.approx(sum(flash) / 1000, abs=0.01))
     assert 0 < row["share_of_busy_pct"] <= 100 and 0 <= row["idle_pct"] <= 100
+
+
+def test_a_range_by_hand(tmp_path):
+    b = TraceBuilder()
+    b.op("phase_a", 0, 100, cat="user_annotation")
+    b.kernel("inside", 20, 30, launch_at=10)  # launched inside phase_a: its 30 µs count for it
+    b.kernel("outside", 200, 50, launch_at=150)
+    r = analyze(b.write(tmp_path / "r.json"), use_cache=False).ranks[0]
+    (phase,) = r.findings.annotations.ranges
+    assert (phase.name, phase.count, phase.host_us, phase.gpu_us, phase.kernels) == ("phase_a", 1, 100.0, 30.0, 1)
+    assert phase.share_of_busy_pct == 100 * 30 / 80  # busy: the two kernels, 80 µs
+    assert phase.idle_pct == 50.0  # the gap 50..200 µs after "inside" covers half of 0..100 (the span starts at 20)
+
+
+@pytest.mark.parametrize("name", ["h100_Qwen", "b200", "mi300", "resnet50"])
+def test_mfu_is_never_given_without_its_gpu_dtype_and_peak(name):
+    path = next(p for p in DATA.rglob("*.json.gz") if name in p.name)
+    flops = analyzed(path).ranks[0].findings.flops
+    if flops.mfu_pct is not None:
+        assert flops.gpu and flops.dtype and flops.peak_tflops and flops.peak_source
+    for op in flops.by_op:
+        assert op.mfu_pct is None or (op.dtype and flops.peak_family)
