@@ -236,3 +236,22 @@ def test_a_stopped_answer_is_saved_with_what_was_said(tmp_path):
     text = session.transcript_markdown()
     assert "word0 word1 word2 word3 word4" in text and "_(stopped: the answer was cut off here)_" in text
     assert "word49" not in text
+
+
+def test_malformed_shapes_and_memory_events_are_unknowns_not_errors(tmp_path):
+    from builder import TraceBuilder
+
+    b = TraceBuilder()
+    b.kernel("k", 0, 10, launch_at=0)
+    b.op("aten::mm", 0, 20)["args"] |= {"Input Dims": "garbage", "Input type": 5}
+    b.op("aten::addmm", 30, 20)["args"] |= {"Input Dims": [[1, "x"], None], "Input type": [None, {"x": 1}]}
+    for args in [{"Bytes": "x", "Device Type": 1, "Device Id": 0}, {"Device Type": 1, "Device Id": 0, "Bytes": 1e30},
+                 {"Device Type": 1, "Device Id": 0, "Bytes": 64, "Total Allocated": float("inf")},
+                 {"Device Type": 1, "Device Id": 0, "Bytes": 512, "Total Allocated": 512}]:
+        b.events.append({"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 5, "args": args})
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": b.events}).replace("Infinity", "1e999"))
+    r = traceagent.analyze(path, use_cache=False).ranks[0]
+    assert r.findings.flops.counted_ops == 0 and "could not be read" in r.findings.flops.note
+    (gpu,) = r.findings.memory.devices  # the events with impossible sizes are dropped, the sane ones kept
+    assert gpu.peak_allocated_bytes == 512 and gpu.net_bytes >= 0

@@ -66,41 +66,46 @@ class FlopsResult:
 
 
 def op_flops(name: str, shapes: str) -> tuple[float | None, str]:
-    """(FLOPs or None, dtype) of one op instance from its recorded [dims, types, concrete]."""
+    """(FLOPs or None, dtype) of one op instance from its recorded [dims, types, concrete]. Shapes
+    come from the trace: anything malformed counts as unknown, never as an error."""
     try:
         dims, types, concrete = json.loads(shapes)
     except (ValueError, TypeError):
         return None, "unknown"
-    types = types or []
-    dtype = DTYPES.get(next((t for t in types if t), ""), next((t for t in types if t), "unknown"))
-    op = name.removeprefix("aten::")
+    first = next((str(t) for t in types if t), "") if isinstance(types, list) else ""
+    dtype = DTYPES.get(first, first or "unknown")
     try:
-        if op == "mm":
-            (m, k), (_, n) = dims[0], dims[1]
-            return 2.0 * m * k * n, dtype
-        if op == "addmm":
-            (m, k), (_, n) = dims[1], dims[2]
-            return 2.0 * m * k * n, dtype
-        if op == "bmm":
-            (b, m, k), (_, _, n) = dims[0], dims[1]
-            return 2.0 * b * m * k * n, dtype
-        if op == "baddbmm":
-            (b, m, k), (_, _, n) = dims[1], dims[2]
-            return 2.0 * b * m * k * n, dtype
-        if op.startswith("_scaled_dot_product_"):
-            q, k, v = (dims[1], dims[2], dims[3]) if op.endswith("_backward") else (dims[0], dims[1], dims[2])
-            b, h, length, e = q
-            s, ev = k[-2], v[-1]
-            forward = 2.0 * b * h * length * s * e + 2.0 * b * h * length * s * ev
-            return (2 * forward if op.endswith("_backward") else forward), dtype
-        if op == "convolution_backward":  # (grad_output, input, weight, ...): the output's shape is known
-            out, weight = dims[0], dims[2]
-            return 2 * _conv(out[0], out[1], weight, math.prod(out[2:])), dtype
-        if op == "_convolution":
-            return _conv_forward(dims, concrete), dtype
-    except (ValueError, TypeError, IndexError):
+        flops = _flops(name.removeprefix("aten::"), dims, concrete if isinstance(concrete, list) else None)
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
         return None, dtype
-    return None, dtype
+    return (float(flops), dtype) if flops is not None and math.isfinite(flops) and flops > 0 else (None, dtype)
+
+
+def _flops(op: str, dims: list, concrete: list | None) -> float | None:
+    if op == "mm":
+        (m, k), (_, n) = dims[0], dims[1]
+        return 2.0 * m * k * n
+    if op == "addmm":
+        (m, k), (_, n) = dims[1], dims[2]
+        return 2.0 * m * k * n
+    if op == "bmm":
+        (b, m, k), (_, _, n) = dims[0], dims[1]
+        return 2.0 * b * m * k * n
+    if op == "baddbmm":
+        (b, m, k), (_, _, n) = dims[1], dims[2]
+        return 2.0 * b * m * k * n
+    if op.startswith("_scaled_dot_product_"):
+        q, k, v = (dims[1], dims[2], dims[3]) if op.endswith("_backward") else (dims[0], dims[1], dims[2])
+        b, h, length, e = q
+        s, ev = k[-2], v[-1]
+        forward = 2.0 * b * h * length * s * e + 2.0 * b * h * length * s * ev
+        return 2 * forward if op.endswith("_backward") else forward
+    if op == "convolution_backward":  # (grad_output, input, weight, ...): the output's shape is known
+        out, weight = dims[0], dims[2]
+        return 2 * _conv(out[0], out[1], weight, math.prod(out[2:]))
+    if op == "_convolution":
+        return _conv_forward(dims, concrete)
+    return None
 
 
 def _conv(batch: int, out_channels: int, weight: list[int], out_pixels: int) -> float:
@@ -152,9 +157,11 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
         main = float(known.loc[known["dtype"] == dtype, "flops"].sum())
         mfu = round(100.0 * main / (span_us * 1e-6 * devices) / (peak_tflops * 1e12), 2)
     note = None
-    if len(known) < len(table):
-        note = (f"{len(table) - len(known)} shaped ops have no FLOPs count (forward convolutions need the stride and "
-                "padding that PyTorch ≥ 2.1 records as Concrete Inputs)")
+    unknown = table.loc[table["flops"].isna(), "name"]
+    if len(unknown):
+        why = ("forward convolutions need the stride and padding that PyTorch ≥ 2.1 records as Concrete Inputs"
+               if (unknown == "aten::_convolution").all() else "their recorded shapes could not be read")
+        note = f"{len(unknown)} shaped ops have no FLOPs count ({why})"
     if peak is None:
         note = (note + "; " if note else "") + f"no peak throughput is known for {names or 'this GPU'}: no MFU"
     return FlopsResult(len(table), len(known), round(total / 1e9, 3), us(gpu_total),

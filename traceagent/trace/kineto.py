@@ -49,9 +49,9 @@ _ARG_FIELDS = [
     # [memory] instant events
     ("device_type", int, -1, "Device Type"),
     ("device_id", int, -1, "Device Id"),
-    ("mem_bytes", int, 0, "Bytes"),
-    ("total_allocated", int, -1, "Total Allocated"),
-    ("total_reserved", int, -1, "Total Reserved"),
+    ("mem_bytes", int | float, 0, "Bytes"),
+    ("total_allocated", int | float, -1, "Total Allocated"),
+    ("total_reserved", int | float, -1, "Total Reserved"),
 ]
 _EVENT_FIELDS = [
     ("ph", str, "", "ph"),
@@ -396,14 +396,17 @@ def _memory(events: list, phases: np.ndarray) -> dict:
     index = np.flatnonzero(phases == "i")
     items = [e for e in _select(events, index) if e.name == "[memory]"]
     ts = _numeric(items, "ts", float("nan"))
+    sizes = [_numeric(items, f"args.{f}", -1.0) for f in ("mem_bytes", "total_allocated", "total_reserved")]
     ok = np.isfinite(ts) & (np.abs(ts) < _MAX_US)
+    for values in sizes:  # byte counts past the model's bound are damage, not data
+        ok &= np.isfinite(values) & (np.abs(values) < MAX_COPY_BYTES)
     items = [e for e, keep in zip(items, ok) if keep]
     clock = _Clock(ts[ok])
     gpu = _numeric(items, "args.device_type", -1) == 1  # c10::DeviceType: 0 CPU, 1 CUDA (ROCm reports CUDA too)
+    nbytes, allocated, reserved = (v[ok].astype(np.int64) for v in sizes)
     return {"device": np.where(gpu, _numeric(items, "args.device_id", -1), -1), "time": clock.ns(ts[ok]),
-            "bytes": _numeric(items, "args.mem_bytes", 0), "allocated": _numeric(items, "args.total_allocated", -1),
-            "reserved": _numeric(items, "args.total_reserved", -1), "rank_arg": _numeric(items, "args.rank", -1),
-            "pid_raw": _ids(items, "pid") if items else np.zeros(0, np.int64)}
+            "bytes": np.where(nbytes == -1, 0, nbytes), "allocated": allocated, "reserved": reserved,
+            "rank_arg": _numeric(items, "args.rank", -1), "pid_raw": _ids(items, "pid") if items else np.zeros(0, np.int64)}
 
 
 def _shapes(items: list, names: pd.Categorical) -> pd.Categorical:
