@@ -3,6 +3,13 @@
 
     pip install orjson holistictraceanalysis    # optional: HTA may want its own venv (--hta-python)
     python tools/bench.py --sizes 10MB 100MB 1GB --ranks-case 8x100MB --runs 3
+    python tools/bench.py --real tests/data/param/resnet_kineto.json.gz --sizes 200MB 1GB --ranks-case ''
+
+With --real, the traces are a real trace tiled to each size instead of synthetic ones: copies
+one after another in time, with fresh correlation, external and flow ids, so every copy links as
+the original does. Real traces are heavier than synthetic ones (many python_function and cpu_op
+events, deep nesting, long names, flows). A second floor, `msgspec.json.decode` into plain
+objects, is measured beside orjson's.
 
 For each synthetic trace (tools/synth_trace.py) every measurement runs in a fresh process and
 reports wall time and peak RSS (median of --runs): (a) orjson.loads of the file, the floor for
@@ -38,6 +45,10 @@ CASES = {
     "floor": ("import orjson\n"
               "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
               "t0 = time.perf_counter()\nfor f in files:\n    data = orjson.loads(open(f, 'rb').read())\n    del data"),
+    "floor_msgspec": ("import msgspec\n"
+                      "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
+                      "t0 = time.perf_counter()\nfor f in files:\n    data = msgspec.json.decode(open(f, 'rb').read())\n"
+                      "    del data"),
     "load": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH, use_cache=False)"),
     "warm": ("import traceagent\nt0 = time.perf_counter()\ntraceagent.load(PATH)"),
     "load_cached": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH)"),
@@ -73,6 +84,43 @@ def measure(case: str, path: Path, python: str, runs: int, timeout: int, cache_d
             "worker_rss_mb": statistics.median(r["worker_rss_mb"] for r in results)}
 
 
+_ID_KEYS = ("correlation", "External id", "external id", "Record function id", "Ev Idx")
+
+
+def tile(source: Path, out: Path, size: int) -> None:
+    """`source` (a real Kineto trace) repeated until `out` reaches `size` bytes: each copy shifted
+    past the previous one in time, its ids (correlation, external, flow) made unique."""
+    import gzip
+
+    raw = source.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    events = doc["traceEvents"]
+    timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
+    start = min(e["ts"] for e in timed)
+    span = max(e["ts"] + (e.get("dur") or 0) for e in timed) - start + 1000.0
+    ids = max([int(v) for e in events for k, v in (e.get("args") or {}).items()
+               if k in _ID_KEYS and isinstance(v, (int, float))] + [int(e["id"]) for e in events
+                                                                       if isinstance(e.get("id"), int)] + [0]) + 1
+    once = len(json.dumps(events, separators=(",", ":")))
+    copies = max(1, round(size / once))
+    with open(out, "w") as f:
+        f.write(json.dumps({k: v for k, v in doc.items() if k != "traceEvents"})[:-1] + ', "traceEvents": [')
+        for i in range(copies):
+            for j, e in enumerate(events):
+                if i:
+                    e = dict(e)
+                    if isinstance(e.get("ts"), (int, float)):
+                        e["ts"] = e["ts"] + i * span
+                    if isinstance(e.get("id"), int):
+                        e["id"] = e["id"] + i * ids
+                    args = e.get("args")
+                    if isinstance(args, dict) and any(k in args for k in _ID_KEYS):
+                        e["args"] = {k: (v + i * ids if k in _ID_KEYS and isinstance(v, int) else v)
+                                     for k, v in args.items()}
+                f.write(("," if i or j else "") + json.dumps(e, separators=(",", ":")))
+        f.write("]}")
+
+
 def size_of(path: Path) -> int:
     return sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else path.stat().st_size
 
@@ -81,7 +129,7 @@ def run(label: str, path: Path, args) -> dict:
     cache_dir = tempfile.mkdtemp(prefix="bench-cache-")
     row = {"case": label, "mb": size_of(path) / 1e6}
     measure("warm", path, sys.executable, 1, args.timeout, cache_dir)  # fill the cache, in its own process
-    for case in ("floor", "load", "load_cached", "analyze"):
+    for case in ("floor", "floor_msgspec", "load", "load_cached", "analyze"):
         row[case] = measure(case, path, sys.executable, args.runs, args.timeout, cache_dir)
         print(f"  {label} {case}: {row[case]}", file=sys.stderr, flush=True)
     if args.hta_python and not args.skip_hta:
@@ -131,6 +179,7 @@ def main() -> int:
                         help="the interpreter that has holistictraceanalysis (default: this one)")
     parser.add_argument("--skip-hta", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument("--real", type=Path, help="tile this real Kineto trace to each size instead of synthesizing")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     check = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True)
@@ -141,12 +190,12 @@ def main() -> int:
     rows = []
     for text in args.sizes:
         size = parse_size(text)
-        path = args.workdir / f"synth-{text}.json"
+        path = args.workdir / (f"real-{args.real.name.split('.')[0]}-{text}.json" if args.real else f"synth-{text}.json")
         if not path.exists():
             started = time.perf_counter()
-            synthesize(path, size)
+            tile(args.real, path, size) if args.real else synthesize(path, size)
             print(f"wrote {path} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
-        rows.append(run(text, path, args))
+        rows.append(run(f"{'real ' if args.real else ''}{text}", path, args))
     if args.ranks_case:
         ranks, size_text = args.ranks_case.lower().split("x")
         folder = args.workdir / f"synth-{args.ranks_case}"
