@@ -128,3 +128,12 @@ def annotations_sentence(annotations: dict | None, top: int = 3) -> str | None:
     return "Annotated ranges by GPU time launched inside them: " + "; ".join(
         f"{shorten(r['name'], 40)} {duration(r['gpu_us'])} ({percent(r['share_of_busy_pct'])} of busy)"
         for r in annotations["ranges"][:top]) + "."
+
+
+def further_findings(rank: dict) -> list[tuple[str, str]]:
+    """(title, sentence) for what a rank's trace also says beyond the limiters: throughput and
+    MFU, CUDA graphs, memory, annotation ranges; only those it has."""
+    found = [("Throughput", flops_sentence(rank.get("flops"))), ("CUDA graphs", graphs_sentence(rank.get("graphs"))),
+             ("Memory", memory_sentence(rank.get("memory"))),
+             ("Annotations", annotations_sentence(rank.get("annotations")))]
+    return [(title, text) for title, text in found if text]

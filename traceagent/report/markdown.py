@@ -8,12 +8,9 @@ import re
 from ..detect.analysis import Analysis
 from ..detect.diff import DiffResult
 from ..format import (
-    annotations_sentence,
     duration,
-    flops_sentence,
+    further_findings,
     gap_evidence,
-    graphs_sentence,
-    memory_sentence,
     of_span,
     percent,
     scope,
@@ -166,11 +163,8 @@ def _rank_sections(r: dict, several: bool) -> list[str]:
                      percent(k["share_of_busy_pct"]), duration(k["mean_us"]), duration(k["median_us"]),
                      duration(k["max_us"]), code(shorten(k['op'], 40)) if k["op"] else "-"]
                     for i, k in enumerate(kernels, 1)])]
-    for title, line in (("Throughput", flops_sentence(r.get("flops"))), ("CUDA graphs", graphs_sentence(r.get("graphs"))),
-                        ("Memory", memory_sentence(r.get("memory"))),
-                        ("Annotations", annotations_sentence(r.get("annotations")))):
-        if line:
-            out += ["", f"**{title}.** {md_literal(line)}"]
+    for title, line in further_findings(r):
+        out += ["", f"**{title}.** {md_literal(line)}"]
     if kernels:
         out += ["", "<details><summary>Full kernel names</summary>", ""]
         out += [f"{i}. {code(k['name'])}" for i, k in enumerate(kernels, 1)]

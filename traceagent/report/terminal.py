@@ -10,12 +10,9 @@ from rich.table import Column, Table
 
 from ..detect.analysis import Analysis
 from ..format import (
-    annotations_sentence,
     duration,
-    flops_sentence,
+    further_findings,
     gap_evidence,
-    graphs_sentence,
-    memory_sentence,
     of_span,
     percent,
     shorten,
@@ -125,10 +122,8 @@ def print_analysis(result: Analysis, out: Console) -> None:
          str(k["count"]), duration(k["total_us"]), f"{k['share_of_busy_pct']:.1f}%", duration(k["mean_us"])]
         for k in first["hot_kernels"][:8]])
     out.print(kernels)
-    for line in (flops_sentence(first.get("flops")), graphs_sentence(first.get("graphs")),
-                 memory_sentence(first.get("memory")), annotations_sentence(first.get("annotations"))):
-        if line:
-            say(out, escape(line))
+    for _, line in further_findings(first):
+        say(out, escape(line))
 
     copies = first["memcpy"]
     if copies["count"]:
