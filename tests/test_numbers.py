@@ -95,3 +95,9 @@ def test_our_prose_verifies_but_trace_strings_do_not():
     assert unverified("It runs 55 ms.", s) == ["55 ms"]
     s.add_prose("- rank 0: GPU 0 span 1.50 s, busy 12.5%")  # the system prompt's figures
     assert unverified("The span is 1.50 s and busy 12.5%.", s) == []
+
+
+def test_a_tables_header_gives_its_column_a_unit(sources):
+    table = ("| cause | idle (ms) | share (%) | gaps |\n|---|---:|---:|---:|\n"
+             "| dataloader | 285.21 | 28.62 | 5 |\n| magic | 17.5 | 3.3 | 7 |")
+    assert unverified(table, sources) == ["17.5 ms", "3.3 %"]  # 285.21 ms and 28.62% are the tool's

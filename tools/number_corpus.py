@@ -511,6 +511,19 @@ def _(R):
     return f"Gap at t={g['start_us'] / 1e6:.4f} s lasting {g['dur_us']:.0f} µs ({g['cause']})."
 
 
+@template(CORRECT)
+def _(R):
+    rows = [f"| {c} | {u / 1e3:.2f} | {R.idle_gaps['by_cause_pct'][c]:.1f} |"
+            for c, u in R.idle_gaps["by_cause_us"].items() if u > 0 and c in R.idle_gaps.get("by_cause_pct", {})][:4]
+    return "| cause | idle (ms) | share (%) |\n|---|---:|---:|\n" + "\n".join(rows) if rows else None
+
+
+@template(CORRECT)
+def _(R):
+    rows = [f"| `{k['short_name']}` | {k['total_us']:.1f} | {k['mean_us']:.1f} |" for k in R.hot_kernels["top"][:3]]
+    return "| kernel | total µs | mean µs |\n|---|---|---|\n" + "\n".join(rows) if rows else None
+
+
 # invented numbers: (answer, [the invented text])
 
 @template(INVENTED)
@@ -683,6 +696,14 @@ def _(R):
 def _(R):
     v = R.invent(R.overview["ranks"][0]["breakdown"]["span_us"] / 1e6, 2, (1.7, 0.44, 2.9))
     return f"The profiled window is {v:.2f} s long.", [f"{v:.2f} s"]
+
+
+@template(INVENTED)
+def _(R):
+    if not (t := _top_cause(R)):
+        return None
+    v = R.invent(t[1] / 1e3, 2, (1.52, 0.66, 2.4))
+    return (f"| cause | idle (ms) |\n|---|---:|\n| {t[0]} | {v:.2f} |", [f"{v:.2f} ms"])
 
 
 @template(INVENTED)

@@ -207,9 +207,35 @@ def _blank(m: re.Match) -> str:
     return re.sub(r"[^\n]", " ", m.group(0))
 
 
+_HEADER_UNIT = re.compile(rf"\((?P<unit>{_UNIT})\)\s*$|\[(?P<unit2>{_UNIT})\]\s*$|\b(?P<unit3>{_UNIT})\s*$")
+_BARE_CELL = re.compile(rf"^\s*[-+−]?(?:{_NUM})\s*$")
+_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
+
+
+def _table_units(text: str) -> str:
+    """Markdown tables whose header names a column's unit ("time (ms)", "share %"): the unit is
+    written after each bare number in that column, as the reader reads it."""
+    lines = text.split("\n")
+    for i in range(1, len(lines)):
+        if not (_RULE.match(lines[i]) and "|" in lines[i - 1]):
+            continue
+        units = []
+        for cell in lines[i - 1].strip().strip("|").split("|"):
+            m = _HEADER_UNIT.search(cell.strip())
+            units.append((m.group("unit") or m.group("unit2") or m.group("unit3")) if m else None)
+        j = i + 1
+        while j < len(lines) and "|" in lines[j]:
+            cells = lines[j].strip().strip("|").split("|")
+            cells = [f"{c.rstrip()} {u} " if u and _BARE_CELL.match(c) else c
+                     for c, u in zip(cells, units + [None] * len(cells))]
+            lines[j] = "| " + "|".join(cells) + " |"
+            j += 1
+    return "\n".join(lines)
+
+
 def _masked(answer: str, sources: Sources | None) -> str:
     """The answer with everything that is not a claim blanked (same length, so positions hold)."""
-    text = answer
+    text = _table_units(answer)
     for pattern in _MASKS:
         text = pattern.sub(_blank, text)
 
