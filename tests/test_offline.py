@@ -37,6 +37,12 @@ def top_kernel(ctx):
     return focus(ctx).findings.kernels.top[0]
 
 
+def most_idle_gpu(ctx) -> str:
+    rank, device, _ = max(((r.rank, d, b.idle_pct) for r in ctx.analysis.ranks for d, b in r.breakdown.devices.items()),
+                          key=lambda g: g[2])
+    return f"**Rank {rank}, GPU {device}**"
+
+
 def comparison(ctx):
     return ctx.analysis.comparison
 
@@ -56,6 +62,10 @@ TABLE = [
     ("R", "What are the hot kernels?", "kernels", {}, lambda c: [top_kernel(c).short_name, "ncu --kernel-name"]),
     ("R", "How much time goes to memcpy?", "copies", {},
      lambda c: ["mostly HtoD", f"{focus(c).findings.memcpy.pageable_count} from pageable memory"]),
+    ("R", "Is the GPU underutilized?", "idle", {}, lambda c: [f"**{percent(idle(c).idle_pct)}**"]),
+    ("D", "Which GPU is most idle?", "most_idle", {}, lambda c: [most_idle_gpu(c)]),
+    ("R", "What does the dataloader cost per step?", "dataloader", {},
+     lambda c: [f"the GPU waits for data loading {duration(idle(c).by_cause_us['dataloader'])}"]),
     ("R", "Is data loading the problem?", "dataloader", {},
      lambda c: ["**Yes:**", duration(idle(c).by_cause_us["dataloader"])]),
     ("R", "Where does the sync come from?", "sync", {}, lambda c: [idle(c).sync_sites[0].python]),

@@ -30,7 +30,7 @@ NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from tem
 CANNED_QUESTIONS = ["Why is my GPU idle?", "What should I optimize first?", "Is it compute-bound?",
                     "What are the hot kernels?", "Which kernel is slowest per call?", "How much time goes to memcpy?",
                     "Is communication overlapped?", "Which rank is the straggler?", "Where does the sync come from?",
-                    "What is the longest gap?", "How long is a step?",
+                    "What is the longest gap?", "Which GPU is most idle?", "How long is a step?",
                     "How does the slowest step differ from the median?",
                     "Should I use CUDA graphs?", "What is the MFU?", "What should I profile next?",
                     "Did it help?", "Summarize this trace."]
@@ -67,6 +67,7 @@ def _plans(has_compare: bool) -> dict[str, Plan]:
         "profile_next": lambda q, at: [("overview", {}), ("verdict", at), ("hot_kernels", at | {"top": 1})],
         "compare": (lambda q, at: [("compare_traces", {})]) if has_compare else (lambda q, at: []),
         "summary": lambda q, at: [("overview", {}), ("verdict", at)],
+        "most_idle": lambda q, at: [("overview", {})],
     }
 
 
@@ -292,10 +293,10 @@ class OfflineAnalyst:
         idle = idle_gaps
         waited = idle["by_cause_us"].get("dataloader", 0.0)
         if not waited:
-            return (f"{self._who(idle)}**No:** the GPU never waits for data loading in this trace. "
+            return (f"{self._who(idle)}{'**No:** ' if _yes_no(q) else ''}the GPU never waits for data loading in this trace. "
                     f"{verdict['headline']}.")
         pct = idle.get("by_cause_pct", {}).get("dataloader")
-        lines = [f"{self._who(idle)}**Yes:** the GPU waits for data loading {duration(waited)}"
+        lines = [f"{self._who(idle)}{'**Yes:** ' if _yes_no(q) else ''}the GPU waits for data loading {duration(waited)}"
                  + (f" ({percent(pct)} {self._of(idle)})" if pct is not None else "")
                  + f", in {idle['by_cause_count']['dataloader']} gaps."]
         lines += self._largest_gap(idle)
@@ -547,6 +548,17 @@ class OfflineAnalyst:
         if d.get("prediction"):
             lines.append(f"\nThe before verdict {d['prediction']['sentence']}.")
         lines += [f"\nNew problem: {p}" for p in d["new_problems"]] or ["\nNo new problems."]
+        return "\n".join(lines)
+
+    def _most_idle(self, q: Question, overview: dict) -> str:
+        gpus = [(r["rank"], int(d), b) for r in overview["ranks"] for d, b in r["breakdown"]["devices"].items()]
+        least = bool(re.search(r"\bleast idle|\bmost (?:busy|utili)", q.text, re.I))
+        gpus.sort(key=lambda g: g[2]["idle_pct"], reverse=not least)
+        rank, device, b = gpus[0]
+        lines = [f"**Rank {rank}, GPU {device}**: idle {percent(b['idle_pct'])} of its span "
+                 f"({duration(b['idle_us'])} of {duration(b['span_us'])}).", "", "Every GPU, "
+                 + ("least" if least else "most") + " idle first:"]
+        lines += [f"- rank {r}, GPU {d}: idle {percent(x['idle_pct'])}, busy {percent(x['busy_pct'])}" for r, d, x in gpus[:16]]
         return "\n".join(lines)
 
     def _summary(self, q: Question, overview: dict, verdict: dict) -> str:
