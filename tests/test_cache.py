@@ -14,7 +14,8 @@ import traceagent
 
 
 def _same(a, b) -> bool:
-    return a.gpu.equals(b.gpu) and a.cpu.equals(b.cpu) and a.steps.equals(b.steps) and a.meta == b.meta
+    return (a.gpu.equals(b.gpu) and a.cpu.equals(b.cpu) and a.steps.equals(b.steps) and a.memory.equals(b.memory)
+            and a.meta == b.meta)
 
 
 def test_a_trace_without_host_events_reads_back_from_the_cache(tmp_path, isolated_cache):
@@ -30,8 +31,13 @@ def test_a_trace_without_host_events_reads_back_from_the_cache(tmp_path, isolate
 @pytest.mark.parametrize("damage", ["meta_list", "meta_extra_key", "devices_list", "frames_swapped",
                                     "parquet_garbage", "meta_missing"])
 def test_a_damaged_cache_entry_is_parsed_again(tmp_path, isolated_cache, damage):
-    path = tmp_path / "t.json.gz"
-    path.write_bytes(RESNET_NW0.read_bytes())
+    # a small trace with every frame filled (host events, steps, shapes, memory): the damage is what matters
+    b = TraceBuilder()
+    b.op("ProfilerStep#1", 0, 500)
+    b.op("aten::mm", 10, 100)["args"] |= {"Input Dims": [[8, 8], [8, 8]], "Input type": ["float", "float"]}
+    b.kernel("gemm", 50, 100, launch_at=20)
+    b.memory(30, 4096, allocated=4096, reserved=8192)
+    path = b.write(tmp_path / "t.json")
     fresh = traceagent.load(path, use_cache=False).traces[0]
     traceagent.load(path)
     (entry,) = list(isolated_cache.iterdir())
