@@ -91,3 +91,17 @@ def test_the_html_report_charts_throughput_and_memory():
     memory_chart = next(f for f in page.split("<figure>") if 'aria-label="memory over time"' in f)
     (gpu,) = analysis.ranks[0].findings.memory.devices
     assert f"up to {size(gpu.peak_allocated_bytes)}" in memory_chart
+
+
+def test_each_kernel_gets_the_flops_of_the_ops_that_launched_it(tmp_path):
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    mm = b.op("aten::mm", 0, 100)
+    mm["args"] |= {"Input Dims": [[1000, 1000], [1000, 1000]], "Input type": ["c10::BFloat16"] * 2}
+    b.kernel("gemm_main", 20, 30, launch_at=10)  # 30 of the op's 40 µs: three quarters of its 2 GFLOP
+    b.kernel("gemm_tail", 60, 10, launch_at=15)
+    flops = analyze(b.write(tmp_path / "t.json"), use_cache=False).ranks[0].findings.flops
+    kernels = {k.name: k for k in flops.by_kernel}
+    assert kernels["gemm_main"].gflop == 1.5 and kernels["gemm_tail"].gflop == 0.5
+    assert kernels["gemm_main"].achieved_tflops == 50.0  # 1.5 GFLOP in 30 µs
+    real = analyzed(H100_QWEN).ranks[0].findings.flops
+    assert sum(k.gflop for k in real.by_kernel) == pytest.approx(real.gflop, abs=0.01)  # shared out, not lost

@@ -498,6 +498,11 @@ class OfflineAnalyst:
             lines += [f"- `{o['name']}` ({o['dtype']}, {_times(o['count'])}): {o['achieved_tflops']:g} TFLOP/s"
                       + (f", {percent(o['mfu_pct'])} of peak" if o["mfu_pct"] is not None else "")
                       for o in flops["by_op"][:5] if o["achieved_tflops"] is not None]
+            kernels = [k for k in flops.get("by_kernel", []) if k["achieved_tflops"] is not None][:3]
+            if kernels:
+                lines.append("By kernel: " + "; ".join(
+                    f"`{shorten(k['short_name'], 50)}` {k['achieved_tflops']:g} TFLOP/s"
+                    + (f" ({percent(k['mfu_pct'])} of peak)" if k["mfu_pct"] is not None else "") for k in kernels) + ".")
             if flops.get("note"):
                 lines.append(f"\nNot counted: {flops['note']}.")
             return "\n".join(lines)

@@ -292,14 +292,17 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
                                                                     "(mean or max), or by launches (count)")] = "total",
                 ) -> dict:
     """Kernels ranked by total device time (or per call, or by launches): count, total, mean,
-    median, max, share of busy time, the op that launched them and the user's Python line (when
-    the trace has frames), on a rank's GPUs or one of them."""
+    median, max, share of busy time, the op that launched them, the user's Python line (when the
+    trace has frames) and achieved TFLOP/s and MFU (when it has shapes), on a rank's GPUs or one."""
     r, scope = ctx.scoped(rank, device)
     result = r.hot_kernels(top=max(1, min(top, MAX_ITEMS)), name_filter=name_filter, device=device, order=order_by)
     data = result.to_dict() | {"scope": scope, "order_by": order_by}
     lines = kernel_python_lines(r.trace, [k.name for k in result.top]) if r.findings.has_python_frames else {}
+    throughput = {k.name: k for k in r.findings.flops.by_kernel} if r.findings.flops else {}
     for k in data["top"]:
         k["python"] = lines.get(k["name"])
+        if (f := throughput.get(k["name"])) and device is None:  # from recorded shapes: see the flops tool
+            k |= {"achieved_tflops": f.achieved_tflops, "mfu_pct": f.mfu_pct, "dtype": f.dtype}
         if not full_names:
             del k["name"]
     if not r.findings.has_python_frames:

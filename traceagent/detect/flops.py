@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
 from .annotations import launched_gpu_ns
+from .host import calls_by_correlation
+from .kernels import short_name
 from .peaks import DTYPES, peak_for
 from .view import us
 
@@ -43,6 +45,24 @@ class OpFlops:
 
 
 @dataclass(frozen=True)
+class KernelFlops:
+    """One kernel (by name) over the trace: the FLOPs of the counted ops that launched it, shared
+    among an op's kernels by their device time."""
+
+    name: str
+    short_name: str
+    dtype: str
+    count: int
+    gflop: float
+    gpu_us: float
+    achieved_tflops: float | None
+    mfu_pct: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class FlopsResult:
     """What the shapes say. MFU is only given with the GPU and data type it assumed."""
 
@@ -60,6 +80,7 @@ class FlopsResult:
     span_us: float
     by_op: list[OpFlops]
     note: str | None = None  # what kept FLOPs from being counted
+    by_kernel: list[KernelFlops] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -167,7 +188,47 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
     return FlopsResult(len(table), len(known), round(total / 1e9, 3), us(gpu_total),
                        round(total / gpu_total / 1e3, 3) if gpu_total else None, names,
                        peak.gpu if peak else None, peak.source if peak else None, dtype, peak_tflops, mfu, span_us,
-                       rows[:TOP], note)
+                       rows[:TOP], note, _by_kernel(trace, shaped[table["flops"].notna().to_numpy()], known, peak))
+
+
+def _by_kernel(trace: Trace, ops: pd.DataFrame, known: pd.DataFrame, peak) -> list[KernelFlops]:
+    """Each counted op's FLOPs shared among the kernels launched inside it (on its thread), by
+    their device time; then summed per kernel name."""
+    if ops.empty:
+        return []
+    calls = calls_by_correlation(trace).reset_index()
+    kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
+    launched = kernels[["name", "correlation", "start", "end"]].merge(
+        calls[["correlation", "start", "tid"]], on="correlation", suffixes=("", "_call"))
+    rows = []
+    op_flops_ = known["flops"].to_numpy()
+    op_gpu = known["gpu_ns"].to_numpy()
+    op_dtype = known["dtype"].to_numpy()
+    for tid, group in launched.groupby("tid"):
+        mine = np.flatnonzero((ops["tid"] == tid).to_numpy())
+        if not len(mine):
+            continue
+        order = mine[np.argsort(ops["start"].to_numpy()[mine])]
+        starts, ends = ops["start"].to_numpy()[order], ops["end"].to_numpy()[order]
+        at = group["start_call"].to_numpy()
+        slot = np.searchsorted(starts, at, side="right") - 1
+        inside = (slot >= 0) & (at <= ends[np.clip(slot, 0, None)])
+        owner = order[slot[inside]]
+        dur = (group["end"] - group["start"]).to_numpy()[inside].astype(float)
+        share = np.where(op_gpu[owner] > 0, dur / np.maximum(op_gpu[owner], 1), 0.0)
+        rows.append(pd.DataFrame({"name": group["name"].astype(str).to_numpy()[inside], "dtype": op_dtype[owner],
+                                  "flops": op_flops_[owner] * share, "dur": dur}))
+    if not rows:
+        return []
+    table = pd.concat(rows).groupby(["name", "dtype"]).agg(count=("dur", "size"), flops=("flops", "sum"),
+                                                          dur=("dur", "sum")).reset_index()
+    table = table.sort_values("flops", ascending=False).head(TOP)
+    out = []
+    for t in table.itertuples():
+        achieved = t.flops / t.dur / 1e3 if t.dur else None
+        out.append(KernelFlops(t.name, short_name(t.name), t.dtype, int(t.count), round(float(t.flops) / 1e9, 3),
+                               us(t.dur), round(float(achieved), 3) if achieved else None, _mfu(achieved, peak, t.dtype)))
+    return out
 
 
 def _mfu(achieved: float | None, peak, dtype: str) -> float | None:
