@@ -103,3 +103,17 @@ def test_mfu_is_never_given_without_its_gpu_dtype_and_peak(name):
         assert flops.gpu and flops.dtype and flops.peak_tflops and flops.peak_source
     for op in flops.by_op:
         assert op.mfu_pct is None or (op.dtype and flops.peak_family)
+
+
+def test_each_steps_top_ranges(tmp_path):
+    b = TraceBuilder()
+    for step in range(2):
+        t0 = step * 1000
+        b.op(f"ProfilerStep#{step}", t0, 900)
+        b.op("forward", t0 + 10, 300, cat="user_annotation")
+        b.kernel("fwd", t0 + 20, 100 + 50 * step, launch_at=t0 + 15)
+        b.op("backward", t0 + 400, 300, cat="user_annotation")
+        b.kernel("bwd", t0 + 410, 200, launch_at=t0 + 405)
+    per_step = analyze(b.write(tmp_path / "s.json"), use_cache=False).ranks[0].findings.annotations.per_step
+    assert per_step == [{"step": 0, "ranges": [{"name": "backward", "gpu_us": 200.0}, {"name": "forward", "gpu_us": 100.0}]},
+                        {"step": 1, "ranges": [{"name": "backward", "gpu_us": 200.0}, {"name": "forward", "gpu_us": 150.0}]}]

@@ -408,8 +408,8 @@ def annotations(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
                 top: Top = 10) -> dict:
     """User annotations (record_function / NVTX ranges) by name: how many times each ran, host
     time, the GPU time of the kernels launched inside it and its share of busy time, and the
-    device's idle share while it ran, on a rank's GPUs or one of them (a nested range counts in
-    its parent too)."""
+    device's idle share while it ran; and each step's top ranges. On a rank's GPUs or one of them
+    (a nested range counts in its parent too)."""
     r, scope = ctx.scoped(rank, device)
     if not (r.trace.cpu["kind"] == "annotation").any():
         return {"scope": scope, "ranges": [], "unavailable": NO_ANNOTATIONS}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -76,19 +76,40 @@ class AnnotatedRange:
 class AnnotationsResult:
     distinct: int  # names
     ranges: list[AnnotatedRange]  # the top by GPU time
+    per_step: list[dict] = field(default_factory=list)  # each step's top ranges by GPU time: step, ranges
 
     def to_dict(self) -> dict:
-        return {"distinct": self.distinct, "ranges": [r.to_dict() for r in self.ranges]}
+        return {"distinct": self.distinct, "ranges": [r.to_dict() for r in self.ranges], "per_step": self.per_step}
 
 
 def detect_annotations(trace: Trace, gaps: pd.DataFrame, busy_us: float, top: int = 10,
                        device: int | None = None, name_filter: str | None = None) -> AnnotationsResult:
     """record_function / NVTX ranges by name, the top by GPU time launched inside them."""
     table = annotation_table(trace, device, gaps)
+    per_step = _per_step(trace, device, top=3) if not name_filter else []
     if name_filter:
         table = table[table["name"].str.contains(name_filter, case=False, regex=False)]
     chosen = table.nlargest(top, "gpu_us") if len(table) else table
     return AnnotationsResult(len(table), [
         AnnotatedRange(str(t.name), int(t.count), us(t.host_ns), round(float(t.gpu_us), 3), int(t.kernels),
                        pct(float(t.gpu_us), busy_us), pct(float(t.idle_us), t.host_ns / 1000.0))
-        for t in chosen.itertuples()])
+        for t in chosen.itertuples()], per_step)
+
+
+def _per_step(trace: Trace, device: int | None, top: int, steps_shown: int = 25) -> list[dict]:
+    """For each step (host range), the annotated ranges that started in it with the most GPU time."""
+    steps = trace.steps.sort_values("start")
+    ranges = trace.cpu[trace.cpu["kind"] == "annotation"]
+    ranges = ranges[~ranges["name"].astype(str).isin(set(steps["name"].astype(str)))]  # not the steps themselves
+    if steps.empty or ranges.empty:
+        return []
+    gpu_ns, _ = launched_gpu_ns(trace, ranges, device)
+    slot = np.searchsorted(steps["start"].to_numpy(np.int64), ranges["start"].to_numpy(np.int64), side="right") - 1
+    inside = (slot >= 0) & (ranges["start"].to_numpy(np.int64) < steps["end"].to_numpy(np.int64)[np.clip(slot, 0, None)])
+    frame = pd.DataFrame({"step": steps["step"].to_numpy()[np.clip(slot, 0, None)][inside],
+                          "name": ranges["name"].astype(str).to_numpy()[inside], "gpu_ns": gpu_ns[inside]})
+    out = []
+    for step, group in frame.groupby("step", sort=True):
+        sums = group.groupby("name")["gpu_ns"].sum().nlargest(top)
+        out.append({"step": int(step), "ranges": [{"name": n, "gpu_us": us(v)} for n, v in sums.items()]})
+    return out[:steps_shown]
