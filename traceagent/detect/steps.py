@@ -21,7 +21,7 @@ class StepsResult:
     min_us: float
     max_us: float
     slowest: int | None  # step number
-    steps: list[dict]  # step, host_us, device_us, idle_us, idle by cause (bounded: at most `limit`)
+    steps: list[dict]  # step, host_us, device_us, idle_us, idle by cause, ts_us: its start on the trace's clock
     slowest_vs_median: dict  # what the slowest step spent more time on than the median step
 
     def to_dict(self) -> dict:
@@ -67,7 +67,7 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
     return StepsResult(
         count=len(steps), mean_us=us(host.mean()), median_us=us(np.median(host)), std_us=us(host.std()),
         min_us=us(host.min()), max_us=us(host.max()), slowest=int(steps["step"].iloc[slowest_row]),
-        steps=[{k: (round(float(v), 3) if k != "step" else int(v)) for k, v in row.items()}
-               for row in table.head(limit).to_dict("records")],
+        steps=[{k: (round(float(v), 3) if k != "step" else int(v)) for k, v in row.items()} | {"ts_us": us(start)}
+               for row, start in zip(table.head(limit).to_dict("records"), steps["start"].to_numpy())],
         slowest_vs_median=diff,
     )
