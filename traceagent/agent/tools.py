@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-import numpy as np
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import Field
 
@@ -83,7 +82,7 @@ def unavailable(what: str, why: str, how: str) -> dict:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(_bounded(json_safe(value)), separators=(",", ":"), default=_plain, allow_nan=False)
+    return json.dumps(_bounded(json_safe(value)), separators=(",", ":"), allow_nan=False)
 
 
 def _bounded(value: Any) -> Any:
@@ -95,12 +94,6 @@ def _bounded(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_bounded(v) for v in value]
     return value
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(type(value).__name__)
 
 
 # -- the tools: each takes the context first; the model supplies the rest --------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
+import numpy as np
 import pandas as pd
 
 from ..trace.model import Job, Trace
@@ -209,7 +210,10 @@ def _loss(r: RankAnalysis, limiter: str) -> float:
 
 
 def json_safe(value):
-    """NaN/inf become null: JSON has no such numbers."""
+    """Plain JSON values: numpy scalars become Python numbers, NaN/inf become null (JSON has no
+    such numbers)."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if isinstance(value, float):
         return None if math.isnan(value) or math.isinf(value) else value
     if isinstance(value, dict):

@@ -36,25 +36,31 @@ def launched_gpu_ns(trace: Trace, ranges: pd.DataFrame, device: int | None = Non
     return gpu_ns, count
 
 
-def annotation_table(trace: Trace, device: int | None = None, gaps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per annotation name: instances, host ns, the GPU µs and count of the kernels launched inside
-    it on its thread (on every GPU, or one), and the device idle µs while it ran (from `gaps`)."""
+def range_instances(trace: Trace, device: int | None = None, gaps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every annotation range: name, start, host ns, the device ns and count of the kernels
+    launched inside it on its thread (on every GPU, or one), and the device idle ns while it ran
+    (from `gaps`)."""
     cpu = trace.cpu
     ranges = cpu[cpu["kind"] == "annotation"]
-    columns = ["name", "count", "host_ns", "gpu_us", "kernels", "idle_us"]
-    if ranges.empty:
-        return pd.DataFrame(columns=columns)
     gpu_ns, count = launched_gpu_ns(trace, ranges, device)
     idle_ns = np.zeros(len(ranges))
-    if gaps is not None and len(gaps):
+    if gaps is not None and len(gaps) and len(ranges):
         chosen = gaps if device is None else gaps[gaps["device"] == device]
         idle = iv.union(chosen["start"].to_numpy(np.int64), chosen["end"].to_numpy(np.int64))
         idle_ns = iv.covered(idle, ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64))
-    frame = pd.DataFrame({"name": ranges["name"].astype(str).to_numpy(),
-                          "host_ns": (ranges["end"] - ranges["start"]).to_numpy(), "gpu_ns": gpu_ns, "kernels": count,
-                          "idle_ns": idle_ns})
-    grouped = frame.groupby("name").agg(count=("host_ns", "size"), host_ns=("host_ns", "sum"), gpu_ns=("gpu_ns", "sum"),
-                                        kernels=("kernels", "sum"), idle_ns=("idle_ns", "sum")).reset_index()
+    return pd.DataFrame({"name": ranges["name"].astype(str).to_numpy(), "start": ranges["start"].to_numpy(np.int64),
+                         "host_ns": (ranges["end"] - ranges["start"]).to_numpy(), "gpu_ns": gpu_ns, "kernels": count,
+                         "idle_ns": idle_ns})
+
+
+def annotation_table(instances: pd.DataFrame) -> pd.DataFrame:
+    """Per annotation name: instances, host ns, GPU µs, kernels and idle µs (see range_instances)."""
+    columns = ["name", "count", "host_ns", "gpu_us", "kernels", "idle_us"]
+    if instances.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = instances.groupby("name").agg(count=("host_ns", "size"), host_ns=("host_ns", "sum"),
+                                            gpu_ns=("gpu_ns", "sum"), kernels=("kernels", "sum"),
+                                            idle_ns=("idle_ns", "sum")).reset_index()
     return grouped.assign(gpu_us=grouped["gpu_ns"] / 1000.0, idle_us=grouped["idle_ns"] / 1000.0)[columns]
 
 
@@ -85,8 +91,9 @@ class AnnotationsResult:
 def detect_annotations(trace: Trace, gaps: pd.DataFrame, busy_us: float, top: int = 10,
                        device: int | None = None, name_filter: str | None = None) -> AnnotationsResult:
     """record_function / NVTX ranges by name, the top by GPU time launched inside them."""
-    table = annotation_table(trace, device, gaps)
-    per_step = _per_step(trace, device, top=3) if not name_filter else []
+    instances = range_instances(trace, device, gaps)
+    table = annotation_table(instances)
+    per_step = _per_step(trace.steps, instances, top=3) if not name_filter else []
     if name_filter:
         table = table[table["name"].str.contains(name_filter, case=False, regex=False)]
     chosen = table.nlargest(top, "gpu_us") if len(table) else table
@@ -96,18 +103,17 @@ def detect_annotations(trace: Trace, gaps: pd.DataFrame, busy_us: float, top: in
         for t in chosen.itertuples()], per_step)
 
 
-def _per_step(trace: Trace, device: int | None, top: int, steps_shown: int = 25) -> list[dict]:
+def _per_step(steps: pd.DataFrame, instances: pd.DataFrame, top: int, steps_shown: int = 25) -> list[dict]:
     """For each step (host range), the annotated ranges that started in it with the most GPU time."""
-    steps = trace.steps.sort_values("start")
-    ranges = trace.cpu[trace.cpu["kind"] == "annotation"]
-    ranges = ranges[~ranges["name"].astype(str).isin(set(steps["name"].astype(str)))]  # not the steps themselves
+    steps = steps.sort_values("start")
+    ranges = instances[~instances["name"].isin(set(steps["name"].astype(str)))]  # not the steps themselves
     if steps.empty or ranges.empty:
         return []
-    gpu_ns, _ = launched_gpu_ns(trace, ranges, device)
-    slot = np.searchsorted(steps["start"].to_numpy(np.int64), ranges["start"].to_numpy(np.int64), side="right") - 1
-    inside = (slot >= 0) & (ranges["start"].to_numpy(np.int64) < steps["end"].to_numpy(np.int64)[np.clip(slot, 0, None)])
+    starts = ranges["start"].to_numpy(np.int64)
+    slot = np.searchsorted(steps["start"].to_numpy(np.int64), starts, side="right") - 1
+    inside = (slot >= 0) & (starts < steps["end"].to_numpy(np.int64)[np.clip(slot, 0, None)])
     frame = pd.DataFrame({"step": steps["step"].to_numpy()[np.clip(slot, 0, None)][inside],
-                          "name": ranges["name"].astype(str).to_numpy()[inside], "gpu_ns": gpu_ns[inside]})
+                          "name": ranges["name"].to_numpy()[inside], "gpu_ns": ranges["gpu_ns"].to_numpy()[inside]})
     out = []
     for step, group in frame.groupby("step", sort=True):
         sums = group.groupby("name")["gpu_ns"].sum().nlargest(top)

@@ -15,9 +15,7 @@ import gzip
 import json
 from pathlib import Path
 
-import numpy as np
-
-from ..detect.analysis import Analysis, RankAnalysis
+from ..detect.analysis import Analysis, RankAnalysis, json_safe
 from ..detect.host import gap_host
 from ..detect.idle import gap_launcher
 from ..detect.view import views_of
@@ -113,19 +111,11 @@ def device_events(trace: Trace) -> list[dict]:
 
 def _slice(pid: int, tid: int, name: str, start_ns: int, dur_ns: int, args: dict) -> dict:
     return {"ph": "X", "cat": CATEGORY, "name": name, "pid": pid, "tid": tid, "ts": start_ns / 1000,
-            "dur": dur_ns / 1000, "args": _plain(args)}
+            "dur": dur_ns / 1000, "args": json_safe(args)}
 
 
 def _meta(pid: int, what: str, value, tid: int = 0, key: str = "name") -> dict:
     return {"ph": "M", "name": what, "pid": pid, "tid": tid, "args": {key: value}}
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _read_json(path: Path) -> dict:

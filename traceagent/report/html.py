@@ -11,6 +11,7 @@ from markdown_it import MarkdownIt
 
 from ..detect import intervals as iv
 from ..detect.analysis import Analysis
+from ..detect.peaks import peak_for
 from ..detect.view import device_views
 from ..detect.vocabulary import GAP_CAUSES, WORK
 from ..format import duration, percent, shorten, size
@@ -183,7 +184,8 @@ def _flops(analysis: Analysis) -> str:
     rows = [o for o in (flops.by_op if flops else []) if o.achieved_tflops]
     if not rows:
         return ""
-    peaks = {o.dtype: (o.achieved_tflops * 100 / o.mfu_pct) for o in rows if o.mfu_pct}
+    peak = peak_for(flops.gpu) if flops.gpu else None
+    peaks = {o.dtype: peak.tflops[o.dtype] for o in rows if peak and o.dtype in peak.tflops}
     scale = max([o.achieved_tflops for o in rows] + list(peaks.values()))
     label_w, row, bar_w = 260, 20, WIDTH - 260 - 150
     bars = []
@@ -199,8 +201,8 @@ def _flops(analysis: Analysis) -> str:
                     + (f" · {percent(o.mfu_pct)} of peak" if o.mfu_pct is not None else "") + "</text>")
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{len(rows[:8]) * row}" role="img" '
            f'aria-label="achieved throughput">{"".join(bars)}</svg>')
-    peak = f" (ticks: the {html.escape(flops.peak_family)} peak per dtype)" if flops.peak_family else ""
-    return f"<figure><figcaption>Achieved TFLOP/s per op over its kernels{peak}</figcaption>{svg}</figure>"
+    ticks = f" (ticks: the {html.escape(flops.peak_family)} peak per dtype)" if flops.peak_family else ""
+    return f"<figure><figcaption>Achieved TFLOP/s per op over its kernels{ticks}</figcaption>{svg}</figure>"
 
 
 def _memory(analysis: Analysis) -> str:
