@@ -96,15 +96,19 @@ def flops_sentence(flops: dict | None) -> str | None:
     return text + "." + (f" Not counted: {flops['note']}." if flops["note"] else "")
 
 
+def memory_peak(device: dict) -> str:
+    """One GPU's peak memory: the allocator's totals, or growth from the trace's start without them."""
+    if device["peak_allocated_bytes"] is None:
+        return f"up to {size(device['growth_bytes'])} above the start"
+    return f"peak {size(device['peak_allocated_bytes'])} allocated, {size(device['peak_reserved_bytes'])} reserved"
+
+
 def memory_sentence(memory: dict | None) -> str | None:
     """Peak memory per GPU, a leak, and synchronizing allocator calls; None without [memory] events."""
     if not memory or not memory["devices"]:
         return None
-    parts = []
-    for d in memory["devices"]:
-        peak = (f"peak {size(d['peak_allocated_bytes'])} allocated, {size(d['peak_reserved_bytes'])} reserved"
-                if d["peak_allocated_bytes"] is not None else f"up to {size(d['growth_bytes'])} above the start")
-        parts.append(f"GPU {d['device']}: {peak}" + ("; grows in every step (a leak)" if d["leak"] else ""))
+    parts = [f"GPU {d['device']}: {memory_peak(d)}" + ("; grows in every step (a leak)" if d["leak"] else "")
+             for d in memory["devices"]]
     text = "; ".join(parts) + "."
     if memory["allocator_calls"]:
         text += (f" {memory['allocator_calls']} synchronizing allocator calls, {duration(memory['allocator_idle_us'])} "

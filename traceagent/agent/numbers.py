@@ -276,14 +276,12 @@ def stated_numbers(answer: str, sources: Sources | None = None) -> list[Stated]:
         if _IDENT_LABEL.search(head):
             continue
         numbers = [m.group("num")] + ([m.group("num2")] if m.group("num2") else [])
-        if (known := _KNOWN_LABEL.search(head)) and not unit and sources is not None:
+        if (known := _KNOWN_LABEL.search(head)) and not unit:  # "rank 3": a claim only that the trace has it
             label = (known.group("label") or known.group("labels")).strip()
             kind = "step" if label.lower().startswith("profilerstep") else _LABEL_KIND[label.lower().rstrip("s")]
-            for n in numbers:
-                if "." not in n and int(n.replace(",", "")) not in sources.known.get(kind, set()):
-                    found.append(Stated(f"{label} {n}", "identifier", (1.0,), (0.0,), -1.0))
-            continue
-        if known and not unit:
+            if sources is not None:
+                found += [Stated(f"{label} {n}", "identifier", (1.0,), (0.0,), -1.0) for n in numbers
+                          if "." not in n and int(n.replace(",", "")) not in sources.known.get(kind, set())]
             continue
         exponent = int((m.group("e") or m.group("e10") or "0").translate(_SUPERSCRIPT))
         quantity, scales = UNITS[unit] if unit else ("count", (1.0,))

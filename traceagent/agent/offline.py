@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from langchain_core.tools import BaseTool
 
 from ..detect.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
-from ..format import device_lines, duration, of_span, percent, shorten, size, straggler_sentence
+from ..format import device_lines, duration, memory_peak, of_span, percent, shorten, size, straggler_sentence
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
 from .question import Question, understand
@@ -273,9 +273,7 @@ class OfflineAnalyst:
             lead = "**No sign of a memory problem:** no growth across steps and no synchronizing allocator calls."
         lines = [lead, ""]
         for d in devices:
-            peak = (f"peak {size(d['peak_allocated_bytes'])} allocated, {size(d['peak_reserved_bytes'])} reserved"
-                    if d["peak_allocated_bytes"] is not None else
-                    f"up to {size(d['growth_bytes'])} above the start (the trace has no allocator totals)")
+            peak = memory_peak(d) + (" (the trace has no allocator totals)" if d["peak_allocated_bytes"] is None else "")
             lines.append(f"- {self._who(memory)}GPU {d['device']}: {peak}; {d['allocations']} allocations"
                          + (f", {d['allocations_per_step']:g} per step" if d["allocations_per_step"] is not None else ""))
         if memory["allocator_calls"]:

@@ -154,7 +154,8 @@ class Session:
                                                "(TRACEAGENT_DEADLINE) and was stopped")
                 return
             if not reply.chunks:
-                yield Failure("server", f"the model server ({self._where()}) closed the stream without sending anything")
+                yield Failure("server", f"the model server ({server_name(self.config)}) closed the stream without sending "
+                                        "anything")
                 return
             calls, malformed = reply.tool_calls()
             if not calls and not malformed:
@@ -210,9 +211,6 @@ class Session:
             if "validation error" in message:
                 message = "; ".join(line.strip() for line in str(exc).splitlines()[1:3])
             return ToolResult(call["id"], call["name"], json.dumps({"error": f"bad arguments: {message}"}), ok=False)
-
-    def _where(self) -> str:
-        return (self.config.shown_url if self.config else None) or "the OpenAI API"
 
     def _failure(self, exc: Exception) -> Failure:
         kind, message = describe_model_error(exc, self.config)
@@ -320,7 +318,7 @@ def describe_model_error(exc: Exception, config: LLMConfig | None) -> tuple[str,
     """(kind, one clear line) for an error from the model server."""
     import openai
 
-    where = (config.shown_url or "the OpenAI API") if config else "the model server"
+    where = server_name(config)
     if isinstance(exc, openai.APITimeoutError):
         timeout = f" within {config.timeout_s:g} s" if config else ""
         return "timeout", f"the model server ({where}) did not answer{timeout}; raise TRACEAGENT_TIMEOUT or try again"
@@ -337,11 +335,16 @@ def describe_model_error(exc: Exception, config: LLMConfig | None) -> tuple[str,
         said = server_message(exc)
         return "server", f"the model server ({where}) answered with an error ({exc.status_code})" + \
             (f": {said}" if said else "")
-    if isinstance(exc, json.JSONDecodeError) or isinstance(exc, openai.APIResponseValidationError):
+    if isinstance(exc, (json.JSONDecodeError, openai.APIResponseValidationError)):
         return "server", f"the model server ({where}) sent a malformed stream (not JSON server-sent events)"
     if isinstance(exc, ValueError) and "No generation chunks" in str(exc):
         return "server", f"the model server ({where}) closed the stream without sending anything"
     return "server", f"the model call failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
+def server_name(config: LLMConfig | None) -> str:
+    """The model server as messages name it: its address without credentials, or OpenAI's API."""
+    return (config.shown_url or "the OpenAI API") if config else "the model server"
 
 
 def server_message(exc) -> str:
