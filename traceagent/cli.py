@@ -357,8 +357,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
     """The JSON Schema of analyze --json or diff --json (both without an argument)."""
     from .schema import SCHEMAS
 
-    chosen = {args.which: SCHEMAS[args.which]()} if args.which else {k: f() for k, f in SCHEMAS.items()}
-    sys.stdout.write(json.dumps(chosen[args.which] if args.which else chosen, indent=2) + "\n")
+    schema = SCHEMAS[args.which]() if args.which else {name: make() for name, make in SCHEMAS.items()}
+    sys.stdout.write(json.dumps(schema, indent=2) + "\n")
     return 0
 
 

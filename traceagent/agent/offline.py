@@ -101,7 +101,7 @@ class OfflineAnalyst:
             results[key] = json.loads(content)
             yield ToolResult(f"offline-{i}", name, content, ok=True)
         else:
-            text = getattr(self, f"_{intent}")(q, **results) if intent != "unknown" else self._unknown(q, **results)
+            text = getattr(self, f"_{intent}")(q, **results)
         text += "\n\n" + NO_LLM
         for piece in re.findall(r"\S+\s*", text):  # stream it like a model would
             yield Token(piece)
