@@ -143,13 +143,21 @@ def overview(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> 
 def trace_limits(ctx: AnalysisContext) -> list[dict]:
     """What this trace cannot answer (about the verdict's rank), each with how to get it."""
     r = ctx.analysis.focus
-    out = [] if r.findings.has_python_frames else [NO_FRAMES]
-    out += [NO_STEPS] if r.findings.steps is None else []
-    out += [ONE_RANK] if len(ctx.analysis.ranks) == 1 and (r.trace.meta.world_size or 1) > 1 else []
-    out += [] if (r.trace.cpu["kind"] == "annotation").any() else [NO_ANNOTATIONS]
-    out += [] if r.findings.flops and r.findings.flops.shaped_ops else [NO_SHAPES]
-    out += [] if len(r.trace.memory) else [NO_MEMORY]
-    return [*out, NO_COUNTERS]
+    f = r.findings
+    lacks = [(not f.has_python_frames, NO_FRAMES), (f.steps is None, NO_STEPS),
+             (len(ctx.analysis.ranks) == 1 and (r.trace.meta.world_size or 1) > 1, ONE_RANK),
+             (not _has_annotations(r), NO_ANNOTATIONS), (not (f.flops and f.flops.shaped_ops), NO_SHAPES),
+             (not len(r.trace.memory), NO_MEMORY), (True, NO_COUNTERS)]
+    return [entry for lacking, entry in lacks if lacking]
+
+
+def _has_annotations(r: RankAnalysis) -> bool:
+    return bool(r.findings.annotations and r.findings.annotations.distinct)
+
+
+def _top(n: int) -> int:
+    """A requested list length, bounded: results stay small."""
+    return max(1, min(n, MAX_ITEMS))
 
 
 def verdict(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
@@ -211,7 +219,7 @@ def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
             raise ToolInputError(f"no step {step} with device work; steps are {list(steps['step'])}")
         lo, hi = int(row["gpu_start"].iloc[0]), int(row["gpu_end"].iloc[0])
         gaps = gaps[(gaps["start"] >= lo) & (gaps["start"] < hi)]
-    chosen = gaps.nlargest(max(1, min(top, MAX_ITEMS)), "dur")
+    chosen = gaps.nlargest(_top(top), "dur")
     listed = []
     for g in chosen.itertuples():
         item = {"start_us": us(g.start - origin), "ts_us": us(g.start), "dur_us": us(g.dur), "cause": g.cause,
@@ -237,7 +245,7 @@ def host_activity(ctx: AnalysisContext,
     r, scope = ctx.scoped(rank, device)
     origin = r.trace.origin_ns()
     lo, hi = origin + int(start_us * 1000), origin + int(end_us * 1000)
-    events = host_events_in(r.trace, lo, hi, top=max(1, min(top, MAX_ITEMS)))
+    events = host_events_in(r.trace, lo, hi, top=_top(top))
     result = {"scope": scope, "window_us": round(end_us - start_us, 3), "events": [e.to_dict() for e in events]}
     if not events:
         result["note"] = "no host events were recorded in this window"
@@ -288,7 +296,7 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
     median, max, share of busy time, the op that launched them, the user's Python line (when the
     trace has frames) and achieved TFLOP/s and MFU (when it has shapes), on a rank's GPUs or one."""
     r, scope = ctx.scoped(rank, device)
-    result = r.hot_kernels(top=max(1, min(top, MAX_ITEMS)), name_filter=name_filter, device=device, order=order_by)
+    result = r.hot_kernels(top=_top(top), name_filter=name_filter, device=device, order=order_by)
     data = result.to_dict() | {"scope": scope, "order_by": order_by}
     lines = kernel_python_lines(r.trace, [k.name for k in result.top]) if r.findings.has_python_frames else {}
     throughput = {k.name: k for k in r.findings.flops.by_kernel} if r.findings.flops else {}
@@ -319,7 +327,7 @@ def kernel_instances(ctx: AnalysisContext,
         raise ToolInputError(f"no kernel name contains {name!r} in this scope; call hot_kernels to see names")
     launch = match["correlation"].map(calls_by_correlation(trace)["start"])
     origin = trace.origin_ns()
-    chosen = match.assign(dur=match["end"] - match["start"], launch=launch).nlargest(max(1, min(top, MAX_ITEMS)), "dur")
+    chosen = match.assign(dur=match["end"] - match["start"], launch=launch).nlargest(_top(top), "dur")
     names = sorted(set(chosen["name"].astype(str)))
     return {
         "scope": scope, "matching_kernels": len(match),
@@ -404,10 +412,10 @@ def annotations(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
     device's idle share while it ran; and each step's top ranges. On a rank's GPUs or one of them
     (a nested range counts in its parent too)."""
     r, scope = ctx.scoped(rank, device)
-    if not (r.trace.cpu["kind"] == "annotation").any():
+    if not _has_annotations(r):
         return {"scope": scope, "ranges": [], "unavailable": NO_ANNOTATIONS}
     busy = r.breakdown.total.busy_us if device is None else r.breakdown.devices[device].busy_us
-    result = detect_annotations(r.trace, r.gaps, busy, top=max(1, min(top, MAX_ITEMS)), device=device,
+    result = detect_annotations(r.trace, r.gaps, busy, top=_top(top), device=device,
                                 name_filter=name_filter)
     return result.to_dict() | {"scope": scope}
 
