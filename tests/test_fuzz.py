@@ -194,5 +194,5 @@ def test_damaged_nsight_exports(tmp_path, sql, warning):
     con.close()
     analysis = traceagent.analyze(path, use_cache=False)
     assert impossible(json.loads(json.dumps(analysis.to_dict()))) == []
-    warnings = analysis.job.traces[0].meta.warnings
+    warnings = analysis.ranks[0].meta.warnings
     assert any(warning in w for w in warnings) if warning else warnings == []

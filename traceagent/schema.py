@@ -30,6 +30,13 @@ from .detect.stragglers import RankCollectives, StragglerParams
 from .detect.workload import Workload
 
 
+class FailedRank(TypedDict):
+    """A rank file that could not be loaded or analysed (the other ranks were)."""
+
+    file: str
+    error: str
+
+
 class TraceInfo(TypedDict):
     path: str
     format: str
@@ -37,6 +44,7 @@ class TraceInfo(TypedDict):
     world_size: int | None
     devices: list[str]
     warnings: list[str]
+    failed_ranks: list[FailedRank]
 
 
 class Params(TypedDict):

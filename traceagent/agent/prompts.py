@@ -24,7 +24,7 @@ def trace_summary(ctx: AnalysisContext) -> str:
     """The trace in numbers and fixed vocabulary only: no string from the trace goes into the
     system prompt (trace text reaches the model only inside tool results)."""
     a = ctx.analysis
-    lines = [f"- format: {a.job.format}; ranks loaded: {len(a.ranks)}"]
+    lines = [f"- format: {a.format}; ranks loaded: {len(a.ranks)}"]
     for r in a.ranks[:8]:
         v = r.verdict
         lines += [f"- {line}" for line in device_lines(r.to_dict())]

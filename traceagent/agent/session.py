@@ -89,8 +89,8 @@ class Session:
             for r in analysis.ranks:
                 sources.add_identifiers("rank", [r.rank] if r.rank is not None else [])
                 sources.add_identifiers("device", r.devices)
-                sources.add_identifiers("step", r.trace.steps["step"].tolist())
-                sources.add_identifiers("stream", r.trace.gpu["stream"].unique().tolist())
+                sources.add_identifiers("step", r.step_numbers)
+                sources.add_identifiers("stream", r.streams)
                 quoted = [(k.name, k.short_name, k.op) for k in r.findings.kernels.top]
                 quoted += [(s.call, s.op, s.python) for s in r.findings.idle.sync_sites]
                 sources.trace_strings.update(q for group in quoted for q in group if q and len(q) >= 3)
@@ -240,7 +240,7 @@ class Session:
 
     def transcript_markdown(self) -> str:
         """The conversation as Markdown (no keys, no secrets: only what was said and shown)."""
-        out = [f"# traceagent conversation: `{self.ctx.analysis.job.path}`", "",
+        out = [f"# traceagent conversation: `{self.ctx.analysis.path}`", "",
                f"{datetime.now():%Y-%m-%d %H:%M} · {self.describe_model()}", ""]
         titles = {"user": "## You", "assistant": "## traceagent", "tool": None, "error": None}
         for role, text in self.transcript:

@@ -131,7 +131,7 @@ def overview(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> 
         if device is not None:
             ctx.scoped(r["rank"], device)
             breakdown["devices"] = {str(device): breakdown["devices"][str(device)]}
-        ranks.append({"rank": r["rank"], "breakdown": breakdown, "counts": ctx.rank(r["rank"]).trace.counts(),
+        ranks.append({"rank": r["rank"], "breakdown": breakdown, "counts": ctx.rank(r["rank"]).counts,
                       "limiter": r["verdict"]["limiter"], "root_cause": r["verdict"]["root_cause"]})
     return {
         "trace": data["trace"], "ranks": ranks,
@@ -145,9 +145,9 @@ def trace_limits(ctx: AnalysisContext) -> list[dict]:
     r = ctx.analysis.focus
     f = r.findings
     lacks = [(not f.has_python_frames, NO_FRAMES), (f.steps is None, NO_STEPS),
-             (len(ctx.analysis.ranks) == 1 and (r.trace.meta.world_size or 1) > 1, ONE_RANK),
+             (len(ctx.analysis.ranks) == 1 and (r.meta.world_size or 1) > 1, ONE_RANK),
              (not _has_annotations(r), NO_ANNOTATIONS), (not (f.flops and f.flops.shaped_ops), NO_SHAPES),
-             (not len(r.trace.memory), NO_MEMORY), (True, NO_COUNTERS)]
+             (not r.counts["memory_events"], NO_MEMORY), (True, NO_COUNTERS)]
     return [entry for lacking, entry in lacks if lacking]
 
 
@@ -399,7 +399,7 @@ def memory(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> di
         data["devices"] = [d for d in data["devices"] if d["device"] == device]
     for d in data["devices"]:
         d["step_net_bytes"] = d["step_net_bytes"][:MAX_ITEMS]
-    if not len(r.trace.memory):
+    if not r.counts["memory_events"]:
         data["unavailable"] = NO_MEMORY
     return data
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Job, Trace
+from ..trace.model import Job, Trace, TraceMeta
 from .annotations import detect_annotations
 from .breakdown import BreakdownResult, detect_breakdown
 from .comm import CommResult, detect_comm
@@ -28,12 +29,12 @@ from .memcpy import MemcpyResult, detect_memcpy
 from .memory import detect_memory
 from .savings import estimate_savings
 from .steps import StepsResult, detect_steps
-from .stragglers import RankComparison, RankInput, StragglerParams, compare_ranks
+from .stragglers import RankComparison, RankTimeline, StragglerParams, compare_ranks, rank_timeline
 from .workload import detect_workload
 
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
 #: major number changes when a key is removed or changes meaning, the minor when keys are added.
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
@@ -48,15 +49,50 @@ class AnalysisParams:
         return asdict(self)
 
 
+class EventSource(Protocol):
+    """Loads a rank's events again (trace.load.RankSource): detectors know no files."""
+
+    def load(self, meta: TraceMeta) -> Trace: ...
+
+
 @dataclass(frozen=True)
 class RankAnalysis:
+    """One rank's results. They hold no events: `trace` is the rank's Trace where it was analysed
+    in this process, else loaded again from `source` when a narrower query needs its events."""
+
     rank: int | None
-    trace: Trace
     params: AnalysisParams
+    meta: TraceMeta
     gaps: pd.DataFrame  # every classified gap of every device (see idle.trace_gaps); ns on the trace clock
     breakdown: BreakdownResult
     findings: Findings
     verdict: Verdict
+    timeline: RankTimeline  # what the cross-rank comparison reads
+    counts: dict[str, int]  # events by kind (Trace.counts)
+    streams: list[int]  # the streams device work ran on
+    step_numbers: list[int]  # the steps the trace has
+    source: EventSource | None = None
+    loaded: Trace | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def trace(self) -> Trace:
+        """The rank's events (loaded again, and kept for the next query, when they are not here)."""
+        if self.loaded is not None:
+            return self.loaded
+        if self.source is None:
+            raise LookupError(f"rank {self.rank}: its events were not kept and it has no source to load them from")
+        return self.source.load(self.meta)
+
+    def without_events(self) -> RankAnalysis:
+        """The results alone: what a worker sends back."""
+        return replace(self, loaded=None)
+
+    def with_rank(self, rank: int) -> RankAnalysis:
+        """The same results under the rank the job settled on (a file name can say it)."""
+        meta = replace(self.meta, rank=rank)
+        loaded = replace(self.loaded, meta=meta) if self.loaded is not None else None
+        return replace(self, rank=rank, meta=meta, verdict=replace(self.verdict, rank=rank),
+                       timeline=replace(self.timeline, rank=rank), loaded=loaded)
 
     def device_gaps(self, device: int) -> pd.DataFrame:
         """The classified gaps of one device."""
@@ -100,7 +136,7 @@ class RankAnalysis:
         return {
             "rank": self.rank,
             "params": self.params.to_dict(),
-            "devices": {str(k): v for k, v in self.trace.meta.devices.items()},
+            "devices": {str(k): v for k, v in self.meta.devices.items()},
             "breakdown": self.breakdown.to_dict(),
             "idle": f.idle.to_dict(),
             "memcpy": f.memcpy.to_dict(),
@@ -120,11 +156,27 @@ class RankAnalysis:
 
 
 @dataclass(frozen=True)
+class RankFailure:
+    """A rank file that could not be loaded or analysed; the job's other ranks still are."""
+
+    file: str
+    error: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Analysis:
-    job: Job
+    path: str  # what the job was opened from: a file, a directory, a glob, or a list's description
     ranks: list[RankAnalysis]
     verdict: Verdict
     comparison: RankComparison | None
+    failed: list[RankFailure] = field(default_factory=list)
+
+    @property
+    def format(self) -> str:
+        return self.ranks[0].meta.format if self.ranks else "unknown"
 
     @property
     def focus(self) -> RankAnalysis:
@@ -141,19 +193,21 @@ class Analysis:
         raise KeyError(rank)
 
     def to_dict(self) -> dict:
-        devices = sorted({name for t in self.job.traces for name in t.meta.devices.values()})
+        devices = sorted({name for r in self.ranks for name in r.meta.devices.values()})
         return json_safe({
             "schema_version": SCHEMA_VERSION,
-            "trace": {"path": self.job.path, "format": self.job.format, "ranks": len(self.job.traces),
-                      "world_size": self.job.traces[0].meta.world_size, "devices": devices,
-                      "warnings": [w for t in self.job.traces for w in t.meta.warnings]},
+            "trace": {"path": self.path, "format": self.format, "ranks": len(self.ranks),
+                      "world_size": self.ranks[0].meta.world_size, "devices": devices,
+                      "warnings": [w for r in self.ranks for w in r.meta.warnings],
+                      "failed_ranks": [f.to_dict() for f in self.failed]},
             "ranks": [r.to_dict() for r in self.ranks],
             "comparison": self.comparison.to_dict() if self.comparison else None,
             "verdict": self.verdict.to_dict(),
         })
 
 
-def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams()) -> RankAnalysis:
+def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
+                  source: EventSource | None = None) -> RankAnalysis:
     """Every detector on one rank, and its verdict."""
     idle_params = params.idle
     idle, copies, comm = detect_idle(trace, idle_params), detect_memcpy(trace), detect_comm(trace)
@@ -168,18 +222,27 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams()) -> Ra
     findings = replace(findings, flops=detect_flops(trace, breakdown.total.span_us, len(breakdown.devices)),
                        memory=detect_memory(trace, gaps), graphs=detect_graphs(trace),
                        annotations=detect_annotations(trace, gaps, breakdown.total.busy_us))
-    return RankAnalysis(trace.meta.rank, trace, params, gaps, breakdown, findings, verdict)
+    return RankAnalysis(trace.meta.rank, params, trace.meta, gaps, breakdown, findings, verdict,
+                        rank_timeline(trace, gaps, breakdown.total), counts=trace.counts(),
+                        streams=sorted(int(s) for s in trace.gpu["stream"].unique()),
+                        step_numbers=[int(s) for s in trace.steps["step"]], source=source, loaded=trace)
 
 
 def analyze_job(job: Job, params: AnalysisParams = AnalysisParams()) -> Analysis:
-    """Analyze every rank and compare them; the job's verdict names the straggler when waiting for
-    it costs the other ranks more than the communication threshold, else it is the verdict of the
-    rank that loses the most time to the limiter most ranks share (for one rank: its own)."""
-    ranks = [analyze_trace(t, params) for t in job.traces]
-    comparison = compare_ranks([RankInput(r.rank, r.trace, r.gaps, r.breakdown.total) for r in ranks],
-                               params.stragglers)
-    return Analysis(job=job, ranks=ranks, verdict=_job_verdict(ranks, comparison, params.verdict),
-                    comparison=comparison)
+    """Analyze every rank of a loaded job in this process and compare them (see `reduce_job`)."""
+    return reduce_job(job.path, [analyze_trace(t, params) for t in job.traces], params)
+
+
+def reduce_job(path: str, ranks: list[RankAnalysis], params: AnalysisParams,
+               failed: list[RankFailure] | None = None) -> Analysis:
+    """The cross-rank step over ranks analysed anywhere: compare them; the job's verdict names the
+    straggler when waiting for it costs the other ranks more than the communication threshold,
+    else it is the verdict of the rank that loses the most time to the limiter most ranks share
+    (for one rank: its own)."""
+    ranks = sorted(ranks, key=lambda r: r.rank)
+    comparison = compare_ranks([r.timeline for r in ranks], params.stragglers)
+    return Analysis(path=path, ranks=ranks, verdict=_job_verdict(ranks, comparison, params.verdict),
+                    comparison=comparison, failed=failed or [])
 
 
 def _job_verdict(ranks: list[RankAnalysis], comparison: RankComparison | None, params: VerdictParams) -> Verdict:

@@ -181,9 +181,9 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     if prediction:
         headline += f"; {prediction['sentence']}"
     return DiffResult(
-        before={"path": before.job.path, "limiter": before.verdict.limiter, "root_cause": root,
+        before={"path": before.path, "limiter": before.verdict.limiter, "root_cause": root,
                 "headline": before.verdict.headline},
-        after={"path": after.job.path, "limiter": v_after.limiter, "root_cause": v_after.root_cause,
+        after={"path": after.path, "limiter": v_after.limiter, "root_cause": v_after.root_cause,
                "headline": v_after.headline},
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
         kernels=kernels, headline=headline, notes=notes, prediction=prediction,

@@ -32,14 +32,36 @@ class StragglerParams:
     cause_cover: float = 0.5  # share of its lateness idle gaps must explain to name an idle cause
 
 
-@dataclass(frozen=True)
-class RankInput:
-    """What the comparison reads from one rank's analysis."""
+_IDLE_BEFORE = "idle_before:"  # + a root cause: lead-up idle columns of a rank's collectives
 
-    rank: int
-    trace: Trace
-    gaps: pd.DataFrame
+
+@dataclass(frozen=True)
+class RankTimeline:
+    """What the cross-rank comparison reads from one rank, computed where the rank is analysed so
+    the comparison needs no events: each collective with what its GPU did since the previous one
+    (the lead-up), and compute time inside the collectives' windows (waiting is a prefix of them).
+    Times in ns on the rank's own clock."""
+
+    rank: int | None
+    collectives: pd.DataFrame  # name, nth, device, start, end, busy_before, and idle_before:<root cause>
+    compute: dict[int, iv.Intervals]  # per GPU: compute kernels, clipped to that GPU's collectives
     breakdown: Breakdown
+
+
+def rank_timeline(trace: Trace, gaps: pd.DataFrame, breakdown: Breakdown) -> RankTimeline:
+    """One rank's collectives, their lead-up and the compute that overlaps them."""
+    table = _collectives(trace)
+    idle, busy = _lead_up(trace, gaps, table)
+    table["busy_before"] = busy
+    for cause, values in idle.items():
+        table[_IDLE_BEFORE + cause] = values
+    compute = {}
+    for view in device_views(trace):
+        mine = (table["device"] == view.device).to_numpy()
+        if mine.any():
+            windows = iv.union(table["start"].to_numpy(np.int64)[mine], table["end"].to_numpy(np.int64)[mine])
+            compute[view.device] = iv.intersect(view.compute, windows)
+    return RankTimeline(trace.meta.rank, table, compute, breakdown)
 
 
 @dataclass(frozen=True)
@@ -89,20 +111,21 @@ def _collectives(trace: Trace) -> pd.DataFrame:
                          "end": kernels["end"].to_numpy(np.int64)})
 
 
-def compare_ranks(ranks: list[RankInput], params: StragglerParams = StragglerParams()) -> RankComparison | None:
+def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = StragglerParams()) -> RankComparison | None:
     """Match collectives across ranks and split their time into waiting and communication; None
     for fewer than two ranks."""
     if len(ranks) < 2:
         return None
-    tables = [_collectives(r.trace).set_index(["name", "nth"]) for r in ranks]
+    tables = [r.collectives.set_index(["name", "nth"]) for r in ranks]
     keys = tables[0].index
     for table in tables[1:]:
         keys = keys.intersection(table.index)
     if len(keys) == 0:
         return RankComparison(0, [_row(r, 0, 0, 0, 0, 0.0, 0) for r in ranks], None, 0.0, None)
     keys = keys.sort_values()
-    start = np.stack([t.loc[keys, "start"].to_numpy(np.int64) for t in tables])  # ranks × collectives
-    end = np.stack([t.loc[keys, "end"].to_numpy(np.int64) for t in tables])
+    matched = [t.loc[keys] for t in tables]
+    start = np.stack([t["start"].to_numpy(np.int64) for t in matched])  # ranks × collectives
+    end = np.stack([t["end"].to_numpy(np.int64) for t in matched])
     offset = np.median(end - end[0], axis=1).astype(np.int64)  # each rank's clock against rank 0's
     entry = start - offset[:, None]
     last_entry = entry.max(axis=0)
@@ -114,7 +137,7 @@ def compare_ranks(ranks: list[RankInput], params: StragglerParams = StragglerPar
 
     rows = []
     for i, r in enumerate(ranks):
-        exposed = _exposed_waiting(r, tables[i].loc[keys], waiting[i])
+        exposed = _exposed_waiting(r, matched[i], waiting[i])
         rows.append(_row(r, int((end[i] - start[i]).sum()), int(waiting[i].sum()), exposed,
                          int((last == i).sum()), float(margin[last == i].sum()), len(keys)))
     counts = np.bincount(last[last >= 0], minlength=len(ranks))
@@ -122,8 +145,7 @@ def compare_ranks(ranks: list[RankInput], params: StragglerParams = StragglerPar
     last_pct = pct(counts[s], len(keys))
     if last_pct < params.straggler_last_pct:
         return RankComparison(len(keys), rows, None, last_pct, None)
-    matched = [t.loc[keys] for t in tables]
-    cause, by_cause = _straggler_cause(ranks, matched, last == s, s, params)
+    cause, by_cause = _straggler_cause(matched, last == s, s, params)
     others = [row for row in rows if row.rank != ranks[s].rank]
     return RankComparison(
         matched=len(keys), ranks=rows, straggler=ranks[s].rank, straggler_last_pct=last_pct, straggler_cause=cause,
@@ -133,54 +155,56 @@ def compare_ranks(ranks: list[RankInput], params: StragglerParams = StragglerPar
     )
 
 
-def _row(r: RankInput, comm: int, waiting: int, exposed: int, last: int, late_by: float, matched: int) -> RankCollectives:
+def _row(r: RankTimeline, comm: int, waiting: int, exposed: int, last: int, late_by: float,
+         matched: int) -> RankCollectives:
     return RankCollectives(rank=r.rank, comm_us=us(comm), waiting_us=us(waiting), exposed_waiting_us=us(exposed),
                            communication_us=us(comm - waiting), last_count=last, late_by_us=us(late_by),
                            compute_us=r.breakdown.compute_us, device_time_us=r.breakdown.device_time_us)
 
 
-def _exposed_waiting(r: RankInput, collectives: pd.DataFrame, waiting: np.ndarray) -> int:
+def _exposed_waiting(r: RankTimeline, collectives: pd.DataFrame, waiting: np.ndarray) -> int:
     """Waiting time on this rank that no compute kernel on the same device overlaps (ns)."""
     total = 0
-    for view in device_views(r.trace):
-        mine = (collectives["device"] == view.device).to_numpy()
+    devices = collectives["device"].to_numpy()
+    for device, compute in r.compute.items():
+        mine = devices == device
         lo = collectives["start"].to_numpy(np.int64)[mine]
-        total += iv.length(iv.subtract(iv.union(lo, lo + waiting[mine]), view.compute))
+        total += iv.length(iv.subtract(iv.union(lo, lo + waiting[mine]), compute))
     return total
 
 
-def _lead_up(r: RankInput, collectives: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _lead_up(trace: Trace, gaps: pd.DataFrame, collectives: pd.DataFrame) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """For each collective on one rank, what its GPU did since the previous collective ended (or
     since its first activity): idle ns by root cause, and busy ns."""
     idle: dict[str, np.ndarray] = {}
     busy = np.zeros(len(collectives), dtype=np.int64)
     entry = collectives["start"].to_numpy(np.int64)
     devices = collectives["device"].to_numpy()
-    every = _collectives(r.trace)  # matched or not: any collective ends the lead-up to the next
-    for view in device_views(r.trace):
+    for view in device_views(trace):
         mine = devices == view.device
         if not mine.any():
             continue
-        ends = np.sort(every["end"].to_numpy(np.int64)[every["device"].to_numpy() == view.device])
+        ends = np.sort(collectives["end"].to_numpy(np.int64)[mine])
         before = np.searchsorted(ends, entry[mine], side="right") - 1
         lo = np.where(before >= 0, ends[np.maximum(before, 0)], view.span[0])
         hi = entry[mine]
         busy[mine] = iv.covered(view.busy, lo, hi)
-        gaps = r.gaps[r.gaps["device"] == view.device]
-        for cause, rows in gaps.groupby("cause"):
+        on_device = gaps[gaps["device"] == view.device]
+        for cause, rows in on_device.groupby("cause", observed=True):
             root = GAP_ROOT.get(str(cause), "host_other")
             union = iv.union(rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64))
             idle.setdefault(root, np.zeros(len(collectives), dtype=np.int64))[mine] += iv.covered(union, lo, hi)
     return idle, busy
 
 
-def _straggler_cause(ranks: list[RankInput], tables: list[pd.DataFrame], late: np.ndarray, s: int,
+def _straggler_cause(tables: list[pd.DataFrame], late: np.ndarray, s: int,
                      params: StragglerParams) -> tuple[str, dict[str, float]]:
     """What held the straggler back: over the collectives it entered last, what its GPU did since
     its previous collective beyond what the other ranks' GPUs did (their median): extra idle by
     cause, or extra busy time, which means slower work on its GPU (`hot_kernel`)."""
-    lead = [_lead_up(r, t) for r, t in zip(ranks, tables)]
-    others = [i for i in range(len(ranks)) if i != s]
+    lead = [({c.removeprefix(_IDLE_BEFORE): t[c].to_numpy(np.int64) for c in t.columns if c.startswith(_IDLE_BEFORE)},
+             t["busy_before"].to_numpy(np.int64)) for t in tables]
+    others = [i for i in range(len(tables)) if i != s]
     extra: dict[str, int] = {}
     causes = {c for idle, _ in lead for c in idle}
     for cause in causes:

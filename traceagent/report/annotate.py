@@ -31,18 +31,18 @@ VERDICT, STEPS, GAPS, EXPOSED_COMM, HOT = 0, 1, 100, 200, 300
 
 def annotate(analysis: Analysis, out: Path) -> int:
     """Write the annotated trace; returns how many finding events it added."""
-    job = analysis.job
-    if len(job.traces) > 1 and len({t.meta.path for t in job.traces}) > 1:
-        raise TraceError(job.path, "annotate takes one trace file, not a directory of ranks",
+    ranks = analysis.ranks
+    if len({r.meta.path for r in ranks}) > 1:
+        raise TraceError(analysis.path, "annotate takes one trace file, not a directory of ranks",
                          "Annotate each rank's file on its own.")
-    source = Path(job.traces[0].meta.path)
-    findings = [e for i, r in enumerate(analysis.ranks) for e in finding_events(r, FINDINGS_PID + i)]
-    if job.format == "kineto":
+    source = Path(ranks[0].meta.path)
+    findings = [e for i, r in enumerate(ranks) for e in finding_events(r, FINDINGS_PID + i)]
+    if analysis.format == "kineto":
         doc = _read_json(source)
         doc["traceEvents"] = [*doc.get("traceEvents", []), *findings]
     else:  # Nsight: its device activity as Chrome-trace events
-        doc = {"schemaVersion": 1, "traceEvents": [e for t in job.traces for e in device_events(t)] + findings,
-               "deviceProperties": [{"id": d, "name": n} for d, n in job.traces[0].meta.devices.items()]}
+        doc = {"schemaVersion": 1, "traceEvents": [e for r in ranks for e in device_events(r.trace)] + findings,
+               "deviceProperties": [{"id": d, "name": n} for d, n in ranks[0].meta.devices.items()]}
     text = json.dumps(doc, separators=(",", ":")).encode()
     out.write_bytes(gzip.compress(text, compresslevel=6) if out.name.endswith(".gz") else text)
     return len(findings)

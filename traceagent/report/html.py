@@ -35,7 +35,7 @@ def render_html(analysis: Analysis, summary: str | None = None) -> str:
     # the title and the verdict first, then the charts, then the evidence sections
     first_h2, second_h2 = body.find("<h2>"), body.find("<h2>", body.find("<h2>") + 1)
     head, rest = (body[:second_h2], body[second_h2:]) if first_h2 >= 0 and second_h2 >= 0 else (body, "")
-    title = html.escape(f"traceagent diagnosis: {analysis.job.path}")
+    title = html.escape(f"traceagent diagnosis: {analysis.path}")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>

@@ -1,8 +1,8 @@
 """Parquet cache of normalized traces, so the second load of a trace skips parsing.
 
 Entries live in one cache directory (not beside the trace: trace folders are often read-only)
-keyed by the trace's absolute path, size, mtime and content fingerprint, and by the model version
-below. Writes are atomic (a directory renamed into place); reads are checked against the model.
+keyed by the trace's absolute path (or URL), size, mtime (or ETag) and content fingerprint, and by
+the model version below. Writes are atomic (a directory renamed into place); reads are checked against the model.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import storage
 from .model import CPU_COLUMNS, GPU_COLUMNS, MEMORY_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical
 
 
@@ -49,8 +50,8 @@ def fingerprint(path: str) -> str:
     (`cp -p`, `touch -r`) but other bytes gets another key. Whole files up to 64 MiB (BLAKE2 reads
     about 1 GB/s); larger ones by their first, middle and last MiB."""
     digest = hashlib.blake2b(digest_size=16)
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    size, _ = storage.size_and_version(path)
+    with storage.open_binary(path) as f:
         if size <= WHOLE_FILE_HASH:
             for block in iter(lambda: f.read(_SAMPLE), b""):
                 digest.update(block)
@@ -62,8 +63,8 @@ def fingerprint(path: str) -> str:
 
 
 def _entry(path: str) -> Path:
-    stat = os.stat(path)
-    key = f"{os.path.abspath(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\0{fingerprint(path)}\0{MODEL_VERSION}"
+    size, version = storage.size_and_version(path)
+    key = f"{storage.absolute(path)}\0{size}\0{version}\0{fingerprint(path)}\0{MODEL_VERSION}"
     return cache_dir() / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
+from . import storage
 from .model import MAX_COPY_BYTES, MAX_TIME_NS, SHAPED_OPS, Trace, TraceMeta, categorical, matches
 from .normalize import finish_trace
 
@@ -97,7 +98,7 @@ BATCH = 10_000
 
 def read_bytes(path: str) -> tuple[bytes, list[str]]:
     """The file's bytes, gunzipped; a gzip cut short yields what it holds, with a warning."""
-    with open(path, "rb") as f:
+    with storage.open_binary(path) as f:
         raw = f.read()
     if raw[:2] != b"\x1f\x8b":
         return _without_bom(raw), []

@@ -1,21 +1,24 @@
-"""Open any trace path: sniff the format, dispatch to its loader, load rank directories in
-parallel processes, and use the Parquet cache."""
+"""Open any trace path: sniff the format, dispatch to its loader, find a job's rank files (a
+directory, a glob, a list; local or URLs), assign ranks, and use the Parquet cache."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import TraceError
-from . import cache
+from . import cache, storage
 from .kineto import load_kineto
-from .model import Job, Trace
-from .normalize import split_ranks
+from .model import Job, Trace, TraceMeta
+from .normalize import derive_steps, split_ranks
 from .nsys import load_nsys
 
 #: progress(done, total, what): called as files finish loading
@@ -27,7 +30,7 @@ _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
 def sniff(path: str) -> str:
     """'kineto', 'nsys' or 'nsys-rep', from the first bytes (extensions lie)."""
-    with open(path, "rb") as f:
+    with storage.open_binary(path) as f:
         head = f.read(16)
     head = head[3:] if head[:3] == b"\xef\xbb\xbf" else head  # a UTF-8 byte-order mark
     if head.startswith(b"SQLite format 3\0"):
@@ -43,13 +46,14 @@ def sniff(path: str) -> str:
 
 
 def load_file(path: str, use_cache: bool = True) -> Trace:
-    """Load one trace file (cached when allowed)."""
+    """Load one trace file, local or a URL (cached when allowed)."""
     if use_cache and (cached := cache.read(path)) is not None:
         return cached
     fmt = sniff(path)
     if fmt == "nsys-rep":
-        path_sqlite = _export_nsys_rep(path)
-        trace = load_nsys(path_sqlite)
+        trace = load_nsys(_export_nsys_rep(path))
+    elif fmt == "nsys" and storage.is_url(path):
+        trace = _load_remote_sqlite(path)
     elif fmt == "nsys":
         trace = load_nsys(path)
     else:
@@ -59,7 +63,21 @@ def load_file(path: str, use_cache: bool = True) -> Trace:
     return trace
 
 
+def _load_remote_sqlite(url: str) -> Trace:
+    """SQLite reads files, not streams: a local copy for the load."""
+    with tempfile.TemporaryDirectory(prefix="traceagent-") as tmp:
+        local = os.path.join(tmp, storage.name(url))
+        with storage.open_binary(url) as src, open(local, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 22)
+        trace = load_nsys(local)
+    trace.meta.path = url
+    return trace
+
+
 def _export_nsys_rep(path: str) -> str:
+    if storage.is_url(path):
+        raise TraceError(path, "an Nsight Systems report at a URL", "Export it to .sqlite first (`nsys export "
+                         "--type sqlite`), then open the .sqlite file.")
     out = str(Path(path).with_suffix(".sqlite"))
     command = ["nsys", "export", "--type", "sqlite", "--output", out, path]
     if shutil.which("nsys") is None:
@@ -71,11 +89,15 @@ def _export_nsys_rep(path: str) -> str:
     return out
 
 
+def _is_trace_name(path: str) -> bool:
+    name = storage.name(path)
+    return name.endswith(_TRACE_SUFFIXES) and not name.startswith(".")
+
+
 def trace_files(directory: str) -> list[str]:
     """The trace files directly inside a directory, in name order (regular files only: a FIFO
     there would block the load)."""
-    return sorted(str(p) for p in Path(directory).iterdir()
-                  if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith("."))
+    return [f for f in storage.listing(directory)[0] if _is_trace_name(f)]
 
 
 def rank_files(directory: str) -> tuple[list[str], list[str]]:
@@ -86,30 +108,59 @@ def rank_files(directory: str) -> tuple[list[str], list[str]]:
     if files:
         return files, []
     notes = []
-    for sub in sorted(p for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")):
-        found = trace_files(str(sub))
+    for sub in storage.listing(directory)[1]:
+        if storage.name(sub).startswith("."):
+            continue
+        found = trace_files(sub)
         if found:
             files.append(found[-1])
             if len(found) > 1:
-                notes.append(f"{sub.name}/ holds {len(found)} trace files; took {Path(found[-1]).name}")
+                notes.append(f"{storage.name(sub)}/ holds {len(found)} trace files; took {storage.name(found[-1])}")
     return files, notes
 
-def load(path: str | os.PathLike, use_cache: bool = True, progress: Progress | None = None,
-         workers: int | None = None) -> Job:
-    """Load a trace file, or a directory of per-rank traces, into a Job (one Trace per rank)."""
-    path = str(path)
-    if not os.path.exists(path):
+
+def resolve(source: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[str, list[str], list[str]]:
+    """(what to call the job, its trace files, notes) for a file, a rank directory, a glob pattern
+    or a list of files; each may be a URL. Raises TraceError when there is nothing to load."""
+    if not isinstance(source, (str, os.PathLike)):
+        files = [os.fspath(f) for f in source]
+        if not files:
+            raise TraceError("(no files)", "an empty list of trace files")
+        for file in files:
+            _check_file(file)
+        return f"{len(files)} files from {files[0]}", files, []
+    path = os.fspath(source)
+    if storage.has_glob(path) and not storage.exists(path):
+        files = [f for f in storage.glob(path) if _is_trace_name(f)]
+        if not files:
+            raise TraceError(path, "no trace files match this pattern",
+                             f"Expected files ending in {', '.join(_TRACE_SUFFIXES)}.")
+        return path, files, []
+    if not storage.exists(path):
         raise TraceError(path, "no such file or directory")
-    notes: list[str] = []
-    if os.path.isdir(path):
+    if storage.is_dir(path):
         files, notes = rank_files(path)
         if not files:
             raise TraceError(path, "a directory with no trace files in it (nor in its sub-directories)",
                              f"Expected files ending in {', '.join(_TRACE_SUFFIXES)}.")
-    elif not os.path.isfile(path):  # a FIFO, socket or device: reading it could block forever
+        return path, files, notes
+    _check_file(path)
+    return path, [path], []
+
+
+def _check_file(path: str) -> None:
+    if not storage.exists(path):
+        raise TraceError(path, "no such file or directory")
+    if not storage.is_regular_file(path):  # a FIFO, socket or device: reading it could block forever
         raise TraceError(path, "not a regular file (a pipe, socket or device)", "Save the trace to a file first.")
-    else:
-        files = [path]
+
+
+def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: bool = True,
+         progress: Progress | None = None, workers: int | None = None) -> Job:
+    """Load a trace file, a directory of per-rank traces, a glob or a list of files into a Job
+    (one Trace per rank), every rank in this process's memory. `traceagent.analyze` does not need
+    this: it analyses rank by rank and keeps only the results."""
+    path, files, notes = resolve(source)
     loaded = _load_files(files, use_cache, progress, workers)
     # a merged multi-rank file becomes its ranks (each already knows its rank)
     traces, origins = [], []
@@ -119,7 +170,9 @@ def load(path: str | os.PathLike, use_cache: bool = True, progress: Progress | N
         origins += [file] * len(parts)
     for trace in traces:
         trace.meta.warnings.extend(notes)
-    return Job(path=path, traces=_assign_ranks(path, origins, traces))
+    for trace, rank in zip(traces, assign_ranks(path, origins, [t.meta for t in traces])):
+        trace.meta.rank = rank
+    return Job(path=path, traces=sorted(traces, key=lambda t: t.meta.rank))
 
 
 def _load_files(files: list[str], use_cache: bool, progress: Progress | None, workers: int | None) -> list[Trace]:
@@ -130,13 +183,13 @@ def _load_files(files: list[str], use_cache: bool, progress: Progress | None, wo
     missing = [i for i, t in enumerate(traces) if t is None]
     done = total - len(missing)
     if progress:
-        progress(done, total, os.path.basename(files[missing[0]] if missing else files[-1]))
+        progress(done, total, storage.name(files[missing[0]] if missing else files[-1]))
     if len(missing) <= 1 or (workers or os.cpu_count() or 1) == 1:
         for i in missing:
             traces[i] = load_file(files[i], use_cache)
             done += 1
             if progress:
-                progress(done, total, os.path.basename(files[i]))
+                progress(done, total, storage.name(files[i]))
         return traces  # type: ignore[return-value]
     with ProcessPoolExecutor(max_workers=workers or min(len(missing), os.cpu_count() or 1)) as pool:
         futures = {i: pool.submit(load_file, files[i], use_cache) for i in missing}
@@ -144,31 +197,53 @@ def _load_files(files: list[str], use_cache: bool, progress: Progress | None, wo
             traces[i] = future.result()  # a TraceError names its own file
             done += 1
             if progress:
-                progress(done, total, os.path.basename(files[i]))
+                progress(done, total, storage.name(files[i]))
     return traces  # type: ignore[return-value]
 
 
-def _assign_ranks(path: str, files: list[str], traces: list[Trace]) -> list[Trace]:
-    """Rank from the trace's distributedInfo, else from the file name (rank3, worker3); a single
-    trace with neither is rank 0 (never "no rank": tools and sentences address ranks by number)."""
-    if len(traces) == 1:
-        if traces[0].meta.rank is None:
-            traces[0].meta.rank = 0
-        return traces
-    for file, trace in zip(files, traces):
+@dataclass(frozen=True)
+class RankSource:
+    """Where one rank's events come from, to load them again where an analysis kept only its
+    results (a rank analysed on a Dask worker): the file, the rank's place among the ranks of a
+    merged file, and the step pattern the analysis used."""
+
+    file: str
+    part: int = 0
+    steps: re.Pattern | None = None
+    use_cache: bool = True
+
+    def load(self, meta: TraceMeta) -> Trace:
+        """The rank's Trace, with the metadata the analysis settled on (its rank)."""
+        return replace(_reload(self), meta=meta)
+
+
+@functools.lru_cache(maxsize=2)  # the rank a conversation is about, and one more: never the whole job
+def _reload(source: RankSource) -> Trace:
+    trace = split_ranks(load_file(source.file, source.use_cache))[source.part]
+    if source.steps is not None:
+        trace = replace(trace, steps=derive_steps(trace.gpu, trace.cpu, source.steps))
+    return trace
+
+
+def assign_ranks(path: str, files: list[str], metas: list[TraceMeta]) -> list[int]:
+    """Each trace's rank: from its distributedInfo, else from the file name (rank3, worker3); a single
+    trace with neither is rank 0 (never "no rank": tools and sentences address ranks by number).
+    Where some have none, every trace is numbered in file order, with a warning."""
+    if len(metas) == 1:
+        return [metas[0].rank if metas[0].rank is not None else 0]
+    ranks = []
+    for file, meta in zip(files, metas):
         # the file's name (worker3.json), else its directory's (rank3/trace.json)
-        named = _RANK_IN_NAME.search(Path(file).name) or _RANK_IN_NAME.search(Path(file).parent.name)
-        if trace.meta.rank is None and named:
-            trace.meta.rank = int(named.group(1))
-    if any(t.meta.rank is None for t in traces):
-        for i, trace in enumerate(traces):  # no rank anywhere: number them in file order
-            trace.meta.rank = i
-            trace.meta.warnings.append("no rank in the trace or its name; numbered in file-name order")
+        named = _RANK_IN_NAME.search(storage.name(file)) or _RANK_IN_NAME.search(storage.parent_name(file))
+        ranks.append(meta.rank if meta.rank is not None else int(named.group(1)) if named else None)
+    if any(r is None for r in ranks):
+        for meta in metas:
+            meta.warnings.append("no rank in the trace or its name; numbered in file-name order")
+        return list(range(len(metas)))
     seen: dict[int, str] = {}
-    for file, trace in zip(files, traces):
-        rank = trace.meta.rank
+    for file, rank in zip(files, ranks):
         if rank in seen:
-            raise TraceError(path, f"two files claim rank {rank}: {Path(seen[rank]).name} and {Path(file).name}",
+            raise TraceError(path, f"two files claim rank {rank}: {storage.name(seen[rank])} and {storage.name(file)}",
                              "Put one trace per rank in the directory.")
         seen[rank] = file
-    return sorted(traces, key=lambda t: t.meta.rank)
+    return ranks

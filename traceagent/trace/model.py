@@ -160,7 +160,7 @@ class Trace:
         return f"rank {self.meta.rank}" if self.meta.rank is not None else Path(self.meta.path).name
 
     def counts(self) -> dict[str, int]:
-        """Events by kind: kernels, copies, memsets, syncs, host calls, steps."""
+        """Events by kind: kernels, copies, memsets, syncs, host calls, steps, memory events."""
         gpu_kinds = self.gpu["kind"].value_counts()
         return {
             "kernels": int(gpu_kinds.get("kernel", 0)),
@@ -170,6 +170,7 @@ class Trace:
             "host_events": len(self.cpu),
             "runtime_calls": int(self.cpu["kind"].isin(["runtime", "driver"]).sum()),
             "steps": len(self.steps),
+            "memory_events": len(self.memory),
         }
 
     def origin_ns(self) -> int:

@@ -58,7 +58,7 @@ class SidePanel(VerticalScroll):
 
     async def show(self, analysis: Analysis, other: Analysis | None = None, comparison: DiffResult | None = None) -> None:
         if other is not None and comparison is not None:
-            self.query_one("#comparison", Static).update(f"{other.job.path}\n{comparison.headline}")
+            self.query_one("#comparison", Static).update(f"{other.path}\n{comparison.headline}")
             self.query(".comparison").set(display=True)
         self.data = analysis.to_dict()
         t = self.data["trace"]
