@@ -108,17 +108,17 @@ STEP, COMPUTE, COMM, STEPS, RANKS = 5000.0, 1000.0, 200.0, 5, 4
 
 
 def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0, how: str = "dataloader",
-              overlapped: bool = False) -> Path:
-    """RANKS ranks, STEPS steps of one compute kernel then one all-reduce; each rank's clock is
+              overlapped: bool = False, ranks: int = RANKS) -> Path:
+    """`ranks` ranks, STEPS steps of one compute kernel then one all-reduce; each rank's clock is
     offset by a different amount (as on different hosts). The late rank, by `how`:
     - "dataloader": its host loads data for `delay` µs before launching its compute;
     - "host_work": its host runs other work (an op that launches nothing) for `delay` µs first;
     - "slow_kernel": its compute kernel runs `delay` µs longer.
     Every other rank enters the all-reduce on time and sits in it until the late rank arrives."""
     folder.mkdir(parents=True, exist_ok=True)
-    for rank in range(RANKS):
+    for rank in range(ranks):
         clock = 1_000_000.0 * (rank + 1)  # a different clock per rank
-        b = TraceBuilder(distributedInfo={"rank": rank, "world_size": RANKS})
+        b = TraceBuilder(distributedInfo={"rank": rank, "world_size": ranks})
         for k in range(STEPS):
             t = clock + k * STEP
             late = rank == late_rank

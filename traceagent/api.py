@@ -1,33 +1,87 @@
-"""The public entry points: `load` a trace, `analyze` a trace or a job."""
+"""The public entry points: `load` a trace, `analyze` a trace or a job.
+
+A job is analysed rank file by rank file (`analyze_file`): in this process for small jobs, else as
+Dask tasks that send back only each rank's results; the cross-rank step (`reduce_job`) runs here.
+"""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from .detect.analysis import Analysis, AnalysisParams, analyze_job
+from .detect.analysis import Analysis, AnalysisParams, RankAnalysis, RankFailure, analyze_job, analyze_trace, reduce_job
 from .detect.diagnose import VerdictParams
 from .detect.idle import IdleParams
-from .trace.load import load
+from .errors import TraceError
+from .tasks import run_per_file, scheduler_for
+from .trace import storage
+from .trace.load import RankSource, assign_ranks, load_file, resolve
 from .trace.model import Job
-from .trace.normalize import derive_steps
+from .trace.normalize import split_ranks, with_step_pattern
 
 
-def analyze(source: str | os.PathLike | Job, *, idle: IdleParams | None = None,
+def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, idle: IdleParams | None = None,
             verdict: VerdictParams | None = None, steps: str | re.Pattern | None = None, use_cache: bool = True,
-            progress: Callable[[int, int, str], None] | None = None) -> Analysis:
-    """Analyze a trace file, a rank directory or an already loaded `Job`: every detector on every
-    rank, and the job's verdict. `idle` and `verdict` override the default thresholds; `steps` is
-    a regular expression naming the host ranges that are iterations (its first group, if any, the
-    step number) instead of ProfilerStep#N."""
-    job = source if isinstance(source, Job) else load(os.fspath(source), use_cache=use_cache, progress=progress)
-    if steps is not None:
-        job = with_steps(job, re.compile(steps) if isinstance(steps, str) else steps)
-    return analyze_job(job, AnalysisParams(idle=idle or IdleParams(), verdict=verdict or VerdictParams()))
+            progress: Callable[[int, int, str], None] | None = None, scheduler: str | None = None) -> Analysis:
+    """Analyze a trace file, a rank directory, a glob or list of rank files (paths or fsspec URLs),
+    or an already loaded `Job`: every detector on every rank, and the job's verdict.
+
+    `idle` and `verdict` override the default thresholds; `steps` is a regular expression naming
+    the host ranges that are iterations (its first group, if any, the step number) instead of
+    ProfilerStep#N. `scheduler` says where ranks are analysed: `auto` (the default, or
+    $TRACEAGENT_SCHEDULER): a Dask LocalCluster for large multi-rank jobs, else this process;
+    `local`; `none` (this process); or a Dask scheduler's address. A rank file that fails is
+    reported in `Analysis.failed` and the others are analysed; a job of one file raises TraceError.
+    """
+    params = AnalysisParams(idle=idle or IdleParams(), verdict=verdict or VerdictParams())
+    pattern = re.compile(steps) if isinstance(steps, str) else steps
+    if isinstance(source, Job):
+        return analyze_job(with_steps(source, pattern) if pattern is not None else source, params)
+    path, files, notes = resolve(source)
+    where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in files])
+    results = run_per_file(analyze_file, files, scheduler=where, progress=progress, name=storage.name, params=params,
+                           steps=pattern, use_cache=use_cache, keep_events=where is None, contain=len(files) > 1)
+    ranks: list[RankAnalysis] = []
+    origins: list[str] = []
+    failed = [r for r in results if isinstance(r, RankFailure)]
+    for file, result in zip(files, results):
+        if not isinstance(result, RankFailure):
+            ranks += result
+            origins += [file] * len(result)
+    if not ranks:
+        raise TraceError(path, f"no rank file could be analysed; the first: {failed[0].file}: {failed[0].error}")
+    for r in ranks:
+        r.meta.warnings.extend(notes)
+    numbers = assign_ranks(path, origins, [r.meta for r in ranks])
+    ranks = [r if r.rank == n else r.with_rank(n) for r, n in zip(ranks, numbers)]
+    return reduce_job(path, ranks, params, failed)
+
+
+def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None, use_cache: bool,
+                 keep_events: bool, contain: bool) -> list[RankAnalysis] | RankFailure:
+    """Load one rank file and analyse each rank in it (a merged file holds several). Runs on a
+    worker: with `keep_events` false only the results travel back. With `contain`, a file that
+    fails becomes a RankFailure instead of an exception, so one bad rank does not stop the job."""
+    try:
+        ranks = []
+        for part, trace in enumerate(split_ranks(load_file(file, use_cache))):
+            if steps is not None:
+                trace = with_step_pattern(trace, steps)
+            r = analyze_trace(trace, params, RankSource(file, part, steps, use_cache))
+            ranks.append(r if keep_events else r.without_events())
+        return ranks
+    except TraceError as exc:
+        if not contain:
+            raise
+        return RankFailure(file, f"{exc.problem}. {exc.hint}" if exc.hint else exc.problem)
+    except Exception as exc:  # a bug, not bad input: say so, and analyse the other ranks
+        if not contain:
+            raise
+        return RankFailure(file, f"{type(exc).__name__}: {exc} (an error in traceagent; please report it)")
 
 
 def with_steps(job: Job, pattern: re.Pattern) -> Job:
     """The job with steps taken from the host ranges whose names match `pattern`."""
-    return replace(job, traces=[replace(t, steps=derive_steps(t.gpu, t.cpu, pattern)) for t in job.traces])
+    return replace(job, traces=[with_step_pattern(t, pattern) for t in job.traces])

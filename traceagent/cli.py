@@ -21,13 +21,13 @@ from rich.table import Table
 from rich_argparse import RichHelpFormatter
 
 from . import __version__
-from .api import with_steps
-from .detect.analysis import Analysis, analyze_job
+from .api import analyze
+from .detect.analysis import Analysis
 from .detect.view import device_views, us, wall_span_ns
-from .errors import TraceError
+from .errors import SchedulerError, TraceError
 from .format import duration
 from .report.terminal import print_analysis
-from .trace.load import load
+from .trace.load import load, resolve
 from .trace.model import Job
 
 EXAMPLE_TRACE = "resnet50_num_workers_0.pt.trace.json.gz"
@@ -65,15 +65,21 @@ def _progress_bar() -> Iterator:
         yield update
 
 
-def load_job(path: str, use_cache: bool) -> Job:
+def load_job(path: str, use_cache: bool, scheduler: str | None = None) -> Job:
     with _progress_bar() as progress:
-        return load(path, use_cache=use_cache, progress=progress)
+        return load(path, use_cache=use_cache, progress=progress, scheduler=scheduler)
 
 
-def analyze_path(path: str, use_cache: bool, steps: re.Pattern | None = None) -> Analysis:
-    """Load with a progress bar on a terminal, then analyze (steps from `--steps` when given)."""
-    job = load_job(path, use_cache)
-    return analyze_job(with_steps(job, steps) if steps is not None else job)
+def analyze_path(path: str, args: argparse.Namespace) -> Analysis:
+    """Analyze with a progress bar on a terminal, with the options every command shares (--no-cache,
+    --steps, --scheduler); a line on stderr for each rank file that failed."""
+    with _progress_bar() as progress:
+        result = analyze(path, use_cache=not args.no_cache, steps=args.steps, progress=progress,
+                         scheduler=args.scheduler)
+    for failure in result.failed:
+        err.print(f"traceagent: warning: {failure.file}: {failure.error} (skipped; the other ranks were analysed)",
+                  markup=False)
+    return result
 
 
 def step_pattern(text: str) -> re.Pattern:
@@ -106,7 +112,7 @@ def info_dict(job: Job) -> dict:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    job = load_job(args.path, not args.no_cache)
+    job = load_job(args.path, not args.no_cache, args.scheduler)
     data = info_dict(job)
     if args.json:
         out.print_json(json.dumps(data))
@@ -133,7 +139,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    result = analyze_path(args.path, not args.no_cache, args.steps)
+    result = analyze_path(args.path, args)
     if getattr(args, "json", False):
         out.print_json(json.dumps(result.to_dict(), allow_nan=False))
     else:
@@ -188,7 +194,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             err.print("traceagent: error: --llm needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL for a local "
                       "server (the report without --llm needs none)", markup=False)
             return 2
-    result = analyze_path(args.path, not args.no_cache, args.steps)
+    result = analyze_path(args.path, args)
     if args.llm:
         summary = llm_summary(result, config)
         if summary is None:
@@ -248,8 +254,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .detect.diff import diff
     from .report.markdown import render_diff_markdown
 
-    before = analyze_path(args.before, not args.no_cache, args.steps)
-    after = analyze_path(args.after, not args.no_cache, args.steps)
+    before = analyze_path(args.before, args)
+    after = analyze_path(args.after, args)
     result = diff(before, after)
     if args.json:
         out.print_json(json.dumps(result.to_dict(), allow_nan=False))
@@ -273,8 +279,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from .agent.tools import AnalysisContext
 
     config = load_config()
-    analysis = analyze_path(args.path, not args.no_cache, args.steps)
-    other = analyze_path(args.compare, not args.no_cache, args.steps) if args.compare else None
+    analysis = analyze_path(args.path, args)
+    other = analyze_path(args.compare, args) if args.compare else None
     session = Session(AnalysisContext(analysis, other), make_chat_model(config) if config else None, config)
     if args.verbose:
         err.print(session.describe_model(), style="dim", markup=False)
@@ -318,9 +324,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     config = load_config()
     for path in (args.path, getattr(args, "compare", None)):
-        if path and not os.path.exists(path):
-            err.print(f"traceagent: error: {path}: no such file or directory", markup=False)
-            return 2
+        if path:
+            resolve(path)  # a missing path is one line and exit 2 here, not an error inside the app
     app = TraceAgentApp(args.path, compare=getattr(args, "compare", None),
                         model=make_chat_model(config) if config else None, config=config, use_cache=not args.no_cache,
                         steps=args.steps.pattern if args.steps else None)
@@ -342,7 +347,7 @@ def cmd_annotate(args: argparse.Namespace) -> int:
 
     from .report.annotate import annotate
 
-    result = analyze_path(args.path, not args.no_cache, args.steps)
+    result = analyze_path(args.path, args)
     try:
         added = annotate(result, Path(args.output))
     except OSError as exc:
@@ -382,8 +387,14 @@ def build_parser() -> argparse.ArgumentParser:
         """A command; `json` only where the command prints data (elsewhere --json is a usage error)."""
         p = sub.add_parser(name, help=help, description=help, formatter_class=RichHelpFormatter)
         if path:
-            p.add_argument("path", help="trace file (.json, .json.gz, .sqlite) or a directory of per-rank traces")
+            p.add_argument("path", help="trace file (.json, .json.gz, .sqlite), a directory of per-rank traces, or a "
+                                        "quoted glob of rank files ('run/rank*.json'); local, or a URL (s3://…) "
+                                        "where its fsspec package is installed")
         p.add_argument("--no-cache", action="store_true", help="parse the trace again instead of reading the cache")
+        p.add_argument("--scheduler", metavar="WHERE", default=None,
+                           help="where the ranks of a job are analysed: auto (default, or $TRACEAGENT_SCHEDULER): a "
+                                "Dask cluster on this machine for large multi-rank jobs; local; none (this process); "
+                                "or a Dask scheduler's address (tcp://host:8786)")
         if name != "info":
             p.add_argument("--steps", type=step_pattern, metavar="REGEX",
                            help="host ranges (record_function / NVTX) whose names match REGEX are the iterations "
@@ -437,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (TraceError, ConfigError) as exc:
+    except (TraceError, ConfigError, SchedulerError) as exc:
         err.print(f"traceagent: error: {exc}", markup=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:

@@ -13,3 +13,7 @@ class TraceError(Exception):
     def __str__(self) -> str:
         text = f"{self.path}: {self.problem}"
         return f"{text}. {self.hint}" if self.hint else text
+
+
+class SchedulerError(Exception):
+    """The Dask scheduler named by --scheduler cannot be used. The CLI prints it as one line and exits 2."""

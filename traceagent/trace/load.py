@@ -9,20 +9,17 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import TraceError
+from ..tasks import Progress, run_per_file, scheduler_for
 from . import cache, storage
 from .kineto import load_kineto
 from .model import Job, Trace, TraceMeta
-from .normalize import derive_steps, split_ranks
+from .normalize import split_ranks, with_step_pattern
 from .nsys import load_nsys
-
-#: progress(done, total, what): called as files finish loading
-Progress = Callable[[int, int, str], None]
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -156,12 +153,12 @@ def _check_file(path: str) -> None:
 
 
 def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: bool = True,
-         progress: Progress | None = None, workers: int | None = None) -> Job:
+         progress: Progress | None = None, scheduler: str | None = None) -> Job:
     """Load a trace file, a directory of per-rank traces, a glob or a list of files into a Job
     (one Trace per rank), every rank in this process's memory. `traceagent.analyze` does not need
     this: it analyses rank by rank and keeps only the results."""
     path, files, notes = resolve(source)
-    loaded = _load_files(files, use_cache, progress, workers)
+    loaded = _load_files(files, use_cache, progress, scheduler)
     # a merged multi-rank file becomes its ranks (each already knows its rank)
     traces, origins = [], []
     for file, trace in zip(files, loaded):
@@ -175,30 +172,15 @@ def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: boo
     return Job(path=path, traces=sorted(traces, key=lambda t: t.meta.rank))
 
 
-def _load_files(files: list[str], use_cache: bool, progress: Progress | None, workers: int | None) -> list[Trace]:
+def _load_files(files: list[str], use_cache: bool, progress: Progress | None, scheduler: str | None) -> list[Trace]:
     """Cached files are read here (Parquet is fast, and pickling frames back from a worker would
-    cost more than reading them); the rest are parsed in parallel processes."""
-    total = len(files)
+    cost more than reading them); the rest are parsed where `scheduler` says (tasks.scheduler_for)."""
     traces: list[Trace | None] = [cache.read(f) if use_cache else None for f in files]
-    missing = [i for i, t in enumerate(traces) if t is None]
-    done = total - len(missing)
-    if progress:
-        progress(done, total, storage.name(files[missing[0]] if missing else files[-1]))
-    if len(missing) <= 1 or (workers or os.cpu_count() or 1) == 1:
-        for i in missing:
-            traces[i] = load_file(files[i], use_cache)
-            done += 1
-            if progress:
-                progress(done, total, storage.name(files[i]))
-        return traces  # type: ignore[return-value]
-    with ProcessPoolExecutor(max_workers=workers or min(len(missing), os.cpu_count() or 1)) as pool:
-        futures = {i: pool.submit(load_file, files[i], use_cache) for i in missing}
-        for i, future in futures.items():
-            traces[i] = future.result()  # a TraceError names its own file
-            done += 1
-            if progress:
-                progress(done, total, storage.name(files[i]))
-    return traces  # type: ignore[return-value]
+    missing = [f for f, t in zip(files, traces) if t is None]
+    where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in missing])
+    parsed = iter(run_per_file(load_file, missing, scheduler=where, progress=progress, name=storage.name,
+                               use_cache=use_cache))
+    return [t if t is not None else next(parsed) for t in traces]
 
 
 @dataclass(frozen=True)
@@ -220,9 +202,7 @@ class RankSource:
 @functools.lru_cache(maxsize=2)  # the rank a conversation is about, and one more: never the whole job
 def _reload(source: RankSource) -> Trace:
     trace = split_ranks(load_file(source.file, source.use_cache))[source.part]
-    if source.steps is not None:
-        trace = replace(trace, steps=derive_steps(trace.gpu, trace.cpu, source.steps))
-    return trace
+    return with_step_pattern(trace, source.steps) if source.steps is not None else trace
 
 
 def assign_ranks(path: str, files: list[str], metas: list[TraceMeta]) -> list[int]:

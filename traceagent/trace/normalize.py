@@ -276,6 +276,11 @@ def _step_ranges(cpu: pd.DataFrame, pattern: re.Pattern, kinds: tuple[str, ...])
     return host
 
 
+def with_step_pattern(trace: Trace, pattern: re.Pattern) -> Trace:
+    """The trace with steps taken from the host ranges whose names match `pattern` (`--steps`)."""
+    return replace(trace, steps=derive_steps(trace.gpu, trace.cpu, pattern))
+
+
 def split_ranks(trace: Trace) -> list[Trace]:
     """A merged multi-rank file (events tagged with their rank) as one Trace per rank; any other
     trace as itself. Untagged events (process metadata, flows) stay with no rank."""

@@ -1,0 +1,117 @@
+"""Ranks analysed as Dask tasks: the same results as in this process, a bad rank reported while
+the others are analysed, rank files read through fsspec. The jobs are built here by
+test_multigpu.write_job, whose expected straggler and causes are worked out there by hand."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import fsspec
+import pytest
+from distributed import LocalCluster
+from test_multigpu import write_job
+
+import traceagent
+from traceagent import tasks
+from traceagent.agent.tools import AnalysisContext, build_tools
+from traceagent.cli import main
+from traceagent.detect.analysis import RankFailure
+from traceagent.tasks import SMALL_JOB_BYTES, scheduler_for
+from traceagent.trace import cache
+
+RANKS, LATE = 16, 11
+
+
+@pytest.fixture(scope="module")
+def cluster(session_cache_dir):
+    # workers start before any test's environment is set: give them the session's cache
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=logging.ERROR, env={"TRACEAGENT_CACHE_DIR": str(session_cache_dir)}) as c:
+        yield c.scheduler_address
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    return write_job(tmp_path_factory.mktemp("job") / "run", late_rank=LATE, how="dataloader", ranks=RANKS)
+
+
+def test_ranks_on_a_cluster_give_what_this_process_gives(job, cluster):
+    here = traceagent.analyze(job, scheduler="none", use_cache=False)
+    there = traceagent.analyze(job, scheduler=cluster, use_cache=False)
+    assert [r.rank for r in there.ranks] == list(range(RANKS))
+    assert there.to_dict() == here.to_dict()
+    c = there.comparison
+    assert (c.straggler, c.straggler_cause, there.verdict.root_cause) == (LATE, "dataloader", "straggler")
+    # the workers sent back results, not events: this process holds no rank's frames
+    assert all(r.loaded is None for r in there.ranks) and all(r.loaded is not None for r in here.ranks)
+
+
+def test_a_query_past_the_results_loads_that_rank_again(job, cluster):
+    there = build_tools(AnalysisContext(traceagent.analyze(job, scheduler=cluster)))
+    # each worker cached the ranks it parsed, where TRACEAGENT_CACHE_DIR says on that worker
+    assert all(cache.read(str(f)) is not None for f in job.iterdir())
+    here = build_tools(AnalysisContext(traceagent.analyze(job, scheduler="none")))
+    for query in ({"rank": LATE, "device": 0, "top": 3}, {"rank": 2, "name_filter": "sgemm"}):
+        mine, theirs = ({t.name: t for t in tools}["hot_kernels"].invoke(query) for tools in (here, there))
+        assert json.loads(theirs) == json.loads(mine)
+
+
+def test_a_corrupt_rank_is_reported_and_the_others_analysed(tmp_path, cluster, capsys):
+    folder = write_job(tmp_path / "run", late_rank=LATE, ranks=RANKS)
+    (folder / "rank5.json").write_bytes(b"\x00\x01 not a trace")
+    analysis = traceagent.analyze(folder, scheduler="local", use_cache=False)  # a cluster of its own
+    assert [r.rank for r in analysis.ranks] == [r for r in range(RANKS) if r != 5]
+    assert analysis.failed == [RankFailure(str(folder / "rank5.json"), "not a trace file. Expected PyTorch Profiler "
+                                           "JSON (.json/.json.gz) or an Nsight Systems .sqlite export.")]
+    assert analysis.comparison.straggler == LATE
+    assert analysis.to_dict()["trace"]["failed_ranks"] == [{"file": str(folder / "rank5.json"),
+                                                            "error": analysis.failed[0].error}]
+    # the command goes on too, with one line on stderr
+    assert main(["analyze", str(folder), "--scheduler", cluster, "--no-cache"]) == 0
+    assert f"warning: {folder / 'rank5.json'}: not a trace file" in capsys.readouterr().err
+
+
+def test_a_job_with_no_good_rank_is_one_error(tmp_path, capsys):
+    for rank in range(2):
+        (tmp_path / f"rank{rank}.json").write_text("{}")
+    assert main(["analyze", str(tmp_path), "--scheduler", "none"]) == 2
+    assert capsys.readouterr().err.startswith(f"traceagent: error: {tmp_path}: no rank file could be analysed")
+
+
+def test_ranks_read_through_an_fsspec_filesystem(tmp_path):
+    job = write_job(tmp_path / "run", late_rank=2, ranks=4)
+    fs = fsspec.filesystem("memory")
+    for path in sorted(job.iterdir()):
+        fs.pipe(f"/run19/{path.name}", path.read_bytes())
+    local = traceagent.analyze(job, scheduler="none").to_dict()
+    assert local["comparison"]["straggler"] == 2
+    for source in ("memory://run19", "memory://run19/rank*.json", [f"memory://run19/rank{r}.json" for r in range(4)]):
+        remote = traceagent.analyze(source, scheduler="none").to_dict()
+        assert [r["verdict"] for r in remote["ranks"]] == [r["verdict"] for r in local["ranks"]]
+        assert remote["comparison"] == local["comparison"]
+
+
+def test_a_glob_of_rank_files_on_the_command_line(job, capsys):
+    assert main(["analyze", str(job / "rank1*.json"), "--json", "--scheduler", "none"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in data["ranks"]] == [1, 10, 11, 12, 13, 14, 15]
+
+
+def test_a_scheduler_that_is_not_there_is_one_line(job, capsys, monkeypatch):
+    monkeypatch.setattr(tasks, "CONNECT_TIMEOUT_S", 1)
+    assert main(["analyze", str(job), "--scheduler", "tcp://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("traceagent: error: cannot reach the Dask scheduler at tcp://127.0.0.1:9")
+    assert "Traceback" not in err
+
+
+def test_where_ranks_run_by_default(monkeypatch):
+    monkeypatch.delenv("TRACEAGENT_SCHEDULER", raising=False)
+    assert scheduler_for(None, [SMALL_JOB_BYTES]) is None  # one file: nothing to spread
+    assert scheduler_for(None, [1 << 20] * 4) is None  # small: starting workers costs more
+    assert scheduler_for(None, [SMALL_JOB_BYTES // 2] * 2) == "local"
+    assert scheduler_for("none", [SMALL_JOB_BYTES] * 8) is None
+    monkeypatch.setenv("TRACEAGENT_SCHEDULER", "tcp://scheduler:8786")
+    assert scheduler_for(None, [1]) == "tcp://scheduler:8786"
