@@ -4,6 +4,7 @@
     pip install orjson holistictraceanalysis    # optional: HTA may want its own venv (--hta-python)
     python tools/bench.py --sizes 10MB 100MB 1GB --ranks-case 8x100MB --runs 3
     python tools/bench.py --real tests/data/param/resnet_kineto.json.gz --sizes 200MB 1GB --ranks-case ''
+    python tools/bench.py --dask-ranks 32 64 256 --rank-size 20MB --runs 1
 
 With --real, the traces are a real trace tiled to each size instead of synthetic ones: copies
 one after another in time, with fresh correlation, external and flow ids, so every copy links as
@@ -16,6 +17,10 @@ reports wall time and peak RSS (median of --runs): (a) orjson.loads of the file,
 any Python reader that builds objects; (b) traceagent load without cache; (c) load from cache;
 (d) the full `analyze --json`; (e) HTA loading the trace and computing its temporal, idle-time
 and kernel breakdowns. Then the ratios: ours/floor, HTA/ours, cached/uncached, RSS/file size.
+
+With --dask-ranks, jobs of that many synthetic ranks (a planted straggler among them) are analysed
+on a LocalCluster: wall time against the sum of the ranks' orjson.loads floors over the worker
+count, the driver's peak RSS and the largest worker's, and whether the straggler was found.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from synth_trace import parse_size, synthesize  # noqa: E402
 _PRELUDE = "import json, resource, sys, time, os\nPATH = sys.argv[1]\n"
 _REPORT = ("\nprint(json.dumps({'wall_s': time.perf_counter() - t0, "
            "'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
-           "'worker_rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))\n")
+           "'worker_rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, "
+           "'found': globals().get('FOUND')}))\n")
 CASES = {
     "floor": ("import orjson\n"
               "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
@@ -54,6 +60,11 @@ CASES = {
     "load_cached": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH)"),
     "analyze": ("import traceagent\nfrom traceagent import analyze\nt0 = time.perf_counter()\n"
                 "out = json.dumps(analyze(traceagent.load(PATH, use_cache=False)).to_dict())"),
+    # a rank directory on a LocalCluster: the driver's RSS is RUSAGE_SELF, the largest worker's
+    # RUSAGE_CHILDREN (the workers are this process's children, reaped when the cluster closes)
+    "dask": ("import traceagent\nt0 = time.perf_counter()\n"
+             "a = traceagent.analyze(PATH, use_cache=False, scheduler='local')\nout = json.dumps(a.to_dict())\n"
+             "FOUND = {'ranks': len(a.ranks), 'straggler': a.comparison.straggler}"),
     "hta": ("import logging, warnings\nlogging.disable(logging.WARNING)\nwarnings.simplefilter('ignore')\n"
             "from hta.trace_analysis import TraceAnalysis\nimport tempfile\n"
             "t0 = time.perf_counter()\nfolder = PATH\n"
@@ -81,7 +92,8 @@ def measure(case: str, path: Path, python: str, runs: int, timeout: int, cache_d
     return {"wall_s": statistics.median(r["wall_s"] for r in results),
             "rss_mb": statistics.median(r["rss_mb"] for r in results),
             # parallel loads: the largest worker process's peak (RUSAGE_CHILDREN)
-            "worker_rss_mb": statistics.median(r["worker_rss_mb"] for r in results)}
+            "worker_rss_mb": statistics.median(r["worker_rss_mb"] for r in results),
+            "found": results[-1].get("found")}
 
 
 _ID_KEYS = ("correlation", "External id", "external id", "Record function id", "Ev Idx")
@@ -168,6 +180,48 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def dask_rows(counts: list[int], rank_size: int, args) -> list[dict]:
+    """Rank directories of synthetic ranks with a planted straggler, analysed on a LocalCluster:
+    wall time against the floor (the sum of each rank's orjson.loads, over the worker count),
+    the driver's and the largest worker's peak RSS."""
+    workers = os.cpu_count() or 1
+    rows = []
+    for n in counts:
+        folder = args.workdir / f"dask-{n}x{rank_size // 10**6}MB"
+        straggler = (2 * n) // 3
+        if not folder.exists():
+            started = time.perf_counter()
+            tmp = folder.with_name(folder.name + ".tmp")
+            tmp.mkdir(exist_ok=True)
+            for rank in range(n):
+                synthesize(tmp / f"rank-{rank}.json", rank_size, rank=rank, world=n, straggler=straggler)
+            tmp.rename(folder)
+            print(f"wrote {folder} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+        cache_dir = tempfile.mkdtemp(prefix="bench-cache-")
+        floor = measure("floor", folder, sys.executable, 1, args.timeout, cache_dir)
+        ours = measure("dask", folder, sys.executable, args.runs, args.timeout, cache_dir)
+        row = {"ranks": n, "mb": size_of(folder) / 1e6, "workers": workers, "planted": straggler,
+               "floor_sum_s": floor.get("wall_s"), "dask": ours}
+        print(f"  {n} ranks: {row}", file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+def dask_table(rows: list[dict]) -> str:
+    lines = ["| ranks | MB | workers | floor sum s | floor/workers s | wall s | wall/floor ratio | driver RSS MB "
+             "| largest worker RSS MB | straggler found (planted) |", "|" + "---|" * 10]
+    for r in rows:
+        d, per = r["dask"], r["floor_sum_s"] / r["workers"]
+        if "error" in d:
+            lines.append(f"| {r['ranks']} | {r['mb']:.0f} | {r['workers']} | {r['floor_sum_s']:.1f} | {per:.1f} | "
+                         f"{d['error']} | - | - | - | - |")
+            continue
+        lines.append(f"| {r['ranks']} | {r['mb']:.0f} | {r['workers']} | {r['floor_sum_s']:.1f} | {per:.1f} | "
+                     f"{d['wall_s']:.1f} | {d['wall_s'] / per:.2f} | {d['rss_mb']:.0f} | {d['worker_rss_mb']:.0f} | "
+                     f"{d['found']['straggler']} ({r['planted']}) |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", nargs="*", default=["10MB", "100MB", "1GB"])
@@ -180,6 +234,10 @@ def main() -> int:
     parser.add_argument("--skip-hta", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--real", type=Path, help="tile this real Kineto trace to each size instead of synthesizing")
+    parser.add_argument("--dask-ranks", type=int, nargs="*", default=[],
+                        help="rank counts of synthetic jobs with a planted straggler to analyse on a LocalCluster "
+                             "(32 64 256); only these run when given")
+    parser.add_argument("--rank-size", default="20MB", help="each rank's size in the --dask-ranks jobs")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     check = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True)
@@ -187,6 +245,13 @@ def main() -> int:
         print(f"bench: holistictraceanalysis is not importable by {args.hta_python}: HTA column skipped",
               file=sys.stderr)
         args.skip_hta = True
+    if args.dask_ranks:
+        rows = dask_rows(args.dask_ranks, parse_size(args.rank_size), args)
+        print(f"\n{os.cpu_count()} cores; wall is the median of {args.runs} fresh-process runs\n")
+        print(dask_table(rows))
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2))
+        return 0
     rows = []
     for text in args.sizes:
         size = parse_size(text)

@@ -75,8 +75,11 @@ class Writer:
 class Step:
     """Builds one training step's events; times in µs with ns fractions, as current Kineto writes."""
 
-    def __init__(self, rng: random.Random, plant: str | None, state: dict) -> None:
+    def __init__(self, rng: random.Random, plant: str | None, state: dict, slower_us: float = 0.0,
+                 waiting_us: float = 0.0) -> None:
         self.rng, self.plant, self.state = rng, plant, state
+        self.slower_us = slower_us  # a straggler's GPU: each forward/backward kernel this much longer
+        self.waiting_us = waiting_us  # the other ranks: each all-reduce this much longer, waiting for it
         self.events: list[dict] = []
 
     def _id(self, key: str) -> int:
@@ -147,7 +150,7 @@ class Step:
                 dur = rng.uniform(1.5, 3.0)
             elif plant == "compute":
                 dur = dur * 6
-            dur *= rng.uniform(0.8, 1.2)
+            dur = dur * rng.uniform(0.8, 1.2) + self.slower_us
             tid = BWD if i > kernels_per_step // 2 else MAIN  # backward runs on the autograd thread
             t = self.launch(t, name, op, dur, tid=tid)
             if i % 50 == 25:
@@ -157,7 +160,7 @@ class Step:
                        device=0, context=1, stream=7, correlation=corr, bytes=4096)
                 t += 4
         # gradient all-reduce on the communication stream
-        comm_dur = self.state["gpu"] - step_start if plant == "comm" else rng.uniform(200, 400)
+        comm_dur = (self.state["gpu"] - step_start if plant == "comm" else rng.uniform(200, 400)) + self.waiting_us
         comm_start = self.state["gpu"]
         self.launch(t, NCCL, "nccl:all_reduce", comm_dur, stream=20)
         # the optimizer waits for the gradients (cudaStreamWaitEvent on the all-reduce), as in DDP
@@ -179,16 +182,21 @@ class Step:
 
 
 def synthesize(out: Path, size: int, plant: str | None = None, seed: int = 0, rank: int = 0, world: int = 1,
-               kernels_per_step: int = 400) -> Path:
-    """Write one rank's trace of about `size` bytes (uncompressed)."""
-    rng = random.Random(seed * 1000 + rank)
+               kernels_per_step: int = 400, straggler: int | None = None, slower_us: float = 12.0) -> Path:
+    """Write one rank's trace of about `size` bytes (uncompressed). With `straggler`, every rank
+    draws the same durations (data-parallel ranks run the same steps); the straggler's kernels run
+    `slower_us` longer each, and every other rank waits that much per kernel in each all-reduce,
+    so the ranks' all-reduces end together, as collectives do."""
+    rng = random.Random(seed * 1000 + (rank if straggler is None else 0))
+    late = {} if straggler is None else (
+        {"slower_us": slower_us} if rank == straggler else {"waiting_us": slower_us * kernels_per_step})
     state = {"ext": 0, "corr": 0, "py": 0, "gpu": 0.0}
     writer = Writer(out, rank, world)
     t = 1_700_000_000_000.0 + rank * 3.217  # µs, with ns fractions as current traces have
     state["gpu"] = t
     number = 1
     while writer.bytes < size:
-        step = Step(rng, plant, state)
+        step = Step(rng, plant, state, **late)
         t = step.build(number, t, kernels_per_step)
         writer.events(step.events)
         number += 1
