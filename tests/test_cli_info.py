@@ -158,11 +158,14 @@ def test_nsys_rep_without_nsys_names_the_export_command(tmp_path, capsys, monkey
 
 
 def test_rank_directory_with_one_bad_file_names_that_file(tmp_path, capsys):
+    # the bad rank is named, and the good ones are still described
     for src in sorted(DLRM_8RANK.iterdir())[:2]:
         shutil.copy(src, tmp_path / src.name)
     (tmp_path / "worker9.json").write_text("not json")
-    code, _, err = run_cli("info", str(tmp_path), capsys=capsys)
-    assert code == 2 and "worker9.json: not a trace file" in err
+    code, out, err = run_cli("info", str(tmp_path), "--json", capsys=capsys)
+    assert code == 0 and f"warning: {tmp_path / 'worker9.json'}: not a trace file" in err
+    data = json.loads(out)
+    assert data["ranks"] == 2 and [f["file"] for f in data["failed_ranks"]] == [str(tmp_path / "worker9.json")]
 
 
 def test_console_script_exit_code_on_bad_input(tmp_path):

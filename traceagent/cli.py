@@ -23,12 +23,10 @@ from rich_argparse import RichHelpFormatter
 from . import __version__
 from .api import analyze
 from .detect.analysis import Analysis
-from .detect.view import device_views, us, wall_span_ns
 from .errors import SchedulerError, TraceError
 from .format import duration
 from .report.terminal import print_analysis
-from .trace.load import load, resolve
-from .trace.model import Job
+from .trace.load import resolve
 
 EXAMPLE_TRACE = "resnet50_num_workers_0.pt.trace.json.gz"
 
@@ -65,16 +63,11 @@ def _progress_bar() -> Iterator:
         yield update
 
 
-def load_job(path: str, use_cache: bool, scheduler: str | None = None) -> Job:
-    with _progress_bar() as progress:
-        return load(path, use_cache=use_cache, progress=progress, scheduler=scheduler)
-
-
 def analyze_path(path: str, args: argparse.Namespace) -> Analysis:
     """Analyze with a progress bar on a terminal, with the options every command shares (--no-cache,
     --steps, --scheduler); a line on stderr for each rank file that failed."""
     with _progress_bar() as progress:
-        result = analyze(path, use_cache=not args.no_cache, steps=args.steps, progress=progress,
+        result = analyze(path, use_cache=not args.no_cache, steps=getattr(args, "steps", None), progress=progress,
                          scheduler=args.scheduler)
     for failure in result.failed:
         err.print(f"traceagent: warning: {failure.file}: {failure.error} (skipped; the other ranks were analysed)",
@@ -90,34 +83,34 @@ def step_pattern(text: str) -> re.Pattern:
         raise argparse.ArgumentTypeError(f"not a regular expression ({exc})") from None
 
 
-def info_dict(job: Job) -> dict:
-    """What `info` reports, as plain data."""
+def info_dict(analysis: Analysis) -> dict:
+    """What `info` reports, as plain data: read from the analysis, so each GPU's span is the
+    number `analyze` gives, and a job's ranks are read where they are analysed (Dask for large ones)."""
     ranks = []
-    for trace in job.traces:
-        # the same device views `analyze` measures, so each GPU's span is the same number there
-        views = device_views(trace)
+    for r in analysis.ranks:
+        b = r.breakdown
         ranks.append({
-            "rank": trace.meta.rank,
-            "path": trace.meta.path,
-            "devices": {str(k): v for k, v in trace.meta.devices.items()},
-            "span_us": us(wall_span_ns(views)),
-            "device_spans_us": {str(v.device): us(v.span_ns) for v in views},
-            "has_device_activity": trace.has_device_activity,
-            "counts": trace.counts(),
-            "profiler": trace.meta.profiler,
-            "warnings": trace.meta.warnings,
+            "rank": r.rank,
+            "path": r.meta.path,
+            "devices": {str(k): v for k, v in r.meta.devices.items()},
+            "span_us": b.total.span_us if b.devices else 0.0,
+            "device_spans_us": {str(d): part.span_us for d, part in b.devices.items()},
+            "has_device_activity": r.findings.has_device_activity,
+            "counts": r.counts,
+            "profiler": r.meta.profiler,
+            "warnings": r.meta.warnings,
         })
-    return {"path": job.path, "format": job.format, "ranks": len(job.traces),
-            "world_size": job.traces[0].meta.world_size, "traces": ranks}
+    return {"path": analysis.path, "format": analysis.format, "ranks": len(analysis.ranks),
+            "world_size": analysis.ranks[0].meta.world_size, "traces": ranks,
+            "failed_ranks": [f.to_dict() for f in analysis.failed]}
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    job = load_job(args.path, not args.no_cache, args.scheduler)
-    data = info_dict(job)
+    data = info_dict(analyze_path(args.path, args))
     if args.json:
         out.print_json(json.dumps(data))
         return 0
-    say(f"[bold]{escape(job.path)}[/]  ({data['format']}, {data['traces'][0]['profiler']})")
+    say(f"[bold]{escape(data['path'])}[/]  ({data['format']}, {data['traces'][0]['profiler']})")
     table = Table("rank", "GPU", "span", "kernels", "memcpys", "memsets", "host calls", "steps",
                   title=f"{data['ranks']} rank(s)" + (f" of world size {data['world_size']}" if data['world_size'] else "")
                   + "; each GPU over its own span")

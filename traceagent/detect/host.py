@@ -38,11 +38,19 @@ def sync_calls(trace: Trace) -> pd.DataFrame:
     return rows.sort_values("end", kind="stable")
 
 
+_CALLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def calls_by_correlation(trace: Trace) -> pd.DataFrame:
-    """Runtime and driver calls indexed by correlation id: the host side of each device activity."""
+    """Runtime and driver calls indexed by correlation id: the host side of each device activity.
+    Built once per trace (every detector and each gap's evidence asks); callers must not modify it."""
+    if (found := _CALLS.get(trace)) is not None:
+        return found
     cpu = trace.cpu
     calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy() & (cpu["correlation"] >= 0).to_numpy()]
-    return calls.drop_duplicates("correlation").set_index("correlation")
+    found = calls.drop_duplicates("correlation").set_index("correlation")
+    _CALLS[trace] = found
+    return found
 
 
 def _ops(trace: Trace) -> pd.DataFrame:
