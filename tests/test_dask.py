@@ -115,3 +115,12 @@ def test_where_ranks_run_by_default(monkeypatch):
     assert scheduler_for("none", [SMALL_JOB_BYTES] * 8) is None
     monkeypatch.setenv("TRACEAGENT_SCHEDULER", "tcp://scheduler:8786")
     assert scheduler_for(None, [1]) == "tcp://scheduler:8786"
+
+
+def test_the_report_names_a_rank_it_could_not_analyse(tmp_path):
+    from traceagent.report.markdown import render_markdown
+
+    folder = write_job(tmp_path / "run", ranks=2)
+    (folder / "rank7.json").write_text("[")
+    report = render_markdown(traceagent.analyze(folder, scheduler="none"))
+    assert f"> Not analysed: `{folder / 'rank7.json'}`:" in report and "2 rank(s)" in report

@@ -198,7 +198,8 @@ class Analysis:
             "schema_version": SCHEMA_VERSION,
             "trace": {"path": self.path, "format": self.format, "ranks": len(self.ranks),
                       "world_size": self.ranks[0].meta.world_size, "devices": devices,
-                      "warnings": [w for r in self.ranks for w in r.meta.warnings],
+                      # a note on the job (a sub-directory's choice) is on every rank: said once
+                      "warnings": list(dict.fromkeys(w for r in self.ranks for w in r.meta.warnings)),
                       "failed_ranks": [f.to_dict() for f in self.failed]},
             "ranks": [r.to_dict() for r in self.ranks],
             "comparison": self.comparison.to_dict() if self.comparison else None,

@@ -51,6 +51,8 @@ def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
            f"{t['format']} trace, {t['ranks']} rank(s), devices: {md_literal(', '.join(t['devices'])) or 'none'}."]
     for warning in t["warnings"]:
         out.append(f"\n> Warning: {md_literal(warning)}")
+    for failed in t["failed_ranks"]:
+        out.append(f"\n> Not analysed: {code(failed['file'])}: {md_literal(failed['error'])} (the other ranks were)")
     out += ["", "## Verdict", ""]
     if v["limiter"]:
         out.append(f"**{md_literal(v['headline'])}**  ")
