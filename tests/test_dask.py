@@ -39,8 +39,12 @@ def job(tmp_path_factory) -> Path:
 
 def test_ranks_on_a_cluster_give_what_this_process_gives(job, cluster):
     here = traceagent.analyze(job, scheduler="none", use_cache=False)
-    there = traceagent.analyze(job, scheduler=cluster, use_cache=False)
+    progress = []
+    there = traceagent.analyze(job, scheduler=cluster, use_cache=False, progress=lambda *p: progress.append(p))
     assert [r.rank for r in there.ranks] == list(range(RANKS))
+    # progress as ranks finish, in whatever order they do: each count once, each file once
+    assert [p[:2] for p in progress] == [(done, RANKS) for done in range(RANKS + 1)]
+    assert sorted(p[2] for p in progress[1:]) == sorted(f.name for f in job.iterdir())
     assert there.to_dict() == here.to_dict()
     c = there.comparison
     assert (c.straggler, c.straggler_cause, there.verdict.root_cause) == (LATE, "dataloader", "straggler")
@@ -53,8 +57,10 @@ def test_a_query_past_the_results_loads_that_rank_again(job, cluster):
     # each worker cached the ranks it parsed, where TRACEAGENT_CACHE_DIR says on that worker
     assert all(cache.read(str(f)) is not None for f in job.iterdir())
     here = build_tools(AnalysisContext(traceagent.analyze(job, scheduler="none")))
-    for query in ({"rank": LATE, "device": 0, "top": 3}, {"rank": 2, "name_filter": "sgemm"}):
-        mine, theirs = ({t.name: t for t in tools}["hot_kernels"].invoke(query) for tools in (here, there))
+    for tool, query in (("hot_kernels", {"rank": LATE, "device": 0, "top": 3}),
+                        ("hot_kernels", {"rank": 2, "name_filter": "sgemm"}),
+                        ("idle_gaps", {"rank": 3, "min_us": 100})):  # the gaps, classified again
+        mine, theirs = ({t.name: t for t in tools}[tool].invoke(query) for tools in (here, there))
         assert json.loads(theirs) == json.loads(mine)
 
 

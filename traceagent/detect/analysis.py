@@ -58,12 +58,12 @@ class EventSource(Protocol):
 @dataclass(frozen=True)
 class RankAnalysis:
     """One rank's results. They hold no events: `trace` is the rank's Trace where it was analysed
-    in this process, else loaded again from `source` when a narrower query needs its events."""
+    in this process, else loaded again from `source` when a narrower query needs its events; the
+    classified gaps likewise (they grow with the trace, and the cross-rank step does not read them)."""
 
     rank: int | None
     params: AnalysisParams
     meta: TraceMeta
-    gaps: pd.DataFrame  # every classified gap of every device (see idle.trace_gaps); ns on the trace clock
     breakdown: BreakdownResult
     findings: Findings
     verdict: Verdict
@@ -73,6 +73,12 @@ class RankAnalysis:
     step_numbers: list[int]  # the steps the trace has
     source: EventSource | None = None
     loaded: Trace | None = field(default=None, repr=False, compare=False)
+    kept_gaps: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def gaps(self) -> pd.DataFrame:
+        """Every classified gap of every device (see idle.trace_gaps); ns on the trace clock."""
+        return self.kept_gaps if self.kept_gaps is not None else trace_gaps(self.trace, self.params.idle)
 
     @property
     def trace(self) -> Trace:
@@ -85,7 +91,7 @@ class RankAnalysis:
 
     def without_events(self) -> RankAnalysis:
         """The results alone: what a worker sends back."""
-        return replace(self, loaded=None)
+        return replace(self, loaded=None, kept_gaps=None)
 
     def with_rank(self, rank: int) -> RankAnalysis:
         """The same results under the rank the job settled on (a file name can say it)."""
@@ -223,10 +229,11 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
     findings = replace(findings, flops=detect_flops(trace, breakdown.total.span_us, len(breakdown.devices)),
                        memory=detect_memory(trace, gaps), graphs=detect_graphs(trace),
                        annotations=detect_annotations(trace, gaps, breakdown.total.busy_us))
-    return RankAnalysis(trace.meta.rank, params, trace.meta, gaps, breakdown, findings, verdict,
+    return RankAnalysis(trace.meta.rank, params, trace.meta, breakdown, findings, verdict,
                         rank_timeline(trace, gaps, breakdown.total), counts=trace.counts(),
                         streams=sorted(int(s) for s in trace.gpu["stream"].unique()),
-                        step_numbers=[int(s) for s in trace.steps["step"]], source=source, loaded=trace)
+                        step_numbers=[int(s) for s in trace.steps["step"]], source=source, loaded=trace,
+                        kept_gaps=gaps)
 
 
 def analyze_job(job: Job, params: AnalysisParams = AnalysisParams()) -> Analysis:

@@ -125,7 +125,7 @@ def resolve(source: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[st
             raise TraceError("(no files)", "an empty list of trace files")
         for file in files:
             _check_file(file)
-        return f"{len(files)} files from {files[0]}", files, []
+        return files[0] if len(files) == 1 else f"{len(files)} files from {files[0]}", files, []
     path = os.fspath(source)
     if storage.has_glob(path) and not storage.exists(path):
         files = [f for f in storage.glob(path) if _is_trace_name(f)]
