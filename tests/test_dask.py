@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import fsspec
@@ -130,3 +132,15 @@ def test_the_report_names_a_rank_it_could_not_analyse(tmp_path):
     (folder / "rank7.json").write_text("[")
     report = render_markdown(traceagent.analyze(folder, scheduler="none"))
     assert f"> Not analysed: `{folder / 'rank7.json'}`:" in report and "2 rank(s)" in report
+
+
+def test_a_script_read_from_stdin_analyses_in_its_own_process(job):
+    # spawned workers would import the main script again, and stdin is not a file: no workers,
+    # one warning, the same analysis
+    script = ("import traceagent\n"
+              f"a = traceagent.analyze({str(job)!r}, scheduler='local', use_cache=False)\n"
+              "print(a.comparison.straggler, len(a.ranks))\n")
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(LATE), str(RANKS)]
+    assert "could not start a local Dask cluster" in done.stderr and "Traceback" not in done.stderr

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from .errors import SchedulerError
+
+log = logging.getLogger(__name__)
 
 #: the environment variable that gives the default for --scheduler
 SCHEDULER_ENV = "TRACEAGENT_SCHEDULER"
@@ -44,50 +47,67 @@ def run_per_file(func: Callable[..., Any], files: Sequence[str], *, scheduler: s
                  **kwargs: Any) -> list[Any]:
     """[func(file, **kwargs) for file in files], in file order, run where `scheduler` says
     (see scheduler_for); progress is called as each file finishes."""
-    total = len(files)
     if progress:
-        progress(0, total, name(files[0]) if files else "")
+        progress(0, len(files), name(files[0]) if files else "")
     if scheduler is None:
-        results = []
-        for done, file in enumerate(files, 1):
-            results.append(func(file, **kwargs))
-            if progress:
-                progress(done, total, name(file))
-        return results
-    with _client(scheduler, total) as client:
+        return _in_process(func, files, progress, name, kwargs)
+    try:
+        client, cluster = _connect(scheduler, len(files))
+    except _NoLocalCluster as exc:
+        log.warning("traceagent: could not start a local Dask cluster (%s); analysing the ranks in this process "
+                    "(--scheduler none says so without trying)", exc)
+        return _in_process(func, files, progress, name, kwargs)
+    with client, (cluster or nullcontext()):
         from distributed import as_completed
 
         futures = client.map(func, list(files), pure=False, **kwargs)
         index = {f.key: i for i, f in enumerate(futures)}
-        results: list[Any] = [None] * total
+        results: list[Any] = [None] * len(files)
         for done, (future, result) in enumerate(as_completed(futures, loop=client.loop, with_results=True), 1):
             i = index[future.key]
             results[i] = result
             future.release()  # the worker may drop it now: only this process holds it
             if progress:
-                progress(done, total, name(files[i]))
+                progress(done, len(files), name(files[i]))
         return results
 
 
-@contextmanager
-def _client(scheduler: str, tasks: int) -> Iterator:
-    """A Client on a new LocalCluster ("local"), closed with it afterwards, or on the scheduler at
-    an address."""
+def _in_process(func: Callable[..., Any], files: Sequence[str], progress: Progress | None,
+                name: Callable[[str], str], kwargs: dict) -> list[Any]:
+    results = []
+    for done, file in enumerate(files, 1):
+        results.append(func(file, **kwargs))
+        if progress:
+            progress(done, len(files), name(file))
+    return results
+
+
+class _NoLocalCluster(Exception):
+    """Worker processes would not start: spawned workers import the caller's main module, which
+    fails for a script read from stdin and for one without an `if __name__ == "__main__"` guard."""
+
+
+def _connect(scheduler: str, tasks: int):
+    """(Client, the LocalCluster it runs on or None): a new LocalCluster for "local", else the
+    scheduler at an address."""
     from distributed import Client, LocalCluster
 
     if scheduler == "local":
+        main = getattr(sys.modules.get("__main__"), "__file__", None)
+        if main is not None and not os.path.exists(main):  # a script read from stdin: no file to re-import
+            raise _NoLocalCluster(f"its worker processes would import the main script, and {main} is not a file")
         workers = max(1, min(tasks, os.cpu_count() or 1))
-        # one thread per worker: parsing holds the GIL, so threads would take turns. Port 0: any
-        # free one (the scheduler's HTTP server binds 8787 even without a dashboard, and warns if taken)
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                          silence_logs=logging.ERROR) as cluster, Client(cluster, set_as_default=False) as client:
-            yield client
-        return
+        try:
+            # one thread per worker: parsing holds the GIL, so threads would take turns. Port 0: any
+            # free one (the scheduler's HTTP server binds 8787 even without a dashboard, and warns if taken)
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                   silence_logs=logging.ERROR)
+        except (RuntimeError, OSError) as exc:
+            raise _NoLocalCluster(str(exc)) from None
+        return Client(cluster, set_as_default=False), cluster
     try:
-        client = Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        return Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False), None
     except (OSError, TimeoutError, ValueError) as exc:
         raise SchedulerError(f"cannot reach the Dask scheduler at {scheduler} ({exc}). Check --scheduler or "
                              f"${SCHEDULER_ENV}: an address such as tcp://host:8786, `local` for a cluster on this "
                              "machine, or `none` to work in this process") from None
-    with client:
-        yield client
