@@ -43,10 +43,12 @@ _ARG_FIELDS = [
     ("call_stack", str | None, None, "Call stack"),
     ("rank", int, -1, "rank"),  # merged multi-rank files (TraceLens' TraceFusion tags every event)
     ("label", str | None, None, "name"),  # process_name metadata: "rank 3" in merged files
-    # record_shapes: kept as raw JSON (not decoded) and parsed only for SHAPED_OPS
-    ("input_dims", msgspec.Raw | None, None, "Input Dims"),
-    ("input_types", msgspec.Raw | None, None, "Input type"),
-    ("concrete", msgspec.Raw | None, None, "Concrete Inputs"),
+    # record_shapes: kept as raw JSON (not decoded) and parsed only for SHAPED_OPS. Typed Raw, not
+    # Raw | None: msgspec reads that union as "null only", which sent every batch of a trace
+    # recorded with shapes down the slow untyped path (an absent field is the default, None)
+    ("input_dims", msgspec.Raw, None, "Input Dims"),
+    ("input_types", msgspec.Raw, None, "Input type"),
+    ("concrete", msgspec.Raw, None, "Concrete Inputs"),
     # [memory] instant events
     ("device_type", int, -1, "Device Type"),
     ("device_id", int, -1, "Device Id"),
@@ -238,26 +240,33 @@ def _select(items: list, index: np.ndarray) -> list:
 
 
 def _numeric(items: list, attr: str, default: int | float) -> np.ndarray:
-    values = list(map(attrgetter(attr), items))
-    try:
-        return np.asarray(values, dtype=np.float64 if isinstance(default, float) else np.int64)
+    dtype = np.float64 if isinstance(default, float) else np.int64
+    try:  # straight from the structs: no list in between
+        return np.fromiter(map(attrgetter(attr), items), dtype=dtype, count=len(items))
     except (TypeError, ValueError, OverflowError):  # loose path: strings, nulls
+        values = list(map(attrgetter(attr), items))
         series = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
-        return series.fillna(default).to_numpy(dtype=np.float64 if isinstance(default, float) else np.int64)
+        return series.fillna(default).to_numpy(dtype=dtype)
 
 
 def _texts(items: list, attr: str, missing: str | None = "") -> list:
     """A string field of every event. The typed decoder guarantees strings; the loose one (odd
     traces) lets lists, numbers or objects through, which are written out as text."""
     values = list(map(attrgetter(attr), items))
-    if all(type(v) is str for v in values):  # the common case, at C speed
+    types = set(map(type, values))  # at C speed: the typed decoder's strings (and None where allowed)
+    if types <= {str} or (missing is None and types <= {str, type(None)}):
         return values
     return [v if type(v) is str else missing if v is None else json.dumps(v, default=str)[:1000] for v in values]
 
 
 def _ids(items: list, attr: str) -> np.ndarray:
     """pid/tid: ints, or strings like "stream 7" / "25738"; the trailing number when there is one."""
-    values = pd.Series(list(map(attrgetter(attr), items)), dtype=object)
+    raw = list(map(attrgetter(attr), items))
+    try:
+        return np.asarray(raw, dtype=np.int64)  # all numbers: the usual case, at C speed
+    except (TypeError, ValueError, OverflowError):
+        pass
+    values = pd.Series(raw, dtype=object)
     as_num = pd.to_numeric(values, errors="coerce")
     if as_num.isna().any():
         digits = values.astype(str).str.extract(r"(-?\d+)\s*$", expand=False)
@@ -336,23 +345,10 @@ def _process_ranks(events: list, phases: np.ndarray) -> dict[int, int]:
 _MAX_US = MAX_TIME_NS / 1000.0  # the model's bound, in the µs Kineto writes
 
 
-def _plausible(events: list, index: np.ndarray, device: bool) -> tuple[np.ndarray, int]:
-    """Of the events at `index`, those whose times (and byte counts) can be real; and how many
-    could not."""
-    items = _select(events, index)
-    if not items:
-        return index, 0
-    ts, dur = _numeric(items, "ts", float("nan")), _numeric(items, "dur", 0.0)
-    ok = np.isfinite(ts) & np.isfinite(dur) & (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)
-    if device:
-        nbytes = _numeric(items, "args.bytes", 0)
-        ok &= (nbytes >= 0) & (nbytes < MAX_COPY_BYTES)
-    return index[ok], int((~ok).sum())
-
-
 def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int]:
     """Columns of one batch of events: (device activity, host events, whether it has flows,
-    pid → rank from process labels, events dropped for impossible values)."""
+    pid → rank from process labels, events dropped for impossible values). Each field is read
+    once for the device and host events together, then split."""
     cats = categorical(_texts(events, "cat"))
     lower = [str(c).lower() for c in cats.categories]
     codes = cats.codes
@@ -364,31 +360,42 @@ def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int]
     is_cpu = complete & (cpu_kind != None)  # noqa: E711
     has_flows = any(c in _FLOW_CATEGORIES for c in lower)
 
-    gpu_index, gpu_dropped = _plausible(events, np.flatnonzero(is_gpu), device=True)
-    cpu_index, cpu_dropped = _plausible(events, np.flatnonzero(is_cpu), device=False)
-    gpu_items, cpu_items = _select(events, gpu_index), _select(events, cpu_index)
-    clock = _Clock(np.concatenate([_numeric(gpu_items, "ts", 0.0), _numeric(cpu_items, "ts", 0.0)]))
+    index = np.flatnonzero(is_gpu | is_cpu)
+    items = _select(events, index)
+    on_gpu = is_gpu[index]
+    ts, dur = _numeric(items, "ts", float("nan")), _numeric(items, "dur", 0.0)
+    nbytes = _numeric(items, "args.bytes", 0)
+    # times (and a copy's byte count) that can be real; the rest are dropped and counted
+    ok = np.isfinite(ts) & np.isfinite(dur) & (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)
+    ok &= ~on_gpu | ((nbytes >= 0) & (nbytes < MAX_COPY_BYTES))
+    clock = _Clock(ts[ok])
+    start = clock.ns(ts[ok])
+    external = _numeric(items, "args.external_id", -1)
+    external = np.where(external >= 0, external, _numeric(items, "args.external_id_2021", -1))
+    pid, tid = _ids(items, "pid")[ok], _ids(items, "tid")[ok]
+    common = {"start": start, "end": start + np.rint(np.maximum(dur[ok], 0.0) * 1000.0).astype(np.int64),
+              "correlation": _numeric(items, "args.correlation", -1)[ok], "external_id": external[ok],
+              "rank_arg": _numeric(items, "args.rank", -1)[ok], "pid_raw": pid}
+    names = np.asarray(_texts(items, "name"), dtype=object)[ok]
+    g, c = on_gpu[ok], ~on_gpu[ok]
 
-    gpu = _columns(gpu_items, clock)
-    gpu["kind"] = gpu_kind[gpu_index]
-    device = _numeric(gpu_items, "args.device", -1)
-    gpu["device"] = np.where(device >= 0, device, _ids(gpu_items, "pid"))
-    stream = _numeric(gpu_items, "args.stream", -1)
-    gpu["stream"] = np.where(stream >= 0, stream, _ids(gpu_items, "tid"))
-    gpu["bytes"] = _numeric(gpu_items, "args.bytes", 0)
-    gpu["rank_arg"] = _numeric(gpu_items, "args.rank", -1)
-    gpu["pid_raw"] = _ids(gpu_items, "pid")
+    gpu = {key: values[g] for key, values in common.items()}
+    gpu["name"] = categorical(names[g])
+    gpu["kind"] = gpu_kind[index][ok][g]
+    device = _numeric(items, "args.device", -1)[ok][g]
+    gpu["device"] = np.where(device >= 0, device, pid[g])
+    stream = _numeric(items, "args.stream", -1)[ok][g]
+    gpu["stream"] = np.where(stream >= 0, stream, tid[g])
+    gpu["bytes"] = nbytes[ok][g]
 
-    cpu = _columns(cpu_items, clock)
-    cpu["kind"] = cpu_kind[cpu_index]
-    cpu["pid"] = _ids(cpu_items, "pid")
-    cpu["tid"] = _ids(cpu_items, "tid")
-    cpu["stack"] = categorical(_texts(cpu_items, "args.call_stack", missing=None))
-    cpu["rank_arg"] = _numeric(cpu_items, "args.rank", -1)
-    cpu["pid_raw"] = cpu["pid"]
-    cpu["shapes"] = _shapes(cpu_items, cpu["name"])
+    cpu = {key: values[c] for key, values in common.items()}
+    cpu["name"] = categorical(names[c])
+    cpu["kind"] = cpu_kind[index][ok][c]
+    cpu["pid"], cpu["tid"] = pid[c], tid[c]
+    cpu["stack"] = categorical(np.asarray(_texts(items, "args.call_stack", missing=None), dtype=object)[ok][c])
+    cpu["shapes"] = _shapes(_select(items, np.flatnonzero(ok)[c]), cpu["name"])
     memory = _memory(events, phases)
-    return gpu, cpu, has_flows, _process_ranks(events, phases), gpu_dropped + cpu_dropped, memory
+    return gpu, cpu, has_flows, _process_ranks(events, phases), int((~ok).sum()), memory
 
 
 def _memory(events: list, phases: np.ndarray) -> dict:
@@ -426,8 +433,8 @@ def _shapes(items: list, names: pd.Categorical) -> pd.Categorical:
 def _raw_text(value) -> str:
     if value is None:
         return "null"
-    if isinstance(value, msgspec.Raw):
-        return bytes(value).decode("utf-8", "replace") or "null"
+    if isinstance(value, msgspec.Raw):  # one line, spaced as json.dumps spaces: the same text either way
+        return msgspec.json.format(bytes(value), indent=0).decode("utf-8", "replace") or "null"
     return json.dumps(value, default=str)  # the loose decoder hands over lists
 
 
@@ -445,21 +452,6 @@ def _concat(parts: list[dict]) -> dict:
         else:
             out[key] = np.concatenate(columns)
     return out
-
-
-def _columns(items: list, clock: _Clock) -> dict:
-    """Columns every event has: name, start/end in ns, correlation and external ids."""
-    start = clock.ns(_numeric(items, "ts", 0.0))
-    dur = np.rint(np.maximum(_numeric(items, "dur", 0.0), 0.0) * 1000.0).astype(np.int64)
-    external = _numeric(items, "args.external_id", -1)
-    external = np.where(external >= 0, external, _numeric(items, "args.external_id_2021", -1))
-    return {
-        "name": categorical(_texts(items, "name")),
-        "start": start,
-        "end": start + dur,
-        "correlation": _numeric(items, "args.correlation", -1),
-        "external_id": external,
-    }
 
 
 def _meta(doc, path: str, warnings: list[str], has_flows: bool) -> TraceMeta:
