@@ -7,6 +7,7 @@ on the Nsight exports, cross-checked with the origin repositories' own descripti
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -184,3 +185,19 @@ def test_frames_have_no_python_objects_per_event():
     trace = traceagent.load(RESNET_NW0).traces[0]
     for frame in (trace.gpu, trace.cpu):
         assert not any(dtype == np.dtype(object) for dtype in frame.dtypes), frame.dtypes
+
+
+def test_a_trace_recorded_with_shapes_decodes_on_the_typed_path():
+    # the untyped path is for odd traces; record_shapes=True (Input Dims, Input type, Concrete
+    # Inputs) is an ordinary one, and went there while the shape fields were typed Raw | None
+    from traceagent.trace import kineto
+
+    raw, _ = kineto.read_bytes(str(B200))
+    events = kineto.decode(raw, str(B200))[0].traceEvents
+    shaped = [e for e in events if b'"Input Dims"' in bytes(e)][:100]
+    assert shaped  # the trace has shapes
+    decoded, skipped = kineto._decode_events(shaped)
+    assert skipped == 0 and all(type(e) is kineto._STRICT for e in decoded)
+    # the kept text is what json.dumps writes for the same value, whichever path read it
+    dims = decoded[0].args.input_dims
+    assert kineto._raw_text(dims) == json.dumps(json.loads(bytes(dims)))
