@@ -226,3 +226,28 @@ def test_cpu_only_trace_gets_a_verdict_that_says_so(tmp_path):
     b.op("aten::mm", 0, 100)
     ra = analyze_trace(b.load(tmp_path))
     assert ra.verdict.limiter is None and "CPU-only" in ra.verdict.headline
+
+
+@pytest.mark.parametrize("window", [(0, 1), (0.25, 0.5), (0.9, 0.95)])
+def test_host_overlaps_per_thread_match_a_pandas_groupby(window):
+    # the reference is the plain pandas grouping by name strings that _overlaps replaced
+    import numpy as np
+    import pandas as pd
+    from conftest import RESNET_NW0
+
+    from traceagent.detect.host import _events_in, _overlaps
+    from traceagent.trace.load import load_file
+
+    trace = load_file(str(RESNET_NW0))
+    first, last = int(trace.cpu["start"].min()), int(trace.cpu["end"].max())
+    lo, hi = first + int(window[0] * (last - first)), first + int(window[1] * (last - first))
+    events = _events_in(trace, lo, hi)
+    got = _overlaps(events, lo, hi)
+    table = pd.DataFrame({"name": events["name"].astype(str).to_numpy(), "kind": events["kind"].astype(str).to_numpy(),
+                          "pid": events["pid"].to_numpy(), "tid": events["tid"].to_numpy(),
+                          "depth": events["depth"].to_numpy(),
+                          "overlap": (np.minimum(events["end"], hi) - np.maximum(events["start"], lo)).to_numpy()})
+    want = table.groupby(["name", "kind", "pid", "tid"]).agg(overlap=("overlap", "sum"), depth=("depth", "max")).reset_index()
+    want["overlap"] = np.minimum(want["overlap"], hi - lo)
+    assert len(got) > 0
+    pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)

@@ -158,15 +158,27 @@ def _events_in(trace: Trace, lo: int, hi: int) -> pd.DataFrame:
 
 def _overlaps(events: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
     """Per event: its name, kind, thread, depth and its time inside [lo, hi); one name's events on
-    one thread merged (a thread does one thing at a time at each depth)."""
-    overlap = (np.minimum(events["end"], hi) - np.maximum(events["start"], lo)).to_numpy()
-    table = pd.DataFrame({"name": events["name"].astype(str).to_numpy(), "kind": events["kind"].astype(str).to_numpy(),
-                          "pid": events["pid"].to_numpy(), "tid": events["tid"].to_numpy(),
-                          "depth": events["depth"].to_numpy(), "overlap": overlap})
-    per_thread = table.groupby(["name", "kind", "pid", "tid"], observed=True).agg(
-        overlap=("overlap", "sum"), depth=("depth", "max")).reset_index()
-    per_thread["overlap"] = np.minimum(per_thread["overlap"], hi - lo)  # nested same-name frames: recursion
-    return per_thread
+    one thread merged (a thread does one thing at a time at each depth). Rows in name, kind,
+    thread order. Grouped in numpy on the names' codes: called for every gap shown, on windows of
+    a handful to thousands of events, where a pandas groupby's fixed cost dominated the analysis."""
+    start, end = events["start"].to_numpy(np.int64), events["end"].to_numpy(np.int64)
+    overlap = np.minimum(end, hi) - np.maximum(start, lo)
+    name, kind = events["name"].array, events["kind"].array
+    keys = np.stack([name.codes.astype(np.int64), kind.codes.astype(np.int64),
+                     events["pid"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)], axis=1)
+    groups, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    total = np.zeros(len(groups), dtype=np.int64)
+    np.add.at(total, inverse, overlap)
+    depth = np.full(len(groups), np.iinfo(np.int32).min, dtype=np.int64)
+    np.maximum.at(depth, inverse, events["depth"].to_numpy(np.int64))
+    names = np.append(np.asarray(name.categories, dtype=object), None)[groups[:, 0]]
+    kinds = np.append(np.asarray(kind.categories, dtype=object), None)[groups[:, 1]]
+    table = pd.DataFrame({"name": names, "kind": kinds, "pid": groups[:, 2], "tid": groups[:, 3],
+                          "overlap": np.minimum(total, hi - lo),  # nested same-name frames: recursion
+                          "depth": depth.astype(events["depth"].dtype)})
+    order = sorted(range(len(table)), key=lambda i: (str(names[i]), str(kinds[i]), groups[i, 2], groups[i, 3]))
+    return table.iloc[order].reset_index(drop=True)
 
 
 _LAUNCHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
