@@ -55,7 +55,10 @@ def test_ranks_on_a_cluster_give_what_this_process_gives(job, cluster):
 
 
 def test_a_query_past_the_results_loads_that_rank_again(job, cluster):
-    there = build_tools(AnalysisContext(traceagent.analyze(job, scheduler=cluster)))
+    analysis = traceagent.analyze(job, scheduler=cluster)
+    there = build_tools(AnalysisContext(analysis))
+    # loaded once while it is asked about: what detectors memoize per Trace is not redone per query
+    assert analysis.rank(4).trace is analysis.rank(4).trace and analysis.rank(4).trace.meta.rank == 4
     # each worker cached the ranks it parsed, where TRACEAGENT_CACHE_DIR says on that worker
     assert all(cache.read(str(f)) is not None for f in job.iterdir())
     here = build_tools(AnalysisContext(traceagent.analyze(job, scheduler="none")))

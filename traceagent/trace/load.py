@@ -3,7 +3,6 @@ directory, a glob, a list; local or URLs), assign ranks, and use the Parquet cac
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
@@ -195,14 +194,22 @@ class RankSource:
     use_cache: bool = True
 
     def load(self, meta: TraceMeta) -> Trace:
-        """The rank's Trace, with the metadata the analysis settled on (its rank)."""
-        return replace(_reload(self), meta=meta)
+        """The rank's Trace, with the metadata the analysis settled on (its rank). The same object
+        for the same rank while it is among the last two asked for, so what detectors compute
+        per Trace (device views, classified gaps) is computed once, not at every query."""
+        for i, (source, kept) in enumerate(_RELOADED):
+            if source == self and kept.meta is meta:
+                _RELOADED.append(_RELOADED.pop(i))
+                return kept
+        trace = split_ranks(load_file(self.file, self.use_cache))[self.part]
+        if self.steps is not None:
+            trace = with_step_pattern(trace, self.steps)
+        _RELOADED.append((self, replace(trace, meta=meta)))
+        del _RELOADED[:-2]  # the rank a conversation is about, and one more: never the whole job
+        return _RELOADED[-1][1]
 
 
-@functools.lru_cache(maxsize=2)  # the rank a conversation is about, and one more: never the whole job
-def _reload(source: RankSource) -> Trace:
-    trace = split_ranks(load_file(source.file, source.use_cache))[source.part]
-    return with_step_pattern(trace, source.steps) if source.steps is not None else trace
+_RELOADED: list[tuple[RankSource, Trace]] = []  # most recently used last
 
 
 def assign_ranks(path: str, files: list[str], metas: list[TraceMeta]) -> list[int]:

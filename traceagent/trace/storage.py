@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob as globbing
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -37,26 +38,25 @@ def _fs(url: str):
                          "Install the fsspec package for its scheme (s3fs for s3://, gcsfs for gs://).") from None
 
 
-def exists(path: str) -> bool:
+def _ask(path: str, local: Callable[[str], bool], remote: str) -> bool:
+    """A yes/no question about a path: `local` for a local path, the fsspec method `remote` for a URL."""
     if not is_url(path):
-        return os.path.exists(path)
+        return local(path)
     fs, root = _fs(path)
-    return fs.exists(root)
+    return bool(getattr(fs, remote)(root))
+
+
+def exists(path: str) -> bool:
+    return _ask(path, os.path.exists, "exists")
 
 
 def is_dir(path: str) -> bool:
-    if not is_url(path):
-        return os.path.isdir(path)
-    fs, root = _fs(path)
-    return fs.isdir(root)
+    return _ask(path, os.path.isdir, "isdir")
 
 
 def is_regular_file(path: str) -> bool:
     """A plain file: a FIFO, socket or device could block a read forever."""
-    if not is_url(path):
-        return os.path.isfile(path)
-    fs, root = _fs(path)
-    return fs.isfile(root)
+    return _ask(path, os.path.isfile, "isfile")
 
 
 def name(path: str) -> str:
