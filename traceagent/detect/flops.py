@@ -157,7 +157,12 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
         return FlopsResult(0, 0, 0.0, 0.0, None, names, peak.gpu if peak else None, peak.source if peak else None,
                            None, None, None, span_us, [],
                            "no recorded shapes: profile with torch.profiler.profile(record_shapes=True)")
-    computed = [op_flops(str(n), str(s)) for n, s in zip(shaped["name"], shaped["shapes"])]
+    # an op repeats its shapes every step: each distinct (name, shapes) is counted once
+    pairs = pd.MultiIndex.from_arrays([shaped["name"].astype(str), shaped["shapes"].astype(str)])
+    distinct = pairs.unique()
+    inverse = distinct.get_indexer(pairs)
+    once = [op_flops(n, s) for n, s in distinct]
+    computed = [once[i] for i in inverse]
     flops = np.array([f if f is not None else np.nan for f, _ in computed])
     gpu_ns, _ = launched_gpu_ns(trace, shaped)
     table = pd.DataFrame({"name": shaped["name"].astype(str).to_numpy(), "dtype": [d for _, d in computed],
