@@ -385,9 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "where its fsspec package is installed")
         p.add_argument("--no-cache", action="store_true", help="parse the trace again instead of reading the cache")
         p.add_argument("--scheduler", metavar="WHERE", default=None,
-                           help="where the ranks of a job are analysed: auto (default, or $TRACEAGENT_SCHEDULER): a "
-                                "Dask cluster on this machine for large multi-rank jobs; local; none (this process); "
-                                "or a Dask scheduler's address (tcp://host:8786)")
+                       help="where the ranks of a job are analysed: auto (default, or $TRACEAGENT_SCHEDULER): a "
+                            "Dask cluster on this machine for large multi-rank jobs; local; none (this process); "
+                            "or a Dask scheduler's address (tcp://host:8786)")
         if name != "info":
             p.add_argument("--steps", type=step_pattern, metavar="REGEX",
                            help="host ranges (record_function / NVTX) whose names match REGEX are the iterations "

@@ -2,7 +2,8 @@
 
 Entries live in one cache directory (not beside the trace: trace folders are often read-only)
 keyed by the trace's absolute path (or URL), size, mtime (or ETag) and content fingerprint, and by
-the model version below. Writes are atomic (a directory renamed into place); reads are checked against the model.
+the model version below. Writes are atomic (a directory renamed into place); reads are checked
+against the model.
 """
 
 from __future__ import annotations
@@ -45,12 +46,12 @@ WHOLE_FILE_HASH = 64 << 20
 _SAMPLE = 1 << 20
 
 
-def fingerprint(path: str) -> str:
+def fingerprint(path: str, size: int) -> str:
     """The file's content as the cache sees it: a copy with the same size and modification time
     (`cp -p`, `touch -r`) but other bytes gets another key. Whole files up to 64 MiB (BLAKE2 reads
-    about 1 GB/s); larger ones by their first, middle and last MiB."""
+    about 1 GB/s); larger ones by their first, middle and last MiB. `size` is the file's, as the
+    caller already read it (for a URL, asking again is another request)."""
     digest = hashlib.blake2b(digest_size=16)
-    size, _ = storage.size_and_version(path)
     with storage.open_binary(path) as f:
         if size <= WHOLE_FILE_HASH:
             for block in iter(lambda: f.read(_SAMPLE), b""):
@@ -64,7 +65,7 @@ def fingerprint(path: str) -> str:
 
 def _entry(path: str) -> Path:
     size, version = storage.size_and_version(path)
-    key = f"{storage.absolute(path)}\0{size}\0{version}\0{fingerprint(path)}\0{MODEL_VERSION}"
+    key = f"{storage.absolute(path)}\0{size}\0{version}\0{fingerprint(path, size)}\0{MODEL_VERSION}"
     return cache_dir() / hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
