@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 
 import numpy as np
 import pytest
@@ -196,8 +197,11 @@ def test_a_trace_recorded_with_shapes_decodes_on_the_typed_path():
     events = kineto.decode(raw, str(B200))[0].traceEvents
     shaped = [e for e in events if b'"Input Dims"' in bytes(e)][:100]
     assert shaped  # the trace has shapes
+    typed = typing.get_args(kineto._BY_PHASE)  # one struct per phase: the fast path
     decoded, skipped = kineto._decode_events(shaped)
-    assert skipped == 0 and all(type(e) is kineto._STRICT for e in decoded)
+    assert skipped == 0 and all(type(e) in typed for e in decoded)
+    piece, skipped, _ = kineto._decode_piece(b"[" + b",".join(shaped) + b"]")  # read in pieces: likewise
+    assert skipped == 0 and all(type(e) in typed for e in piece)
     # the kept text is what json.dumps writes for the same value, whichever path read it
     dims = decoded[0].args.input_dims
     assert kineto._raw_text(dims) == json.dumps(json.loads(bytes(dims)))

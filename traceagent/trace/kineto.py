@@ -1,8 +1,10 @@
 """PyTorch Profiler / Kineto Chrome-trace JSON (.json, .json.gz) → Trace.
 
-msgspec decodes straight into small typed structs that hold only the fields we use (3× faster
-and half the memory of orjson's dicts on the shared traces); columns are then pulled out with
-C-level `map(attrgetter)`, never a Python loop per event.
+The events are read a chunk of the file at a time (trace/chunked.py) and msgspec decodes each
+piece straight into small typed structs, one kind per phase, that hold only the fields we use;
+columns are then pulled out with C-level `map(attrgetter)`, never a Python loop per event. A file
+that is not in the usual shape (malformed, cut short, oddly typed) is read whole instead, where
+every repair lives.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -23,7 +25,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
-from . import storage
+from . import chunked, storage
 from .model import MAX_COPY_BYTES, MAX_TIME_NS, SHAPED_OPS, Trace, TraceMeta, categorical, matches
 from .normalize import finish_trace
 
@@ -70,20 +72,48 @@ _EVENT_FIELDS = [
 ]
 
 
-def _event_type(strict: bool):
-    """Typed structs for the fast path; `Any`-typed twins for traces that break the usual types."""
+def _args_type(strict: bool):
     kind = (lambda t: t) if strict else (lambda t: Any)
     # gc=False: millions of short-lived structs that hold no cycles need no garbage-collector
     # tracking, and the collector's passes over them were a good part of decoding time
-    args = msgspec.defstruct(
+    return msgspec.defstruct(
         "Args", [(f, kind(t), d) for f, t, d, _ in _ARG_FIELDS],
         rename={f: j for f, _, _, j in _ARG_FIELDS}, gc=False)
+
+
+def _event_type(strict: bool):
+    """Typed structs for the fast path; `Any`-typed twins for traces that break the usual types."""
+    kind = (lambda t: t) if strict else (lambda t: Any)
+    args = _args_type(strict)
     return msgspec.defstruct(
         "Event", [(f, kind(t), d) for f, t, d, _ in _EVENT_FIELDS]
         + [("args", args, msgspec.field(default_factory=args))], gc=False)
 
 
 _STRICT, _LOOSE = _event_type(strict=True), _event_type(strict=False)
+
+#: phases whose events are read in full: complete events, instants ([memory]), metadata (labels)
+_READ_PHASES = ("X", "i", "M")
+#: every other Chrome-trace phase: only the category is kept (flows mark `has_flows`), and msgspec
+#: skips the rest of the event without building it. A third of a real trace is flow events.
+_SKIMMED_PHASES = ("B", "E", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "V", "v", "R", "c",
+                   "S", "T", "p", "F", "(", ")")
+
+
+def _phase_union():
+    """One struct per phase, chosen by the "ph" tag: 2.4× faster than one struct for all on a
+    real trace. Each exposes `ph` as a class attribute, as the untagged structs do as a field."""
+    args = _args_type(strict=True)
+    fields = [(f, t, d) for f, t, d, _ in _EVENT_FIELDS if f != "ph"]
+    fields.append(("args", args, msgspec.field(default_factory=args)))
+    read = [msgspec.defstruct(f"Event_{p}", fields, tag_field="ph", tag=p, namespace={"ph": p}, gc=False)
+            for p in _READ_PHASES]
+    skimmed = [msgspec.defstruct(f"Skimmed_{i}", [("cat", str, "")], tag_field="ph", tag=p, namespace={"ph": p},
+                                 gc=False) for i, p in enumerate(_SKIMMED_PHASES)]
+    return Union[tuple(read + skimmed)]  # noqa: UP007 (a runtime union of generated types)
+
+
+_BY_PHASE = _phase_union()
 
 
 class _Document(msgspec.Struct):
@@ -93,6 +123,16 @@ class _Document(msgspec.Struct):
     traceEvents: list[msgspec.Raw] = msgspec.field(default_factory=list)
     deviceProperties: Any = None  # a list of dicts; anything else is ignored with a warning (_meta)
     distributedInfo: Any = None  # a dict; likewise
+    schemaVersion: Any = None
+
+
+class _LastPiece(msgspec.Struct):
+    """The document again around the last piece of events (read in pieces): events decoded
+    straight into structs, and the keys written after the array."""
+
+    traceEvents: list[_BY_PHASE] = msgspec.field(default_factory=list)  # type: ignore[valid-type]
+    deviceProperties: Any = None
+    distributedInfo: Any = None
     schemaVersion: Any = None
 
 
@@ -216,10 +256,11 @@ def _decode_events(batch: list) -> tuple[list, int]:
     """The second pass, one batch at a time: typed structs, or Any-typed ones for odd traces;
     events that are not objects at all are skipped (and counted)."""
     text = b"[" + b",".join(batch) + b"]"
-    try:
-        return msgspec.json.decode(text, type=list[_STRICT]), 0
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        pass
+    for kind in (_BY_PHASE, _STRICT):
+        try:
+            return msgspec.json.decode(text, type=list[kind]), 0
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass
     try:
         return msgspec.json.decode(text, type=list[_LOOSE]), 0
     except (msgspec.ValidationError, msgspec.DecodeError):  # one by one, only on such traces
@@ -289,8 +330,14 @@ class _Clock:
 
 def load_kineto(path: str) -> Trace:
     """Read one Kineto trace file into a Trace."""
-    with _collector_paused():
-        return _load_kineto(path)
+    with _collector_paused():  # while events are decoded; frames that follow do make cycles
+        try:
+            doc, parts, skipped, warnings = _read_in_pieces(path)
+        except (chunked.NotChunkable, EOFError, OSError, zlib.error, RecursionError):
+            # anything unusual (a cut-short or corrupt gzip, malformed or too deep JSON, no events): the
+            # whole-file reader, which owns every repair and error message
+            doc, parts, skipped, warnings = _read_whole(path)
+    return _trace(path, doc, parts, skipped, warnings)
 
 
 @contextmanager
@@ -306,25 +353,8 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _load_kineto(path: str) -> Trace:
-    raw, warnings = read_bytes(path)
-    if not raw or raw.isspace():
-        raise TraceError(path, "the file is empty", "Check that the profiler finished writing it.")
-    doc, more = decode(raw, path)
-    warnings += more
-    if not doc.traceEvents and b'"traceEvents"' not in raw and _first_byte(raw) != b"[":
-        raise TraceError(path, "JSON without a traceEvents list", "This does not look like a PyTorch Profiler trace.")
-    if not doc.traceEvents:
-        raise TraceError(path, "the trace holds no events",
-                         "Check that the profiler ran past its warm-up (a schedule that never reaches an active step "
-                         "writes an empty trace).")
-    raw_events = doc.traceEvents
-    parts, skipped = [], 0
-    for i in range(0, len(raw_events), BATCH):
-        events, not_objects = _decode_events(raw_events[i:i + BATCH])
-        parts.append(_batch_columns(events))
-        skipped += not_objects
-    del raw, raw_events, doc.traceEvents
+def _trace(path: str, doc: _Document, parts: list[tuple], skipped: int, warnings: list[str]) -> Trace:
+    """The batches' columns joined into one Trace."""
     dropped = sum(p[4] for p in parts)
     if skipped:
         warnings.append(f"skipped {skipped:,} entries of traceEvents that are not JSON objects")
@@ -341,6 +371,90 @@ def _load_kineto(path: str) -> Trace:
     meta.has_python_frames = bool((np.asarray(cpu.get("kind", []), dtype=object) == "python").any()) or bool(
         len(cpu.get("stack", [])) and pd.Series(cpu["stack"]).notna().any())
     return finish_trace(gpu, cpu, meta, memory)
+
+
+def _read_in_pieces(path: str) -> tuple[_Document, list[tuple], int, list[str]]:
+    """Columns of the events read a chunk at a time (the usual case): memory holds one chunk and
+    its structs, not the file. Raises chunked.NotChunkable for anything it does not handle."""
+    with storage.open_binary(path) as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+        f.seek(0)
+        stream = gzip.GzipFile(fileobj=f) if gzipped else f
+        head, pieces = chunked.read_array(stream, "traceEvents", _decode_piece, _decode_last_piece)
+        try:
+            doc = msgspec.json.decode(head, type=_Document) if head is not None else _Document()
+        except msgspec.DecodeError:  # "traceEvents" was not the top-level key
+            raise chunked.NotChunkable("traceEvents is not a top-level key") from None
+        parts, skipped, events = [], 0, 0
+        for decoded, not_objects, last in pieces:
+            parts.append(_batch_columns(decoded))
+            skipped += not_objects
+            events += len(decoded) + not_objects
+            if last is not None:  # keys written after the array
+                for key in ("deviceProperties", "distributedInfo", "schemaVersion"):
+                    if getattr(last, key) is not None:
+                        setattr(doc, key, getattr(last, key))
+    if not events:  # the whole-file reader says why
+        raise chunked.NotChunkable("no events")
+    return doc, parts, skipped, []
+
+
+def _decode_piece(text: bytes) -> tuple[list, int, None]:
+    """`[...events...]`: straight into structs; a piece that breaks the usual types goes event
+    by event as the whole-file reader does. msgspec.DecodeError: not whole events (a bad cut)."""
+    try:
+        return msgspec.json.decode(text, type=list[_BY_PHASE]), 0, None
+    except msgspec.ValidationError:
+        pass
+    return (*_decode_raw(msgspec.json.decode(text, type=list[msgspec.Raw])), None)
+
+
+def _decode_last_piece(text: bytes) -> tuple[list, int, _LastPiece | None]:
+    if text[:1] == b"[":  # a bare array
+        return _decode_piece(text)
+    try:
+        last = msgspec.json.decode(text, type=_LastPiece)
+        return last.traceEvents, 0, last
+    except msgspec.ValidationError:
+        pass
+    doc = msgspec.json.decode(text, type=_Document)
+    return (*_decode_raw(doc.traceEvents), _LastPiece(deviceProperties=doc.deviceProperties,
+                                                       distributedInfo=doc.distributedInfo,
+                                                       schemaVersion=doc.schemaVersion))
+
+
+def _decode_raw(items: list) -> tuple[list, int]:
+    """Raw events in batches: typed structs where they fit, Any-typed ones where not."""
+    events, skipped = [], 0
+    for i in range(0, len(items), BATCH):
+        decoded, not_objects = _decode_events(items[i:i + BATCH])
+        events += decoded
+        skipped += not_objects
+    return events, skipped
+
+
+def _read_whole(path: str) -> tuple[_Document, list[tuple], int, list[str]]:
+    """The file's bytes at once, with every repair: invalid UTF-8, NaN, a file cut short."""
+    raw, warnings = read_bytes(path)
+    if not raw or raw.isspace():
+        raise TraceError(path, "the file is empty", "Check that the profiler finished writing it.")
+    doc, more = decode(raw, path)
+    warnings += more
+    if not doc.traceEvents and b'"traceEvents"' not in raw and _first_byte(raw) != b"[":
+        raise TraceError(path, "JSON without a traceEvents list", "This does not look like a PyTorch Profiler trace.")
+    if not doc.traceEvents:
+        raise TraceError(path, "the trace holds no events",
+                         "Check that the profiler ran past its warm-up (a schedule that never reaches an active step "
+                         "writes an empty trace).")
+    raw_events = doc.traceEvents
+    del raw
+    doc.traceEvents = []
+    parts, skipped = [], 0
+    for i in range(0, len(raw_events), BATCH):
+        events, not_objects = _decode_events(raw_events[i:i + BATCH])
+        parts.append(_batch_columns(events))
+        skipped += not_objects
+    return doc, parts, skipped, warnings
 
 
 _RANK_LABEL = re.compile(r"\brank\s*[:#=]?\s*(\d+)", re.IGNORECASE)
@@ -366,10 +480,11 @@ def _process_ranks(events: list, phases: np.ndarray) -> dict[int, int]:
 _MAX_US = MAX_TIME_NS / 1000.0  # the model's bound, in the µs Kineto writes
 
 
-def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int]:
+def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int, dict]:
     """Columns of one batch of events: (device activity, host events, whether it has flows,
-    pid → rank from process labels, events dropped for impossible values). Each field is read
-    once for the device and host events together, then split."""
+    pid → rank from process labels, events dropped for impossible values, memory events). Each
+    field is read once for the device and host events together, then split; device-only and
+    host-only fields are read for those events alone."""
     cats = categorical(_texts(events, "cat"))
     lower = [str(c).lower() for c in cats.categories]
     codes = cats.codes
@@ -383,40 +498,53 @@ def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int]
 
     index = np.flatnonzero(is_gpu | is_cpu)
     items = _select(events, index)
+    args = list(map(attrgetter("args"), items))
     on_gpu = is_gpu[index]
+    at_gpu = np.flatnonzero(on_gpu)
+    gpu_args = _select(args, at_gpu)
     ts, dur = _numeric(items, "ts", float("nan")), _numeric(items, "dur", 0.0)
-    nbytes = _numeric(items, "args.bytes", 0)
+    nbytes = _arg(gpu_args, "bytes")
     # times (and a copy's byte count) that can be real; the rest are dropped and counted
     ok = np.isfinite(ts) & np.isfinite(dur) & (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)
-    ok &= ~on_gpu | ((nbytes >= 0) & (nbytes < MAX_COPY_BYTES))
+    ok[at_gpu] &= (nbytes >= 0) & (nbytes < MAX_COPY_BYTES)
     clock = _Clock(ts[ok])
     start = clock.ns(ts[ok])
-    external = _numeric(items, "args.external_id", -1)
-    external = np.where(external >= 0, external, _numeric(items, "args.external_id_2021", -1))
+    external = _arg(args, "external_id")
+    external = np.where(external >= 0, external, _arg(args, "external_id_2021"))
     pid, tid = _ids(items, "pid")[ok], _ids(items, "tid")[ok]
     common = {"start": start, "end": start + np.rint(np.maximum(dur[ok], 0.0) * 1000.0).astype(np.int64),
-              "correlation": _numeric(items, "args.correlation", -1)[ok], "external_id": external[ok],
-              "rank_arg": _numeric(items, "args.rank", -1)[ok], "pid_raw": pid}
+              "correlation": _arg(args, "correlation")[ok], "external_id": external[ok],
+              "rank_arg": _arg(args, "rank")[ok], "pid_raw": pid}
     names = np.asarray(_texts(items, "name"), dtype=object)[ok]
     g, c = on_gpu[ok], ~on_gpu[ok]
+    gpu_ok = ok[at_gpu]
 
     gpu = {key: values[g] for key, values in common.items()}
     gpu["name"] = categorical(names[g])
     gpu["kind"] = gpu_kind[index][ok][g]
-    device = _numeric(items, "args.device", -1)[ok][g]
+    device = _arg(gpu_args, "device")[gpu_ok]
     gpu["device"] = np.where(device >= 0, device, pid[g])
-    stream = _numeric(items, "args.stream", -1)[ok][g]
+    stream = _arg(gpu_args, "stream")[gpu_ok]
     gpu["stream"] = np.where(stream >= 0, stream, tid[g])
-    gpu["bytes"] = nbytes[ok][g]
+    gpu["bytes"] = nbytes[gpu_ok]
 
     cpu = {key: values[c] for key, values in common.items()}
     cpu["name"] = categorical(names[c])
     cpu["kind"] = cpu_kind[index][ok][c]
     cpu["pid"], cpu["tid"] = pid[c], tid[c]
-    cpu["stack"] = categorical(np.asarray(_texts(items, "args.call_stack", missing=None), dtype=object)[ok][c])
-    cpu["shapes"] = _shapes(_select(items, np.flatnonzero(ok)[c]), cpu["name"])
+    cpu_at = np.flatnonzero(~on_gpu & ok)
+    cpu["stack"] = categorical(np.asarray(_texts(_select(args, cpu_at), "call_stack", missing=None), dtype=object))
+    cpu["shapes"] = _shapes(_select(items, cpu_at), cpu["name"])
     memory = _memory(events, phases)
     return gpu, cpu, has_flows, _process_ranks(events, phases), int((~ok).sum()), memory
+
+
+def _arg(args: list, field: str) -> np.ndarray:
+    """A numeric args field of each event (its default where absent)."""
+    return _numeric(args, field, _ARG_DEFAULTS[field])
+
+
+_ARG_DEFAULTS = {f: d for f, _, d, _ in _ARG_FIELDS}
 
 
 def _memory(events: list, phases: np.ndarray) -> dict:
