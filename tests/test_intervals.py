@@ -1,8 +1,12 @@
 """Interval algebra, against hand-worked cases and a brute-force check on random sets."""
 
 import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traceagent.detect import intervals as iv
+from traceagent.trace.normalize import innermost_enclosing
 
 
 def s(*pairs):
@@ -54,3 +58,19 @@ def test_against_brute_force_on_random_sets():
         expect = [int(in_a[lo:hi].sum()) for lo, hi in zip(q_lo, q_hi)]
         assert iv.covered(a, q_lo, q_hi).tolist() == expect
         del grid
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(events=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 40), st.integers(0, 15)), max_size=60),
+       queries=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(-2, 60)), min_size=1, max_size=30))
+def test_innermost_enclosing_against_brute_force(events, queries):
+    # improper nesting, ties and touching ends included: the answer is, on the query's thread,
+    # the last event in start order (row order on ties) that started by t and has not ended before t
+    outer = pd.DataFrame(events, columns=["pid", "tid", "start", "dur"]).assign(end=lambda f: f["start"] + f["dur"])
+    pid, tid, t = (np.array([q[i] for q in queries], dtype=np.int64) for i in range(3))
+    expected = []
+    for p, th, at in queries:
+        rows = sorted((r.start, i) for i, r in enumerate(outer.itertuples()) if (r.pid, r.tid) == (p, th) and r.start <= at)
+        open_rows = [i for _, i in rows if outer["end"].iloc[i] >= at]
+        expected.append(open_rows[-1] if open_rows else -1)
+    assert innermost_enclosing(outer, pid, tid, t).tolist() == expected

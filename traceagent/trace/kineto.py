@@ -588,12 +588,13 @@ def _raw_text(value) -> str:
 
 
 def _concat(parts: list[dict]) -> dict:
-    """One column set from the batches' (categoricals merged, not expanded to strings)."""
+    """One column set from the batches' (categoricals merged, not expanded to strings). Each
+    batch's column is let go once joined, so memory holds the batches and one column more."""
     if not parts:
         return {"name": [], "kind": []}
     out = {}
-    for key in parts[0]:
-        columns = [p[key] for p in parts]
+    for key in list(parts[0]):
+        columns = [p.pop(key) for p in parts]
         if isinstance(columns[0], pd.Categorical):
             # categorical() again: a batch with no values has empty categories, and their union
             # with object ones comes back as pandas 3 strings, unlike the rest of the model

@@ -103,13 +103,13 @@ def typed_frame(columns: dict[str, list | np.ndarray], schema: dict[str, str]) -
         values = columns.get(col)
         if values is None:
             values = _default_column(dtype, n)
-        if dtype != "category":
-            data[col] = pd.Series(values).astype(dtype)
+        if dtype != "category":  # arrays are taken as they are, not copied (pandas 3 copies by default)
+            data[col] = pd.Series(values, copy=False).astype(dtype)
         elif isinstance(values, pd.Categorical):
             data[col] = values
         else:
             data[col] = categorical(values)
-    return pd.DataFrame(data)
+    return pd.DataFrame(data, copy=False)
 
 
 def _default_column(dtype: str, n: int):

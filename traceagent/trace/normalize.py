@@ -95,8 +95,9 @@ def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t
     same thread that encloses time `t`, or -1.
 
     Among the events that started by `t`, the innermost encloser is the last one (in start
-    order) still open at `t`; binary lifting over window maxima of end times finds it for all
-    queries at once.
+    order) still open at `t`: the rightmost end time ≥ t at or before that position, found for
+    all queries at once by walking a max-tree of end times (2n values, where a table of window
+    maxima held n log n).
     """
     result = np.full(len(t), -1, dtype=np.int64)
     if len(outer) == 0 or len(t) == 0:
@@ -107,24 +108,47 @@ def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t
     width = int(max(o_end.max(), t.max()) - t_min) + 1
     both = thread_time(np.r_[o_pid, pid], np.r_[o_tid, tid], np.r_[o_start, t], t_min, width)
     s, q = both[: len(outer)], both[len(outer):]
-    e = s + (o_end - o_start)
+    del both
     order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    j = np.searchsorted(s, q, side="right") - 1
-    levels = [e]
-    while (1 << len(levels)) <= len(e):
-        prev, step = levels[-1], 1 << (len(levels) - 1)
-        levels.append(np.maximum(prev, np.r_[np.full(step, np.iinfo(np.int64).min), prev[:-step]]))
-    for k in range(len(levels) - 1, -1, -1):
-        size = 1 << k
-        can = j >= size - 1
-        skip = can.copy()
-        skip[can] = levels[k][j[can]] < q[can]
-        j[skip] -= size
-    found = (j >= 0)
-    found[found] = e[j[found]] >= q[found]
-    result[found] = order[j[found]]
+    e = (s + (o_end - o_start))[order]
+    last_started = np.searchsorted(s[order], q, side="right") - 1
+    asked = np.flatnonzero(last_started >= 0)
+    found = _rightmost_at_least(e, last_started[asked], q[asked])
+    result[asked[found >= 0]] = order[found[found >= 0]]
     return result
+
+
+def _rightmost_at_least(values: np.ndarray, upto: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """For each query, the largest index i ≤ upto with values[i] ≥ floor, or -1. A max-tree
+    over `values`: climb from leaf `upto` until a left sibling's subtree holds a value ≥ floor,
+    then descend into its rightmost such leaf; each is one vectorised step per tree level."""
+    size = 1 << max(int(len(values) - 1).bit_length(), 0)
+    tree = np.full(2 * size, np.iinfo(np.int64).min, dtype=np.int64)
+    tree[size:size + len(values)] = values
+    for level_start in (size >> k for k in range(1, size.bit_length())):
+        tree[level_start:2 * level_start] = np.maximum(tree[2 * level_start:4 * level_start:2],
+                                                       tree[2 * level_start + 1:4 * level_start:2])
+    node = upto + size
+    done = tree[node] >= floor  # the leaf itself
+    climbing = ~done
+    while climbing.any():
+        at = np.flatnonzero(climbing)
+        n = node[at]
+        hit = ((n & 1) == 1) & (tree[n - 1] >= floor[at])  # a right child whose left sibling holds one
+        node[at[hit]] = n[hit] - 1
+        climbing[at[hit]] = False
+        up = at[~hit]
+        node[up] >>= 1
+        gone = up[node[up] <= 1]  # climbed to the root: nothing at or before `upto`
+        node[gone] = 0
+        climbing[gone] = False
+    descending = np.flatnonzero((node > 0) & (node < size))
+    while len(descending):
+        n = node[descending]
+        right = 2 * n + 1
+        node[descending] = np.where(tree[right] >= floor[descending], right, 2 * n)
+        descending = descending[node[descending] < size]
+    return np.where(node > 0, node - size, -1)
 
 
 def _visible_names(values) -> pd.Categorical:
@@ -141,7 +165,8 @@ def _visible_names(values) -> pd.Categorical:
 
 def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = None) -> Trace:
     """Build the typed frames, link device work to ops, flag collectives, derive steps. Every
-    string from the trace is made visible here (no raw control characters past this point)."""
+    string from the trace is made visible here (no raw control characters past this point).
+    The column dicts are consumed: the frames take their arrays without copying them."""
     meta.devices = {d: visible(name) for d, name in meta.devices.items()}
     if "stack" in cpu:
         cpu["stack"] = _visible_names(cpu["stack"])
@@ -164,16 +189,31 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = No
 
     gpu_frame = typed_frame(gpu, GPU_COLUMNS)
     cpu_frame = typed_frame(cpu, CPU_COLUMNS)
+    gpu.clear()  # the frames hold these arrays now (not copies); nothing else may
+    cpu.clear()
     _link_ops(gpu_frame, cpu_frame)
     gpu_frame["is_comm"] = _comm_flags(gpu_frame)
-    gpu_frame = gpu_frame.sort_values("start", kind="stable", ignore_index=True)
-    cpu_frame = cpu_frame.sort_values("start", kind="stable", ignore_index=True)
+    gpu_frame = _sorted_by_start(gpu_frame)
+    cpu_frame = _sorted_by_start(cpu_frame)
     steps = derive_steps(gpu_frame, cpu_frame)
     used = sorted(int(d) for d in gpu_frame["device"].unique())
     if used:  # a trace lists every GPU in the machine; keep those it recorded work on
         meta.devices = device_names(used, meta.devices)
     memory_frame = typed_frame(memory or {}, MEMORY_COLUMNS).sort_values("time", kind="stable", ignore_index=True)
     return Trace(gpu=gpu_frame, cpu=cpu_frame, steps=steps, meta=meta, memory=memory_frame)
+
+
+def _sorted_by_start(frame: pd.DataFrame) -> pd.DataFrame:
+    """`sort_values("start", kind="stable")`, a column at a time: each unsorted column is let go
+    once its sorted copy exists, so memory holds the frame and one column more, not two frames."""
+    order = np.argsort(frame["start"].to_numpy(), kind="stable")
+    if (order[1:] > order[:-1]).all():  # already in order (one thread, or merged by time)
+        return frame.reset_index(drop=True)
+    columns = {}
+    for name in list(frame.columns):
+        values = frame.pop(name).array
+        columns[name] = values.take(order)
+    return pd.DataFrame(columns, copy=False)
 
 
 def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
@@ -183,8 +223,8 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
     launch call with its correlation id instead of the op's id; ids are the fallback when the
     launch call is missing (sampled traces).
     """
-    ops = cpu[cpu["kind"].isin(["op", "annotation", "dataloader"])]
-    calls = cpu[cpu["kind"].isin(["runtime", "driver"]) & (cpu["correlation"] >= 0)]
+    ops = cpu.loc[cpu["kind"].isin(["op", "annotation", "dataloader"]), ["pid", "tid", "start", "end", "external_id", "name"]]
+    calls = cpu.loc[cpu["kind"].isin(["runtime", "driver"]) & (cpu["correlation"] >= 0), ["pid", "tid", "start", "correlation"]]
     calls = calls.drop_duplicates("correlation")
     owner = innermost_enclosing(ops, calls["pid"].to_numpy(), calls["tid"].to_numpy(), calls["start"].to_numpy())
     call_op = pd.Series(owner, index=calls["correlation"].to_numpy())
