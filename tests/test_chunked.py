@@ -118,3 +118,16 @@ def test_pieces_hold_exactly_the_elements(events, chunk, indent, after):
     assert got == events
     assert {**(json.loads(head) if head else {}), **{k: v for k, v in last.items() if k != "traceEvents"}} == {
         "schemaVersion": 1, "traceEvents": []}
+
+
+def test_oddly_typed_events_read_in_pieces_equal_the_whole_file(tmp_path, monkeypatch):
+    # names that are lists or numbers, pids that are strings: such pieces are decoded loosely,
+    # each whole, and give what the whole-file reader gives
+    doc = json.loads(gzip.decompress(ALEXNET.read_bytes()))
+    for i, event in enumerate(doc["traceEvents"][::40]):
+        event["name"] = [i, "x"] if i % 2 else 7.5
+        event["pid"] = f"process {i}"
+    path = _events_document(tmp_path, doc, "odd.json")
+    whole, pieces = whole_and_pieces(path, monkeypatch, chunk=16 << 10)
+    assert_same(whole, pieces)
+    assert '[1, "x"]' in set(pieces.cpu["name"].astype(str)) | set(pieces.gpu["name"].astype(str))

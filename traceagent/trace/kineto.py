@@ -14,6 +14,7 @@ import gzip
 import json
 import re
 import zlib
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from operator import attrgetter, itemgetter
@@ -22,11 +23,10 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 import pandas as pd
-from pandas.api.types import union_categoricals
 
 from ..errors import TraceError
 from . import chunked, storage
-from .model import MAX_COPY_BYTES, MAX_TIME_NS, SHAPED_OPS, Trace, TraceMeta, categorical, matches
+from .model import MAX_COPY_BYTES, MAX_TIME_NS, SHAPED_OPS, Trace, TraceMeta, categorical
 from .normalize import finish_trace
 
 # lower-cased Kineto category → our kind. The 2021 schema capitalised them (Kernel, Runtime...).
@@ -91,6 +91,7 @@ def _event_type(strict: bool):
 
 
 _STRICT, _LOOSE = _event_type(strict=True), _event_type(strict=False)
+_LOOSE_TYPES = (_LOOSE, type(_LOOSE().args))  # events and args whose fields may hold any JSON
 
 #: phases whose events are read in full: complete events, instants ([memory]), metadata (labels)
 _READ_PHASES = ("X", "i", "M")
@@ -253,8 +254,9 @@ def _recover_truncated(raw: bytes, attempts: int = 64):
 
 
 def _decode_events(batch: list) -> tuple[list, int]:
-    """The second pass, one batch at a time: typed structs, or Any-typed ones for odd traces;
-    events that are not objects at all are skipped (and counted)."""
+    """Raw events, one batch at a time: typed structs, or Any-typed ones for odd traces (all of
+    a batch one or the other, which _texts relies on); events that are not objects at all are
+    skipped (and counted)."""
     text = b"[" + b",".join(batch) + b"]"
     for kind in (_BY_PHASE, _STRICT):
         try:
@@ -297,6 +299,8 @@ def _texts(items: list, attr: str, missing: str | None = "") -> list:
     """A string field of every event. The typed decoder guarantees strings; the loose one (odd
     traces) lets lists, numbers or objects through, which are written out as text."""
     values = list(map(attrgetter(attr), items))
+    if not values or type(items[0]) not in _LOOSE_TYPES:  # a batch is decoded all typed or all loose
+        return values
     types = set(map(type, values))  # at C speed: the typed decoder's strings (and None where allowed)
     if types <= {str} or (missing is None and types <= {str, type(None)}):
         return values
@@ -305,12 +309,11 @@ def _texts(items: list, attr: str, missing: str | None = "") -> list:
 
 def _ids(items: list, attr: str) -> np.ndarray:
     """pid/tid: ints, or strings like "stream 7" / "25738"; the trailing number when there is one."""
-    raw = list(map(attrgetter(attr), items))
-    try:
-        return np.asarray(raw, dtype=np.int64)  # all numbers: the usual case, at C speed
+    try:  # all numbers: the usual case, at C speed
+        return np.fromiter(map(attrgetter(attr), items), dtype=np.int64, count=len(items))
     except (TypeError, ValueError, OverflowError):
         pass
-    values = pd.Series(raw, dtype=object)
+    values = pd.Series(list(map(attrgetter(attr), items)), dtype=object)
     as_num = pd.to_numeric(values, errors="coerce")
     if as_num.isna().any():
         digits = values.astype(str).str.extract(r"(-?\d+)\s*$", expand=False)
@@ -328,16 +331,49 @@ class _Clock:
         return np.rint((us - self.base_us) * 1000.0).astype(np.int64) + np.int64(self.base_us) * 1000
 
 
+class _Strings:
+    """One string → code dictionary for a column of the whole trace. A batch's strings become
+    int32 codes as the batch is read, so its string objects die with it and no per-batch
+    categorical is merged later; categories come out in order of first appearance, as
+    pd.factorize gives them. None is missing (code -1)."""
+
+    def __init__(self) -> None:
+        self._code: dict[str | None, int] = {None: -1}
+        self._flags: dict[re.Pattern, list[bool]] = {}
+
+    def codes(self, values: list) -> np.ndarray:
+        if values.count(None) == len(values):  # a column most traces leave empty (call stacks)
+            return np.full(len(values), -1, dtype=np.int32)
+        code = self._code
+        for value in dict.fromkeys(values):  # the batch's distinct values, in order
+            if value not in code:
+                code[value] = len(code) - 1
+        return np.fromiter(map(code.__getitem__, values), dtype=np.int32, count=len(values))
+
+    def matching(self, codes: np.ndarray, pattern: re.Pattern) -> np.ndarray:
+        """Which rows' strings match (re.search); each distinct string tested once per trace."""
+        known = self._flags.setdefault(pattern, [])
+        known += [bool(pattern.search(v)) for v in list(self._code)[1 + len(known):]]
+        return np.array([*known, False], dtype=bool)[codes]
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        return pd.Categorical.from_codes(codes, categories=pd.Index(list(self._code)[1:], dtype=object))
+
+
+#: the string columns coded as they are read: (table, column)
+_CODED = (("gpu", "name"), ("cpu", "name"), ("cpu", "stack"), ("cpu", "shapes"))
+
+
 def load_kineto(path: str) -> Trace:
     """Read one Kineto trace file into a Trace."""
     with _collector_paused():  # while events are decoded; frames that follow do make cycles
         try:
-            doc, parts, skipped, warnings = _read_in_pieces(path)
+            read = _read_in_pieces(path)
         except (chunked.NotChunkable, EOFError, OSError, zlib.error, RecursionError):
             # anything unusual (a cut-short or corrupt gzip, malformed or too deep JSON, no events): the
             # whole-file reader, which owns every repair and error message
-            doc, parts, skipped, warnings = _read_whole(path)
-    return _trace(path, doc, parts, skipped, warnings)
+            read = _read_whole(path)
+    return _trace(path, *read)
 
 
 @contextmanager
@@ -353,7 +389,8 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _trace(path: str, doc: _Document, parts: list[tuple], skipped: int, warnings: list[str]) -> Trace:
+def _trace(path: str, doc: _Document, parts: list[tuple], strings: dict[tuple[str, str], _Strings], skipped: int,
+           warnings: list[str]) -> Trace:
     """The batches' columns joined into one Trace."""
     dropped = sum(p[4] for p in parts)
     if skipped:
@@ -364,6 +401,10 @@ def _trace(path: str, doc: _Document, parts: list[tuple], skipped: int, warnings
     gpu = _concat([p[0] for p in parts])
     cpu = _concat([p[1] for p in parts])
     memory = _concat([p[5] for p in parts])
+    for table, column in _CODED:
+        columns = {"gpu": gpu, "cpu": cpu}[table]
+        if column in columns:
+            columns[column] = strings[table, column].categorical(columns[column])
     labelled = {pid: rank for p in parts for pid, rank in p[3].items()}
     for columns in (gpu, cpu, memory):
         columns["rank"] = _ranks(columns.pop("rank_arg", np.zeros(0, np.int64)), columns.pop("pid_raw", None), labelled)
@@ -373,7 +414,12 @@ def _trace(path: str, doc: _Document, parts: list[tuple], skipped: int, warnings
     return finish_trace(gpu, cpu, meta, memory)
 
 
-def _read_in_pieces(path: str) -> tuple[_Document, list[tuple], int, list[str]]:
+#: what a reader gives: the document's keys, each batch's columns, the string dictionaries,
+#: entries skipped for not being events, warnings
+_Read = tuple[_Document, list[tuple], dict[tuple[str, str], _Strings], int, list[str]]
+
+
+def _read_in_pieces(path: str) -> _Read:
     """Columns of the events read a chunk at a time (the usual case): memory holds one chunk and
     its structs, not the file. Raises chunked.NotChunkable for anything it does not handle."""
     with storage.open_binary(path) as f:
@@ -385,9 +431,9 @@ def _read_in_pieces(path: str) -> tuple[_Document, list[tuple], int, list[str]]:
             doc = msgspec.json.decode(head, type=_Document) if head is not None else _Document()
         except msgspec.DecodeError:  # "traceEvents" was not the top-level key
             raise chunked.NotChunkable("traceEvents is not a top-level key") from None
-        parts, skipped, events = [], 0, 0
+        parts, strings, skipped, events = [], defaultdict(_Strings), 0, 0
         for decoded, not_objects, last in pieces:
-            parts.append(_batch_columns(decoded))
+            parts.append(_batch_columns(decoded, strings))
             skipped += not_objects
             events += len(decoded) + not_objects
             if last is not None:  # keys written after the array
@@ -396,7 +442,7 @@ def _read_in_pieces(path: str) -> tuple[_Document, list[tuple], int, list[str]]:
                         setattr(doc, key, getattr(last, key))
     if not events:  # the whole-file reader says why
         raise chunked.NotChunkable("no events")
-    return doc, parts, skipped, []
+    return doc, parts, strings, skipped, []
 
 
 def _decode_piece(text: bytes) -> tuple[list, int, None]:
@@ -406,7 +452,7 @@ def _decode_piece(text: bytes) -> tuple[list, int, None]:
         return msgspec.json.decode(text, type=list[_BY_PHASE]), 0, None
     except msgspec.ValidationError:
         pass
-    return (*_decode_raw(msgspec.json.decode(text, type=list[msgspec.Raw])), None)
+    return (*_decode_events(msgspec.json.decode(text, type=list[msgspec.Raw])), None)
 
 
 def _decode_last_piece(text: bytes) -> tuple[list, int, _LastPiece | None]:
@@ -418,22 +464,12 @@ def _decode_last_piece(text: bytes) -> tuple[list, int, _LastPiece | None]:
     except msgspec.ValidationError:
         pass
     doc = msgspec.json.decode(text, type=_Document)
-    return (*_decode_raw(doc.traceEvents), _LastPiece(deviceProperties=doc.deviceProperties,
+    return (*_decode_events(doc.traceEvents), _LastPiece(deviceProperties=doc.deviceProperties,
                                                        distributedInfo=doc.distributedInfo,
                                                        schemaVersion=doc.schemaVersion))
 
 
-def _decode_raw(items: list) -> tuple[list, int]:
-    """Raw events in batches: typed structs where they fit, Any-typed ones where not."""
-    events, skipped = [], 0
-    for i in range(0, len(items), BATCH):
-        decoded, not_objects = _decode_events(items[i:i + BATCH])
-        events += decoded
-        skipped += not_objects
-    return events, skipped
-
-
-def _read_whole(path: str) -> tuple[_Document, list[tuple], int, list[str]]:
+def _read_whole(path: str) -> _Read:
     """The file's bytes at once, with every repair: invalid UTF-8, NaN, a file cut short."""
     raw, warnings = read_bytes(path)
     if not raw or raw.isspace():
@@ -449,12 +485,12 @@ def _read_whole(path: str) -> tuple[_Document, list[tuple], int, list[str]]:
     raw_events = doc.traceEvents
     del raw
     doc.traceEvents = []
-    parts, skipped = [], 0
+    parts, strings, skipped = [], defaultdict(_Strings), 0
     for i in range(0, len(raw_events), BATCH):
         events, not_objects = _decode_events(raw_events[i:i + BATCH])
-        parts.append(_batch_columns(events))
+        parts.append(_batch_columns(events, strings))
         skipped += not_objects
-    return doc, parts, skipped, warnings
+    return doc, parts, strings, skipped, warnings
 
 
 _RANK_LABEL = re.compile(r"\brank\s*[:#=]?\s*(\d+)", re.IGNORECASE)
@@ -480,11 +516,11 @@ def _process_ranks(events: list, phases: np.ndarray) -> dict[int, int]:
 _MAX_US = MAX_TIME_NS / 1000.0  # the model's bound, in the µs Kineto writes
 
 
-def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int, dict]:
+def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tuple[dict, dict, bool, dict, int, dict]:
     """Columns of one batch of events: (device activity, host events, whether it has flows,
     pid → rank from process labels, events dropped for impossible values, memory events). Each
     field is read once for the device and host events together, then split; device-only and
-    host-only fields are read for those events alone."""
+    host-only fields are read for those events alone. String columns are codes into `strings`."""
     cats = categorical(_texts(events, "cat"))
     lower = [str(c).lower() for c in cats.categories]
     codes = cats.codes
@@ -515,12 +551,12 @@ def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int,
     common = {"start": start, "end": start + np.rint(np.maximum(dur[ok], 0.0) * 1000.0).astype(np.int64),
               "correlation": _arg(args, "correlation")[ok], "external_id": external[ok],
               "rank_arg": _arg(args, "rank")[ok], "pid_raw": pid}
-    names = np.asarray(_texts(items, "name"), dtype=object)[ok]
+    names = _texts(items, "name")
     g, c = on_gpu[ok], ~on_gpu[ok]
     gpu_ok = ok[at_gpu]
 
     gpu = {key: values[g] for key, values in common.items()}
-    gpu["name"] = categorical(names[g])
+    gpu["name"] = strings["gpu", "name"].codes(_select(names, at_gpu[gpu_ok]))
     gpu["kind"] = gpu_kind[index][ok][g]
     device = _arg(gpu_args, "device")[gpu_ok]
     gpu["device"] = np.where(device >= 0, device, pid[g])
@@ -529,12 +565,14 @@ def _batch_columns(events: list) -> tuple[dict, dict, bool, dict[int, int], int,
     gpu["bytes"] = nbytes[gpu_ok]
 
     cpu = {key: values[c] for key, values in common.items()}
-    cpu["name"] = categorical(names[c])
+    cpu_at = np.flatnonzero(~on_gpu & ok)
+    cpu["name"] = strings["cpu", "name"].codes(_select(names, cpu_at))
     cpu["kind"] = cpu_kind[index][ok][c]
     cpu["pid"], cpu["tid"] = pid[c], tid[c]
-    cpu_at = np.flatnonzero(~on_gpu & ok)
-    cpu["stack"] = categorical(np.asarray(_texts(_select(args, cpu_at), "call_stack", missing=None), dtype=object))
-    cpu["shapes"] = _shapes(_select(items, cpu_at), cpu["name"])
+    cpu["stack"] = strings["cpu", "stack"].codes(_texts(_select(args, cpu_at), "call_stack", missing=None))
+    shaped = np.flatnonzero(strings["cpu", "name"].matching(cpu["name"], SHAPED_OPS))
+    cpu["shapes"] = np.full(len(cpu_at), -1, dtype=np.int32)
+    cpu["shapes"][shaped] = strings["cpu", "shapes"].codes(_shapes(_select(args, cpu_at[shaped])))
     memory = _memory(events, phases)
     return gpu, cpu, has_flows, _process_ranks(events, phases), int((~ok).sum()), memory
 
@@ -566,17 +604,14 @@ def _memory(events: list, phases: np.ndarray) -> dict:
             "rank_arg": _numeric(items, "args.rank", -1), "pid_raw": _ids(items, "pid") if items else np.zeros(0, np.int64)}
 
 
-def _shapes(items: list, names: pd.Categorical) -> pd.Categorical:
-    """[dims, types, concrete inputs] as JSON text for the ops the FLOPs detector reads; None
-    elsewhere (the raw bytes of other events' shapes are never decoded)."""
-    wanted = matches(pd.Series(names), SHAPED_OPS)
-    out = np.full(len(items), None, dtype=object)
-    for i in np.flatnonzero(wanted):
-        args = items[i].args
-        parts = [_raw_text(getattr(args, f)) for f in ("input_dims", "input_types", "concrete")]
-        if parts[0] != "null":
-            out[i] = f"[{parts[0]},{parts[1]},{parts[2]}]"
-    return categorical(out)
+def _shapes(args: list) -> list[str | None]:
+    """[dims, types, concrete inputs] as JSON text, or None where the op has no dims. Called for
+    the ops the FLOPs detector reads only: other events' shapes are never decoded."""
+    out: list[str | None] = []
+    for arg in args:
+        parts = [_raw_text(getattr(arg, f)) for f in ("input_dims", "input_types", "concrete")]
+        out.append(f"[{parts[0]},{parts[1]},{parts[2]}]" if parts[0] != "null" else None)
+    return out
 
 
 def _raw_text(value) -> str:
@@ -588,20 +623,11 @@ def _raw_text(value) -> str:
 
 
 def _concat(parts: list[dict]) -> dict:
-    """One column set from the batches' (categoricals merged, not expanded to strings). Each
-    batch's column is let go once joined, so memory holds the batches and one column more."""
+    """One column set from the batches'. Each batch's column is let go once joined, so memory
+    holds the batches and one column more."""
     if not parts:
         return {"name": [], "kind": []}
-    out = {}
-    for key in list(parts[0]):
-        columns = [p.pop(key) for p in parts]
-        if isinstance(columns[0], pd.Categorical):
-            # categorical() again: a batch with no values has empty categories, and their union
-            # with object ones comes back as pandas 3 strings, unlike the rest of the model
-            out[key] = categorical(union_categoricals(columns)) if len(columns) > 1 else columns[0]
-        else:
-            out[key] = np.concatenate(columns)
-    return out
+    return {key: np.concatenate([p.pop(key) for p in parts]) for key in list(parts[0])}
 
 
 def _meta(doc, path: str, warnings: list[str], has_flows: bool) -> TraceMeta:
