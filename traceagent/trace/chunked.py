@@ -71,24 +71,25 @@ def _opening(f: BinaryIO, key: str, chunk_bytes: int) -> tuple[bytes, bytes | No
     return body[found.end():], head, b'{"' + key.encode() + b'":['
 
 
-def _pieces(f: BinaryIO, buf: bytes, reopen: bytes, decode_piece: Callable[[bytes], T],
+def _pieces(f: BinaryIO, rest: bytes, reopen: bytes, decode_piece: Callable[[bytes], T],
             decode_rest: Callable[[bytes], T], chunk_bytes: int) -> Iterator[T]:
+    buf = bytearray(rest)  # grown in place, and cut from the front without moving what is left
     while more := f.read(chunk_bytes):
         buf += more
         for attempt, cut in enumerate(_cuts(buf)):
             if attempt == RETRIES:  # read on: the elements that come next bring new cuts
                 break
             try:
-                piece = decode_piece(b"[" + buf[:cut] + b"]")
+                piece = decode_piece(b"".join((b"[", memoryview(buf)[:cut], b"]")))  # one copy
             except msgspec.DecodeError:
                 continue
+            del buf[:cut + 1]
             yield piece
-            buf = buf[cut + 1:]
             break
         if len(buf) > MAX_PIECE_BYTES:
             raise NotChunkable("no cut that decodes within the piece limit")
     try:
-        yield decode_rest(reopen + buf)
+        yield decode_rest(b"".join((reopen, buf)))
     except msgspec.DecodeError as exc:
         raise NotChunkable(str(exc)) from None
 

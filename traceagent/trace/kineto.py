@@ -72,13 +72,15 @@ _EVENT_FIELDS = [
 ]
 
 
-def _args_type(strict: bool):
+def _args_type(strict: bool, names: tuple[str, ...] | None = None):
+    """The args we read: all of them, or those named (in that order)."""
     kind = (lambda t: t) if strict else (lambda t: Any)
+    chosen = [a for a in _ARG_FIELDS if names is None or a[0] in names]
+    chosen.sort(key=lambda a: names.index(a[0]) if names else 0)
     # gc=False: millions of short-lived structs that hold no cycles need no garbage-collector
     # tracking, and the collector's passes over them were a good part of decoding time
     return msgspec.defstruct(
-        "Args", [(f, kind(t), d) for f, t, d, _ in _ARG_FIELDS],
-        rename={f: j for f, _, _, j in _ARG_FIELDS}, gc=False)
+        "Args", [(f, kind(t), d) for f, t, d, _ in chosen], rename={f: j for f, _, _, j in chosen}, gc=False)
 
 
 def _event_type(strict: bool):
@@ -93,8 +95,15 @@ def _event_type(strict: bool):
 _STRICT, _LOOSE = _event_type(strict=True), _event_type(strict=False)
 _LOOSE_TYPES = (_LOOSE, type(_LOOSE().args))  # events and args whose fields may hold any JSON
 
-#: phases whose events are read in full: complete events, instants ([memory]), metadata (labels)
-_READ_PHASES = ("X", "i", "M")
+#: phases whose events are read in full (complete events, instants for [memory], metadata for
+#: labels), and the args each needs. In the order Kineto writes them: msgspec looks for the next
+#: key where the last one matched, and every args key we do not read is a search of them all.
+_READ_PHASES = {
+    "X": ("external_id", "device", "stream", "correlation", "bytes", "input_dims", "input_types", "concrete",
+          "external_id_2021", "call_stack", "rank"),
+    "i": ("device_type", "device_id", "mem_bytes", "total_allocated", "total_reserved", "rank"),
+    "M": ("label",),
+}
 #: every other Chrome-trace phase: only the category is kept (flows mark `has_flows`), and msgspec
 #: skips the rest of the event without building it. A third of a real trace is flow events.
 _SKIMMED_PHASES = ("B", "E", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "V", "v", "R", "c",
@@ -104,11 +113,12 @@ _SKIMMED_PHASES = ("B", "E", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "
 def _phase_union():
     """One struct per phase, chosen by the "ph" tag: 2.4× faster than one struct for all on a
     real trace. Each exposes `ph` as a class attribute, as the untagged structs do as a field."""
-    args = _args_type(strict=True)
     fields = [(f, t, d) for f, t, d, _ in _EVENT_FIELDS if f != "ph"]
-    fields.append(("args", args, msgspec.field(default_factory=args)))
-    read = [msgspec.defstruct(f"Event_{p}", fields, tag_field="ph", tag=p, namespace={"ph": p}, gc=False)
-            for p in _READ_PHASES]
+    read = []
+    for phase, names in _READ_PHASES.items():
+        args = _args_type(strict=True, names=names)
+        read.append(msgspec.defstruct(f"Event_{phase}", [*fields, ("args", args, msgspec.field(default_factory=args))],
+                                      tag_field="ph", tag=phase, namespace={"ph": phase}, gc=False))
     skimmed = [msgspec.defstruct(f"Skimmed_{i}", [("cat", str, "")], tag_field="ph", tag=p, namespace={"ph": p},
                                  gc=False) for i, p in enumerate(_SKIMMED_PHASES)]
     return Union[tuple(read + skimmed)]  # noqa: UP007 (a runtime union of generated types)

@@ -231,7 +231,8 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
     op_pos = gpu["correlation"].map(call_op).fillna(-1).to_numpy(np.int64)
 
     by_id = ops[ops["external_id"] >= 0].reset_index(drop=True)
-    by_id = pd.Series(np.arange(len(by_id)), index=by_id["external_id"]).groupby(level=0).last()
+    by_id = pd.Series(np.arange(len(by_id)), index=by_id["external_id"])
+    by_id = by_id[~by_id.index.duplicated(keep="last")]  # each id's last op
     unlinked = (op_pos < 0) & (gpu["external_id"].to_numpy() >= 0)
     ids_pos = gpu["external_id"].map(by_id).fillna(-1).to_numpy(np.int64)
     ops_with_id = ops[ops["external_id"] >= 0]
