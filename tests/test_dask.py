@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,13 @@ def test_a_script_read_from_stdin_analyses_in_its_own_process(job):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(LATE), str(RANKS)]
     assert "could not start a local Dask cluster" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_our_local_cluster_keeps_glibc_adaptive_malloc():
+    # Dask starts workers with MALLOC_TRIM_THRESHOLD_, which makes every large array a load frees
+    # a fresh mapping (10% slower per rank); the cluster traceagent starts leaves it out, and
+    # keeps the rest of Dask's worker environment (one BLAS thread per worker)
+    client, cluster = tasks._connect("local", tasks=1)
+    with client, cluster:
+        environ = client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")})
+    assert list(environ.values()) == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]

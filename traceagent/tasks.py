@@ -90,6 +90,7 @@ class _NoLocalCluster(Exception):
 def _connect(scheduler: str, tasks: int):
     """(Client, the LocalCluster it runs on or None): a new LocalCluster for "local", else the
     scheduler at an address."""
+    import dask
     from distributed import Client, LocalCluster
 
     if scheduler == "local":
@@ -100,8 +101,9 @@ def _connect(scheduler: str, tasks: int):
         try:
             # one thread per worker: parsing holds the GIL, so threads would take turns. Port 0: any
             # free one (the scheduler's HTTP server binds 8787 even without a dashboard, and warns if taken)
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                   silence_logs=logging.ERROR)
+            with dask.config.set({_WORKER_ENVIRON: _worker_environ()}):
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0", silence_logs=logging.ERROR)
         except (RuntimeError, OSError) as exc:
             raise _NoLocalCluster(str(exc)) from None
         return Client(cluster, set_as_default=False), cluster
@@ -111,3 +113,16 @@ def _connect(scheduler: str, tasks: int):
         raise SchedulerError(f"cannot reach the Dask scheduler at {scheduler} ({exc}). Check --scheduler or "
                              f"${SCHEDULER_ENV}: an address such as tcp://host:8786, `local` for a cluster on this "
                              "machine, or `none` to work in this process") from None
+
+
+_WORKER_ENVIRON = "distributed.nanny.pre-spawn-environ"
+
+
+def _worker_environ() -> dict:
+    """Dask's environment for new workers, less MALLOC_TRIM_THRESHOLD_: setting it turns off
+    glibc's adaptive mmap threshold, so each large array a load builds and frees is a fresh
+    mapping and its page faults. A 20 MB rank took 10% longer with it (0.242 vs 0.219 s CPU),
+    and the largest worker's peak RSS was 205 MB without it, 200 MB with it."""
+    import dask
+
+    return {k: v for k, v in dask.config.get(_WORKER_ENVIRON, {}).items() if k != "MALLOC_TRIM_THRESHOLD_"}
