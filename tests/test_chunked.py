@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 
 import msgspec
 import pandas as pd
@@ -131,3 +132,49 @@ def test_oddly_typed_events_read_in_pieces_equal_the_whole_file(tmp_path, monkey
     whole, pieces = whole_and_pieces(path, monkeypatch, chunk=16 << 10)
     assert_same(whole, pieces)
     assert '[1, "x"]' in set(pieces.cpu["name"].astype(str)) | set(pieces.gpu["name"].astype(str))
+
+
+def test_a_second_traceevents_key_reads_as_the_whole_file_does(tmp_path, monkeypatch):
+    # JSON keeps a repeated key's last value; the pieces reader must not join the two arrays
+    doc = json.loads(gzip.decompress(ALEXNET.read_bytes()))
+    events = doc.pop("traceEvents")
+    text = json.dumps({**doc, "traceEvents": events})[:-1] + ', "traceEvents": ' + json.dumps(events[:50]) + "}"
+    path = tmp_path / "twice.json"
+    path.write_text(text)
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", 16 << 10)
+    with pytest.raises(chunked.NotChunkable):
+        kineto._read_in_pieces(str(path))
+    assert_same(kineto.load_kineto(str(path)), kineto._trace(str(path), *kineto._read_whole(str(path))))
+
+
+_ALEXNET_DOC = json.loads(gzip.decompress(ALEXNET.read_bytes()))
+_SMALL = json.dumps({**_ALEXNET_DOC, "traceEvents": _ALEXNET_DOC["traceEvents"][:250]}, indent=1).encode()
+
+
+_DAMAGE = st.sampled_from([b"", b"}", b",", b"]", b'"', b"{", b"\\", b"x", b" ", b"0"])
+
+
+@settings(max_examples=int(os.environ.get("TRACEAGENT_FUZZ_EXAMPLES", "40")), deadline=None, derandomize=True)
+@given(edits=st.lists(st.tuples(st.integers(0, len(_SMALL) - 1), _DAMAGE), min_size=1, max_size=4))
+def test_damaged_bytes_read_in_pieces_as_the_whole_file_reads_them(edits, tmp_path_factory):
+    # whatever the damage, the pieces reader either gives exactly what the whole-file reader
+    # gives, or hands the file to it
+    from traceagent.errors import TraceError
+
+    text = bytearray(_SMALL)
+    for at, replacement in edits:
+        text[at:at + 1] = replacement
+    path = tmp_path_factory.mktemp("damaged") / "t.json"
+    path.write_bytes(bytes(text))
+    chunked_chunk, chunked.CHUNK_BYTES = chunked.CHUNK_BYTES, 4 << 10
+    try:
+        try:
+            whole = kineto._trace(str(path), *kineto._read_whole(str(path)))
+        except TraceError as exc:
+            with pytest.raises(TraceError) as raised:
+                kineto.load_kineto(str(path))
+            assert str(raised.value) == str(exc)
+            return
+        assert_same(kineto.load_kineto(str(path)), whole)
+    finally:
+        chunked.CHUNK_BYTES = chunked_chunk

@@ -150,11 +150,14 @@ def test_a_script_read_from_stdin_analyses_in_its_own_process(job):
     assert "could not start a local Dask cluster" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_our_local_cluster_keeps_glibc_adaptive_malloc():
+def test_our_local_cluster_keeps_glibc_adaptive_malloc(monkeypatch):
     # Dask starts workers with MALLOC_TRIM_THRESHOLD_, which makes every large array a load frees
-    # a fresh mapping (10% slower per rank); the cluster traceagent starts leaves it out, and
-    # keeps the rest of Dask's worker environment (one BLAS thread per worker)
+    # a fresh mapping (10% slower per rank), and leaves it in this process's environment for the
+    # next cluster; the cluster traceagent starts goes without it, and keeps the rest of Dask's
+    # worker environment (one BLAS thread per worker)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # as another cluster started here leaves it
     client, cluster = tasks._connect("local", tasks=1)
     with client, cluster:
         environ = client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")})
     assert list(environ.values()) == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536"  # put back for others here

@@ -14,6 +14,8 @@ import typing
 import numpy as np
 import pytest
 from conftest import B200, DATA, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import traceagent
 from traceagent.trace import cache
@@ -205,3 +207,17 @@ def test_a_trace_recorded_with_shapes_decodes_on_the_typed_path():
     # the kept text is what json.dumps writes for the same value, whichever path read it
     dims = decoded[0].args.input_dims
     assert kineto._raw_text(dims) == json.dumps(json.loads(bytes(dims)))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(us=st.lists(st.floats(-2.0**51, 2.0**51, allow_nan=False), min_size=1, max_size=20))
+def test_microseconds_become_the_nearest_nanosecond_each_on_its_own(us):
+    # each float's exact value × 1000, rounded: whatever else is in the batch (a far-off timestamp
+    # once cost its batch's other events up to 64 ns)
+    from fractions import Fraction
+
+    from traceagent.trace.kineto import _ns
+
+    expected = [round(Fraction(u) * 1000) for u in us]
+    assert _ns(np.array(us)).tolist() == expected
+    assert [int(_ns(np.array([u]))[0]) for u in us] == expected

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from .errors import SchedulerError
@@ -101,7 +101,7 @@ def _connect(scheduler: str, tasks: int):
         try:
             # one thread per worker: parsing holds the GIL, so threads would take turns. Port 0: any
             # free one (the scheduler's HTTP server binds 8787 even without a dashboard, and warns if taken)
-            with dask.config.set({_WORKER_ENVIRON: _worker_environ()}):
+            with dask.config.set({_WORKER_ENVIRON: _worker_environ()}), _without_dasks_trim_setting():
                 cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                        dashboard_address=":0", silence_logs=logging.ERROR)
         except (RuntimeError, OSError) as exc:
@@ -125,4 +125,22 @@ def _worker_environ() -> dict:
     and the largest worker's peak RSS was 205 MB without it, 200 MB with it."""
     import dask
 
-    return {k: v for k, v in dask.config.get(_WORKER_ENVIRON, {}).items() if k != "MALLOC_TRIM_THRESHOLD_"}
+    return {k: v for k, v in dask.config.get(_WORKER_ENVIRON, {}).items() if k != _TRIM}
+
+
+_TRIM = "MALLOC_TRIM_THRESHOLD_"
+#: whether the user set it themselves: Dask writes it into this process's environment when it
+#: starts workers, so a value seen later may be Dask's, left over from another cluster
+_TRIM_SET_BY_USER = _TRIM in os.environ
+
+
+@contextmanager
+def _without_dasks_trim_setting() -> Iterator[None]:
+    """Our workers inherit this process's environment: without the trim setting Dask left in it
+    (a user's own is kept). Put back afterwards, for whatever else uses Dask here."""
+    leftover = None if _TRIM_SET_BY_USER else os.environ.pop(_TRIM, None)
+    try:
+        yield
+    finally:
+        if leftover is not None:
+            os.environ[_TRIM] = leftover

@@ -331,14 +331,12 @@ def _ids(items: list, attr: str) -> np.ndarray:
     return as_num.fillna(-1).to_numpy(dtype=np.int64)
 
 
-class _Clock:
-    """µs floats → integer ns. Subtracting a whole-µs base first keeps nanoseconds exact."""
-
-    def __init__(self, ts: np.ndarray) -> None:
-        self.base_us = float(np.floor(ts.min())) if len(ts) else 0.0
-
-    def ns(self, us: np.ndarray) -> np.ndarray:
-        return np.rint((us - self.base_us) * 1000.0).astype(np.int64) + np.int64(self.base_us) * 1000
+def _ns(us: np.ndarray) -> np.ndarray:
+    """µs floats → integer ns, each exactly from its own value: the whole µs (exact in a float
+    below 2**53) and the fraction (exact too) are scaled apart. One subtracted base per batch
+    lost up to 64 ns on every event of a batch that held one far-off timestamp."""
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
 class _Strings:
@@ -466,8 +464,11 @@ def _decode_piece(text: bytes) -> tuple[list, int, None]:
 
 
 def _decode_last_piece(text: bytes) -> tuple[list, int, _LastPiece | None]:
+    """The last events and the keys after the array (the document reopened around them)."""
     if text[:1] == b"[":  # a bare array
         return _decode_piece(text)
+    if text.count(b'"traceEvents"') > 1:  # a second traceEvents key: JSON keeps the last, read whole
+        raise chunked.NotChunkable("traceEvents twice")
     try:
         last = msgspec.json.decode(text, type=_LastPiece)
         return last.traceEvents, 0, last
@@ -553,8 +554,7 @@ def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tu
     # times (and a copy's byte count) that can be real; the rest are dropped and counted
     ok = np.isfinite(ts) & np.isfinite(dur) & (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)
     ok[at_gpu] &= (nbytes >= 0) & (nbytes < MAX_COPY_BYTES)
-    clock = _Clock(ts[ok])
-    start = clock.ns(ts[ok])
+    start = _ns(ts[ok])
     external = _arg(args, "external_id")
     external = np.where(external >= 0, external, _arg(args, "external_id_2021"))
     pid, tid = _ids(items, "pid")[ok], _ids(items, "tid")[ok]
@@ -606,10 +606,9 @@ def _memory(events: list, phases: np.ndarray) -> dict:
     for values in sizes:  # byte counts past the model's bound are damage, not data
         ok &= np.isfinite(values) & (np.abs(values) < MAX_COPY_BYTES)
     items = [e for e, keep in zip(items, ok) if keep]
-    clock = _Clock(ts[ok])
     gpu = _numeric(items, "args.device_type", -1) == 1  # c10::DeviceType: 0 CPU, 1 CUDA (ROCm reports CUDA too)
     nbytes, allocated, reserved = (v[ok].astype(np.int64) for v in sizes)
-    return {"device": np.where(gpu, _numeric(items, "args.device_id", -1), -1), "time": clock.ns(ts[ok]),
+    return {"device": np.where(gpu, _numeric(items, "args.device_id", -1), -1), "time": _ns(ts[ok]),
             "bytes": np.where(nbytes == -1, 0, nbytes), "allocated": allocated, "reserved": reserved,
             "rank_arg": _numeric(items, "args.rank", -1), "pid_raw": _ids(items, "pid") if items else np.zeros(0, np.int64)}
 
