@@ -11,6 +11,7 @@ import pytest
 from builder import TraceBuilder
 from conftest import DATA, NSYS_BEFORE, analyzed
 
+import traceagent
 from traceagent import analyze
 from traceagent.agent.tools import AnalysisContext, build_tools
 
@@ -117,3 +118,14 @@ def test_each_steps_top_ranges(tmp_path):
     per_step = analyze(b.write(tmp_path / "s.json"), use_cache=False).ranks[0].findings.annotations.per_step
     assert per_step == [{"step": 0, "ranges": [{"name": "backward", "gpu_us": 200.0}, {"name": "forward", "gpu_us": 100.0}]},
                         {"step": 1, "ranges": [{"name": "backward", "gpu_us": 200.0}, {"name": "forward", "gpu_us": 150.0}]}]
+
+
+def test_memory_events_with_impossible_sizes_are_dropped_and_counted(tmp_path):
+    b = TraceBuilder()
+    b.op("ProfilerStep#0", 0, 900)
+    b.kernel("work", 10, 500, launch_at=5)
+    b.memory(20, 4096, allocated=4096, reserved=2_000_000)
+    b.memory(30, 2**60, allocated=2**60, reserved=2**60)  # past the model's bound on a byte count
+    trace = traceagent.load(b.write(tmp_path / "m.json"), use_cache=False).traces[0]
+    assert trace.memory["bytes"].tolist() == [4096]
+    assert any(w.startswith("dropped 1 events") for w in trace.meta.warnings)

@@ -121,7 +121,7 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
     for table in tables[1:]:
         keys = keys.intersection(table.index)
     if len(keys) == 0:
-        return RankComparison(0, [_row(r, 0, 0, 0, 0, 0.0, 0) for r in ranks], None, 0.0, None)
+        return RankComparison(0, [_row(r, 0, 0, 0, 0, 0.0) for r in ranks], None, 0.0, None)
     keys = keys.sort_values()
     matched = [t.loc[keys] for t in tables]
     start = np.stack([t["start"].to_numpy(np.int64) for t in matched])  # ranks × collectives
@@ -139,7 +139,7 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
     for i, r in enumerate(ranks):
         exposed = _exposed_waiting(r, matched[i], waiting[i])
         rows.append(_row(r, int((end[i] - start[i]).sum()), int(waiting[i].sum()), exposed,
-                         int((last == i).sum()), float(margin[last == i].sum()), len(keys)))
+                         int((last == i).sum()), float(margin[last == i].sum())))
     counts = np.bincount(last[last >= 0], minlength=len(ranks))
     s = int(counts.argmax())
     last_pct = pct(counts[s], len(keys))
@@ -155,8 +155,7 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
     )
 
 
-def _row(r: RankTimeline, comm: int, waiting: int, exposed: int, last: int, late_by: float,
-         matched: int) -> RankCollectives:
+def _row(r: RankTimeline, comm: int, waiting: int, exposed: int, last: int, late_by: float) -> RankCollectives:
     return RankCollectives(rank=r.rank, comm_us=us(comm), waiting_us=us(waiting), exposed_waiting_us=us(exposed),
                            communication_us=us(comm - waiting), last_count=last, late_by_us=us(late_by),
                            compute_us=r.breakdown.compute_us, device_time_us=r.breakdown.device_time_us)

@@ -405,7 +405,7 @@ def _trace(path: str, doc: _Document, parts: list[tuple], strings: dict[tuple[st
         warnings.append(f"skipped {skipped:,} entries of traceEvents that are not JSON objects")
     if dropped:
         warnings.append(f"dropped {dropped:,} events with impossible values (a missing or non-numeric time, a "
-                        "negative duration, a time out of range, or a negative byte count)")
+                        "negative duration, a time out of range, or a byte count negative or out of range)")
     gpu = _concat([p[0] for p in parts])
     cpu = _concat([p[1] for p in parts])
     memory = _concat([p[5] for p in parts])
@@ -583,8 +583,8 @@ def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tu
     shaped = np.flatnonzero(strings["cpu", "name"].matching(cpu["name"], SHAPED_OPS))
     cpu["shapes"] = np.full(len(cpu_at), -1, dtype=np.int32)
     cpu["shapes"][shaped] = strings["cpu", "shapes"].codes(_shapes(_select(args, cpu_at[shaped])))
-    memory = _memory(events, phases)
-    return gpu, cpu, has_flows, _process_ranks(events, phases), int((~ok).sum()), memory
+    memory, memory_dropped = _memory(events, phases)
+    return gpu, cpu, has_flows, _process_ranks(events, phases), int((~ok).sum()) + memory_dropped, memory
 
 
 def _arg(args: list, field: str) -> np.ndarray:
@@ -595,9 +595,9 @@ def _arg(args: list, field: str) -> np.ndarray:
 _ARG_DEFAULTS = {f: d for f, _, d, _ in _ARG_FIELDS}
 
 
-def _memory(events: list, phases: np.ndarray) -> dict:
+def _memory(events: list, phases: np.ndarray) -> tuple[dict, int]:
     """The allocator's [memory] instant events: device (-1 for host), time, bytes (+ allocated,
-    − freed), and the totals after each when the trace has them."""
+    − freed), and the totals after each when the trace has them; and how many were dropped."""
     index = np.flatnonzero(phases == "i")
     items = [e for e in _select(events, index) if e.name == "[memory]"]
     ts = _numeric(items, "ts", float("nan"))
@@ -610,7 +610,8 @@ def _memory(events: list, phases: np.ndarray) -> dict:
     nbytes, allocated, reserved = (v[ok].astype(np.int64) for v in sizes)
     return {"device": np.where(gpu, _numeric(items, "args.device_id", -1), -1), "time": _ns(ts[ok]),
             "bytes": np.where(nbytes == -1, 0, nbytes), "allocated": allocated, "reserved": reserved,
-            "rank_arg": _numeric(items, "args.rank", -1), "pid_raw": _ids(items, "pid") if items else np.zeros(0, np.int64)}
+            "rank_arg": _numeric(items, "args.rank", -1),
+            "pid_raw": _ids(items, "pid") if items else np.zeros(0, np.int64)}, int((~ok).sum())
 
 
 def _shapes(args: list) -> list[str | None]:
