@@ -137,14 +137,11 @@ class _Document(msgspec.Struct):
     schemaVersion: Any = None
 
 
-class _LastPiece(msgspec.Struct):
+class _LastPiece(_Document):
     """The document again around the last piece of events (read in pieces): events decoded
     straight into structs, and the keys written after the array."""
 
     traceEvents: list[_BY_PHASE] = msgspec.field(default_factory=list)  # type: ignore[valid-type]
-    deviceProperties: Any = None
-    distributedInfo: Any = None
-    schemaVersion: Any = None
 
 
 #: events decoded into structs at a time: peak memory holds one batch, not the whole trace.
@@ -263,12 +260,12 @@ def _recover_truncated(raw: bytes, attempts: int = 64):
     return None
 
 
-def _decode_events(batch: list) -> tuple[list, int]:
-    """Raw events, one batch at a time: typed structs, or Any-typed ones for odd traces (all of
-    a batch one or the other, which _texts relies on); events that are not objects at all are
-    skipped (and counted)."""
+def _decode_events(batch: list, typed: tuple = (_BY_PHASE, _STRICT)) -> tuple[list, int]:
+    """Raw events, one batch at a time: typed structs (the `typed` kinds not already tried), or
+    Any-typed ones for odd traces (all of a batch one or the other, which _texts relies on);
+    events that are not objects at all are skipped (and counted)."""
     text = b"[" + b",".join(batch) + b"]"
-    for kind in (_BY_PHASE, _STRICT):
+    for kind in typed:
         try:
             return msgspec.json.decode(text, type=list[kind]), 0
         except (msgspec.ValidationError, msgspec.DecodeError):
@@ -445,8 +442,8 @@ def _read_in_pieces(path: str) -> _Read:
             skipped += not_objects
             events += len(decoded) + not_objects
             if last is not None:  # keys written after the array
-                for key in ("deviceProperties", "distributedInfo", "schemaVersion"):
-                    if getattr(last, key) is not None:
+                for key in _Document.__struct_fields__:
+                    if key != "traceEvents" and getattr(last, key) is not None:
                         setattr(doc, key, getattr(last, key))
     if not events:  # the whole-file reader says why
         raise chunked.NotChunkable("no events")
@@ -460,10 +457,10 @@ def _decode_piece(text: bytes) -> tuple[list, int, None]:
         return msgspec.json.decode(text, type=list[_BY_PHASE]), 0, None
     except msgspec.ValidationError:
         pass
-    return (*_decode_events(msgspec.json.decode(text, type=list[msgspec.Raw])), None)
+    return (*_decode_events(msgspec.json.decode(text, type=list[msgspec.Raw]), typed=(_STRICT,)), None)
 
 
-def _decode_last_piece(text: bytes) -> tuple[list, int, _LastPiece | None]:
+def _decode_last_piece(text: bytes) -> tuple[list, int, _Document | None]:
     """The last events and the keys after the array (the document reopened around them)."""
     if text[:1] == b"[":  # a bare array
         return _decode_piece(text)
@@ -475,9 +472,7 @@ def _decode_last_piece(text: bytes) -> tuple[list, int, _LastPiece | None]:
     except msgspec.ValidationError:
         pass
     doc = msgspec.json.decode(text, type=_Document)
-    return (*_decode_events(doc.traceEvents), _LastPiece(deviceProperties=doc.deviceProperties,
-                                                       distributedInfo=doc.distributedInfo,
-                                                       schemaVersion=doc.schemaVersion))
+    return (*_decode_events(doc.traceEvents, typed=(_STRICT,)), doc)
 
 
 def _read_whole(path: str) -> _Read:
