@@ -230,19 +230,23 @@ def test_cpu_only_trace_gets_a_verdict_that_says_so(tmp_path):
 
 @pytest.mark.parametrize("window", [(0, 1), (0.25, 0.5), (0.9, 0.95)])
 def test_host_overlaps_per_thread_match_a_pandas_groupby(window):
-    # the reference is the plain pandas grouping by name strings that _overlaps replaced
+    # the reference is the plain pandas filtering and grouping by name strings that the arrays replaced
     import numpy as np
     import pandas as pd
     from conftest import RESNET_NW0
 
-    from traceagent.detect.host import _events_in, _overlaps
+    from traceagent.detect.host import _host_columns
     from traceagent.trace.load import load_file
 
     trace = load_file(str(RESNET_NW0))
     first, last = int(trace.cpu["start"].min()), int(trace.cpu["end"].max())
     lo, hi = first + int(window[0] * (last - first)), first + int(window[1] * (last - first))
-    events = _events_in(trace, lo, hi)
-    got = _overlaps(events, lo, hi)
+    cpu = trace.cpu
+    events = cpu[(cpu["start"] < hi) & (cpu["end"] > lo) & ~cpu["name"].astype(str).str.match(r"ProfilerStep#\d+$")]
+    columns = _host_columns(trace)
+    inside = columns.window(lo, hi)
+    assert list(cpu.index[inside]) == list(events.index)
+    got = pd.DataFrame(columns.overlaps(inside, lo, hi).__dict__)
     table = pd.DataFrame({"name": events["name"].astype(str).to_numpy(), "kind": events["kind"].astype(str).to_numpy(),
                           "pid": events["pid"].to_numpy(), "tid": events["tid"].to_numpy(),
                           "depth": events["depth"].to_numpy(),

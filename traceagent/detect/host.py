@@ -140,45 +140,78 @@ def host_events_in(trace: Trace, lo: int, hi: int, top: int = 5) -> list[HostEve
     """The host events that spent the most time inside [lo, hi), each name's time measured on one
     thread at a time (so it never exceeds the window). Step markers are left out; they cover
     everything and explain nothing."""
-    inside = _events_in(trace, lo, hi)
-    if inside.empty:
+    host = _host_columns(trace)
+    inside = host.window(lo, hi)
+    if not len(inside):
         return []
-    table = _overlaps(inside, lo, hi)
+    table = pd.DataFrame(host.overlaps(inside, lo, hi).__dict__)
     grouped = table.groupby(["name", "kind"], observed=True).agg(overlap=("overlap", "max"), depth=("depth", "min"))
     grouped = grouped.sort_values(["overlap", "depth"], ascending=[False, True]).head(top)
     return [HostEvent(name, kind, us(row.overlap), int(row.depth)) for (name, kind), row in grouped.iterrows()]
 
 
-def _events_in(trace: Trace, lo: int, hi: int) -> pd.DataFrame:
-    """Host events that overlap [lo, hi), without step markers (they cover everything)."""
+@dataclass(frozen=True)
+class _Overlaps:
+    """Per (name, kind, thread) inside a window: its time there and its deepest nesting. Rows in
+    name, kind, thread order."""
+
+    name: np.ndarray
+    kind: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    overlap: np.ndarray
+    depth: np.ndarray
+
+
+@dataclass(frozen=True)
+class _HostColumns:
+    """The host events' columns a window needs, as arrays: each gap shown asks for one window, on
+    a handful to thousands of events, where pandas' fixed cost per operation was most of the
+    analysis of a rank."""
+
+    start: np.ndarray
+    end: np.ndarray
+    not_step: np.ndarray
+    keys: np.ndarray  # name code, kind code, pid, tid
+    depth: np.ndarray
+    names: np.ndarray  # by code, code -1 (no name) last
+    kinds: np.ndarray
+
+    def window(self, lo: int, hi: int) -> np.ndarray:
+        """Positions of the events that overlap [lo, hi), step markers left out (they cover everything)."""
+        return np.flatnonzero((self.start < hi) & (self.end > lo) & self.not_step)
+
+    def overlaps(self, at: np.ndarray, lo: int, hi: int) -> _Overlaps:
+        """The events at these positions grouped by name, kind and thread: one name's events on one
+        thread merged (a thread does one thing at a time at each depth)."""
+        overlap = np.minimum(self.end[at], hi) - np.maximum(self.start[at], lo)
+        groups, inverse = np.unique(self.keys[at], axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        total = np.zeros(len(groups), dtype=np.int64)
+        np.add.at(total, inverse, overlap)
+        depth = np.full(len(groups), np.iinfo(np.int32).min, dtype=np.int64)
+        np.maximum.at(depth, inverse, self.depth[at])
+        names, kinds = self.names[groups[:, 0]], self.kinds[groups[:, 1]]
+        order = sorted(range(len(groups)), key=lambda i: (str(names[i]), str(kinds[i]), groups[i, 2], groups[i, 3]))
+        return _Overlaps(names[order], kinds[order], groups[order, 2], groups[order, 3],
+                         np.minimum(total, hi - lo)[order], depth[order])  # nested same-name frames: recursion
+
+
+_HOST_COLUMNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _host_columns(trace: Trace) -> _HostColumns:
+    if (found := _HOST_COLUMNS.get(trace)) is not None:
+        return found
     cpu = trace.cpu
-    inside = cpu[(cpu["start"] < hi).to_numpy() & (cpu["end"] > lo).to_numpy()]
-    return inside[~matches(inside["name"], _STEP)]
-
-
-def _overlaps(events: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
-    """Per event: its name, kind, thread, depth and its time inside [lo, hi); one name's events on
-    one thread merged (a thread does one thing at a time at each depth). Rows in name, kind,
-    thread order. Grouped in numpy on the names' codes: called for every gap shown, on windows of
-    a handful to thousands of events, where a pandas groupby's fixed cost dominated the analysis."""
-    start, end = events["start"].to_numpy(np.int64), events["end"].to_numpy(np.int64)
-    overlap = np.minimum(end, hi) - np.maximum(start, lo)
-    name, kind = events["name"].array, events["kind"].array
+    name, kind = cpu["name"].array, cpu["kind"].array
     keys = np.stack([name.codes.astype(np.int64), kind.codes.astype(np.int64),
-                     events["pid"].to_numpy(np.int64), events["tid"].to_numpy(np.int64)], axis=1)
-    groups, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    total = np.zeros(len(groups), dtype=np.int64)
-    np.add.at(total, inverse, overlap)
-    depth = np.full(len(groups), np.iinfo(np.int32).min, dtype=np.int64)
-    np.maximum.at(depth, inverse, events["depth"].to_numpy(np.int64))
-    names = np.append(np.asarray(name.categories, dtype=object), None)[groups[:, 0]]
-    kinds = np.append(np.asarray(kind.categories, dtype=object), None)[groups[:, 1]]
-    table = pd.DataFrame({"name": names, "kind": kinds, "pid": groups[:, 2], "tid": groups[:, 3],
-                          "overlap": np.minimum(total, hi - lo),  # nested same-name frames: recursion
-                          "depth": depth.astype(events["depth"].dtype)})
-    order = sorted(range(len(table)), key=lambda i: (str(names[i]), str(kinds[i]), groups[i, 2], groups[i, 3]))
-    return table.iloc[order].reset_index(drop=True)
+                     cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64)], axis=1)
+    found = _HostColumns(cpu["start"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64), ~matches(cpu["name"], _STEP),
+                         keys, cpu["depth"].to_numpy(np.int64), np.append(np.asarray(name.categories, dtype=object), None),
+                         np.append(np.asarray(kind.categories, dtype=object), None))
+    _HOST_COLUMNS[trace] = found
+    return found
 
 
 _LAUNCHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -218,20 +251,22 @@ def gap_host(trace: Trace, lo: int, hi: int, thread: tuple[int, int] | None = No
     if thread is None:
         launchers = launching_threads(trace)
         thread = (int(launchers["pid"].iloc[0]), int(launchers["tid"].iloc[0])) if len(launchers) else None
-    inside = _events_in(trace, lo, hi)
-    if thread is None or inside.empty:
+    columns = _host_columns(trace)
+    inside = columns.window(lo, hi)
+    if thread is None or not len(inside):
         return GapHost(None if thread is None else {"pid": thread[0], "tid": thread[1]}, [], None, [])
-    on_thread = (inside["pid"].to_numpy() == thread[0]) & (inside["tid"].to_numpy() == thread[1])
-    mine = _overlaps(inside[on_thread], lo, hi) if on_thread.any() else _overlaps(inside.iloc[:0], lo, hi)
-    spanning = mine[mine["overlap"] >= span_share * (hi - lo)]
-    chosen = (spanning.sort_values(["depth", "overlap"], ascending=[False, False]) if len(spanning)
-              else mine.sort_values(["overlap", "depth"], ascending=[False, False])).head(top)
-    host = [HostEvent(r.name, r.kind, us(r.overlap), int(r.depth)) for r in chosen.itertuples()]
-    library = spanning["name"].map(lambda n: bool(LIBRARY_FRAME.match(n))).to_numpy(dtype=bool)  # a few rows
-    user = spanning[(spanning["kind"] == "python").to_numpy() & ~library]
-    python = str(user.sort_values("depth").iloc[-1]["name"]) if len(user) else None
-    others = _overlaps(inside[~on_thread], lo, hi) if (~on_thread).any() else None
-    context = [] if others is None else [
-        {"name": r.name, "kind": r.kind, "overlap_us": us(r.overlap), "pid": int(r.pid), "tid": int(r.tid)}
-        for r in others.sort_values("overlap", ascending=False).head(2).itertuples()]
+    on_thread = (columns.keys[inside, 2] == thread[0]) & (columns.keys[inside, 3] == thread[1])
+    mine = columns.overlaps(inside[on_thread], lo, hi)
+    spanning = np.flatnonzero(mine.overlap >= span_share * (hi - lo))
+    # sorts are stable: among equals, name order
+    chosen = (spanning[np.lexsort((-mine.overlap[spanning], -mine.depth[spanning]))] if len(spanning)
+              else np.lexsort((-mine.depth, -mine.overlap)))[:top]
+    host = [HostEvent(mine.name[i], mine.kind[i], us(mine.overlap[i]), int(mine.depth[i])) for i in chosen]
+    user = [i for i in spanning if mine.kind[i] == "python" and not LIBRARY_FRAME.match(str(mine.name[i]))]
+    deepest = max(reversed(user), key=lambda i: mine.depth[i], default=None)  # of equals, the last in name order
+    python = None if deepest is None else str(mine.name[deepest])
+    others = columns.overlaps(inside[~on_thread], lo, hi)
+    context = [{"name": others.name[i], "kind": others.kind[i], "overlap_us": us(others.overlap[i]),
+                "pid": int(others.pid[i]), "tid": int(others.tid[i])}
+               for i in np.lexsort((-others.depth, -others.overlap))[:2]]  # of equal times, the innermost
     return GapHost({"pid": thread[0], "tid": thread[1]}, host, python, context)
