@@ -138,16 +138,74 @@ def test_the_report_names_a_rank_it_could_not_analyse(tmp_path):
     assert f"> Not analysed: `{folder / 'rank7.json'}`:" in report and "2 rank(s)" in report
 
 
-def test_a_script_read_from_stdin_analyses_in_its_own_process(job):
-    # spawned workers would import the main script again, and stdin is not a file: no workers,
-    # one warning, the same analysis
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux only")
+def test_a_script_read_from_stdin_gets_forked_workers(job):
+    # forked workers do not import the main script again: a script with no file (or no __main__
+    # guard) gets its LocalCluster, and the same analysis
     script = ("import traceagent\n"
               f"a = traceagent.analyze({str(job)!r}, scheduler='local', use_cache=False)\n"
               "print(a.comparison.straggler, len(a.ranks))\n")
-    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
+    environ = {k: v for k, v in os.environ.items() if k != "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"}
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120, env=environ)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(LATE), str(RANKS)]
+    assert "could not start" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_script_read_from_stdin_with_spawned_workers_analyses_in_its_own_process(job):
+    # spawned workers (the user's Dask setting here) would import the main script again, and stdin
+    # is not a file: no workers, one warning, the same analysis
+    script = ("import traceagent\n"
+              f"a = traceagent.analyze({str(job)!r}, scheduler='local', use_cache=False)\n"
+              "print(a.comparison.straggler, len(a.ranks))\n")
+    environ = dict(os.environ, DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD="spawn")
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120, env=environ)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(LATE), str(RANKS)]
     assert "could not start a local Dask cluster" in done.stderr and "Traceback" not in done.stderr
+
+
+#: set here after import: a forked worker has it, a spawned one imports this module afresh
+_SET_IN_THIS_PROCESS: object = None
+
+
+def _what_the_worker_inherited(file: str) -> tuple[str, bool]:
+    return os.path.basename(file), _SET_IN_THIS_PROCESS is not None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux only")
+def test_workers_are_forked_when_this_process_runs_no_other_thread(job, monkeypatch):
+    # pytest-xdist runs a thread of its own here, so the check for other threads is what is replaced
+    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", raising=False)
+    monkeypatch.setattr(tasks.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(sys.modules[__name__], "_SET_IN_THIS_PROCESS", object())
+    files = sorted(str(f) for f in job.iterdir())[:4]
+    got = tasks.run_per_file(_what_the_worker_inherited, files, scheduler="local")
+    assert got == [(os.path.basename(f), True) for f in files]
+
+
+def test_workers_are_spawned_as_dask_says_where_forking_is_unsafe(monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", raising=False)
+    expected = "fork" if sys.platform == "linux" else "spawn"
+    monkeypatch.setattr(tasks.threading, "active_count", lambda: 1)
+    assert tasks.worker_start_method() == expected
+    monkeypatch.undo()
+    other = threading.Thread(target=time.sleep, args=(0.5,))  # a thread that might hold a lock the child needs
+    other.start()
+    assert tasks.worker_start_method() == "spawn"
+    other.join()
+    # the user's choice in Dask's environment variables, or in its config, is kept
+    monkeypatch.setattr(tasks.threading, "active_count", lambda: 1)
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "spawn")
+    assert tasks.worker_start_method() == "spawn"
+    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD")
+    import dask
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        assert tasks.worker_start_method() == "forkserver"
 
 
 def test_our_local_cluster_keeps_glibc_adaptive_malloc(monkeypatch):

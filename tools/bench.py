@@ -144,7 +144,11 @@ def size_of(path: Path) -> int:
 
 
 def run(label: str, path: Path, args) -> dict:
-    cache_dir = tempfile.mkdtemp(prefix="bench-cache-")
+    with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache_dir:
+        return _run(label, path, args, cache_dir)
+
+
+def _run(label: str, path: Path, args, cache_dir: str) -> dict:
     row = {"case": label, "mb": size_of(path) / 1e6}
     measure("warm", path, sys.executable, 1, args.timeout, cache_dir)  # fill the cache, in its own process
     for case in ("floor", "floor_msgspec", "load", "load_cached", "analyze"):
@@ -188,7 +192,8 @@ def table(rows: list[dict]) -> str:
 
 def dask_rows(counts: list[int], rank_size: int, args) -> list[dict]:
     """Rank directories of synthetic ranks with a planted straggler, analysed on a LocalCluster:
-    wall time against the floor (the sum of each rank's orjson.loads, over the worker count),
+    wall time against the floor (the sum of each rank's orjson.loads, over the worker count; like
+    every figure here, the median of --runs),
     the driver's and the largest worker's peak RSS."""
     workers = os.cpu_count() or 1
     rows = []
@@ -203,10 +208,10 @@ def dask_rows(counts: list[int], rank_size: int, args) -> list[dict]:
                 synthesize(tmp / f"rank-{rank}.json", rank_size, rank=rank, world=n, straggler=straggler)
             tmp.rename(folder)
             print(f"wrote {folder} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
-        cache_dir = tempfile.mkdtemp(prefix="bench-cache-")
-        floor = measure("floor", folder, sys.executable, 1, args.timeout, cache_dir)
-        parallel = measure("floor_parallel", folder, sys.executable, 1, args.timeout, cache_dir)
-        ours = measure("dask", folder, sys.executable, args.runs, args.timeout, cache_dir)
+        with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache_dir:
+            floor = measure("floor", folder, sys.executable, args.runs, args.timeout, cache_dir)
+            parallel = measure("floor_parallel", folder, sys.executable, args.runs, args.timeout, cache_dir)
+            ours = measure("dask", folder, sys.executable, args.runs, args.timeout, cache_dir)
         row = {"ranks": n, "mb": size_of(folder) / 1e6, "workers": workers, "planted": straggler,
                "floor_sum_s": floor.get("wall_s"), "floor_parallel_s": parallel.get("wall_s"), "dask": ours}
         print(f"  {n} ranks: {row}", file=sys.stderr, flush=True)

@@ -54,13 +54,18 @@ def _progress_bar() -> Iterator:
         return
     columns = (SpinnerColumn(), TextColumn("Loading {task.description}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("", total=None)
+    bar = Progress(*columns, console=err, transient=True)
+    task = bar.add_task("", total=None)
 
-        def update(done: int, total: int, what: str) -> None:
-            bar.update(task, completed=done, total=total, description=what)
+    def update(done: int, total: int, what: str) -> None:
+        if not bar.live.is_started:  # from the first update: its refresh thread would stop workers being forked
+            bar.start()
+        bar.update(task, completed=done, total=total, description=what)
 
+    try:
         yield update
+    finally:
+        bar.stop()
 
 
 def analyze_path(path: str, args: argparse.Namespace) -> Analysis:

@@ -7,9 +7,11 @@ memory of this process grows with the number of ranks, not with the size of thei
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -47,8 +49,6 @@ def run_per_file(func: Callable[..., Any], files: Sequence[str], *, scheduler: s
                  **kwargs: Any) -> list[Any]:
     """[func(file, **kwargs) for file in files], in file order, run where `scheduler` says
     (see scheduler_for); progress is called as each file finishes."""
-    if progress:
-        progress(0, len(files), name(files[0]) if files else "")
     if scheduler is None:
         return _in_process(func, files, progress, name, kwargs)
     try:
@@ -59,6 +59,9 @@ def run_per_file(func: Callable[..., Any], files: Sequence[str], *, scheduler: s
         return _in_process(func, files, progress, name, kwargs)
     with client, (cluster or nullcontext()):
         from distributed import as_completed
+
+        if progress:  # only now: a progress display's thread would keep the workers from being forked
+            progress(0, len(files), name(files[0]) if files else "")
 
         futures = client.map(func, list(files), pure=False, **kwargs)
         index = {f.key: i for i, f in enumerate(futures)}
@@ -74,6 +77,8 @@ def run_per_file(func: Callable[..., Any], files: Sequence[str], *, scheduler: s
 
 def _in_process(func: Callable[..., Any], files: Sequence[str], progress: Progress | None,
                 name: Callable[[str], str], kwargs: dict) -> list[Any]:
+    if progress:
+        progress(0, len(files), name(files[0]) if files else "")
     results = []
     for done, file in enumerate(files, 1):
         results.append(func(file, **kwargs))
@@ -94,14 +99,16 @@ def _connect(scheduler: str, tasks: int):
     from distributed import Client, LocalCluster
 
     if scheduler == "local":
+        method = worker_start_method()
         main = getattr(sys.modules.get("__main__"), "__file__", None)
-        if main is not None and not os.path.exists(main):  # a script read from stdin: no file to re-import
+        if method != "fork" and main is not None and not os.path.exists(main):  # a script read from stdin: no file to re-import
             raise _NoLocalCluster(f"its worker processes would import the main script, and {main} is not a file")
         workers = max(1, min(tasks, os.cpu_count() or 1))
         try:
             # one thread per worker: parsing holds the GIL, so threads would take turns. Port 0: any
             # free one (the scheduler's HTTP server binds 8787 even without a dashboard, and warns if taken)
-            with dask.config.set({_WORKER_ENVIRON: _worker_environ()}), _without_dasks_trim_setting():
+            settings = {_WORKER_ENVIRON: _worker_environ(), _START_METHOD: method}
+            with dask.config.set(settings), _without_dasks_trim_setting(), _frozen_heap(method):
                 cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                        dashboard_address=":0", silence_logs=logging.ERROR)
         except (RuntimeError, OSError) as exc:
@@ -116,6 +123,42 @@ def _connect(scheduler: str, tasks: int):
 
 
 _WORKER_ENVIRON = "distributed.nanny.pre-spawn-environ"
+_START_METHOD = "distributed.worker.multiprocessing-method"
+
+
+def worker_start_method() -> str:
+    """How a new LocalCluster starts its workers: forked from this process on Linux when no other
+    thread runs here, else as Dask is configured (spawn unless set otherwise).
+
+    A spawned worker starts a new interpreter and imports distributed, then pandas and traceagent
+    for its first task: 0.8 s before it reads a trace, which is a quarter of a 32-rank job on two
+    cores. A forked one has them already (0.1 s), and needs no `__main__` guard. Forking is only
+    safe where no other thread might hold a lock the child needs (stderr's, a logging handler's),
+    so it is kept to a process that runs nothing else yet: our CLI, a plain script. Dask's own
+    threads start with the cluster. A method set in Dask's config files or DASK_ environment
+    variables (DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD=spawn) is kept."""
+    import dask
+
+    configured = dask.config.get(_START_METHOD, "spawn")  # Dask's default, before distributed is imported
+    chosen = dask.config.get(_START_METHOD, None, config=dask.config.collect())
+    if chosen is not None or configured != "spawn" or sys.platform != "linux" or threading.active_count() > 1:
+        return configured
+    return "fork"
+
+
+@contextmanager
+def _frozen_heap(method: str) -> Iterator[None]:
+    """While workers are forked: this process's objects kept out of garbage collection, in the
+    children for good (their collector would otherwise touch every inherited object, copying its
+    memory page and costing time) and here until the workers have started."""
+    if method != "fork":
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _worker_environ() -> dict:
