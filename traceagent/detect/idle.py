@@ -178,7 +178,8 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     host_share = iv.covered(host, g_start, g_end) / np.maximum(dur, 1)
     cause[undecided & (host_share >= params.host_cover)] = "host_other"
     cause[undecided & (host_share < params.host_cover)] = "no_host_activity"
-    return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": cause,
+    # cause stays an object column: pandas 3 would infer Arrow strings, slower to compare and group
+    return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": pd.Series(cause, dtype=object),
                          "sync": sync_label, "next_op": next_op})
 
 

@@ -42,7 +42,7 @@ def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:
     measured = latency[~skewed] if (~skewed).any() else np.zeros(1, dtype=np.int64)
     call_dur = (linked["end_call"] - linked["start_call"]).to_numpy()
     kernel_dur = (linked["end"] - linked["start"]).to_numpy()
-    by_call = linked["name_call"].astype(str).value_counts()
+    by_call = linked["name_call"].astype(object).value_counts()  # not str: pandas 3 would build Arrow strings
     return LaunchResult(
         kernels=len(linked), median_latency_us=us(np.median(measured)), p90_latency_us=us(np.percentile(measured, 90)),
         median_launch_us=us(np.median(call_dur)), median_kernel_us=us(np.median(kernel_dur)),
