@@ -174,14 +174,17 @@ def _what_the_worker_inherited(file: str) -> tuple[str, bool]:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux only")
-def test_workers_are_forked_when_this_process_runs_no_other_thread(job, monkeypatch):
-    # pytest-xdist runs a thread of its own here, so the check for other threads is what is replaced
-    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", raising=False)
-    monkeypatch.setattr(tasks.threading, "active_count", lambda: 1)
-    monkeypatch.setattr(sys.modules[__name__], "_SET_IN_THIS_PROCESS", object())
+def test_workers_are_forked_when_this_process_runs_no_other_thread(job):
+    # in a fresh process, as the CLI runs (pytest-xdist runs threads of its own here)
     files = sorted(str(f) for f in job.iterdir())[:4]
-    got = tasks.run_per_file(_what_the_worker_inherited, files, scheduler="local")
-    assert got == [(os.path.basename(f), True) for f in files]
+    script = (f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+              "import test_dask\nfrom traceagent import tasks\n"
+              "test_dask._SET_IN_THIS_PROCESS = object()\n"
+              f"print(tasks.run_per_file(test_dask._what_the_worker_inherited, {files!r}, scheduler='local'))\n")
+    environ = {k: v for k, v in os.environ.items() if k != "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=environ)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == repr([(os.path.basename(f), True) for f in files])
 
 
 def test_workers_are_spawned_as_dask_says_where_forking_is_unsafe(monkeypatch):
