@@ -4,13 +4,12 @@ host events inside a time window."""
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace, matches
+from ..trace.model import Trace, matches, per_trace
 from ..trace.normalize import innermost_enclosing, nesting_depth
 from . import intervals as iv
 from .view import us
@@ -38,19 +37,13 @@ def sync_calls(trace: Trace) -> pd.DataFrame:
     return rows.sort_values("end", kind="stable")
 
 
-_CALLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
+@per_trace
 def calls_by_correlation(trace: Trace) -> pd.DataFrame:
     """Runtime and driver calls indexed by correlation id: the host side of each device activity.
     Built once per trace (every detector and each gap's evidence asks); callers must not modify it."""
-    if (found := _CALLS.get(trace)) is not None:
-        return found
     cpu = trace.cpu
     calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy() & (cpu["correlation"] >= 0).to_numpy()]
-    found = calls.drop_duplicates("correlation").set_index("correlation")
-    _CALLS[trace] = found
-    return found
+    return calls.drop_duplicates("correlation").set_index("correlation")
 
 
 def _ops(trace: Trace) -> pd.DataFrame:
@@ -197,36 +190,24 @@ class _HostColumns:
                          np.minimum(total, hi - lo)[order], depth[order])  # nested same-name frames: recursion
 
 
-_HOST_COLUMNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
+@per_trace
 def _host_columns(trace: Trace) -> _HostColumns:
-    if (found := _HOST_COLUMNS.get(trace)) is not None:
-        return found
     cpu = trace.cpu
     name, kind = cpu["name"].array, cpu["kind"].array
     keys = np.stack([name.codes.astype(np.int64), kind.codes.astype(np.int64),
                      cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64)], axis=1)
-    found = _HostColumns(cpu["start"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64), ~matches(cpu["name"], _STEP),
-                         keys, cpu["depth"].to_numpy(np.int64), np.append(np.asarray(name.categories, dtype=object), None),
-                         np.append(np.asarray(kind.categories, dtype=object), None))
-    _HOST_COLUMNS[trace] = found
-    return found
+    return _HostColumns(cpu["start"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64), ~matches(cpu["name"], _STEP),
+                        keys, cpu["depth"].to_numpy(np.int64), np.append(np.asarray(name.categories, dtype=object), None),
+                        np.append(np.asarray(kind.categories, dtype=object), None))
 
 
-_LAUNCHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
+@per_trace
 def launching_threads(trace: Trace) -> pd.DataFrame:
     """Threads that launch device work, busiest first: pid, tid, launches."""
-    if (found := _LAUNCHERS.get(trace)) is not None:
-        return found
     cpu = trace.cpu
     calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy() & matches(cpu["name"], LAUNCH_CALLS)]
-    found = (calls.groupby(["pid", "tid"]).size().rename("launches").reset_index()
-             .sort_values("launches", ascending=False, kind="stable").reset_index(drop=True))
-    _LAUNCHERS[trace] = found
-    return found
+    return (calls.groupby(["pid", "tid"]).size().rename("launches").reset_index()
+            .sort_values("launches", ascending=False, kind="stable").reset_index(drop=True))
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,12 @@ trace, do not sort the same millions of intervals again.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, per_trace
 from . import intervals as iv
 
 
@@ -38,20 +37,15 @@ class DeviceView:
         return self.span[1] - self.span[0]
 
 
-_VIEWS: weakref.WeakKeyDictionary[Trace, list[DeviceView]] = weakref.WeakKeyDictionary()
-
-
+@per_trace
 def device_views(trace: Trace) -> list[DeviceView]:
     """One view per device that has work, in device order."""
-    if (views := _VIEWS.get(trace)) is not None:
-        return views
     work = trace.gpu[trace.gpu["kind"] != "sync"]
     views = []
     for device, rows in work.groupby("device", sort=True):
         view = _view(int(device), rows)
         if len(view.busy[0]):  # a device with only zero-length records has no span
             views.append(view)
-    _VIEWS[trace] = views
     return views
 
 

@@ -6,9 +6,13 @@ name is stored once, however many events carry it. See DESIGN.md, "The Trace mod
 
 from __future__ import annotations
 
+import functools
 import re
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -184,6 +188,23 @@ class Trace:
         if work.empty:
             return None
         return int(work["start"].min()), int(work["end"].max())
+
+
+R = TypeVar("R")
+
+
+def per_trace(build: Callable[[Trace], R]) -> Callable[[Trace], R]:
+    """`build(trace)` computed once per trace and kept as long as the trace lives: what several
+    detectors ask of one trace. Callers must not modify what it returns."""
+    built: weakref.WeakKeyDictionary[Trace, R] = weakref.WeakKeyDictionary()
+
+    @functools.wraps(build)
+    def once(trace: Trace) -> R:
+        if (found := built.get(trace)) is None:
+            found = built[trace] = build(trace)
+        return found
+
+    return once
 
 
 @dataclass
