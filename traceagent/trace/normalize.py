@@ -209,11 +209,11 @@ def _sorted_by_start(frame: pd.DataFrame) -> pd.DataFrame:
     order = np.argsort(frame["start"].to_numpy(), kind="stable")
     if (order[1:] > order[:-1]).all():  # already in order (one thread, or merged by time)
         return frame.reset_index(drop=True)
-    columns = {}
-    for name in list(frame.columns):
+    labels, columns = frame.columns, {}
+    for name in list(labels):
         values = frame.pop(name).array
         columns[name] = values.take(order)
-    return pd.DataFrame(columns, copy=False)
+    return pd.DataFrame(columns, columns=labels, copy=False)  # the labels' dtype kept (see typed_frame)
 
 
 def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
