@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..trace.model import Trace
 from . import intervals as iv
-from .host import calls_by_correlation
+from .host import kernel_launches
 from .view import on_device, pct, us
 
 
@@ -20,10 +20,7 @@ def launched_gpu_ns(trace: Trace, ranges: pd.DataFrame, device: int | None = Non
     count = np.zeros(len(ranges))
     if ranges.empty:
         return gpu_ns, count
-    calls = calls_by_correlation(trace).reset_index()
-    kernels = on_device(trace.gpu[trace.gpu["kind"] == "kernel"], device)
-    launched = kernels[["correlation", "start", "end"]].merge(calls[["correlation", "start", "tid"]],
-                                                               on="correlation", suffixes=("", "_call"))
+    launched = on_device(kernel_launches(trace), device)
     for tid, group in launched.groupby("tid"):  # one pass per launching thread, not per range
         order = np.argsort(group["start_call"].to_numpy())
         at = group["start_call"].to_numpy()[order]

@@ -46,6 +46,19 @@ def calls_by_correlation(trace: Trace) -> pd.DataFrame:
     return calls.drop_duplicates("correlation").set_index("correlation")
 
 
+@per_trace
+def kernel_launches(trace: Trace) -> pd.DataFrame:
+    """Kernels with the host call that launched each (those without one left out), in trace
+    order: the kernel's columns, and the call's as name_call, start_call, end_call and tid. A
+    graph launch is one call for many kernels: each of them is here. Built once per trace."""
+    calls = calls_by_correlation(trace)
+    kernels = trace.gpu[(trace.gpu["kind"] == "kernel").to_numpy()]
+    at = calls.index.get_indexer(kernels["correlation"])
+    kernels, at = kernels[at >= 0].reset_index(drop=True), at[at >= 0]
+    return kernels.assign(name_call=calls["name"].array.take(at), start_call=calls["start"].to_numpy()[at],
+                          end_call=calls["end"].to_numpy()[at], tid=calls["tid"].to_numpy()[at])
+
+
 def _ops(trace: Trace) -> pd.DataFrame:
     cpu = trace.cpu
     return cpu[(cpu["kind"] == "op").to_numpy() & ~matches(cpu["name"], _STEP)]

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..trace.model import Trace, matches
-from .host import LAUNCH_CALLS, calls_by_correlation
+from .host import LAUNCH_CALLS, kernel_launches
 from .view import on_device, pct, us
 
 
@@ -29,11 +29,8 @@ class LaunchResult:
 
 def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:
     """Launch statistics of the kernels of every GPU, or of one."""
-    calls = calls_by_correlation(trace)
-    calls = calls[matches(calls["name"], LAUNCH_CALLS)].reset_index()
-    kernels = on_device(trace.gpu[trace.gpu["kind"] == "kernel"], device)
-    # graph launches share one correlation among many kernels: all of them are kept
-    linked = kernels.merge(calls[["correlation", "name", "start", "end"]], on="correlation", suffixes=("", "_call"))
+    linked = on_device(kernel_launches(trace), device)
+    linked = linked[matches(linked["name_call"], LAUNCH_CALLS)]
     if linked.empty:
         return LaunchResult(0, 0.0, 0.0, 0.0, 0.0, 0.0, {})
     latency = (linked["start"] - linked["start_call"]).to_numpy()
