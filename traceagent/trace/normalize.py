@@ -12,7 +12,18 @@ import numpy as np
 import pandas as pd
 
 from ..text import visible
-from .model import CPU_COLUMNS, GPU_COLUMNS, MEMORY_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical, matches, typed_frame
+from .model import (
+    CPU_COLUMNS,
+    GPU_COLUMNS,
+    MEMORY_COLUMNS,
+    STEP_COLUMNS,
+    Trace,
+    TraceMeta,
+    categorical,
+    in_order_of_appearance,
+    matches,
+    typed_frame,
+)
 
 # "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoD (Device -> Device)", "Memset (Device)"
 _MEMCPY_NAME = re.compile(r"Memcpy\s+(\w+)(?:\s*\((\w+)\s*->\s*(\w+)\))?", re.IGNORECASE)
@@ -180,9 +191,14 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = No
 
     cpu_names = _visible_names(cpu.pop("name"))
     cpu["name"] = cpu_names
-    kind = np.asarray(cpu["kind"], dtype=object).copy()
-    kind[matches(pd.Series(cpu_names), DATALOADER_NAME)] = "dataloader"
-    kind[(kind == "annotation") & matches(pd.Series(cpu_names), DATA_RANGE)] = "dataloader"
+    kind = categorical(cpu["kind"])
+    loading = matches(pd.Series(cpu_names), DATALOADER_NAME) | (
+        np.asarray(kind == "annotation") & matches(pd.Series(cpu_names), DATA_RANGE))
+    if loading.any():
+        if "dataloader" not in kind.categories:
+            kind = kind.add_categories(["dataloader"])
+        kind[loading] = "dataloader"
+        kind = in_order_of_appearance(kind)
     cpu["kind"] = kind
     if "depth" not in cpu:
         cpu["depth"] = nesting_depth(*(np.asarray(cpu[c], dtype=np.int64) for c in ("pid", "tid", "start", "end")))
