@@ -42,7 +42,8 @@ def calls_by_correlation(trace: Trace) -> pd.DataFrame:
     """Runtime and driver calls indexed by correlation id: the host side of each device activity.
     Built once per trace (every detector and each gap's evidence asks); callers must not modify it."""
     cpu = trace.cpu
-    calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy() & (cpu["correlation"] >= 0).to_numpy()]
+    rows = cpu["kind"].isin(["runtime", "driver"]).to_numpy() & (cpu["correlation"] >= 0).to_numpy()
+    calls = cpu.loc[rows, ["name", "pid", "tid", "start", "end", "correlation"]]  # what callers read: not every column
     return calls.drop_duplicates("correlation").set_index("correlation")
 
 
@@ -60,8 +61,9 @@ def kernel_launches(trace: Trace) -> pd.DataFrame:
 
 
 def _ops(trace: Trace) -> pd.DataFrame:
+    """Ops (not ProfilerStep ranges): the columns op_above reads."""
     cpu = trace.cpu
-    return cpu[(cpu["kind"] == "op").to_numpy() & ~matches(cpu["name"], _STEP)]
+    return cpu.loc[(cpu["kind"] == "op").to_numpy() & ~matches(cpu["name"], _STEP), ["name", "pid", "tid", "start", "end"]]
 
 
 def op_above(trace: Trace, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -127,8 +129,8 @@ def _names(frame: pd.DataFrame, pos: np.ndarray, column: str = "name") -> np.nda
 
 def host_union(trace: Trace, kinds: tuple[str, ...]) -> iv.Intervals:
     """When the host was inside events of these kinds (any thread)."""
-    rows = trace.cpu[trace.cpu["kind"].isin(kinds)]
-    return iv.union(rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64))
+    rows = trace.cpu["kind"].isin(kinds).to_numpy()
+    return iv.union(trace.cpu["start"].to_numpy(np.int64)[rows], trace.cpu["end"].to_numpy(np.int64)[rows])
 
 
 @dataclass(frozen=True)

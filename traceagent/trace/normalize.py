@@ -75,7 +75,7 @@ def thread_time(pid: np.ndarray, tid: np.ndarray, t: np.ndarray, t_min: int, wid
     """Times shifted so each thread owns a disjoint stretch of one axis: per-thread interval
     work then runs as a single sorted-array pass over all threads."""
     keys = (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
-    _, thread = np.unique(keys, return_inverse=True)
+    thread, _ = pd.factorize(keys)  # threads numbered in any order: hashing, not sorting
     return thread.astype(np.int64) * width + (t - t_min)
 
 
@@ -91,7 +91,7 @@ def nesting_depth(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.n
     t_min, width = int(start.min()), int(end.max() - start.min()) + 1
     s = thread_time(pid, tid, start, t_min, width)
     e = s + (end - start)
-    order = np.lexsort((-(e - s), s))
+    order = start_order(s, e)
     s, e = s[order], e[order]
     # earlier-starting events that had ended by this start; a zero-length event ends at its
     # own start, so it is not subtracted from itself
@@ -99,6 +99,22 @@ def nesting_depth(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.n
     depth = np.empty(n, dtype=np.int32)
     depth[order] = np.maximum(np.arange(n) - ended, 0)
     return depth
+
+
+def start_order(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Positions in order of start, the longer first among equal starts (an enclosing event before
+    what it encloses). One stable argsort, then only the runs of equal starts sorted by length:
+    host events come nearly in start order, where a two-key lexsort took 20 times as long."""
+    order = np.argsort(s, kind="stable")
+    s_sorted = s[order]
+    tied = np.zeros(len(s), dtype=bool)
+    same = s_sorted[1:] == s_sorted[:-1]
+    tied[1:] |= same
+    tied[:-1] |= same
+    if tied.any():
+        runs = order[tied]  # the tied positions, their runs in start order
+        order[tied] = runs[np.lexsort((s[runs] - e[runs], s[runs]))]
+    return order
 
 
 def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
