@@ -110,7 +110,7 @@ def test_pieces_hold_exactly_the_elements(events, chunk, indent, after):
     doc = {"traceEvents": events, "schemaVersion": 1} if after else {"schemaVersion": 1, "traceEvents": events}
     text = json.dumps(doc, indent=indent).encode()
     decode = lambda t: msgspec.json.decode(t)  # noqa: E731
-    head, pieces = chunked.read_array(io.BytesIO(text), "traceEvents", decode, decode, chunk_bytes=chunk)
+    head, _, pieces = chunked.read_array(io.BytesIO(text), "traceEvents", decode, decode, chunk_bytes=chunk)
     got = []
     *middle, last = list(pieces)
     for piece in middle:

@@ -58,9 +58,12 @@ def _progress_bar() -> Iterator:
     task = bar.add_task("", total=None)
 
     def update(done: int, total: int, what: str) -> None:
+        bar.update(task, completed=done, total=total, description=what, refresh=total == 1 and bar.live.is_started)
         if not bar.live.is_started:  # from the first update: its refresh thread would stop workers being forked
+            # one file: drawn at each update only, with no refresh thread, so that a large file may be
+            # read by two processes (trace/forked.py forks only where no other thread runs)
+            bar.live.auto_refresh = total > 1
             bar.start()
-        bar.update(task, completed=done, total=total, description=what)
 
     try:
         yield update

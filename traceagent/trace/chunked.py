@@ -11,6 +11,7 @@ else tried again after the next read; past MAX_PIECE_BYTES without a cut the fil
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, TypeVar
@@ -37,16 +38,43 @@ class NotChunkable(Exception):
 
 
 def read_array(f: BinaryIO, key: str, decode_piece: Callable[[bytes], T],
-               decode_rest: Callable[[bytes], T], chunk_bytes: int | None = None) -> tuple[bytes | None, Iterator[T]]:
-    """(`{...document with the array emptied...}` or None for a bare array, decoded pieces).
+               decode_rest: Callable[[bytes], T], chunk_bytes: int | None = None,
+               stop: int | None = None) -> tuple[bytes | None, bytes, Iterator[T]]:
+    """(`{...document with the array emptied...}` or None for a bare array, the text that reopens
+    the document (see read_rest), decoded pieces).
 
     `decode_piece` gets `[e1,...,en]`; the last piece goes to `decode_rest` as the document again
     (`{"key":[...last elements...], ...keys after the array...}`, or `[...]` for a bare array).
-    Both raise msgspec.DecodeError for text that is not valid JSON of their shape.
+    Both raise msgspec.DecodeError for text that is not valid JSON of their shape. With `stop`
+    (a boundary from `boundary_after`), reading ends at that byte of the file and the last piece
+    goes to `decode_piece`: what follows is read_rest's.
     """
     chunk_bytes = chunk_bytes or CHUNK_BYTES
     buf, head, reopen = _opening(f, key, chunk_bytes)
-    return head, _pieces(f, buf, reopen, decode_piece, decode_rest, chunk_bytes)
+    if stop is None:
+        return head, reopen, _pieces(f.read, buf, decode_piece, lambda rest: decode_rest(b"".join((reopen, rest))),
+                                     chunk_bytes)
+    if f.tell() > stop:
+        raise NotChunkable("the stop lies before the array")
+    return head, reopen, _pieces(lambda n: f.read(min(n, stop - f.tell())), buf, decode_piece,
+                                 lambda rest: decode_piece(b"".join((b"[", rest, b"]"))), chunk_bytes)
+
+
+def read_rest(f: BinaryIO, reopen: bytes, decode_piece: Callable[[bytes], T], decode_rest: Callable[[bytes], T],
+              chunk_bytes: int | None = None) -> Iterator[T]:
+    """The pieces of an array's elements from just after a boundary (`f` is there) to the end of
+    the document, as read_array gives them; `reopen` is what read_array returned."""
+    return _pieces(f.read, b"", decode_piece, lambda rest: decode_rest(b"".join((reopen, rest))),
+                   chunk_bytes or CHUNK_BYTES)
+
+
+def boundary_after(f: BinaryIO, offset: int, window: int = 1 << 20) -> int | None:
+    """The file offset of the first comma between a `}` and a `{` at or after `offset`: where the
+    file can be split between two readers. Only a candidate: the reader that ends there proves it
+    (a comma inside a string or a nested value leaves that reader's last piece undecodable)."""
+    text = os.pread(f.fileno(), window, offset)
+    found = _BOUNDARY.search(text)
+    return offset + found.start(1) if found else None
 
 
 def _opening(f: BinaryIO, key: str, chunk_bytes: int) -> tuple[bytes, bytes | None, bytes]:
@@ -71,10 +99,10 @@ def _opening(f: BinaryIO, key: str, chunk_bytes: int) -> tuple[bytes, bytes | No
     return body[found.end():], head, b'{"' + key.encode() + b'":['
 
 
-def _pieces(f: BinaryIO, rest: bytes, reopen: bytes, decode_piece: Callable[[bytes], T],
-            decode_rest: Callable[[bytes], T], chunk_bytes: int) -> Iterator[T]:
+def _pieces(read: Callable[[int], bytes], rest: bytes, decode_piece: Callable[[bytes], T],
+            decode_last: Callable[[bytes], T], chunk_bytes: int) -> Iterator[T]:
     buf = bytearray(rest)  # grown in place, and cut from the front without moving what is left
-    while more := f.read(chunk_bytes):
+    while more := read(chunk_bytes):
         buf += more
         for attempt, cut in enumerate(_cuts(buf)):
             if attempt == RETRIES:  # read on: the elements that come next bring new cuts
@@ -89,7 +117,7 @@ def _pieces(f: BinaryIO, rest: bytes, reopen: bytes, decode_piece: Callable[[byt
         if len(buf) > MAX_PIECE_BYTES:
             raise NotChunkable("no cut that decodes within the piece limit")
     try:
-        yield decode_rest(b"".join((reopen, buf)))
+        yield decode_last(buf)
     except msgspec.DecodeError as exc:
         raise NotChunkable(str(exc)) from None
 

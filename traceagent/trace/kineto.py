@@ -12,7 +12,9 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+import os
 import re
+import time
 import zlib
 from collections import defaultdict
 from collections.abc import Iterator
@@ -25,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from . import chunked, storage
+from . import chunked, forked, storage
 from .model import MAX_COPY_BYTES, MAX_TIME_NS, SHAPED_OPS, Trace, TraceMeta, categorical, in_order_of_appearance
 from .normalize import finish_trace
 
@@ -363,11 +365,15 @@ class _Strings:
     def matching(self, codes: np.ndarray, pattern: re.Pattern) -> np.ndarray:
         """Which rows' strings match (re.search); each distinct string tested once per trace."""
         known = self._flags.setdefault(pattern, [])
-        known += [bool(pattern.search(v)) for v in list(self._code)[1 + len(known):]]
+        known += [bool(pattern.search(v)) for v in self.values()[len(known):]]
         return np.array([*known, False], dtype=bool)[codes]
 
+    def values(self) -> list[str]:
+        """The strings, in code order."""
+        return list(self._code)[1:]
+
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
-        return pd.Categorical.from_codes(codes, categories=pd.Index(list(self._code)[1:], dtype=object))
+        return pd.Categorical.from_codes(codes, categories=pd.Index(self.values(), dtype=object))
 
 
 #: the string columns coded as they are read: (table, column)
@@ -402,15 +408,12 @@ def _collector_paused() -> Iterator[None]:
 def _trace(path: str, doc: _Document, parts: list[tuple], strings: dict[tuple[str, str], _Strings], skipped: int,
            warnings: list[str]) -> Trace:
     """The batches' columns joined into one Trace."""
-    dropped = sum(p[4] for p in parts)
+    gpu, cpu, has_flows, labelled, dropped, memory = _joined(parts)
     if skipped:
         warnings.append(f"skipped {skipped:,} entries of traceEvents that are not JSON objects")
     if dropped:
         warnings.append(f"dropped {dropped:,} events with impossible values (a missing or non-numeric time, a "
                         "negative duration, a time out of range, or a byte count negative or out of range)")
-    gpu = _concat([p[0] for p in parts])
-    cpu = _concat([p[1] for p in parts])
-    memory = _concat([p[5] for p in parts])
     for columns in (gpu, cpu):
         columns["kind"] = in_order_of_appearance(pd.Categorical.from_codes(
             np.asarray(columns["kind"], np.int8) - 1, categories=pd.Index(_KINDS[1:], dtype=object)))
@@ -418,11 +421,10 @@ def _trace(path: str, doc: _Document, parts: list[tuple], strings: dict[tuple[st
         columns = {"gpu": gpu, "cpu": cpu}[table]
         if column in columns:
             columns[column] = strings[table, column].categorical(columns[column])
-    labelled = {pid: rank for p in parts for pid, rank in p[3].items()}
     for columns in (gpu, cpu, memory):
         columns["rank"] = _ranks(columns.pop("rank_arg", np.zeros(0, np.int64)), columns.pop("pid_raw", None), labelled)
-    meta = _meta(doc, path, warnings, has_flows=any(p[2] for p in parts))
-    meta.has_python_frames = bool((np.asarray(cpu.get("kind", []), dtype=object) == "python").any()) or bool(
+    meta = _meta(doc, path, warnings, has_flows=has_flows)
+    meta.has_python_frames = bool(np.asarray(cpu["kind"] == "python").any()) or bool(
         len(cpu.get("stack", [])) and pd.Series(cpu["stack"]).notna().any())
     return finish_trace(gpu, cpu, meta, memory)
 
@@ -434,28 +436,92 @@ _Read = tuple[_Document, list[tuple], dict[tuple[str, str], _Strings], int, list
 
 def _read_in_pieces(path: str) -> _Read:
     """Columns of the events read a chunk at a time (the usual case): memory holds one chunk and
-    its structs, not the file. Raises chunked.NotChunkable for anything it does not handle."""
+    its structs, not the file. A large plain file is read by two processes at once (the second
+    half in a forked child) where that is safe. Raises chunked.NotChunkable for anything it does
+    not handle."""
     with storage.open_binary(path) as f:
         gzipped = f.read(2) == b"\x1f\x8b"
         f.seek(0)
         stream = gzip.GzipFile(fileobj=f) if gzipped else f
-        head, pieces = chunked.read_array(stream, "traceEvents", _decode_piece, _decode_last_piece)
+        stop = None if gzipped else _split_point(f)
+        head, reopen, pieces = chunked.read_array(stream, "traceEvents", _decode_piece, _decode_last_piece, stop=stop)
         try:
             doc = msgspec.json.decode(head, type=_Document) if head is not None else _Document()
         except msgspec.DecodeError:  # "traceEvents" was not the top-level key
             raise chunked.NotChunkable("traceEvents is not a top-level key") from None
-        parts, strings, skipped, events = [], defaultdict(_Strings), 0, 0
-        for decoded, not_objects, last in pieces:
-            parts.append(_batch_columns(decoded, strings))
-            skipped += not_objects
-            events += len(decoded) + not_objects
-            if last is not None:  # keys written after the array
-                for key in _Document.__struct_fields__:
-                    if key != "traceEvents" and getattr(last, key) is not None:
-                        setattr(doc, key, getattr(last, key))
+        strings: dict[tuple[str, str], _Strings] = defaultdict(_Strings)
+        tail = forked.Forked(_columns_after, path, stop + 1, reopen) if stop is not None else None
+        try:
+            started = time.monotonic()
+            parts, skipped, events, after = _columns(pieces, strings)
+            if stop is not None:
+                try:  # a child that has not answered by then never will (a lock held at the fork)
+                    more = tail.result(timeout=CHILD_GRACE_S + 3 * (time.monotonic() - started))
+                except forked.ChildFailed:
+                    more = _columns_after(path, stop + 1, reopen)
+                parts.append(_with_codes_of(strings, more[0], more[1]))
+                skipped, events, after = skipped + more[2], events + more[3], more[4]
+        finally:
+            if tail is not None:
+                tail.close()
+    for key, value in after.items():  # keys written after the array
+        setattr(doc, key, value)
     if not events:  # the whole-file reader says why
         raise chunked.NotChunkable("no events")
     return doc, parts, strings, skipped, []
+
+
+#: a plain local file at least this large is split between this process and a forked child, where
+#: forking is safe (forked.fork_is_safe). Either half takes ~3 ms per MB, so the fork and the
+#: columns sent back (~10 ms) are well paid for.
+SPLIT_BYTES = 32 << 20
+#: the child's half takes about as long as this one's: it is given three times as long, and this more
+CHILD_GRACE_S = 10.0
+
+
+def _split_point(f) -> int | None:
+    """The byte where a large plain file is split between two readers, or None."""
+    try:
+        size = os.fstat(f.fileno()).st_size
+    except (AttributeError, OSError, ValueError):  # not a local file (fsspec's remote files)
+        return None
+    if size < SPLIT_BYTES or not forked.fork_is_safe():
+        return None
+    return chunked.boundary_after(f, size // 2)
+
+
+def _columns(pieces: Iterator[tuple], strings: dict[tuple[str, str], _Strings]) -> tuple[list, int, int, dict]:
+    """Each piece's columns: (batches' columns, entries that are not objects, entries, the
+    document's keys after the array where the last piece had them)."""
+    parts, skipped, events, after = [], 0, 0, {}
+    for decoded, not_objects, last in pieces:
+        parts.append(_batch_columns(decoded, strings))
+        skipped += not_objects
+        events += len(decoded) + not_objects
+        if last is not None:
+            after = {key: getattr(last, key) for key in _Document.__struct_fields__
+                     if key != "traceEvents" and getattr(last, key) is not None}
+    return parts, skipped, events, after
+
+
+def _columns_after(path: str, offset: int, reopen: bytes) -> tuple[tuple, dict[tuple[str, str], list], int, int, dict]:
+    """The columns of the events from byte `offset` (just after a boundary) to the end, joined
+    into one batch, with their own string dictionaries (as lists, in code order); the rest as
+    _columns gives it. The second half of a split file: in the child, or here if it failed."""
+    strings: dict[tuple[str, str], _Strings] = defaultdict(_Strings)
+    with storage.open_binary(path) as f:
+        f.seek(offset)
+        parts, skipped, events, after = _columns(chunked.read_rest(f, reopen, _decode_piece, _decode_last_piece), strings)
+    return _joined(parts), {key: known.values() for key, known in strings.items()}, skipped, events, after
+
+
+def _with_codes_of(strings: dict[tuple[str, str], _Strings], part: tuple, values: dict[tuple[str, str], list]) -> tuple:
+    """A batch coded with other dictionaries (`values`: each one's strings in code order),
+    recoded with `strings`: its new strings are added in their order, as reading on would add them."""
+    for (table, column), known in values.items():
+        columns = part[0] if table == "gpu" else part[1]
+        columns[column] = np.append(strings[table, column].codes(known), np.int32(-1))[columns[column]]
+    return part
 
 
 def _decode_piece(text: bytes) -> tuple[list, int, None]:
@@ -633,6 +699,13 @@ def _raw_text(value) -> str:
     if isinstance(value, msgspec.Raw):  # one line, spaced as json.dumps spaces: the same text either way
         return msgspec.json.format(bytes(value), indent=0).decode("utf-8", "replace") or "null"
     return json.dumps(value, default=str)  # the loose decoder hands over lists
+
+
+def _joined(parts: list[tuple]) -> tuple:
+    """The batches' columns as one batch (as _batch_columns gives one)."""
+    return (_concat([p[0] for p in parts]), _concat([p[1] for p in parts]), any(p[2] for p in parts),
+            {pid: rank for p in parts for pid, rank in p[3].items()}, sum(p[4] for p in parts),
+            _concat([p[5] for p in parts]))
 
 
 def _concat(parts: list[dict]) -> dict:
