@@ -29,7 +29,7 @@ def test_a_trace_without_host_events_reads_back_from_the_cache(tmp_path, isolate
 
 
 @pytest.mark.parametrize("damage", ["meta_list", "meta_extra_key", "devices_list", "frames_swapped",
-                                    "parquet_garbage", "meta_missing"])
+                                    "frame_garbage", "meta_missing"])
 def test_a_damaged_cache_entry_is_parsed_again(tmp_path, isolated_cache, damage):
     # a small trace with every frame filled (host events, steps, shapes, memory): the damage is what matters
     b = TraceBuilder()
@@ -49,11 +49,11 @@ def test_a_damaged_cache_entry_is_parsed_again(tmp_path, isolated_cache, damage)
     elif damage == "devices_list":
         (entry / "meta.json").write_text(json.dumps(meta | {"devices": ["GPU"]}))
     elif damage == "frames_swapped":
-        gpu, cpu = (entry / "gpu.parquet").read_bytes(), (entry / "cpu.parquet").read_bytes()
-        (entry / "gpu.parquet").write_bytes(cpu)
-        (entry / "cpu.parquet").write_bytes(gpu)
-    elif damage == "parquet_garbage":
-        (entry / "steps.parquet").write_bytes(b"not parquet at all")
+        gpu, cpu = (entry / "gpu.arrow").read_bytes(), (entry / "cpu.arrow").read_bytes()
+        (entry / "gpu.arrow").write_bytes(cpu)
+        (entry / "cpu.arrow").write_bytes(gpu)
+    elif damage == "frame_garbage":
+        (entry / "steps.arrow").write_bytes(b"not an Arrow file at all")
     else:
         (entry / "meta.json").unlink()
     assert _same(traceagent.load(path).traces[0], fresh)

@@ -159,10 +159,10 @@ def test_nsight_export_without_enum_tables_uses_builtin_values(tmp_path):
     assert trace.meta.profiler.startswith("Nsight Systems 2026")
 
 
-def test_cache_second_load_reads_parquet(isolated_cache):
+def test_cache_second_load_reads_the_cache(isolated_cache):
     first = traceagent.load(RESNET_NW0)
     entries = list(cache.cache_dir().iterdir())
-    assert len(entries) == 1 and (entries[0] / "gpu.parquet").exists()
+    assert len(entries) == 1 and (entries[0] / "gpu.arrow").exists()
     second = traceagent.load(RESNET_NW0)
     a, b = first.traces[0], second.traces[0]
     assert a.gpu.equals(b.gpu) and a.cpu.equals(b.cpu) and a.steps.equals(b.steps)
