@@ -119,9 +119,9 @@ def measure(case: str, path: Path, python: str, runs: int, timeout: int, cache_d
 
 
 def _sample_tree(pid: int, peak: list[float], done: threading.Event) -> None:
-    """The largest sum, every 5 ms until `done`, of the process's RSS and its descendants'
+    """The largest sum, every 20 ms until `done`, of the process's RSS and its descendants'
     private memory (Linux /proc; elsewhere nothing is sampled)."""
-    while not done.wait(0.005):
+    while not done.wait(0.02):
         total = _statm_mb(pid) + sum(_private_mb(child) for child in _descendants(pid))
         peak[0] = max(peak[0], total)
 

@@ -459,7 +459,7 @@ def _read_in_pieces(path: str) -> _Read:
                     more = tail.result(timeout=CHILD_GRACE_S + 3 * (time.monotonic() - started))
                 except forked.ChildFailed:
                     more = _columns_after(path, stop + 1, reopen)
-                parts.append(_with_codes_of(strings, more[0], more[1]))
+                parts += _with_codes_of(strings, more[0], more[1])
                 skipped, events, after = skipped + more[2], events + more[3], more[4]
         finally:
             if tail is not None:
@@ -487,7 +487,8 @@ def _split_point(f) -> int | None:
         return None
     if size < SPLIT_BYTES or not forked.fork_is_safe():
         return None
-    return chunked.boundary_after(f, size // 2)
+    # the child's half a little smaller: it also sends its columns back (~4% of its time)
+    return chunked.boundary_after(f, int(size * 0.52))
 
 
 def _columns(pieces: Iterator[tuple], strings: dict[tuple[str, str], _Strings]) -> tuple[list, int, int, dict]:
@@ -504,24 +505,27 @@ def _columns(pieces: Iterator[tuple], strings: dict[tuple[str, str], _Strings]) 
     return parts, skipped, events, after
 
 
-def _columns_after(path: str, offset: int, reopen: bytes) -> tuple[tuple, dict[tuple[str, str], list], int, int, dict]:
-    """The columns of the events from byte `offset` (just after a boundary) to the end, joined
-    into one batch, with their own string dictionaries (as lists, in code order); the rest as
-    _columns gives it. The second half of a split file: in the child, or here if it failed."""
+def _columns_after(path: str, offset: int, reopen: bytes) -> tuple[list, dict[tuple[str, str], list], int, int, dict]:
+    """The columns of the events from byte `offset` (just after a boundary) to the end, with
+    their own string dictionaries (as lists, in code order); the rest as _columns gives it. The
+    second half of a split file: in the child, or here if it failed."""
     strings: dict[tuple[str, str], _Strings] = defaultdict(_Strings)
     with storage.open_binary(path) as f:
         f.seek(offset)
         parts, skipped, events, after = _columns(chunked.read_rest(f, reopen, _decode_piece, _decode_last_piece), strings)
-    return _joined(parts), {key: known.values() for key, known in strings.items()}, skipped, events, after
+    return parts, {key: known.values() for key, known in strings.items()}, skipped, events, after
 
 
-def _with_codes_of(strings: dict[tuple[str, str], _Strings], part: tuple, values: dict[tuple[str, str], list]) -> tuple:
-    """A batch coded with other dictionaries (`values`: each one's strings in code order),
-    recoded with `strings`: its new strings are added in their order, as reading on would add them."""
+def _with_codes_of(strings: dict[tuple[str, str], _Strings], parts: list[tuple],
+                   values: dict[tuple[str, str], list]) -> list[tuple]:
+    """Batches coded with other dictionaries (`values`: each one's strings in code order),
+    recoded with `strings`: their new strings are added in their order, as reading on would add them."""
     for (table, column), known in values.items():
-        columns = part[0] if table == "gpu" else part[1]
-        columns[column] = np.append(strings[table, column].codes(known), np.int32(-1))[columns[column]]
-    return part
+        code = np.append(strings[table, column].codes(known), np.int32(-1))  # code -1 (missing) stays -1
+        for part in parts:
+            columns = part[0] if table == "gpu" else part[1]
+            columns[column] = code[columns[column]]
+    return parts
 
 
 def _decode_piece(text: bytes) -> tuple[list, int, None]:
