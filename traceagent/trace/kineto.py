@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from . import chunked, forked, storage
-from .model import MAX_COPY_BYTES, MAX_TIME_NS, SHAPED_OPS, Trace, TraceMeta, categorical, in_order_of_appearance
+from .model import MAX_COPY_BYTES, MAX_TIME_NS, SHAPED_OPS, Trace, TraceMeta, in_order_of_appearance
 from .normalize import finish_trace
 
 # lower-cased Kineto category → our kind. The 2021 schema capitalised them (Kernel, Runtime...).
@@ -37,12 +37,31 @@ GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy"
 CPU_CATEGORIES = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver",
                   "cpu_op": "op", "operator": "op", "python_function": "python", "python": "python",
                   "user_annotation": "annotation", "dataloader": "dataloader"}
-_FLOW_CATEGORIES = {"ac2g", "async"}
+#: the phases read, as codes (0: any other)
+_PHASE_CODE = {"X": 1, "i": 2, "M": 3, "s": 4}
 #: the kinds of complete events we read, as small codes while batches are read (a column of
 #: objects cost 70 ms to join on a 200 MB trace); code 0 is neither device nor host work
 _KINDS = (None, *dict.fromkeys(GPU_CATEGORIES.values()), *dict.fromkeys(CPU_CATEGORIES.values()))
 _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _LAST_GPU_KIND = len(set(GPU_CATEGORIES.values()))
+
+
+class _PhaseCode(dict):
+    """phase → _PHASE_CODE's code, 0 for the rest; each phase looked up once per batch."""
+
+    def __missing__(self, phase: str) -> int:
+        self[phase] = code = _PHASE_CODE.get(phase, 0)
+        return code
+
+
+class _KindCode(dict):
+    """category → the code of its kind in _KINDS (0: neither device nor host work we read);
+    each category (as written: Kineto's 2021 schema capitalised them) worked out once per batch."""
+
+    def __missing__(self, category: str) -> int:
+        lower = category.lower()
+        self[category] = code = _KIND_CODE[GPU_CATEGORIES.get(lower) or CPU_CATEGORIES.get(lower)]
+        return code
 
 # (field, type, default, name in the JSON)
 _ARG_FIELDS = [
@@ -111,7 +130,7 @@ _READ_PHASES = {
     "i": ("device_type", "device_id", "mem_bytes", "total_allocated", "total_reserved", "rank"),
     "M": ("label",),
 }
-#: every other Chrome-trace phase: only the category is kept (flows mark `has_flows`), and msgspec
+#: every other Chrome-trace phase: only the phase is kept (flows mark `has_flows`), and msgspec
 #: skips the rest of the event without building it. A third of a real trace is flow events.
 _SKIMMED_PHASES = ("B", "E", "I", "C", "b", "n", "e", "s", "t", "f", "P", "O", "N", "D", "V", "v", "R", "c",
                    "S", "T", "p", "F", "(", ")")
@@ -126,8 +145,8 @@ def _phase_union():
         args = _args_type(strict=True, names=names)
         read.append(msgspec.defstruct(f"Event_{phase}", [*fields, ("args", args, msgspec.field(default_factory=args))],
                                       tag_field="ph", tag=phase, namespace={"ph": phase}, gc=False))
-    skimmed = [msgspec.defstruct(f"Skimmed_{i}", [("cat", str, "")], tag_field="ph", tag=p, namespace={"ph": p},
-                                 gc=False) for i, p in enumerate(_SKIMMED_PHASES)]
+    skimmed = [msgspec.defstruct(f"Skimmed_{i}", [], tag_field="ph", tag=p, namespace={"ph": p}, gc=False)
+               for i, p in enumerate(_SKIMMED_PHASES)]
     return Union[tuple(read + skimmed)]  # noqa: UP007 (a runtime union of generated types)
 
 
@@ -590,7 +609,7 @@ def _ranks(arg: np.ndarray, pid: np.ndarray | None, labelled: dict[int, int]) ->
 
 def _process_ranks(events: list, phases: np.ndarray) -> dict[int, int]:
     """pid → rank from process_name metadata that names a rank ("rank 3", "Rank: 3")."""
-    meta = _select(events, np.flatnonzero(phases == "M"))
+    meta = _select(events, np.flatnonzero(phases == _PHASE_CODE["M"]))
     named = [e for e in meta if e.name == "process_name" and isinstance(e.args.label, str)]
     pids = _ids(named, "pid") if named else np.zeros(0, np.int64)
     return {int(pid): int(m.group(1)) for pid, e in zip(pids, named) if (m := _RANK_LABEL.search(e.args.label))}
@@ -605,20 +624,16 @@ def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tu
     pid → rank from process labels, events dropped for impossible values, memory events). Each
     field is read once for the device and host events together, then split; device-only and
     host-only fields are read for those events alone. String columns are codes into `strings`."""
-    cats = categorical(_texts(events, "cat"))
-    lower = [str(c).lower() for c in cats.categories]
-    codes = cats.codes
-    phases = np.asarray(_texts(events, "ph"), dtype=object)
-    complete = phases == "X"
-    kind = np.array([_KIND_CODE[GPU_CATEGORIES.get(c) or CPU_CATEGORIES.get(c)] for c in lower] + [0], np.int8)[codes]
-    is_gpu = complete & (kind > 0) & (kind <= _LAST_GPU_KIND)
-    is_cpu = complete & (kind > _LAST_GPU_KIND)
-    has_flows = any(c in _FLOW_CATEGORIES for c in lower)
+    phases = np.fromiter(map(_PhaseCode().__getitem__, _texts(events, "ph")), np.int8, count=len(events))
+    complete = _select(events, np.flatnonzero(phases == _PHASE_CODE["X"]))
+    kind = np.fromiter(map(_KindCode().__getitem__, _texts(complete, "cat")), np.int8, count=len(complete))
+    has_flows = bool((phases == _PHASE_CODE["s"]).any())  # flow events: `s` starts each flow
 
-    index = np.flatnonzero(is_gpu | is_cpu)
-    items = _select(events, index)
+    index = np.flatnonzero(kind)
+    items = _select(complete, index)
+    kind = kind[index]
     args = list(map(attrgetter("args"), items))
-    on_gpu = is_gpu[index]
+    on_gpu = kind <= _LAST_GPU_KIND
     at_gpu = np.flatnonzero(on_gpu)
     gpu_args = _select(args, at_gpu)
     ts, dur = _numeric(items, "ts", float("nan")), _numeric(items, "dur", 0.0)
@@ -639,7 +654,7 @@ def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tu
 
     gpu = {key: values[g] for key, values in common.items()}
     gpu["name"] = strings["gpu", "name"].codes(_select(names, at_gpu[gpu_ok]))
-    kind = kind[index][ok]
+    kind = kind[ok]
     gpu["kind"] = kind[g]
     device = _arg(gpu_args, "device")[gpu_ok]
     gpu["device"] = np.where(device >= 0, device, pid[g])
@@ -671,7 +686,7 @@ _ARG_DEFAULTS = {f: d for f, _, d, _ in _ARG_FIELDS}
 def _memory(events: list, phases: np.ndarray) -> tuple[dict, int]:
     """The allocator's [memory] instant events: device (-1 for host), time, bytes (+ allocated,
     − freed), and the totals after each when the trace has them; and how many were dropped."""
-    index = np.flatnonzero(phases == "i")
+    index = np.flatnonzero(phases == _PHASE_CODE["i"])
     items = [e for e in _select(events, index) if e.name == "[memory]"]
     ts = _numeric(items, "ts", float("nan"))
     sizes = [_numeric(items, f"args.{f}", -1.0) for f in ("mem_bytes", "total_allocated", "total_reserved")]

@@ -154,7 +154,7 @@ class TraceMeta:
     device_properties: list[dict] = field(default_factory=list)
     profiler: str = ""  # e.g. "PyTorch Profiler (Kineto schema 1)" or "Nsight Systems 2026.2"
     has_python_frames: bool = False
-    has_flows: bool = False
+    has_flows: bool = False  # flow events (Chrome phase "s" starts one): arrows between events, e.g. launch → kernel
     warnings: list[str] = field(default_factory=list)  # e.g. "truncated: loaded 91% of the file"
 
 
