@@ -231,6 +231,19 @@ def test_ranks_named_by_process_labels_split_too(tmp_path):
     assert [(t.meta.rank, len(t.gpu), len(t.cpu)) for t in traces] == [(0, 1, 1), (1, 1, 1)]
 
 
+def test_untagged_device_events_make_no_rank_of_their_own(tmp_path):
+    # host events tagged with two ranks, device events with none (-1): two ranks, not a third "-1"
+    events = []
+    for rank in range(2):
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 500 + rank, "tid": 1, "ts": 10.0,
+                       "dur": 50.0, "args": {"rank": rank}})
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20.0, "dur": 30.0,
+                   "args": {"device": 0, "stream": 7}})
+    path = tmp_path / "half_tagged.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert [(t.meta.rank, len(t.cpu)) for t in traceagent.load(path).traces] == [(0, 1), (1, 1)]
+
+
 def test_nested_rank_directories_load_and_say_which_files(tmp_path):
     src = sorted(DLRM_8RANK.glob("worker*.json.gz"))[:2]
     for i, file in enumerate(src):

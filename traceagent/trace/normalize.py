@@ -357,7 +357,7 @@ def with_step_pattern(trace: Trace, pattern: re.Pattern) -> Trace:
 def split_ranks(trace: Trace) -> list[Trace]:
     """A merged multi-rank file (events tagged with their rank) as one Trace per rank; any other
     trace as itself. Untagged events (process metadata, flows) stay with no rank."""
-    ranks = sorted(set(np.unique(trace.gpu["rank"])) | set(np.unique(trace.cpu["rank"])) - {-1})
+    ranks = sorted((_values_in(trace.gpu["rank"]) | _values_in(trace.cpu["rank"])) - {-1})
     if len(ranks) < 2:
         return [trace]
     out = []
@@ -371,3 +371,13 @@ def split_ranks(trace: Trace) -> list[Trace]:
         memory = trace.memory[trace.memory["rank"] == rank].reset_index(drop=True)
         out.append(Trace(gpu=gpu, cpu=cpu, steps=derive_steps(gpu, cpu), meta=meta, memory=memory))
     return out
+
+
+def _values_in(column: pd.Series) -> set[int]:
+    """The distinct values of an integer column; one pass when they are all the same (one rank)."""
+    values = column.to_numpy()
+    if len(values) == 0:
+        return set()
+    if values.min() == values.max():
+        return {int(values[0])}
+    return {int(v) for v in np.unique(values)}
