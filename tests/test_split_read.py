@@ -176,6 +176,18 @@ def test_no_fork_while_another_thread_runs():
         other.join()
 
 
+def _fork_allowed_here() -> bool:
+    return forked.fork_is_safe()
+
+
+def test_no_fork_in_a_daemonic_process():
+    # a multiprocessing.Pool's workers are daemons, which multiprocessing forbids to have children
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_fork_allowed_here) is False
+
+
 def test_a_fresh_process_may_fork_where_it_has_a_second_core():
     # importing traceagent starts no thread: else no file would ever be split
     import subprocess

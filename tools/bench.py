@@ -17,6 +17,9 @@ reports wall time and peak RSS (median of --runs): (a) orjson.loads of the file,
 any Python reader that builds objects; (b) traceagent load without cache; (c) load from cache;
 (d) the full `analyze --json`; (e) HTA loading the trace and computing its temporal, idle-time
 and kernel breakdowns. Then the ratios: ours/floor, HTA/ours, cached/uncached, RSS/file size.
+A large plain file is read by traceagent in two processes (the second half in a forked child):
+peak memory is then the larger of this process's peak RSS and, sampled every 20 ms, its RSS plus
+its children's private memory (pages a child shares with its parent are counted once).
 
 With --dask-ranks, jobs of that many synthetic ranks (a planted straggler among them) are analysed
 on a LocalCluster: wall time against the sum of the ranks' orjson.loads floors over the worker
@@ -221,7 +224,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| trace | MB | floor s | load s | cached s | analyze s | HTA s | analyze/floor | HTA/analyze "
-            "| cached/load | peak RSS/size (analyze; children's own memory added) | largest worker RSS MB |")
+            "| cached/load | peak RSS/size (analyze; children's own memory added) | largest child RSS MB |")
     lines = [head, "|" + "---|" * 12]
     for r in rows:
         def cell(case: str, r: dict = r) -> str:

@@ -9,7 +9,6 @@ no other Python thread in this process that could hold a lock the child needs.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import multiprocessing
 import os
 import pickle
@@ -26,9 +25,10 @@ class ChildFailed(Exception):
 
 
 def fork_is_safe() -> bool:
-    """Whether a child may be forked now to work beside this process."""
-    return (sys.platform == "linux" and threading.active_count() == 1
-            and len(os.sched_getaffinity(0)) > 1)
+    """Whether a child may be forked now to work beside this process. Not in a daemonic process
+    (a multiprocessing.Pool's workers), which multiprocessing forbids to have children."""
+    return (sys.platform == "linux" and threading.active_count() == 1 and len(os.sched_getaffinity(0)) > 1
+            and not multiprocessing.current_process().daemon)
 
 
 class Forked:
@@ -37,13 +37,15 @@ class Forked:
     def __init__(self, func: Callable[..., Any], *args: Any) -> None:
         context = multiprocessing.get_context("fork")
         self._receive, send = context.Pipe(duplex=False)
-        with contextlib.suppress(OSError, AttributeError):  # 1 MB, not 64 kB, at a time (Linux)
+        with contextlib.suppress(ImportError, OSError, AttributeError):  # 1 MB, not 64 kB, at a time (Linux)
+            import fcntl
+
             fcntl.fcntl(send.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
         self._child = context.Process(target=_run, args=(send, func, args), daemon=True)
         self._not_started: str | None = None
         try:
             self._child.start()
-        except OSError as exc:  # out of processes or memory: result() says so
+        except (OSError, AssertionError) as exc:  # out of processes or memory, or a daemon: result() says so
             self._not_started = f"could not fork ({exc})"
         send.close()  # this end lives in the child now; the pipe closes when the child exits
 
