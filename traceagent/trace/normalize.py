@@ -259,25 +259,25 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
     calls = cpu.loc[cpu["kind"].isin(["runtime", "driver"]) & (cpu["correlation"] >= 0), ["pid", "tid", "start", "correlation"]]
     calls = calls.drop_duplicates("correlation")
     owner = innermost_enclosing(ops, calls["pid"].to_numpy(), calls["tid"].to_numpy(), calls["start"].to_numpy())
-    call_op = pd.Series(owner, index=calls["correlation"].to_numpy())
-    op_pos = gpu["correlation"].map(call_op).fillna(-1).to_numpy(np.int64)
+    call = pd.Index(calls["correlation"].to_numpy()).get_indexer(gpu["correlation"].to_numpy())
+    op_pos = np.append(owner, -1)[call]  # no launch call (-1): no op
 
-    by_id = ops[ops["external_id"] >= 0].reset_index(drop=True)
-    by_id = pd.Series(np.arange(len(by_id)), index=by_id["external_id"])
-    by_id = by_id[~by_id.index.duplicated(keep="last")]  # each id's last op
-    unlinked = (op_pos < 0) & (gpu["external_id"].to_numpy() >= 0)
-    ids_pos = gpu["external_id"].map(by_id).fillna(-1).to_numpy(np.int64)
-    ops_with_id = ops[ops["external_id"] >= 0]
-
-    names = np.full(len(gpu), None, dtype=object)
+    name = ops["name"].array  # the op's name as a code: no object array of names for every row
+    codes = np.full(len(gpu), -1, dtype=name.codes.dtype)
     external = gpu["external_id"].to_numpy().copy()
     linked = op_pos >= 0
-    names[linked] = ops["name"].to_numpy()[op_pos[linked]]
+    codes[linked] = name.codes[op_pos[linked]]
     external[linked] = ops["external_id"].to_numpy()[op_pos[linked]]
-    fallback = unlinked & (ids_pos >= 0)
-    names[fallback] = ops_with_id["name"].to_numpy()[ids_pos[fallback]]
+    unlinked = ~linked & (external >= 0)
+    if unlinked.any():  # no launch call (sampled traces): the last op with the same External id
+        op_ids = ops["external_id"].to_numpy()
+        with_id = np.flatnonzero(op_ids >= 0)
+        last = ~pd.Series(op_ids[with_id]).duplicated(keep="last").to_numpy()
+        by_id = pd.Series(with_id[last], index=op_ids[with_id][last])
+        pos = pd.Series(external[unlinked]).map(by_id).fillna(-1).to_numpy(np.int64)
+        codes[np.flatnonzero(unlinked)[pos >= 0]] = name.codes[pos[pos >= 0]]
     gpu["external_id"] = external
-    gpu["op"] = categorical(names)
+    gpu["op"] = in_order_of_appearance(pd.Categorical.from_codes(codes, categories=name.categories))
 
 
 def device_names(used: list[int], listed: dict[int, str]) -> dict[int, str]:
