@@ -40,13 +40,16 @@ def detect_graphs(trace: Trace) -> GraphsResult:
     calls = calls_by_correlation(trace)
     graph = matches(calls["name"], GRAPH_LAUNCH)
     launches = calls[graph]
-    ordinary = calls[matches(calls["name"], LAUNCH_CALLS) & ~graph]
-    median_launch_us = us(np.median(ordinary["end"] - ordinary["start"])) if len(ordinary) else 0.0
-    kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
-    total = float((kernels["end"] - kernels["start"]).sum())
-    inside = kernels[kernels["correlation"].isin(launches.index)]
-    replays = int(inside["correlation"].nunique()) if len(inside) else len(launches)
-    device = float((inside["end"] - inside["start"]).sum())
-    saved = max(len(inside) - replays, 0)
-    return GraphsResult(len(launches), len(inside), round(len(inside) / replays, 1) if replays else None, us(device),
+    ordinary = (calls["end"] - calls["start"]).to_numpy()[matches(calls["name"], LAUNCH_CALLS) & ~graph]
+    median_launch_us = us(np.median(ordinary)) if len(ordinary) else 0.0
+    gpu = trace.gpu  # columns as arrays: a copy of the kernel rows cost more than all the rest
+    kernel = (gpu["kind"] == "kernel").to_numpy()
+    dur = (gpu["end"] - gpu["start"]).to_numpy()
+    correlation = gpu["correlation"].to_numpy()
+    inside = kernel & np.isin(correlation, launches.index.to_numpy())
+    replayed = int(inside.sum())
+    replays = len(np.unique(correlation[inside])) if replayed else len(launches)
+    total, device = float(dur[kernel].sum()), float(dur[inside].sum())
+    saved = max(replayed - replays, 0)
+    return GraphsResult(len(launches), replayed, round(replayed / replays, 1) if replays else None, us(device),
                         pct(device, total), saved, round(float(np.float64(saved) * median_launch_us), 3))

@@ -25,12 +25,13 @@ class Workload:
 
 def detect_workload(trace: Trace) -> Workload:
     cpu = trace.cpu
-    ops = cpu[cpu["kind"].isin(["op", "python", "annotation"]).to_numpy()]
-    training = bool(matches(ops["name"], _TRAINING).any()) if len(ops) else None
-    loader_names = cpu.loc[(cpu["kind"] == "dataloader").to_numpy(), "name"]
-    if len(loader_names) and matches(loader_names, _MULTI).any():
+    # masks over the whole name column (each distinct name tested once), not a copy of the rows
+    ops = cpu["kind"].isin(["op", "python", "annotation"]).to_numpy()
+    training = bool((matches(cpu["name"], _TRAINING) & ops).any()) if ops.any() else None
+    loading = (cpu["kind"] == "dataloader").to_numpy()
+    if (matches(cpu["name"], _MULTI) & loading).any():
         loader = "multi_process"
-    elif len(loader_names) and matches(loader_names, _SINGLE).any():
+    elif (matches(cpu["name"], _SINGLE) & loading).any():
         loader = "single_process"
     else:
         loader = None
