@@ -180,7 +180,10 @@ class _HostColumns:
     start: np.ndarray
     end: np.ndarray
     not_step: np.ndarray
-    keys: np.ndarray  # name code, kind code, pid, tid
+    name_code: np.ndarray
+    kind_code: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
     depth: np.ndarray
     names: np.ndarray  # by code, code -1 (no name) last
     kinds: np.ndarray
@@ -193,7 +196,8 @@ class _HostColumns:
         """The events at these positions grouped by name, kind and thread: one name's events on one
         thread merged (a thread does one thing at a time at each depth)."""
         overlap = np.minimum(self.end[at], hi) - np.maximum(self.start[at], lo)
-        groups, inverse = np.unique(self.keys[at], axis=0, return_inverse=True)
+        keys = np.stack([self.name_code[at], self.kind_code[at], self.pid[at], self.tid[at]], axis=1)  # the window's only
+        groups, inverse = np.unique(keys, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
         total = np.zeros(len(groups), dtype=np.int64)
         np.add.at(total, inverse, overlap)
@@ -209,10 +213,9 @@ class _HostColumns:
 def _host_columns(trace: Trace) -> _HostColumns:
     cpu = trace.cpu
     name, kind = cpu["name"].array, cpu["kind"].array
-    keys = np.stack([name.codes.astype(np.int64), kind.codes.astype(np.int64),
-                     cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64)], axis=1)
     return _HostColumns(cpu["start"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64), ~matches(cpu["name"], _STEP),
-                        keys, cpu["depth"].to_numpy(np.int64), np.append(np.asarray(name.categories, dtype=object), None),
+                        name.codes, kind.codes, cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64),
+                        cpu["depth"].to_numpy(np.int64), np.append(np.asarray(name.categories, dtype=object), None),
                         np.append(np.asarray(kind.categories, dtype=object), None))
 
 
@@ -251,7 +254,7 @@ def gap_host(trace: Trace, lo: int, hi: int, thread: tuple[int, int] | None = No
     inside = columns.window(lo, hi)
     if thread is None or not len(inside):
         return GapHost(None if thread is None else {"pid": thread[0], "tid": thread[1]}, [], None, [])
-    on_thread = (columns.keys[inside, 2] == thread[0]) & (columns.keys[inside, 3] == thread[1])
+    on_thread = (columns.pid[inside] == thread[0]) & (columns.tid[inside] == thread[1])
     mine = columns.overlaps(inside[on_thread], lo, hi)
     spanning = np.flatnonzero(mine.overlap >= span_share * (hi - lo))
     # sorts are stable: among equals, name order
