@@ -65,30 +65,28 @@ def test_a_split_read_equals_the_whole_file(source, split, tmp_path):
     assert_same(kineto._trace(path, *read), whole(path))
 
 
-def test_a_child_that_dies_is_replaced_by_reading_here(split, tmp_path, monkeypatch):
-    path = plain(tmp_path, RESNET_NW0)
+def misbehave_in_the_child(monkeypatch, action) -> None:
+    """_columns_after calls `action` first where it runs in the child (not after a fallback here)."""
     original = kineto._columns_after
 
-    def dies_in_the_child(*args):
+    def patched(*args):
         if os.getpid() != PARENT:
-            os._exit(3)
+            action()
         return original(*args)
 
-    monkeypatch.setattr(kineto, "_columns_after", dies_in_the_child)
+    monkeypatch.setattr(kineto, "_columns_after", patched)
+
+
+def test_a_child_that_dies_is_replaced_by_reading_here(split, tmp_path, monkeypatch):
+    path = plain(tmp_path, RESNET_NW0)
+    misbehave_in_the_child(monkeypatch, lambda: os._exit(3))
     assert_same(kineto._trace(path, *kineto._read_in_pieces(path)), whole(path))
     assert pids(split) == [PARENT]
 
 
 def test_a_child_that_hangs_is_stopped_and_replaced(split, tmp_path, monkeypatch):
     path = plain(tmp_path, RESNET_NW0)
-    original = kineto._columns_after
-
-    def hangs_in_the_child(*args):
-        if os.getpid() != PARENT:
-            time.sleep(60)
-        return original(*args)
-
-    monkeypatch.setattr(kineto, "_columns_after", hangs_in_the_child)
+    misbehave_in_the_child(monkeypatch, lambda: time.sleep(60))
     monkeypatch.setattr(kineto, "CHILD_GRACE_S", 0.5)
     started = time.monotonic()
     assert_same(kineto._trace(path, *kineto._read_in_pieces(path)), whole(path))
