@@ -19,6 +19,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import Any, Union
 
@@ -44,14 +45,6 @@ _PHASE_CODE = {"X": 1, "i": 2, "M": 3, "s": 4}
 _KINDS = (None, *dict.fromkeys(GPU_CATEGORIES.values()), *dict.fromkeys(CPU_CATEGORIES.values()))
 _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
 _LAST_GPU_KIND = len(set(GPU_CATEGORIES.values()))
-
-
-class _PhaseCode(dict):
-    """phase → _PHASE_CODE's code, 0 for the rest; each phase looked up once per batch."""
-
-    def __missing__(self, phase: str) -> int:
-        self[phase] = code = _PHASE_CODE.get(phase, 0)
-        return code
 
 
 class _KindCode(dict):
@@ -434,8 +427,7 @@ def _trace(path: str, doc: _Document, parts: list[tuple], strings: dict[tuple[st
         warnings.append(f"dropped {dropped:,} events with impossible values (a missing or non-numeric time, a "
                         "negative duration, a time out of range, or a byte count negative or out of range)")
     for columns in (gpu, cpu):
-        columns["kind"] = in_order_of_appearance(pd.Categorical.from_codes(
-            np.asarray(columns["kind"], np.int8) - 1, categories=pd.Index(_KINDS[1:], dtype=object)))
+        columns["kind"] = in_order_of_appearance(np.asarray(columns["kind"], np.int8) - 1, _KINDS[1:])
     for table, column in _CODED:
         columns = {"gpu": gpu, "cpu": cpu}[table]
         if column in columns:
@@ -478,8 +470,9 @@ def _read_in_pieces(path: str) -> _Read:
                     more = tail.result(timeout=CHILD_GRACE_S + 3 * (time.monotonic() - started))
                 except forked.ChildFailed:
                     more = _columns_after(path, stop + 1, reopen)
-                parts += _with_codes_of(strings, more[0], more[1])
-                skipped, events, after = skipped + more[2], events + more[3], more[4]
+                more_parts, their_strings, more_skipped, more_events, after = more
+                parts += _with_codes_of(strings, more_parts, their_strings)
+                skipped, events = skipped + more_skipped, events + more_events
         finally:
             if tail is not None:
                 tail.close()
@@ -624,7 +617,7 @@ def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tu
     pid → rank from process labels, events dropped for impossible values, memory events). Each
     field is read once for the device and host events together, then split; device-only and
     host-only fields are read for those events alone. String columns are codes into `strings`."""
-    phases = np.fromiter(map(_PhaseCode().__getitem__, _texts(events, "ph")), np.int8, count=len(events))
+    phases = np.fromiter(map(_PHASE_CODE.get, _texts(events, "ph"), repeat(0)), np.int8, count=len(events))
     complete = _select(events, np.flatnonzero(phases == _PHASE_CODE["X"]))
     kind = np.fromiter(map(_KindCode().__getitem__, _texts(complete, "cat")), np.int8, count=len(complete))
     has_flows = bool((phases == _PHASE_CODE["s"]).any())  # flow events: `s` starts each flow

@@ -90,15 +90,16 @@ def categorical(values) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=pd.Index(uniques, dtype=object))
 
 
-def in_order_of_appearance(values: pd.Categorical) -> pd.Categorical:
-    """The categories a column uses, in order of first appearance: what `categorical` gives for
-    the same column as strings (category order decides the order of groups and of ties)."""
-    codes = values.codes
+def in_order_of_appearance(codes: np.ndarray, categories) -> pd.Categorical:
+    """Codes into `categories` (-1: missing) as a categorical of the categories used, in order of
+    first appearance: what `categorical` gives for the same column as strings (category order
+    decides the order of groups and of ties)."""
     used, first = np.unique(codes, return_index=True)
     order = used[used >= 0][np.argsort(first[used >= 0], kind="stable")]
-    new_code = np.full(len(values.categories) + 1, -1, dtype=codes.dtype)  # the last entry: code -1 stays -1
+    new_code = np.full(len(categories) + 1, -1, dtype=codes.dtype)  # the last entry: code -1 stays -1
     new_code[order] = np.arange(len(order))
-    return pd.Categorical.from_codes(new_code[codes], categories=pd.Index(values.categories[order], dtype=object))
+    return pd.Categorical.from_codes(new_code[codes], categories=pd.Index(np.asarray(categories, dtype=object)[order],
+                                                                          dtype=object))
 
 
 def matches(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:

@@ -214,7 +214,7 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = No
         if "dataloader" not in kind.categories:
             kind = kind.add_categories(["dataloader"])
         kind[loading] = "dataloader"
-        kind = in_order_of_appearance(kind)
+        kind = in_order_of_appearance(kind.codes, kind.categories)
     cpu["kind"] = kind
     if "depth" not in cpu:
         cpu["depth"] = nesting_depth(*(np.asarray(cpu[c], dtype=np.int64) for c in ("pid", "tid", "start", "end")))
@@ -277,7 +277,7 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
         pos = pd.Series(external[unlinked]).map(by_id).fillna(-1).to_numpy(np.int64)
         codes[np.flatnonzero(unlinked)[pos >= 0]] = name.codes[pos[pos >= 0]]
     gpu["external_id"] = external
-    gpu["op"] = in_order_of_appearance(pd.Categorical.from_codes(codes, categories=name.categories))
+    gpu["op"] = in_order_of_appearance(codes, name.categories)
 
 
 def device_names(used: list[int], listed: dict[int, str]) -> dict[int, str]:
