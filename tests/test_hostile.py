@@ -67,6 +67,11 @@ CASES = {
     "autograd_profiler_export": (json.dumps([{"name": "aten::add", "ph": "X", "ts": 1.0, "dur": 2.0, "tid": 1,
                                               "pid": "CPU functions", "args": {}}]).encode(), None, None),
     "cut_short": (RAW[: int(len(RAW) * 0.83)], "the file ends mid-event (cut short after byte", None),
+    # cut inside a number, which msgspec calls invalid rather than truncated
+    "cut_after_decimal_point": (RAW[: RAW.index(b'"ts": 100.0') + len(b'"ts": 100.')],
+                                "the file ends mid-event (cut short after byte", None),
+    "cut_after_minus": (RAW[: RAW.index(b'"ts": 100.0') + len(b'"ts": ')] + b"-",
+                        "the file ends mid-event (cut short after byte", None),
     "empty_event_list": (b'{"traceEvents": []}', None, "the trace holds no events"),
     "trace_events_not_a_list": (b'{"traceEvents": 5}', None, "Expected `array`, got `int` - at `$.traceEvents`"),
     "deep_nesting": (deep_event(json.dumps(BASE)).encode(), None, "JSON nested more deeply than Python can read"),

@@ -193,9 +193,9 @@ def test_frames_have_no_python_objects_per_event():
 def test_a_trace_recorded_with_shapes_decodes_on_the_typed_path():
     # the untyped path is for odd traces; record_shapes=True (Input Dims, Input type, Concrete
     # Inputs) is an ordinary one, and went there while the shape fields were typed Raw | None
-    from traceagent.trace import kineto
+    from traceagent.trace import kineto, reading
 
-    raw, _ = kineto.read_bytes(str(B200))
+    raw, _ = reading.read_text(str(B200))
     events = kineto.decode(raw, str(B200))[0].traceEvents
     shaped = [e for e in events if b'"Input Dims"' in bytes(e)][:100]
     assert shaped  # the trace has shapes

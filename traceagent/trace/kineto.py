@@ -10,12 +10,10 @@ every repair lives.
 from __future__ import annotations
 
 import gc
-import gzip
 import json
 import os
 import re
 import time
-import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from . import chunked, forked, storage
+from . import chunked, forked, reading, storage
 from .model import MAX_COPY_BYTES, MAX_TIME_NS, SHAPED_OPS, Trace, TraceMeta, in_order_of_appearance
 from .normalize import finish_trace
 
@@ -168,26 +166,6 @@ class _LastPiece(_Document):
 BATCH = 10_000
 
 
-def read_bytes(path: str) -> tuple[bytes, list[str]]:
-    """The file's bytes, gunzipped; a gzip cut short yields what it holds, with a warning."""
-    with storage.open_binary(path) as f:
-        raw = f.read()
-    if raw[:2] != b"\x1f\x8b":
-        return _without_bom(raw), []
-    try:
-        return _without_bom(gzip.decompress(raw)), []
-    except EOFError:
-        data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw)
-        return _without_bom(data), ["the gzip stream ends early (the file was cut short)"]
-    except (OSError, zlib.error) as exc:
-        raise TraceError(path, f"corrupt gzip file ({exc})", "Re-copy or re-export the trace.") from None
-
-
-def _without_bom(raw: bytes) -> bytes:
-    """Text editors on Windows write a UTF-8 byte-order mark; JSON parsers reject it."""
-    return raw[3:] if raw[:3] == b"\xef\xbb\xbf" else raw
-
-
 #: Python's json module writes these for non-finite floats; JSON has no such values.
 _NON_FINITE = re.compile(rb"(?<=[:,\[])(\s*)(?:-?Infinity|NaN)(?=\s*[,}\]])")
 
@@ -223,7 +201,7 @@ def decode(raw: bytes, path: str) -> tuple[_Document, list[str]]:
             elif "malformed" in message and not any("NaN" in w for w in warnings) and _NON_FINITE.search(raw):
                 raw = _NON_FINITE.sub(rb"\1null", raw)
                 warnings.append("NaN/Infinity values (not JSON) were read as missing")
-            elif "truncated" in message:
+            elif "truncated" in message or _fails_at_end(raw, message):
                 recovered = _recover_truncated(raw)
                 if recovered is None:
                     break
@@ -235,6 +213,13 @@ def decode(raw: bytes, path: str) -> tuple[_Document, list[str]]:
                 raise TraceError(path, f"malformed JSON {_where(raw, message)}",
                                  "Re-export the trace, or fix the file at that place.") from None
     raise TraceError(path, "malformed JSON that could not be recovered", "Re-export the trace.")
+
+
+def _fails_at_end(raw: bytes, message: str) -> bool:
+    """An error at the file's last byte: cut inside a number (`12.`, `-`, `1e`), which msgspec
+    calls an invalid number rather than truncated input."""
+    found = re.search(r"\(byte (\d+)\)", message)
+    return found is not None and int(found.group(1)) >= len(raw.rstrip()) - 1
 
 
 def _where(raw: bytes, message: str) -> str:
@@ -392,15 +377,16 @@ class _Strings:
 _CODED = (("gpu", "name"), ("cpu", "name"), ("cpu", "stack"), ("cpu", "shapes"))
 
 
-def load_kineto(path: str) -> Trace:
-    """Read one Kineto trace file into a Trace."""
+def load_kineto(path: str, max_bytes: int | None = None) -> Trace:
+    """Read one Kineto trace file into a Trace; TraceError past `max_bytes` of text (default: the
+    memory available), at a decompression bomb or a run of NUL bytes (trace/reading.py)."""
     with _collector_paused():  # while events are decoded; frames that follow do make cycles
         try:
-            read = _read_in_pieces(path)
-        except (chunked.NotChunkable, EOFError, OSError, zlib.error, RecursionError):
-            # anything unusual (a cut-short or corrupt gzip, malformed or too deep JSON, no events): the
+            read = _read_in_pieces(path, max_bytes)
+        except (chunked.NotChunkable, OSError, RecursionError):
+            # anything unusual (a cut-short gzip, malformed or too deep JSON, no events): the
             # whole-file reader, which owns every repair and error message
-            read = _read_whole(path)
+            read = _read_whole(path, max_bytes)
     return _trace(path, *read)
 
 
@@ -445,16 +431,14 @@ def _trace(path: str, doc: _Document, parts: list[tuple], strings: dict[tuple[st
 _Read = tuple[_Document, list[tuple], dict[tuple[str, str], _Strings], int, list[str]]
 
 
-def _read_in_pieces(path: str) -> _Read:
+def _read_in_pieces(path: str, max_bytes: int | None = None) -> _Read:
     """Columns of the events read a chunk at a time (the usual case): memory holds one chunk and
     its structs, not the file. A large plain file is read by two processes at once (the second
     half in a forked child) where that is safe. Raises chunked.NotChunkable for anything it does
     not handle."""
     with storage.open_binary(path) as f:
-        gzipped = f.read(2) == b"\x1f\x8b"
-        f.seek(0)
-        stream = gzip.GzipFile(fileobj=f) if gzipped else f
-        stop = None if gzipped else _split_point(f)
+        stream = reading.TraceStream(f, path, max_bytes)
+        stop = None if stream.gzipped else _split_point(f)
         head, reopen, pieces = chunked.read_array(stream, "traceEvents", _decode_piece, _decode_last_piece, stop=stop)
         try:
             doc = msgspec.json.decode(head, type=_Document) if head is not None else _Document()
@@ -476,6 +460,8 @@ def _read_in_pieces(path: str) -> _Read:
         finally:
             if tail is not None:
                 tail.close()
+    if stream.cut_short:  # the whole-file reader recovers what it holds, with its warning
+        raise chunked.NotChunkable("the gzip ends early")
     for key, value in after.items():  # keys written after the array
         setattr(doc, key, value)
     if not events:  # the whole-file reader says why
@@ -524,7 +510,9 @@ def _columns_after(path: str, offset: int, reopen: bytes) -> tuple[list, dict[tu
     strings: dict[tuple[str, str], _Strings] = defaultdict(_Strings)
     with storage.open_binary(path) as f:
         f.seek(offset)
-        parts, skipped, events, after = _columns(chunked.read_rest(f, reopen, _decode_piece, _decode_last_piece), strings)
+        stream = reading.TraceStream(f, path, max_bytes=1 << 62)  # the size was checked before the split
+        parts, skipped, events, after = _columns(chunked.read_rest(stream, reopen, _decode_piece, _decode_last_piece),
+                                                 strings)
     return parts, {key: known.values() for key, known in strings.items()}, skipped, events, after
 
 
@@ -565,9 +553,9 @@ def _decode_last_piece(text: bytes) -> tuple[list, int, _Document | None]:
     return (*_decode_events(doc.traceEvents, typed=(_STRICT,)), doc)
 
 
-def _read_whole(path: str) -> _Read:
+def _read_whole(path: str, max_bytes: int | None = None) -> _Read:
     """The file's bytes at once, with every repair: invalid UTF-8, NaN, a file cut short."""
-    raw, warnings = read_bytes(path)
+    raw, warnings = reading.read_text(path, max_bytes)
     if not raw or raw.isspace():
         raise TraceError(path, "the file is empty", "Check that the profiler finished writing it.")
     doc, more = decode(raw, path)

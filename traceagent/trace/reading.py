@@ -1,0 +1,167 @@
+"""A trace's bytes, read with a budget: gzip inflated as a stream, never past `max_bytes` of
+text, never past a ratio no profiler's JSON reaches, and never through a run of NUL bytes.
+
+A 10 MB gzip can inflate to 10 GiB and a sparse file can hold gigabytes of zeros after a valid
+start: read naively, either takes every byte of memory before anything says no. Here each is one
+clear error (exit 2) after at most a few megabytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import zlib
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from ..errors import TraceError
+from ..format import size
+from . import storage
+
+#: compressed bytes inflated at a time
+_INPUT_BLOCK = 1 << 20
+#: a gzip that inflates more than this many times its size is refused (real Kineto traces: 12-31×;
+#: a bomb of zeros: ~1000×), once past RATIO_FLOOR of text, unless the user set --max-bytes
+MAX_RATIO = 200
+RATIO_FLOOR = 64 << 20
+#: a run this long of NUL bytes is never JSON (which has no raw NUL at all): a sparse or
+#: pre-allocated file the profiler never finished, or not a trace
+NUL_RUN = b"\0" * 16
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine can give now (MemAvailable on Linux), else half its memory."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def default_max_bytes() -> int:
+    """The most text one trace file may hold, unless the user says otherwise: the memory
+    available where it is read (its columns take up to about the text's size)."""
+    return available_memory()
+
+
+class TraceStream:
+    """A trace file's text (gunzipped if it is a gzip) as a binary stream with `read(n)`, checked
+    as it is read: TraceError past `max_bytes`, past MAX_RATIO (a gzip, unless `max_bytes` was the
+    user's), or at a run of NUL bytes. `cut_short` says whether a gzip ended early."""
+
+    def __init__(self, f: BinaryIO, path: str, max_bytes: int | None = None, whole: bool = False) -> None:
+        self._f, self.path, self._whole = f, path, whole
+        self._explicit = max_bytes is not None
+        # read whole, the text and its decoded events are held at once: half the budget each
+        self.max_bytes = (max_bytes if max_bytes is not None else default_max_bytes()) // (2 if whole else 1)
+        start = f.tell()  # a reader of a split file's second half starts mid-file, in plain text
+        self.gzipped = start == 0 and f.read(2) == b"\x1f\x8b"
+        f.seek(start)
+        self.cut_short = False
+        self.position = 0  # bytes of text handed out
+        self._blocks = _inflate(f, path, self) if self.gzipped else None
+        self._pending = b""
+        if not self.gzipped:
+            # fsspec's remote files have no descriptor: their size is not checked up front
+            with contextlib.suppress(AttributeError, OSError, ValueError, io.UnsupportedOperation):
+                on_disk = os.fstat(f.fileno()).st_size
+                if on_disk > self.max_bytes:
+                    raise self._over_budget(on_disk)
+
+    def read(self, n: int = -1) -> bytes:
+        if self._blocks is None:
+            data = self._f.read(n)
+        else:
+            data = self._inflated(n)
+        self._check(data)
+        return data
+
+    def tell(self) -> int:
+        return self._f.tell() if self._blocks is None else self.position
+
+    def _inflated(self, n: int) -> bytes:
+        parts, have = [self._pending], len(self._pending)
+        while n < 0 or have < n:
+            block = next(self._blocks, None)
+            if block is None:
+                break
+            parts.append(block)
+            have += len(block)
+        data = b"".join(parts)
+        if n < 0 or len(data) <= n:
+            self._pending = b""
+            return data
+        self._pending = data[n:]
+        return data[:n]
+
+    def _check(self, data: bytes) -> None:
+        start = self.position
+        self.position += len(data)
+        if b"\0" in data and (at := data.find(NUL_RUN)) >= 0:
+            raise TraceError(self.path, f"a run of NUL bytes at byte {start + at:,} of its text: not JSON (a file the "
+                             "profiler did not finish writing, a pre-allocated or sparse file, or not a trace)",
+                             "Re-export the trace; if the events before that byte are what you need, cut the file there "
+                             "and close the JSON.")
+        if self.position > self.max_bytes:
+            raise self._over_budget(self.position)
+        if (self.gzipped and not self._explicit and self.position > RATIO_FLOOR
+                and self.position > MAX_RATIO * max(self._f.tell(), 1)):
+            raise TraceError(self.path, f"the gzip inflates more than {MAX_RATIO}× its size (past {size(self.position)} "
+                             f"from {size(self._f.tell())}; traces compress about 10-30×): a decompression bomb, or "
+                             "not a trace", "If it is a real trace, give a budget with --max-bytes (e.g. --max-bytes 20GB).")
+
+    def _over_budget(self, seen: int) -> TraceError:
+        whose = "the --max-bytes budget" if self._explicit else "the memory available to read it"
+        if self._whole:
+            whose = f"half {whose}: a file not in the usual shape is read whole, held twice"
+        return TraceError(self.path, f"the trace holds over {size(self.max_bytes)} of text ({whose}; read "
+                          f"{size(seen)} so far)", "Raise --max-bytes if the machine has the memory, or profile fewer "
+                          "steps (torch.profiler's schedule with active=1-3).")
+
+
+def _inflate(f: BinaryIO, path: str, stream: TraceStream) -> Iterator[bytes]:
+    """The gzip's text a block at a time (several members, as `cat a.gz b.gz` writes, follow one
+    another); a stream that ends early sets `stream.cut_short` and ends with what it held."""
+    inflater: Any = zlib.decompressobj(16 + zlib.MAX_WBITS)  # None between two members
+    try:
+        while block := f.read(_INPUT_BLOCK):
+            while block:
+                if inflater is None:
+                    if block[:2] != b"\x1f\x8b":
+                        return  # gzip(1) too ignores what follows the last member
+                    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                # at most 4 MiB of text per step: a bomb never holds more than that at once
+                if out := inflater.decompress(block, 4 << 20):
+                    yield out
+                if inflater.eof:  # the member ended: another may follow (`cat a.gz b.gz`)
+                    block, inflater = inflater.unused_data, None
+                else:
+                    block = inflater.unconsumed_tail
+        if inflater is not None:  # the file ended inside a member
+            if rest := inflater.flush():
+                yield rest
+            stream.cut_short = True
+    except zlib.error as exc:
+        raise TraceError(path, f"corrupt gzip file ({exc})", "Re-copy or re-export the trace.") from None
+
+
+def read_text(path: str, max_bytes: int | None = None) -> tuple[bytes, list[str]]:
+    """The file's whole text (gunzipped), within the budget; a gzip cut short yields what it
+    holds, with a warning. The whole-file reader keeps the text and its decoded events at once,
+    so it may take half the budget."""
+    with storage.open_binary(path) as f:
+        stream = TraceStream(f, path, max_bytes, whole=True)
+        parts = []
+        while block := stream.read(_INPUT_BLOCK * 4):
+            parts.append(block)
+        data = b"".join(parts)
+        del parts
+    data = data[3:] if data[:3] == b"\xef\xbb\xbf" else data  # a UTF-8 byte-order mark
+    return data, ["the gzip stream ends early (the file was cut short)"] if stream.cut_short else []
