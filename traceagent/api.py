@@ -24,7 +24,8 @@ from .trace.normalize import split_ranks, with_step_pattern
 
 def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, idle: IdleParams | None = None,
             verdict: VerdictParams | None = None, steps: str | re.Pattern | None = None, use_cache: bool = True,
-            progress: Callable[[int, int, str], None] | None = None, scheduler: str | None = None) -> Analysis:
+            progress: Callable[[int, int, str], None] | None = None, scheduler: str | None = None,
+            max_bytes: int | None = None) -> Analysis:
     """Analyze a trace file, a rank directory, a glob or list of rank files (paths or fsspec URLs),
     or an already loaded `Job`: every detector on every rank, and the job's verdict.
 
@@ -34,6 +35,7 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
     $TRACEAGENT_SCHEDULER): a Dask LocalCluster for large multi-rank jobs, else this process;
     `local`; `none` (this process); or a Dask scheduler's address. A rank file that fails is
     reported in `Analysis.failed` and the others are analysed; a job of one file raises TraceError.
+    `max_bytes` bounds the text of each trace file (default: the memory available where it is read).
     """
     params = AnalysisParams(idle=idle or IdleParams(), verdict=verdict or VerdictParams())
     pattern = re.compile(steps) if isinstance(steps, str) else steps
@@ -42,7 +44,8 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
     path, files, notes = resolve(source)
     where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in files])
     results = run_per_file(analyze_file, files, scheduler=where, progress=progress, name=storage.name, params=params,
-                           steps=pattern, use_cache=use_cache, keep_events=where is None, contain=len(files) > 1)
+                           steps=pattern, use_cache=use_cache, keep_events=where is None, contain=len(files) > 1,
+                           max_bytes=max_bytes)
     ranks: list[RankAnalysis] = []
     origins: list[str] = []
     failed = [r for r in results if isinstance(r, RankFailure)]
@@ -60,16 +63,16 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
 
 
 def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None, use_cache: bool,
-                 keep_events: bool, contain: bool) -> list[RankAnalysis] | RankFailure:
+                 keep_events: bool, contain: bool, max_bytes: int | None = None) -> list[RankAnalysis] | RankFailure:
     """Load one rank file and analyse each rank in it (a merged file holds several). Runs on a
     worker: with `keep_events` false only the results travel back. With `contain`, a file that
     fails becomes a RankFailure instead of an exception, so one bad rank does not stop the job."""
     try:
         ranks = []
-        for part, trace in enumerate(split_ranks(load_file(file, use_cache))):
+        for part, trace in enumerate(split_ranks(load_file(file, use_cache, max_bytes))):
             if steps is not None:
                 trace = with_step_pattern(trace, steps)
-            r = analyze_trace(trace, params, RankSource(file, part, steps, use_cache))
+            r = analyze_trace(trace, params, RankSource(file, part, steps, use_cache, max_bytes))
             ranks.append(r if keep_events else r.without_events())
         return ranks
     except TraceError as exc:

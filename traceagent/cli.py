@@ -1,6 +1,6 @@
 """The `traceagent` command: argument parsing and dispatch.
 
-info · analyze · report · diff · annotate · ask · chat · demo · mcp · schema (`traceagent COMMAND --help` for each).
+info · analyze · report · diff · annotate · ask · chat · demo · mcp · schema · cache (`traceagent COMMAND --help` for each).
 """
 
 from __future__ import annotations
@@ -76,11 +76,21 @@ def analyze_path(path: str, args: argparse.Namespace) -> Analysis:
     --steps, --scheduler); a line on stderr for each rank file that failed."""
     with _progress_bar() as progress:
         result = analyze(path, use_cache=not args.no_cache, steps=getattr(args, "steps", None), progress=progress,
-                         scheduler=args.scheduler)
+                         scheduler=args.scheduler, max_bytes=args.max_bytes)
     for failure in result.failed:
         err.print(f"traceagent: warning: {failure.file}: {failure.error} (skipped; the other ranks were analysed)",
                   markup=False)
     return result
+
+
+def byte_size(text: str) -> int:
+    """`--max-bytes SIZE`: 500MB, 20GB, 1GiB or a number of bytes."""
+    from .trace.reading import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def step_pattern(text: str) -> re.Pattern:
@@ -329,7 +339,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             resolve(path)  # a missing path is one line and exit 2 here, not an error inside the app
     app = TraceAgentApp(args.path, compare=getattr(args, "compare", None),
                         model=make_chat_model(config) if config else None, config=config, use_cache=not args.no_cache,
-                        steps=args.steps.pattern if args.steps else None)
+                        steps=args.steps.pattern if args.steps else None, max_bytes=args.max_bytes)
     app.run()
     return app.return_code or 0
 
@@ -368,6 +378,31 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    """`cache info`: where the cache is, what it holds, its cap; `cache clear`: empty it."""
+    from .format import size
+    from .trace import cache
+
+    if args.action == "clear":
+        removed = cache.clear()
+        say(f"removed {len(removed)} entries ({escape(size(sum(e.bytes for e in removed)))}) from "
+            f"{escape(str(cache.cache_dir()))}")
+        return 0
+    found = cache.entries()
+    kept = [e for e in found if not e.temporary]
+    data = {"directory": str(cache.cache_dir()), "entries": len(kept), "bytes": sum(e.bytes for e in kept),
+            "max_bytes": cache.max_bytes(), "temporary_entries": len(found) - len(kept),
+            "temporary_bytes": sum(e.bytes for e in found if e.temporary)}
+    if args.json:
+        out.print_json(json.dumps(data))
+        return 0
+    say(f"{escape(data['directory'])}: {data['entries']} entries, {size(data['bytes'])} of {size(data['max_bytes'])} "
+        "($TRACEAGENT_CACHE_MAX; the least recently used go first)"
+        + (f"; {data['temporary_entries']} being written or left by a killed run ({size(data['temporary_bytes'])})"
+           if data["temporary_entries"] else ""))
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     """The MCP server: stdout carries the protocol, so nothing else is printed there."""
     import asyncio
@@ -392,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "quoted glob of rank files ('run/rank*.json'); local, or a URL (s3://…) "
                                         "where its fsspec package is installed")
         p.add_argument("--no-cache", action="store_true", help="parse the trace again instead of reading the cache")
+        p.add_argument("--max-bytes", type=byte_size, metavar="SIZE",
+                       help="the most text one trace file may hold once gunzipped (e.g. 20GB; default: the memory "
+                            "available); with it set, a gzip may also inflate more than 200×")
         p.add_argument("--scheduler", metavar="WHERE", default=None,
                        help="where the ranks of a job are analysed: auto (default, or $TRACEAGENT_SCHEDULER): a "
                             "Dask cluster on this machine for large multi-rank jobs; local; none (this process); "
@@ -436,6 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=RichHelpFormatter)
     schema.add_argument("which", nargs="?", choices=["analyze", "diff"], help="one of them (default: both)")
     schema.set_defaults(func=cmd_schema)
+    cache = sub.add_parser("cache", help="what the cache of parsed traces holds (info), or empty it (clear)",
+                           description="Parsed traces are cached in $TRACEAGENT_CACHE_DIR (default "
+                                       "~/.cache/traceagent), up to $TRACEAGENT_CACHE_MAX (default 2GB).",
+                           formatter_class=RichHelpFormatter)
+    cache.add_argument("action", choices=["info", "clear"])
+    cache.add_argument("--json", action="store_true", help="info as JSON")
+    cache.set_defaults(func=cmd_cache)
     sub.add_parser("mcp", help="serve the detector tools to coding agents over MCP (stdio)",
                    description="A Model Context Protocol server on stdin/stdout for Claude Code, Cursor, VS Code: "
                                "open_trace, list_traces and the chat's detector tools.",

@@ -3,19 +3,26 @@ parsing. In a fresh process a 200 MB trace's frames read back in 35 ms, against 
 and 90 ms as Parquet; the price is disk, about a quarter of the trace's size (46 MB, against 5.3 MB
 and 14 MB).
 
-Entries live in one cache directory (not beside the trace: trace folders are often read-only)
-keyed by the trace's absolute path (or URL), size, mtime (or ETag) and content fingerprint, and by
-the model version below. Writes are atomic (a directory renamed into place); reads are checked
-against the model.
+Entries live in one cache directory (not beside the trace: trace folders are often read-only),
+keyed by the trace as it was before it was read (`key`): its absolute path (or URL), size,
+identity and change time (storage.size_and_version), a content fingerprint, and the loader's
+version. A parse is stored only if the file still has that identity afterwards, so a file
+replaced or rewritten while it was read never lends its key to the other's frames. Writes are
+atomic (a directory renamed into place); reads are checked against the model. The directory is
+kept under a size cap (`TRACEAGENT_CACHE_MAX`, 2 GB): the least recently used entries go first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import shutil
+import socket
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -66,21 +73,32 @@ def fingerprint(path: str, size: int) -> str:
     return digest.hexdigest()
 
 
-def _entry(path: str) -> Path:
-    size, version = storage.size_and_version(path)
-    key = f"{storage.absolute(path)}\0{size}\0{version}\0{fingerprint(path, size)}\0{MODEL_VERSION}"
-    return cache_dir() / hashlib.sha256(key.encode()).hexdigest()[:24]
+@dataclass(frozen=True)
+class Key:
+    """A cache entry's name for a file as it is now (taken before reading it), and what the file
+    must still be for a parse of it to be stored under that name."""
+
+    path: str
+    stamp: tuple[int, str]  # storage.size_and_version
+    entry: Path
+
+
+def key(path: str, stamp: tuple[int, str] | None = None) -> Key:
+    """The key of `path` now; `stamp`, if the caller already took it, is storage.size_and_version's."""
+    size, version = stamp = stamp or storage.size_and_version(path)
+    text = f"{storage.absolute(path)}\0{size}\0{version}\0{fingerprint(path, size)}\0{MODEL_VERSION}"
+    return Key(path, stamp, cache_dir() / hashlib.sha256(text.encode()).hexdigest()[:24])
 
 
 _FRAMES = {"gpu": GPU_COLUMNS, "cpu": CPU_COLUMNS, "steps": STEP_COLUMNS, "memory": MEMORY_COLUMNS}
 _META_TYPES = {f.name: f.type for f in dataclasses.fields(TraceMeta)}
 
 
-def read(path: str) -> Trace | None:
-    """The cached Trace for this file as it is now, or None. Whatever is wrong with an entry
+def read(key: Key) -> Trace | None:
+    """The cached Trace for the file as `key` saw it, or None. Whatever is wrong with an entry
     (unreadable, another schema, swapped or damaged files), it is removed and the trace is parsed
     again: the cache can be slow, never wrong, never an error."""
-    entry = _entry(path)
+    entry = key.entry
     if not entry.exists():
         return None
     try:
@@ -88,10 +106,13 @@ def read(path: str) -> Trace | None:
         # one thread: in a fresh process starting Arrow's pool cost more than it saved
         frames = {name: _conform(pd.read_feather(entry / f"{name}.arrow", use_threads=False), schema)
                   for name, schema in _FRAMES.items()}
-        return Trace(meta=meta, **frames)
     except Exception:  # any damage at all means: parse the file again
         shutil.rmtree(entry, ignore_errors=True)
         return None
+    with contextlib.suppress(OSError):
+        os.utime(entry)  # used now: the last to be evicted
+    meta.path = key.path  # the path as asked now (another directory's relative path was stored)
+    return Trace(meta=meta, **frames)
 
 
 def _meta(raw) -> TraceMeta:
@@ -138,10 +159,17 @@ def _object_categories(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def write(path: str, trace: Trace) -> bool:
-    """Store the Trace; a cache that cannot be written is skipped, never an error."""
-    entry = _entry(path)
-    tmp = entry.with_name(entry.name + f".tmp{os.getpid()}")
+def write(key: Key, trace: Trace) -> bool:
+    """Store the Trace parsed from the file `key` was taken of, if the file is still that one
+    (else False: it was replaced or rewritten meanwhile, and the parse may be of either). A cache
+    that cannot be written is skipped, never an error."""
+    try:
+        if storage.size_and_version(key.path) != key.stamp:
+            return False
+    except OSError:
+        return False
+    entry = key.entry
+    tmp = entry.with_name(f"{entry.name}{_TMP}{socket.gethostname()}-{os.getpid()}")
     try:
         tmp.mkdir(parents=True, exist_ok=True)
         for name in _FRAMES:
@@ -150,11 +178,102 @@ def write(path: str, trace: Trace) -> bool:
         if entry.exists():
             return True  # another process got there first
         tmp.rename(entry)  # atomic: readers never see half an entry
-        return True
     except OSError:
         return False
     finally:
-        if tmp.exists():
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
+        shutil.rmtree(tmp, ignore_errors=True)
+    housekeep(keep=entry)
+    return True
+
+
+#: an entry being written is named `<entry>.tmp-<host>-<pid>`
+_TMP = ".tmp-"
+#: a temporary entry of another host, or of no running process, is left alone this long
+_TMP_GRACE_S = 3600
+DEFAULT_MAX_BYTES = 2_000_000_000
+
+
+def max_bytes() -> int:
+    """The cache's size cap: `$TRACEAGENT_CACHE_MAX` (bytes, or 500MB, 2GB, 1GiB; 0 stores nothing), else 2 GB."""
+    from .reading import parse_size
+
+    text = os.environ.get("TRACEAGENT_CACHE_MAX", "").strip()
+    try:
+        return parse_size(text) if text else DEFAULT_MAX_BYTES
+    except ValueError:
+        return DEFAULT_MAX_BYTES
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: Path
+    bytes: int
+    used: float  # when last read or written (the directory's mtime)
+    temporary: bool
+
+
+def entries(directory: Path | None = None) -> list[Entry]:
+    """The cache's entries and temporary entries, least recently used first."""
+    directory = directory or cache_dir()
+    found = []
+    with contextlib.suppress(OSError):
+        for item in os.scandir(directory):
+            try:
+                if not item.is_dir(follow_symlinks=False):
+                    continue
+                total = sum(f.stat(follow_symlinks=False).st_size for f in os.scandir(item.path))
+                found.append(Entry(Path(item.path), total, item.stat(follow_symlinks=False).st_mtime, _TMP in item.name))
+            except OSError:  # removed meanwhile by another process
+                continue
+    return sorted(found, key=lambda e: e.used)
+
+
+def housekeep(keep: Path | None = None) -> list[Entry]:
+    """Remove temporary entries left by killed processes, then the least recently used entries
+    until the cache fits its cap (`keep`, the entry just written, last of all). What was removed."""
+    now, host, cap = time.time(), socket.gethostname(), max_bytes()
+    removed = []
+    current = []
+    for e in entries(keep.parent if keep else None):
+        if e.temporary:
+            if _abandoned(e.path.name, host) or now - e.used > _TMP_GRACE_S:
+                shutil.rmtree(e.path, ignore_errors=True)
+                removed.append(e)
+        else:
+            current.append(e)
+    current.sort(key=lambda e: (e.path == keep, e.used))
+    total = sum(e.bytes for e in current)
+    for e in current:
+        if total <= cap:
+            break
+        shutil.rmtree(e.path, ignore_errors=True)
+        total -= e.bytes
+        removed.append(e)
+    return removed
+
+
+def _abandoned(name: str, host: str) -> bool:
+    """A temporary entry of this host whose process no longer runs."""
+    owner = name.rsplit(_TMP, 1)[-1]
+    owner_host, _, pid = owner.rpartition("-")
+    if owner_host != host or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process
+        return False
+    return False
+
+
+def clear() -> list[Entry]:
+    """Remove every entry (and temporary entries no running process of this host is writing)."""
+    host = socket.gethostname()
+    removed = []
+    for e in entries():
+        if e.temporary and not _abandoned(e.path.name, host) and time.time() - e.used <= _TMP_GRACE_S:
+            continue
+        shutil.rmtree(e.path, ignore_errors=True)
+        removed.append(e)
+    return removed

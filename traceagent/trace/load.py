@@ -1,5 +1,5 @@
 """Open any trace path: sniff the format, dispatch to its loader, find a job's rank files (a
-directory, a glob, a list; local or URLs), assign ranks, and use the Parquet cache."""
+directory, a glob, a list; local or URLs), assign ranks, and use the cache."""
 
 from __future__ import annotations
 
@@ -41,22 +41,38 @@ def sniff(path: str) -> str:
                      "Expected PyTorch Profiler JSON (.json/.json.gz) or an Nsight Systems .sqlite export.")
 
 
-def load_file(path: str, use_cache: bool = True) -> Trace:
-    """Load one trace file, local or a URL (cached when allowed)."""
-    if use_cache and (cached := cache.read(path)) is not None:
-        return cached
+#: reads of a file that keeps changing while it is read, before the last one is taken as it is
+READS_OF_A_CHANGING_FILE = 3
+
+
+def load_file(path: str, use_cache: bool = True, max_bytes: int | None = None) -> Trace:
+    """Load one trace file, local or a URL (cached when allowed). What the file is is taken
+    before it is read; a file replaced or rewritten meanwhile is read again, so the Trace (and
+    the cache entry) is of the file as it is now. `max_bytes`: see trace/reading.py."""
+    for _ in range(READS_OF_A_CHANGING_FILE):
+        stamp = storage.size_and_version(path)
+        key = cache.key(path, stamp) if use_cache else None
+        if key is not None and (cached := cache.read(key)) is not None:
+            return cached
+        trace = _parse(path, max_bytes)
+        if storage.size_and_version(path) == stamp:
+            if key is not None:
+                cache.write(key, trace)
+            return trace
+    trace.meta.warnings.append(f"the file changed while it was read, {READS_OF_A_CHANGING_FILE} times: this "
+                               "analysis is of one of its versions (not cached); load it again once it is written")
+    return trace
+
+
+def _parse(path: str, max_bytes: int | None) -> Trace:
     fmt = sniff(path)
     if fmt == "nsys-rep":
-        trace = load_nsys(_export_nsys_rep(path))
-    elif fmt == "nsys" and storage.is_url(path):
-        trace = _load_remote_sqlite(path)
-    elif fmt == "nsys":
-        trace = load_nsys(path)
-    else:
-        trace = load_kineto(path)
-    if use_cache:
-        cache.write(path, trace)
-    return trace
+        return load_nsys(_export_nsys_rep(path))
+    if fmt == "nsys" and storage.is_url(path):
+        return _load_remote_sqlite(path)
+    if fmt == "nsys":
+        return load_nsys(path)
+    return load_kineto(path, max_bytes)
 
 
 def _load_remote_sqlite(url: str) -> Trace:
@@ -152,12 +168,12 @@ def _check_file(path: str) -> None:
 
 
 def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: bool = True,
-         progress: Progress | None = None, scheduler: str | None = None) -> Job:
+         progress: Progress | None = None, scheduler: str | None = None, max_bytes: int | None = None) -> Job:
     """Load a trace file, a directory of per-rank traces, a glob or a list of files into a Job
     (one Trace per rank), every rank in this process's memory. `traceagent.analyze` does not need
     this: it analyses rank by rank and keeps only the results."""
     path, files, notes = resolve(source)
-    loaded = _load_files(files, use_cache, progress, scheduler)
+    loaded = _load_files(files, use_cache, progress, scheduler, max_bytes)
     # a merged multi-rank file becomes its ranks (each already knows its rank)
     traces, origins = [], []
     for file, trace in zip(files, loaded):
@@ -171,14 +187,15 @@ def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: boo
     return Job(path=path, traces=sorted(traces, key=lambda t: t.meta.rank))
 
 
-def _load_files(files: list[str], use_cache: bool, progress: Progress | None, scheduler: str | None) -> list[Trace]:
-    """Cached files are read here (Parquet is fast, and pickling frames back from a worker would
+def _load_files(files: list[str], use_cache: bool, progress: Progress | None, scheduler: str | None,
+                max_bytes: int | None) -> list[Trace]:
+    """Cached files are read here (Arrow files are fast, and pickling frames back from a worker would
     cost more than reading them); the rest are parsed where `scheduler` says (tasks.scheduler_for)."""
-    traces: list[Trace | None] = [cache.read(f) if use_cache else None for f in files]
+    traces: list[Trace | None] = [cache.read(cache.key(f)) if use_cache else None for f in files]
     missing = [f for f, t in zip(files, traces) if t is None]
     where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in missing])
     parsed = iter(run_per_file(load_file, missing, scheduler=where, progress=progress, name=storage.name,
-                               use_cache=use_cache))
+                               use_cache=use_cache, max_bytes=max_bytes))
     return [t if t is not None else next(parsed) for t in traces]
 
 
@@ -192,6 +209,7 @@ class RankSource:
     part: int = 0
     steps: re.Pattern | None = None
     use_cache: bool = True
+    max_bytes: int | None = None
 
     def load(self, meta: TraceMeta) -> Trace:
         """The rank's Trace, with the metadata the analysis settled on (its rank). The same object
@@ -201,7 +219,7 @@ class RankSource:
             if source == self and kept.meta is meta:
                 _RELOADED.append(_RELOADED.pop(i))
                 return kept
-        trace = split_ranks(load_file(self.file, self.use_cache))[self.part]
+        trace = split_ranks(load_file(self.file, self.use_cache, self.max_bytes))[self.part]
         if self.steps is not None:
             trace = with_step_pattern(trace, self.steps)
         _RELOADED.append((self, replace(trace, meta=meta)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
@@ -165,3 +166,17 @@ def read_text(path: str, max_bytes: int | None = None) -> tuple[bytes, list[str]
         del parts
     data = data[3:] if data[:3] == b"\xef\xbb\xbf" else data  # a UTF-8 byte-order mark
     return data, ["the gzip stream ends early (the file was cut short)"] if stream.cut_short else []
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from `2000000`, `500MB`, `20GB`, `1.5GiB`, `64k` (k, M, G, T: powers of 1000; Ki, Mi,
+    Gi, Ti: of 1024). ValueError for anything else."""
+    found = _SIZE.match(text)
+    if not found:
+        raise ValueError(f"{text!r} is not a size (e.g. 500MB, 20GB, 1GiB, or bytes)")
+    number, unit = float(found.group(1)), (found.group(2) or "").lower()
+    scale = 1024 if unit.endswith("i") else 1000
+    return int(number * scale ** (" kmgt".index(unit[:1]) if unit else 0))

@@ -96,10 +96,13 @@ def open_binary(path: str) -> BinaryIO:
 
 
 def size_and_version(path: str) -> tuple[int, str]:
-    """The file's size and what changes when it is rewritten (mtime, else an ETag or checksum)."""
+    """The file's size and what changes when it is rewritten or replaced. Locally: its device and
+    inode (a file moved into its place is another file), mtime, and ctime, which the kernel sets
+    on every change, a restored mtime (`touch -r`, `cp -p` onto it) included. For a URL: its
+    mtime, else an ETag or checksum."""
     if not is_url(path):
         stat = os.stat(path)
-        return stat.st_size, str(stat.st_mtime_ns)
+        return stat.st_size, f"{stat.st_dev}:{stat.st_ino}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
     fs, root = _fs(path)
     info = fs.info(root)
     version = next((str(info[k]) for k in ("mtime", "LastModified", "updated", "ETag", "etag", "created")

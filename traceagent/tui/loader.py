@@ -17,30 +17,33 @@ from ..errors import TraceError
 from .widgets.timeline import timeline_data
 
 
-def load_and_analyze(path: str, compare: str | None, use_cache: bool, steps: str | None = None):
+def load_and_analyze(path: str, compare: str | None, use_cache: bool, steps: str | None = None,
+                     max_bytes: int | None = None):
     """(analysis, analysis of the trace to compare or None, the timeline's data or None)."""
-    analysis = analyze(path, use_cache=use_cache, steps=steps)
-    other = analyze(compare, use_cache=use_cache, steps=steps) if compare else None
+    analysis = analyze(path, use_cache=use_cache, steps=steps, max_bytes=max_bytes)
+    other = analyze(compare, use_cache=use_cache, steps=steps, max_bytes=max_bytes) if compare else None
     return analysis, other, timeline_data(analysis.focus)
 
 
-def load_in_child(path: str, compare: str | None, use_cache: bool, steps: str | None = None):
+def load_in_child(path: str, compare: str | None, use_cache: bool, steps: str | None = None,
+                  max_bytes: int | None = None):
     """load_and_analyze in a child process; in this process if the child itself fails."""
     command = [sys.executable, "-m", "traceagent.tui.loader", path, compare or "", "1" if use_cache else "0",
-               steps or ""]
+               steps or "", str(max_bytes or "")]
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True)
     if done.returncode == 0 and done.stdout:
         result = pickle.loads(done.stdout)  # our own child's output
         if isinstance(result, TraceError):
             raise result
         return result
-    return load_and_analyze(path, compare, use_cache, steps)
+    return load_and_analyze(path, compare, use_cache, steps, max_bytes)
 
 
 def main() -> int:
     path, compare, use_cache, steps = sys.argv[1], sys.argv[2] or None, sys.argv[3] == "1", sys.argv[4] or None
+    max_bytes = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5] else None
     try:
-        result = load_and_analyze(path, compare, use_cache, steps)
+        result = load_and_analyze(path, compare, use_cache, steps, max_bytes)
     except TraceError as exc:
         result = exc
     sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
