@@ -1,13 +1,18 @@
 """Trace strings (kernel names, frames, NVTX ranges) and model text are untrusted: one place
 makes them safe for terminals, Markdown and HTML.
 
-`visible` runs once at load, on every string a trace carries, so no output can hold a raw
-escape byte from a trace; the renderers then escape for their own syntax (Rich markup with
+`visible` and `bounded` run once at load, on every string a trace carries, so no output can hold
+a raw escape byte or a string of unbounded length from a trace; the renderers then escape for their own syntax (Rich markup with
 `rich.markup.escape`, Markdown with `md_literal`/`code`, HTML with `html.escape`)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+
+#: the longest string kept from a trace: real kernel names reach a few thousand characters; a
+#: longer one is cut, with its length and a hash so that two long names stay two (`bounded`)
+MAX_TEXT_CHARS = 8192
 
 # C0 and C1 controls (ESC starts terminal sequences) and bidirectional overrides (text that
 # displays in another order than it reads); newline and tab only where a caller keeps them
@@ -23,6 +28,16 @@ def _escape(match: re.Match) -> str:
 def visible(text: str, keep_lines: bool = False) -> str:
     """Control characters as visible escapes (`\\x1b`); newlines and tabs kept only if asked."""
     return (_CONTROL if keep_lines else _CONTROL_WITH_LINES).sub(_escape, text)
+
+
+def bounded(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """`text`, or for a longer one its start, its length and a hash of the whole: every copy of a
+    trace string (frames, cache, JSON, reports, tool results) stays small whatever the trace holds."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    tail = f"…[{len(text):,} characters, blake2b {digest}]"
+    return text[: limit - len(tail)] + tail
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!&|#~{}])")

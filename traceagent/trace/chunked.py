@@ -28,6 +28,9 @@ MAX_PIECE_BYTES = 256 << 20
 #: cuts tried after each read (a cut inside a string or a nested value does not decode)
 RETRIES = 8
 
+#: a cut whose `}`, blanks and comma straddle the end of what was read before is searched this far
+#: back (a longer run of blanks between two events sends the file to the whole-file reader)
+_OVERLAP = 1 << 16
 _BOUNDARY = re.compile(rb"\}\s*(,)\s*\{")
 _BLANK = b" \t\r\n"
 
@@ -102,9 +105,14 @@ def _opening(f: BinaryIO, key: str, chunk_bytes: int) -> tuple[bytes, bytes | No
 def _pieces(read: Callable[[int], bytes], rest: bytes, decode_piece: Callable[[bytes], T],
             decode_last: Callable[[bytes], T], chunk_bytes: int) -> Iterator[T]:
     buf = bytearray(rest)  # grown in place, and cut from the front without moving what is left
+    # buf[:floor] holds no cut that could decode: every one there was tried and failed, and a cut
+    # that fails keeps failing however much follows (so a long element is not searched again
+    # at every read: that was quadratic in its length)
+    floor = 0
     while more := read(chunk_bytes):
+        grown_from = len(buf)
         buf += more
-        for attempt, cut in enumerate(_cuts(buf)):
+        for attempt, cut in enumerate(_cuts(buf, floor)):
             if attempt == RETRIES:  # read on: the elements that come next bring new cuts
                 break
             try:
@@ -112,8 +120,11 @@ def _pieces(read: Callable[[int], bytes], rest: bytes, decode_piece: Callable[[b
             except msgspec.DecodeError:
                 continue
             del buf[:cut + 1]
+            floor = 0
             yield piece
             break
+        else:  # every cut failed: only one that starts near the old end or after it can be new
+            floor = max(0, grown_from - _OVERLAP)
         if len(buf) > MAX_PIECE_BYTES:
             raise NotChunkable("no cut that decodes within the piece limit")
     try:
@@ -122,16 +133,16 @@ def _pieces(read: Callable[[int], bytes], rest: bytes, decode_piece: Callable[[b
         raise NotChunkable(str(exc)) from None
 
 
-def _cuts(buf: bytes) -> Iterator[int]:
-    """Commas between a `}` and a `{`, last first: searched in a window at the end, widened
-    when it holds none (regex at C speed; no Python step per byte or per comma)."""
+def _cuts(buf: bytes, floor: int = 0) -> Iterator[int]:
+    """Commas between a `}` and a `{` in buf[floor:], last first: searched in a window at the
+    end, widened when it holds none (regex at C speed; no Python step per byte or per comma)."""
     window = 1 << 16
     end = len(buf)
     while True:
-        start = max(0, end - window)
+        start = max(floor, end - window)
         commas = [m.start(1) for m in _BOUNDARY.finditer(buf, start, end)]
         yield from reversed(commas)
-        if start == 0:
+        if start == floor:
             return
         # the next, wider window ends before the cuts already tried; one straddling `start` falls inside it
         end = commas[0] if commas else end

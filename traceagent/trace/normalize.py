@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..text import visible
+from ..text import bounded, visible
 from .model import (
     CPU_COLUMNS,
     GPU_COLUMNS,
@@ -179,10 +179,11 @@ def _rightmost_at_least(values: np.ndarray, upto: np.ndarray, floor: np.ndarray)
 
 
 def _visible_names(values) -> pd.Categorical:
-    """A string column with every category made visible (text.visible): once per distinct name."""
+    """A string column with every category made visible and bounded (text.visible, text.bounded):
+    once per distinct name."""
     cats = categorical(values)
     names = [str(c) for c in cats.categories]
-    shown = [visible(n) for n in names]
+    shown = [visible(bounded(n)) for n in names]
     if shown == names:
         return cats
     if len(set(shown)) == len(shown):
@@ -194,7 +195,7 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = No
     """Build the typed frames, link device work to ops, flag collectives, derive steps. Every
     string from the trace is made visible here (no raw control characters past this point).
     The column dicts are consumed: the frames take their arrays without copying them."""
-    meta.devices = {d: visible(name) for d, name in meta.devices.items()}
+    meta.devices = {d: visible(bounded(name, 256)) for d, name in meta.devices.items()}
     if "stack" in cpu:
         cpu["stack"] = _visible_names(cpu["stack"])
     gpu_names = _visible_names(gpu.pop("name"))

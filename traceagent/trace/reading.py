@@ -67,6 +67,7 @@ class TraceStream:
         f.seek(start)
         self.cut_short = False
         self.position = 0  # bytes of text handed out
+        self.consumed = 0  # of a gzip: compressed bytes inflated so far
         self._blocks = _inflate(f, path, self) if self.gzipped else None
         self._pending = b""
         if not self.gzipped:
@@ -113,9 +114,9 @@ class TraceStream:
         if self.position > self.max_bytes:
             raise self._over_budget(self.position)
         if (self.gzipped and not self._explicit and self.position > RATIO_FLOOR
-                and self.position > MAX_RATIO * max(self._f.tell(), 1)):
+                and self.position > MAX_RATIO * max(self.consumed, 1)):
             raise TraceError(self.path, f"the gzip inflates more than {MAX_RATIO}× its size (past {size(self.position)} "
-                             f"from {size(self._f.tell())}; traces compress about 10-30×): a decompression bomb, or "
+                             f"from {size(self.consumed)}; traces compress about 10-30×): a decompression bomb, or "
                              "not a trace", "If it is a real trace, give a budget with --max-bytes (e.g. --max-bytes 20GB).")
 
     def _over_budget(self, seen: int) -> TraceError:
@@ -131,20 +132,24 @@ def _inflate(f: BinaryIO, path: str, stream: TraceStream) -> Iterator[bytes]:
     """The gzip's text a block at a time (several members, as `cat a.gz b.gz` writes, follow one
     another); a stream that ends early sets `stream.cut_short` and ends with what it held."""
     inflater: Any = zlib.decompressobj(16 + zlib.MAX_WBITS)  # None between two members
+    fed = 0
     try:
         while block := f.read(_INPUT_BLOCK):
+            fed += len(block)
             while block:
                 if inflater is None:
                     if block[:2] != b"\x1f\x8b":
                         return  # gzip(1) too ignores what follows the last member
                     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 # at most 4 MiB of text per step: a bomb never holds more than that at once
-                if out := inflater.decompress(block, 4 << 20):
-                    yield out
+                out = inflater.decompress(block, 4 << 20)
                 if inflater.eof:  # the member ended: another may follow (`cat a.gz b.gz`)
                     block, inflater = inflater.unused_data, None
                 else:
                     block = inflater.unconsumed_tail
+                stream.consumed = fed - len(block)
+                if out:
+                    yield out
         if inflater is not None:  # the file ended inside a member
             if rest := inflater.flush():
                 yield rest

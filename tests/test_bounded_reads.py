@@ -1,0 +1,152 @@
+"""Memory is bounded whatever the file: a gzip bomb, a sparse file of zeros after a valid start,
+a huge string. Each ends in seconds with one line and exit 2, in a process whose peak memory the
+test measures (os.wait4), or loads with its strings capped. Files are made small: gzip members
+repeated, sparse files, generators."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+import zlib
+
+import pytest
+from builder import TraceBuilder
+
+import traceagent
+from traceagent.cli import main
+from traceagent.text import MAX_TEXT_CHARS
+from traceagent.trace import reading
+
+GiB = 1 << 30
+
+
+def gzip_bomb(path, inflated: int, fill: bytes, head: bytes = b"") -> int:
+    """A gzip whose members inflate to `head` then `inflated` bytes of `fill`: one compressed MiB
+    member written again and again, so a 10 GiB bomb takes 10 MB and no time to make. Its size."""
+    member = gzip.compress(fill * (1 << 20), compresslevel=9)
+    with open(path, "wb") as f:
+        if head:
+            f.write(gzip.compress(head))
+        for _ in range(inflated >> 20):
+            f.write(member)
+    return os.path.getsize(path)
+
+
+def run_cli(args: list[str], env_cache) -> tuple[int, str, float, float]:
+    """(exit code, stderr, seconds, peak RSS in bytes) of `traceagent ARGS` in a fresh process."""
+    env = {**os.environ, "TRACEAGENT_CACHE_DIR": str(env_cache)}
+    started = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-m", "traceagent", *args], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=env)
+    stderr = child.stderr.read().decode()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    return child.returncode, stderr, time.monotonic() - started, usage.ru_maxrss * 1024
+
+
+@pytest.mark.parametrize("fill", [b"\0", b" "], ids=["zeros", "whitespace_inside_the_array"])
+def test_a_10_gib_gzip_bomb_ends_fast_with_exit_2_and_bounded_memory(tmp_path, fill):
+    bomb = tmp_path / "bomb.json.gz"
+    head = b'{"traceEvents": [' if fill == b" " else b""  # valid JSON up to the bomb: only the ratio stops it
+    size = gzip_bomb(bomb, 10 * GiB, fill, head)
+    assert size < 12 << 20  # 10 GiB behind ~10 MB
+    code, stderr, seconds, peak = run_cli(["analyze", str(bomb)], tmp_path / "cache")
+    assert code == 2 and "Traceback" not in stderr
+    assert str(bomb) in stderr and ("NUL bytes" in stderr if fill == b"\0" else "inflates more than 200×" in stderr)
+    assert seconds < 10 and peak < GiB
+
+
+def test_an_8_gb_sparse_file_of_zeros_after_a_valid_start_ends_fast(tmp_path):
+    sparse = tmp_path / "sparse.json"
+    prefix = b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2},\n'
+    with open(sparse, "wb") as f:
+        f.write(prefix)
+        f.truncate(8 * GiB)  # the rest: a hole that reads as zeros, taking no disk
+    code, stderr, seconds, peak = run_cli(["analyze", str(sparse)], tmp_path / "cache")
+    assert code == 2 and "Traceback" not in stderr
+    assert f"a run of NUL bytes at byte {len(prefix):,} of its text" in stderr  # where the prefix ends
+    assert seconds < 10 and peak < GiB
+
+
+def test_a_budget_the_user_sets_stops_a_large_trace_and_lifts_the_ratio_check(tmp_path, capsys):
+    b = TraceBuilder()
+    for i in range(3000):
+        b.kernel("gemm", i * 10, 5)
+    text = b.write(tmp_path / "t.json").read_bytes()
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(text))
+    assert main(["analyze", str(path), "--no-cache", "--max-bytes", str(len(text) // 2)]) == 2
+    message = capsys.readouterr().err
+    assert "the --max-bytes budget" in message and "Traceback" not in message
+    assert main(["analyze", str(path), "--no-cache", "--max-bytes", str(len(text) * 2), "--json"]) == 0
+
+
+def test_inflation_is_checked_against_the_compressed_bytes_read(tmp_path, monkeypatch):
+    # the same check the bomb test makes at 64 MiB, here at 64 kB: a highly repetitive (valid) trace
+    monkeypatch.setattr(reading, "RATIO_FLOOR", 64 << 10)
+    events = ",".join(['{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":1}'] * 20_000)
+    text = ('{"traceEvents":[' + events + "]}").encode()
+    path = tmp_path / "repetitive.json.gz"
+    path.write_bytes(gzip.compress(text, 9))
+    assert len(text) / path.stat().st_size > reading.MAX_RATIO  # what makes it suspicious
+    with pytest.raises(traceagent.TraceError, match="inflates more than 200×"):
+        traceagent.load(path, use_cache=False)
+    assert len(traceagent.load(path, use_cache=False, max_bytes=len(text) * 2).traces[0].gpu) == 20_000
+
+
+def test_a_gzip_of_several_members_reads_whole_and_one_cut_short_keeps_what_it_holds(tmp_path):
+    b = TraceBuilder()
+    for i in range(200):
+        b.kernel("gemm", i * 10, 5)
+    text = b.write(tmp_path / "t.json").read_bytes()
+    half = len(text) // 2
+    joined = tmp_path / "members.json.gz"
+    joined.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))  # as `cat a.gz b.gz` makes
+    assert len(traceagent.load(joined, use_cache=False).traces[0].gpu) == 200
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(gzip.compress(text)[:-40])
+    trace = traceagent.load(cut, use_cache=False).traces[0]
+    assert 0 < len(trace.gpu) < 200 and any("cut short" in w for w in trace.meta.warnings)
+    corrupt = tmp_path / "corrupt.json.gz"
+    corrupt.write_bytes(b"\x1f\x8b\x08\x00" + os.urandom(64))
+    with pytest.raises(traceagent.TraceError, match="corrupt gzip"):
+        traceagent.load(corrupt, use_cache=False)
+
+
+def test_a_huge_name_is_capped_at_load_with_its_length_and_hash(tmp_path):
+    huge = "k" * 5_000_000 + "_tail"
+    other = "k" * 5_000_000 + "_other"  # the same start: capped, the two must stay two names
+    b = TraceBuilder()
+    b.kernel(huge, 0, 10)
+    b.kernel(other, 20, 10)
+    b.kernel("small", 40, 10)
+    path = b.write(tmp_path / "huge.json")
+    trace = traceagent.load(path, use_cache=False).traces[0]
+    names = list(trace.gpu["name"])
+    assert names[2] == "small"
+    assert len(names[0]) <= MAX_TEXT_CHARS and names[0] != names[1]
+    assert f"{len(huge):,} characters" in names[0]
+    data = json.dumps(traceagent.analyze(path, use_cache=False).to_dict())
+    assert len(data) < 200_000  # a few capped copies, not several 5 MB ones
+
+
+def test_parse_size_reads_units():
+    assert reading.parse_size("2000") == 2000
+    assert reading.parse_size("500MB") == 500_000_000 and reading.parse_size("1GiB") == GiB
+    assert reading.parse_size("1.5k") == 1500 and reading.parse_size("20 gb") == 20_000_000_000
+    with pytest.raises(ValueError):
+        reading.parse_size("lots")
+
+
+def test_zlib_level_inflation_of_the_reader_matches_gzip(tmp_path):
+    # the streaming inflater gives the same text as gzip.decompress for a real compressed trace
+    from conftest import NCCL_A100
+
+    with open(NCCL_A100, "rb") as f:
+        stream = reading.TraceStream(f, str(NCCL_A100))
+        text = b"".join(iter(lambda: stream.read(1 << 20), b""))
+    assert text == gzip.decompress(NCCL_A100.read_bytes()) and zlib.crc32(text)
