@@ -1,5 +1,6 @@
-"""The Parquet cache is never wrong: damaged entries, rewritten files that keep their size and
-time, and concurrent runs all end in the same analysis as a fresh parse."""
+"""The cache is never wrong: damaged entries, rewritten files that keep their size and time, files
+replaced while they are read, and concurrent runs all end in the same analysis as a fresh parse;
+and it keeps to its size cap."""
 
 from __future__ import annotations
 
@@ -87,3 +88,152 @@ def test_concurrent_runs_into_one_cache_agree(tmp_path, isolated_cache):
     assert json.loads(again.stdout) == expected
 
 
+
+
+def _kernel_trace(path, name: str):
+    b = TraceBuilder()
+    b.kernel(name, 0, 100)
+    return b.write(path)
+
+
+def _names(path, **options) -> set[str]:
+    return set(traceagent.load(path, **options).traces[0].gpu["name"])
+
+
+def test_a_file_replaced_while_it_is_parsed_gives_the_new_files_analysis(tmp_path, isolated_cache, monkeypatch):
+    from traceagent.trace import load
+
+    path = _kernel_trace(tmp_path / "t.json", "old_kernel")
+    replacement = _kernel_trace(tmp_path / "new.json", "new_kernel")
+    parse = load._parse
+    calls = []
+
+    def parse_then_replace(file, max_bytes):
+        trace = parse(file, max_bytes)
+        calls.append(set(trace.gpu["name"]))
+        if len(calls) == 1:  # `mv new.json t.json` lands while the old file is being read
+            os.replace(replacement, path)
+        return trace
+
+    monkeypatch.setattr(load, "_parse", parse_then_replace)
+    assert _names(path) == {"new_kernel"}  # read again, as it is now
+    assert calls == [{"old_kernel"}, {"new_kernel"}]
+    monkeypatch.setattr(load, "_parse", parse)
+    assert _names(path) == {"new_kernel"}  # and the cache holds the new file's frames under its key
+    assert len([e for e in os.listdir(isolated_cache)]) == 1
+
+
+def test_a_file_that_keeps_changing_is_not_cached_and_says_so(tmp_path, isolated_cache, monkeypatch):
+    from traceagent.trace import load
+
+    path = _kernel_trace(tmp_path / "t.json", "k")
+    parse = load._parse
+
+    def parse_then_touch(file, max_bytes):
+        trace = parse(file, max_bytes)
+        os.utime(path)  # a profiler still writing it
+        return trace
+
+    monkeypatch.setattr(load, "_parse", parse_then_touch)
+    trace = traceagent.load(path).traces[0]
+    assert any("changed while it was read" in w for w in trace.meta.warnings)
+    assert os.listdir(isolated_cache) == []
+
+
+def test_an_in_place_edit_past_the_whole_file_hash_with_its_mtime_restored_is_not_served_stale(
+        tmp_path, isolated_cache, monkeypatch):
+    from traceagent.trace import cache
+
+    # past WHOLE_FILE_HASH only the first, middle and last MiB are hashed: the edit lands outside
+    # them, as an edit of a >64 MiB trace would (shown at that size for the key just below)
+    monkeypatch.setattr(cache, "WHOLE_FILE_HASH", 256)
+    monkeypatch.setattr(cache, "_SAMPLE", 64)
+    b = TraceBuilder()
+    for i in range(20):
+        b.kernel(f"kernel_{i:02d}", i * 200, 100)
+    path = b.write(tmp_path / "t.json")
+    text = path.read_bytes()
+    assert b"kernel_05" in text[64:len(text) // 2] and _names(path) >= {"kernel_05"}
+    stat = path.stat()
+    with open(path, "r+b") as f:  # same size, same mtime: only the content and the ctime differ
+        f.seek(text.index(b"kernel_05"))
+        f.write(b"edited_05")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    assert "edited_05" in _names(path) and "kernel_05" not in _names(path)
+
+
+def test_the_key_of_a_large_file_changes_with_an_in_place_edit_whose_mtime_is_restored(tmp_path, isolated_cache):
+    from traceagent.trace import cache
+
+    path = tmp_path / "large.json"
+    with open(path, "wb") as f:
+        f.write(b'{"traceEvents": []}')
+        f.truncate(cache.WHOLE_FILE_HASH + (8 << 20))  # sparse: no disk, no time
+    before, stat = cache.key(str(path)), path.stat()
+    sampled = cache.fingerprint(str(path), stat.st_size)
+    with open(path, "r+b") as f:
+        f.seek(10 << 20)  # far from the sampled first, middle and last MiB
+        f.write(b"x")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert cache.fingerprint(str(path), stat.st_size) == sampled  # the sampled hash alone misses it;
+    assert cache.key(str(path)).entry != before.entry  # the ctime in the key does not
+
+
+def test_the_cache_keeps_to_its_cap_least_recently_used_first(tmp_path, isolated_cache, monkeypatch):
+    from traceagent.trace import cache
+
+    paths = [_kernel_trace(tmp_path / f"t{i}.json", f"k{i}") for i in range(3)]
+    traceagent.load(paths[0])
+    (entry,) = cache.entries()
+    monkeypatch.setenv("TRACEAGENT_CACHE_MAX", str(int(entry.bytes * 2.5)))  # room for two entries
+    traceagent.load(paths[1])
+    os.utime(entry.path, (1, 1))  # the first entry's last use: long ago...
+    traceagent.load(paths[1])  # (a hit touches its entry)
+    traceagent.load(paths[2])  # ...so it is the one that goes
+    kept = {e.path for e in cache.entries()}
+    assert len(kept) == 2 and entry.path not in kept
+    assert {cache.key(str(p)).entry for p in paths[1:]} == kept
+
+
+def test_temporary_entries_of_killed_runs_are_removed_and_live_ones_kept(tmp_path, isolated_cache):
+    import socket
+    import subprocess
+    import sys
+
+    from traceagent.trace import cache
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    killed = isolated_cache / f"{'a' * 24}.tmp-{host}-{int(dead.stdout)}"  # as a SIGKILL mid-write leaves it
+    live = isolated_cache / f"{'b' * 24}.tmp-{host}-{os.getpid()}"  # this process, writing now
+    for d in (killed, live):
+        d.mkdir()
+        (d / "gpu.arrow").write_bytes(b"x" * 100)
+    traceagent.load(_kernel_trace(tmp_path / "t.json", "k"))  # a write tidies up
+    assert not killed.exists() and live.exists()
+
+
+def test_cache_info_and_clear(tmp_path, isolated_cache, capsys):
+    from traceagent.cli import main
+
+    traceagent.load(_kernel_trace(tmp_path / "t.json", "k"))
+    assert main(["cache", "info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["directory"] == str(isolated_cache) and info["entries"] == 1 and info["bytes"] > 0
+    assert info["max_bytes"] == 2_000_000_000
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out and os.listdir(isolated_cache) == []
+
+
+def test_a_cache_hit_names_the_file_as_asked_now(tmp_path, isolated_cache, monkeypatch):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    _kernel_trace(first / "t.json", "kernel_in_a")
+    _kernel_trace(second / "t.json", "kernel_in_b")
+    monkeypatch.chdir(first)
+    traceagent.load("t.json")  # cached with the path typed here
+    monkeypatch.chdir(second)
+    trace = traceagent.load("../a/t.json").traces[0]  # the same file, from the cache
+    assert trace.meta.path == "../a/t.json" and set(trace.gpu["name"]) == {"kernel_in_a"}
