@@ -201,7 +201,6 @@ def test_temporary_entries_of_killed_runs_are_removed_and_live_ones_kept(tmp_pat
     import subprocess
     import sys
 
-    from traceagent.trace import cache
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     host = socket.gethostname()

@@ -26,6 +26,7 @@ from .detect.analysis import Analysis
 from .errors import SchedulerError, TraceError
 from .format import duration
 from .report.terminal import print_analysis
+from .trace import storage
 from .trace.load import resolve
 
 EXAMPLE_TRACE = "resnet50_num_workers_0.pt.trace.json.gz"
@@ -193,6 +194,7 @@ def fail_gate(text: str) -> tuple[str, float | None]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from .outputs import check_output, write_atomically
     from .report.html import render_html
     from .report.markdown import render_markdown
 
@@ -205,12 +207,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             err.print("traceagent: error: --llm needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL for a local "
                       "server (the report without --llm needs none)", markup=False)
             return 2
+    target = args.output
+    if target:
+        check_output(target, args.path)
     result = analyze_path(args.path, args)
     if args.llm:
         summary = llm_summary(result, config)
         if summary is None:
             return 1
-    target = args.output
     if target and target.lower().endswith((".html", ".htm")):
         text = render_html(result, summary)
     else:
@@ -219,8 +223,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     try:
-        with open(target, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_atomically(target, text)
     except OSError as exc:
         err.print(f"traceagent: error: {target}: cannot write the report ({exc.strerror})", markup=False)
         return 2
@@ -354,13 +357,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_annotate(args: argparse.Namespace) -> int:
     """The trace with its findings on extra tracks, for Perfetto UI or chrome://tracing."""
-    from pathlib import Path
-
+    from .outputs import check_output
     from .report.annotate import annotate
 
+    check_output(args.output, args.path)
+    _, files, _ = resolve(args.path)
     result = analyze_path(args.path, args)
     try:
-        added = annotate(result, Path(args.output))
+        added = annotate(result, storage.absolute(files[0]), args.output, args.max_bytes)
     except OSError as exc:
         err.print(f"traceagent: error: {args.output}: cannot write the annotated trace ({exc.strerror})", markup=False)
         return 2

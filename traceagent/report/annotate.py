@@ -12,14 +12,17 @@ analyzes exactly like the original.
 from __future__ import annotations
 
 import gzip
-import json
-from pathlib import Path
+import os
+
+import msgspec
 
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
 from ..detect.host import gap_host
 from ..detect.idle import gap_launcher
 from ..detect.view import views_of
 from ..errors import TraceError
+from ..outputs import write_atomically
+from ..trace import kineto, reading
 from ..trace.model import Trace
 
 CATEGORY = "traceagent"
@@ -29,23 +32,36 @@ EVIDENCE_GAPS = 50  # the largest gaps carry what the launching thread was doing
 VERDICT, STEPS, GAPS, EXPOSED_COMM, HOT = 0, 1, 100, 200, 300
 
 
-def annotate(analysis: Analysis, out: Path) -> int:
-    """Write the annotated trace; returns how many finding events it added."""
+def annotate(analysis: Analysis, source: str, out: str | os.PathLike, max_bytes: int | None = None) -> int:
+    """Write the trace file `source` (the one `analysis` is of) with the findings added to `out`,
+    whole or not at all; returns how many finding events it added. A Kineto trace's own events
+    pass through as they are, repaired where the analysis repaired them (a file cut short, NaN)."""
     ranks = analysis.ranks
     if len({r.meta.path for r in ranks}) > 1:
         raise TraceError(analysis.path, "annotate takes one trace file, not a directory of ranks",
                          "Annotate each rank's file on its own.")
-    source = Path(ranks[0].meta.path)
     findings = [e for i, r in enumerate(ranks) for e in finding_events(r, FINDINGS_PID + i)]
     if analysis.format == "kineto":
-        doc = _read_json(source)
-        doc["traceEvents"] = [*doc.get("traceEvents", []), *findings]
+        text = _with_events(source, findings, max_bytes)
     else:  # Nsight: its device activity as Chrome-trace events
         doc = {"schemaVersion": 1, "traceEvents": [e for r in ranks for e in device_events(r.trace)] + findings,
                "deviceProperties": [{"id": d, "name": n} for d, n in ranks[0].meta.devices.items()]}
-    text = json.dumps(doc, separators=(",", ":")).encode()
-    out.write_bytes(gzip.compress(text, compresslevel=6) if out.name.endswith(".gz") else text)
+        text = msgspec.json.encode(doc)
+    write_atomically(out, gzip.compress(text, compresslevel=6) if os.fspath(out).endswith(".gz") else text)
     return len(findings)
+
+
+def _with_events(source: str, events: list[dict], max_bytes: int | None) -> bytes:
+    """The trace's JSON with `events` appended to its traceEvents: every other key and event kept
+    as raw text (nothing is decoded into Python objects, and nothing is re-encoded differently)."""
+    raw, _ = reading.read_text(source, max_bytes)
+    _, text, _ = kineto.repaired(raw, source)
+    del raw
+    if text.lstrip()[:1] == b"[":  # the bare-array form
+        return msgspec.json.encode([*msgspec.json.decode(text, type=list[msgspec.Raw]), *events])
+    top = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
+    top["traceEvents"] = [*msgspec.json.decode(top.get("traceEvents", b"[]"), type=list[msgspec.Raw]), *events]
+    return msgspec.json.encode(top)
 
 
 def finding_events(r: RankAnalysis, pid: int) -> list[dict]:
@@ -116,9 +132,3 @@ def _slice(pid: int, tid: int, name: str, start_ns: int, dur_ns: int, args: dict
 
 def _meta(pid: int, what: str, value, tid: int = 0, key: str = "name") -> dict:
     return {"ph": "M", "name": what, "pid": pid, "tid": tid, "args": {key: value}}
-
-
-def _read_json(path: Path) -> dict:
-    raw = path.read_bytes()
-    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-

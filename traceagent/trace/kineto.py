@@ -181,13 +181,20 @@ def _first_byte(raw: bytes) -> bytes:
 def decode(raw: bytes, path: str) -> tuple[_Document, list[str]]:
     """Decode the document's structure. Repairs what is repairable (invalid UTF-8, NaN/Infinity
     values, a file cut short) with a warning; anything else is a TraceError saying where."""
+    doc, _, warnings = repaired(raw, path)
+    return doc, warnings
+
+
+def repaired(raw: bytes, path: str) -> tuple[_Document, bytes, list[str]]:
+    """(the document's structure, the text it was decoded from, a warning per repair): the text
+    is valid JSON (what `annotate` writes back), the file's own bytes where nothing was repaired."""
     if _first_byte(raw) not in (b"{", b"["):
         raise TraceError(path, "not a JSON trace file",
                          "Expected PyTorch Profiler JSON (.json/.json.gz) or an Nsight Systems .sqlite export.")
     warnings: list[str] = []
     for _ in range(3):  # each repair at most once: UTF-8, then non-finite numbers
         try:
-            return _decode_document(raw), warnings
+            return _decode_document(raw), raw, warnings
         except msgspec.ValidationError as exc:  # valid JSON of the wrong shape: say which part
             raise TraceError(path, f"not a PyTorch Profiler trace: {exc}", "Expected {\"traceEvents\": [...]}.") from None
         except RecursionError:
@@ -205,8 +212,8 @@ def decode(raw: bytes, path: str) -> tuple[_Document, list[str]]:
                 recovered = _recover_truncated(raw)
                 if recovered is None:
                     break
-                doc, kept = recovered
-                return doc, [*warnings, f"the file ends mid-event (cut short after byte {len(raw):,}): loaded the "
+                doc, text, kept = recovered
+                return doc, text, [*warnings, f"the file ends mid-event (cut short after byte {len(raw):,}): loaded the "
                                         f"{len(doc.traceEvents):,} complete events in its first {kept:,} bytes; "
                                         "anything recorded after the cut is missing"]
             else:
@@ -252,15 +259,15 @@ def _recover_truncated(raw: bytes, attempts: int = 64):
         cut = raw.rfind(b"}", start, limit)
         if cut < 0:
             return None
-        closing = b"]" if is_array else b"]}"
+        text = raw[: cut + 1] + (b"]" if is_array else b"]}")
         try:
-            doc = _decode_document(raw[: cut + 1] + closing)
+            doc = _decode_document(text)
         except (msgspec.DecodeError, msgspec.ValidationError):
             limit = cut
             continue
         if not doc.traceEvents:
             return None
-        return doc, cut + 1
+        return doc, text, cut + 1
     return None
 
 

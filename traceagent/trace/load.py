@@ -101,7 +101,7 @@ def _export_nsys_rep(path: str) -> str:
     return out
 
 
-def _is_trace_name(path: str) -> bool:
+def is_trace_name(path: str) -> bool:
     name = storage.name(path)
     return name.endswith(_TRACE_SUFFIXES) and not name.startswith(".")
 
@@ -109,7 +109,7 @@ def _is_trace_name(path: str) -> bool:
 def trace_files(directory: str) -> list[str]:
     """The trace files directly inside a directory, in name order (regular files only: a FIFO
     there would block the load)."""
-    return [f for f in storage.listing(directory)[0] if _is_trace_name(f)]
+    return [f for f in storage.listing(directory)[0] if is_trace_name(f)]
 
 
 def rank_files(directory: str) -> tuple[list[str], list[str]]:
@@ -143,7 +143,7 @@ def resolve(source: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[st
         return files[0] if len(files) == 1 else f"{len(files)} files from {files[0]}", files, []
     path = os.fspath(source)
     if storage.has_glob(path) and not storage.exists(path):
-        files = [f for f in storage.glob(path) if _is_trace_name(f)]
+        files = [f for f in storage.glob(path) if is_trace_name(f)]
         if not files:
             raise TraceError(path, "no trace files match this pattern",
                              f"Expected files ending in {', '.join(_TRACE_SUFFIXES)}.")

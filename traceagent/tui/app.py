@@ -22,6 +22,7 @@ from ..agent.tools import AnalysisContext
 from ..detect.analysis import Analysis
 from ..detect.diff import diff
 from ..errors import TraceError
+from ..outputs import write_atomically
 from .loader import load_in_child
 from .screens import HelpScreen
 from .widgets.conversation import Conversation
@@ -220,7 +221,7 @@ class TraceAgentApp(App):
     def _write(self, name: str, text: str) -> Path | None:
         path = self.save_dir / name
         try:
-            path.write_text(text, encoding="utf-8")
+            write_atomically(path, text)
         except OSError as exc:
             self.notify(f"Cannot write {path}: {exc.strerror}", severity="error", markup=False)
             return None
