@@ -222,3 +222,37 @@ def test_our_local_cluster_keeps_glibc_adaptive_malloc(monkeypatch):
         environ = client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")})
     assert list(environ.values()) == [{"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}]
     assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536"  # put back for others here
+
+
+_DYING_LOADER = """
+import os
+import traceagent.api as api
+
+_load_file = api.load_file
+
+
+def _dying(file, *args):
+    if file == os.environ["DOOMED_RANK_FILE"]:
+        os._exit(9)  # as the OOM killer ends a worker: no exception, no goodbye
+    return _load_file(file, *args)
+
+
+api.load_file = _dying
+"""
+
+
+def test_a_rank_whose_worker_dies_every_time_is_a_failed_rank_and_the_job_goes_on(job, tmp_path):
+    # every process of the run, the workers Dask's nannies start again after each death included,
+    # runs this sitecustomize: the worker that reads rank 3 dies, each of the times Dask retries it
+    # (KilledWorker after allowed-failures). That rank is reported; the others are analysed.
+    (tmp_path / "sitecustomize.py").write_text(_DYING_LOADER)
+    doomed = sorted(str(f) for f in job.iterdir())[3]
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+                   DOOMED_RANK_FILE=doomed)
+    done = subprocess.run([sys.executable, "-m", "traceagent", "analyze", str(job), "--scheduler", "local",
+                           "--no-cache", "--json"], capture_output=True, text=True, timeout=180, env=environ)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    failed = data["trace"]["failed_ranks"]
+    assert [f["file"] for f in failed] == [doomed] and "worker analysing it died" in failed[0]["error"]
+    assert len(data["ranks"]) == RANKS - 1 and "Traceback" not in done.stderr

@@ -43,8 +43,10 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
         return analyze_job(with_steps(source, pattern) if pattern is not None else source, params)
     path, files, notes = resolve(source)
     where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in files])
+    contain = len(files) > 1
     results = run_per_file(analyze_file, files, scheduler=where, progress=progress, name=storage.name, params=params,
-                           steps=pattern, use_cache=use_cache, keep_events=where is None, contain=len(files) > 1,
+                           lost=RankFailure if contain else None,
+                           steps=pattern, use_cache=use_cache, keep_events=where is None, contain=contain,
                            max_bytes=max_bytes)
     ranks: list[RankAnalysis] = []
     origins: list[str] = []

@@ -46,9 +46,11 @@ def scheduler_for(scheduler: str | None, sizes: Sequence[int]) -> str | None:
 
 def run_per_file(func: Callable[..., Any], files: Sequence[str], *, scheduler: str | None,
                  progress: Progress | None = None, name: Callable[[str], str] = os.path.basename,
-                 **kwargs: Any) -> list[Any]:
+                 lost: Callable[[str, str], Any] | None = None, **kwargs: Any) -> list[Any]:
     """[func(file, **kwargs) for file in files], in file order, run where `scheduler` says
-    (see scheduler_for); progress is called as each file finishes."""
+    (see scheduler_for); progress is called as each file finishes. With `lost`, a task that
+    Dask could not finish (its worker died each time it ran it: KilledWorker) gives
+    `lost(file, why)` as its result instead of ending the job."""
     if scheduler is None:
         return _in_process(func, files, progress, name, kwargs)
     try:
@@ -66,13 +68,27 @@ def run_per_file(func: Callable[..., Any], files: Sequence[str], *, scheduler: s
         futures = client.map(func, list(files), pure=False, **kwargs)
         index = {f.key: i for i, f in enumerate(futures)}
         results: list[Any] = [None] * len(files)
-        for done, (future, result) in enumerate(as_completed(futures, loop=client.loop, with_results=True), 1):
+        for done, future in enumerate(as_completed(futures, loop=client.loop), 1):
             i = index[future.key]
-            results[i] = result
+            results[i] = _result(future, files[i], lost)
             future.release()  # the worker may drop it now: only this process holds it
             if progress:
                 progress(done, len(files), name(files[i]))
         return results
+
+
+def _result(future, file: str, lost: Callable[[str, str], Any] | None) -> Any:
+    """A finished task's value; where its worker died, `lost`'s account of it (else the error)."""
+    from distributed import KilledWorker
+
+    try:
+        return future.result()
+    except KilledWorker as exc:
+        if lost is None:
+            raise
+        tries = getattr(exc, "allowed_failures", None)
+        tried = f"{tries + 1} times" if isinstance(tries, int) else "each time"
+        return lost(file, f"the Dask worker analysing it died, {tried} (killed: out of memory, or a crash)")
 
 
 def _in_process(func: Callable[..., Any], files: Sequence[str], progress: Progress | None,

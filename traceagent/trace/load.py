@@ -195,8 +195,14 @@ def _load_files(files: list[str], use_cache: bool, progress: Progress | None, sc
     missing = [f for f, t in zip(files, traces) if t is None]
     where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in missing])
     parsed = iter(run_per_file(load_file, missing, scheduler=where, progress=progress, name=storage.name,
-                               use_cache=use_cache, max_bytes=max_bytes))
+                               lost=_worker_died, use_cache=use_cache, max_bytes=max_bytes))
     return [t if t is not None else next(parsed) for t in traces]
+
+
+def _worker_died(file: str, why: str) -> Trace:
+    """A Job holds every rank: one whose worker died ends the load (traceagent.analyze goes on without it)."""
+    raise TraceError(file, why, "Analyse the job with traceagent.analyze, which reports the rank and goes on, or "
+                     "load this file on its own to see what ends its worker.")
 
 
 @dataclass(frozen=True)
