@@ -8,11 +8,13 @@ on the Nsight exports, cross-checked with the origin repositories' own descripti
 from __future__ import annotations
 
 import json
+import os
 import re
 import typing
 
 import numpy as np
 import pytest
+from builder import TraceBuilder
 from conftest import B200, DATA, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -221,3 +223,37 @@ def test_microseconds_become_the_nearest_nanosecond_each_on_its_own(us):
     expected = [round(Fraction(u) * 1000) for u in us]
     assert _ns(np.array(us)).tolist() == expected
     assert [int(_ns(np.array([u]))[0]) for u in us] == expected
+
+
+def test_unreadable_entries_of_a_rank_directory_are_failed_ranks_with_the_reason(tmp_path, capsys):
+    from traceagent.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in (0, 1):
+        b = TraceBuilder(distributedInfo={"rank": rank, "world_size": 2})
+        b.kernel("gemm", 0, 100)
+        b.write(run / f"rank{rank}.json")
+    (run / "rank2.json").symlink_to(tmp_path / "gone.json")  # a link to nothing
+    (run / "rank3.json").symlink_to(run / "rank3.json")  # a link to itself
+    os.mkfifo(run / "rank4.json")  # a pipe: reading it would block forever
+    (run / "notes.txt").symlink_to(tmp_path / "gone.txt")  # not a trace name: not a rank
+    analysis = traceagent.analyze(run)
+    assert [r.rank for r in analysis.ranks] == [0, 1]
+    why = {os.path.basename(f.file): f.error for f in analysis.failed}
+    assert set(why) == {"rank2.json", "rank3.json", "rank4.json"}
+    assert "symbolic link to nothing" in why["rank2.json"] and "gone.json does not exist" in why["rank2.json"]
+    assert why["rank3.json"] == "a symbolic link that loops" and "named pipe" in why["rank4.json"]
+    assert main(["info", str(run)]) == 0
+    assert capsys.readouterr().err.count("(skipped; the other ranks were analysed)") == 3
+
+
+def test_a_directory_of_only_unreadable_entries_says_why(tmp_path, capsys):
+    from traceagent.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank0.json").symlink_to(run / "rank0.json")
+    assert main(["analyze", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "1 cannot: rank0.json: a symbolic link that loops" in err and "Traceback" not in err

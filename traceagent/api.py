@@ -41,7 +41,8 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
     pattern = re.compile(steps) if isinstance(steps, str) else steps
     if isinstance(source, Job):
         return analyze_job(with_steps(source, pattern) if pattern is not None else source, params)
-    path, files, notes = resolve(source)
+    sources = resolve(source)
+    path, files, notes = sources.path, sources.files, sources.notes
     where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in files])
     contain = len(files) > 1
     results = run_per_file(analyze_file, files, scheduler=where, progress=progress, name=storage.name, params=params,
@@ -50,7 +51,7 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
                            max_bytes=max_bytes)
     ranks: list[RankAnalysis] = []
     origins: list[str] = []
-    failed = [r for r in results if isinstance(r, RankFailure)]
+    failed = [*(RankFailure(f, why) for f, why in sources.unreadable), *(r for r in results if isinstance(r, RankFailure))]
     for file, result in zip(files, results):
         if not isinstance(result, RankFailure):
             ranks += result

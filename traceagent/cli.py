@@ -361,7 +361,7 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     from .report.annotate import annotate
 
     check_output(args.output, args.path)
-    _, files, _ = resolve(args.path)
+    files = resolve(args.path).files
     result = analyze_path(args.path, args)
     try:
         added = annotate(result, storage.absolute(files[0]), args.output, args.max_bytes)

@@ -26,7 +26,7 @@ def check_output(output: str | os.PathLike, source: str | os.PathLike | Sequence
     from .trace.load import is_trace_name, resolve
 
     target = os.path.realpath(output)
-    _, files, _ = resolve(source)
+    files = resolve(source).files
     for file in files:
         if storage.is_url(file):
             continue

@@ -49,6 +49,14 @@ def load_file(path: str, use_cache: bool = True, max_bytes: int | None = None) -
     """Load one trace file, local or a URL (cached when allowed). What the file is is taken
     before it is read; a file replaced or rewritten meanwhile is read again, so the Trace (and
     the cache entry) is of the file as it is now. `max_bytes`: see trace/reading.py."""
+    try:
+        return _load_file(path, use_cache, max_bytes)
+    except OSError as exc:  # gone, unreadable, a disk error: bad input to the user, not a bug
+        raise TraceError(path, f"cannot be read ({exc.strerror or exc})",
+                         "Check that the file exists and that you may read it.") from None
+
+
+def _load_file(path: str, use_cache: bool, max_bytes: int | None) -> Trace:
     for _ in range(READS_OF_A_CHANGING_FILE):
         stamp = storage.size_and_version(path)
         key = cache.key(path, stamp) if use_cache else None
@@ -106,58 +114,85 @@ def is_trace_name(path: str) -> bool:
     return name.endswith(_TRACE_SUFFIXES) and not name.startswith(".")
 
 
-def trace_files(directory: str) -> list[str]:
-    """The trace files directly inside a directory, in name order (regular files only: a FIFO
-    there would block the load)."""
-    return [f for f in storage.listing(directory)[0] if is_trace_name(f)]
+#: (an entry of a rank directory or a glob's match, why it cannot be read)
+Unreadable = tuple[str, str]
 
 
-def rank_files(directory: str) -> tuple[list[str], list[str]]:
-    """(files, notes): the trace files directly inside, or else one per sub-directory (`run/rank0/`,
-    `run/rank1/`...): the last in name order where a sub-directory holds several (profiler file
-    names end in a timestamp), with a note saying which was taken."""
-    files = trace_files(directory)
-    if files:
-        return files, []
+def trace_files(directory: str) -> tuple[list[str], list[Unreadable]]:
+    """(the trace files directly inside a directory, in name order; entries with a trace file's
+    name that are no file to read: a link to nothing, a link that loops, a pipe)."""
+    files, _, others = storage.listing(directory)
+    return [f for f in files if is_trace_name(f)], [(f, why) for f, why in others if is_trace_name(f)]
+
+
+def rank_files(directory: str) -> tuple[list[str], list[str], list[Unreadable]]:
+    """(files, notes, unreadable entries): the trace files directly inside, or else one per
+    sub-directory (`run/rank0/`, `run/rank1/`...): the last in name order where a sub-directory
+    holds several (profiler file names end in a timestamp), with a note saying which was taken."""
+    files, unreadable = trace_files(directory)
+    if files or unreadable:
+        return files, [], unreadable
     notes = []
-    for sub in storage.listing(directory)[1]:
+    _, subs, others = storage.listing(directory)
+    unreadable = [(f, why) for f, why in others if not storage.name(f).startswith(".")]  # a rank directory that loops
+    for sub in subs:
         if storage.name(sub).startswith("."):
             continue
-        found = trace_files(sub)
+        found, bad = trace_files(sub)
+        unreadable += bad
         if found:
             files.append(found[-1])
             if len(found) > 1:
                 notes.append(f"{storage.name(sub)}/ holds {len(found)} trace files; took {storage.name(found[-1])}")
-    return files, notes
+    return files, notes, unreadable
 
 
-def resolve(source: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[str, list[str], list[str]]:
-    """(what to call the job, its trace files, notes) for a file, a rank directory, a glob pattern
-    or a list of files; each may be a URL. Raises TraceError when there is nothing to load."""
+@dataclass(frozen=True)
+class Sources:
+    """What a job is read from: its name (the path given), its trace files, notes for every rank,
+    and entries that looked like rank files but cannot be read (failed ranks, with the reason)."""
+
+    path: str
+    files: list[str]
+    notes: list[str]
+    unreadable: list[Unreadable]
+
+
+def resolve(source: str | os.PathLike | Sequence[str | os.PathLike]) -> Sources:
+    """The trace files of a file, a rank directory, a glob pattern or a list of files; each may
+    be a URL. Raises TraceError when there is nothing to load."""
     if not isinstance(source, (str, os.PathLike)):
         files = [os.fspath(f) for f in source]
         if not files:
             raise TraceError("(no files)", "an empty list of trace files")
         for file in files:
             _check_file(file)
-        return files[0] if len(files) == 1 else f"{len(files)} files from {files[0]}", files, []
+        return Sources(files[0] if len(files) == 1 else f"{len(files)} files from {files[0]}", files, [], [])
     path = os.fspath(source)
     if storage.has_glob(path) and not storage.exists(path):
-        files = [f for f in storage.glob(path) if is_trace_name(f)]
+        matched, others = storage.glob(path)
+        files = [f for f in matched if is_trace_name(f)]
+        unreadable = [(f, why) for f, why in others if is_trace_name(f)]
         if not files:
-            raise TraceError(path, "no trace files match this pattern",
+            raise TraceError(path, "no trace files match this pattern" + _unreadable_text(unreadable),
                              f"Expected files ending in {', '.join(_TRACE_SUFFIXES)}.")
-        return path, files, []
+        return Sources(path, files, [], unreadable)
     if not storage.exists(path):
         raise TraceError(path, "no such file or directory")
     if storage.is_dir(path):
-        files, notes = rank_files(path)
+        files, notes, unreadable = rank_files(path)
         if not files:
-            raise TraceError(path, "a directory with no trace files in it (nor in its sub-directories)",
-                             f"Expected files ending in {', '.join(_TRACE_SUFFIXES)}.")
-        return path, files, notes
+            raise TraceError(path, "a directory with no trace files in it (nor in its sub-directories)"
+                             + _unreadable_text(unreadable), f"Expected files ending in {', '.join(_TRACE_SUFFIXES)}.")
+        return Sources(path, files, notes, unreadable)
     _check_file(path)
-    return path, [path], []
+    return Sources(path, [path], [], [])
+
+
+def _unreadable_text(unreadable: list[Unreadable]) -> str:
+    """'; rank0.json: a symbolic link that loops' (the first three) for an error message."""
+    shown = "; ".join(f"{storage.name(f)}: {why}" for f, why in unreadable[:3])
+    return f" that can be read ({len(unreadable)} cannot: {shown})" if unreadable else ""
 
 
 def _check_file(path: str) -> None:
@@ -172,7 +207,9 @@ def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: boo
     """Load a trace file, a directory of per-rank traces, a glob or a list of files into a Job
     (one Trace per rank), every rank in this process's memory. `traceagent.analyze` does not need
     this: it analyses rank by rank and keeps only the results."""
-    path, files, notes = resolve(source)
+    sources = resolve(source)
+    path, files = sources.path, sources.files
+    notes = [*sources.notes, *(f"{storage.name(f)}: {why} (skipped)" for f, why in sources.unreadable)]
     loaded = _load_files(files, use_cache, progress, scheduler, max_bytes)
     # a merged multi-rank file becomes its ranks (each already knows its rank)
     traces, origins = [], []

@@ -6,9 +6,11 @@ Local paths keep the plain `os` calls: they are the common case and fsspec adds 
 
 from __future__ import annotations
 
+import errno
 import glob as globbing
 import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -68,24 +70,65 @@ def parent_name(path: str) -> str:
     return PurePosixPath(path.rstrip("/")).parent.name if is_url(path) else Path(path).parent.name
 
 
-def listing(directory: str) -> tuple[list[str], list[str]]:
-    """(regular files, sub-directories) directly inside a directory, each sorted by name."""
+def listing(directory: str) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """(regular files, sub-directories, (entry, why it is neither) for the rest: links to
+    nothing, links that loop, pipes...) directly inside a directory, each sorted by name."""
     if not is_url(directory):
-        entries = list(Path(directory).iterdir())
-        return (sorted(str(p) for p in entries if p.is_file()), sorted(str(p) for p in entries if p.is_dir()))
+        files, dirs, others = [], [], []
+        for entry in sorted(str(p) for p in Path(directory).iterdir()):
+            if os.path.isfile(entry):
+                files.append(entry)
+            elif os.path.isdir(entry):
+                dirs.append(entry)
+            else:
+                others.append((entry, not_a_file(entry)))
+        return files, dirs, others
     fs, root = _fs(directory)
     entries = fs.ls(root, detail=True)
     files = sorted(fs.unstrip_protocol(e["name"]) for e in entries if e["type"] == "file")
     dirs = sorted(fs.unstrip_protocol(e["name"]) for e in entries if e["type"] == "directory")
-    return files, dirs
+    return files, dirs, []
 
 
-def glob(pattern: str) -> list[str]:
-    """The regular files matching a glob pattern, sorted."""
+def glob(pattern: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """(the regular files matching a glob pattern, (match, why it is not one) for the rest), sorted."""
     if not is_url(pattern):
-        return sorted(p for p in globbing.glob(pattern) if os.path.isfile(p))
+        matches = sorted(globbing.glob(pattern))
+        return ([p for p in matches if os.path.isfile(p)],
+                [(p, not_a_file(p)) for p in matches if not os.path.isfile(p) and not os.path.isdir(p)])
     fs, root = _fs(pattern)
-    return sorted(fs.unstrip_protocol(p) for p in fs.glob(root) if fs.isfile(p))
+    return sorted(fs.unstrip_protocol(p) for p in fs.glob(root) if fs.isfile(p)), []
+
+
+def not_a_file(path: str) -> str:
+    """Why a local path that exists in its directory is not a regular file to read."""
+    try:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            try:
+                target_mode = os.stat(path).st_mode
+            except FileNotFoundError:
+                return f"a symbolic link to nothing ({os.readlink(path)} does not exist)"
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    return "a symbolic link that loops"
+                return f"a symbolic link that cannot be followed ({exc.strerror})"
+            return f"a symbolic link to {_kind(target_mode)}"
+        return _kind(mode)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO), not a file: reading it could block forever"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device, not a file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
 
 
 def open_binary(path: str) -> BinaryIO:
@@ -101,8 +144,8 @@ def size_and_version(path: str) -> tuple[int, str]:
     on every change, a restored mtime (`touch -r`, `cp -p` onto it) included. For a URL: its
     mtime, else an ETag or checksum."""
     if not is_url(path):
-        stat = os.stat(path)
-        return stat.st_size, f"{stat.st_dev}:{stat.st_ino}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
+        st = os.stat(path)
+        return st.st_size, f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}"
     fs, root = _fs(path)
     info = fs.info(root)
     version = next((str(info[k]) for k in ("mtime", "LastModified", "updated", "ETag", "etag", "created")
