@@ -46,3 +46,33 @@ def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
     assert json.loads(idle.content[0].text) == json.loads(chat["idle_gaps"].invoke({"cause": "dataloader", "top": 3}))
     assert typo.is_error and "bad arguments" in typo.content[0].text
     assert json.loads(traces.content[0].text)["current"] == str(RESNET_NW0)
+
+
+def test_the_server_refuses_urls_by_default_and_survives_hostile_traces(tmp_path):
+    from test_bounded_reads import GiB, gzip_bomb
+
+    bomb = tmp_path / "bomb.json.gz"
+    gzip_bomb(bomb, 2 * GiB, b"\0")
+    server = StdioServerParameters(command=sys.executable, args=["-m", "traceagent", "mcp"],
+                                   env={**os.environ, "TRACEAGENT_CACHE_DIR": str(tmp_path / "cache")})
+    errlog = (tmp_path / "stderr.txt").open("w")
+
+    async def drive():
+        async with stdio_client(server, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            calls = [("open_trace", {"path": "ftp://example.com/trace.json"}),
+                     ("open_trace", {"path": str(RESNET_NW0), "compare": "github://owner:repo@/t.json"}),
+                     ("open_trace", {"path": str(bomb)}),
+                     ("open_trace", {"path": str(RESNET_NW0), "steps": "("}),
+                     ("open_trace", {"path": str(RESNET_NW0)})]
+            return [await session.call_tool(name, args) for name, args in calls]
+
+    ftp, github, bombed, bad_regex, good = asyncio.run(drive())
+    errlog.close()
+    for refused in (ftp, github):
+        assert refused.is_error and "local paths only" in refused.content[0].text
+        assert "--allow-remote" in refused.content[0].text
+    assert bombed.is_error and "NUL bytes" in json.loads(bombed.content[0].text)["error"]
+    assert bad_regex.is_error and "not a regular expression" in bad_regex.content[0].text
+    assert not good.is_error  # the same server, still serving
+    assert "Traceback" not in (tmp_path / "stderr.txt").read_text()

@@ -413,7 +413,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     from .mcp_server import serve
 
-    asyncio.run(serve())
+    asyncio.run(serve(allow_remote=args.allow_remote))
     return 0
 
 
@@ -485,10 +485,14 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("action", choices=["info", "clear"])
     cache.add_argument("--json", action="store_true", help="info as JSON")
     cache.set_defaults(func=cmd_cache)
-    sub.add_parser("mcp", help="serve the detector tools to coding agents over MCP (stdio)",
-                   description="A Model Context Protocol server on stdin/stdout for Claude Code, Cursor, VS Code: "
-                               "open_trace, list_traces and the chat's detector tools.",
-                   formatter_class=RichHelpFormatter).set_defaults(func=cmd_mcp)
+    mcp = sub.add_parser("mcp", help="serve the detector tools to coding agents over MCP (stdio)",
+                         description="A Model Context Protocol server on stdin/stdout for Claude Code, Cursor, VS Code: "
+                                     "open_trace, list_traces and the chat's detector tools.",
+                         formatter_class=RichHelpFormatter)
+    mcp.add_argument("--allow-remote", action="store_true",
+                     help="let open_trace read URLs (s3://, gs://, any fsspec scheme): the server then connects to "
+                          "hosts the client names; local paths only without it")
+    mcp.set_defaults(func=cmd_mcp)
     return parser
 
 
