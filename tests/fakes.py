@@ -114,6 +114,8 @@ class FakeOpenAIServer:
                     time.sleep(reply["seconds"])
                     reply = reply["then"]
                 if reply["kind"] == "error":
+                    if reply["body"] is not None and "{request_headers}" in reply["body"]:  # a server that echoes them
+                        reply = {**reply, "body": reply["body"].replace("{request_headers}", json.dumps(dict(self.headers)))}
                     payload = (reply["body"].encode() if reply["body"] is not None
                                else json.dumps({"error": {"message": reply["message"], "type": "error"}}).encode())
                     self.send_response(reply["status"])

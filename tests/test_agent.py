@@ -158,3 +158,27 @@ def test_config_from_environment_and_file(tmp_path):
     secret = LLMConfig(api_key="sk-abcdefghijklmnop")
     assert "sk-abc" not in repr(secret) and "sk-abc" not in secret.describe()
     assert secret.redact("bad key sk-abcdefghijklmnop here") == "bad key [key] here"
+
+
+def test_langsmith_tracing_is_announced_with_where_the_tool_results_go():
+    from traceagent.agent.llm import tracing_notice
+
+    assert tracing_notice({}) is None and tracing_notice({"LANGSMITH_TRACING": "false"}) is None
+    notice = tracing_notice({"LANGSMITH_TRACING": "true"})
+    assert notice.startswith("LANGSMITH_TRACING is set") and "tool result" in notice and "LangSmith" in notice
+    own = tracing_notice({"LANGCHAIN_TRACING_V2": "1", "LANGSMITH_ENDPOINT": "https://me:pw@smith.example/api"})
+    assert "https://[credentials]@smith.example/api" in own and "pw" not in own
+
+
+def test_redaction_covers_authorization_values_and_basic_credentials():
+    import base64
+
+    from traceagent.agent.llm import redact_secrets
+
+    token = base64.b64encode(b"bob:hunter22").decode()
+    text = f'{{"authorization": "Basic {token}"}} Authorization: Bearer abc.def proxy-authorization=xyz Basic {token}'
+    shown = redact_secrets(text)
+    assert token not in shown and "abc.def" not in shown and "xyz" not in shown
+    assert shown.count("[credentials]") == 4
+    config = LLMConfig(api_key="local", base_url="http://bob:hunter22@127.0.0.1:8000/v1")
+    assert "hunter22" not in config.redact("sent bob:hunter22 as " + base64.urlsafe_b64encode(b"bob:hunter22").decode())

@@ -339,3 +339,17 @@ def test_a_second_turn_may_quote_the_first_turns_tools_and_calc_but_not_a_kernel
     assert json.loads(calc_result.content)["result_x"] == pytest.approx(ratio, abs=1e-6)
     earlier = [m for m in server.requests[2]["messages"] if m["role"] == "tool"]
     assert earlier and "fused_kernel" in earlier[0]["content"], "turn 2 is sent turn 1's tool result"
+
+
+def test_an_error_body_that_echoes_the_credentials_is_shown_redacted(model_env, capsys, tiny):
+    import base64
+
+    echo = Reply.error(502, body="bad gateway; you sent {request_headers} and Authorization: Basic "
+                                 + base64.b64encode(b"alice:s3cret-pass").decode())
+    with FakeOpenAIServer([echo]) as server:
+        model_env(server.url.replace("http://", "http://alice:s3cret-pass@"))
+        code, _, err = ask(capsys, trace=tiny)
+    assert code == 1 and "answered with an error (502)" in err and "bad gateway" in err
+    assert "[credentials]" in err
+    for secret in ("s3cret-pass", base64.b64encode(b"alice:s3cret-pass").decode(), SECRET):
+        assert secret not in err

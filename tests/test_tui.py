@@ -125,7 +125,7 @@ def test_a_kernel_finding_asks_about_that_kernel_and_compare_shows_both_traces()
                     comparison.display, str(comparison.render()))
 
     users, text, title, shown, comparison = asyncio.run(run())
-    assert users == [f"Why is `{top.short_name}` hot?"]
+    assert users == [f"Why is `{top.short_name}` hot?"]  # short: as it is
     assert f"ran {top.count} times" in text and top.short_name in text
     assert title == f"traceagent · {RESNET_NW0.name} vs {RESNET_NW4.name}"
     assert shown and str(RESNET_NW4) in comparison and "(gone)" in comparison  # the comparison's headline
@@ -297,3 +297,20 @@ def test_every_rank_is_listed_and_the_view_switches_between_them():
     idle3 = rank3.findings.idle
     top = max(idle3.by_cause_pct, key=idle3.by_cause_pct.get)
     assert findings[0] == f"idle {idle3.by_cause_pct[top]:.1f}%: {top}" and "showing rank 3, GPU 3" in title
+
+
+def test_a_finding_on_a_huge_kernel_name_asks_with_the_name_capped(tmp_path):
+    # a 3,111-character name (a Triton or templated kernel without brackets to strip): the
+    # question sent as the user's words carries its first 60 characters, quoted as code
+    from builder import TraceBuilder
+
+    from traceagent import analyze
+    from traceagent.tui.widgets.side_panel import QUESTION_NAME_CHARS, _findings
+
+    name = "triton_fused_" + "x" * 3098 + "`"
+    b = TraceBuilder()
+    b.kernel(name, 0, 500)
+    b.kernel("small", 600, 10)
+    data = analyze(b.write(tmp_path / "t.json")).to_dict()
+    questions = [q for label, q in _findings(data["ranks"][0], data["verdict"], False) if label.startswith("kernel")]
+    assert questions[0] == f"Why is `{name[:QUESTION_NAME_CHARS - 1]}…` hot?"

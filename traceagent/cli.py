@@ -500,6 +500,11 @@ def main(argv: list[str] | None = None) -> int:
     from .agent.llm import ConfigError
 
     args = build_parser().parse_args(argv)
+    if args.command in ("ask", "chat", "demo", "mcp") or getattr(args, "llm", False):  # where tools run through LangChain
+        from .agent.llm import tracing_notice
+
+        if notice := tracing_notice(dict(os.environ)):
+            err.print(f"traceagent: note: {notice}", markup=False)
     try:
         return args.func(args)
     except (TraceError, ConfigError, SchedulerError) as exc:

@@ -39,17 +39,63 @@ class LLMConfig:
         return f"{self.model} at {self.shown_url}" if self.base_url else f"{self.model} (OpenAI)"
 
     def redact(self, text: str) -> str:
-        """Remove the key, the credentials of the server's URL (and anything shaped like an OpenAI
-        key or a URL with a password) from a message."""
+        """Remove the key, the credentials of the server's URL, in the clear and as the base64 a
+        Basic-auth header carries (a server that echoes its request headers shows them), and
+        anything shaped like an OpenAI key, an Authorization value or a URL with a password."""
         if self.api_key and self.api_key != LOCAL_KEY:
             text = text.replace(self.api_key, "[key]")
         if self.base_url:
             text = text.replace(self.base_url, self.shown_url or "")
-        return redact_url(re.sub(r"sk-[A-Za-z0-9_\-*]{8,}", "[key]", text))
+            for secret in _userinfo_secrets(self.base_url):
+                text = text.replace(secret, "[credentials]")
+        return redact_secrets(text)
 
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 _SECRET_QUERY = re.compile(r"([?&](?:api[_-]?key|key|token|access_token|secret|password)=)[^&#\s]*", re.IGNORECASE)
+
+
+_AUTHORIZATION = re.compile(r"""((?:proxy-)?authorization["']?\s*[:=]\s*["']?(?:(?:basic|bearer|token|digest)\s+)?)"""
+                            r"""[^\s"',;}]+""", re.IGNORECASE)
+_BASIC = re.compile(r"\b(Basic\s+)[A-Za-z0-9+/_-]{6,}={0,2}")
+
+
+def redact_secrets(text: str) -> str:
+    """Keys, Authorization values (`Authorization: Bearer …`, `"authorization": "Basic …"`),
+    Basic-auth tokens and URL credentials out of `text`, e.g. an error body shown to the user."""
+    text = re.sub(r"sk-[A-Za-z0-9_\-*]{8,}", "[key]", text)
+    text = _BASIC.sub(r"\1[credentials]", _AUTHORIZATION.sub(r"\1[credentials]", text))
+    return redact_url(text)
+
+
+def _userinfo_secrets(url: str) -> list[str]:
+    """The URL's `user:password`, its password, and their base64 (standard and URL-safe): each
+    form in which a server or a library may echo them."""
+    from base64 import b64encode, urlsafe_b64encode
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return []
+    pairs = {f"{parts.username or ''}:{parts.password}", f"{unquote(parts.username or '')}:{unquote(parts.password)}"}
+    found = [p for pair in pairs for p in (b64encode(pair.encode()).decode(), urlsafe_b64encode(pair.encode()).decode())]
+    found += [p.rstrip("=") for p in found]
+    found += [parts.password, unquote(parts.password)] if len(parts.password) >= 4 else []
+    return sorted(set(found), key=len, reverse=True)
+
+
+_TRACING_FLAGS = ("LANGSMITH_TRACING", "LANGSMITH_TRACING_V2", "LANGCHAIN_TRACING_V2", "LANGCHAIN_TRACING")
+
+
+def tracing_notice(env: dict[str, str]) -> str | None:
+    """A line to say where LangChain's tracing sends what traceagent gives a model, when it is on:
+    every tool result, with the trace's kernel names, frames and paths in it."""
+    flag = next((k for k in _TRACING_FLAGS if env.get(k, "").strip().lower() in ("1", "true", "yes", "on")), None)
+    if flag is None:
+        return None
+    where = env.get("LANGSMITH_ENDPOINT") or env.get("LANGCHAIN_ENDPOINT") or "LangSmith (smith.langchain.com)"
+    return (f"{flag} is set: LangChain sends every model request and tool result, with this trace's kernel names, "
+            f"frames and file paths, to {redact_url(where)}; unset it to keep them on this machine")
 
 
 def redact_url(text: str) -> str:

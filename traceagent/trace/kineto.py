@@ -723,6 +723,9 @@ def _concat(parts: list[dict]) -> dict:
     return {key: np.concatenate([p.pop(key) for p in parts]) for key in list(parts[0])}
 
 
+_MAX_PROPERTIES_CHARS = 1 << 16
+
+
 def _meta(doc, path: str, warnings: list[str], has_flows: bool) -> TraceMeta:
     dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
     if doc.distributedInfo is not None and not dist:
@@ -730,7 +733,8 @@ def _meta(doc, path: str, warnings: list[str], has_flows: bool) -> TraceMeta:
     listed = doc.deviceProperties if isinstance(doc.deviceProperties, list) else []
     if doc.deviceProperties is not None and not isinstance(doc.deviceProperties, list):
         warnings.append("deviceProperties is not a list; ignored (GPUs are named by their id)")
-    props = [p for p in listed if isinstance(p, dict)]
+    # each device's properties are a few hundred bytes: a larger entry is damage (or hostile), kept out of the cache
+    props = [p for p in listed if isinstance(p, dict) and len(json.dumps(p, default=str)) <= _MAX_PROPERTIES_CHARS]
     devices = {int(p["id"]): str(p.get("name", f"GPU {p['id']}")) for p in props
                if isinstance(p.get("id"), int) and not isinstance(p.get("id"), bool)}
     rank = dist.get("rank")

@@ -13,6 +13,10 @@ from textual.widgets.option_list import Option
 from ...detect.analysis import Analysis
 from ...detect.diff import DiffResult
 from ...format import device_lines, duration, percent, shorten
+from ...text import code
+
+#: the most of a trace string that a question built from a finding carries
+QUESTION_NAME_CHARS = 60
 
 
 class SidePanel(VerticalScroll):
@@ -122,8 +126,9 @@ def _findings(r: dict, verdict: dict, several_ranks: bool) -> list[tuple[str, st
         found.append((f"communication exposed {percent(r['comm']['exposed_of_comm_pct'])}",
                       f"Is communication overlapped{on}?"))
     for k in r["hot_kernels"][:3]:
+        # the question is the user's words: the name capped and quoted as code, however long or odd
         found.append((f"kernel {shorten(k['short_name'], 24)} {percent(k['share_of_busy_pct'])}",
-                      f"Why is `{k['short_name']}` hot{on}?"))
+                      f"Why is {code(shorten(k['short_name'], QUESTION_NAME_CHARS))} hot{on}?"))
     if r["steps"]["count"]:
         found.append((f"{r['steps']['count']} steps, mean {duration(r['steps']['mean_us'])}",
                       f"How long is a step{on}?"))
