@@ -13,15 +13,15 @@ import io
 import os
 import re
 import zlib
-from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from ..errors import TraceError
 from ..format import size
 from . import storage
 
-#: compressed bytes inflated at a time
-_INPUT_BLOCK = 1 << 20
+#: compressed bytes read at a time (as gzip.GzipFile reads them)
+_INPUT_BLOCK = 128 << 10
+_GZIP = 16 + zlib.MAX_WBITS
 #: a gzip that inflates more than this many times its size is refused (real Kineto traces: 12-31×;
 #: a bomb of zeros: ~1000×), once past RATIO_FLOOR of text, unless the user set --max-bytes
 MAX_RATIO = 200
@@ -68,8 +68,9 @@ class TraceStream:
         self.cut_short = False
         self.position = 0  # bytes of text handed out
         self.consumed = 0  # of a gzip: compressed bytes inflated so far
-        self._blocks = _inflate(f, path, self) if self.gzipped else None
-        self._pending = b""
+        self._inflater: Any = zlib.decompressobj(_GZIP) if self.gzipped else None  # None between two members
+        self._input = b""  # compressed bytes read but not yet inflated
+        self._ended = False
         if not self.gzipped:
             # fsspec's remote files have no descriptor: their size is not checked up front
             with contextlib.suppress(AttributeError, OSError, ValueError, io.UnsupportedOperation):
@@ -78,30 +79,48 @@ class TraceStream:
                     raise self._over_budget(on_disk)
 
     def read(self, n: int = -1) -> bytes:
-        if self._blocks is None:
-            data = self._f.read(n)
-        else:
-            data = self._inflated(n)
+        if n is None or n < 0:  # the rest, a checked block at a time
+            return b"".join(iter(lambda: self.read(_INPUT_BLOCK * 32), b""))
+        data = self._inflate(n) if self.gzipped else self._f.read(n)
         self._check(data)
         return data
 
     def tell(self) -> int:
-        return self._f.tell() if self._blocks is None else self.position
+        return self.position if self.gzipped else self._f.tell()
 
-    def _inflated(self, n: int) -> bytes:
-        parts, have = [self._pending], len(self._pending)
-        while n < 0 or have < n:
-            block = next(self._blocks, None)
-            if block is None:
-                break
-            parts.append(block)
-            have += len(block)
-        data = b"".join(parts)
-        if n < 0 or len(data) <= n:
-            self._pending = b""
-            return data
-        self._pending = data[n:]
-        return data[:n]
+    def _inflate(self, n: int) -> bytes:
+        """Up to `n` bytes of text, inflated as asked: a bomb never holds more than that at once.
+        Members follow one another (`cat a.gz b.gz`); a stream that ends inside one sets
+        cut_short and ends with what it held."""
+        parts: list[bytes] = []
+        want = n
+        try:
+            while not self._ended and want > 0:
+                if not self._input:
+                    self._input = self._f.read(_INPUT_BLOCK)
+                    if not self._input:
+                        self._ended = True
+                        if self._inflater is not None:  # the file ended inside a member
+                            parts.append(self._inflater.flush())
+                            self.cut_short = True
+                        break
+                if self._inflater is None:
+                    if self._input[:2] != b"\x1f\x8b":
+                        self._ended = True  # gzip(1) too ignores what follows the last member
+                        break
+                    self._inflater = zlib.decompressobj(_GZIP)
+                out = self._inflater.decompress(self._input, want)
+                if self._inflater.eof:
+                    self._input, self._inflater = self._inflater.unused_data, None
+                else:
+                    self._input = self._inflater.unconsumed_tail
+                if out:
+                    parts.append(out)
+                    want -= len(out)
+                self.consumed = self._f.tell() - len(self._input)
+        except zlib.error as exc:
+            raise TraceError(self.path, f"corrupt gzip file ({exc})", "Re-copy or re-export the trace.") from None
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _check(self, data: bytes) -> None:
         start = self.position
@@ -128,36 +147,6 @@ class TraceStream:
                           "steps (torch.profiler's schedule with active=1-3).")
 
 
-def _inflate(f: BinaryIO, path: str, stream: TraceStream) -> Iterator[bytes]:
-    """The gzip's text a block at a time (several members, as `cat a.gz b.gz` writes, follow one
-    another); a stream that ends early sets `stream.cut_short` and ends with what it held."""
-    inflater: Any = zlib.decompressobj(16 + zlib.MAX_WBITS)  # None between two members
-    fed = 0
-    try:
-        while block := f.read(_INPUT_BLOCK):
-            fed += len(block)
-            while block:
-                if inflater is None:
-                    if block[:2] != b"\x1f\x8b":
-                        return  # gzip(1) too ignores what follows the last member
-                    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                # at most 4 MiB of text per step: a bomb never holds more than that at once
-                out = inflater.decompress(block, 4 << 20)
-                if inflater.eof:  # the member ended: another may follow (`cat a.gz b.gz`)
-                    block, inflater = inflater.unused_data, None
-                else:
-                    block = inflater.unconsumed_tail
-                stream.consumed = fed - len(block)
-                if out:
-                    yield out
-        if inflater is not None:  # the file ended inside a member
-            if rest := inflater.flush():
-                yield rest
-            stream.cut_short = True
-    except zlib.error as exc:
-        raise TraceError(path, f"corrupt gzip file ({exc})", "Re-copy or re-export the trace.") from None
-
-
 def read_text(path: str, max_bytes: int | None = None) -> tuple[bytes, list[str]]:
     """The file's whole text (gunzipped), within the budget; a gzip cut short yields what it
     holds, with a warning. The whole-file reader keeps the text and its decoded events at once,
@@ -165,7 +154,7 @@ def read_text(path: str, max_bytes: int | None = None) -> tuple[bytes, list[str]
     with storage.open_binary(path) as f:
         stream = TraceStream(f, path, max_bytes, whole=True)
         parts = []
-        while block := stream.read(_INPUT_BLOCK * 4):
+        while block := stream.read(_INPUT_BLOCK * 32):
             parts.append(block)
         data = b"".join(parts)
         del parts
