@@ -145,3 +145,23 @@ def test_compare_traces_gives_each_trace_its_own_share():
     assert row["after_share_pct"] == pytest.approx(100 * row["after_us"] / total_after, abs=0.01)
     assert row["before_share_pct"] != row["after_share_pct"]
     assert row["before_count"] > 0 and row["after_count"] > 0
+
+
+def test_the_gaps_of_a_step_are_the_ones_steps_gives_it(tmp_path):
+    # two steps; before step 2's first kernel the host loads data for 1,790 µs. By hand: step 1
+    # runs a kernel 100-900; step 2's kernel starts at 2,900, so the gap 900-2,900 (2,000 µs)
+    # comes before step 2's first device work: it is step 2's, in `steps` and in idle_gaps(step=2)
+    b = TraceBuilder()
+    b.op("ProfilerStep#1", 0, 1000)
+    b.kernel("gemm", 100, 800, launch_at=50)
+    b.op("ProfilerStep#2", 1000, 3000)
+    b.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 1010, 1790)
+    b.kernel("gemm", 2900, 600, launch_at=2850)
+    tools = {t.name: t for t in build_tools(AnalysisContext(analyze(b.write(tmp_path / "t.json"))))}
+    steps = json.loads(tools["steps"].invoke({}))
+    step2 = next(s for s in steps["steps"] if s["step"] == 2)
+    assert step2["idle_us"] == 2000.0 and step2["idle_dataloader_us"] == 2000.0
+    gaps = json.loads(tools["idle_gaps"].invoke({"step": 2}))
+    assert gaps["matching_gaps"] == 1 and gaps["matching_idle_us"] == step2["idle_us"]
+    assert gaps["top_gaps"][0]["cause"] == "dataloader"
+    assert json.loads(tools["idle_gaps"].invoke({"step": 1}))["matching_gaps"] == 0  # step 1 has no gap

@@ -217,8 +217,7 @@ def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
         row = steps[steps["step"] == step]
         if row.empty or row["gpu_start"].isna().all():
             raise ToolInputError(f"no step {step} with device work; steps are {list(steps['step'])}")
-        lo, hi = int(row["gpu_start"].iloc[0]), int(row["gpu_end"].iloc[0])
-        gaps = gaps[(gaps["start"] >= lo) & (gaps["start"] < hi)]
+        gaps = gaps[gaps["step"] == step]  # the gap before a step's first device work is that step's, as `steps` says
     chosen = gaps.nlargest(_top(top), "dur")
     listed = []
     for g in chosen.itertuples():

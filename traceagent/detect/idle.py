@@ -198,9 +198,34 @@ def gap_launcher(trace: Trace, device: int, next_op: int) -> tuple[int, int] | N
 
 
 def trace_gaps(trace: Trace, params: IdleParams = IdleParams()) -> pd.DataFrame:
-    """The classified gaps of every device, one frame, with a `device` column."""
+    """The classified gaps of every device, one frame, with a `device` column and the `step`
+    (number, -1 for none) each belongs to (gap_step_rows: the one rule)."""
     frames = [classify_gaps(trace, view, params).assign(device=view.device) for view in device_views(trace)]
-    return pd.concat(frames, ignore_index=True) if frames else _no_gaps()
+    gaps = pd.concat(frames, ignore_index=True) if frames else _no_gaps()
+    rows = gap_step_rows(trace, gaps["start"].to_numpy(np.int64))
+    numbers = np.append(trace.steps["step"].to_numpy(np.int64), -1)  # row -1: no step
+    return gaps.assign(step=numbers[rows])
+
+
+def gap_step_rows(trace: Trace, starts: np.ndarray) -> np.ndarray:
+    """The row in trace.steps of the step each gap (by its start) belongs to, -1 for none. A gap
+    inside a step's device range is that step's; one before a step's first device work is the
+    step that comes next (the stall between two steps is the next step's: it waited for its data),
+    so every idle nanosecond of a step's range belongs to it. Steps, the tools, reports and
+    annotations all read this rule, through trace_gaps' `step` column or here."""
+    steps = trace.steps
+    lo = steps["gpu_start"].astype("float64").to_numpy()
+    hi = steps["gpu_end"].astype("float64").to_numpy()
+    order = np.argsort(np.nan_to_num(lo, nan=np.inf), kind="stable")
+    ranged = int(np.isfinite(lo).sum())  # steps with device work, first in `order`
+    if not ranged or not len(starts):
+        return np.full(len(starts), -1, dtype=np.int64)
+    start = starts.astype(float)
+    slot = np.searchsorted(lo[order][:ranged], start, side="right") - 1
+    inside = (slot >= 0) & (start < hi[order[np.clip(slot, 0, None)]])
+    owner = np.where(inside, slot, slot + 1)  # not inside one: the step that comes next owns it
+    valid = (owner >= 0) & (owner < ranged)
+    return np.where(valid, order[np.clip(owner, 0, ranged - 1)], -1).astype(np.int64)
 
 
 def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .idle import IdleParams, trace_gaps
+from .idle import IdleParams, gap_step_rows, trace_gaps
 from .view import us
 
 
@@ -38,22 +38,12 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
     host = (steps["end"] - steps["start"]).to_numpy(np.int64)
     table = pd.DataFrame({"step": steps["step"].to_numpy(), "host_us": host / 1000.0,
                           "device_us": ((steps["gpu_end"] - steps["gpu_start"]).astype("float64") / 1000.0).to_numpy()})
-    # idle by cause per step: the gaps inside a step's device range, and the gap before its first
-    # device work (the stall between two steps is the next step's: it waited for its data)
+    # idle by cause per step, by the one rule of which step owns a gap (idle.gap_step_rows)
     gaps = trace_gaps(trace, params)
     if device is not None:
         gaps = gaps[gaps["device"] == device]
-    lo = steps["gpu_start"].astype("float64").to_numpy()
-    hi = steps["gpu_end"].astype("float64").to_numpy()
-    order = np.argsort(np.nan_to_num(lo, nan=np.inf))
-    ranged = int(np.isfinite(lo).sum())  # steps with device work, first in `order`
-    start = gaps["start"].to_numpy(float)
-    slot = np.searchsorted(lo[order][:ranged], start, side="right") - 1
-    inside = (slot >= 0) & (start < hi[order[np.clip(slot, 0, None)]] if ranged else np.zeros(len(start), bool))
-    owner = np.where(inside, slot, slot + 1)  # not inside one: the step that comes next owns it
-    valid = (owner >= 0) & (owner < ranged)
-    slot_idx = np.where(valid, order[np.clip(owner, 0, max(ranged - 1, 0))], -1)
-    assigned = gaps[valid].assign(row=slot_idx[valid])
+    rows = gap_step_rows(trace, gaps["start"].to_numpy(np.int64))
+    assigned = gaps[rows >= 0].assign(row=rows[rows >= 0])
     by_cause = assigned.pivot_table(index="row", columns="cause", values="dur", aggfunc="sum", fill_value=0) / 1000.0
     by_cause = by_cause.reindex(range(len(steps)), fill_value=0.0)
     table["idle_us"] = by_cause.sum(axis=1).to_numpy()
