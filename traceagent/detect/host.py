@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, matches, per_trace
-from ..trace.normalize import innermost_enclosing, nesting_depth
+from ..trace.normalize import STEP_NAME, innermost_enclosing, nesting_depth
 from . import intervals as iv
 from .view import us
 
@@ -27,7 +27,6 @@ LAUNCH_CALLS = re.compile(r"^(cuda|hip|cu)(Ext)?(Module)?(Launch|GraphLaunch)|^c
 LIBRARY_FRAME = re.compile(
     r"^(torch/|<built-in|<frozen|nn\.Module:|threading\.py|contextlib\.py|typing\.py|functools\.py"
     r"|enum\.py|abc\.py|<string>|.*site-packages/|.*/lib/python\d|.*dist-packages/|Optimizer\.)")
-_STEP = re.compile(r"^ProfilerStep#\d+$")
 
 
 def sync_calls(trace: Trace) -> pd.DataFrame:
@@ -63,7 +62,7 @@ def kernel_launches(trace: Trace) -> pd.DataFrame:
 def _ops(trace: Trace) -> pd.DataFrame:
     """Ops (not ProfilerStep ranges): the columns op_above reads."""
     cpu = trace.cpu
-    return cpu.loc[(cpu["kind"] == "op").to_numpy() & ~matches(cpu["name"], _STEP), ["name", "pid", "tid", "start", "end"]]
+    return cpu.loc[(cpu["kind"] == "op").to_numpy() & ~matches(cpu["name"], STEP_NAME), ["name", "pid", "tid", "start", "end"]]
 
 
 def op_above(trace: Trace, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -213,7 +212,7 @@ class _HostColumns:
 def _host_columns(trace: Trace) -> _HostColumns:
     cpu = trace.cpu
     name, kind = cpu["name"].array, cpu["kind"].array
-    return _HostColumns(cpu["start"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64), ~matches(cpu["name"], _STEP),
+    return _HostColumns(cpu["start"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64), ~matches(cpu["name"], STEP_NAME),
                         name.codes, kind.codes, cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64),
                         cpu["depth"].to_numpy(np.int64), np.append(np.asarray(name.categories, dtype=object), None),
                         np.append(np.asarray(kind.categories, dtype=object), None))

@@ -78,6 +78,13 @@ def covered(iv: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return _cumulative(iv, np.asarray(ends, dtype=np.int64)) - _cumulative(iv, np.asarray(starts, dtype=np.int64))
 
 
+def binned_share(iv: Intervals, lo: int, hi: int, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bin edges, share of each bin covered by `iv`): [lo, hi] cut into `bins` equal bins, as the
+    chat app's timeline and the HTML report draw device busy time."""
+    edges = np.linspace(lo, hi, bins + 1).astype(np.int64)
+    return edges, covered(iv, edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
+
+
 def _cumulative(iv: Intervals, t: np.ndarray) -> np.ndarray:
     """Covered length in (-inf, t] for each t."""
     s, e = iv

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import html
 
-import numpy as np
 from markdown_it import MarkdownIt
 
 from ..detect import intervals as iv
@@ -97,15 +96,13 @@ def _timeline(analysis: Analysis) -> str:
 
 def _device_rows(rank, view, lo: int, hi: int, y: int, several: bool) -> tuple[str, int]:
     """One GPU's rows of the timeline from height y: its busiest streams, then its idle gaps."""
-    edges = np.linspace(lo, hi, BINS + 1).astype(np.int64)
     bin_w = (WIDTH - LABEL_W) / BINS
     who = f"GPU {view.device} " if several else ""
     rows = []
     streams = view.work.groupby("stream")
     ordered = sorted(streams, key=lambda kv: -(kv[1]["end"] - kv[1]["start"]).sum())[:MAX_STREAMS]
     for stream, rows_df in ordered:
-        busy = iv.union(rows_df["start"].to_numpy(), rows_df["end"].to_numpy())
-        share = iv.covered(busy, edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
+        _, share = iv.binned_share(iv.union(rows_df["start"].to_numpy(), rows_df["end"].to_numpy()), lo, hi, BINS)
         rects = "".join(f'<rect x="{LABEL_W + i * bin_w:.1f}" y="{y}" width="{bin_w + 0.3:.1f}" height="14" '
                         f'fill="{WORK_COLORS["compute"]}" fill-opacity="{min(s, 1):.2f}"/>'
                         for i, s in enumerate(share) if s > 0.005)

@@ -30,8 +30,7 @@ class Timeline(Widget):
             return Text("timeline: loading…", style="dim")
         busy, gaps, step_starts, (lo, hi) = self.data
         width = max(self.size.width - 2, 10)
-        edges = np.linspace(lo, hi, width + 1).astype(np.int64)
-        share = iv.covered(busy, edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
+        edges, share = iv.binned_share(busy, lo, hi, width)
         # the cause of the longest gap overlapping each slice
         slice_cause = np.full(width, None, dtype=object)
         if len(gaps):
