@@ -98,3 +98,22 @@ def test_the_readme_python_section_runs():
     assert (namespace["analysis"].verdict.limiter, namespace["analysis"].verdict.root_cause) == ("idle", "dataloader")
     assert namespace["strict"].ranks[0].params.idle.launch_gap_us == 50
     assert namespace["data"] == namespace["analysis"].to_dict()
+
+
+def test_any_threshold_is_set_by_name_from_python_the_cli_and_mcp_alike(capsys):
+    by_type = traceagent.analyze(RESNET_NW0, idle=traceagent.IdleParams(loader_cover=1.01, launch_gap_us=50.0))
+    by_name = traceagent.analyze(RESNET_NW0, settings=["idle.loader_cover=1.01", "idle.launch_gap_us=50"])
+    assert by_name.to_dict() == by_type.to_dict()
+    assert "dataloader" not in by_name.ranks[0].findings.idle.by_cause_us  # the setting took effect
+    stragglers = traceagent.analyze(RESNET_NW0, settings=["stragglers.late_tolerance_us=20"])
+    assert stragglers.ranks[0].params.stragglers.late_tolerance_us == 20.0
+    assert main(["analyze", str(RESNET_NW0), "--set", "verdict.idle_pct=99", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ranks"][0]["params"]["verdict"]["idle_pct"] == 99.0 and data["verdict"]["limiter"] == "compute"
+    for bad, said in (("idle.nothing=1", "no parameter 'nothing'"), ("nowhere.x=1", "NAME one of idle, verdict"),
+                      ("idle.launch_gap_us=soon", "launch_gap_us takes a float, not 'soon'")):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            traceagent.analyze(RESNET_NW0, settings=[bad])
+        with pytest.raises(SystemExit):  # the CLI says it as a usage error, before loading anything
+            main(["analyze", str(RESNET_NW0), "--set", bad])
+        assert said in capsys.readouterr().err

@@ -14,6 +14,7 @@ from dataclasses import replace
 from .detect.analysis import Analysis, AnalysisParams, RankAnalysis, RankFailure, analyze_job, analyze_trace, reduce_job
 from .detect.diagnose import VerdictParams
 from .detect.idle import IdleParams
+from .detect.stragglers import StragglerParams
 from .errors import TraceError
 from .tasks import run_per_file, scheduler_for
 from .trace import storage
@@ -23,13 +24,16 @@ from .trace.normalize import split_ranks, with_step_pattern
 
 
 def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, idle: IdleParams | None = None,
-            verdict: VerdictParams | None = None, steps: str | re.Pattern | None = None, use_cache: bool = True,
+            verdict: VerdictParams | None = None, stragglers: StragglerParams | None = None,
+            settings: Sequence[str] = (), steps: str | re.Pattern | None = None, use_cache: bool = True,
             progress: Callable[[int, int, str], None] | None = None, scheduler: str | None = None,
             max_bytes: int | None = None) -> Analysis:
     """Analyze a trace file, a rank directory, a glob or list of rank files (paths or fsspec URLs),
     or an already loaded `Job`: every detector on every rank, and the job's verdict.
 
-    `idle` and `verdict` override the default thresholds; `steps` is a regular expression naming
+    `idle`, `verdict` and `stragglers` override the default thresholds, and `settings` any detector's
+    one by one (`["idle.launch_gap_us=50", "host_pauses.min_idle_us=0"]`, as `--set` takes them;
+    ValueError for an unknown one); `steps` is a regular expression naming
     the host ranges that are iterations (its first group, if any, the step number) instead of
     ProfilerStep#N. `scheduler` says where ranks are analysed: `auto` (the default, or
     $TRACEAGENT_SCHEDULER): a Dask LocalCluster for large multi-rank jobs, else this process;
@@ -37,7 +41,8 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
     reported in `Analysis.failed` and the others are analysed; a job of one file raises TraceError.
     `max_bytes` bounds the text of each trace file (default: the memory available where it is read).
     """
-    params = AnalysisParams(idle=idle or IdleParams(), verdict=verdict or VerdictParams())
+    params = AnalysisParams(idle=idle or IdleParams(), verdict=verdict or VerdictParams(),
+                            stragglers=stragglers or StragglerParams()).with_settings(list(settings))
     pattern = re.compile(steps) if isinstance(steps, str) else steps
     if isinstance(source, Job):
         return analyze_job(with_steps(source, pattern) if pattern is not None else source, params)

@@ -77,7 +77,7 @@ def analyze_path(path: str, args: argparse.Namespace) -> Analysis:
     --steps, --scheduler); a line on stderr for each rank file that failed."""
     with _progress_bar() as progress:
         result = analyze(path, use_cache=not args.no_cache, steps=getattr(args, "steps", None), progress=progress,
-                         scheduler=args.scheduler, max_bytes=args.max_bytes)
+                         scheduler=args.scheduler, max_bytes=args.max_bytes, settings=args.settings or ())
     for failure in result.failed:
         err.print(f"traceagent: warning: {failure.file}: {failure.error} (skipped; the other ranks were analysed)",
                   markup=False)
@@ -92,6 +92,17 @@ def byte_size(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def setting(text: str) -> str:
+    """`--set NAME.PARAM=VALUE`, checked against the detectors' parameters before any loading."""
+    from .detect.analysis import AnalysisParams
+
+    try:
+        AnalysisParams().with_settings([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def step_pattern(text: str) -> re.Pattern:
@@ -342,7 +353,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             resolve(path)  # a missing path is one line and exit 2 here, not an error inside the app
     app = TraceAgentApp(args.path, compare=getattr(args, "compare", None),
                         model=make_chat_model(config) if config else None, config=config, use_cache=not args.no_cache,
-                        steps=args.steps.pattern if args.steps else None, max_bytes=args.max_bytes)
+                        steps=args.steps.pattern if args.steps else None, max_bytes=args.max_bytes,
+                        settings=args.settings or ())
     app.run()
     return app.return_code or 0
 
@@ -438,6 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where the ranks of a job are analysed: auto (default, or $TRACEAGENT_SCHEDULER): a "
                             "Dask cluster on this machine for large multi-rank jobs; local; none (this process); "
                             "or a Dask scheduler's address (tcp://host:8786)")
+        p.add_argument("--set", dest="settings", type=setting, action="append", metavar="NAME.PARAM=VALUE",
+                       help="a detector's threshold (idle.launch_gap_us=50, verdict.idle_pct=20, "
+                            "host_pauses.min_idle_us=0; `traceagent analyze --json` lists them under params); "
+                            "repeatable")
         if name != "info":
             p.add_argument("--steps", type=step_pattern, metavar="REGEX",
                            help="host ranges (record_function / NVTX) whose names match REGEX are the iterations "

@@ -136,8 +136,12 @@ def annotations_sentence(annotations: dict | None, top: int = 3) -> str | None:
 
 def further_findings(rank: dict) -> list[tuple[str, str]]:
     """(title, sentence) for what a rank's trace also says beyond the limiters: throughput and
-    MFU, CUDA graphs, memory, annotation ranges; only those it has."""
+    MFU, CUDA graphs, memory, annotation ranges, then each registered detector's sentence; only
+    those it has."""
+    from .detect.registry import DETECTORS
+
     found = [("Throughput", flops_sentence(rank.get("flops"))), ("CUDA graphs", graphs_sentence(rank.get("graphs"))),
              ("Memory", memory_sentence(rank.get("memory"))),
              ("Annotations", annotations_sentence(rank.get("annotations")))]
+    found += [(d.title, d.sentence(rank[d.name])) for d in DETECTORS if rank.get(d.name)]
     return [(title, text) for title, text in found if text]

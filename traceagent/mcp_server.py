@@ -58,6 +58,9 @@ class Traces:
                                                                     "compare with")] = None,
                    steps: Annotated[str | None, Field(description="a regex naming the annotation of one "
                                                                   "iteration, when the trace has no ProfilerStep#N")]
+                   = None,
+                   settings: Annotated[list[str] | None, Field(description="detector thresholds as NAME.PARAM=VALUE "
+                                                                           "(idle.launch_gap_us=50), as --set takes them")]
                    = None) -> str:
         """Open a trace: load it, analyze it, and make it the one the other tools act on. Returns the
         overview (ranks, GPUs, where device time went, the verdict)."""
@@ -65,7 +68,8 @@ class Traces:
             if given and storage.is_url(given) and not self.allow_remote and not given.startswith("file://"):
                 raise TraceError(given, "a URL, and this server opens local paths only",
                                  "Give a local path, or start the server with `traceagent mcp --allow-remote`.")
-        ctx = AnalysisContext(analyze(path, steps=steps), analyze(compare, steps=steps) if compare else None)
+        options = {"steps": steps, "settings": settings or ()}
+        ctx = AnalysisContext(analyze(path, **options), analyze(compare, **options) if compare else None)
         key = path if not compare else f"{path} vs {compare}"
         self.opened[key], self.current = ctx, key
         self.tools = {t.name: t for t in build_tools(ctx)}
@@ -126,6 +130,8 @@ def build_server(traces: Traces | None = None) -> Server:
                                                         for e in exc.errors()))
         except re.error as exc:
             return _error(f"bad arguments: not a regular expression ({exc})")
+        except ValueError as exc:  # a setting that names no parameter
+            return _error(f"bad arguments: {exc}")
         except Exception as exc:  # a bug: one line for the client, never a traceback on the server's stderr
             return _error(f"{name} failed: {type(exc).__name__}: {shorten(str(exc), 300)} (an error in traceagent; "
                           "please report it)")

@@ -25,6 +25,7 @@ from .detect.kernels import HotKernel
 from .detect.launch import LaunchResult
 from .detect.memcpy import MemcpyResult
 from .detect.memory import MemoryResult
+from .detect.registry import DETECTORS
 from .detect.savings import Saving
 from .detect.stragglers import RankCollectives, StragglerParams
 from .detect.workload import Workload
@@ -153,6 +154,17 @@ def _definition(kind: type) -> dict:
 
 def analysis_schema() -> dict:
     schema = _schema(AnalysisJSON, "traceagent analyze --json")
+    rank = schema["$defs"]["RankJSON"]
+    for d in DETECTORS:  # each registered detector's result, under its name (None where the trace cannot say)
+        one = TypeAdapter(d.result).json_schema(mode="serialization", ref_template="#/$defs/{model}")
+        schema["$defs"] |= one.pop("$defs", {}) | {d.result.__name__: one}
+        rank["properties"][d.name] = {"anyOf": [{"$ref": f"#/$defs/{d.result.__name__}"}, {"type": "null"}]}
+        rank["required"] = [*rank.get("required", []), d.name]
+    params = schema["$defs"]["Params"]
+    params["properties"]["detectors"] = {"type": "object", "description": "each registered detector's parameters, by "
+                                         "its name", "properties": {d.name: _definition(type(d.params))
+                                                                    for d in DETECTORS}}
+    params["required"] = [*params.get("required", []), "detectors"]
     # a rank's breakdown is Breakdown's fields for all its GPUs together, and BreakdownJSON's
     breakdown, base = schema["$defs"]["BreakdownJSON"], _definition(Breakdown)
     breakdown["properties"] = {**base["properties"], **breakdown["properties"]}

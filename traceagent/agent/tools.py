@@ -27,6 +27,7 @@ from ..detect.diff import diff
 from ..detect.host import calls_by_correlation, gap_host, host_events_in, kernel_python_lines
 from ..detect.idle import gap_launcher
 from ..detect.kernels import short_name
+from ..detect.registry import DETECTORS, Detector
 from ..detect.view import on_device, us
 from ..detect.vocabulary import GAP_CAUSES
 from ..trace.model import matches
@@ -487,16 +488,39 @@ TOOL_FUNCTIONS: list[Callable[..., dict]] = [overview, verdict, idle_gaps, host_
                                              annotations, flops, memory, calc, compare_traces]
 
 
+def registered_tool(detector: Detector) -> Callable[..., dict]:
+    """A registered detector's tool: its result for a rank as analysed, under its own name (of the
+    rank's GPUs together: `device` is checked, as host_activity checks it)."""
+
+    def tool(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+        r, scope = ctx.scoped(rank, device)
+        result = r.findings.extra.get(detector.name)
+        if result is None:
+            return {"scope": scope, "unavailable": unavailable(detector.title.lower(), *detector.needs)}
+        return result.to_dict() | {"scope": scope}
+
+    tool.__name__ = detector.name
+    tool.__doc__ = detector.description
+    return tool
+
+
+def _all_tools() -> list[Callable[..., dict]]:
+    """The tools in the order the model sees them: the detectors', the registered ones', then calc
+    and compare_traces."""
+    core = [f for f in TOOL_FUNCTIONS if f not in (calc, compare_traces)]
+    return [*core, *(registered_tool(d) for d in DETECTORS if d.tool), calc, compare_traces]
+
+
 def build_tools(ctx: AnalysisContext) -> list[BaseTool]:
     """LangChain tools bound to one trace's analysis. Each returns JSON text; a bad request comes
     back as {"error": ...} so the model can correct itself."""
-    return [_structured(func, ctx) for func in TOOL_FUNCTIONS if func is not compare_traces or ctx.other is not None]
+    return [_structured(func, ctx) for func in _all_tools() if func is not compare_traces or ctx.other is not None]
 
 
 def tool_schemas() -> list[BaseTool]:
     """Every tool as a client sees it (name, description, argument schema) before a trace is open;
     running one needs build_tools."""
-    return [_structured(func, None) for func in TOOL_FUNCTIONS]
+    return [_structured(func, None) for func in _all_tools()]
 
 
 def _structured(func: Callable[..., dict], ctx: AnalysisContext | None) -> BaseTool:

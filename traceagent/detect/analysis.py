@@ -9,8 +9,8 @@ they cannot disagree with it.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
-from typing import Protocol
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -27,26 +27,69 @@ from .kernels import KernelsResult, detect_hot_kernels
 from .launch import LaunchResult, detect_launch
 from .memcpy import MemcpyResult, detect_memcpy
 from .memory import detect_memory
+from .registry import DETECTORS, Inputs, run_all
 from .savings import estimate_savings
 from .steps import StepsResult, detect_steps
 from .stragglers import RankComparison, RankTimeline, StragglerParams, compare_ranks, rank_timeline
 from .workload import detect_workload
 
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
-#: major number changes when a key is removed or changes meaning, the minor when keys are added.
-SCHEMA_VERSION = "1.1"
+#: major number changes when a key is removed or changes meaning, the minor when keys are added. A
+#: registered detector adds its key and says in which version (registry.Detector.since).
+SCHEMA_VERSION = max(["1.1", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 
 @dataclass(frozen=True)
 class AnalysisParams:
-    """The thresholds an analysis ran with (each documented where it is defined)."""
+    """The thresholds an analysis ran with (each documented where it is defined): the core
+    detectors', and each registered detector's by its name (registry.DETECTORS)."""
 
     idle: IdleParams = field(default_factory=IdleParams)
     verdict: VerdictParams = field(default_factory=VerdictParams)
     stragglers: StragglerParams = field(default_factory=StragglerParams)
+    detectors: dict[str, Any] = field(default_factory=lambda: {d.name: d.params for d in DETECTORS})
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def with_settings(self, settings: list[str]) -> AnalysisParams:
+        """These parameters with `NAME.PARAM=VALUE` settings applied (`idle.launch_gap_us=50`,
+        `host_pauses.min_idle_us=0`); ValueError naming what is wrong, and what there is."""
+        params = self
+        core = ("idle", "verdict", "stragglers")
+        for setting in settings:
+            target, _, text = setting.partition("=")
+            name, _, field_name = target.strip().partition(".")
+            if name not in (*core, *params.detectors) or not text.strip():
+                raise ValueError(f"{setting!r}: expected NAME.PARAM=VALUE, NAME one of "
+                                 f"{', '.join([*core, *params.detectors])}")
+            current = getattr(params, name) if name in core else params.detectors[name]
+            changed = _set_field(current, field_name.strip(), text.strip(), setting)
+            params = (replace(params, **{name: changed}) if name in core
+                      else replace(params, detectors={**params.detectors, name: changed}))
+        return params
+
+
+def _set_field(params: Any, name: str, text: str, setting: str) -> Any:
+    """`params` with one field set from text, converted to the field's type."""
+    kinds = {f.name: f.type for f in fields(params)}
+    if name not in kinds:
+        raise ValueError(f"{setting!r}: no parameter {name!r}; there are {', '.join(kinds) or 'none'}")
+    current = getattr(params, name)
+    try:
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(text)
+            value: Any = text.lower() in ("true", "1", "yes")
+        elif isinstance(current, int):
+            value = int(text)
+        elif isinstance(current, float):
+            value = float(text)
+        else:
+            value = text
+    except ValueError:
+        raise ValueError(f"{setting!r}: {name} takes a {type(current).__name__}, not {text!r}") from None
+    return replace(params, **{name: value})
 
 
 class EventSource(Protocol):
@@ -154,6 +197,7 @@ class RankAnalysis:
             "memory": f.memory.to_dict() if f.memory else None,
             "graphs": f.graphs.to_dict() if f.graphs else None,
             "annotations": f.annotations.to_dict() if f.annotations else None,
+            **{name: result.to_dict() if result is not None else None for name, result in f.extra.items()},
             "steps": steps,
             "workload": f.workload.to_dict(),
             "savings": [s.to_dict() for s in f.savings],
@@ -228,7 +272,8 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
     breakdown, gaps = detect_breakdown(trace), trace_gaps(trace, idle_params)
     findings = replace(findings, flops=detect_flops(trace, breakdown.total.span_us, len(breakdown.devices)),
                        memory=detect_memory(trace, gaps), graphs=detect_graphs(trace),
-                       annotations=detect_annotations(trace, gaps, breakdown.total.busy_us))
+                       annotations=detect_annotations(trace, gaps, breakdown.total.busy_us),
+                       extra=run_all(Inputs(trace, gaps, breakdown), params.detectors))
     return RankAnalysis(trace.meta.rank, params, trace.meta, breakdown, findings, verdict,
                         rank_timeline(trace, gaps, breakdown.total), counts=trace.counts(),
                         streams=sorted(int(s) for s in trace.gpu["stream"].unique()),

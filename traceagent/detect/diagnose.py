@@ -10,6 +10,7 @@ busy computing, and the hot kernels are what to look at.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from ..format import of_span
 from . import advice
@@ -73,6 +74,7 @@ class Findings:
     memory: MemoryResult | None = None
     graphs: GraphsResult | None = None
     annotations: AnnotationsResult | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # the registered detectors' results by name (registry.py)
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:

@@ -8,9 +8,11 @@ for a 100 MB trace that is 18 MB, unpickled in a few milliseconds.
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
+from collections.abc import Sequence
 
 from ..api import analyze
 from ..errors import TraceError
@@ -18,32 +20,33 @@ from .widgets.timeline import timeline_data
 
 
 def load_and_analyze(path: str, compare: str | None, use_cache: bool, steps: str | None = None,
-                     max_bytes: int | None = None):
+                     max_bytes: int | None = None, settings: Sequence[str] = ()):
     """(analysis, analysis of the trace to compare or None, the timeline's data or None)."""
-    analysis = analyze(path, use_cache=use_cache, steps=steps, max_bytes=max_bytes)
-    other = analyze(compare, use_cache=use_cache, steps=steps, max_bytes=max_bytes) if compare else None
+    options = {"use_cache": use_cache, "steps": steps, "max_bytes": max_bytes, "settings": settings}
+    analysis = analyze(path, **options)
+    other = analyze(compare, **options) if compare else None
     return analysis, other, timeline_data(analysis.focus)
 
 
 def load_in_child(path: str, compare: str | None, use_cache: bool, steps: str | None = None,
-                  max_bytes: int | None = None):
+                  max_bytes: int | None = None, settings: Sequence[str] = ()):
     """load_and_analyze in a child process; in this process if the child itself fails."""
     command = [sys.executable, "-m", "traceagent.tui.loader", path, compare or "", "1" if use_cache else "0",
-               steps or "", str(max_bytes or "")]
+               steps or "", str(max_bytes or ""), json.dumps(list(settings))]
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True)
     if done.returncode == 0 and done.stdout:
         result = pickle.loads(done.stdout)  # our own child's output
         if isinstance(result, TraceError):
             raise result
         return result
-    return load_and_analyze(path, compare, use_cache, steps, max_bytes)
+    return load_and_analyze(path, compare, use_cache, steps, max_bytes, settings)
 
 
 def main() -> int:
     path, compare, use_cache, steps = sys.argv[1], sys.argv[2] or None, sys.argv[3] == "1", sys.argv[4] or None
-    max_bytes = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5] else None
+    max_bytes = int(sys.argv[5]) if sys.argv[5] else None
     try:
-        result = load_and_analyze(path, compare, use_cache, steps, max_bytes)
+        result = load_and_analyze(path, compare, use_cache, steps, max_bytes, json.loads(sys.argv[6]))
     except TraceError as exc:
         result = exc
     sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

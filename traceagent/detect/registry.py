@@ -1,0 +1,55 @@
+"""Detectors as units: each declares its name (its key in `analyze --json`, in Findings.extra and
+in `--set NAME.PARAM=VALUE`), its parameters, its result type, how it runs, the sentence reports
+say about it, and whether the agent gets a tool for it.
+
+analyze_trace runs every entry of DETECTORS; the JSON, the JSON Schema, the reports' further
+findings and the agent's tool list iterate over it. Adding a detector is its module, one entry
+below, and its tests. The detectors the verdict is drawn from (idle, copies, communication,
+kernels, launches, steps) are wired in analysis.py, since each feeds the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from ..trace.model import Trace
+from .breakdown import BreakdownResult
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a registered detector may read of one rank: its events, its classified gaps (every
+    device, idle.trace_gaps) and its breakdown. Detectors never read files."""
+
+    trace: Trace
+    gaps: pd.DataFrame
+    breakdown: BreakdownResult
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    title: str  # the heading of its line in reports
+    description: str  # what it finds, for the agent's tool and the docs
+    params: Any  # its default parameters: a frozen dataclass
+    result: type  # its result: a frozen dataclass with to_dict(); None when the trace cannot say
+    run: Callable[[Inputs, Any], Any]  # (inputs, params) -> result or None
+    sentence: Callable[[dict], str | None]  # the result's JSON (to_dict) in one sentence, or None
+    since: str  # the schema_version that added its key to `analyze --json` (a minor version: keys added)
+    needs: tuple[str, str]  # where its result is None: (why the trace cannot say, how to profile so it can)
+    tool: bool = True  # the agent gets a tool that returns the result's JSON for a rank
+
+
+DETECTORS: tuple[Detector, ...] = ()
+
+BY_NAME = {d.name: d for d in DETECTORS}
+
+
+def run_all(inputs: Inputs, params: dict[str, Any]) -> dict[str, Any]:
+    """Every registered detector's result (None where the trace cannot say), by name; `params`
+    holds each one's parameters by name (the default where absent)."""
+    return {d.name: d.run(inputs, params.get(d.name, d.params)) for d in DETECTORS}
