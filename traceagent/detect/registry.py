@@ -46,8 +46,6 @@ class Detector:
 
 DETECTORS: tuple[Detector, ...] = ()
 
-BY_NAME = {d.name: d for d in DETECTORS}
-
 
 def run_all(inputs: Inputs, params: dict[str, Any]) -> dict[str, Any]:
     """Every registered detector's result (None where the trace cannot say), by name; `params`
