@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..trace.model import Trace
 from .breakdown import BreakdownResult
+from .host_pauses import HostPausesParams, HostPausesResult, detect_host_pauses, host_pauses_sentence
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,13 @@ class Detector:
     tool: bool = True  # the agent gets a tool that returns the result's JSON for a rank
 
 
-DETECTORS: tuple[Detector, ...] = ()
+DETECTORS: tuple[Detector, ...] = (
+    Detector("host_pauses", "Host pauses", "Idle GPU time while the host was in Python's garbage collector "
+             "(gc.collect) or importing modules: the calls, their host time and the device idle time under them.",
+             HostPausesParams(), HostPausesResult, lambda i, p: detect_host_pauses(i.trace, i.gaps, p),
+             host_pauses_sentence, since="1.2",
+             needs=("the trace has no Python frames", "profile with torch.profiler.profile(with_stack=True)")),
+)
 
 
 def run_all(inputs: Inputs, params: dict[str, Any]) -> dict[str, Any]:
