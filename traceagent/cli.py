@@ -406,16 +406,17 @@ def cmd_cache(args: argparse.Namespace) -> int:
         return 0
     found = cache.entries()
     kept = [e for e in found if not e.temporary]
-    data = {"directory": str(cache.cache_dir()), "entries": len(kept), "bytes": sum(e.bytes for e in kept),
-            "max_bytes": cache.max_bytes(), "temporary_entries": len(found) - len(kept),
-            "temporary_bytes": sum(e.bytes for e in found if e.temporary)}
+    temporary = [e for e in found if e.temporary]
+    directory, held, cap = str(cache.cache_dir()), sum(e.bytes for e in kept), cache.max_bytes()
     if args.json:
-        out.print_json(json.dumps(data))
+        out.print_json(json.dumps({"directory": directory, "entries": len(kept), "bytes": held, "max_bytes": cap,
+                                   "temporary_entries": len(temporary),
+                                   "temporary_bytes": sum(e.bytes for e in temporary)}))
         return 0
-    say(f"{escape(data['directory'])}: {data['entries']} entries, {size(data['bytes'])} of {size(data['max_bytes'])} "
+    say(f"{escape(directory)}: {len(kept)} entries, {size(held)} of {size(cap)} "
         "($TRACEAGENT_CACHE_MAX; the least recently used go first)"
-        + (f"; {data['temporary_entries']} being written or left by a killed run ({size(data['temporary_bytes'])})"
-           if data["temporary_entries"] else ""))
+        + (f"; {len(temporary)} being written or left by a killed run ({size(sum(e.bytes for e in temporary))})"
+           if temporary else ""))
     return 0
 
 

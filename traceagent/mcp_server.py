@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError
 from . import __version__
 from .agent.tools import AnalysisContext, ToolInputError, build_tools, dumps, overview, tool_schemas
 from .api import analyze
+from .detect.analysis import Analysis
 from .errors import TraceError
 from .format import shorten
 from .trace import storage
@@ -68,8 +69,10 @@ class Traces:
             if given and storage.is_url(given) and not self.allow_remote and not given.startswith("file://"):
                 raise TraceError(given, "a URL, and this server opens local paths only",
                                  "Give a local path, or start the server with `traceagent mcp --allow-remote`.")
-        options = {"steps": steps, "settings": settings or ()}
-        ctx = AnalysisContext(analyze(path, **options), analyze(compare, **options) if compare else None)
+        def one(source: str) -> Analysis:
+            return analyze(source, steps=steps, settings=settings or ())
+
+        ctx = AnalysisContext(one(path), one(compare) if compare else None)
         key = path if not compare else f"{path} vs {compare}"
         self.opened[key], self.current = ctx, key
         self.tools = {t.name: t for t in build_tools(ctx)}
@@ -83,7 +86,7 @@ class Traces:
             for key, ctx in self.opened.items()]})
 
     def own_tools(self) -> list[BaseTool]:
-        return [StructuredTool.from_function(f, name=f.__name__, description=" ".join(f.__doc__.split()),
+        return [StructuredTool.from_function(f, name=f.__name__, description=" ".join((f.__doc__ or "").split()),
                                              handle_tool_error=False) for f in (self.open_trace, self.list_traces)]
 
 

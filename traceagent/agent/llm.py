@@ -162,8 +162,11 @@ def make_chat_model(config: LLMConfig):
     `max_completion_tokens` (OpenAI) and, to other servers, also as `max_tokens`, the name
     llama.cpp, Ollama and older vLLM read."""
     from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
 
-    return ChatOpenAI(model=config.model, base_url=config.base_url, api_key=config.api_key,
+    return ChatOpenAI(model=config.model, base_url=config.base_url,
+                      api_key=SecretStr(config.api_key) if config.api_key else None,
                       temperature=config.temperature, timeout=config.timeout_s, max_retries=config.max_retries,
-                      max_tokens=config.max_tokens, streaming=True,
+                      max_tokens=config.max_tokens,  # type: ignore[call-arg]  # a field whose alias is max_completion_tokens
+                      streaming=True,
                       extra_body={"max_tokens": config.max_tokens} if config.base_url else None)

@@ -182,7 +182,7 @@ class OfflineAnalyst:
         bound = BOUNDS.get(asked or "")
         yes = None if bound is None else bool({limiter, root} & bound.means)
         what = (f"{label(LIMITERS, limiter)}" + (f" ({label(ROOT_CAUSES, root)})" if root else ""))
-        if yes is None:
+        if bound is None or yes is None:
             head = f"It is limited by **{what}**."
         elif yes:
             head = f"**Yes.** It is limited by {what}."

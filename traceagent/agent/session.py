@@ -13,7 +13,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import datetime
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -91,13 +91,13 @@ class Session:
                 sources.add_identifiers("device", r.devices)
                 sources.add_identifiers("step", r.step_numbers)
                 sources.add_identifiers("stream", r.streams)
-                quoted = [(k.name, k.short_name, k.op) for k in r.findings.kernels.top]
+                quoted: list[tuple[str | None, ...]] = [(k.name, k.short_name, k.op) for k in r.findings.kernels.top]
                 quoted += [(s.call, s.op, s.python) for s in r.findings.idle.sync_sites]
                 sources.trace_strings.update(q for group in quoted for q in group if q and len(q) >= 3)
         sources.add_prose(self.system)
         return sources
 
-    async def ask(self, question: str) -> AsyncIterator[Event]:
+    async def ask(self, question: str) -> AsyncGenerator[Event, None]:
         self._cancel.clear()
         self.transcript.append(("user", question))
         self._partial = []
@@ -127,16 +127,18 @@ class Session:
             budget_chars -= size
         return kept
 
-    async def _ask_model(self, question: str) -> AsyncIterator[Event]:
+    async def _ask_model(self, question: str) -> AsyncGenerator[Event, None]:
         config = self.config or LLMConfig()
         turn: list[BaseMessage] = [HumanMessage(question)]
         budget = (config.context_tokens - config.max_tokens) * CHARS_PER_TOKEN - len(self.system) - len(question)
         history = self._context(max(budget, 0))
         deadline = time.monotonic() + config.deadline_s
+        model = self.model
+        assert model is not None  # ask() comes here only with a model
         for _ in range(self.max_tool_rounds):
             reply = StreamedReply()
             try:
-                async for chunk in self.model.astream([SystemMessage(self.system), *history, *turn]):
+                async for chunk in model.astream([SystemMessage(self.system), *history, *turn]):
                     if self._cancel.is_set():
                         yield Cancelled()
                         return
@@ -242,7 +244,7 @@ class Session:
         """The conversation as Markdown (no keys, no secrets: only what was said and shown)."""
         out = [f"# traceagent conversation: `{self.ctx.analysis.path}`", "",
                f"{datetime.now():%Y-%m-%d %H:%M} · {self.describe_model()}", ""]
-        titles = {"user": "## You", "assistant": "## traceagent", "tool": None, "error": None}
+        titles = {"user": "## You", "assistant": "## traceagent"}
         for role, text in self.transcript:
             if role == "tool":
                 out.append(f"> tool: {text}")

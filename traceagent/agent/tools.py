@@ -16,7 +16,7 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import Field
@@ -25,7 +25,7 @@ from ..detect.analysis import Analysis, RankAnalysis, json_safe
 from ..detect.annotations import detect_annotations
 from ..detect.diff import diff
 from ..detect.host import calls_by_correlation, gap_host, host_events_in, kernel_python_lines
-from ..detect.idle import gap_launcher
+from ..detect.idle import DeviceIdle, IdleResult, gap_launcher
 from ..detect.kernels import short_name
 from ..detect.registry import DETECTORS, Detector
 from ..detect.view import on_device, us
@@ -41,7 +41,10 @@ Rank = Annotated[int | None, Field(description="the rank (process) to look at; d
 Device = Annotated[int | None, Field(description="one GPU of that rank (its device id); default: all of the rank's GPUs")]
 Top = Annotated[int, Field(description=f"how many items to list (at most {MAX_ITEMS})")]
 FullNames = Annotated[bool, Field(description="true for full (templated) kernel names; default: short names only")]
-GapCause = Literal[tuple(GAP_CAUSES)]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # the enum is built from the vocabulary at run time: a plain str to the type checker
+    GapCause = str
+else:
+    GapCause = Literal[tuple(GAP_CAUSES)]
 CopyKind = Literal["HtoD", "DtoH", "DtoD", "HtoH", "PtoP"]
 KernelOrder = Literal["total", "mean", "max", "count"]
 CalcUnit = Literal["us", "ms", "s", "pct", "x", "gbps", "bytes", "count"]
@@ -347,12 +350,12 @@ def launches(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> 
     call, the idle time the host's launching costs (launch-bound gaps), and CUDA graphs (replays,
     kernels per replay, share of kernel time, launch calls saved), on a rank's GPUs or one."""
     r, scope = ctx.scoped(rank, device)
-    idle = r.findings.idle if device is None else r.findings.idle.devices[device]
+    idle: IdleResult | DeviceIdle = r.findings.idle if device is None else r.findings.idle.devices[device]
     result = r.launch(device).to_dict() | {"scope": scope}
     result |= {"launch_overhead_idle_us": idle.by_cause_us.get("launch_overhead", 0.0),
                "launch_latency_idle_us": idle.by_cause_us.get("launch_latency", 0.0),
                "launch_gap_us": r.params.idle.launch_gap_us}
-    if device is None:
+    if isinstance(idle, IdleResult):  # a rank's: a device's has no share of the rank's device time
         result["launch_overhead_idle_pct"] = idle.by_cause_pct.get("launch_overhead", 0.0)
     result["graphs"] = r.findings.graphs.to_dict() if r.findings.graphs else None
     if not result["kernels"]:
@@ -404,9 +407,9 @@ def memory(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> di
     return data
 
 
-def annotations(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
-                name_filter: Annotated[str | None, Field(description="only ranges whose name contains this")] = None,
-                top: Top = 10) -> dict:
+def annotation_ranges(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
+                      name_filter: Annotated[str | None, Field(description="only ranges whose name contains this")]
+                      = None, top: Top = 10) -> dict:
     """User annotations (record_function / NVTX ranges) by name: how many times each ran, host
     time, the GPU time of the kernels launched inside it and its share of busy time, and the
     device's idle share while it ran; and each step's top ranges. On a rank's GPUs or one of them
@@ -420,9 +423,13 @@ def annotations(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
     return result.to_dict() | {"scope": scope}
 
 
-_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-              ast.USub: operator.neg, ast.UAdd: operator.pos}
-_FUNCTIONS = {"min": min, "max": max, "abs": abs}
+annotation_ranges.__name__ = "annotations"  # the tool's name (`annotations` is taken by the __future__ import)
+
+
+_OPERATORS: dict[type, Callable[..., float]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.USub: operator.neg, ast.UAdd: operator.pos}
+_FUNCTIONS: dict[str, Callable[..., float]] = {"min": min, "max": max, "abs": abs}
 # constants any derivation may use: small integers, unit conversions
 _CONSTANTS = {float(c) for c in [*range(11), 60, 100, 1000, 1e6, 1e9, 1024, 2**20, 2**30]}
 _CALC_KEYS = {"us": "result_us", "ms": "result_ms", "s": "result_s", "pct": "result_pct", "x": "result_x",
@@ -485,7 +492,7 @@ def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = Non
 
 TOOL_FUNCTIONS: list[Callable[..., dict]] = [overview, verdict, idle_gaps, host_activity, data_movement,
                                              communication, hot_kernels, kernel_instances, launches, steps,
-                                             annotations, flops, memory, calc, compare_traces]
+                                             annotation_ranges, flops, memory, calc, compare_traces]
 
 
 def registered_tool(detector: Detector) -> Callable[..., dict]:
@@ -525,7 +532,7 @@ def tool_schemas() -> list[BaseTool]:
 
 def _structured(func: Callable[..., dict], ctx: AnalysisContext | None) -> BaseTool:
     return StructuredTool.from_function(func=_bind(func, ctx), name=func.__name__,
-                                        description=" ".join(func.__doc__.split()), handle_tool_error=False)
+                                        description=" ".join((func.__doc__ or "").split()), handle_tool_error=False)
 
 
 def _bind(func: Callable[..., dict], ctx: AnalysisContext | None) -> Callable[..., str]:
@@ -539,6 +546,6 @@ def _bind(func: Callable[..., dict], ctx: AnalysisContext | None) -> Callable[..
         return dumps(func(ctx, *args, **kwargs))
 
     signature = inspect.signature(func)
-    run.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])
+    run.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:])  # type: ignore[attr-defined]
     run.__annotations__ = {k: v for k, v in func.__annotations__.items() if k != "ctx"}
     return run

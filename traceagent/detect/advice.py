@@ -36,7 +36,7 @@ def pageable_copies(copies: MemcpyResult) -> tuple[str, str]:
     """Pageable copies: device-to-host ones come from reading values back; host-to-device ones
     from unpinned inputs. The direction with more pageable bytes decides."""
     by_direction = {k: c.pageable_bytes for k, c in copies.by_kind.items() if c.pageable_bytes}
-    direction = max(by_direction, key=by_direction.get) if by_direction else "HtoD"
+    direction = max(by_direction, key=by_direction.__getitem__) if by_direction else "HtoD"
     if direction == "DtoH":
         return ("Copies from the GPU into pageable host memory are synchronous: each one waits for the GPU and "
                 "for a staging copy, so the host stalls and the GPU drains.",

@@ -292,7 +292,7 @@ def reduce_job(path: str, ranks: list[RankAnalysis], params: AnalysisParams,
     straggler when waiting for it costs the other ranks more than the communication threshold,
     else it is the verdict of the rank that loses the most time to the limiter most ranks share
     (for one rank: its own)."""
-    ranks = sorted(ranks, key=lambda r: r.rank)
+    ranks = sorted(ranks, key=lambda r: r.rank if r.rank is not None else -1)
     comparison = compare_ranks([r.timeline for r in ranks], params.stragglers)
     return Analysis(path=path, ranks=ranks, verdict=_job_verdict(ranks, comparison, params.verdict),
                     comparison=comparison, failed=failed or [])
@@ -309,8 +309,9 @@ def _job_verdict(ranks: list[RankAnalysis], comparison: RankComparison | None, p
         return straggler_verdict(comparison, late.findings, late.verdict)
     counts: dict[str, int] = {}
     for r in active:
-        counts[r.verdict.limiter] = counts.get(r.verdict.limiter, 0) + 1
-    limiter = max(counts, key=counts.get)
+        if r.verdict.limiter is not None:  # `active` holds only those
+            counts[r.verdict.limiter] = counts.get(r.verdict.limiter, 0) + 1
+    limiter = max(counts, key=counts.__getitem__)
     chosen = max((r for r in active if r.verdict.limiter == limiter), key=lambda r: _loss(r, limiter))
     v = chosen.verdict
     evidence = {**v.evidence, "rank": chosen.rank,

@@ -107,18 +107,20 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
         "data_movement": (copies.exposed_pct, params.memcpy_pct),
     }
     over = {k: v for k, (v, threshold) in losses.items() if v >= threshold}
-    limiter = max(over, key=over.get) if over else "compute"
+    limiter = max(over, key=over.__getitem__) if over else "compute"
     also = _missing(f)
     verdict = _verdict_for(limiter, f, params, also)
     # every other loss over its threshold, with its own cause and next step: on a DDP rank idle
     # can edge out exposed communication, and both need fixing
     others = []
-    for k in sorted(over, key=over.get, reverse=True):
+    for k in sorted(over, key=over.__getitem__, reverse=True):
         if k != limiter:
             other = _verdict_for(k, f, params, also)
-            others.append(f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% {_of(f)}, from "
-                          f"{ROOT_CAUSES[other.root_cause].label}: {other.next_step}")
-    return replace(verdict, other_losses=others, saving=_saving_dict(saving_for(f.savings, verdict.root_cause)))
+            cause = ROOT_CAUSES[other.root_cause].label if other.root_cause else "an unknown cause"
+            others.append(f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% {_of(f)}, from {cause}: "
+                          f"{other.next_step}")
+    saving = saving_for(f.savings, verdict.root_cause) if verdict.root_cause else None
+    return replace(verdict, other_losses=others, saving=_saving_dict(saving))
 
 
 def _saving_dict(saving: Saving | None) -> dict | None:
@@ -158,7 +160,7 @@ def _missing(f: Findings) -> list[str]:
 
 def _top_idle_cause(idle: IdleResult) -> tuple[str, float]:
     causes = {c: v for c, v in idle.by_cause_us.items()}
-    cause = max(causes, key=causes.get)
+    cause = max(causes, key=causes.__getitem__)
     return cause, causes[cause]
 
 
@@ -249,7 +251,7 @@ def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
 def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
     kernels = f.kernels
     top = kernels.top[0] if kernels.top else None
-    evidence = {"idle_pct": f.idle.idle_pct}
+    evidence: dict[str, Any] = {"idle_pct": f.idle.idle_pct}
     if top is None:
         return Verdict("compute", "hot_kernel", "The device is busy, but the trace names no kernels", "", "", evidence, also)
     evidence.update({"kernel": top.name, "short_name": top.short_name, "kernel_share_of_busy_pct": top.share_of_busy_pct,

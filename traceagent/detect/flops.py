@@ -143,7 +143,7 @@ def _conv_forward(dims: list, concrete: list | None) -> float | None:
         return None
     x, w = dims[0], dims[1]
     spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1
-               for size, k, s, p, d in zip(x[2:], w[2:], stride, padding, dilation)]
+               for size, k, s, p, d in zip(x[2:], w[2:], stride or [], padding or [], dilation or [])]
     return _conv(x[0], w[0], w, math.prod(spatial))
 
 

@@ -214,8 +214,12 @@ def _host_columns(trace: Trace) -> _HostColumns:
     name, kind = cpu["name"].array, cpu["kind"].array
     return _HostColumns(cpu["start"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64), ~matches(cpu["name"], STEP_NAME),
                         name.codes, kind.codes, cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64),
-                        cpu["depth"].to_numpy(np.int64), np.append(np.asarray(name.categories, dtype=object), None),
-                        np.append(np.asarray(kind.categories, dtype=object), None))
+                        cpu["depth"].to_numpy(np.int64), _with_none(name.categories), _with_none(kind.categories))
+
+
+def _with_none(categories) -> np.ndarray:
+    """A categorical's values by code, with code -1 (missing) as None at the end."""
+    return np.append(np.asarray(categories, dtype=object), np.asarray([None], dtype=object))
 
 
 @per_trace

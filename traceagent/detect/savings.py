@@ -45,7 +45,7 @@ class Saving:
 def _saving(finding: str, root: str, us_: float, whole_us: float, steps: StepsResult | None,
             reasoning: str) -> Saving:
     per_step = round(us_ / steps.count, 3) if steps and steps.count else None
-    step_pct = pct(per_step, steps.mean_us) if per_step is not None and steps.mean_us else None
+    step_pct = pct(per_step, steps.mean_us) if per_step is not None and steps and steps.mean_us else None
     return Saving(finding, root, round(us_, 3), pct(us_, whole_us), per_step,
                   min(step_pct, 100.0) if step_pct is not None else None, reasoning)
 
@@ -84,11 +84,17 @@ def saving_for(savings: list[Saving], root_cause: str) -> Saving | None:
         return mine[0]
     first = mine[0]
     total = sum(s.upper_bound_us for s in mine)
-    per_step = sum(s.per_step_us for s in mine) if all(s.per_step_us is not None for s in mine) else None
-    step_pct = sum(s.step_pct for s in mine) if all(s.step_pct is not None for s in mine) else None
+    per_step = _sum_of_all([s.per_step_us for s in mine])
+    step_pct = _sum_of_all([s.step_pct for s in mine])
     return Saving(ROOT_CAUSES[root_cause].label, root_cause, round(total, 3),
                   round(sum(s.pct for s in mine), 2), per_step, min(step_pct, 100.0) if step_pct is not None else None,
                   first.reasoning)
+
+
+def _sum_of_all(values: list[float | None]) -> float | None:
+    """The sum, or None if any is None (a per-step figure one part lacks is no figure)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if len(known) == len(values) else None
 
 
 def straggler_saving(comparison: RankComparison, steps: StepsResult | None) -> Saving:
@@ -97,6 +103,6 @@ def straggler_saving(comparison: RankComparison, steps: StepsResult | None) -> S
     rank = comparison.straggler
     waiting = sum(r.exposed_waiting_us for r in comparison.ranks if r.rank != rank)
     per_step = round(waiting / (len(comparison.ranks) - 1) / steps.count, 3) if steps and steps.count else None
-    step_pct = min(pct(per_step, steps.mean_us), 100.0) if per_step is not None and steps.mean_us else None
+    step_pct = min(pct(per_step, steps.mean_us), 100.0) if per_step is not None and steps and steps.mean_us else None
     return Saving(f"rank {rank}'s lateness", "straggler", round(waiting, 3), comparison.others_exposed_waiting_pct,
                   per_step, step_pct, "an upper bound: the other ranks' waiting for it, where no compute of theirs hides it")

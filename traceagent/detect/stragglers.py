@@ -156,9 +156,11 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
 
 
 def _row(r: RankTimeline, comm: int, waiting: int, exposed: int, last: int, late_by: float) -> RankCollectives:
-    return RankCollectives(rank=r.rank, comm_us=us(comm), waiting_us=us(waiting), exposed_waiting_us=us(exposed),
-                           communication_us=us(comm - waiting), last_count=last, late_by_us=us(late_by),
-                           compute_us=r.breakdown.compute_us, device_time_us=r.breakdown.device_time_us)
+    # a trace that names no rank is rank 0 (DESIGN: never "no rank"), as assign_ranks numbers it
+    return RankCollectives(rank=r.rank if r.rank is not None else 0, comm_us=us(comm), waiting_us=us(waiting),
+                           exposed_waiting_us=us(exposed), communication_us=us(comm - waiting), last_count=last,
+                           late_by_us=us(late_by), compute_us=r.breakdown.compute_us,
+                           device_time_us=r.breakdown.device_time_us)
 
 
 def _exposed_waiting(r: RankTimeline, collectives: pd.DataFrame, waiting: np.ndarray) -> int:
@@ -219,5 +221,5 @@ def _straggler_cause(tables: list[pd.DataFrame], late: np.ndarray, s: int,
     by_cause = {k: us(v) for k, v in sorted(extra.items(), key=lambda kv: -kv[1])}
     idle_total = sum(v for k, v in extra.items() if k != "hot_kernel")
     if idle_total and idle_total >= params.cause_cover * sum(extra.values()):
-        return max((k for k in extra if k != "hot_kernel"), key=extra.get), by_cause
+        return max((k for k in extra if k != "hot_kernel"), key=extra.__getitem__), by_cause
     return "hot_kernel", by_cause

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import os
+from typing import Any
 
 import msgspec
 
@@ -59,7 +60,7 @@ def _with_events(source: str, events: list[dict], max_bytes: int | None) -> byte
     del raw
     if text.lstrip()[:1] == b"[":  # the bare-array form
         return msgspec.json.encode([*msgspec.json.decode(text, type=list[msgspec.Raw]), *events])
-    top = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
+    top: dict[str, Any] = msgspec.json.decode(text, type=dict[str, msgspec.Raw])
     top["traceEvents"] = [*msgspec.json.decode(top.get("traceEvents", b"[]"), type=list[msgspec.Raw]), *events]
     return msgspec.json.encode(top)
 
@@ -70,7 +71,8 @@ def finding_events(r: RankAnalysis, pid: int) -> list[dict]:
     name = "traceagent findings" + (f" ({len(trace.meta.devices)} GPUs)" if len(trace.meta.devices) > 1 else "")
     events = [_meta(pid, "process_name", name), _meta(pid, "process_sort_index", -1, key="sort_index")]
     tracks = {VERDICT: "verdict", STEPS: "steps"}
-    origin = trace.span_ns()[0] if trace.span_ns() else trace.origin_ns()
+    span = trace.span_ns()
+    origin = span[0] if span else trace.origin_ns()
     v = r.verdict
     events.append({"ph": "i", "s": "p", "cat": CATEGORY, "name": f"verdict: {v.headline}", "pid": pid, "tid": VERDICT,
                    "ts": origin / 1000, "args": {"limiter": v.limiter, "root_cause": v.root_cause,

@@ -178,23 +178,25 @@ def _kernels(analysis: Analysis) -> str:
 def _flops(analysis: Analysis) -> str:
     """Achieved TFLOP/s per op next to the GPU's peak for its dtype (recorded shapes only)."""
     flops = analysis.focus.findings.flops
-    rows = [o for o in (flops.by_op if flops else []) if o.achieved_tflops]
+    if flops is None:
+        return ""
+    rows = [(o, o.achieved_tflops) for o in flops.by_op if o.achieved_tflops]
     if not rows:
         return ""
     peak = peak_for(flops.gpu) if flops.gpu else None
-    peaks = {o.dtype: peak.tflops[o.dtype] for o in rows if peak and o.dtype in peak.tflops}
-    scale = max([o.achieved_tflops for o in rows] + list(peaks.values()))
+    peaks = {o.dtype: peak.tflops[o.dtype] for o, _ in rows if peak and o.dtype in peak.tflops}
+    scale = max([achieved for _, achieved in rows] + list(peaks.values()))
     label_w, row, bar_w = 260, 20, WIDTH - 260 - 150
     bars = []
-    for i, o in enumerate(rows[:8]):
+    for i, (o, achieved) in enumerate(rows[:8]):
         y = i * row
-        width = bar_w * o.achieved_tflops / scale
+        width = bar_w * achieved / scale
         bars.append(f'<text x="0" y="{y + 13}" font-size="11">{html.escape(shorten(o.name, 30))} ({o.dtype})</text>'
                     f'<rect x="{label_w}" y="{y + 2}" width="{width:.1f}" height="{row - 6}" fill="{WORK_COLORS["compute"]}"/>')
         if o.dtype in peaks:  # the peak as a tick: how far from the hardware
             x = label_w + bar_w * peaks[o.dtype] / scale
             bars.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y}" y2="{y + row - 2}" stroke="#333" stroke-width="2"/>')
-        bars.append(f'<text x="{label_w + width + 4:.1f}" y="{y + 13}" font-size="11">{o.achieved_tflops:g} TFLOP/s'
+        bars.append(f'<text x="{label_w + width + 4:.1f}" y="{y + 13}" font-size="11">{achieved:g} TFLOP/s'
                     + (f" · {percent(o.mfu_pct)} of peak" if o.mfu_pct is not None else "") + "</text>")
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{len(rows[:8]) * row}" role="img" '
            f'aria-label="achieved throughput">{"".join(bars)}</svg>')

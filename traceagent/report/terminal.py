@@ -43,7 +43,7 @@ def add_rows_keeping_numbers_whole(table: Table, width: int, rows: list[list[str
             column.no_wrap = True
     unwrapped = [c for c in table.columns if c.no_wrap and c.justify != "right"]
     if unwrapped:
-        taken = sum(c.min_width for c in table.columns if c.justify == "right")
+        taken = sum(c.min_width or 0 for c in table.columns if c.justify == "right")
         taken += sum(max(len(row[i]) for row in rows) if rows else 0
                      for i, c in enumerate(table.columns) if not c.no_wrap)
         borders = 3 * len(table.columns) + 1  # a rule and a space either side per column

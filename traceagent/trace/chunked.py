@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO, Protocol, TypeVar
 
 import msgspec
 
@@ -35,12 +35,20 @@ _BOUNDARY = re.compile(rb"\}\s*(,)\s*\{")
 _BLANK = b" \t\r\n"
 
 
+class Readable(Protocol):
+    """What the reader reads from: a binary file, or trace/reading.TraceStream."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def tell(self) -> int: ...
+
+
 class NotChunkable(Exception):
     """The file is not in the shape this reader handles (or not valid JSON): read it whole,
     where every repair and error message lives."""
 
 
-def read_array(f: BinaryIO, key: str, decode_piece: Callable[[bytes], T],
+def read_array(f: Readable, key: str, decode_piece: Callable[[bytes], T],
                decode_rest: Callable[[bytes], T], chunk_bytes: int | None = None,
                stop: int | None = None) -> tuple[bytes | None, bytes, Iterator[T]]:
     """(`{...document with the array emptied...}` or None for a bare array, the text that reopens
@@ -63,7 +71,7 @@ def read_array(f: BinaryIO, key: str, decode_piece: Callable[[bytes], T],
                                  lambda rest: decode_piece(b"".join((b"[", rest, b"]"))), chunk_bytes)
 
 
-def read_rest(f: BinaryIO, reopen: bytes, decode_piece: Callable[[bytes], T], decode_rest: Callable[[bytes], T],
+def read_rest(f: Readable, reopen: bytes, decode_piece: Callable[[bytes], T], decode_rest: Callable[[bytes], T],
               chunk_bytes: int | None = None) -> Iterator[T]:
     """The pieces of an array's elements from just after a boundary (`f` is there) to the end of
     the document, as read_array gives them; `reopen` is what read_array returned."""
@@ -80,7 +88,7 @@ def boundary_after(f: BinaryIO, offset: int, window: int = 1 << 20) -> int | Non
     return offset + found.start(1) if found else None
 
 
-def _opening(f: BinaryIO, key: str, chunk_bytes: int) -> tuple[bytes, bytes | None, bytes]:
+def _opening(f: Readable, key: str, chunk_bytes: int) -> tuple[bytes, bytes | None, bytes]:
     """Read up to the array's `[`: (what follows it, the document before it closed empty, the
     text that reopens the document before the last piece)."""
     buf = f.read(chunk_bytes)
@@ -103,7 +111,7 @@ def _opening(f: BinaryIO, key: str, chunk_bytes: int) -> tuple[bytes, bytes | No
 
 
 def _pieces(read: Callable[[int], bytes], rest: bytes, decode_piece: Callable[[bytes], T],
-            decode_last: Callable[[bytes], T], chunk_bytes: int) -> Iterator[T]:
+            decode_last: Callable[[bytearray], T], chunk_bytes: int) -> Iterator[T]:
     buf = bytearray(rest)  # grown in place, and cut from the front without moving what is left
     # buf[:floor] holds no cut that could decode: every one there was tried and failed, and a cut
     # that fails keeps failing however much follows (so a long element is not searched again
@@ -133,7 +141,7 @@ def _pieces(read: Callable[[int], bytes], rest: bytes, decode_piece: Callable[[b
         raise NotChunkable(str(exc)) from None
 
 
-def _cuts(buf: bytes, floor: int = 0) -> Iterator[int]:
+def _cuts(buf: bytes | bytearray, floor: int = 0) -> Iterator[int]:
     """Commas between a `}` and a `{` in buf[floor:], last first: searched in a window at the
     end, widened when it holds none (regex at C speed; no Python step per byte or per comma)."""
     window = 1 << 16

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import repeat
 from operator import attrgetter, itemgetter
+from types import GenericAlias
 from typing import Any, Union
 
 import msgspec
@@ -109,7 +110,9 @@ def _event_type(strict: bool):
         + [("args", args, msgspec.field(default_factory=args))], gc=False)
 
 
-_STRICT, _LOOSE = _event_type(strict=True), _event_type(strict=False)
+# msgspec types built at import (typed Any: the type checker sees variables, not classes)
+_STRICT: Any = _event_type(strict=True)
+_LOOSE: Any = _event_type(strict=False)
 _LOOSE_TYPES = (_LOOSE, type(_LOOSE().args))  # events and args whose fields may hold any JSON
 
 #: phases whose events are read in full (complete events, instants for [memory], metadata for
@@ -141,7 +144,7 @@ def _phase_union():
     return Union[tuple(read + skimmed)]  # noqa: UP007 (a runtime union of generated types)
 
 
-_BY_PHASE = _phase_union()
+_BY_PHASE: Any = _phase_union()
 
 
 class _Document(msgspec.Struct):
@@ -158,7 +161,7 @@ class _LastPiece(_Document):
     """The document again around the last piece of events (read in pieces): events decoded
     straight into structs, and the keys written after the array."""
 
-    traceEvents: list[_BY_PHASE] = msgspec.field(default_factory=list)  # type: ignore[valid-type]
+    traceEvents: list[_BY_PHASE] = msgspec.field(default_factory=list)
 
 
 #: events decoded into structs at a time: peak memory holds one batch, not the whole trace.
@@ -271,6 +274,11 @@ def _recover_truncated(raw: bytes, attempts: int = 64):
     return None
 
 
+def _list_of(kind: Any) -> Any:
+    """`list[kind]` for a struct type built at run time."""
+    return GenericAlias(list, (kind,))
+
+
 def _decode_events(batch: list, typed: tuple = (_BY_PHASE, _STRICT)) -> tuple[list, int]:
     """Raw events, one batch at a time: typed structs (the `typed` kinds not already tried), or
     Any-typed ones for odd traces (all of a batch one or the other, which _texts relies on);
@@ -278,11 +286,11 @@ def _decode_events(batch: list, typed: tuple = (_BY_PHASE, _STRICT)) -> tuple[li
     text = b"[" + b",".join(batch) + b"]"
     for kind in typed:
         try:
-            return msgspec.json.decode(text, type=list[kind]), 0
+            return msgspec.json.decode(text, type=_list_of(kind)), 0
         except (msgspec.ValidationError, msgspec.DecodeError):
             pass
     try:
-        return msgspec.json.decode(text, type=list[_LOOSE]), 0
+        return msgspec.json.decode(text, type=_list_of(_LOOSE)), 0
     except (msgspec.ValidationError, msgspec.DecodeError):  # one by one, only on such traces
         events = []
         for item in batch:
@@ -373,8 +381,8 @@ class _Strings:
         return np.array([*known, False], dtype=bool)[codes]
 
     def values(self) -> list[str]:
-        """The strings, in code order."""
-        return list(self._code)[1:]
+        """The strings, in code order (None, code -1, is the first key)."""
+        return [v for v in self._code if v is not None]
 
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
         return pd.Categorical.from_codes(codes, categories=pd.Index(self.values(), dtype=object))
@@ -456,7 +464,7 @@ def _read_in_pieces(path: str, max_bytes: int | None = None) -> _Read:
         try:
             started = time.monotonic()
             parts, skipped, events, after = _columns(pieces, strings)
-            if stop is not None:
+            if tail is not None and stop is not None:
                 try:  # a child that has not answered by then never will (a lock held at the fork)
                     more = tail.result(timeout=CHILD_GRACE_S + 3 * (time.monotonic() - started))
                 except forked.ChildFailed:
@@ -539,7 +547,7 @@ def _decode_piece(text: bytes) -> tuple[list, int, None]:
     """`[...events...]`: straight into structs; a piece that breaks the usual types goes event
     by event as the whole-file reader does. msgspec.DecodeError: not whole events (a bad cut)."""
     try:
-        return msgspec.json.decode(text, type=list[_BY_PHASE]), 0, None
+        return msgspec.json.decode(text, type=_list_of(_BY_PHASE)), 0, None
     except msgspec.ValidationError:
         pass
     return (*_decode_events(msgspec.json.decode(text, type=list[msgspec.Raw]), typed=(_STRICT,)), None)
@@ -576,7 +584,8 @@ def _read_whole(path: str, max_bytes: int | None = None) -> _Read:
     raw_events = doc.traceEvents
     del raw
     doc.traceEvents = []
-    parts, strings, skipped = [], defaultdict(_Strings), 0
+    strings: dict[tuple[str, str], _Strings] = defaultdict(_Strings)
+    parts, skipped = [], 0
     for i in range(0, len(raw_events), BATCH):
         events, not_objects = _decode_events(raw_events[i:i + BATCH])
         parts.append(_batch_columns(events, strings))
@@ -668,7 +677,7 @@ def _arg(args: list, field: str) -> np.ndarray:
     return _numeric(args, field, _ARG_DEFAULTS[field])
 
 
-_ARG_DEFAULTS = {f: d for f, _, d, _ in _ARG_FIELDS}
+_ARG_DEFAULTS: dict[str, Any] = {f: d for f, _, d, _ in _ARG_FIELDS}
 
 
 def _memory(events: list, phases: np.ndarray) -> tuple[dict, int]:

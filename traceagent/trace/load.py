@@ -221,7 +221,7 @@ def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: boo
         trace.meta.warnings.extend(notes)
     for trace, rank in zip(traces, assign_ranks(path, origins, [t.meta for t in traces])):
         trace.meta.rank = rank
-    return Job(path=path, traces=sorted(traces, key=lambda t: t.meta.rank))
+    return Job(path=path, traces=sorted(traces, key=lambda t: t.meta.rank if t.meta.rank is not None else -1))
 
 
 def _load_files(files: list[str], use_cache: bool, progress: Progress | None, scheduler: str | None,
@@ -279,12 +279,13 @@ def assign_ranks(path: str, files: list[str], metas: list[TraceMeta]) -> list[in
     Where some have none, every trace is numbered in file order, with a warning."""
     if len(metas) == 1:
         return [metas[0].rank if metas[0].rank is not None else 0]
-    ranks = []
+    found: list[int | None] = []
     for file, meta in zip(files, metas):
         # the file's name (worker3.json), else its directory's (rank3/trace.json)
         named = _RANK_IN_NAME.search(storage.name(file)) or _RANK_IN_NAME.search(storage.parent_name(file))
-        ranks.append(meta.rank if meta.rank is not None else int(named.group(1)) if named else None)
-    if any(r is None for r in ranks):
+        found.append(meta.rank if meta.rank is not None else int(named.group(1)) if named else None)
+    ranks = [r for r in found if r is not None]
+    if len(ranks) < len(found):
         for meta in metas:
             meta.warnings.append("no rank in the trace or its name; numbered in file-name order")
         return list(range(len(metas)))

@@ -62,7 +62,7 @@ def parse_copy_names(names: pd.Categorical) -> tuple[pd.Categorical, pd.Categori
         srcs.append(src)
         dsts.append(dst)
     codes = names.codes
-    return tuple(_take(values, codes) for values in (kinds, srcs, dsts))  # type: ignore[return-value]
+    return tuple(_take(values, codes) for values in (kinds, srcs, dsts))
 
 
 def _take(values: list, codes: np.ndarray) -> pd.Categorical:
@@ -201,7 +201,7 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = No
     gpu_names = _visible_names(gpu.pop("name"))
     copy_kind, src_kind, dst_kind = parse_copy_names(gpu_names)
     is_copy = np.asarray(gpu["kind"]) == "memcpy"
-    gpu["copy_kind"] = categorical(np.where(is_copy, np.asarray(copy_kind, dtype=object), None))
+    gpu["copy_kind"] = categorical(np.where(is_copy, np.asarray(copy_kind, dtype=object), np.asarray(None, dtype=object)))
     gpu["src_kind"] = src_kind
     gpu["dst_kind"] = dst_kind
     gpu["name"] = gpu_names

@@ -13,7 +13,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input
+from textual.widgets import Footer, Header, Input, Static
 
 from ..agent.events import Answer, Cancelled, Failure, Token, ToolCall, ToolResult
 from ..agent.offline import CANNED_QUESTIONS
@@ -90,7 +90,7 @@ class TraceAgentApp(App):
             analysis, other, timeline = await asyncio.to_thread(self._load_and_analyze)
         except TraceError as exc:
             await conversation.add_error(f"Cannot load the trace: {exc}")
-            self.query_one("#summary").update("Not loaded.")
+            self.query_one("#summary", Static).update("Not loaded.")
             return
         self.analysis = analysis
         self.session = Session(AnalysisContext(analysis, other), self.model, self.config)
@@ -151,6 +151,8 @@ class TraceAgentApp(App):
         conversation = self.query_one(Conversation)
         if echo:
             await conversation.add_user(question)
+        if self.session is None:  # questions asked while loading wait in self.waiting
+            return
         answer = None
         tools = {}
         events = self.session.ask(question)

@@ -22,9 +22,11 @@ from .widgets.timeline import timeline_data
 def load_and_analyze(path: str, compare: str | None, use_cache: bool, steps: str | None = None,
                      max_bytes: int | None = None, settings: Sequence[str] = ()):
     """(analysis, analysis of the trace to compare or None, the timeline's data or None)."""
-    options = {"use_cache": use_cache, "steps": steps, "max_bytes": max_bytes, "settings": settings}
-    analysis = analyze(path, **options)
-    other = analyze(compare, **options) if compare else None
+    def one(source: str):
+        return analyze(source, use_cache=use_cache, steps=steps, max_bytes=max_bytes, settings=settings)
+
+    analysis = one(path)
+    other = one(compare) if compare else None
     return analysis, other, timeline_data(analysis.focus)
 
 

@@ -8,6 +8,7 @@ import json
 from textual.containers import VerticalScroll
 from textual.markup import escape
 from textual.widgets import Collapsible, Markdown, Static
+from textual.widgets.markdown import MarkdownStream
 
 from ...format import shorten
 
@@ -75,7 +76,7 @@ class AnswerBlock(Markdown):
     def __init__(self) -> None:
         super().__init__("")
         self.text = ""
-        self._stream = None
+        self._stream: MarkdownStream | None = None
 
     async def add(self, text: str) -> None:
         if self._stream is None:

@@ -81,7 +81,7 @@ class SidePanel(VerticalScroll):
             select.value = next((value for _, value in scopes if value[0] == focus.rank), scopes[0][1])
         self.show_findings(focus.rank)
 
-    def show_findings(self, rank: int) -> None:
+    def show_findings(self, rank: int | None) -> None:
         """The findings of one rank (the verdict's at first)."""
         findings = self.query_one("#findings", OptionList)
         several = len(self.data["ranks"]) > 1
@@ -92,7 +92,7 @@ class SidePanel(VerticalScroll):
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
-        if event.value is Select.BLANK or not hasattr(self, "data"):
+        if not isinstance(event.value, tuple) or not hasattr(self, "data"):  # Select.BLANK: nothing chosen
             return
         rank, device = event.value
         self.show_findings(rank)
