@@ -68,17 +68,49 @@ def run_per_file(func: Callable[..., Any], files: Sequence[str], *, scheduler: s
         futures = client.map(func, list(files), pure=False, **kwargs)
         index = {f.key: i for i, f in enumerate(futures)}
         results: list[Any] = [None] * len(files)
-        for done, future in enumerate(as_completed(futures, loop=client.loop), 1):
+        killed: list[int] = []
+        done = 0
+        for future in as_completed(futures, loop=client.loop):
             i = index[future.key]
-            results[i] = _result(future, files[i], lost)
-            future.release()  # the worker may drop it now: only this process holds it
+            try:
+                results[i] = _result(future, lost)
+            except _Killed:
+                killed.append(i)
+                continue
+            finally:
+                future.release()  # the worker may drop it now: only this process holds it
+            done += 1
+            if progress:
+                progress(done, len(files), name(files[i]))
+        # a worker that dies takes the blame for every task it held: each such task again, alone on
+        # the cluster, so that only the one that kills its worker each time is lost
+        for i in sorted(killed):
+            alone = client.submit(func, files[i], pure=False, **kwargs)
+            try:
+                results[i] = _result(alone, lost)
+            except _Killed as exc:
+                results[i] = lost(files[i], str(exc)) if lost else exc.error
+            finally:
+                alone.release()
+            done += 1
             if progress:
                 progress(done, len(files), name(files[i]))
         return results
 
 
-def _result(future, file: str, lost: Callable[[str, str], Any] | None) -> Any:
-    """A finished task's value; where its worker died, `lost`'s account of it (else the error)."""
+class _Killed(Exception):
+    """A task Dask gave up on because the workers that ran it died (KilledWorker)."""
+
+    def __init__(self, error: BaseException) -> None:
+        tries = getattr(error, "allowed_failures", None)
+        tried = f"{tries + 1} times" if isinstance(tries, int) else "each time"
+        super().__init__(f"the Dask worker analysing it died, {tried} (killed: out of memory, or a crash)")
+        self.error = error
+
+
+def _result(future, lost: Callable[[str, str], Any] | None) -> Any:
+    """A finished task's value; _Killed where its workers died (KilledWorker) and the caller
+    accounts for lost tasks (`lost`), else the task's error."""
     from distributed import KilledWorker
 
     try:
@@ -86,9 +118,7 @@ def _result(future, file: str, lost: Callable[[str, str], Any] | None) -> Any:
     except KilledWorker as exc:
         if lost is None:
             raise
-        tries = getattr(exc, "allowed_failures", None)
-        tried = f"{tries + 1} times" if isinstance(tries, int) else "each time"
-        return lost(file, f"the Dask worker analysing it died, {tried} (killed: out of memory, or a crash)")
+        raise _Killed(exc) from None
 
 
 def _in_process(func: Callable[..., Any], files: Sequence[str], progress: Progress | None,
