@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from functools import cache
 from pathlib import Path
 
@@ -28,7 +29,13 @@ CPU_ONLY = DATA / "cpu" / "torch_cpu_only.pt.trace.json.gz"
 
 @pytest.fixture(scope="session")
 def session_cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("session-cache")
+    """One cache for the whole run: pytest-xdist's workers share the directory above their own
+    temporary roots, so a shared trace is parsed by the first worker that needs it and read back
+    by the others (entries are written atomically, so workers never see half of one)."""
+    root = tmp_path_factory.getbasetemp()
+    shared = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "session-cache"
+    shared.mkdir(exist_ok=True)
+    return shared
 
 
 @pytest.fixture(autouse=True)
@@ -49,9 +56,9 @@ def isolated_cache(tmp_path_factory, monkeypatch) -> Path:
 
 @cache
 def analyzed(path: Path) -> traceagent.Analysis:
-    """The analysis of a shared trace with default parameters, computed once per session (tests
-    only read it)."""
-    return traceagent.analyze(path, use_cache=False)
+    """The analysis of a shared trace with default parameters, computed once per worker from the
+    run's cache (tests only read it; test_cache checks a cached load equals a parse)."""
+    return traceagent.analyze(path)
 
 
 def write_trace(path: Path, events: list[dict], compress: bool = False, **top) -> Path:
