@@ -17,7 +17,7 @@ from traceagent.agent.llm import LLMConfig, load_config
 from traceagent.agent.offline import CANNED_QUESTIONS
 from traceagent.agent.question import understand
 from traceagent.agent.session import Answer, Cancelled, Failure, Session, Token, ToolCall, ToolResult
-from traceagent.agent.tools import AnalysisContext
+from traceagent.agent.tools import AnalysisContext, build_tools
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +182,19 @@ def test_redaction_covers_authorization_values_and_basic_credentials():
     assert shown.count("[credentials]") == 4
     config = LLMConfig(api_key="local", base_url="http://bob:hunter22@127.0.0.1:8000/v1")
     assert "hunter22" not in config.redact("sent bob:hunter22 as " + base64.urlsafe_b64encode(b"bob:hunter22").decode())
+
+
+def test_the_rank_and_gpu_in_focus_are_the_tools_default_and_the_model_is_told():
+    from conftest import DLRM_8RANK
+
+    analysis = analyzed(DLRM_8RANK)
+    model = ScriptedChatModel(received=[], responses=[tool_call("idle_gaps", {}), AIMessage("Rank 3 waits.")])
+    session = Session(AnalysisContext(analysis, focus=(3, 3)), model=model)
+    events = collect(session, "why is my GPU idle?")
+    result = json.loads(next(e for e in events if isinstance(e, ToolResult)).content)
+    assert result["scope"] == {"rank": 3, "device": 3, "devices": [3]}
+    assert result["idle_us"] == analysis.rank(3).findings.idle.devices[3].idle_us
+    assert "The user is looking at rank 3, GPU 3" in model.received[0][0].content
+    tools = {t.name: t for t in build_tools(AnalysisContext(analysis, focus=(3, 3)))}
+    named = json.loads(tools["idle_gaps"].invoke({"rank": 5}))
+    assert named["scope"]["rank"] == 5 and named["scope"]["device"] == "all"  # a question that names one wins

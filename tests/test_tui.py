@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage
 from traceagent.tui.app import TraceAgentApp
 from traceagent.tui.loader import load_and_analyze
 from traceagent.tui.screens import HelpScreen
-from traceagent.tui.widgets.conversation import AnswerBlock, ErrorMessage, ToolBlock, UserMessage
+from traceagent.tui.widgets.conversation import AnswerBlock, ErrorMessage, NoteMessage, ToolBlock, UserMessage
 from traceagent.tui.widgets.prompt import PromptInput
 from traceagent.tui.widgets.side_panel import SidePanel
 
@@ -314,3 +314,31 @@ def test_a_finding_on_a_huge_kernel_name_asks_with_the_name_capped(tmp_path):
     data = analyze(b.write(tmp_path / "t.json")).to_dict()
     questions = [q for label, q in _findings(data["ranks"][0], data["verdict"], False) if label.startswith("kernel")]
     assert questions[0] == f"Why is `{name[:QUESTION_NAME_CHARS - 1]}…` hot?"
+
+
+def test_the_rank_and_gpu_chosen_in_the_panel_are_what_questions_are_about():
+    # the panel opens on the verdict's rank without narrowing questions; choosing rank 3 · GPU 3
+    # makes it the tools' default: the offline analyst's idle answer is then rank 3's own figures
+    from conftest import DLRM_8RANK
+    from textual.widgets import Select
+
+    analysis = analyzed(DLRM_8RANK)
+    idle3 = analysis.rank(3).findings.idle.devices[3]
+
+    async def run():
+        app = InProcessApp(str(DLRM_8RANK))
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            before = app.session.ctx.focus
+            app.query_one("#scope", Select).value = (3, 3)
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            await ask(pilot, app, "Why is my GPU idle?")
+            notes = [str(n.content) for n in app.query(NoteMessage)]
+            return before, app.session.ctx.focus, app.query(AnswerBlock).last().text, notes
+
+    before, after, text, notes = asyncio.run(run())
+    assert before is None and after == (3, 3)
+    assert any("now about rank 3, GPU 3" in n for n in notes)
+    assert f"Rank 3, GPU 3: The GPU is idle **{idle3.idle_pct:.1f}%**" in text  # its own figures, not rank 7's

@@ -138,7 +138,7 @@ class Session:
         for _ in range(self.max_tool_rounds):
             reply = StreamedReply()
             try:
-                async for chunk in model.astream([SystemMessage(self.system), *history, *turn]):
+                async for chunk in model.astream([SystemMessage(self.system + self._focus_note()), *history, *turn]):
                     if self._cancel.is_set():
                         yield Cancelled()
                         return
@@ -213,6 +213,15 @@ class Session:
             if "validation error" in message:
                 message = "; ".join(line.strip() for line in str(exc).splitlines()[1:3])
             return ToolResult(call["id"], call["name"], json.dumps({"error": f"bad arguments: {message}"}), ok=False)
+
+    def _focus_note(self) -> str:
+        """What the user is looking at (the chat app's side panel), which the tools default to."""
+        if self.ctx.focus is None:
+            return ""
+        rank, device = self.ctx.focus
+        gpu = f", GPU {device}" if device is not None else ""
+        return (f"\n\nThe user is looking at rank {rank}{gpu}: the tools default to it, so answer about it unless "
+                "the question names another rank or GPU.")
 
     def _failure(self, exc: Exception) -> Failure:
         kind, message = describe_model_error(exc, self.config)

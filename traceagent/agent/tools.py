@@ -57,9 +57,12 @@ class AnalysisContext:
     analysis: Analysis
     other: Analysis | None = None
     sources: Sources = field(default_factory=Sources)  # what the conversation's tools returned: `calc` reads it
+    focus: tuple[int, int | None] | None = None  # the rank and GPU the user is looking at: the tools' default
 
     def rank(self, rank: int | None) -> RankAnalysis:
-        """A rank's analysis; None is the rank the verdict is about."""
+        """A rank's analysis; None is the rank in focus, else the one the verdict is about."""
+        if rank is None and self.focus is not None:
+            rank = self.focus[0]
         try:
             return self.analysis.rank(rank)
         except KeyError:
@@ -67,8 +70,11 @@ class AnalysisContext:
                 from None
 
     def scoped(self, rank: int | None, device: int | None) -> tuple[RankAnalysis, dict]:
-        """The rank asked for (the verdict's by default) and the scope to report: which rank, which
-        GPU ("all" of the rank's when none is named), and the rank's GPUs."""
+        """The rank asked for (the one in focus, else the verdict's, by default) and the scope to
+        report: which rank, which GPU ("all" of the rank's when none is named, unless a GPU is in
+        focus and no rank was named), and the rank's GPUs."""
+        if rank is None and device is None and self.focus is not None:
+            rank, device = self.focus
         r = self.rank(rank)
         if device is not None and device not in r.devices:
             raise ToolInputError(f"rank {r.rank} has no GPU {device} with work; its GPUs are {r.devices}")

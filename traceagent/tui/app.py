@@ -12,6 +12,7 @@ from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
@@ -36,6 +37,9 @@ class TraceAgentApp(App):
 
     TITLE = "traceagent"
     CSS_PATH = Path(__file__).parent / "app.tcss"
+    #: the rank and GPU the user chose in the side panel (or the palette); None: the verdict's rank
+    scope: reactive[tuple[int, int] | None] = reactive(None, init=False)
+
     BINDINGS = [
         Binding("escape", "cancel", "Stop answer"),
         Binding("ctrl+n", "new_conversation", "New"),
@@ -64,7 +68,6 @@ class TraceAgentApp(App):
         self.sub_title = self._model_title
         if compare:  # the header says both traces are loaded
             self.title = f"traceagent · {Path(path).name} vs {Path(compare).name}"
-        self.scope: tuple[int, int] | None = None  # the rank and GPU the timeline shows
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -93,7 +96,7 @@ class TraceAgentApp(App):
             self.query_one("#summary", Static).update("Not loaded.")
             return
         self.analysis = analysis
-        self.session = Session(AnalysisContext(analysis, other), self.model, self.config)
+        self.session = Session(AnalysisContext(analysis, other, focus=self.scope), self.model, self.config)
         comparison = await asyncio.to_thread(diff, analysis, other) if other is not None else None
         await self.query_one(SidePanel).show(analysis, other, comparison)
         if timeline is not None:
@@ -129,6 +132,17 @@ class TraceAgentApp(App):
 
     def on_side_panel_scope_selected(self, message: SidePanel.ScopeSelected) -> None:
         self.show_scope(message.rank, message.device)
+        if message.chosen:
+            self.scope = (message.rank, message.device)
+
+    async def watch_scope(self, scope: tuple[int, int] | None) -> None:
+        """The rank and GPU the user chose: the tools' default from now on, for the model and the
+        offline analyst alike (a question that names another still gets that one)."""
+        if self.session is not None:
+            self.session.ctx.focus = scope
+        if scope is not None:
+            await self.query_one(Conversation).add_note(f"Questions are now about rank {scope[0]}, GPU {scope[1]} "
+                                                        "unless they name another.")
 
     @work(exclusive=True, group="scope")
     async def show_scope(self, rank: int, device: int) -> None:
@@ -137,7 +151,6 @@ class TraceAgentApp(App):
             return
         chosen = self.analysis.rank(rank)
         self.query_one(Timeline).data = await asyncio.to_thread(timeline_data, chosen, device)
-        self.scope = (rank, device)
         self.sub_title = f"{self._model_title} · showing rank {rank}, GPU {device}"
 
     def _pick_scope(self, rank: int, device: int) -> None:

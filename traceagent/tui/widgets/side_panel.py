@@ -36,13 +36,15 @@ class SidePanel(VerticalScroll):
             self.question = question
 
     class ScopeSelected(Message):
-        """The user chose which rank and GPU the timeline and findings show."""
+        """Which rank and GPU the timeline and findings show: `chosen` by the user, or the panel's
+        own first pick (the verdict's rank), which questions need not be narrowed to."""
 
-        def __init__(self, rank: int, device: int) -> None:
+        def __init__(self, rank: int, device: int, chosen: bool) -> None:
             super().__init__()
-            self.rank, self.device = rank, device
+            self.rank, self.device, self.chosen = rank, device, chosen
 
     questions: list[str] = []
+    _opening: tuple[int, int] | None = None  # the pick show() made, until its change arrives
 
     def compose(self) -> ComposeResult:
         yield Static("Trace", classes="title")
@@ -78,7 +80,8 @@ class SidePanel(VerticalScroll):
         select.set_options([(Text(label), value) for label, value in scopes])
         focus = analysis.focus
         if scopes:
-            select.value = next((value for _, value in scopes if value[0] == focus.rank), scopes[0][1])
+            self._opening = next((value for _, value in scopes if value[0] == focus.rank), scopes[0][1])
+            select.value = self._opening
         self.show_findings(focus.rank)
 
     def show_findings(self, rank: int | None) -> None:
@@ -96,7 +99,10 @@ class SidePanel(VerticalScroll):
             return
         rank, device = event.value
         self.show_findings(rank)
-        self.post_message(self.ScopeSelected(rank, device))
+        # the first change is the panel's own pick (see show); any other is the user's
+        chosen = event.value != self._opening
+        self._opening = None
+        self.post_message(self.ScopeSelected(rank, device, chosen))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
