@@ -26,7 +26,7 @@ from .memory import MemoryResult
 from .savings import Saving, saving_for, straggler_saving
 from .steps import StepsResult
 from .stragglers import RankComparison
-from .vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES
+from .vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES, blocking
 from .workload import Workload
 
 
@@ -185,14 +185,14 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
         if site:
             where = f" {site.call}" + (f" under {site.op}" if site.op else "") + (f" at {site.python}" if site.python else "")
             evidence.update({"sync_call": site.call, "op": site.op, "python": site.python, "sync_count": site.count})
-        step = ("Remove the synchronization" + (f" at {site.python}" if site and site.python else "")
-                + ": keep values on the GPU instead of calling .item()/.cpu()/print on tensors every step (log every "
-                "N steps), and find other syncs with torch.cuda.set_sync_debug_mode('warn').")
+        kind = blocking(site.call if site else None)  # the fix depends on what blocked: a read-back, the allocator…
+        evidence["sync_kind"] = kind.kind
+        step = (f"Remove the wait{f' at {site.python}' if site and site.python else ''}: {kind.fix}.")
         if not f.has_python_frames:
             step += " Re-profile with with_stack=True to get the Python line."
         return Verdict("idle", root, f"{head}, mostly after host synchronizations ({cause_pct:.1f}% {_of(f)})",
-                       f"The host blocks on the GPU{where}, so it cannot queue work ahead and the GPU drains "
-                       "while the host catches up.", step, evidence, also)
+                       f"The host blocks on the GPU{where} ({kind.label}), so it cannot queue work ahead and the GPU "
+                       "drains while the host catches up.", step, evidence, also)
     if root == "launch_overhead":
         launch = f.launch
         evidence.update({"short_kernel_pct": launch.short_kernel_pct, "median_kernel_us": launch.median_kernel_us,

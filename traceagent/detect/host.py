@@ -13,14 +13,8 @@ from ..trace.model import Trace, matches, per_trace
 from ..trace.normalize import STEP_NAME, innermost_enclosing, nesting_depth
 from . import intervals as iv
 from .view import us
+from .vocabulary import BLOCKING_NAME
 
-#: Host calls that block until device work finishes.
-SYNC_CALLS = frozenset({
-    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-    "cudaMemcpy2D", "cudaMemcpyFromSymbol", "cudaMemcpyToSymbol", "cudaStreamQuery_blocking",
-    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD",
-    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
-})
 #: Kernel-launch calls (runtime and driver, CUDA and HIP, graphs).
 LAUNCH_CALLS = re.compile(r"^(cuda|hip|cu)(Ext)?(Module)?(Launch|GraphLaunch)|^cudaLaunch|^hipLaunch")
 #: Python frames from libraries rather than the user's script.
@@ -30,9 +24,9 @@ LIBRARY_FRAME = re.compile(
 
 
 def sync_calls(trace: Trace) -> pd.DataFrame:
-    """Host synchronization calls, sorted by end."""
+    """Host calls that wait for the GPU (vocabulary.BLOCKING_CALLS), sorted by end."""
     cpu = trace.cpu
-    rows = cpu[cpu["kind"].isin(["runtime", "driver"]) & cpu["name"].isin(SYNC_CALLS)]
+    rows = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy() & matches(cpu["name"], BLOCKING_NAME)]
     return rows.sort_values("end", kind="stable")
 
 

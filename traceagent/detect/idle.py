@@ -6,8 +6,11 @@ holds, in this order:
 1. `dataloader`: DataLoader/DataPipe `__next__` covers at least `loader_cover` of the gap. Put
    before `sync` (DESIGN.md lists sync first) because a sync that precedes a loader-bound gap
    is not what to fix: without it the host would still be loading the batch the next kernels need.
-2. `sync`: a synchronization call ended inside the gap or up to `sync_slack_us` before it; the
-   evidence names the op and the user's Python line above it (`aten::item` at `train.py(42)`).
+2. `sync`: a call that waits for the GPU (vocabulary.BLOCKING_CALLS: synchronizes, synchronous
+   copies such as `.item()`'s, the allocator's cudaFree and pinned allocations, on CUDA and HIP)
+   was already waiting when the gap began and returned inside it or up to `sync_slack_us` before
+   it (one made once the GPU was idle waited for nothing); the evidence names the op and the
+   user's Python line above it (`aten::item` at `train.py(42)`), the verdict the fix for its kind.
 3. `launch_overhead`: the host issued the next kernel only during the gap, with a launch call,
    that kernel ran shorter than its launch call, and the gap is at most `launch_bound_max_us`:
    the host cannot launch fast enough. (Longer waits are host work, not launch cost.)
@@ -150,10 +153,14 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     syncs = sync_calls(trace)
     sync_label = np.full(n, -1, dtype=np.int64)
     if len(syncs):
-        ends = syncs["end"].to_numpy(np.int64)
-        first = np.searchsorted(ends, g_start - int(params.sync_slack_us * 1000), side="left")
+        ends, starts = syncs["end"].to_numpy(np.int64), syncs["start"].to_numpy(np.int64)
+        slack = int(params.sync_slack_us * 1000)
+        first = np.searchsorted(ends, g_start - slack, side="left")
         ok = first < len(ends)
-        ok[ok] = ends[first[ok]] <= g_end[ok]
+        # it returned inside the gap (or just before it), and it was already waiting when the GPU
+        # ran dry: a blocking call made once the GPU was idle (a pinned allocation while the host
+        # initialises cuDNN) waited for nothing, and did not cause the gap
+        ok[ok] = (ends[first[ok]] <= g_end[ok]) & (starts[first[ok]] < g_start[ok])
         is_sync = undecided & ok
         sync_label[is_sync] = syncs.index.to_numpy()[first[is_sync]]
         cause[is_sync] = "sync"

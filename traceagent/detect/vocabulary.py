@@ -7,6 +7,7 @@ the system prompt), so a word means the same thing everywhere and is spelled in 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -105,6 +106,63 @@ BOUNDS = {
     "host": Bound("the host (CPU)", frozenset({"launch_overhead", "host_other", "sync", "dataloader"})),
     "input": Bound("data loading", frozenset({"dataloader"})),
 }
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """A kind of host call that waits for the GPU: what it is, and the fix that removes the wait."""
+
+    kind: str
+    label: str
+    fix: str
+
+
+#: Host calls that block until device work finishes, by kind, from the CUDA runtime and driver
+#: APIs' synchronization behaviour and HIP's equivalents (a `_v2`, `_ptds` or `_ptsz` variant of a
+#: name is the same call). A gap that starts as one of them returns is a synchronization gap.
+BLOCKING_CALLS: dict[str, tuple[str, ...]] = {
+    "synchronize": ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaThreadSynchronize",
+                    "cudaStreamQuery_blocking", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+                    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipCtxSynchronize"),
+    # synchronous copies return once the copy (and the work before it) is done: .item(), .cpu(), .tolist()
+    "copy": ("cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyPeer", "cudaMemcpyFromSymbol",
+             "cudaMemcpyToSymbol", "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuMemcpy3D",
+             "cuMemcpyPeer", "hipMemcpy", "hipMemcpyWithStream", "hipMemcpyDtoH", "hipMemcpyHtoD", "hipMemcpy2D",
+             "hipMemcpy3D", "hipMemcpyPeer", "hipMemcpyFromSymbol", "hipMemcpyToSymbol"),
+    # freeing device memory and pinned host allocations wait for the whole device
+    "allocator": ("cudaFree", "cudaFreeHost", "cudaFreeArray", "cudaMallocHost", "cudaHostAlloc", "cuMemFree",
+                  "cuMemFreeHost", "cuMemAllocHost", "cuMemHostAlloc", "hipFree", "hipHostFree", "hipFreeHost",
+                  "hipHostMalloc", "hipMallocHost", "hipFreeArray"),
+    "memset": ("cudaMemset", "cudaMemset2D", "cudaMemset3D", "hipMemset", "hipMemset2D", "hipMemsetD8",
+               "hipMemsetD32"),
+}
+BLOCKING = {b.kind: b for b in (
+    Blocking("synchronize", "a synchronize call", "keep values on the GPU instead of calling .item()/.cpu()/print "
+             "on tensors every step (log every N steps), and find other syncs with "
+             "torch.cuda.set_sync_debug_mode('warn')"),
+    Blocking("copy", "a synchronous copy (.item(), .cpu(), .tolist(), or a copy through pageable memory)",
+             "keep values on the GPU instead of reading them back every step (log every N steps); for copies you "
+             "need, copy into pinned memory with non_blocking=True; find the syncs with "
+             "torch.cuda.set_sync_debug_mode('warn')"),
+    Blocking("allocator", "the caching allocator freeing memory (cudaFree under memory pressure, then cudaMalloc "
+             "again) or a pinned host allocation",
+             "keep the allocator from freeing and allocating again: set "
+             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep input shapes fixed (pad or bucket sequence "
+             "lengths), lower the batch or checkpoint activations if memory is tight, and allocate pinned buffers "
+             "once, up front"),
+    Blocking("memset", "a synchronous memset", "use the stream-ordered form (cudaMemsetAsync; tensor.zero_() on "
+             "the device) instead of a synchronous memset"),
+)}
+_BLOCKING_KIND = {name: kind for kind, names in BLOCKING_CALLS.items() for name in names}
+#: any blocking call, as it may be written (`cuMemcpyDtoH_v2`, `cudaMemcpy_ptds`)
+BLOCKING_NAME = re.compile(r"^(" + "|".join(sorted(_BLOCKING_KIND, key=len, reverse=True))
+                           + r")(?:_v\d+)?(?:_pt(?:ds|sz))?$")
+
+
+def blocking(call: str | None) -> Blocking:
+    """What kind of blocking call `call` is (a synchronize when it is not in the table)."""
+    found = BLOCKING_NAME.match(call or "")
+    return BLOCKING[_BLOCKING_KIND[found.group(1)] if found else "synchronize"]
 
 
 def gap_causes_of(root_cause: str) -> list[str]:

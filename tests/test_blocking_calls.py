@@ -1,0 +1,77 @@
+"""Every host call that waits for the GPU is a sync, on CUDA and ROCm alike, with the fix for what
+blocked (vocabulary.BLOCKING_CALLS): a read-back, a synchronize, the caching allocator. Traces
+are built here; the gaps and causes are worked out by hand in each test."""
+
+from __future__ import annotations
+
+import pytest
+from builder import TraceBuilder
+
+from traceagent import analyze
+from traceagent.detect.vocabulary import BLOCKING, blocking
+
+
+def test_a_rocm_item_through_hip_memcpy_with_stream_is_a_sync_with_its_line(tmp_path):
+    # kernel 0-300 µs; `loss.item()` at train.py(42) calls hipMemcpyWithStream at 210, which returns
+    # at 305 once the kernel and the 2 µs copy (300-302) are done; the next kernel is launched at
+    # 700 and runs 710-800. The gap 302-710 (408 µs, 51% of the 800 µs span) follows the read-back
+    b = TraceBuilder(device_name="AMD Instinct MI300X")
+    b.python("train.py(42): train_step", 0, 1000)
+    b.kernel("Cijk_gemm", 0, 300, launch_at=1, call="hipLaunchKernel")
+    b.op("aten::item", 200, 120)
+    b.runtime("hipMemcpyWithStream", 210, 95)
+    b._device("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 300, 2, 7, None, 0, "", bytes=4)
+    b.kernel("Cijk_gemm", 710, 90, launch_at=700, call="hipLaunchKernel")
+    analysis = analyze(b.write(tmp_path / "rocm_item.json"))
+    idle = analysis.ranks[0].findings.idle
+    assert idle.by_cause_us == {"sync": 408.0} and idle.idle_pct == 51.0
+    site = idle.sync_sites[0]
+    assert (site.call, site.op, site.python) == ("hipMemcpyWithStream", "aten::item", "train.py(42): train_step")
+    v = analysis.verdict
+    assert (v.limiter, v.root_cause, v.evidence["sync_kind"]) == ("idle", "sync", "copy")
+    assert "keep values on the GPU" in v.next_step and "train.py(42)" in v.next_step
+
+
+def test_a_caching_allocator_free_and_retry_is_a_sync_with_the_allocator_fix(tmp_path):
+    # kernel A 0-100 µs; under memory pressure the allocator calls cudaFree at 25, which waits for
+    # A and returns at 105, then cudaMalloc (106-150); the next kernel is launched at 170 and runs
+    # 180-280. The gap 100-180 (80 µs, 28.6% of the 280 µs span) follows the free
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, launch_at=0, launch_dur=1)
+    b.op("aten::empty_strided", 20, 140)
+    b.runtime("cudaFree", 25, 80)
+    b.runtime("cudaMalloc", 106, 44)
+    b.kernel("gemm", 180, 100, launch_at=170)
+    v = analyze(b.write(tmp_path / "free_retry.json")).verdict
+    assert (v.limiter, v.root_cause, v.evidence["sync_call"], v.evidence["sync_kind"]) == (
+        "idle", "sync", "cudaFree", "allocator")
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in v.next_step
+    assert "caching allocator" in v.hypothesis
+
+
+def test_a_blocking_call_made_once_the_gpu_is_idle_did_not_cause_the_gap(tmp_path):
+    # kernel 0-100; the host starts a pinned allocation at 150, after the GPU went idle (it waits
+    # for nothing), then works until it launches the next kernel at 500 (510-600): host work
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, launch_at=0, launch_dur=1)
+    b.op("cudnn_setup", 100, 400)
+    b.runtime("cudaHostAlloc", 150, 10)
+    b.kernel("gemm", 510, 90, launch_at=500)
+    idle = analyze(b.write(tmp_path / "late_alloc.json")).ranks[0].findings.idle
+    assert "sync" not in idle.by_cause_us and idle.by_cause_us["host_other"] == 410.0
+
+
+@pytest.mark.parametrize("call, kind", [("cuMemcpyDtoH_v2", "copy"), ("cudaMemcpy_ptds", "copy"),
+                                        ("hipDeviceSynchronize", "synchronize"), ("hipFree", "allocator"),
+                                        ("cudaMallocHost", "allocator"), ("hipMemset", "memset")])
+def test_names_as_runtimes_write_them_map_to_their_kind(call, kind):
+    assert blocking(call).kind == kind and BLOCKING[kind].fix
+
+
+def test_asynchronous_calls_are_not_blocking(tmp_path):
+    # cudaMemcpyAsync returns at once: a gap after it is no sync (here: nothing on the host)
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, launch_at=0, launch_dur=1)
+    b.runtime("cudaMemcpyAsync", 50, 55)
+    b.kernel("gemm", 300, 100, launch_at=290)
+    assert "sync" not in analyze(b.write(tmp_path / "async.json")).ranks[0].findings.idle.by_cause_us
