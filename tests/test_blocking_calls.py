@@ -75,3 +75,4 @@ def test_asynchronous_calls_are_not_blocking(tmp_path):
     b.runtime("cudaMemcpyAsync", 50, 55)
     b.kernel("gemm", 300, 100, launch_at=290)
     assert "sync" not in analyze(b.write(tmp_path / "async.json")).ranks[0].findings.idle.by_cause_us
+

@@ -241,3 +241,35 @@ def test_an_nvtx_range_named_for_data_loading_in_an_nsight_export(tmp_path):
     after = traceagent.analyze(copy, use_cache=False).ranks[0]
     assert after.gaps.nlargest(1, "dur").iloc[0]["cause"] == "dataloader"
     assert after.findings.idle.by_cause_us["dataloader"] >= round(gap["dur"] / 1000, 3)
+
+
+def test_a_decode_whose_launch_overhead_and_latency_outweigh_host_work_is_launch_bound(tmp_path):
+    # a compiled decode of 5 µs kernels (cuLaunchKernel). By hand: 20 gaps of 8 µs between kernels
+    # (launch latency: 160 µs), 10 gaps of 15 µs whose kernel's 12 µs launch starts inside the gap
+    # (launch-bound: 150 µs), and 2 gaps of 100 µs in Python post-processing (other host work:
+    # 200 µs). Host work is the largest single cause, but launch overhead and latency are one root
+    # cause: 310 µs against 200
+    b = TraceBuilder()
+    b.python("decode.py(30): generate", 0, 2000)
+    t = 100.0
+    b.kernel("triton_poi_fused", t, 5, launch_at=t - 10, launch_dur=5, call="cuLaunchKernel")
+    for kind in ["latency"] * 20 + ["overhead"] * 10 + ["host"] * 2:
+        end = t + 5
+        if kind == "latency":
+            t, launch_at, launch_dur = end + 8, end - 4, 3.0
+        elif kind == "overhead":
+            t, launch_at, launch_dur = end + 15, end + 1, 12.0
+        else:
+            b.python("decode.py(41): postprocess", end, 98)
+            t, launch_at, launch_dur = end + 100, end + 98, 1.0
+        b.kernel("triton_poi_fused", t, 5, launch_at=launch_at, launch_dur=launch_dur, call="cuLaunchKernel")
+    analysis = traceagent.analyze(b.write(tmp_path / "decode.json"))
+    idle = analysis.ranks[0].findings.idle
+    assert idle.by_cause_us == {"launch_latency": 160.0, "launch_overhead": 150.0, "host_other": 200.0}
+    v = analysis.verdict
+    assert (v.limiter, v.root_cause) == ("idle", "launch_overhead")
+    span = idle.span_us
+    assert v.evidence["cause_us"] == 310.0 and v.evidence["cause_pct"] == round(
+        round(100 * 160 / span, 2) + round(100 * 150 / span, 2), 2)
+    assert set(v.evidence["gap_causes"]) == {"launch_latency", "launch_overhead"}
+    assert "launch-bound gaps and launch latency" in v.headline

@@ -158,20 +158,28 @@ def _missing(f: Findings) -> list[str]:
     return also
 
 
-def _top_idle_cause(idle: IdleResult) -> tuple[str, float]:
-    causes = {c: v for c, v in idle.by_cause_us.items()}
-    cause = max(causes, key=causes.__getitem__)
-    return cause, causes[cause]
+def _top_idle_root(idle: IdleResult) -> tuple[str, list[str]]:
+    """The root cause whose gap causes add up to the most idle time (launch overhead and launch
+    latency are one root cause, as the savings count them), and those gap causes, largest first."""
+    by_root: dict[str, float] = {}
+    for cause, value in idle.by_cause_us.items():
+        by_root[GAP_ROOT[cause]] = by_root.get(GAP_ROOT[cause], 0.0) + value
+    root = max(by_root, key=by_root.__getitem__)
+    causes = sorted((c for c in idle.by_cause_us if GAP_ROOT[c] == root), key=lambda c: -idle.by_cause_us[c])
+    return root, causes
 
 
 def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     idle = f.idle
-    cause, cause_us = _top_idle_cause(idle)
-    root = GAP_ROOT[cause]
-    cause_pct = idle.cause_pct(cause)
+    root, causes = _top_idle_root(idle)
+    cause = causes[0]
+    cause_us = round(sum(idle.by_cause_us[c] for c in causes), 3)
+    cause_pct = round(sum(idle.cause_pct(c) for c in causes), 2)
     evidence = {"idle_pct": idle.idle_pct, "idle_us": idle.idle_us, "span_us": idle.span_us,
                 "cause": cause, "cause_us": cause_us, "cause_pct": cause_pct,
-                "cause_gaps": idle.by_cause_count.get(cause, 0)}
+                "cause_gaps": sum(idle.by_cause_count.get(c, 0) for c in causes)}
+    if len(causes) > 1:  # which gap causes the root cause's share adds up
+        evidence["gap_causes"] = {c: idle.cause_pct(c) for c in causes}
     head = (f"GPU idle {idle.idle_pct:.1f}% of the time" if len(idle.devices) <= 1
             else f"GPUs idle {idle.idle_pct:.1f}% {_of(f)}")
     if root == "dataloader":
@@ -199,8 +207,11 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
                          "median_launch_us": launch.median_launch_us, "launch_bound": idle.launch_bound,
                          "launches_by_call": launch.by_call})
         hypothesis, step = advice.launch_bound(idle, launch)
+        named: dict[tuple[str, ...], str] = {("launch_overhead",): "launch-bound gaps",
+                                             ("launch_latency",): "launch latency"}
+        gaps = named.get(tuple(causes), "launch-bound gaps and launch latency")
         return Verdict("idle", root, f"{head}: the host cannot launch kernels fast enough "
-                                     f"({cause_pct:.1f}% {_of(f)} in launch-bound gaps)",
+                                     f"({cause_pct:.1f}% {_of(f)} in {gaps})",
                        hypothesis, step, evidence, also)
     top = idle.top_gaps[0] if idle.top_gaps else None
     hosts = [h["name"] for h in (top.evidence.get("host", []) if top else [])][:3]
