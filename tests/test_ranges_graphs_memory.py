@@ -14,6 +14,7 @@ from conftest import DATA, NSYS_BEFORE, analyzed
 import traceagent
 from traceagent import analyze
 from traceagent.agent.tools import AnalysisContext, build_tools
+from traceagent.format import annotations_sentence
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 GRAPHS = DATA / "hta" / "negative_queue_rank0.json.gz"
@@ -129,3 +130,25 @@ def test_memory_events_with_impossible_sizes_are_dropped_and_counted(tmp_path):
     trace = traceagent.load(b.write(tmp_path / "m.json"), use_cache=False).traces[0]
     assert trace.memory["bytes"].tolist() == [4096]
     assert any(w.startswith("dropped 1 events") for w in trace.meta.warnings)
+
+
+def test_a_range_with_no_gpu_work_where_the_gpu_waits_is_a_finding_too(tmp_path):
+    # twelve layer ranges each launch a 60 µs kernel (layer_i at i*100: kernel i*100+20 .. +80);
+    # then `postprocess` runs 1,200-1,700 with no GPU work, and the next kernel starts at 1,720.
+    # By hand: idle is 11 gaps of 40 µs between layers and 540 µs after the last one: 980 µs;
+    # postprocess spans 500 µs of it (51.02%); each layer i >= 1 spans 20 µs of the gap before it
+    b = TraceBuilder()
+    for i in range(12):
+        b.op(f"layer_{i}", i * 100, 50, cat="user_annotation")
+        b.kernel(f"kernel_{i}", i * 100 + 20, 60, launch_at=i * 100 + 10, launch_dur=2)
+    b.op("postprocess", 1200, 500, cat="user_annotation")
+    b.kernel("kernel_next", 1720, 60, launch_at=1710, launch_dur=2)
+    r = analyze(b.write(tmp_path / "ranges.json")).ranks[0]
+    assert r.findings.idle.idle_us == 980.0
+    found = r.findings.annotations
+    assert found.distinct == 13 and "postprocess" not in [x.name for x in found.ranges]  # no GPU time
+    idle = found.idle_ranges[0]
+    assert (idle.name, idle.gpu_us, idle.idle_us, idle.share_of_idle_pct) == ("postprocess", 0.0, 500.0, 51.02)
+    assert [x.idle_us for x in found.idle_ranges[1:]] == [20.0] * 9  # the top ten by idle
+    assert "The GPU sat idle under ranges that launched nothing: postprocess 500.0 µs (51.0% of idle)" in \
+        annotations_sentence(json.loads(json.dumps(found.to_dict())))

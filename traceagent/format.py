@@ -126,12 +126,21 @@ def graphs_sentence(graphs: dict | None) -> str | None:
 
 
 def annotations_sentence(annotations: dict | None, top: int = 3) -> str | None:
-    """The annotated ranges (record_function / NVTX) that launched the most GPU time."""
-    if not annotations or not annotations["ranges"]:
+    """The annotated ranges (record_function / NVTX) that launched the most GPU time, and those the
+    GPU sat idle under without work of their own."""
+    if not annotations or not (annotations["ranges"] or annotations.get("idle_ranges")):
         return None
-    return "Annotated ranges by GPU time launched inside them: " + "; ".join(
-        f"{shorten(r['name'], 40)} {duration(r['gpu_us'])} ({percent(r['share_of_busy_pct'])} of busy)"
-        for r in annotations["ranges"][:top]) + "."
+    parts = []
+    if annotations["ranges"]:
+        parts.append("Annotated ranges by GPU time launched inside them: " + "; ".join(
+            f"{shorten(r['name'], 40)} {duration(r['gpu_us'])} ({percent(r['share_of_busy_pct'])} of busy)"
+            for r in annotations["ranges"][:top]) + ".")
+    waiting = [r for r in annotations.get("idle_ranges", []) if not r["gpu_us"]][:top]
+    if waiting:
+        parts.append("The GPU sat idle under ranges that launched nothing: " + "; ".join(
+            f"{shorten(r['name'], 40)} {duration(r['idle_us'])} ({percent(r['share_of_idle_pct'])} of idle)"
+            for r in waiting) + ".")
+    return " ".join(parts)
 
 
 def further_findings(rank: dict) -> list[tuple[str, str]]:

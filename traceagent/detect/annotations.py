@@ -70,6 +70,8 @@ class AnnotatedRange:
     kernels: int
     share_of_busy_pct: float  # that device time over the rank's busy time
     idle_pct: float  # device idle time while it ran, over its host time
+    idle_us: float = 0.0  # device idle time while it ran
+    share_of_idle_pct: float = 0.0  # that idle time over the rank's idle time
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,26 +80,43 @@ class AnnotatedRange:
 @dataclass(frozen=True)
 class AnnotationsResult:
     distinct: int  # names
-    ranges: list[AnnotatedRange]  # the top by GPU time
+    ranges: list[AnnotatedRange]  # the top by GPU time, and every range over min_share_pct of busy time
     per_step: list[dict] = field(default_factory=list)  # each step's top ranges by GPU time: step, ranges
+    # by the device idle time under them: a range with no GPU work while the GPU waits (post-processing,
+    # logging, a checkpoint) is a finding too; the top by idle, and every range over min_share_pct of idle
+    idle_ranges: list[AnnotatedRange] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"distinct": self.distinct, "ranges": [r.to_dict() for r in self.ranges], "per_step": self.per_step}
+        return {"distinct": self.distinct, "ranges": [r.to_dict() for r in self.ranges], "per_step": self.per_step,
+                "idle_ranges": [r.to_dict() for r in self.idle_ranges]}
 
 
 def detect_annotations(trace: Trace, gaps: pd.DataFrame, busy_us: float, top: int = 10,
-                       device: int | None = None, name_filter: str | None = None) -> AnnotationsResult:
-    """record_function / NVTX ranges by name, the top by GPU time launched inside them."""
+                       device: int | None = None, name_filter: str | None = None,
+                       min_share_pct: float = 5.0) -> AnnotationsResult:
+    """record_function / NVTX ranges by name: the top by GPU time launched inside them, and the
+    top by device idle time while they ran; either way, every range over `min_share_pct` of the
+    rank's busy (or idle) time is kept."""
     instances = range_instances(trace, device, gaps)
     table = annotation_table(instances)
     per_step = _per_step(trace.steps, instances, top=3) if not name_filter else []
     if name_filter:
         table = table[table["name"].str.contains(name_filter, case=False, regex=False)]
-    chosen = table.nlargest(top, "gpu_us") if len(table) else table
-    return AnnotationsResult(len(table), [
-        AnnotatedRange(str(t.name), int(t.count), us(t.host_ns), round(float(t.gpu_us), 3), int(t.kernels),
-                       pct(float(t.gpu_us), busy_us), pct(float(t.idle_us), t.host_ns / 1000.0))
-        for t in chosen.itertuples()], per_step)
+    chosen = (gaps if device is None else gaps[gaps["device"] == device]) if len(gaps) else gaps
+    idle_total_us = float(chosen["dur"].sum()) / 1000.0 if len(chosen) else 0.0
+
+    def ranked(column: str, whole_us: float) -> list[AnnotatedRange]:
+        if not len(table):
+            return []
+        share = 100.0 * table[column] / whole_us if whole_us else table[column] * 0.0
+        rows = table[(table[column] > 0) & ((table[column].rank(ascending=False, method="first") <= top)
+                                            | (share >= min_share_pct))].sort_values(column, ascending=False)
+        return [AnnotatedRange(str(t.name), int(t.count), us(t.host_ns), round(float(t.gpu_us), 3), int(t.kernels),
+                               pct(float(t.gpu_us), busy_us), pct(float(t.idle_us), t.host_ns / 1000.0),
+                               round(float(t.idle_us), 3), pct(float(t.idle_us), idle_total_us))
+                for t in rows.itertuples()]
+
+    return AnnotationsResult(len(table), ranked("gpu_us", busy_us), per_step, ranked("idle_us", idle_total_us))
 
 
 def _per_step(steps: pd.DataFrame, instances: pd.DataFrame, top: int, steps_shown: int = 25) -> list[dict]:
