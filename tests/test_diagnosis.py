@@ -273,3 +273,24 @@ def test_a_decode_whose_launch_overhead_and_latency_outweigh_host_work_is_launch
         round(100 * 160 / span, 2) + round(100 * 150 / span, 2), 2)
     assert set(v.evidence["gap_causes"]) == {"launch_latency", "launch_overhead"}
     assert "launch-bound gaps and launch latency" in v.headline
+
+
+def test_host_work_names_the_users_own_line_not_the_librarys(tmp_path):
+    # the launching thread spends 100-600 µs in the user's tokenize_batch, which calls a tokenizer
+    # from site-packages (the profiler writes it as `transformers/…`, its prefix cut); the GPU
+    # idles from 100 to 610. The evidence and the verdict start at the user's frame
+    b = TraceBuilder()
+    b.python("train.py(10): <module>", 0, 2000)
+    b.kernel("gemm", 0, 100, launch_at=0, launch_dur=1)
+    b.python("data.py(20): tokenize_batch", 100, 500)
+    b.python("transformers/tokenization_utils_fast.py(500): _batch_encode_plus", 110, 480)
+    b.kernel("gemm", 610, 90, launch_at=600)
+    analysis = traceagent.analyze(b.write(tmp_path / "tokenizer.json"))
+    gap = analysis.ranks[0].findings.idle.top_gaps[0]
+    assert gap.cause == "host_other" and gap.evidence["python"] == "data.py(20): tokenize_batch"
+    assert gap.evidence["host"][0]["name"].startswith("transformers/")  # the innermost frame, as context
+    v = analysis.verdict
+    assert v.root_cause == "host_other" and v.evidence["python"] == "data.py(20): tokenize_batch"
+    assert "in the largest gap: data.py(20): tokenize_batch, inside transformers/tokenization_utils_fast.py" \
+        in v.hypothesis
+    assert v.next_step.startswith("Start at data.py(20): tokenize_batch")

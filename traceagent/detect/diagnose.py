@@ -215,13 +215,23 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
                        hypothesis, step, evidence, also)
     top = idle.top_gaps[0] if idle.top_gaps else None
     hosts = [h["name"] for h in (top.evidence.get("host", []) if top else [])][:3]
+    user = top.evidence.get("python") if top else None  # the innermost frame of the user's own code
     if hosts:
         evidence["host_events"] = hosts
-    what = f" (in the largest gap: {', '.join(hosts)})" if hosts else ""
+    step = ("Profile the host side: `py-spy record -o host.svg -- python train.py`, or re-profile with "
+            "with_stack=True and look at the Python frames over the largest gaps (`traceagent analyze`).")
+    if user:  # the user's line first, the library frame under it as context
+        evidence["python"] = user
+        inside = f", inside {hosts[0]}" if hosts and hosts[0] != user else ""
+        what = f" (in the largest gap: {user}{inside})"
+        step = (f"Start at {user}: it holds the launching thread over the largest gap. Move that work off the "
+                "thread that launches GPU work (into DataLoader workers or a background thread), do it once before "
+                "the loop, or make it cheaper; `py-spy record -o host.svg -- python train.py` shows where its time "
+                "goes.")
+    else:
+        what = f" (in the largest gap: {', '.join(hosts)})" if hosts else ""
     return Verdict("idle", "host_other", f"{head}, while the host does other work ({cause_pct:.1f}% {_of(f)})",
-                   f"The host spends the gaps in its own work{what} rather than in launching device work.",
-                   "Profile the host side: `py-spy record -o host.svg -- python train.py`, or re-profile with "
-                   "with_stack=True and look at the Python frames over the largest gaps (`traceagent analyze`).",
+                   f"The host spends the gaps in its own work{what} rather than in launching device work.", step,
                    evidence, also)
 
 

@@ -17,10 +17,23 @@ from .vocabulary import BLOCKING_NAME
 
 #: Kernel-launch calls (runtime and driver, CUDA and HIP, graphs).
 LAUNCH_CALLS = re.compile(r"^(cuda|hip|cu)(Ext)?(Module)?(Launch|GraphLaunch)|^cudaLaunch|^hipLaunch")
-#: Python frames from libraries rather than the user's script.
+#: Packages whose frames are libraries, not the user's code. PyTorch's profiler writes a frame's
+#: file relative to the sys.path entry it came from, so `transformers/…` is a site-packages file
+#: whose prefix was cut: its first directory is all that says it is a library.
+LIBRARY_PACKAGES = (
+    "torch", "torchvision", "torchaudio", "torchtext", "torchdata", "functorch", "triton", "transformers",
+    "tokenizers", "datasets", "accelerate", "peft", "trl", "diffusers", "huggingface_hub", "safetensors",
+    "deepspeed", "megatron", "apex", "fairscale", "lightning", "pytorch_lightning", "lightning_fabric",
+    "torchmetrics", "timm", "einops", "xformers", "flash_attn", "bitsandbytes", "vllm", "sglang", "numpy",
+    "pandas", "scipy", "sklearn", "PIL", "cv2", "albumentations", "tqdm", "wandb", "tensorboard", "mlflow",
+    "hydra", "omegaconf", "google", "grpc", "requests", "urllib3", "fsspec", "pyarrow", "msgspec", "packaging",
+    "importlib", "multiprocessing", "concurrent", "asyncio", "json", "logging", "collections", "dataclasses",
+)
+#: Python frames from libraries or the standard library rather than the user's code.
 LIBRARY_FRAME = re.compile(
-    r"^(torch/|<built-in|<frozen|nn\.Module:|threading\.py|contextlib\.py|typing\.py|functools\.py"
-    r"|enum\.py|abc\.py|<string>|.*site-packages/|.*/lib/python\d|.*dist-packages/|Optimizer\.)")
+    r"^(<built-in|<frozen|nn\.Module:|threading\.py|contextlib\.py|typing\.py|functools\.py"
+    r"|enum\.py|abc\.py|copy\.py|weakref\.py|<string>|.*site-packages/|.*/lib/python\d|.*dist-packages/"
+    r"|Optimizer\.|(?:" + "|".join(LIBRARY_PACKAGES) + r")/)")
 
 
 def sync_calls(trace: Trace) -> pd.DataFrame:
