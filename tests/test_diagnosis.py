@@ -294,3 +294,22 @@ def test_host_work_names_the_users_own_line_not_the_librarys(tmp_path):
     assert "in the largest gap: data.py(20): tokenize_batch, inside transformers/tokenization_utils_fast.py" \
         in v.hypothesis
     assert v.next_step.startswith("Start at data.py(20): tokenize_batch")
+
+
+def test_a_launch_bound_optimizer_is_named_by_its_range_and_told_to_fuse(tmp_path):
+    # an unfused AdamW: inside `Optimizer.step#AdamW.step` the host launches one 3 µs kernel per
+    # parameter from aten::add_ (the op names no optimizer), each launch taking 15 µs: 30 gaps of
+    # 15 µs, launch-bound, all under the optimizer's range
+    b = TraceBuilder()
+    b.op("Optimizer.step#AdamW.step", 0, 2000, cat="user_annotation")
+    t = 10.0
+    for _ in range(31):
+        b.op("aten::add_", t - 16, 16)
+        b.kernel("vectorized_elementwise_kernel", t, 3, launch_at=t - 15, launch_dur=14)
+        t += 3 + 15
+    analysis = traceagent.analyze(b.write(tmp_path / "adamw.json"))
+    top = analysis.ranks[0].findings.idle.launch_bound[0]
+    assert (top["op"], top["range"], top["gaps"]) == ("aten::add_", "Optimizer.step#AdamW.step", 30)
+    v = analysis.verdict
+    assert v.root_cause == "launch_overhead" and "fused=True" in v.next_step
+    assert "in `Optimizer.step#AdamW.step`" in v.hypothesis

@@ -68,12 +68,13 @@ def launch_bound(idle: IdleResult, launch: LaunchResult) -> tuple[str, str]:
     """Launch-bound gaps, named by the op that launched the waited-for kernels: an unfused
     optimizer, kernels launched one by one through the driver (Triton, torch.compile), or other ops."""
     top = idle.launch_bound[0] if idle.launch_bound else None
-    who = f" (mostly from `{top['op']}`, {top['gaps']} gaps)" if top else ""
+    within = f" in `{top['range']}`" if top and top.get("range") else ""
+    who = f" (mostly from `{top['op']}`{within}, {top['gaps']} gaps)" if top else ""
     hypothesis = (f"Kernels are small (median {launch.median_kernel_us:.1f} µs) against their launch cost (median "
                   f"{launch.median_launch_us:.1f} µs per call), so the GPU finishes each one before the host issues "
                   f"the next{who}.")
     driver = sum(n for call, n in launch.by_call.items() if _DRIVER_LAUNCH.match(call))
-    if top and _OPTIMIZER.search(str(top["op"])):
+    if top and (_OPTIMIZER.search(str(top["op"])) or _OPTIMIZER.search(str(top.get("range") or ""))):
         return hypothesis, ("The optimizer step launches one small kernel per parameter: use the multi-tensor or "
                             "fused implementation (torch.optim.AdamW(params, fused=True), or foreach=True), and "
                             "wrap the step in torch.compile if it is still launch-bound.")

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, matches
+from ..trace.normalize import STEP_NAME, innermost_enclosing
 from . import intervals as iv
 from .host import (
     LAUNCH_CALLS,
@@ -266,22 +267,40 @@ def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:
 
 
 def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[dict]:
-    """The ops (and launch APIs) whose kernels ended launch-bound gaps, by idle time."""
+    """The ops (and launch APIs) whose kernels ended launch-bound gaps, by idle time, each with the
+    record_function / NVTX range that holds most of its idle (`Optimizer.step#AdamW.step`: the
+    op alone, `aten::add_`, does not say it is the optimizer)."""
     bound = gaps[gaps["cause"] == "launch_overhead"]
     if bound.empty:
         return []
     calls = calls_by_correlation(trace)
+    cpu = trace.cpu
+    ranges = cpu[(cpu["kind"] == "annotation").to_numpy() & ~matches(cpu["name"], STEP_NAME)].reset_index(drop=True)
     rows = []
     for view in device_views(trace):
         mine = bound[bound["device"] == view.device]
         work = view.work.iloc[mine["next_op"].to_numpy()]
-        corr = work["correlation"].to_numpy()
+        launch = calls.reindex(work["correlation"].to_numpy())
+        known = launch["start"].notna().to_numpy()
+        where = np.full(len(launch), -1, dtype=np.int64)
+        where[known] = innermost_enclosing(ranges, *(launch[c].to_numpy()[known].astype(np.int64)
+                                                     for c in ("pid", "tid", "start")))
+        # position -1 (no range) picks the None appended at the end
+        names = np.append(ranges["name"].astype(object).to_numpy(), np.asarray([None], dtype=object))[where]
         rows.append(pd.DataFrame({"op": work["op"].astype(object).fillna("(no op)").to_numpy(),
-                                  "launch_call": pd.Series(corr).map(calls["name"].astype(object)).fillna("-").to_numpy(),
+                                  "launch_call": launch["name"].astype(object).fillna("-").to_numpy(),
+                                  "range": pd.Series(names, dtype=object).fillna("").to_numpy(),
                                   "dur": mine["dur"].to_numpy()}))
-    table = pd.concat(rows).groupby(["op", "launch_call"])["dur"].agg(["size", "sum"]).sort_values("sum", ascending=False)
-    return [{"op": op, "launch_call": call, "gaps": int(r["size"]), "idle_us": us(r["sum"])}
-            for (op, call), r in table.head(top).iterrows()]
+    every = pd.concat(rows)
+    table = every.groupby(["op", "launch_call"])["dur"].agg(["size", "sum"]).sort_values("sum", ascending=False)
+    by_range = every.groupby(["op", "launch_call", "range"])["dur"].sum()
+    out = []
+    for (op, call), r in table.head(top).iterrows():
+        held = by_range.loc[(op, call)]
+        name = held.idxmax()
+        out.append({"op": op, "launch_call": call, "gaps": int(r["size"]), "idle_us": us(r["sum"]),
+                    "range": name or None})
+    return out
 
 
 def _no_gaps() -> pd.DataFrame:
