@@ -76,3 +76,43 @@ def test_asynchronous_calls_are_not_blocking(tmp_path):
     b.kernel("gemm", 300, 100, launch_at=290)
     assert "sync" not in analyze(b.write(tmp_path / "async.json")).ranks[0].findings.idle.by_cause_us
 
+
+
+def test_a_sync_followed_by_a_few_small_kernels_is_still_a_sync(tmp_path):
+    # torch.nonzero at train.py(7): kernel 0-100; the op copies the count back (100-102) and waits
+    # in cudaStreamSynchronize (30-110); right after it the same thread launches two small kernels
+    # (launches at 115 and 125; kernels 122-124 and 132-134), then the GPU drains until the next
+    # launch at 400 (kernel 410-500). By hand: gaps 102-122 (20 µs: the sync returned inside it),
+    # 124-132 (8 µs: launch latency) and 134-410 (276 µs: after the sync and its two trailing
+    # kernels). The host between 134 and 400 is busy in the op, which would read as host work
+    b = TraceBuilder()
+    b.python("train.py(7): step", 0, 600)
+    b.kernel("reduce_kernel", 0, 100, launch_at=0, launch_dur=1)
+    b.op("aten::nonzero", 20, 380)
+    b._device("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 100, 2, 7, None, 0, "", bytes=8)
+    b.runtime("cudaStreamSynchronize", 30, 80)
+    b.kernel("nonzero_kernel", 122, 2, launch_at=115, launch_dur=5)
+    b.kernel("write_indices", 132, 2, launch_at=125, launch_dur=5)
+    b.kernel("gemm", 410, 90, launch_at=400, launch_dur=5)
+    r = analyze(b.write(tmp_path / "nonzero.json")).ranks[0]
+    causes = sorted(zip(r.gaps["dur"] // 1000, r.gaps["cause"]))
+    assert causes == [(8, "launch_latency"), (20, "sync"), (276, "sync")]
+    site = r.findings.idle.sync_sites[0]
+    assert (site.call, site.op, site.count, site.idle_us) == ("cudaStreamSynchronize", "aten::nonzero", 2, 296.0)
+
+
+def test_kernels_another_thread_launched_after_a_sync_leave_the_next_gap_to_host_work(tmp_path):
+    # the same shape, but the two kernels after the sync come from another thread: the sync's
+    # thread did not launch them, so the 276 µs gap is not the sync's
+    b = TraceBuilder()
+    b.kernel("reduce_kernel", 0, 100, launch_at=0, launch_dur=1)
+    b.op("aten::nonzero", 20, 380)
+    b.runtime("cudaStreamSynchronize", 30, 80)
+    b.kernel("nonzero_kernel", 122, 2, launch_at=115, launch_dur=5)
+    b.kernel("write_indices", 132, 2, launch_at=125, launch_dur=5)
+    for event in b.events[-4:]:  # the two launches (and their kernels' records stay on the GPU)
+        if event["cat"] == "cuda_runtime":
+            event["tid"] = 999
+    b.kernel("gemm", 410, 90, launch_at=400, launch_dur=5)
+    r = analyze(b.write(tmp_path / "other_thread.json")).ranks[0]
+    assert dict(zip(r.gaps["dur"] // 1000, r.gaps["cause"]))[276] == "host_other"

@@ -36,7 +36,8 @@ from .workload import detect_workload
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
 #: major number changes when a key is removed or changes meaning, the minor when keys are added. A
 #: registered detector adds its key and says in which version (registry.Detector.since). 1.3: the
-#: annotations' idle_ranges, and idle_us and share_of_idle_pct on each range.
+#: annotations' idle_ranges (idle_us and share_of_idle_pct on each range), the idle parameters
+#: sync_trailing_ops and sync_trailing_within_us, a launch-bound op's range.
 SCHEMA_VERSION = max(["1.3", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 

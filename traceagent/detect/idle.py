@@ -11,6 +11,9 @@ holds, in this order:
    was already waiting when the gap began and returned inside it or up to `sync_slack_us` before
    it (one made once the GPU was idle waited for nothing); the evidence names the op and the
    user's Python line above it (`aten::item` at `train.py(42)`), the verdict the fix for its kind.
+   Also the first long gap after a blocking call whose thread launched a few ops right after it
+   returned (`sync_trailing_ops`, `sync_trailing_within_us`): nonzero, masked_select and unique
+   sync, launch a kernel or two, and the GPU drains.
 3. `launch_overhead`: the host issued the next kernel only during the gap, with a launch call,
    that kernel ran shorter than its launch call, and the gap is at most `launch_bound_max_us`:
    the host cannot launch fast enough. (Longer waits are host work, not launch cost.)
@@ -46,6 +49,10 @@ from .vocabulary import GAP_CAUSES
 class IdleParams:
     launch_gap_us: float = 10.0  # shorter gaps between device ops are launch latency
     sync_slack_us: float = 20.0  # a sync ending this long before a gap still explains it
+    # a sync followed by at most this many device ops its own thread launched after it still
+    # explains the first gap after them (nonzero, masked_select, unique: sync, then a few kernels)
+    sync_trailing_ops: int = 4
+    sync_trailing_within_us: float = 100.0  # ...when the first of them was launched this soon after it returned
     loader_cover: float = 0.5  # share of a gap the DataLoader must cover to be its cause
     host_cover: float = 0.5  # share of a gap host events must cover for `host_other`
     launch_bound_max_us: float = 1000.0  # longer gaps are not put down to launch cost
@@ -166,6 +173,10 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
         sync_label[is_sync] = syncs.index.to_numpy()[first[is_sync]]
         cause[is_sync] = "sync"
         undecided &= ~is_sync
+        trailing = _after_trailing_ops(trace, view, syncs, g_start, long, undecided & long, params)
+        sync_label[trailing >= 0] = trailing[trailing >= 0]
+        cause[trailing >= 0] = "sync"
+        undecided &= trailing < 0
 
     # the device op right after each gap, and the host call that launched it
     work_start = view.work["start"].to_numpy(np.int64)
@@ -189,6 +200,43 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     # cause stays an object column: pandas 3 would infer Arrow strings, slower to compare and group
     return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": pd.Series(cause, dtype=object),
                          "sync": sync_label, "next_op": next_op})
+
+
+def _after_trailing_ops(trace: Trace, view: DeviceView, syncs: pd.DataFrame, g_start: np.ndarray,
+                        long: np.ndarray, candidates: np.ndarray, params: IdleParams) -> np.ndarray:
+    """For each candidate gap, the label (in trace.cpu) of the blocking call it follows through a few
+    device ops, or -1: the last blocking call that returned before the gap, after which the only
+    device work was at most `sync_trailing_ops` ops that the call's own thread launched after it
+    returned, and no other long gap came between. `nonzero` syncs, then launches two small kernels,
+    then the GPU drains: that gap is the sync's, not host work."""
+    found = np.full(len(g_start), -1, dtype=np.int64)
+    ends = syncs["end"].to_numpy(np.int64)
+    work = view.work
+    if not candidates.any() or not len(ends) or not len(work):
+        return found
+    slack = int(params.sync_slack_us * 1000)
+    launch = calls_by_correlation(trace).reindex(work["correlation"].to_numpy())
+    known = launch["start"].notna().to_numpy()
+    thread = np.where(known, launch["pid"].fillna(-1).to_numpy() * (1 << 32) + launch["tid"].fillna(-1).to_numpy(), -1)
+    launched_at = launch["start"].fillna(-1).to_numpy(np.int64)
+    changes = np.concatenate([[0], np.cumsum(thread[1:] != thread[:-1])])  # thread changes up to each op
+    work_start = work["start"].to_numpy(np.int64)
+    gap = np.flatnonzero(candidates)
+    last = np.searchsorted(ends, g_start[gap] - slack, side="left") - 1  # the last call that returned before
+    ok = last >= 0
+    gap, last = gap[ok], last[ok]
+    lo = np.searchsorted(work_start, ends[last], side="left")  # the ops that started after it returned
+    hi = np.searchsorted(work_start, g_start[gap], side="left")
+    count = hi - lo
+    first = np.clip(lo, 0, len(work) - 1)
+    sync_thread = (syncs["pid"].to_numpy(np.int64) * (1 << 32) + syncs["tid"].to_numpy(np.int64))[last]
+    same_thread = (thread[first] == sync_thread) & (changes[np.clip(hi - 1, 0, None)] == changes[first])
+    long_starts = g_start[long]  # the trailing ops ran back to back: no other long gap since the call returned
+    between = np.searchsorted(long_starts, g_start[gap], side="left") - np.searchsorted(long_starts, ends[last])
+    soon = (launched_at[first] >= ends[last]) & (launched_at[first] - ends[last] <= params.sync_trailing_within_us * 1000)
+    ok = (count >= 1) & (count <= params.sync_trailing_ops) & same_thread & soon & (between == 0)
+    found[gap[ok]] = syncs.index.to_numpy()[last[ok]]
+    return found
 
 
 def gap_launcher(trace: Trace, device: int, next_op: int) -> tuple[int, int] | None:
