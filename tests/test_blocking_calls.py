@@ -116,3 +116,33 @@ def test_kernels_another_thread_launched_after_a_sync_leave_the_next_gap_to_host
     b.kernel("gemm", 410, 90, launch_at=400, launch_dur=5)
     r = analyze(b.write(tmp_path / "other_thread.json")).ranks[0]
     assert dict(zip(r.gaps["dur"] // 1000, r.gaps["cause"]))[276] == "host_other"
+
+
+def test_on_an_nsight_export_the_op_of_a_sync_is_its_nvtx_range(tmp_path):
+    # a real Nsight export (test-cuda/report1) with a masked_select added on its launching thread:
+    # emit_nvtx's range `aten::masked_select, seq = 3, …` around a cudaStreamSynchronize that waits
+    # for the first kernel and returns 5 µs after it ends. The sync is found, and its op is the range's
+    import shutil
+    import sqlite3
+
+    from conftest import DATA
+
+    copy = tmp_path / "masked_select.sqlite"
+    shutil.copy(DATA / "test-cuda" / "report1.sqlite", copy)
+    con = sqlite3.connect(copy)
+    start, end = con.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1").fetchone()
+    (thread,) = con.execute("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid "
+                            "ORDER BY COUNT(*) DESC LIMIT 1").fetchone()
+    (name_id,) = con.execute("SELECT MAX(id) + 1 FROM StringIds").fetchone()
+    con.execute("INSERT INTO StringIds VALUES (?, 'cudaStreamSynchronize_v3020')", (name_id,))
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, "
+                "returnValue) VALUES (?, ?, 0, ?, 999999, ?, 0)", (start + 1000, end + 5000, thread, name_id))
+    con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, "
+                "textId INTEGER, globalTid INTEGER)")
+    con.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 'aten::masked_select, seq = 3, sizes = [[1024], [1024]]', "
+                "NULL, ?)", (start, end + 6000, thread))
+    con.commit()
+    con.close()
+    idle = analyze(copy, use_cache=False).ranks[0].findings.idle
+    site = idle.sync_sites[0]
+    assert (site.call, site.op) == ("cudaStreamSynchronize", "aten::masked_select")

@@ -67,9 +67,16 @@ def kernel_launches(trace: Trace) -> pd.DataFrame:
 
 
 def _ops(trace: Trace) -> pd.DataFrame:
-    """Ops (not ProfilerStep ranges): the columns op_above reads."""
+    """Ops (not ProfilerStep ranges): the columns op_above reads. An Nsight export has ops only as
+    NVTX ranges (torch.autograd.profiler.emit_nvtx: `aten::nonzero, seq = 12`, the suffix cut at
+    load): a range named like an aten op is that op."""
     cpu = trace.cpu
-    return cpu.loc[(cpu["kind"] == "op").to_numpy() & ~matches(cpu["name"], STEP_NAME), ["name", "pid", "tid", "start", "end"]]
+    kind = cpu["kind"]
+    op = (kind == "op").to_numpy() | ((kind == "annotation").to_numpy() & matches(cpu["name"], ATEN_OP))
+    return cpu.loc[op & ~matches(cpu["name"], STEP_NAME), ["name", "pid", "tid", "start", "end"]]
+
+
+ATEN_OP = re.compile(r"^aten::")
 
 
 def op_above(trace: Trace, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +85,7 @@ def op_above(trace: Trace, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
     ops = _ops(trace).reset_index(drop=True)
     pid, tid, t = (calls[c].to_numpy(np.int64) for c in ("pid", "tid", "start"))
     inner = innermost_enclosing(ops, pid, tid, t)
-    aten = ops[matches(ops["name"], r"^aten::")].reset_index(drop=True)
+    aten = ops[matches(ops["name"], ATEN_OP)].reset_index(drop=True)
     top_level = aten[nesting_depth(*(aten[c].to_numpy(np.int64) for c in ("pid", "tid", "start", "end"))) == 0]
     top_level = top_level.reset_index(drop=True)
     outer = innermost_enclosing(top_level, pid, tid, t)
