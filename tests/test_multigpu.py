@@ -272,3 +272,19 @@ def test_collective_kernels_old_and_new_are_communication(tmp_path, name):
     b.kernel("gemm", 200, 100, launch_at=190)
     trace = b.load(tmp_path)
     assert trace.gpu.set_index("name")["is_comm"].to_dict() == {name: True, "gemm": False}
+
+
+def test_the_straggler_verdict_names_the_users_code_that_held_the_late_rank(tmp_path):
+    # rank 2's host work before each step runs in the user's preprocess.py, which calls numpy (a
+    # library frame inside it): the verdict names the user's line as gap evidence would
+    job = write_job(tmp_path / "job", late_rank=2, how="host_work")
+    doc = json.loads((job / "rank2.json").read_text())
+    for event in [e for e in doc["traceEvents"] if e.get("name") == "aten::copy_checkpoint_to_disk"]:
+        for name, inset in (("preprocess.py(12): augment", 0), ("numpy/core/fromnumeric.py(57): _wrapfunc", 10)):
+            doc["traceEvents"].append({"ph": "X", "cat": "python_function", "name": name, "pid": event["pid"],
+                                       "tid": event["tid"], "ts": event["ts"] + inset, "dur": event["dur"] - 2 * inset})
+    (job / "rank2.json").write_text(json.dumps(doc))
+    v = traceagent.analyze(job).verdict
+    assert (v.root_cause, v.evidence["straggler_rank"], v.evidence["straggler_cause"]) == ("straggler", 2, "host_other")
+    assert v.evidence["python"] == "preprocess.py(12): augment"
+    assert "delayed by other host work (at preprocess.py(12): augment)" in v.headline

@@ -302,17 +302,24 @@ _STRAGGLER_STEPS = {
 }
 
 
-def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: Verdict) -> Verdict:
+def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: Verdict,
+                      frames: dict[str, str] | None = None) -> Verdict:
     """The job's verdict when one rank makes the others wait: named by that rank and by what it
-    was doing before the collectives it entered last; its own verdict and losses follow."""
+    was doing before the collectives it entered last (with the user's line or range that held
+    that rank's idle of that cause, from `frames`); its own verdict and losses follow."""
     rank, cause = comparison.straggler, comparison.straggler_cause or "host_other"
     limiter = "compute" if cause == "hot_kernel" else "idle"
     what = ROOT_CAUSES[cause].label if cause != "hot_kernel" else "longer compute on its GPU"
+    where = (frames or {}).get(cause)
+    if where:
+        what += f" (at {where})"
     saving = straggler_saving(comparison, late.steps)
     evidence = {"straggler_rank": rank, "straggler_cause": cause, "last_pct": comparison.straggler_last_pct,
                 "matched_collectives": comparison.matched, "others_waiting_us": comparison.others_waiting_us,
                 "others_exposed_waiting_pct": comparison.others_exposed_waiting_pct,
                 "lateness_by_cause_us": comparison.straggler_cause_us, "rank": rank}
+    if where:
+        evidence["python"] = where
     return Verdict(
         limiter, "straggler",
         f"Rank {rank} is the straggler: it enters {comparison.straggler_last_pct:.0f}% of collectives last, "

@@ -92,6 +92,16 @@ def op_above(trace: Trace, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
     return (_names(ops, inner), _names(top_level, outer))
 
 
+def range_above(trace: Trace, calls: pd.DataFrame) -> np.ndarray:
+    """For each host call (pid, tid, start): the innermost record_function / NVTX range around it
+    (not a step), or None."""
+    cpu = trace.cpu
+    ranges = cpu.loc[(cpu["kind"] == "annotation").to_numpy() & ~matches(cpu["name"], STEP_NAME),
+                     ["name", "pid", "tid", "start", "end"]].reset_index(drop=True)
+    pid, tid, t = (calls[c].to_numpy(np.int64) for c in ("pid", "tid", "start"))
+    return _names(ranges, innermost_enclosing(ranges, pid, tid, t))
+
+
 def python_line_above(trace: Trace, calls: pd.DataFrame) -> np.ndarray:
     """For each host call: the innermost frame of the user's own code around it ("train.py(42):
     <module>"), from python_function events, or else from the op's "Call stack" (old traces)."""

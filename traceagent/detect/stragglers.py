@@ -46,6 +46,9 @@ class RankTimeline:
     collectives: pd.DataFrame  # name, nth, device, start, end, busy_before, and idle_before:<root cause>
     compute: dict[int, iv.Intervals]  # per GPU: compute kernels, clipped to that GPU's collectives
     breakdown: Breakdown
+    # per idle root cause: the user's own Python line (else the range) over the most of its idle,
+    # so a straggler's extra host work is named as gap evidence names it
+    frames: dict[str, str] = field(default_factory=dict)
 
 
 def rank_timeline(trace: Trace, gaps: pd.DataFrame, breakdown: Breakdown) -> RankTimeline:
@@ -61,7 +64,37 @@ def rank_timeline(trace: Trace, gaps: pd.DataFrame, breakdown: Breakdown) -> Ran
         if mine.any():
             windows = iv.union(table["start"].to_numpy(np.int64)[mine], table["end"].to_numpy(np.int64)[mine])
             compute[view.device] = iv.intersect(view.compute, windows)
-    return RankTimeline(trace.meta.rank, table, compute, breakdown)
+    return RankTimeline(trace.meta.rank, table, compute, breakdown, _frames_by_root(trace, gaps))
+
+
+def _frames_by_root(trace: Trace, gaps: pd.DataFrame) -> dict[str, str]:
+    """Per idle root cause, the user's innermost line (else the innermost range) on the launching
+    thread at the middle of its gaps, the one over the most idle time. Vectorized over gaps."""
+    from .host import calls_by_correlation, python_line_above, range_above
+
+    host = gaps[gaps["cause"] != "launch_latency"]
+    if host.empty:
+        return {}
+    calls = calls_by_correlation(trace)
+    rows = []
+    for view in device_views(trace):
+        mine = host[host["device"] == view.device]
+        launch = calls.reindex(view.work["correlation"].to_numpy()[mine["next_op"].to_numpy()])
+        known = launch["pid"].notna().to_numpy()
+        rows.append(pd.DataFrame({"pid": launch["pid"].to_numpy()[known].astype(np.int64),
+                                  "tid": launch["tid"].to_numpy()[known].astype(np.int64),
+                                  "start": ((mine["start"] + mine["end"]) // 2).to_numpy()[known],
+                                  "cause": mine["cause"].to_numpy()[known], "dur": mine["dur"].to_numpy()[known]}))
+    at = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+    if at.empty:
+        return {}
+    line = python_line_above(trace, at)
+    where = np.where(pd.isna(line), range_above(trace, at), line)
+    at = at.assign(root=at["cause"].map(GAP_ROOT), where=where).dropna(subset=["where"])
+    if at.empty:
+        return {}
+    held = at.groupby(["root", "where"])["dur"].sum().reset_index().sort_values("dur", ascending=False, kind="stable")
+    return {str(r): str(w) for r, w in held.drop_duplicates("root")[["root", "where"]].itertuples(index=False)}
 
 
 @dataclass(frozen=True)
