@@ -118,10 +118,12 @@ def test_kernels_another_thread_launched_after_a_sync_leave_the_next_gap_to_host
     assert dict(zip(r.gaps["dur"] // 1000, r.gaps["cause"]))[276] == "host_other"
 
 
-def test_on_an_nsight_export_the_op_of_a_sync_is_its_nvtx_range(tmp_path):
+def test_on_an_nsight_export_a_masked_select_sync_with_trailing_kernels_is_named_by_its_nvtx_range(tmp_path):
     # a real Nsight export (test-cuda/report1) with a masked_select added on its launching thread:
     # emit_nvtx's range `aten::masked_select, seq = 3, …` around a cudaStreamSynchronize that waits
-    # for the first kernel and returns 5 µs after it ends. The sync is found, and its op is the range's
+    # for the first kernel and returns 5 µs after it ends; right after, the thread launches two 2 µs
+    # kernels (launches at +10 and +20 µs, kernels at +15 and +25 µs). By hand: the gap from the
+    # second one's end (+27 µs) to the export's next device work follows the sync through them
     import shutil
     import sqlite3
 
@@ -130,19 +132,36 @@ def test_on_an_nsight_export_the_op_of_a_sync_is_its_nvtx_range(tmp_path):
     copy = tmp_path / "masked_select.sqlite"
     shutil.copy(DATA / "test-cuda" / "report1.sqlite", copy)
     con = sqlite3.connect(copy)
-    start, end = con.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1").fetchone()
+    start, end, corr = con.execute(
+        "SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1").fetchone()
     (thread,) = con.execute("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid "
                             "ORDER BY COUNT(*) DESC LIMIT 1").fetchone()
-    (name_id,) = con.execute("SELECT MAX(id) + 1 FROM StringIds").fetchone()
-    con.execute("INSERT INTO StringIds VALUES (?, 'cudaStreamSynchronize_v3020')", (name_id,))
-    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, "
-                "returnValue) VALUES (?, ?, 0, ?, 999999, ?, 0)", (start + 1000, end + 5000, thread, name_id))
+    (sync_id,) = con.execute("SELECT MAX(id) + 1 FROM StringIds").fetchone()
+    con.execute("INSERT INTO StringIds VALUES (?, 'cudaStreamSynchronize_v3020')", (sync_id,))
+    (launch_id,) = con.execute("SELECT id FROM StringIds WHERE value = 'cudaLaunchKernel_v7000'").fetchone()
+    runtime = ("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, "
+               "returnValue) VALUES (?, ?, 0, ?, ?, ?, 0)")
+    con.execute(runtime, (start + 1000, end + 5000, thread, 900000, sync_id))
+    returned = end + 5000
+    for n, (launch_at, runs_at) in enumerate(((returned + 10_000, returned + 15_000),
+                                              (returned + 20_000, returned + 25_000))):
+        con.execute(runtime, (launch_at, launch_at + 3000, thread, 900001 + n, launch_id))
+        columns = [r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
+        copied = ", ".join("?" if c in ("start", "end", "correlationId") else c for c in columns)
+        con.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL ({', '.join(columns)}) SELECT {copied} "
+                    "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId = ?",
+                    [{"start": runs_at, "end": runs_at + 2000, "correlationId": 900001 + n}[c]
+                     for c in columns if c in ("start", "end", "correlationId")] + [corr])
     con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, "
                 "textId INTEGER, globalTid INTEGER)")
     con.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, 'aten::masked_select, seq = 3, sizes = [[1024], [1024]]', "
-                "NULL, ?)", (start, end + 6000, thread))
+                "NULL, ?)", (start, returned + 30_000, thread))
     con.commit()
     con.close()
-    idle = analyze(copy, use_cache=False).ranks[0].findings.idle
-    site = idle.sync_sites[0]
+    r = analyze(copy, use_cache=False).ranks[0]
+    after = r.gaps[r.gaps["start"] == returned + 27_000].iloc[0]  # from the second trailing kernel's end
+    assert after["cause"] == "sync" and after["dur"] >= 10_000  # a long gap, not launch latency
+    without = analyze(copy, use_cache=False, settings=["idle.sync_trailing_ops=0"]).ranks[0]
+    assert without.gaps[without.gaps["start"] == returned + 27_000].iloc[0]["cause"] != "sync"  # the rule did it
+    site = r.findings.idle.sync_sites[0]
     assert (site.call, site.op) == ("cudaStreamSynchronize", "aten::masked_select")
