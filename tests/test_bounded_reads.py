@@ -150,3 +150,17 @@ def test_zlib_level_inflation_of_the_reader_matches_gzip(tmp_path):
         stream = reading.TraceStream(f, str(NCCL_A100))
         text = b"".join(iter(lambda: stream.read(1 << 20), b""))
     assert text == gzip.decompress(NCCL_A100.read_bytes()) and zlib.crc32(text)
+
+
+def test_a_member_boundary_falling_between_two_reads_loses_nothing(tmp_path, monkeypatch):
+    # the second member's magic bytes split across two reads of the compressed file
+    b = TraceBuilder()
+    for i in range(50):
+        b.kernel("gemm", i * 10, 5)
+    text = b.write(tmp_path / "t.json").read_bytes()
+    first = gzip.compress(text[:len(text) // 2])
+    path = tmp_path / "members.json.gz"
+    path.write_bytes(first + gzip.compress(text[len(text) // 2:]))
+    monkeypatch.setattr(reading, "_INPUT_BLOCK", len(first) + 1)  # the block ends after the 0x1f of the magic
+    with open(path, "rb") as f:
+        assert reading.TraceStream(f, str(path)).read() == text

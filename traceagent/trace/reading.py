@@ -105,6 +105,8 @@ class TraceStream:
                             self.cut_short = True
                         break
                 if self._inflater is None:
+                    if len(self._input) < 2:  # the next member's magic may straddle two reads
+                        self._input += self._f.read(_INPUT_BLOCK)
                     if self._input[:2] != b"\x1f\x8b":
                         self._ended = True  # gzip(1) too ignores what follows the last member
                         break
