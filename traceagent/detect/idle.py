@@ -217,7 +217,8 @@ def _after_trailing_ops(trace: Trace, view: DeviceView, syncs: pd.DataFrame, g_s
     slack = int(params.sync_slack_us * 1000)
     launch = calls_by_correlation(trace).reindex(work["correlation"].to_numpy())
     known = launch["start"].notna().to_numpy()
-    thread = np.where(known, launch["pid"].fillna(-1).to_numpy() * (1 << 32) + launch["tid"].fillna(-1).to_numpy(), -1)
+    pid, tid = (launch[c].fillna(-1).to_numpy().astype(np.int64) for c in ("pid", "tid"))  # exact: int64, not float
+    thread = np.where(known, pid * (1 << 32) + tid, -1)
     launched_at = launch["start"].fillna(-1).to_numpy(np.int64)
     changes = np.concatenate([[0], np.cumsum(thread[1:] != thread[:-1])])  # thread changes up to each op
     work_start = work["start"].to_numpy(np.int64)
