@@ -152,3 +152,14 @@ def test_a_range_with_no_gpu_work_where_the_gpu_waits_is_a_finding_too(tmp_path)
     assert [x.idle_us for x in found.idle_ranges[1:]] == [20.0] * 9  # the top ten by idle
     assert "The GPU sat idle under ranges that launched nothing: postprocess 500.0 µs (51.0% of idle)" in \
         annotations_sentence(json.loads(json.dumps(found.to_dict())))
+    # and the offline analyst, asked about ranges, lists it apart
+    import asyncio
+
+    from traceagent.agent.session import Session
+
+    async def ask():
+        session = Session(AnalysisContext(analyze(b.write(tmp_path / "ranges.json"))))
+        return [e async for e in session.ask("which annotated ranges take the most time?")][-1].text
+
+    assert "Ranges that launched no GPU work while the GPU sat idle:\n- `postprocess`: 500.0 µs of idle GPU time " \
+           "(51.0% of the idle time), once" in asyncio.run(ask())

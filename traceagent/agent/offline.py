@@ -473,15 +473,23 @@ class OfflineAnalyst:
         return "\n".join(lines)
 
     def _annotations(self, q: Question, annotations: dict) -> str:
-        if not annotations["ranges"]:
+        waiting = [r for r in annotations.get("idle_ranges", []) if not r["gpu_us"]][:5]
+        if not annotations.get("ranges") and not waiting:
             return _unavailable(annotations)
-        lines = [f"{self._who(annotations)}GPU time launched inside each annotated range (a nested range counts in its "
-                 "parent too):"]
-        lines += [f"{i}. `{shorten(r['name'], 60)}`: {duration(r['gpu_us'])} of GPU time "
-                  f"({percent(r['share_of_busy_pct'])} of busy) from {r['kernels']} kernels, {_times(r['count'])}, "
-                  f"{duration(r['host_us'])} on the host, the GPU idle {percent(r['idle_pct'])} of it"
-                  for i, r in enumerate(annotations["ranges"][:8], 1)]
-        return "\n".join(lines)
+        lines = []
+        if annotations.get("ranges"):
+            lines += [f"{self._who(annotations)}GPU time launched inside each annotated range (a nested range counts "
+                      "in its parent too):"]
+            lines += [f"{i}. `{shorten(r['name'], 60)}`: {duration(r['gpu_us'])} of GPU time "
+                      f"({percent(r['share_of_busy_pct'])} of busy) from {r['kernels']} kernels, {_times(r['count'])}, "
+                      f"{duration(r['host_us'])} on the host, the GPU idle {percent(r['idle_pct'])} of it"
+                      for i, r in enumerate(annotations["ranges"][:8], 1)]
+        if waiting:  # ranges that launch nothing while the GPU waits: post-processing, logging, checkpoints
+            lines += ["", f"{self._who(annotations) if not lines else ''}Ranges that launched no GPU work while the "
+                      "GPU sat idle:"]
+            lines += [f"- `{shorten(r['name'], 60)}`: {duration(r['idle_us'])} of idle GPU time "
+                      f"({percent(r['share_of_idle_pct'])} of the idle time), {_times(r['count'])}" for r in waiting]
+        return "\n".join(lines).strip()
 
     def _mfu(self, q: Question, flops: dict, overview: dict, hot_kernels: dict) -> str:
         if flops.get("mfu_pct") is not None:
