@@ -372,8 +372,7 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     from .outputs import check_output
     from .report.annotate import annotate
 
-    check_output(args.output, args.path)
-    files = resolve(args.path).files
+    files = check_output(args.output, args.path).files
     result = analyze_path(args.path, args)
     try:
         added = annotate(result, storage.absolute(files[0]), args.output, args.max_bytes)

@@ -14,19 +14,24 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import TraceError
 from .trace import storage
 
+if TYPE_CHECKING:
+    from .trace.load import Sources
 
-def check_output(output: str | os.PathLike, source: str | os.PathLike | Sequence[str | os.PathLike]) -> None:
+
+def check_output(output: str | os.PathLike, source: str | os.PathLike | Sequence[str | os.PathLike]) -> Sources:
     """TraceError (exit 2) if writing `output` would replace what the job `source` reads: one of
     its trace files, or a file in one of its rank directories with a trace file's name (it would
-    be read as a rank next time)."""
+    be read as a rank next time). The job's files as resolved for the check, for the caller."""
     from .trace.load import is_trace_name, resolve
 
     target = os.path.realpath(output)
-    files = resolve(source).files
+    sources = resolve(source)
+    files = sources.files
     for file in files:
         if storage.is_url(file):
             continue
@@ -35,11 +40,12 @@ def check_output(output: str | os.PathLike, source: str | os.PathLike | Sequence
                              "Choose another output path.")
     if not (isinstance(source, (str, os.PathLike)) and not storage.is_url(os.fspath(source))
             and os.path.isdir(source)):
-        return  # beside a single file, a glob's or a list's files, any other name is safe
+        return sources  # beside a single file, a glob's or a list's files, any other name is safe
     directories = {os.path.realpath(os.path.dirname(f)) for f in files}  # the directory, or its rank sub-directories
     if os.path.dirname(target) in directories and is_trace_name(target):
         raise TraceError(str(output), "is a trace file's name inside a rank directory being read: it would be read "
                          "as a rank next time", "Write it outside the directory, or give it another suffix.")
+    return sources
 
 
 def _same_file(a: str, b: str) -> bool:

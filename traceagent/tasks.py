@@ -83,15 +83,10 @@ def run_per_file(func: Callable[..., Any], files: Sequence[str], *, scheduler: s
             if progress:
                 progress(done, len(files), name(files[i]))
         # a worker that dies takes the blame for every task it held: each such task again, alone on
-        # the cluster, so that only the one that kills its worker each time is lost
+        # the cluster, so that only the one that kills its worker each time is lost (tasks are
+        # _Killed only where the caller gave `lost`)
         for i in sorted(killed):
-            alone = client.submit(func, files[i], pure=False, **kwargs)
-            try:
-                results[i] = _result(alone, lost)
-            except _Killed as exc:
-                results[i] = lost(files[i], str(exc)) if lost else exc.error
-            finally:
-                alone.release()
+            results[i] = _alone(client, func, files[i], lost, kwargs)
             done += 1
             if progress:
                 progress(done, len(files), name(files[i]))
@@ -105,7 +100,21 @@ class _Killed(Exception):
         tries = getattr(error, "allowed_failures", None)
         tried = f"{tries + 1} times" if isinstance(tries, int) else "each time"
         super().__init__(f"the Dask worker analysing it died, {tried} (killed: out of memory, or a crash)")
-        self.error = error
+
+
+def _alone(client, func: Callable[..., Any], file: str, lost: Callable[[str, str], Any] | None,
+           kwargs: dict) -> Any:
+    """One task run again with nothing beside it on the cluster: its value, or `lost`'s account
+    when it still kills its worker each time (tasks are _Killed only where `lost` is given)."""
+    alone = client.submit(func, file, pure=False, **kwargs)
+    try:
+        return _result(alone, lost)
+    except _Killed as exc:
+        if lost is None:
+            raise
+        return lost(file, str(exc))
+    finally:
+        alone.release()
 
 
 def _result(future, lost: Callable[[str, str], Any] | None) -> Any:

@@ -26,7 +26,7 @@ from .memory import MemoryResult
 from .savings import Saving, saving_for, straggler_saving
 from .steps import StepsResult
 from .stragglers import RankComparison
-from .vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES, blocking
+from .vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES, blocking, gap_causes_of
 from .workload import Workload
 
 
@@ -165,7 +165,7 @@ def _top_idle_root(idle: IdleResult) -> tuple[str, list[str]]:
     for cause, value in idle.by_cause_us.items():
         by_root[GAP_ROOT[cause]] = by_root.get(GAP_ROOT[cause], 0.0) + value
     root = max(by_root, key=by_root.__getitem__)
-    causes = sorted((c for c in idle.by_cause_us if GAP_ROOT[c] == root), key=lambda c: -idle.by_cause_us[c])
+    causes = sorted((c for c in gap_causes_of(root) if c in idle.by_cause_us), key=lambda c: -idle.by_cause_us[c])
     return root, causes
 
 

@@ -30,7 +30,6 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, matches
-from ..trace.normalize import STEP_NAME, innermost_enclosing
 from . import intervals as iv
 from .host import (
     LAUNCH_CALLS,
@@ -39,6 +38,7 @@ from .host import (
     host_union,
     op_above,
     python_line_above,
+    range_above,
     sync_calls,
 )
 from .view import DeviceView, device_time_ns, device_views, pct, us, wall_span_ns
@@ -323,19 +323,14 @@ def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[dict]:
     if bound.empty:
         return []
     calls = calls_by_correlation(trace)
-    cpu = trace.cpu
-    ranges = cpu[(cpu["kind"] == "annotation").to_numpy() & ~matches(cpu["name"], STEP_NAME)].reset_index(drop=True)
     rows = []
     for view in device_views(trace):
         mine = bound[bound["device"] == view.device]
         work = view.work.iloc[mine["next_op"].to_numpy()]
         launch = calls.reindex(work["correlation"].to_numpy())
         known = launch["start"].notna().to_numpy()
-        where = np.full(len(launch), -1, dtype=np.int64)
-        where[known] = innermost_enclosing(ranges, *(launch[c].to_numpy()[known].astype(np.int64)
-                                                     for c in ("pid", "tid", "start")))
-        # position -1 (no range) picks the None appended at the end
-        names = np.append(ranges["name"].astype(object).to_numpy(), np.asarray([None], dtype=object))[where]
+        names = np.full(len(launch), None, dtype=object)
+        names[known] = range_above(trace, launch[known].astype({"pid": np.int64, "tid": np.int64, "start": np.int64}))
         rows.append(pd.DataFrame({"op": work["op"].astype(object).fillna("(no op)").to_numpy(),
                                   "launch_call": launch["name"].astype(object).fillna("-").to_numpy(),
                                   "range": pd.Series(names, dtype=object).fillna("").to_numpy(),

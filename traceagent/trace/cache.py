@@ -160,14 +160,10 @@ def _object_categories(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def write(key: Key, trace: Trace) -> bool:
-    """Store the Trace parsed from the file `key` was taken of, if the file is still that one
-    (else False: it was replaced or rewritten meanwhile, and the parse may be of either). A cache
-    that cannot be written is skipped, never an error."""
-    try:
-        if storage.size_and_version(key.path) != key.stamp:
-            return False
-    except OSError:
-        return False
+    """Store the Trace parsed from the file `key` was taken of. The caller (load.load_file) has
+    checked the file is still that one after the parse; should it change after that check, the
+    frames are still the ones of the file `key` names. A cache that cannot be written is skipped,
+    never an error."""
     entry = key.entry
     tmp = entry.with_name(f"{entry.name}{_TMP}{socket.gethostname()}-{os.getpid()}")
     try:
@@ -235,12 +231,11 @@ def housekeep(keep: Path | None = None) -> list[Entry]:
     removed = []
     current = []
     for e in entries(keep.parent if keep else None):
-        if e.temporary:
-            if _abandoned(e.path.name, host) or now - e.used > _TMP_GRACE_S:
-                shutil.rmtree(e.path, ignore_errors=True)
-                removed.append(e)
-        else:
+        if not e.temporary:
             current.append(e)
+        elif _stale(e, now, host):
+            shutil.rmtree(e.path, ignore_errors=True)
+            removed.append(e)
     current.sort(key=lambda e: (e.path == keep, e.used))
     total = sum(e.bytes for e in current)
     for e in current:
@@ -250,6 +245,11 @@ def housekeep(keep: Path | None = None) -> list[Entry]:
         total -= e.bytes
         removed.append(e)
     return removed
+
+
+def _stale(e: Entry, now: float, host: str) -> bool:
+    """A temporary entry no process is writing: its process on this host is gone, or it is old."""
+    return _abandoned(e.path.name, host) or now - e.used > _TMP_GRACE_S
 
 
 def _abandoned(name: str, host: str) -> bool:
@@ -269,10 +269,10 @@ def _abandoned(name: str, host: str) -> bool:
 
 def clear() -> list[Entry]:
     """Remove every entry (and temporary entries no running process of this host is writing)."""
-    host = socket.gethostname()
+    now, host = time.time(), socket.gethostname()
     removed = []
     for e in entries():
-        if e.temporary and not _abandoned(e.path.name, host) and time.time() - e.used <= _TMP_GRACE_S:
+        if e.temporary and not _stale(e, now, host):
             continue
         shutil.rmtree(e.path, ignore_errors=True)
         removed.append(e)
