@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage
 from traceagent.tui.app import TraceAgentApp
 from traceagent.tui.loader import load_and_analyze
 from traceagent.tui.screens import HelpScreen
-from traceagent.tui.widgets.conversation import AnswerBlock, ErrorMessage, NoteMessage, ToolBlock, UserMessage
+from traceagent.tui.widgets.conversation import AnswerBlock, Conversation, ErrorMessage, NoteMessage, ToolBlock, UserMessage
 from traceagent.tui.widgets.prompt import PromptInput
 from traceagent.tui.widgets.side_panel import SidePanel
 
@@ -248,6 +248,18 @@ async def _answered(pilot, question: str) -> None:
     await pilot.pause()
     await app.workers.wait_for_complete()
     await pilot.pause(0.3)
+    # the streamed answer renders in the background: under load it can still be growing (and the
+    # view scrolling after it) here, so wait until the conversation stays scrolled to its end
+    conversation = app.query_one(Conversation)
+    settled, seen = 0, None
+    for _ in range(50):
+        now = (conversation.virtual_size.height, conversation.max_scroll_y)
+        at_end = conversation.scroll_y >= conversation.max_scroll_y
+        settled = settled + 1 if at_end and now == seen else 0
+        if settled == 3:
+            break
+        seen = now
+        await pilot.pause(0.1)
 
 
 def test_snapshot_offline(snap_compare):
