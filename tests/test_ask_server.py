@@ -317,7 +317,7 @@ def test_a_second_turn_may_quote_the_first_turns_tools_and_calc_but_not_a_kernel
     b.kernel("void fused_kernel<731>(float*)", 0, 900)
     b.kernel("relu_kernel", 1000, 300)
     ctx = AnalysisContext(analyze(b.write(tmp_path / "t.json"), use_cache=False))
-    top, second = hot_kernels(ctx, full_names=True)["top"][:2]
+    top, second = hot_kernels(ctx, full_names=True).to_dict()["top"][:2]
     ratio = top["total_us"] / second["total_us"]
     replies = [Reply.tool("hot_kernels", {"full_names": True}),
                Reply.text(f"The top kernel takes {top['share_of_busy_pct']:.1f}% of busy time."),

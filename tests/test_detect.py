@@ -206,8 +206,8 @@ def test_steps_and_the_slowest_step(tmp_path):
     steps = ra.findings.steps
     assert (steps.count, steps.slowest, steps.max_us, steps.mean_us) == (2, 2, 2000, 1500)
     # step 2's device range [1010, 2995): busy 505, idle gap [1510, 2990) = 1480 from the loader
-    step2 = next(s for s in steps.steps if s["step"] == 2)
-    assert step2["idle_dataloader_us"] == 1480 and step2["device_us"] == 1985
+    step2 = next(s for s in steps.steps if s.step == 2)
+    assert step2.idle_by_cause_us["dataloader"] == 1480 and step2.device_us == 1985
     assert steps.slowest_vs_median["idle_dataloader_us"] > 0
 
 

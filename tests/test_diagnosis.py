@@ -158,11 +158,11 @@ def step_trace(names: list[str]) -> TraceBuilder:
 def test_record_function_and_nvtx_iterations_are_steps(tmp_path, names, numbers):
     ra = analyze_trace(step_trace(names).load(tmp_path))
     steps = ra.findings.steps
-    assert [s["step"] for s in steps.steps] == numbers
+    assert [s.step for s in steps.steps] == numbers
     # every idle nanosecond of a step is its own: the 400 µs stall before each step's kernel
     # (the first step's is before the device's first work, outside the span)
-    assert [s["idle_us"] for s in steps.steps] == [0.0, 400.0, 400.0, 400.0]
-    assert sum(s["idle_us"] for s in steps.steps) == ra.findings.idle.idle_us
+    assert [s.idle_us for s in steps.steps] == [0.0, 400.0, 400.0, 400.0]
+    assert sum(s.idle_us for s in steps.steps) == ra.findings.idle.idle_us
 
 
 def test_steps_named_by_the_user(tmp_path, capsys):
@@ -200,7 +200,7 @@ def test_diff_checks_the_prediction_against_the_measured_change(capsys):
     assert main(["diff", str(RESNET_NW0), str(RESNET_NW4), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     predicted, measured = d["prediction"]["predicted_up_to_pct"], d["prediction"]["measured_pct"]
-    assert predicted == before.verdict.saving["step_pct"]
+    assert predicted == before.verdict.saving.step_pct
     assert measured == pytest.approx(-d["slower_pct"], abs=0.01) and measured > 0
     assert d["prediction"]["within_estimate"] == (measured <= predicted)
     assert main(["diff", str(RESNET_NW0), str(RESNET_NW4)]) == 0

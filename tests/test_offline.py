@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import B200, DATA, DLRM_8RANK, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
+from conftest import B200, CPU_ONLY, DATA, DLRM_8RANK, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
 
+from traceagent.agent.offline import CANNED_QUESTIONS
 from traceagent.agent.question import understand
 from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
@@ -52,7 +53,7 @@ TABLE = [
     ("R", "Why is my GPU idle?", "idle", {},
      lambda c: [f"{percent(idle(c).by_cause_pct['dataloader'])} of the span", "num_workers=4"]),
     ("R", "What should I optimize first?", "optimize_first", {},
-     lambda c: ["Start with **idle time waiting for data loading**", c.analysis.verdict.saving["sentence"]]),
+     lambda c: ["Start with **idle time waiting for data loading**", c.analysis.verdict.saving.sentence()]),
     ("R", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**No.**", "not by compute"]),
     ("R", "Is it input-bound?", "bound", {"limit": "input"}, lambda c: ["**Yes.**"]),
     ("R", "Which kernel is slowest per call?", "slow_kernel", {},
@@ -189,3 +190,12 @@ def test_the_readmes_questions_get_what_they_ask():
 def test_compare_phrasings_answer_with_the_comparison(question):
     ctx = context("C")
     assert diff(ctx.analysis, ctx.other).headline in answer(ctx, question).text
+
+
+@pytest.mark.parametrize("question", CANNED_QUESTIONS)
+def test_a_cpu_only_trace_gets_an_answer_to_every_canned_question(question):
+    # a trace with no GPU work: "Which GPU is most idle?" once indexed an empty list of GPUs
+    result = answer(AnalysisContext(analyzed(CPU_ONLY)), question)
+    assert result.text.strip() and result.unverified == []
+    if question == "Which GPU is most idle?":
+        assert "no GPU activity" in result.text

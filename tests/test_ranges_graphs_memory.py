@@ -14,7 +14,7 @@ from conftest import DATA, NSYS_BEFORE, analyzed
 import traceagent
 from traceagent import analyze
 from traceagent.agent.tools import AnalysisContext, build_tools
-from traceagent.format import annotations_sentence
+from traceagent.sentences import annotations_sentence
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 GRAPHS = DATA / "hta" / "negative_queue_rank0.json.gz"
@@ -151,7 +151,7 @@ def test_a_range_with_no_gpu_work_where_the_gpu_waits_is_a_finding_too(tmp_path)
     assert (idle.name, idle.gpu_us, idle.idle_us, idle.share_of_idle_pct) == ("postprocess", 0.0, 500.0, 51.02)
     assert [x.idle_us for x in found.idle_ranges[1:]] == [20.0] * 9  # the top ten by idle
     assert "The GPU sat idle under ranges that launched nothing: postprocess 500.0 µs (51.0% of idle)" in \
-        annotations_sentence(json.loads(json.dumps(found.to_dict())))
+        annotations_sentence(found)
     # and the offline analyst, asked about ranges, lists it apart
     import asyncio
 

@@ -291,13 +291,13 @@ def test_every_rank_is_listed_and_the_view_switches_between_them():
             await loaded(app, pilot)
             summary = str(app.query_one("#summary", Static).render())
             select = app.query_one("#scope", Select)
-            first = (select.value, app.query_one(Timeline).data[3])
+            first = (select.value, app.query_one(Timeline).data[0].span)
             select.value = (3, 3)  # as choosing "rank 3 · GPU 3" in the select does
             await pilot.pause()
             await app.workers.wait_for_complete()
             await pilot.pause()
             findings = [str(o.prompt) for o in app.query_one("#findings", OptionList).options]
-            return summary, first, app.query_one(Timeline).data[3], findings, app.sub_title
+            return summary, first, app.query_one(Timeline).data[0].span, findings, app.sub_title
 
     summary, (chosen, first_span), span, findings, title = asyncio.run(run())
     assert all(f"rank {r}, GPU {r}: span" in summary for r in range(8))  # DLRM: rank r uses GPU r
@@ -323,8 +323,8 @@ def test_a_finding_on_a_huge_kernel_name_asks_with_the_name_capped(tmp_path):
     b = TraceBuilder()
     b.kernel(name, 0, 500)
     b.kernel("small", 600, 10)
-    data = analyze(b.write(tmp_path / "t.json")).to_dict()
-    questions = [q for label, q in _findings(data["ranks"][0], data["verdict"], False) if label.startswith("kernel")]
+    analysis = analyze(b.write(tmp_path / "t.json"))
+    questions = [q for label, q in _findings(analysis.ranks[0], analysis.verdict, False) if label.startswith("kernel")]
     assert questions[0] == f"Why is `{name[:QUESTION_NAME_CHARS - 1]}…` hot?"
 
 

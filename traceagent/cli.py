@@ -136,28 +136,30 @@ def info_dict(analysis: Analysis) -> dict:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    data = info_dict(analyze_path(args.path, args))
+    analysis = analyze_path(args.path, args)
     if args.json:
-        out.print_json(json.dumps(data))
+        out.print_json(json.dumps(info_dict(analysis)))
         return 0
-    say(f"[bold]{escape(data['path'])}[/]  ({data['format']}, {data['traces'][0]['profiler']})")
+    say(f"[bold]{escape(analysis.path)}[/]  ({analysis.format}, {analysis.ranks[0].meta.profiler})")
+    world = analysis.world_size
     table = Table("rank", "GPU", "span", "kernels", "memcpys", "memsets", "host calls", "steps",
-                  title=f"{data['ranks']} rank(s)" + (f" of world size {data['world_size']}" if data['world_size'] else "")
+                  title=f"{len(analysis.ranks)} rank(s)" + (f" of world size {world}" if world else "")
                   + "; each GPU over its own span")
-    for r in data["traces"]:
-        c = r["counts"]
-        spans = r["device_spans_us"] or {"-": None}
-        for i, (device, span) in enumerate(spans.items()):
-            name = escape(f"{device}: {r['devices'].get(device, 'GPU ' + device)}") if span is not None else "none"
-            # counts are per rank: on its first row
-            counts = [str(c[k]) for k in ("kernels", "memcpys", "memsets", "runtime_calls", "steps")] if i == 0 else [""] * 5
-            table.add_row(str(r["rank"]) if i == 0 else "", name, duration(span) if span is not None else "-", *counts)
+    for r in analysis.ranks:
+        c = r.counts
+        # counts are per rank: on its first row
+        counts = [str(c[k]) for k in ("kernels", "memcpys", "memsets", "runtime_calls", "steps")]
+        if not r.breakdown.devices:
+            table.add_row(str(r.rank), "none", "-", *counts)
+        for i, (device, part) in enumerate(r.breakdown.devices.items()):
+            name = escape(f"{device}: {r.meta.devices.get(device, f'GPU {device}')}")
+            table.add_row(str(r.rank) if i == 0 else "", name, duration(part.span_us), *(counts if i == 0 else [""] * 5))
     out.print(table)
-    for r in data["traces"]:
-        if not r["has_device_activity"]:
-            say(f"[yellow]{escape(r['path'])}: no device activity (a CPU-only trace): there is no GPU time to analyze.[/]")
-        for warning in r["warnings"]:
-            say(f"[yellow]{escape(r['path'])}: {escape(warning)}[/]")
+    for r in analysis.ranks:
+        if not r.findings.has_device_activity:
+            say(f"[yellow]{escape(r.meta.path)}: no device activity (a CPU-only trace): there is no GPU time to analyze.[/]")
+        for warning in r.meta.warnings:
+            say(f"[yellow]{escape(r.meta.path)}: {escape(warning)}[/]")
     return 0
 
 

@@ -76,7 +76,7 @@ class Traces:
         key = path if not compare else f"{path} vs {compare}"
         self.opened[key], self.current = ctx, key
         self.tools = {t.name: t for t in build_tools(ctx)}
-        return dumps({"opened": key, "tools": sorted(self.tools)} | overview(ctx))
+        return dumps({"opened": key, "tools": sorted(self.tools)} | overview(ctx).to_dict())
 
     def list_traces(self) -> str:
         """The traces opened so far and which one the other tools act on."""

@@ -165,6 +165,10 @@ def analysis_schema() -> dict:
                                          "its name", "properties": {d.name: _definition(type(d.params))
                                                                     for d in DETECTORS}}
     params["required"] = [*params.get("required", []), "detectors"]
+    # Saving.to_dict adds its sentence (the verdict's and every finding's saving)
+    saving = schema["$defs"]["Saving"]
+    saving["properties"]["sentence"] = {"title": "Sentence", "type": "string"}
+    saving["required"] = [*saving.get("required", []), "sentence"]
     # a rank's breakdown is Breakdown's fields for all its GPUs together, and BreakdownJSON's
     breakdown, base = schema["$defs"]["BreakdownJSON"], _definition(Breakdown)
     breakdown["properties"] = {**base["properties"], **breakdown["properties"]}

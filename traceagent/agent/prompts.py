@@ -8,7 +8,7 @@ from pathlib import Path
 from string import Template
 
 from ..detect.vocabulary import as_prompt
-from ..format import device_lines
+from ..sentences import device_lines
 from .tools import AnalysisContext
 
 
@@ -27,7 +27,7 @@ def trace_summary(ctx: AnalysisContext) -> str:
     lines = [f"- format: {a.format}; ranks loaded: {len(a.ranks)}"]
     for r in a.ranks[:8]:
         v = r.verdict
-        lines += [f"- {line}" for line in device_lines(r.to_dict())]
+        lines += [f"- {line}" for line in device_lines(r)]
         lines.append(f"  rank {r.rank}: limiter {v.limiter}, root cause {v.root_cause}, "
                      f"steps {r.findings.steps.count if r.findings.steps else 0}, "
                      f"python frames {'yes' if r.findings.has_python_frames else 'no'}")

@@ -101,7 +101,7 @@ class Session:
         self._cancel.clear()
         self.transcript.append(("user", question))
         self._partial = []
-        events = OfflineAnalyst(self.ctx, self.tools).answer(question) if self.offline else self._ask_model(question)
+        events = OfflineAnalyst(self.ctx).answer(question) if self.offline else self._ask_model(question)
         ended = False
         try:
             async for event in events:

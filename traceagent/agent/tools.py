@@ -15,7 +15,8 @@ import json
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from langchain_core.tools import BaseTool, StructuredTool
@@ -26,14 +27,40 @@ from ..detect.annotations import detect_annotations
 from ..detect.diff import diff
 from ..detect.host import calls_by_correlation, gap_host, host_events_in, kernel_python_lines
 from ..detect.idle import DeviceIdle, IdleResult, gap_launcher
-from ..detect.kernels import short_name
 from ..detect.registry import DETECTORS, Detector
 from ..detect.view import on_device, us
 from ..detect.vocabulary import GAP_CAUSES
 from ..trace.model import matches
+from .answers import (
+    MAX_ITEMS,
+    AnnotationsAnswer,
+    Answer,
+    CalcAnswer,
+    CommAnswer,
+    CompareAnswer,
+    CopiesAnswer,
+    DetectorAnswer,
+    FlopsAnswer,
+    GapRow,
+    HostActivityAnswer,
+    IdleGapsAnswer,
+    IdleTotals,
+    InstancesAnswer,
+    KernelInstance,
+    KernelRow,
+    KernelsAnswer,
+    LaunchesAnswer,
+    MemoryAnswer,
+    OverviewAnswer,
+    RankOverview,
+    Scope,
+    StepsAnswer,
+    Unavailable,
+    VerdictAnswer,
+    plain,
+)
 from .numbers import Sources
 
-MAX_ITEMS = 25
 MAX_STRING = 300  # a trace string longer than this reaches the model cut, with its length said
 
 # the arguments the tools share, described once
@@ -69,7 +96,7 @@ class AnalysisContext:
             raise ToolInputError(f"no rank {rank} in this trace; ranks are {[r.rank for r in self.analysis.ranks]}") \
                 from None
 
-    def scoped(self, rank: int | None, device: int | None) -> tuple[RankAnalysis, dict]:
+    def scoped(self, rank: int | None, device: int | None) -> tuple[RankAnalysis, Scope]:
         """The rank asked for (the one in focus, else the verdict's, by default) and the scope to
         report: which rank, which GPU ("all" of the rank's when none is named, unless a GPU is in
         focus and no rank was named), and the rank's GPUs."""
@@ -78,21 +105,22 @@ class AnalysisContext:
         r = self.rank(rank)
         if device is not None and device not in r.devices:
             raise ToolInputError(f"rank {r.rank} has no GPU {device} with work; its GPUs are {r.devices}")
-        return r, {"rank": r.rank, "device": "all" if device is None else device, "devices": r.devices}
+        return r, Scope(rank=r.rank, device="all" if device is None else device, devices=r.devices)
 
 
 class ToolInputError(ValueError):
     """A tool was asked for something the trace does not have; the message goes back to the model."""
 
 
-def unavailable(what: str, why: str, how: str) -> dict:
+def unavailable(what: str, why: str, how: str) -> Unavailable:
     """The typed answer for what the trace cannot tell: what was asked, why it is not there, and
     how to profile so that it is."""
-    return {"what": what, "why": why, "how_to_get_it": how}
+    return Unavailable(what=what, why=why, how_to_get_it=how)
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(_bounded(json_safe(value)), separators=(",", ":"), allow_nan=False)
+    """An answer as the JSON a model reads: plain values, no NaN, every string bounded."""
+    return json.dumps(_bounded(json_safe(plain(value))), separators=(",", ":"), allow_nan=False)
 
 
 def _bounded(value: Any) -> Any:
@@ -128,29 +156,19 @@ NO_MEMORY = unavailable("GPU memory use", "the trace has no [memory] events",
                         "torch.cuda.memory._record_memory_history() and torch.cuda.memory._dump_snapshot()")
 
 
-def overview(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+def overview(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> OverviewAnswer:
     """What the trace is and where device time went: format, ranks, GPUs, each GPU's span, busy
     and idle, event counts, the verdict's limiter and rank, and what the trace cannot answer
     (with how to profile so it can). Start here. Without `rank`, every rank (up to 25); with
     `device`, that GPU's breakdown only."""
-    data = ctx.analysis.to_dict()
-    chosen = data["ranks"] if rank is None else [r for r in data["ranks"] if r["rank"] == ctx.rank(rank).rank]
-    ranks = []
+    chosen = ctx.analysis.ranks if rank is None else [ctx.rank(rank)]
     for r in chosen[:MAX_ITEMS]:
-        breakdown = r["breakdown"] | {"steps": None}
         if device is not None:
-            ctx.scoped(r["rank"], device)
-            breakdown["devices"] = {str(device): breakdown["devices"][str(device)]}
-        ranks.append({"rank": r["rank"], "breakdown": breakdown, "counts": ctx.rank(r["rank"]).counts,
-                      "limiter": r["verdict"]["limiter"], "root_cause": r["verdict"]["root_cause"]})
-    return {
-        "trace": data["trace"], "ranks": ranks,
-        "verdict": {k: data["verdict"][k] for k in ("limiter", "root_cause", "headline", "rank")},
-        "unavailable": trace_limits(ctx),
-    }
+            ctx.scoped(r.rank, device)
+    return OverviewAnswer(ctx.analysis, [RankOverview(r, device) for r in chosen[:MAX_ITEMS]], trace_limits(ctx))
 
 
-def trace_limits(ctx: AnalysisContext) -> list[dict]:
+def trace_limits(ctx: AnalysisContext) -> list[Unavailable]:
     """What this trace cannot answer (about the verdict's rank), each with how to get it."""
     r = ctx.analysis.focus
     f = r.findings
@@ -170,28 +188,25 @@ def _top(n: int) -> int:
     return max(1, min(n, MAX_ITEMS))
 
 
-def verdict(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+def verdict(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> VerdictAnswer:
     """The diagnosis: limiter, root cause, headline, one-sentence hypothesis, the next step to
     take, the evidence numbers, what fixing it would save (and every finding's saving, largest
     first: what to optimize first), and what the trace lacks. Without
     `rank`, the job's verdict (its `rank` says which rank it is about); with `device`, also that
     GPU's breakdown."""
     v = ctx.rank(rank).verdict if rank is not None else ctx.analysis.verdict
-    result = v.to_dict()
     about = ctx.rank(rank if rank is not None else v.rank)
-    result["savings"] = [s.to_dict() for s in about.findings.savings]  # every finding's, largest first
-    if device is not None:
-        r, scope = ctx.scoped(v.rank if rank is None else rank, device)
-        result["device_breakdown"] = r.breakdown.devices[device].to_dict()
-        result["scope"] = scope
-    return result
+    if device is None:
+        return VerdictAnswer(v, about.findings.savings)
+    r, scope = ctx.scoped(v.rank if rank is None else rank, device)
+    return VerdictAnswer(v, about.findings.savings, r.breakdown.devices[device], scope)
 
 
 def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
               cause: Annotated[GapCause | None, Field(description="only gaps of this cause")] = None,
               step: Annotated[int | None, Field(description="only gaps that belong to this step number")] = None,
               min_us: Annotated[float, Field(description="only gaps at least this long, in µs")] = 0.0,
-              top: Top = 10) -> dict:
+              top: Top = 10) -> IdleGapsAnswer:
     """Idle time on the GPUs and why: totals by cause and the largest gaps with evidence (what
     the launching thread was doing, the sync call and op, the user's Python line when the trace
     has frames). Times are µs from the trace's first event; `ts_us` is the same start on the
@@ -200,22 +215,19 @@ def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
     idle = r.findings.idle
     gaps = r.gaps
     if device is None:
-        result: dict = {"idle_us": idle.idle_us, "span_us": idle.span_us, "device_time_us": idle.device_time_us,
-                        "idle_pct": idle.idle_pct, "gaps": idle.gaps, "by_cause_us": idle.by_cause_us,
-                        "by_cause_pct": idle.by_cause_pct, "by_cause_count": idle.by_cause_count}
+        totals = IdleTotals(idle.idle_us, idle.span_us, idle.device_time_us, idle.idle_pct, idle.gaps,
+                            idle.by_cause_us, idle.by_cause_pct, idle.by_cause_count)
     else:
         gaps = r.device_gaps(device)
         one = idle.devices[device]
         counts = gaps.groupby("cause")["dur"].size()
-        result = {"idle_us": one.idle_us, "span_us": one.span_us, "idle_pct": one.idle_pct, "gaps": len(gaps),
-                  "by_cause_us": one.by_cause_us, "by_cause_count": {c: int(counts[c]) for c in one.by_cause_us}}
-    result |= {"scope": scope, "launch_gap_us": r.params.idle.launch_gap_us,
-               "sync_sites": [s.to_dict() for s in idle.sync_sites]}
-    if not idle.has_python_frames:
-        result["unavailable"] = NO_FRAMES
+        totals = IdleTotals(one.idle_us, one.span_us, None, one.idle_pct, len(gaps), one.by_cause_us, None,
+                            {c: int(counts[c]) for c in one.by_cause_us})
+    answer = partial(IdleGapsAnswer, totals, scope, r.params.idle.launch_gap_us, idle.sync_sites,
+                     None if idle.has_python_frames else NO_FRAMES)
     trace, origin = r.trace, r.trace.origin_ns()
     if gaps.empty and not trace.has_device_activity:
-        return result | {"top_gaps": [], "note": "no device activity in this trace"}
+        return answer(matching_gaps=None, matching_idle_us=None, top_gaps=[], note="no device activity in this trace")
     if cause:
         gaps = gaps[gaps["cause"] == cause]
     if min_us:
@@ -228,24 +240,18 @@ def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
         if row.empty or row["gpu_start"].isna().all():
             raise ToolInputError(f"no step {step} with device work; steps are {list(steps['step'])}")
         gaps = gaps[gaps["step"] == step]  # the gap before a step's first device work is that step's, as `steps` says
-    chosen = gaps.nlargest(_top(top), "dur")
-    listed = []
-    for g in chosen.itertuples():
-        item = {"start_us": us(g.start - origin), "ts_us": us(g.start), "dur_us": us(g.dur), "cause": g.cause,
-                "device": int(g.device)}
-        if g.cause != "launch_latency":  # what the thread that launched the next work was doing
-            item |= gap_host(trace, int(g.start), int(g.end), gap_launcher(trace, int(g.device), int(g.next_op))).to_dict()
-        listed.append(item)
-    result["matching_gaps"] = len(gaps)
-    result["matching_idle_us"] = us(gaps["dur"].sum())
-    result["top_gaps"] = listed
-    return result
+    listed = [GapRow(us(g.start - origin), us(g.start), us(g.dur), g.cause, int(g.device),
+                     # what the thread that launched the next work was doing
+                     None if g.cause == "launch_latency" else
+                     gap_host(trace, int(g.start), int(g.end), gap_launcher(trace, int(g.device), int(g.next_op))))
+              for g in gaps.nlargest(_top(top), "dur").itertuples()]
+    return answer(matching_gaps=len(gaps), matching_idle_us=us(gaps["dur"].sum()), top_gaps=listed)
 
 
 def host_activity(ctx: AnalysisContext,
                   start_us: Annotated[float, Field(description="window start, µs from the trace's first event")],
                   end_us: Annotated[float, Field(description="window end, µs from the trace's first event")],
-                  rank: Rank = None, device: Device = None, top: Top = 10) -> dict:
+                  rank: Rank = None, device: Device = None, top: Top = 10) -> HostActivityAnswer:
     """What the host (CPU) was doing in a window (µs from the trace's first event, as gaps report
     them): the host events that spent the most time in it. Host events belong to the rank (its
     process); `device` only checks the GPU exists."""
@@ -255,44 +261,36 @@ def host_activity(ctx: AnalysisContext,
     origin = r.trace.origin_ns()
     lo, hi = origin + int(start_us * 1000), origin + int(end_us * 1000)
     events = host_events_in(r.trace, lo, hi, top=_top(top))
-    result = {"scope": scope, "window_us": round(end_us - start_us, 3), "events": [e.to_dict() for e in events]}
-    if not events:
-        result["note"] = "no host events were recorded in this window"
-    return result
+    return HostActivityAnswer(scope, round(end_us - start_us, 3), events,
+                              None if events else "no host events were recorded in this window")
 
 
 def data_movement(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
-                  kind: Annotated[CopyKind | None, Field(description="only copies of this direction")] = None) -> dict:
+                  kind: Annotated[CopyKind | None, Field(description="only copies of this direction")] = None
+                  ) -> CopiesAnswer:
     """Copies by kind (HtoD, DtoH, DtoD, HtoH, PtoP): count, bytes, time, achieved GB/s, pageable
     copies, and copy time that no compute overlaps (exposed), on a rank's GPUs or one of them."""
     r, scope = ctx.scoped(rank, device)
     copies = r.memcpy(device)
-    result = copies.to_dict() | {"scope": scope}
+    note = None
     if kind is not None:
-        result["by_kind"] = {kind: result["by_kind"][kind]} if kind in result["by_kind"] else {}
-        if not result["by_kind"]:
-            result["note"] = f"no {kind} copies in this scope"
+        copies = replace(copies, by_kind={k: c for k, c in copies.by_kind.items() if k == kind})
+        if not copies.by_kind:
+            note = f"no {kind} copies in this scope"
     if not copies.count:
-        result["note"] = "no memory copies in this scope"
-    return result
+        note = "no memory copies in this scope"
+    return CopiesAnswer(copies, scope, note)
 
 
-def communication(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+def communication(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> CommAnswer:
     """Collective (NCCL/RCCL) kernels: time, share of device time, how much compute does not hide
     (exposed), the largest collectives; across ranks, each rank's waiting (for the last rank to
     enter) against communication proper, and the straggler with what delayed it."""
     r, scope = ctx.scoped(rank, device)
     comm = r.comm(device)
-    result = comm.to_dict() | {"scope": scope}
-    result["top"] = [{"short_name": short_name(k.pop("name"))} | k for k in result["top"]]
-    if not comm.kernels:
-        result["note"] = "no collective kernels in this scope"
-    if ctx.analysis.comparison:
-        result["ranks"] = ctx.analysis.comparison.to_dict()
-        result["ranks"]["ranks"] = result["ranks"]["ranks"][:MAX_ITEMS]
-    elif len(ctx.analysis.ranks) == 1:
-        result["unavailable"] = ONE_RANK
-    return result
+    one_rank = ctx.analysis.comparison is None and len(ctx.analysis.ranks) == 1
+    return CommAnswer(comm, scope, ctx.analysis.comparison, ONE_RANK if one_rank else None,
+                      None if comm.kernels else "no collective kernels in this scope")
 
 
 def hot_kernels(ctx: AnalysisContext, top: Top = 10,
@@ -300,31 +298,25 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
                 rank: Rank = None, device: Device = None, full_names: FullNames = False,
                 order_by: Annotated[KernelOrder, Field(description="rank by total time (default), by time per call "
                                                                     "(mean or max), or by launches (count)")] = "total",
-                ) -> dict:
+                ) -> KernelsAnswer:
     """Kernels ranked by total device time (or per call, or by launches): count, total, mean,
     median, max, share of busy time, the op that launched them, the user's Python line (when the
     trace has frames) and achieved TFLOP/s and MFU (when it has shapes), on a rank's GPUs or one."""
     r, scope = ctx.scoped(rank, device)
     result = r.hot_kernels(top=_top(top), name_filter=name_filter, device=device, order=order_by)
-    data = result.to_dict() | {"scope": scope, "order_by": order_by}
-    lines = kernel_python_lines(r.trace, [k.name for k in result.top]) if r.findings.has_python_frames else {}
-    throughput = {k.name: k for k in r.findings.flops.by_kernel} if r.findings.flops else {}
-    for k in data["top"]:
-        k["python"] = lines.get(k["name"])
-        if (f := throughput.get(k["name"])) and device is None:  # from recorded shapes: see the flops tool
-            k |= {"achieved_tflops": f.achieved_tflops, "mfu_pct": f.mfu_pct, "dtype": f.dtype}
-        if not full_names:
-            del k["name"]
-    if not r.findings.has_python_frames:
-        data["unavailable"] = NO_FRAMES
-    if not result.kernels:
-        data["note"] = f"no kernels match {name_filter!r}" if name_filter else "no kernels in this scope"
-    return data
+    frames = r.findings.has_python_frames
+    lines = kernel_python_lines(r.trace, [k.name for k in result.top]) if frames else {}
+    # from recorded shapes, over the rank's GPUs (see the flops tool)
+    throughput = {k.name: k for k in r.findings.flops.by_kernel} if r.findings.flops and device is None else {}
+    rows = [KernelRow(k, lines.get(k.name), throughput.get(k.name), full_names) for k in result.top]
+    note = None if result.kernels else (f"no kernels match {name_filter!r}" if name_filter else "no kernels in this scope")
+    return KernelsAnswer(result, rows, scope, order_by, None if frames else NO_FRAMES, note)
 
 
 def kernel_instances(ctx: AnalysisContext,
                      name: Annotated[str, Field(description="a kernel name or part of one (as hot_kernels lists)")],
-                     rank: Rank = None, device: Device = None, top: Top = 10, full_names: FullNames = False) -> dict:
+                     rank: Rank = None, device: Device = None, top: Top = 10, full_names: FullNames = False
+                     ) -> InstancesAnswer:
     """The longest instances of one kernel: start, duration, GPU, stream, the op that launched it,
     and how long after its launch call it started."""
     r, scope = ctx.scoped(rank, device)
@@ -337,96 +329,72 @@ def kernel_instances(ctx: AnalysisContext,
     launch = match["correlation"].map(calls_by_correlation(trace)["start"])
     origin = trace.origin_ns()
     chosen = match.assign(dur=match["end"] - match["start"], launch=launch).nlargest(_top(top), "dur")
-    names = sorted(set(chosen["name"].astype(str)))
-    return {
-        "scope": scope, "matching_kernels": len(match),
-        "names": [{"name": n, "short_name": short_name(n)} if full_names else {"short_name": short_name(n)}
-                  for n in names[:5]],
-        "total_us": us((match["end"] - match["start"]).sum()),
-        "instances": [{"start_us": us(k.start - origin), "ts_us": us(k.start), "dur_us": us(k.dur), "device": int(k.device),
-                       "stream": int(k.stream), "op": None if k.op is None or k.op != k.op else str(k.op),
-                       "launch_to_start_us": None if k.launch != k.launch else us(k.start - k.launch)}
-                      for k in chosen.itertuples()],
-    }
+    return InstancesAnswer(
+        scope, len(match), sorted(set(chosen["name"].astype(str)))[:5], full_names,
+        us((match["end"] - match["start"]).sum()),
+        [KernelInstance(us(k.start - origin), us(k.start), us(k.dur), int(k.device), int(k.stream),
+                        None if k.op is None or k.op != k.op else str(k.op),
+                        None if k.launch != k.launch else us(k.start - k.launch))
+         for k in chosen.itertuples()])
 
 
-def launches(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+def launches(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> LaunchesAnswer:
     """Kernel launch statistics: launches per API, the launch call's median duration,
     launch-to-start latency (median, p90), how many kernels are shorter than their own launch
     call, the idle time the host's launching costs (launch-bound gaps), and CUDA graphs (replays,
     kernels per replay, share of kernel time, launch calls saved), on a rank's GPUs or one."""
     r, scope = ctx.scoped(rank, device)
     idle: IdleResult | DeviceIdle = r.findings.idle if device is None else r.findings.idle.devices[device]
-    result = r.launch(device).to_dict() | {"scope": scope}
-    result |= {"launch_overhead_idle_us": idle.by_cause_us.get("launch_overhead", 0.0),
-               "launch_latency_idle_us": idle.by_cause_us.get("launch_latency", 0.0),
-               "launch_gap_us": r.params.idle.launch_gap_us}
-    if isinstance(idle, IdleResult):  # a rank's: a device's has no share of the rank's device time
-        result["launch_overhead_idle_pct"] = idle.by_cause_pct.get("launch_overhead", 0.0)
-    result["graphs"] = r.findings.graphs.to_dict() if r.findings.graphs else None
-    if not result["kernels"]:
-        result["note"] = "no kernel is linked to its launch call in this trace"
-    return result
+    launch = r.launch(device)
+    # a rank's share only: a device has no share of the rank's device time
+    share = idle.by_cause_pct.get("launch_overhead", 0.0) if isinstance(idle, IdleResult) else None
+    return LaunchesAnswer(launch, scope, idle.by_cause_us.get("launch_overhead", 0.0),
+                          idle.by_cause_us.get("launch_latency", 0.0), r.params.idle.launch_gap_us, share,
+                          r.findings.graphs,
+                          None if launch.kernels else "no kernel is linked to its launch call in this trace")
 
 
-def steps(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+def steps(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> StepsAnswer:
     """Per-step table: host and device time, the idle each step owns by cause (the gap before a
     step's first device work is that step's), each step against the median step, the slowest
     step and what it spent more time on than the median."""
     r, scope = ctx.scoped(rank, device)
     result = r.steps(device)
-    if result is None:
-        return {"scope": scope, "count": 0, "unavailable": NO_STEPS}
-    data = result.to_dict() | {"scope": scope}
-    for row in data["steps"]:
-        row["vs_median_pct"] = round((row["host_us"] / result.median_us - 1) * 100, 2) if result.median_us else None
-    data["steps"] = data["steps"][:MAX_ITEMS]
-    return data
+    return StepsAnswer(result, scope, NO_STEPS if result is None else None)
 
 
-def flops(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+def flops(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> FlopsAnswer:
     """Achieved FLOP/s and MFU from recorded shapes: FLOPs per op (matmuls, attention,
     convolutions) and data type, their kernels' device time, achieved TFLOP/s, and MFU against the
     GPU's peak for that data type, always with the GPU, dtype and peak it assumed and the peak's
     source. Per rank (`device` only checks the GPU exists)."""
     r, scope = ctx.scoped(rank, device)
     result = r.findings.flops
-    data = (result.to_dict() if result else {}) | {"scope": scope}
-    if not result or not result.shaped_ops:
-        data["unavailable"] = NO_SHAPES
-    return data
+    return FlopsAnswer(result, scope, NO_SHAPES if not result or not result.shaped_ops else None)
 
 
-def memory(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+def memory(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> MemoryAnswer:
     """GPU memory from the allocator's events: per GPU the peak allocated and reserved bytes,
     growth, allocated-minus-freed per step (a leak grows in every step), allocations per step;
     and the allocator calls that synchronize (cudaMalloc, cudaFree, pinned host allocations) with
     the idle device time during them."""
     r, scope = ctx.scoped(rank, device)
-    data = (r.findings.memory.to_dict() if r.findings.memory else {"devices": []}) | {"scope": scope}
-    if device is not None:
-        data["devices"] = [d for d in data["devices"] if d["device"] == device]
-    for d in data["devices"]:
-        d["step_net_bytes"] = d["step_net_bytes"][:MAX_ITEMS]
-    if not r.counts["memory_events"]:
-        data["unavailable"] = NO_MEMORY
-    return data
+    return MemoryAnswer(r.findings.memory, device, scope, None if r.counts["memory_events"] else NO_MEMORY)
 
 
 def annotation_ranges(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
                       name_filter: Annotated[str | None, Field(description="only ranges whose name contains this")]
-                      = None, top: Top = 10) -> dict:
+                      = None, top: Top = 10) -> AnnotationsAnswer:
     """User annotations (record_function / NVTX ranges) by name: how many times each ran, host
     time, the GPU time of the kernels launched inside it and its share of busy time, and the
     device's idle share while it ran; and each step's top ranges. On a rank's GPUs or one of them
     (a nested range counts in its parent too)."""
     r, scope = ctx.scoped(rank, device)
     if not _has_annotations(r):
-        return {"scope": scope, "ranges": [], "unavailable": NO_ANNOTATIONS}
+        return AnnotationsAnswer(None, scope, NO_ANNOTATIONS)
     busy = r.breakdown.total.busy_us if device is None else r.breakdown.devices[device].busy_us
-    result = detect_annotations(r.trace, r.gaps, busy, top=_top(top), device=device,
-                                name_filter=name_filter)
-    return result.to_dict() | {"scope": scope}
+    return AnnotationsAnswer(detect_annotations(r.trace, r.gaps, busy, top=_top(top), device=device,
+                                                name_filter=name_filter), scope)
 
 
 annotation_ranges.__name__ = "annotations"  # the tool's name (`annotations` is taken by the __future__ import)
@@ -447,7 +415,7 @@ def calc(ctx: AnalysisContext,
                                                       "copied exactly as tools returned them, e.g. "
                                                       "'285214 / 996477 * 100'")],
          unit: Annotated[CalcUnit, Field(description="the unit of the result: us, ms, s, pct, x (a ratio), gbps, "
-                                                     "bytes or count")] = "count") -> dict:
+                                                     "bytes or count")] = "count") -> CalcAnswer:
     """Compute a derived number (a ratio, a difference, a share) from values tools returned, so
     the answer can state it and the number check accepts it. Every number in the expression must
     be one a tool returned in this conversation (or a unit constant such as 100 or 1000)."""
@@ -481,10 +449,10 @@ def calc(ctx: AnalysisContext,
     if unknown:
         raise ToolInputError(f"{', '.join(unknown)}: not a value any tool returned in this conversation; call the "
                              "tool that reports it, and copy numbers exactly as the tool wrote them")
-    return {"expression": expression, "unit": unit, _CALC_KEYS[unit]: round(result, 6)}
+    return CalcAnswer(expression, unit, _CALC_KEYS[unit], round(result, 6))
 
 
-def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> CompareAnswer:
     """Before (the first trace) against after (the second): step time, busy and idle, losses by
     cause, whether the first trace's root cause went away, the predicted against the measured
     saving, new problems, hot kernels side by side (time, calls, share of each trace's own kernel
@@ -492,56 +460,56 @@ def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = Non
     trace."""
     if ctx.other is None:
         raise ToolInputError("only one trace is loaded; start with --compare OTHER to compare two")
-    scope = ctx.scoped(rank, device)[1] if rank is not None or device is not None else {"rank": "all", "device": "all"}
-    return diff(ctx.analysis, ctx.other).to_dict() | {"scope": scope}
+    scope = ctx.scoped(rank, device)[1] if rank is not None or device is not None else Scope(rank="all", device="all")
+    return CompareAnswer(diff(ctx.analysis, ctx.other), scope)
 
 
-TOOL_FUNCTIONS: list[Callable[..., dict]] = [overview, verdict, idle_gaps, host_activity, data_movement,
+TOOL_FUNCTIONS: list[Callable[..., Answer]] = [overview, verdict, idle_gaps, host_activity, data_movement,
                                              communication, hot_kernels, kernel_instances, launches, steps,
                                              annotation_ranges, flops, memory, calc, compare_traces]
 
 
-def registered_tool(detector: Detector) -> Callable[..., dict]:
+def registered_tool(detector: Detector) -> Callable[..., Answer]:
     """A registered detector's tool: its result for a rank as analysed, under its own name (of the
     rank's GPUs together: `device` is checked, as host_activity checks it)."""
 
-    def tool(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> dict:
+    def tool(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> DetectorAnswer:
         r, scope = ctx.scoped(rank, device)
         result = r.findings.extra.get(detector.name)
-        if result is None:
-            return {"scope": scope, "unavailable": unavailable(detector.title.lower(), *detector.needs)}
-        return result.to_dict() | {"scope": scope}
+        return DetectorAnswer(result, scope,
+                              unavailable(detector.title.lower(), *detector.needs) if result is None else None)
 
     tool.__name__ = detector.name
     tool.__doc__ = detector.description
     return tool
 
 
-def _all_tools() -> list[Callable[..., dict]]:
-    """The tools in the order the model sees them: the detectors', the registered ones', then calc
-    and compare_traces."""
+def tool_functions() -> dict[str, Callable[..., Answer]]:
+    """The tools by name, in the order the model sees them: the detectors', the registered ones',
+    then calc and compare_traces."""
     core = [f for f in TOOL_FUNCTIONS if f not in (calc, compare_traces)]
-    return [*core, *(registered_tool(d) for d in DETECTORS if d.tool), calc, compare_traces]
+    return {f.__name__: f for f in [*core, *(registered_tool(d) for d in DETECTORS if d.tool), calc, compare_traces]}
 
 
 def build_tools(ctx: AnalysisContext) -> list[BaseTool]:
     """LangChain tools bound to one trace's analysis. Each returns JSON text; a bad request comes
     back as {"error": ...} so the model can correct itself."""
-    return [_structured(func, ctx) for func in _all_tools() if func is not compare_traces or ctx.other is not None]
+    return [_structured(func, ctx) for func in tool_functions().values()
+            if func is not compare_traces or ctx.other is not None]
 
 
 def tool_schemas() -> list[BaseTool]:
     """Every tool as a client sees it (name, description, argument schema) before a trace is open;
     running one needs build_tools."""
-    return [_structured(func, None) for func in _all_tools()]
+    return [_structured(func, None) for func in tool_functions().values()]
 
 
-def _structured(func: Callable[..., dict], ctx: AnalysisContext | None) -> BaseTool:
+def _structured(func: Callable[..., Answer], ctx: AnalysisContext | None) -> BaseTool:
     return StructuredTool.from_function(func=_bind(func, ctx), name=func.__name__,
                                         description=" ".join((func.__doc__ or "").split()), handle_tool_error=False)
 
 
-def _bind(func: Callable[..., dict], ctx: AnalysisContext | None) -> Callable[..., str]:
+def _bind(func: Callable[..., Answer], ctx: AnalysisContext | None) -> Callable[..., str]:
     """The function without its context argument, returning JSON; keeps the signature so the
     argument schema is derived from the type hints."""
     import functools

@@ -31,6 +31,7 @@ from .registry import DETECTORS, Inputs, run_all
 from .savings import estimate_savings
 from .steps import StepsResult, detect_steps
 from .stragglers import RankComparison, RankTimeline, StragglerParams, compare_ranks, rank_timeline
+from .timeline import TimelineResult, detect_timeline
 from .workload import detect_workload
 
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
@@ -116,6 +117,7 @@ class RankAnalysis:
     counts: dict[str, int]  # events by kind (Trace.counts)
     streams: list[int]  # the streams device work ran on
     step_numbers: list[int]  # the steps the trace has
+    pictures: TimelineResult  # what the timeline charts draw: presentation never reads events
     source: EventSource | None = None
     loaded: Trace | None = field(default=None, repr=False, compare=False)
     kept_gaps: pd.DataFrame | None = field(default=None, repr=False, compare=False)
@@ -231,6 +233,20 @@ class Analysis:
         return self.ranks[0].meta.format if self.ranks else "unknown"
 
     @property
+    def world_size(self) -> int | None:
+        return self.ranks[0].meta.world_size
+
+    @property
+    def devices(self) -> list[str]:
+        """The names of every GPU of every rank, each once."""
+        return sorted({name for r in self.ranks for name in r.meta.devices.values()})
+
+    @property
+    def warnings(self) -> list[str]:
+        """Notes on the load; a note on the job (a sub-directory's choice) is on every rank: said once."""
+        return list(dict.fromkeys(w for r in self.ranks for w in r.meta.warnings))
+
+    @property
     def focus(self) -> RankAnalysis:
         """The rank the verdict is about (the first rank when it names none)."""
         return next((r for r in self.ranks if r.rank == self.verdict.rank), self.ranks[0])
@@ -244,15 +260,15 @@ class Analysis:
                 return r
         raise KeyError(rank)
 
+    def trace_info(self) -> dict:
+        """What was loaded: `analyze --json`'s "trace"."""
+        return {"path": self.path, "format": self.format, "ranks": len(self.ranks), "world_size": self.world_size,
+                "devices": self.devices, "warnings": self.warnings, "failed_ranks": [f.to_dict() for f in self.failed]}
+
     def to_dict(self) -> dict:
-        devices = sorted({name for r in self.ranks for name in r.meta.devices.values()})
         return json_safe({
             "schema_version": SCHEMA_VERSION,
-            "trace": {"path": self.path, "format": self.format, "ranks": len(self.ranks),
-                      "world_size": self.ranks[0].meta.world_size, "devices": devices,
-                      # a note on the job (a sub-directory's choice) is on every rank: said once
-                      "warnings": list(dict.fromkeys(w for r in self.ranks for w in r.meta.warnings)),
-                      "failed_ranks": [f.to_dict() for f in self.failed]},
+            "trace": self.trace_info(),
             "ranks": [r.to_dict() for r in self.ranks],
             "comparison": self.comparison.to_dict() if self.comparison else None,
             "verdict": self.verdict.to_dict(),
@@ -279,7 +295,8 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
     return RankAnalysis(trace.meta.rank, params, trace.meta, breakdown, findings, verdict,
                         rank_timeline(trace, gaps, breakdown.total), counts=trace.counts(),
                         streams=sorted(int(s) for s in trace.gpu["stream"].unique()),
-                        step_numbers=[int(s) for s in trace.steps["step"]], source=source, loaded=trace,
+                        step_numbers=[int(s) for s in trace.steps["step"]],
+                        pictures=detect_timeline(trace, gaps), source=source, loaded=trace,
                         kept_gaps=gaps)
 
 

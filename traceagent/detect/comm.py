@@ -5,9 +5,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
+
 from ..trace.model import Trace
 from . import intervals as iv
 from .view import device_time_ns, on_device, pct, us, views_of
+
+
+class Collective(TypedDict):
+    name: str
+    count: int
+    total_us: float
 
 
 @dataclass(frozen=True)
@@ -21,7 +29,7 @@ class CommResult:
     exposed_us: float
     exposed_pct: float  # exposed over device time: what hiding it would save at most
     exposed_of_comm_pct: float  # exposed over comm time: how much of communication is not hidden
-    top: list[dict]  # the collectives taking the most time
+    top: list[Collective]  # the collectives taking the most time
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -42,5 +50,5 @@ def detect_comm(trace: Trace, top: int = 5, device: int | None = None) -> CommRe
     return CommResult(
         kernels=len(kernels), comm_us=us(comm), share_pct=pct(comm, span), exposed_us=us(exposed),
         exposed_pct=pct(exposed, span), exposed_of_comm_pct=pct(exposed, comm),
-        top=[{"name": n, "count": int(r["size"]), "total_us": us(r["sum"])} for n, r in by_name.iterrows()],
+        top=[Collective(name=str(n), count=int(r["size"]), total_us=us(r["sum"])) for n, r in by_name.iterrows()],
     )

@@ -49,10 +49,10 @@ class Verdict:
     also: list[str] = field(default_factory=list)  # what would sharpen the diagnosis
     other_losses: list[str] = field(default_factory=list)  # losses besides the limiter over their threshold
     rank: int | None = None  # the rank it is about (None: no device activity anywhere)
-    saving: dict | None = None  # what fixing the root cause would save at most (savings.Saving, and a sentence)
+    saving: Saving | None = None  # what fixing the root cause would save at most
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"saving": self.saving.to_dict() if self.saving else None}
 
 
 @dataclass(frozen=True)
@@ -120,11 +120,7 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
             others.append(f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% {_of(f)}, from {cause}: "
                           f"{other.next_step}")
     saving = saving_for(f.savings, verdict.root_cause) if verdict.root_cause else None
-    return replace(verdict, other_losses=others, saving=_saving_dict(saving))
-
-
-def _saving_dict(saving: Saving | None) -> dict | None:
-    return None if saving is None else saving.to_dict() | {"sentence": saving.sentence()}
+    return replace(verdict, other_losses=others, saving=saving)
 
 
 def _verdict_for(limiter: str, f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
@@ -329,5 +325,5 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
         f"is still busy with {what}: their waiting is rank {rank}'s cost, not slow communication.",
         f"Look at rank {rank} first (`traceagent analyze` on its trace). " + _STRAGGLER_STEPS[cause],
         evidence, _missing(late), [f"On rank {rank} itself: {late_verdict.headline}.", *late_verdict.other_losses],
-        rank=rank, saving=_saving_dict(saving),
+        rank=rank, saving=saving,
     )

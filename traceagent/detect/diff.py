@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
+
 from ..format import duration, percent
 from .analysis import SCHEMA_VERSION, Analysis
 from .view import pct
@@ -46,19 +48,60 @@ class Metric:
         return {"name": self.name, "before_pct": self.before, "after_pct": self.after, "change_points": self.change}
 
 
+class TraceSide(TypedDict):
+    path: str
+    limiter: str | None
+    root_cause: str | None
+    headline: str
+
+
+class RootCauseChange(TypedDict):
+    """The before verdict's root cause: its share before and after, and whether it is gone."""
+
+    cause: str | None
+    what: str
+    before_pct: float
+    after_pct: float
+    gone: bool
+
+
+class Prediction(TypedDict):
+    """The before verdict's saving estimate against the measured change."""
+
+    cause: str
+    predicted_up_to_pct: float
+    measured_pct: float
+    basis: str
+    within_estimate: bool
+    sentence: str
+
+
+class KernelChange(TypedDict):
+    """One kernel in both traces: time per step (or per trace), calls, share of its trace's kernel time."""
+
+    name: str
+    short_name: str
+    before_us: float | None
+    before_count: int | None
+    before_share_pct: float | None
+    after_us: float | None
+    after_count: int | None
+    after_share_pct: float | None
+
+
 @dataclass(frozen=True)
 class DiffResult:
-    before: dict  # path, limiter, root_cause, headline
-    after: dict
+    before: TraceSide
+    after: TraceSide
     time_basis: str  # "step" or "span"
     slower_pct: float  # + slower, − faster: mean step time (or span) change
     metrics: list[Metric]
-    root_cause: dict  # the before verdict's cause: its share before and after, and whether it is gone
+    root_cause: RootCauseChange
     new_problems: list[str]
-    kernels: list[dict]  # top kernels side by side, per step (or per trace)
+    kernels: list[KernelChange]  # top kernels side by side, per step (or per trace)
     headline: str
     notes: list[str] = field(default_factory=list)
-    prediction: dict | None = None  # the before verdict's saving estimate against the measured change
+    prediction: Prediction | None = None
 
     def to_dict(self) -> dict:
         d = {"schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -157,7 +200,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     share_before, share_after = _cause_share(b, before, root, kernel), _cause_share(a, after, root, kernel)
     gone = root is not None and share_after < GONE_BELOW_PCT
     words = ROOT_CAUSES[root].measure if root in ROOT_CAUSES else (root or "")
-    root_cause = {"cause": root, "what": words, "before_pct": share_before, "after_pct": share_after, "gone": gone}
+    root_cause = RootCauseChange(cause=root, what=words, before_pct=share_before, after_pct=share_after, gone=gone)
 
     new = []
     v_after = after.verdict
@@ -181,30 +224,30 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     if prediction:
         headline += f"; {prediction['sentence']}"
     return DiffResult(
-        before={"path": before.path, "limiter": before.verdict.limiter, "root_cause": root,
-                "headline": before.verdict.headline},
-        after={"path": after.path, "limiter": v_after.limiter, "root_cause": v_after.root_cause,
-               "headline": v_after.headline},
+        before=TraceSide(path=before.path, limiter=before.verdict.limiter, root_cause=root,
+                         headline=before.verdict.headline),
+        after=TraceSide(path=after.path, limiter=v_after.limiter, root_cause=v_after.root_cause,
+                        headline=v_after.headline),
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
         kernels=kernels, headline=headline, notes=notes, prediction=prediction,
     )
 
 
-def _prediction(before: Analysis, basis: str, measured_pct: float) -> dict | None:
+def _prediction(before: Analysis, basis: str, measured_pct: float) -> Prediction | None:
     """'predicted up to 27.2%, measured 20.1%': the before verdict's saving (an upper bound, of
     step time or of the span) next to how much faster the after trace is on the same basis."""
     saving = before.verdict.saving
     if not saving:
         return None
-    predicted = saving["step_pct"] if basis == "step" and saving.get("step_pct") is not None else saving["pct"]
+    predicted = saving.step_pct if basis == "step" and saving.step_pct is not None else saving.pct
     what = "step time" if basis == "step" else "the span"
     within = measured_pct <= predicted + 0.05  # an upper bound holds when the gain does not exceed it
-    return {"cause": saving["root_cause"], "predicted_up_to_pct": predicted, "measured_pct": round(measured_pct, 2),
-            "basis": basis, "within_estimate": within,
-            "sentence": f"predicted up to {predicted:.1f}% of {what}, measured {measured_pct:.1f}%"}
+    return Prediction(cause=saving.root_cause, predicted_up_to_pct=predicted, measured_pct=round(measured_pct, 2),
+                      basis=basis, within_estimate=within,
+                      sentence=f"predicted up to {predicted:.1f}% of {what}, measured {measured_pct:.1f}%")
 
 
-def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[dict]:
+def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[KernelChange]:
     """The top kernels of both traces side by side: time per step (or per trace), calls in the
     whole trace, and the share of each trace's own kernel time (never the other trace's)."""
     def totals(a: Analysis, per: int) -> tuple[dict[str, dict], float]:
@@ -220,10 +263,11 @@ def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int
     names = sorted(set(tb) | set(ta), key=lambda n: -max(tb.get(n, {"us": 0})["us"], ta.get(n, {"us": 0})["us"]))[:top]
     rows = []
     for n in names:
-        row = {"name": n, "short_name": (tb.get(n) or ta[n])["short_name"]}
-        for side, table, total in (("before", tb, all_b), ("after", ta, all_a)):
-            k = table.get(n)
-            row |= {f"{side}_us": round(k["us"], 3) if k else None, f"{side}_count": k["count"] if k else None,
-                    f"{side}_share_pct": pct(k["us"], total) if k else None}
-        rows.append(row)
+        b, a = tb.get(n), ta.get(n)
+        rows.append(KernelChange(
+            name=n, short_name=(b or ta[n])["short_name"],
+            before_us=round(b["us"], 3) if b else None, before_count=b["count"] if b else None,
+            before_share_pct=pct(b["us"], all_b) if b else None,
+            after_us=round(a["us"], 3) if a else None, after_count=a["count"] if a else None,
+            after_share_pct=pct(a["us"], all_a) if a else None))
     return rows

@@ -4,10 +4,11 @@ host events inside a time window."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ..trace.model import Trace, matches, per_trace
 from ..trace.normalize import STEP_NAME, innermost_enclosing, nesting_depth
@@ -156,6 +157,26 @@ def host_union(trace: Trace, kinds: tuple[str, ...]) -> iv.Intervals:
     return iv.union(trace.cpu["start"].to_numpy(np.int64)[rows], trace.cpu["end"].to_numpy(np.int64)[rows])
 
 
+class HostEventJSON(TypedDict):
+    name: str
+    kind: str
+    overlap_us: float
+    depth: int
+
+
+class GapEvidence(TypedDict, total=False):
+    """What a gap's evidence says: the blocking call, its op and line (a sync), or what the
+    launching thread was in (GapHost.to_dict)."""
+
+    sync_call: str | None
+    op: str | None
+    inner_op: str | None
+    python: str | None
+    thread: dict | None
+    host: list[HostEventJSON]
+    other_threads: list[dict]
+
+
 @dataclass(frozen=True)
 class HostEvent:
     name: str
@@ -163,8 +184,8 @@ class HostEvent:
     overlap_us: float  # of this thread's time in the window: never more than the window
     depth: int
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> HostEventJSON:
+        return HostEventJSON(name=self.name, kind=self.kind, overlap_us=self.overlap_us, depth=self.depth)
 
 
 def host_events_in(trace: Trace, lo: int, hi: int, top: int = 5) -> list[HostEvent]:
@@ -264,7 +285,7 @@ class GapHost:
     python: str | None  # the innermost frame of the user's own code spanning the gap ("train.py(42): main")
     other_threads: list[dict]  # context only, never the headline: other threads' busiest events
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> GapEvidence:
         return {"thread": self.thread, "host": [h.to_dict() for h in self.host], "python": self.python,
                 "other_threads": self.other_threads}
 

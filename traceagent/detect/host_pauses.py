@@ -81,10 +81,10 @@ def detect_host_pauses(trace: Trace, gaps: pd.DataFrame,
                             us(iv.covered(either, gap_start, gap_end).sum()))
 
 
-def host_pauses_sentence(data: dict) -> str | None:
+def host_pauses_sentence(result: HostPausesResult) -> str | None:
     """'the GPU sat idle 12.0 ms (4.1% of idle) while Python collected garbage (3 pauses)…', or None."""
     words = {"gc": "Python collected garbage", "import": "modules were imported"}
-    parts = [f"{p['idle_us'] / 1000:.1f} ms ({p['share_of_idle_pct']:.1f}% of idle) while {words[p['kind']]} "
-             f"({p['pauses']} pause{'s' if p['pauses'] != 1 else ''}): {p['next_step']}"
-             for p in data.get("pauses", [])]
+    parts = [f"{p.idle_us / 1000:.1f} ms ({p.share_of_idle_pct:.1f}% of idle) while {words[p.kind]} "
+             f"({p.pauses} pause{'s' if p.pauses != 1 else ''}): {p.next_step}"
+             for p in result.pauses]
     return f"The GPU sat idle {'; and '.join(parts)}." if parts else None

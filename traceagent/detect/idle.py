@@ -33,6 +33,7 @@ from ..trace.model import Trace, matches
 from . import intervals as iv
 from .host import (
     LAUNCH_CALLS,
+    GapEvidence,
     calls_by_correlation,
     gap_host,
     host_union,
@@ -65,7 +66,7 @@ class Gap:
     start_us: float  # from the trace's first event
     dur_us: float
     cause: str
-    evidence: dict = field(default_factory=dict)
+    evidence: GapEvidence = field(default_factory=lambda: GapEvidence())
     ts_us: float = 0.0  # the start on the trace's own clock (µs, as Kineto writes ts): to find it in a viewer
 
     def to_dict(self) -> dict:
@@ -375,11 +376,17 @@ def _sync_sites(details: pd.DataFrame, top: int = 10) -> list[SyncSite]:
             for (call, op, py), r in grouped.iterrows()]
 
 
+def _text(value: object) -> str | None:
+    """A string column's value, None where it is missing (NaN)."""
+    return value if isinstance(value, str) else None
+
+
 def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
-    evidence: dict = {}
+    evidence = GapEvidence()
     if gap.cause == "sync" and gap.Index in details.index:
         d = details.loc[gap.Index]
-        evidence = {"sync_call": d["call"], "op": d["op"], "inner_op": d["inner_op"], "python": d["python"]}
+        evidence = GapEvidence(sync_call=_text(d["call"]), op=_text(d["op"]), inner_op=_text(d["inner_op"]),
+                               python=_text(d["python"]))
     elif gap.cause != "launch_latency":  # a host-side cause: what the launching thread was doing
         evidence = gap_host(trace, int(gap.start), int(gap.end), gap_launcher(trace, gap.device, gap.next_op)).to_dict()
     return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,

@@ -39,7 +39,7 @@ class Detector:
     params: Any  # its default parameters: a frozen dataclass
     result: type  # its result: a frozen dataclass with to_dict(); None when the trace cannot say
     run: Callable[[Inputs, Any], Any]  # (inputs, params) -> result or None
-    sentence: Callable[[dict], str | None]  # the result's JSON (to_dict) in one sentence, or None
+    sentence: Callable[[Any], str | None]  # the result in one sentence for reports, or None
     since: str  # the schema_version that added its key to `analyze --json` (a minor version: keys added)
     needs: tuple[str, str]  # where its result is None: (why the trace cannot say, how to profile so it can)
     tool: bool = True  # the agent gets a tool that returns the result's JSON for a rank

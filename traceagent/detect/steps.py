@@ -13,6 +13,24 @@ from .view import us
 
 
 @dataclass(frozen=True)
+class StepRow:
+    """One step: host time (its ProfilerStep range), device time (first to last work; None without
+    any), the idle it owns (idle.gap_step_rows) in all and by cause, and its start on the trace clock."""
+
+    step: int
+    host_us: float
+    device_us: float | None
+    idle_us: float
+    idle_by_cause_us: dict[str, float]
+    ts_us: float
+
+    def to_dict(self) -> dict[str, float | None]:
+        """Flat, units in the keys: idle_sync_us, idle_dataloader_us, …"""
+        return {"step": self.step, "host_us": self.host_us, "device_us": self.device_us, "idle_us": self.idle_us,
+                **{f"idle_{cause}_us": v for cause, v in self.idle_by_cause_us.items()}, "ts_us": self.ts_us}
+
+
+@dataclass(frozen=True)
 class StepsResult:
     count: int
     mean_us: float  # host step duration (ProfilerStep#N)
@@ -21,11 +39,11 @@ class StepsResult:
     min_us: float
     max_us: float
     slowest: int | None  # step number
-    steps: list[dict]  # step, host_us, device_us, idle_us, idle by cause, ts_us: its start on the trace's clock
-    slowest_vs_median: dict  # what the slowest step spent more time on than the median step
+    steps: list[StepRow]
+    slowest_vs_median: dict[str, float]  # what the slowest step spent more time on than the median step (idle_*_us)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"steps": [row.to_dict() for row in self.steps]}
 
 
 def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(),
@@ -57,7 +75,14 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
     return StepsResult(
         count=len(steps), mean_us=us(host.mean()), median_us=us(np.median(host)), std_us=us(host.std()),
         min_us=us(host.min()), max_us=us(host.max()), slowest=int(steps["step"].iloc[slowest_row]),
-        steps=[{k: (round(float(v), 3) if k != "step" else int(v)) for k, v in row.items()} | {"ts_us": us(start)}
-               for row, start in zip(table.head(limit).to_dict("records"), steps["start"].to_numpy())],
+        steps=[_row(row, us(start)) for row, start in zip(table.head(limit).to_dict("records"), steps["start"].to_numpy())],
         slowest_vs_median=diff,
     )
+
+
+def _row(row: dict, ts_us: float) -> StepRow:
+    device = round(float(row["device_us"]), 3)
+    return StepRow(int(row["step"]), round(float(row["host_us"]), 3), None if device != device else device,
+                   round(float(row["idle_us"]), 3),
+                   {k.removeprefix("idle_").removesuffix("_us"): round(float(v), 3) for k, v in row.items()
+                    if k.startswith("idle_") and k != "idle_us"}, ts_us)

@@ -111,9 +111,13 @@ class RankCollectives:
     compute_us: float
     device_time_us: float
 
+    @property
+    def exposed_waiting_pct(self) -> float:
+        """The share people quote: this rank's exposed waiting over its own device time."""
+        return pct(self.exposed_waiting_us, self.device_time_us)
+
     def to_dict(self) -> dict:
-        # the share people quote: this rank's exposed waiting over its own device time
-        return asdict(self) | {"exposed_waiting_pct": pct(self.exposed_waiting_us, self.device_time_us)}
+        return asdict(self) | {"exposed_waiting_pct": self.exposed_waiting_pct}
 
 
 @dataclass(frozen=True)

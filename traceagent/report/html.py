@@ -8,10 +8,9 @@ import html
 
 from markdown_it import MarkdownIt
 
-from ..detect import intervals as iv
 from ..detect.analysis import Analysis
 from ..detect.peaks import peak_for
-from ..detect.view import device_views
+from ..detect.timeline import STREAM_BINS, DeviceTimeline
 from ..detect.vocabulary import GAP_CAUSES, WORK
 from ..format import duration, percent, shorten, size
 from .markdown import render_markdown
@@ -20,9 +19,6 @@ CAUSE_COLORS = {w.name: w.color for w in GAP_CAUSES.values()}
 WORK_COLORS = {w.name: w.color for w in WORK.values()}
 WIDTH = 960
 LABEL_W = 110  # room for "GPU 1 stream 13"
-BINS = 480
-MAX_STREAMS = 12  # per GPU
-MAX_DEVICES = 8
 
 
 def render_html(analysis: Analysis, summary: str | None = None) -> str:
@@ -69,47 +65,42 @@ def _timeline(analysis: Analysis) -> str:
     """The verdict's rank: for each of its GPUs (on one time axis), busy share per time bin for
     each stream, idle gaps coloured by cause; step boundaries across all of them."""
     rank = analysis.focus
-    trace = rank.trace
-    views = device_views(trace)[:MAX_DEVICES]
-    if not views:
+    pictures = rank.pictures
+    if pictures.span is None:
         return ""
-    lo, hi = min(v.span[0] for v in views), max(v.span[1] for v in views)
+    lo, hi = pictures.span
     rows, y = [], 0
-    for view in views:
-        section, y = _device_rows(rank, view, lo, hi, y, several=len(views) > 1)
+    for device in pictures.devices:
+        section, y = _device_rows(device, lo, hi, y, several=len(pictures.devices) > 1)
         rows.append(section)
     scale = (WIDTH - LABEL_W) / max(hi - lo, 1)
     marks = ""
-    steps = trace.steps.dropna(subset=["gpu_start"])
-    for step, s in zip(steps["step"], steps["gpu_start"]):
-        x = LABEL_W + (int(s) - lo) * scale
+    for step, s in pictures.step_starts:
+        x = LABEL_W + (s - lo) * scale
         if LABEL_W <= x <= WIDTH:
             marks += (f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{y}" stroke="#444" stroke-dasharray="2,2"/>'
-                      f'<text x="{x + 2:.1f}" y="{y + 10}" font-size="10">step {int(step)}</text>')
+                      f'<text x="{x + 2:.1f}" y="{y + 10}" font-size="10">step {step}</text>')
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{y + 16}" role="img" '
            f'aria-label="device timeline">{"".join(rows)}{marks}</svg>')
-    gpus = ", ".join(str(v.device) for v in views)
-    caption = (f"Rank {rank.rank}, GPU{'s' if len(views) > 1 else ''} {gpus}, over {duration((hi - lo) / 1000)}: "
-               "darker is busier; gaps coloured by cause")
+    gpus = ", ".join(str(d.device) for d in pictures.devices)
+    caption = (f"Rank {rank.rank}, GPU{'s' if len(pictures.devices) > 1 else ''} {gpus}, over "
+               f"{duration((hi - lo) / 1000)}: darker is busier; gaps coloured by cause")
     return f"<figure><figcaption>{html.escape(caption)}</figcaption>{svg}{_legend(CAUSE_COLORS)}</figure>"
 
 
-def _device_rows(rank, view, lo: int, hi: int, y: int, several: bool) -> tuple[str, int]:
+def _device_rows(device: DeviceTimeline, lo: int, hi: int, y: int, several: bool) -> tuple[str, int]:
     """One GPU's rows of the timeline from height y: its busiest streams, then its idle gaps."""
-    bin_w = (WIDTH - LABEL_W) / BINS
-    who = f"GPU {view.device} " if several else ""
+    bin_w = (WIDTH - LABEL_W) / STREAM_BINS
+    who = f"GPU {device.device} " if several else ""
     rows = []
-    streams = view.work.groupby("stream")
-    ordered = sorted(streams, key=lambda kv: -(kv[1]["end"] - kv[1]["start"]).sum())[:MAX_STREAMS]
-    for stream, rows_df in ordered:
-        _, share = iv.binned_share(iv.union(rows_df["start"].to_numpy(), rows_df["end"].to_numpy()), lo, hi, BINS)
+    for stream, share in device.streams.items():
         rects = "".join(f'<rect x="{LABEL_W + i * bin_w:.1f}" y="{y}" width="{bin_w + 0.3:.1f}" height="14" '
                         f'fill="{WORK_COLORS["compute"]}" fill-opacity="{min(s, 1):.2f}"/>'
                         for i, s in enumerate(share) if s > 0.005)
-        rows.append(f'<text x="0" y="{y + 11}" font-size="11">{who}stream {int(stream)}</text>{rects}')
+        rows.append(f'<text x="0" y="{y + 11}" font-size="11">{who}stream {stream}</text>{rects}')
         y += 18
-    gaps = rank.device_gaps(view.device)
-    gaps = gaps[gaps["dur"] >= (hi - lo) / (BINS * 4)].nlargest(2000, "dur")
+    gaps = device.gaps
+    gaps = gaps[gaps["dur"] >= (hi - lo) / (STREAM_BINS * 4)].nlargest(2000, "dur")
     scale = (WIDTH - LABEL_W) / max(hi - lo, 1)
     gap_rects = "".join(
         f'<rect x="{LABEL_W + (s - lo) * scale:.1f}" y="{y}" width="{max((e - s) * scale, 0.8):.1f}" height="14" '
@@ -206,23 +197,19 @@ def _flops(analysis: Analysis) -> str:
 
 def _memory(analysis: Analysis) -> str:
     """Allocated GPU memory over time (the allocator's totals, or bytes from the trace's start)."""
-    mem = analysis.focus.trace.memory
-    mem = mem[mem["device"] >= 0]
-    if len(mem) < 2:
+    pictures = analysis.focus.pictures
+    if not pictures.memory or pictures.memory_span is None:
         return ""
     height, lines = 120, []
-    lo, hi = int(mem["time"].min()), int(mem["time"].max()) or 1
-    for device, group in mem.groupby("device"):
-        totals = group["allocated"].to_numpy()
-        level = totals if (totals >= 0).all() else group["bytes"].cumsum().to_numpy()
-        top = max(float(level.max()), 1.0)
-        step = max(1, len(group) // 600)  # at most a few hundred points per line
-        xs = (group["time"].to_numpy()[::step] - lo) / max(hi - lo, 1) * (WIDTH - 80)
-        ys = height - level[::step] / top * (height - 10)
+    lo, hi = pictures.memory_span
+    hi = hi or 1
+    for line in pictures.memory:
+        xs = (line.times - lo) / max(hi - lo, 1) * (WIDTH - 80)
+        ys = height - line.level / line.peak * (height - 10)
         points = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys))
         lines.append(f'<polyline points="{points}" fill="none" stroke="{WORK_COLORS["copies"]}" stroke-width="1.5">'
-                     f'<title>GPU {int(device)}: up to {size(top)}</title></polyline>'
-                     f'<text x="{WIDTH - 76}" y="14" font-size="11">{size(top)}</text>')
+                     f'<title>GPU {line.device}: up to {size(line.peak)}</title></polyline>'
+                     f'<text x="{WIDTH - 76}" y="14" font-size="11">{size(line.peak)}</text>')
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" role="img" '
            f'aria-label="memory over time">{"".join(lines)}</svg>')
     return f"<figure><figcaption>GPU memory allocated over time, rank {analysis.focus.rank}</figcaption>{svg}</figure>"

@@ -5,19 +5,10 @@ from __future__ import annotations
 
 import re
 
-from ..detect.analysis import Analysis
+from ..detect.analysis import Analysis, RankAnalysis
 from ..detect.diff import DiffResult
-from ..format import (
-    duration,
-    further_findings,
-    gap_evidence,
-    of_span,
-    percent,
-    scope,
-    shorten,
-    size,
-    straggler_sentence,
-)
+from ..format import duration, of_span, percent, scope, shorten, size
+from ..sentences import further_findings, gap_evidence, straggler_sentence
 from ..text import code, md_literal, visible
 
 TOP_GAPS = 8
@@ -45,146 +36,145 @@ def model_markdown(text: str) -> str:
 
 def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
     """The report; `summary` is an optional paragraph (written by the model, already checked)."""
-    data = analysis.to_dict()
-    t, v = data["trace"], data["verdict"]
-    out = [f"# traceagent diagnosis: {code(t['path'])}", "",
-           f"{t['format']} trace, {t['ranks']} rank(s), devices: {md_literal(', '.join(t['devices'])) or 'none'}."]
-    for warning in t["warnings"]:
+    v = analysis.verdict
+    out = [f"# traceagent diagnosis: {code(analysis.path)}", "",
+           f"{analysis.format} trace, {len(analysis.ranks)} rank(s), devices: "
+           f"{md_literal(', '.join(analysis.devices)) or 'none'}."]
+    for warning in analysis.warnings:
         out.append(f"\n> Warning: {md_literal(warning)}")
-    for failed in t["failed_ranks"]:
-        out.append(f"\n> Not analysed: {code(failed['file'])}: {md_literal(failed['error'])} (the other ranks were)")
+    for failed in analysis.failed:
+        out.append(f"\n> Not analysed: {code(failed.file)}: {md_literal(failed.error)} (the other ranks were)")
     out += ["", "## Verdict", ""]
-    if v["limiter"]:
-        out.append(f"**{md_literal(v['headline'])}**  ")
-        out.append(f"Limiter: `{v['limiter']}` · root cause: `{v['root_cause']}`")
+    if v.limiter:
+        out.append(f"**{md_literal(v.headline)}**  ")
+        out.append(f"Limiter: `{v.limiter}` · root cause: `{v.root_cause}`")
     else:
-        out.append(f"**{md_literal(v['headline'])}**")
+        out.append(f"**{md_literal(v.headline)}**")
     # verdict prose quotes trace strings (kernel names, frames): everything in it shows literally
-    out += ["", f"**Hypothesis.** {md_literal(v['hypothesis'])}", "", f"**Next step.** {md_literal(v['next_step'])}"]
-    if v.get("saving"):
-        out += ["", f"**What fixing it would save.** {md_literal(v['saving']['sentence'])}"]
-    if v["other_losses"]:
-        out += ["", f"**Also.** {md_literal(' '.join(v['other_losses']))}"]
+    out += ["", f"**Hypothesis.** {md_literal(v.hypothesis)}", "", f"**Next step.** {md_literal(v.next_step)}"]
+    if v.saving:
+        out += ["", f"**What fixing it would save.** {md_literal(v.saving.sentence())}"]
+    if v.other_losses:
+        out += ["", f"**Also.** {md_literal(' '.join(v.other_losses))}"]
     if summary:
         out += ["", "## Summary", "", model_markdown(summary)]
     out += ["", "## What would sharpen this diagnosis", ""]
-    missing = list(v.get("also", []))
-    if t["ranks"] == 1 and (t.get("world_size") or 1) > 1:
-        missing.append(f"This is one rank of {t['world_size']}: load the directory of all ranks' traces to "
+    missing = list(v.also)
+    if len(analysis.ranks) == 1 and (analysis.world_size or 1) > 1:
+        missing.append(f"This is one rank of {analysis.world_size}: load the directory of all ranks' traces to "
                        "compare ranks.")
     out += [f"- {md_literal(m)}" for m in missing] or ["- Nothing obvious: the trace has steps and Python frames."]
-    if not v["limiter"]:
+    if not v.limiter:
         return "\n".join(out) + "\n"
 
     out += ["", "## Where device time went", "",
             _table(["rank", "GPU", "span", "busy", "idle", "compute", "communication", "exposed comm", "memcpy",
                     "memset", "verdict"],
-                   [[str(r["rank"]), device, duration(b["span_us"]), duration(b["busy_us"]),
-                     percent(b["idle_pct"]), duration(b["compute_us"]), duration(b["comm_us"]),
-                     duration(b["exposed_comm_us"]), duration(b["memcpy_us"]), duration(b["memset_us"]),
-                     f"{r['verdict']['limiter']}/{r['verdict']['root_cause']}"]
-                    for r in data["ranks"] for device, b in r["breakdown"]["devices"].items()])]
+                   [[str(r.rank), str(device), duration(b.span_us), duration(b.busy_us),
+                     percent(b.idle_pct), duration(b.compute_us), duration(b.comm_us),
+                     duration(b.exposed_comm_us), duration(b.memcpy_us), duration(b.memset_us),
+                     f"{r.verdict.limiter}/{r.verdict.root_cause}"]
+                    for r in analysis.ranks for device, b in r.breakdown.devices.items()])]
     out += ["", "Each row is one GPU over its own span. Classes of work are unions over all streams; two "
                 "classes running at once both count."]
     # the verdict's rank first, then the others in rank order (the table above has them all)
-    ranks = sorted(data["ranks"], key=lambda r: (r["rank"] != analysis.focus.rank, r["rank"]))
+    ranks = sorted(analysis.ranks, key=lambda r: (r.rank != analysis.focus.rank, r.rank or 0))
     for r in ranks[:8]:
         out += _rank_sections(r, len(ranks) > 1)
     if len(ranks) > 8:
         out += ["", f"_{len(ranks) - 8} more ranks: see `traceagent analyze --json`._"]
-    if data["comparison"] and data["comparison"]["matched"]:
-        c = data["comparison"]
+    c = analysis.comparison
+    if c and c.matched:
         out += ["", "## Ranks compared", "",
-                f"{c['matched']} collectives matched on every rank. Waiting is the part of a collective before the "
+                f"{c.matched} collectives matched on every rank. Waiting is the part of a collective before the "
                 "last rank entered it: the late rank's cost, not communication.", "",
                 _table(["rank", "in collectives", "waiting", "exposed waiting", "communication proper", "entered last",
                         "compute"],
-                       [[str(r["rank"]), duration(r["comm_us"]), duration(r["waiting_us"]),
-                         duration(r["exposed_waiting_us"]), duration(r["communication_us"]), str(r["last_count"]),
-                         duration(r["compute_us"])] for r in c["ranks"]]),
+                       [[str(x.rank), duration(x.comm_us), duration(x.waiting_us), duration(x.exposed_waiting_us),
+                         duration(x.communication_us), str(x.last_count), duration(x.compute_us)] for x in c.ranks]),
                 "", straggler_sentence(c)]
     return "\n".join(out) + "\n"
 
 
-def _rank_sections(r: dict, several: bool) -> list[str]:
-    who = f" (rank {r['rank']})" if several else ""
-    idle, copies, comm = r["idle"], r["memcpy"], r["comm"]
-    devices = len(idle["devices"])
+def _rank_sections(r: RankAnalysis, several: bool) -> list[str]:
+    who = f" (rank {r.rank})" if several else ""
+    f = r.findings
+    idle, copies, comm = f.idle, f.memcpy, f.comm
+    devices = len(idle.devices)
     of = of_span(devices)
     if devices > 1:
-        said = [f"{scope(r['rank'], d)}: idle {duration(x['idle_us'])} of its span {duration(x['span_us'])} "
-                f"({percent(x['idle_pct'])})." for d, x in idle["devices"].items()]
-        said.append(f"Together: idle {duration(idle['idle_us'])} of {duration(idle['device_time_us'])} of device "
-                    f"time ({percent(idle['idle_pct'])}) in {idle['gaps']} gaps.")
+        said = [f"{scope(r.rank, d)}: idle {duration(x.idle_us)} of its span {duration(x.span_us)} "
+                f"({percent(x.idle_pct)})." for d, x in idle.devices.items()]
+        said.append(f"Together: idle {duration(idle.idle_us)} of {duration(idle.device_time_us)} of device "
+                    f"time ({percent(idle.idle_pct)}) in {idle.gaps} gaps.")
     else:
-        said = [f"{scope(r['rank'], next(iter(idle['devices']), None))}: idle {duration(idle['idle_us'])} of "
-                f"{duration(idle['span_us'])} ({percent(idle['idle_pct'])}) in {idle['gaps']} gaps."]
+        said = [f"{scope(r.rank, next(iter(idle.devices), None))}: idle {duration(idle.idle_us)} of "
+                f"{duration(idle.span_us)} ({percent(idle.idle_pct)}) in {idle.gaps} gaps."]
     out = ["", f"## Idle time{who}", "", " ".join(said), "",
            _table(["cause", "idle", f"share {of}", "gaps"],
-                  [[c, duration(us), percent(idle["by_cause_pct"][c]), str(idle["by_cause_count"][c])]
-                   for c, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])]
-    if idle["top_gaps"]:
+                  [[c, duration(us), percent(idle.by_cause_pct[c]), str(idle.by_cause_count[c])]
+                   for c, us in sorted(idle.by_cause_us.items(), key=lambda kv: -kv[1])])]
+    if idle.top_gaps:
         out += ["", "Largest gaps:", "",
                 _table(["at", "trace clock (µs)", "length", "cause", "evidence"],
-                       [[duration(g["start_us"]), f"{g['ts_us']:.3f}", duration(g["dur_us"]), g["cause"],
+                       [[duration(g.start_us), f"{g.ts_us:.3f}", duration(g.dur_us), g.cause,
                          gap_evidence(g, wrap=code)]
-                        for g in idle["top_gaps"][:TOP_GAPS]])]
-    if idle["sync_sites"]:
+                        for g in idle.top_gaps[:TOP_GAPS]])]
+    if idle.sync_sites:
         out += ["", "Synchronizations that stalled the device:", "",
                 _table(["call", "op", "Python line", "times", "idle after"],
-                       [[code(s["call"]), code(s["op"]) if s["op"] else "-", code(s["python"]) if s["python"] else "-",
-                         str(s["count"]), duration(s["idle_us"])]
-                        for s in idle["sync_sites"]])]
+                       [[code(s.call), code(s.op) if s.op else "-", code(s.python) if s.python else "-",
+                         str(s.count), duration(s.idle_us)]
+                        for s in idle.sync_sites])]
     out += ["", f"## Data movement{who}", ""]
-    if copies["count"]:
-        out += [f"Copies ran {percent(copies['share_pct'])} {of}; {percent(copies['exposed_pct'])} {of} "
-                f"had copies and no compute. {copies['pageable_count']} copies touched pageable memory "
-                f"({size(copies['pageable_bytes'])}).", "",
+    if copies.count:
+        out += [f"Copies ran {percent(copies.share_pct)} {of}; {percent(copies.exposed_pct)} {of} "
+                f"had copies and no compute. {copies.pageable_count} copies touched pageable memory "
+                f"({size(copies.pageable_bytes)}).", "",
                 _table(["kind", "count", "bytes", "time", "GB/s", "pageable", "exposed"],
-                       [[k, str(c["count"]), size(c["bytes"]), duration(c["us"]), f"{c['gbps']:.1f}",
-                         str(c["pageable_count"]), duration(c["exposed_us"])] for k, c in copies["by_kind"].items()])]
+                       [[k, str(c.count), size(c.bytes), duration(c.us), f"{c.gbps:.1f}",
+                         str(c.pageable_count), duration(c.exposed_us)] for k, c in copies.by_kind.items()])]
     else:
         out.append("No copies.")
     out += ["", f"## Communication{who}", ""]
-    if comm["kernels"]:
-        out += [f"{comm['kernels']} collective kernels ran {duration(comm['comm_us'])} ({percent(comm['share_pct'])} "
-                f"{of}); {percent(comm['exposed_of_comm_pct'])} of that time no compute overlapped "
-                f"({duration(comm['exposed_us'])}, {percent(comm['exposed_pct'])} {of})."]
-        if comm["top"]:
+    if comm.kernels:
+        out += [f"{comm.kernels} collective kernels ran {duration(comm.comm_us)} ({percent(comm.share_pct)} "
+                f"{of}); {percent(comm.exposed_of_comm_pct)} of that time no compute overlapped "
+                f"({duration(comm.exposed_us)}, {percent(comm.exposed_pct)} {of})."]
+        if comm.top:
             out += ["", _table(["collective", "count", "total"],
-                               [[code(shorten(c['name'], 70)), str(c["count"]), duration(c["total_us"])]
-                                for c in comm["top"]])]
+                               [[code(shorten(c["name"], 70)), str(c["count"]), duration(c["total_us"])]
+                                for c in comm.top])]
     else:
         out.append("No collective kernels.")
-    kernels = r["hot_kernels"][:TOP_KERNELS]
+    kernels = f.kernels.top[:TOP_KERNELS]
     out += ["", f"## Hot kernels{who}", "",
-            f"{r['kernels']['count']} kernels of {r['kernels']['distinct']} distinct names ran "
-            f"{duration(r['kernels']['total_us'])}. The top {len(kernels)}:", "",
+            f"{f.kernels.kernels} kernels of {f.kernels.distinct} distinct names ran "
+            f"{duration(f.kernels.total_us)}. The top {len(kernels)}:", "",
             _table(["#", "kernel", "count", "total", "share of busy", "mean", "median", "max", "launched by"],
-                   [[str(i), code(shorten(k['short_name'], 40)), str(k["count"]), duration(k["total_us"]),
-                     percent(k["share_of_busy_pct"]), duration(k["mean_us"]), duration(k["median_us"]),
-                     duration(k["max_us"]), code(shorten(k['op'], 40)) if k["op"] else "-"]
+                   [[str(i), code(shorten(k.short_name, 40)), str(k.count), duration(k.total_us),
+                     percent(k.share_of_busy_pct), duration(k.mean_us), duration(k.median_us),
+                     duration(k.max_us), code(shorten(k.op, 40)) if k.op else "-"]
                     for i, k in enumerate(kernels, 1)])]
     for title, line in further_findings(r):
         out += ["", f"**{title}.** {md_literal(line)}"]
     if kernels:
         out += ["", "<details><summary>Full kernel names</summary>", ""]
-        out += [f"{i}. {code(k['name'])}" for i, k in enumerate(kernels, 1)]
+        out += [f"{i}. {code(k.name)}" for i, k in enumerate(kernels, 1)]
         out += ["", "</details>"]
-    launch, steps = r["launch"], r["steps"]
+    launch, steps = f.launch, f.steps
     out += ["", f"## Launch and steps{who}", "",
-            f"Kernels start a median {duration(launch['median_latency_us'])} after their launch call (queueing "
-            f"included; p90 {duration(launch['p90_latency_us'])}). {percent(launch['short_kernel_pct'])} of kernels "
-            f"ran shorter than their launch call (median kernel {duration(launch['median_kernel_us'])}, median "
-            f"launch {duration(launch['median_launch_us'])})."]
-    if steps["count"]:
-        out += ["", f"{steps['count']} steps: mean {duration(steps['mean_us'])}, median {duration(steps['median_us'])}, "
-                f"slowest {duration(steps['max_us'])} (step {steps['slowest']})."]
-        extra = steps.get("slowest_vs_median") or {}
-        if extra:
+            f"Kernels start a median {duration(launch.median_latency_us)} after their launch call (queueing "
+            f"included; p90 {duration(launch.p90_latency_us)}). {percent(launch.short_kernel_pct)} of kernels "
+            f"ran shorter than their launch call (median kernel {duration(launch.median_kernel_us)}, median "
+            f"launch {duration(launch.median_launch_us)})."]
+    if steps and steps.count:
+        out += ["", f"{steps.count} steps: mean {duration(steps.mean_us)}, median {duration(steps.median_us)}, "
+                f"slowest {duration(steps.max_us)} (step {steps.slowest})."]
+        if steps.slowest_vs_median:
             out.append("The slowest step spent more than the median step on: "
                        + ", ".join(f"{k.removeprefix('idle_').removesuffix('_us')} idle +{duration(v)}"
-                                   for k, v in extra.items() if k != "idle_us") + ".")
+                                   for k, v in steps.slowest_vs_median.items() if k != "idle_us") + ".")
     else:
         out += ["", "No steps in this trace."]
     return out

@@ -3,22 +3,16 @@ Tables fit 80 columns: numbers are never cut, long names are shortened instead."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Column, Table
 
-from ..detect.analysis import Analysis
-from ..format import (
-    duration,
-    further_findings,
-    gap_evidence,
-    of_span,
-    percent,
-    shorten,
-    size,
-    straggler_sentence,
-)
+from ..detect.analysis import Analysis, RankAnalysis
+from ..format import duration, of_span, percent, shorten, size
+from ..sentences import further_findings, gap_evidence, straggler_sentence
 
 
 def say(console: Console, text: str) -> None:
@@ -51,10 +45,10 @@ def add_rows_keeping_numbers_whole(table: Table, width: int, rows: list[list[str
             column.max_width = max(16, (width - taken - borders) // len(unwrapped))
 
 
-def _scope_column(ranks: list[dict]):
+def _scope_column(ranks: list[RankAnalysis]) -> tuple[str, Callable[[int | None, int], str]]:
     """(header, label(rank, device)) naming each GPU row by what tells rows apart: the rank when
     every rank has one GPU, the GPU for one rank, both ("3:1") otherwise."""
-    several_devices = any(len(r["breakdown"]["devices"]) > 1 for r in ranks)
+    several_devices = any(len(r.breakdown.devices) > 1 for r in ranks)
     if not several_devices:
         return "rank", lambda rank, device: str(rank)
     if len(ranks) == 1:
@@ -64,53 +58,53 @@ def _scope_column(ranks: list[dict]):
 
 def print_analysis(result: Analysis, out: Console) -> None:
     """The analysis as Rich tables on `out`: verdict first, then the evidence per rank."""
-    data = result.to_dict()
-    v = data["verdict"]
-    title = f"{v['limiter']} · {v['root_cause']}" if v["limiter"] else "no device activity"
+    v = result.verdict
+    title = f"{v.limiter} · {v.root_cause}" if v.limiter else "no device activity"
     # the verdict quotes trace strings (kernel names, Python lines): escaped, never read as markup
-    body = f"[bold]{escape(v['headline'])}[/]\n\n{escape(v['hypothesis'])}\n\n[bold]Next:[/] {escape(v['next_step'])}"
-    if v.get("saving"):
-        body += f"\n[bold]Saving:[/] {escape(v['saving']['sentence'])}"
-    for extra in v["other_losses"] + v["also"]:
+    body = f"[bold]{escape(v.headline)}[/]\n\n{escape(v.hypothesis)}\n\n[bold]Next:[/] {escape(v.next_step)}"
+    if v.saving:
+        body += f"\n[bold]Saving:[/] {escape(v.saving.sentence())}"
+    for extra in v.other_losses + v.also:
         body += f"\n[dim]· {escape(extra)}[/]"
-    say(out, f"[bold]{escape(data['trace']['path'])}[/]  {data['trace']['format']}, {data['trace']['ranks']} rank(s), "
-              f"{escape(', '.join(data['trace']['devices'])) or 'no devices'}")
-    for warning in data["trace"]["warnings"]:
+    say(out, f"[bold]{escape(result.path)}[/]  {result.format}, {len(result.ranks)} rank(s), "
+              f"{escape(', '.join(result.devices)) or 'no devices'}")
+    for warning in result.warnings:
         say(out, f"[yellow]warning: {escape(warning)}[/]")
     out.print(Panel(body, title=f"Verdict: {title}", title_align="left", border_style="cyan"))
-    if not data["verdict"]["limiter"]:
+    if not v.limiter:
         return
 
     # one row per GPU, each over its own span; comm columns only where there is communication:
     # devices compare at a glance and the table fits 80 columns (the durations are in --json)
-    has_comm = any(r["breakdown"]["comm_us"] for r in data["ranks"])
+    has_comm = any(r.breakdown.total.comm_us for r in result.ranks)
     numbers = ["span", "idle", "compute", *(["comm", "exposed"] if has_comm else []), "memcpy"]
-    header, label = _scope_column(data["ranks"])
+    header, label = _scope_column(result.ranks)
     table = Table(header, *number_columns(*numbers), "root cause",
                   title="Where device time went (share of each GPU's span)", pad_edge=False)
     rows = []
-    for r in data["ranks"]:
-        for device, b in r["breakdown"]["devices"].items():
-            share = [b["compute_us"], *([b["comm_us"], b["exposed_comm_us"]] if has_comm else []), b["memcpy_us"]]
-            rows.append([label(r["rank"], device), duration(b["span_us"]), f"{b['idle_pct']:.1f}%",
-                         *(percent(100 * us / b["span_us"]) for us in share), r["verdict"]["root_cause"] or "-"])
+    for r in result.ranks:
+        for device, b in r.breakdown.devices.items():
+            share = [b.compute_us, *([b.comm_us, b.exposed_comm_us] if has_comm else []), b.memcpy_us]
+            rows.append([label(r.rank, device), duration(b.span_us), f"{b.idle_pct:.1f}%",
+                         *(percent(100 * us / b.span_us) for us in share), r.verdict.root_cause or "-"])
     add_rows_keeping_numbers_whole(table, out.width, rows)
     out.print(table)
 
     # the detail tables are about the rank the verdict names, and say so
-    first = next(r for r in data["ranks"] if r["rank"] == result.focus.rank)
-    idle = first["idle"]
-    who = f" (rank {first['rank']})" if len(data["ranks"]) > 1 else ""
-    causes = Table("cause", *number_columns("idle", f"share {of_span(len(idle['devices']))}", "gaps"),
+    first = result.focus
+    f = first.findings
+    idle = f.idle
+    who = f" (rank {first.rank})" if len(result.ranks) > 1 else ""
+    causes = Table("cause", *number_columns("idle", f"share {of_span(len(idle.devices))}", "gaps"),
                    title=f"Idle by cause{who}")
     add_rows_keeping_numbers_whole(causes, out.width, [
-        [cause, duration(us), percent(idle["by_cause_pct"][cause]), str(idle["by_cause_count"][cause])]
-        for cause, us in sorted(idle["by_cause_us"].items(), key=lambda kv: -kv[1])])
+        [cause, duration(us), percent(idle.by_cause_pct[cause]), str(idle.by_cause_count[cause])]
+        for cause, us in sorted(idle.by_cause_us.items(), key=lambda kv: -kv[1])])
     out.print(causes)
     gaps = Table(*number_columns("at", "gap"), "cause", "evidence", title=f"Largest gaps{who}")
     add_rows_keeping_numbers_whole(gaps, out.width, [
-        [duration(g["start_us"]), duration(g["dur_us"]), g["cause"], escape(gap_evidence(g, name_width=32))]
-        for g in idle["top_gaps"][:5]])
+        [duration(g.start_us), duration(g.dur_us), g.cause, escape(gap_evidence(g, name_width=32))]
+        for g in idle.top_gaps[:5]])
     out.print(gaps)
 
     # the op that launched each kernel goes under its name: a column of its own left the names
@@ -118,34 +112,34 @@ def print_analysis(result: Analysis, out: Console) -> None:
     kernels = Table(Column("kernel [dim](and the op that launched it)[/]", no_wrap=True, overflow="ellipsis"),
                     *number_columns("count", "total", "% busy", "mean"), title=f"Hot kernels{who}")
     add_rows_keeping_numbers_whole(kernels, out.width, [
-        [escape(shorten(k["short_name"], 60)) + (f"\n[dim]  by {escape(shorten(k['op'], 57))}[/]" if k["op"] else ""),
-         str(k["count"]), duration(k["total_us"]), f"{k['share_of_busy_pct']:.1f}%", duration(k["mean_us"])]
-        for k in first["hot_kernels"][:8]])
+        [escape(shorten(k.short_name, 60)) + (f"\n[dim]  by {escape(shorten(k.op, 57))}[/]" if k.op else ""),
+         str(k.count), duration(k.total_us), f"{k.share_of_busy_pct:.1f}%", duration(k.mean_us)]
+        for k in f.kernels.top[:8]])
     out.print(kernels)
     for _, line in further_findings(first):
         say(out, escape(line))
 
-    copies = first["memcpy"]
-    if copies["count"]:
+    copies = f.memcpy
+    if copies.count:
         t = Table("copy", *number_columns("count", "bytes", "time", "GB/s", "pageable"),
-                  title=f"Data movement{who} ({copies['share_pct']:.1f}% {of_span(len(idle['devices']))})")
+                  title=f"Data movement{who} ({copies.share_pct:.1f}% {of_span(len(idle.devices))})")
         add_rows_keeping_numbers_whole(t, out.width, [
-            [kind, str(c["count"]), size(c["bytes"]), duration(c["us"]), f"{c['gbps']:.1f}", str(c["pageable_count"])]
-            for kind, c in copies["by_kind"].items()])
+            [kind, str(c.count), size(c.bytes), duration(c.us), f"{c.gbps:.1f}", str(c.pageable_count)]
+            for kind, c in copies.by_kind.items()])
         out.print(t)
-    if data["comparison"] and data["comparison"]["matched"]:
-        c = data["comparison"]
+    c = result.comparison
+    if c and c.matched:
         t = Table("rank", *number_columns("in collectives", "waiting", "comm proper", "last", "compute"),
-                  title=f"Ranks in {c['matched']} matched collectives")
+                  title=f"Ranks in {c.matched} matched collectives")
         add_rows_keeping_numbers_whole(t, out.width, [
-            [str(r["rank"]), duration(r["comm_us"]), duration(r["waiting_us"]), duration(r["communication_us"]),
-             str(r["last_count"]), duration(r["compute_us"])]
-            for r in c["ranks"]])
+            [str(r.rank), duration(r.comm_us), duration(r.waiting_us), duration(r.communication_us),
+             str(r.last_count), duration(r.compute_us)]
+            for r in c.ranks])
         out.print(t)
         say(out, straggler_sentence(c))
-    launch, steps = first["launch"], first["steps"]
-    say(out, f"Launch: median launch-to-start {duration(launch['median_latency_us'])} (queueing included), "
-              f"{launch['short_kernel_pct']:.0f}% of "
-              f"kernels shorter than their launch call. Steps: {steps['count']}"
-              + (f", mean {duration(steps['mean_us'])}, slowest {duration(steps['max_us'])} (step {steps['slowest']})"
-                 if steps["count"] else ""))
+    launch, steps = f.launch, f.steps
+    say(out, f"Launch: median launch-to-start {duration(launch.median_latency_us)} (queueing included), "
+              f"{launch.short_kernel_pct:.0f}% of "
+              f"kernels shorter than their launch call. Steps: {steps.count if steps else 0}"
+              + (f", mean {duration(steps.mean_us)}, slowest {duration(steps.max_us)} (step {steps.slowest})"
+                 if steps and steps.count else ""))

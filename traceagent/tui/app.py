@@ -146,11 +146,10 @@ class TraceAgentApp(App):
 
     @work(exclusive=True, group="scope")
     async def show_scope(self, rank: int, device: int) -> None:
-        """Redraw the timeline for one rank's GPU (interval work off the UI thread)."""
+        """Redraw the timeline for one rank's GPU (from its analysis: no events are read)."""
         if self.analysis is None:
             return
-        chosen = self.analysis.rank(rank)
-        self.query_one(Timeline).data = await asyncio.to_thread(timeline_data, chosen, device)
+        self.query_one(Timeline).data = timeline_data(self.analysis.rank(rank), device)
         self.sub_title = f"{self._model_title} · showing rank {rank}, GPU {device}"
 
     def _pick_scope(self, rank: int, device: int) -> None:
@@ -260,7 +259,7 @@ class TraceAgentApp(App):
         yield SystemCommand("Toggle side panel", "Show or hide the trace summary", self.action_toggle_panel)
         yield SystemCommand("Help", "Keys and questions", self.action_help)
         if self.analysis is not None:
-            for label, (rank, device) in scope_options(self.analysis.to_dict())[:64]:
+            for label, (rank, device) in scope_options(self.analysis)[:64]:
                 yield SystemCommand(f"Show {label}", "Timeline and findings for this rank and GPU",
                                     lambda r=rank, d=device: self._pick_scope(r, d))
         for question in CANNED_QUESTIONS:

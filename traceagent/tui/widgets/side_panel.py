@@ -10,9 +10,11 @@ from textual.message import Message
 from textual.widgets import Markdown, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
-from ...detect.analysis import Analysis
+from ...detect.analysis import Analysis, RankAnalysis
+from ...detect.diagnose import Verdict
 from ...detect.diff import DiffResult
-from ...format import device_lines, duration, percent, shorten
+from ...format import duration, percent, shorten
+from ...sentences import device_lines
 from ...text import code
 
 #: the most of a trace string that a question built from a finding carries
@@ -44,7 +46,7 @@ class SidePanel(VerticalScroll):
             self.rank, self.device, self.chosen = rank, device, chosen
 
     questions: list[str] = []
-    _opening: tuple[int, int] | None = None  # the pick show() made, until its change arrives
+    _opening: tuple[int | None, int] | None = None  # the pick show() made, until its change arrives
 
     def compose(self) -> ComposeResult:
         yield Static("Trace", classes="title")
@@ -66,16 +68,15 @@ class SidePanel(VerticalScroll):
         if other is not None and comparison is not None:
             self.query_one("#comparison", Static).update(f"{other.path}\n{comparison.headline}")
             self.query(".comparison").set(display=True)
-        self.data = analysis.to_dict()
-        t = self.data["trace"]
-        lines = [f"{t['format']}, {t['ranks']} rank(s)", ", ".join(t["devices"]) or "no devices"]
-        for r in self.data["ranks"]:
+        self.analysis = analysis
+        lines = [f"{analysis.format}, {len(analysis.ranks)} rank(s)", ", ".join(analysis.devices) or "no devices"]
+        for r in analysis.ranks:
             lines += device_lines(r)
         self.query_one("#summary", Static).update("\n".join(lines))
-        v = self.data["verdict"]
-        verdict = f"**{v['headline']}**\n\n{v['next_step']}" if v["limiter"] else f"**{v['headline']}**"
+        v = analysis.verdict
+        verdict = f"**{v.headline}**\n\n{v.next_step}" if v.limiter else f"**{v.headline}**"
         await self.query_one("#verdict", Markdown).update(verdict)
-        scopes = scope_options(self.data)
+        scopes = scope_options(analysis)
         select = self.query_one("#scope", Select)
         select.set_options([(Text(label), value) for label, value in scopes])
         focus = analysis.focus
@@ -87,15 +88,14 @@ class SidePanel(VerticalScroll):
     def show_findings(self, rank: int | None) -> None:
         """The findings of one rank (the verdict's at first)."""
         findings = self.query_one("#findings", OptionList)
-        several = len(self.data["ranks"]) > 1
-        found = _findings(next(r for r in self.data["ranks"] if r["rank"] == rank), self.data["verdict"], several)
+        found = _findings(self.analysis.rank(rank), self.analysis.verdict, len(self.analysis.ranks) > 1)
         self.questions = [question for _, question in found]
         findings.clear_options()
         findings.add_options([Option(Text(label)) for label, _ in found])  # Text: trace names are never markup
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
-        if not isinstance(event.value, tuple) or not hasattr(self, "data"):  # Select.BLANK: nothing chosen
+        if not isinstance(event.value, tuple) or not hasattr(self, "analysis"):  # Select.BLANK: nothing chosen
             return
         rank, device = event.value
         self.show_findings(rank)
@@ -109,33 +109,31 @@ class SidePanel(VerticalScroll):
         self.post_message(self.FindingSelected(self.questions[event.option_index]))
 
 
-def scope_options(data: dict) -> list[tuple[str, tuple[int, int]]]:
+def scope_options(analysis: Analysis) -> list[tuple[str, tuple[int | None, int]]]:
     """(label, (rank, GPU)) for every GPU of every rank."""
-    return [(f"rank {r['rank']} · GPU {device}", (r["rank"], int(device)))
-            for r in data["ranks"] for device in r["breakdown"]["devices"]]
+    return [(f"rank {r.rank} · GPU {device}", (r.rank, device))
+            for r in analysis.ranks for device in r.breakdown.devices]
 
 
-def _findings(r: dict, verdict: dict, several_ranks: bool) -> list[tuple[str, str]]:
+def _findings(r: RankAnalysis, verdict: Verdict, several_ranks: bool) -> list[tuple[str, str]]:
     """(label, the question it asks) for what the detectors found on one rank."""
-    if not verdict["limiter"]:
+    if not verdict.limiter:
         return []
-    on = f" on rank {r['rank']}" if several_ranks else ""
+    on = f" on rank {r.rank}" if several_ranks else ""
     found = []
-    idle = r["idle"]
-    for cause, pct in sorted(idle["by_cause_pct"].items(), key=lambda kv: -kv[1])[:3]:
+    f = r.findings
+    for cause, pct in sorted(f.idle.by_cause_pct.items(), key=lambda kv: -kv[1])[:3]:
         found.append((f"idle {percent(pct)}: {cause}", f"Tell me about the idle time from {cause}{on}."))
-    if r["memcpy"]["count"]:
-        m = r["memcpy"]
-        found.append((f"copies {percent(m['share_pct'])}, {m['pageable_count']} pageable",
+    if f.memcpy.count:
+        found.append((f"copies {percent(f.memcpy.share_pct)}, {f.memcpy.pageable_count} pageable",
                       f"How much time goes to memcpy{on}?"))
-    if r["comm"]["kernels"]:
-        found.append((f"communication exposed {percent(r['comm']['exposed_of_comm_pct'])}",
+    if f.comm.kernels:
+        found.append((f"communication exposed {percent(f.comm.exposed_of_comm_pct)}",
                       f"Is communication overlapped{on}?"))
-    for k in r["hot_kernels"][:3]:
+    for k in f.kernels.top[:3]:
         # the question is the user's words: the name capped and quoted as code, however long or odd
-        found.append((f"kernel {shorten(k['short_name'], 24)} {percent(k['share_of_busy_pct'])}",
-                      f"Why is {code(shorten(k['short_name'], QUESTION_NAME_CHARS))} hot{on}?"))
-    if r["steps"]["count"]:
-        found.append((f"{r['steps']['count']} steps, mean {duration(r['steps']['mean_us'])}",
-                      f"How long is a step{on}?"))
+        found.append((f"kernel {shorten(k.short_name, 24)} {percent(k.share_of_busy_pct)}",
+                      f"Why is {code(shorten(k.short_name, QUESTION_NAME_CHARS))} hot{on}?"))
+    if f.steps and f.steps.count:
+        found.append((f"{f.steps.count} steps, mean {duration(f.steps.mean_us)}", f"How long is a step{on}?"))
     return found

@@ -4,33 +4,34 @@ coloured by the cause of their gap, step boundaries marked underneath."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ...detect import intervals as iv
-from ...detect.view import device_views
+from ...detect.analysis import RankAnalysis
+from ...detect.timeline import DeviceTimeline
 from ...detect.vocabulary import GAP_CAUSES
 
 _SHADES = " ▁▂▃▄▅▆▇█"
 
 
 class Timeline(Widget):
-    """Set `data` to (busy intervals, classified gaps, step starts, span) for one device."""
+    """Set `data` to what it draws of one GPU (timeline_data)."""
 
     DEFAULT_CSS = """
     Timeline { height: 4; padding: 0 1; }
     """
-    # always_update: the tuple holds frames, which cannot be compared for equality
-    data: reactive[tuple | None] = reactive(None, always_update=True)
+    # always_update: the pictures hold arrays, which cannot be compared for equality
+    data: reactive[tuple[DeviceTimeline, list[int]] | None] = reactive(None, always_update=True)
 
     def render(self) -> Text:
         if self.data is None:
             return Text("timeline: loading…", style="dim")
-        busy, gaps, step_starts, (lo, hi) = self.data
+        device, step_starts = self.data
+        lo, hi = device.span
+        gaps = device.gaps[device.gaps["cause"] != "launch_latency"]  # what a host-side fix cannot remove
         width = max(self.size.width - 2, 10)
-        edges, share = iv.binned_share(busy, lo, hi, width)
+        edges, share = np.linspace(lo, hi, width + 1).astype(np.int64), device.busy.share(lo, hi, width)
         # the cause of the longest gap overlapping each slice
         slice_cause = np.full(width, None, dtype=object)
         if len(gaps):
@@ -50,21 +51,17 @@ class Timeline(Widget):
             x = int((start - lo) / max(hi - lo, 1) * width)
             if 0 <= x < width:
                 marks[x] = "┃"
-        shown = [w for w in GAP_CAUSES.values() if w.name != "launch_latency"]  # never drawn: see timeline_data
+        shown = [w for w in GAP_CAUSES.values() if w.name != "launch_latency"]  # never drawn (see render)
         legend = Text("  ".join(f"■ {w.name}" for w in shown), style="dim")
         for word in shown:
             legend.highlight_words([f"■ {word.name}"], style=word.style)
         return Text("\n").join([line, Text("".join(marks), style="dim"), legend])
 
 
-def timeline_data(rank, device: int | None = None) -> tuple | None:
-    """What the strip draws for one GPU of a rank (its first by default), from its analysis (the
-    gaps as classified there): busy intervals, gaps with a host-side cause, step starts, span.
-    None without devices."""
-    views = [v for v in device_views(rank.trace) if device is None or v.device == device]
-    if not views:
+def timeline_data(rank: RankAnalysis, device: int | None = None) -> tuple[DeviceTimeline, list[int]] | None:
+    """What the strip draws for one GPU of a rank (its first by default), from its analysis: the
+    GPU's pictures and the steps' starts. None without devices."""
+    drawn = rank.pictures.device(device)
+    if drawn is None:
         return None
-    view = views[0]
-    gaps: pd.DataFrame = rank.device_gaps(view.device)
-    steps = rank.trace.steps.dropna(subset=["gpu_start"])
-    return view.busy, gaps[gaps["cause"] != "launch_latency"], steps["gpu_start"].astype("int64").tolist(), view.span
+    return drawn, [start for _, start in rank.pictures.step_starts]

@@ -1,0 +1,385 @@
+"""What each tool answers, as types: the offline analyst reads these fields (a renamed field is a
+type error, not a KeyError at run time), and `to_dict` is the JSON the model reads, units in the
+keys, with a key left out where it does not apply (never a null the model must interpret).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, is_dataclass
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import TypedDict
+
+from ..detect.annotations import AnnotationsResult
+from ..detect.breakdown import Breakdown
+from ..detect.comm import CommResult
+from ..detect.diagnose import Verdict
+from ..detect.diff import DiffResult
+from ..detect.flops import FlopsResult, KernelFlops
+from ..detect.graphs import GraphsResult
+from ..detect.host import GapHost
+from ..detect.idle import SyncSite
+from ..detect.kernels import HotKernel, KernelsResult, short_name
+from ..detect.launch import LaunchResult
+from ..detect.memcpy import MemcpyResult
+from ..detect.memory import DeviceMemory, MemoryResult
+from ..detect.savings import Saving
+from ..detect.steps import StepRow, StepsResult
+from ..detect.stragglers import RankComparison
+
+if TYPE_CHECKING:
+    from ..detect.analysis import Analysis, RankAnalysis
+
+MAX_ITEMS = 25  # the longest list a tool returns
+
+
+class Scope(TypedDict, total=False):
+    """Who a tool's numbers belong to: the rank, the GPU ("all" of the rank's) and the rank's GPUs."""
+
+    rank: int | str | None
+    device: int | str
+    devices: list[int]
+
+
+class Unavailable(TypedDict):
+    """What the trace cannot tell: what was asked, why it is not there, how to profile so it is."""
+
+    what: str
+    why: str
+    how_to_get_it: str
+
+
+def plain(value: Any) -> Any:
+    """An answer (or any result) as JSON values: `to_dict` where a type has one."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def _present(**items: Any) -> dict:
+    """The items that apply (not None), as JSON values."""
+    return {k: plain(v) for k, v in items.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class RankOverview:
+    rank: RankAnalysis
+    device: int | None  # one GPU's breakdown only
+
+    @property
+    def devices(self) -> dict[int, Breakdown]:
+        """Each GPU's breakdown (of the one asked for)."""
+        return {d: b for d, b in self.rank.breakdown.devices.items() if self.device in (None, d)}
+
+    def to_dict(self) -> dict:
+        breakdown = self.rank.breakdown.to_dict() | {"steps": None}
+        breakdown["devices"] = {str(d): b.to_dict() for d, b in self.devices.items()}
+        return {"rank": self.rank.rank, "breakdown": breakdown, "counts": self.rank.counts,
+                "limiter": self.rank.verdict.limiter, "root_cause": self.rank.verdict.root_cause}
+
+
+@dataclass(frozen=True)
+class OverviewAnswer:
+    analysis: Analysis
+    ranks: list[RankOverview]
+    unavailable: list[Unavailable]
+
+    def to_dict(self) -> dict:
+        v = self.analysis.verdict
+        return {"trace": self.analysis.trace_info(), "ranks": [r.to_dict() for r in self.ranks],
+                "verdict": {"limiter": v.limiter, "root_cause": v.root_cause, "headline": v.headline, "rank": v.rank},
+                "unavailable": self.unavailable}
+
+
+@dataclass(frozen=True)
+class VerdictAnswer:
+    verdict: Verdict
+    savings: list[Saving]  # every finding's, largest first
+    device_breakdown: Breakdown | None = None
+    scope: Scope | None = None
+
+    def to_dict(self) -> dict:
+        return self.verdict.to_dict() | {"savings": plain(self.savings)} | _present(
+            device_breakdown=self.device_breakdown, scope=self.scope)
+
+
+@dataclass(frozen=True)
+class GapRow:
+    start_us: float  # from the trace's first event
+    ts_us: float  # on the trace's own clock
+    dur_us: float
+    cause: str
+    device: int
+    host: GapHost | None  # what the thread that launched the next work was doing (not for launch latency)
+
+    def to_dict(self) -> dict:
+        row = {"start_us": self.start_us, "ts_us": self.ts_us, "dur_us": self.dur_us, "cause": self.cause,
+               "device": self.device}
+        return row | (self.host.to_dict() if self.host else {})
+
+
+@dataclass(frozen=True)
+class IdleTotals:
+    """Idle time in a scope: a rank's GPUs together, or one GPU over its own span."""
+
+    idle_us: float
+    span_us: float
+    device_time_us: float | None  # a rank's (its GPUs' spans added up); None for one GPU
+    idle_pct: float
+    gaps: int
+    by_cause_us: dict[str, float]
+    by_cause_pct: dict[str, float] | None  # of the rank's device time; None for one GPU (idle_pct is of its span)
+    by_cause_count: dict[str, int]
+
+    @property
+    def whole_us(self) -> float:
+        """What idle_pct is of."""
+        return self.device_time_us if self.device_time_us is not None else self.span_us
+
+    def to_dict(self) -> dict:
+        return _present(**{name: getattr(self, name) for name in self.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class IdleGapsAnswer:
+    totals: IdleTotals
+    scope: Scope
+    launch_gap_us: float
+    sync_sites: list[SyncSite]
+    unavailable: Unavailable | None
+    matching_gaps: int | None  # None: the scope has no device activity
+    matching_idle_us: float | None
+    top_gaps: list[GapRow]
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        return self.totals.to_dict() | _present(scope=self.scope, launch_gap_us=self.launch_gap_us, sync_sites=self.sync_sites,
+                                 unavailable=self.unavailable, matching_gaps=self.matching_gaps,
+                                 matching_idle_us=self.matching_idle_us, top_gaps=self.top_gaps, note=self.note)
+
+
+@dataclass(frozen=True)
+class HostActivityAnswer:
+    scope: Scope
+    window_us: float
+    events: list  # detect.host.HostEvent
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        return _present(scope=self.scope, window_us=self.window_us, events=self.events, note=self.note)
+
+
+@dataclass(frozen=True)
+class CopiesAnswer:
+    copies: MemcpyResult  # its by_kind holds only the kind asked for, if one was
+    scope: Scope
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        return self.copies.to_dict() | _present(scope=self.scope, note=self.note)
+
+
+@dataclass(frozen=True)
+class CommAnswer:
+    comm: CommResult
+    scope: Scope
+    comparison: RankComparison | None  # across ranks (its first MAX_ITEMS ranks)
+    unavailable: Unavailable | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        data = self.comm.to_dict() | {"scope": self.scope}
+        data["top"] = [{"short_name": short_name(c["name"]), "count": c["count"], "total_us": c["total_us"]}
+                       for c in self.comm.top]
+        ranks = None
+        if self.comparison:
+            ranks = self.comparison.to_dict()
+            ranks["ranks"] = ranks["ranks"][:MAX_ITEMS]
+        return data | _present(note=self.note, ranks=ranks, unavailable=self.unavailable)
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    kernel: HotKernel
+    python: str | None  # the user's line that launched it (None: unknown, or no frames)
+    flops: KernelFlops | None  # from recorded shapes, over the rank's GPUs
+    full_name: bool  # whether the model asked for the templated name
+
+    def to_dict(self) -> dict:
+        row = self.kernel.to_dict() | {"python": self.python}
+        if self.flops:
+            row |= {"achieved_tflops": self.flops.achieved_tflops, "mfu_pct": self.flops.mfu_pct,
+                    "dtype": self.flops.dtype}
+        if not self.full_name:
+            del row["name"]
+        return row
+
+
+@dataclass(frozen=True)
+class KernelsAnswer:
+    kernels: KernelsResult
+    top: list[KernelRow]
+    scope: Scope
+    order_by: str
+    unavailable: Unavailable | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        k = self.kernels
+        return {"kernels": k.kernels, "distinct": k.distinct, "total_us": k.total_us,
+                "top": [row.to_dict() for row in self.top], "scope": self.scope,
+                "order_by": self.order_by} | _present(unavailable=self.unavailable, note=self.note)
+
+
+@dataclass(frozen=True)
+class KernelInstance:
+    start_us: float
+    ts_us: float
+    dur_us: float
+    device: int
+    stream: int
+    op: str | None
+    launch_to_start_us: float | None
+
+
+@dataclass(frozen=True)
+class InstancesAnswer:
+    scope: Scope
+    matching_kernels: int
+    names: list[str]  # the full names that matched (the first few)
+    full_names: bool
+    total_us: float
+    instances: list[KernelInstance]
+
+    def to_dict(self) -> dict:
+        names = [{"name": n, "short_name": short_name(n)} if self.full_names else {"short_name": short_name(n)}
+                 for n in self.names]
+        return {"scope": self.scope, "matching_kernels": self.matching_kernels, "names": names,
+                "total_us": self.total_us, "instances": plain(self.instances)}
+
+
+@dataclass(frozen=True)
+class LaunchesAnswer:
+    launch: LaunchResult
+    scope: Scope
+    launch_overhead_idle_us: float
+    launch_latency_idle_us: float
+    launch_gap_us: float
+    launch_overhead_idle_pct: float | None  # of the rank's device time (None for one GPU of several)
+    graphs: GraphsResult | None
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        return self.launch.to_dict() | {
+            "scope": self.scope, "launch_overhead_idle_us": self.launch_overhead_idle_us,
+            "launch_latency_idle_us": self.launch_latency_idle_us, "launch_gap_us": self.launch_gap_us,
+        } | _present(launch_overhead_idle_pct=self.launch_overhead_idle_pct) | {
+            "graphs": plain(self.graphs)} | _present(note=self.note)
+
+
+@dataclass(frozen=True)
+class StepsAnswer:
+    steps: StepsResult | None  # None: the trace marks no steps
+    scope: Scope
+    unavailable: Unavailable | None = None
+
+    def vs_median_pct(self, row: StepRow) -> float | None:
+        """A step's host time against the median step's, in percent."""
+        median = self.steps.median_us if self.steps else None
+        return round((row.host_us / median - 1) * 100, 2) if median else None
+
+    @property
+    def rows(self) -> list[StepRow]:
+        return self.steps.steps[:MAX_ITEMS] if self.steps else []
+
+    def to_dict(self) -> dict:
+        if self.steps is None:
+            return _present(scope=self.scope, count=0, unavailable=self.unavailable)
+        data = self.steps.to_dict() | {"scope": self.scope}
+        data["steps"] = [row.to_dict() | {"vs_median_pct": self.vs_median_pct(row)} for row in self.rows]
+        return data
+
+
+@dataclass(frozen=True)
+class FlopsAnswer:
+    flops: FlopsResult | None
+    scope: Scope
+    unavailable: Unavailable | None = None
+
+    def to_dict(self) -> dict:
+        return (self.flops.to_dict() if self.flops else {}) | _present(scope=self.scope, unavailable=self.unavailable)
+
+
+@dataclass(frozen=True)
+class MemoryAnswer:
+    memory: MemoryResult | None
+    device: int | None
+    scope: Scope
+    unavailable: Unavailable | None = None
+
+    @property
+    def devices(self) -> list[DeviceMemory]:
+        found = self.memory.devices if self.memory else []
+        return [d for d in found if self.device in (None, d.device)]
+
+    def to_dict(self) -> dict:
+        data = self.memory.to_dict() if self.memory else {}
+        data["devices"] = [d.to_dict() | {"step_net_bytes": d.step_net_bytes[:MAX_ITEMS]} for d in self.devices]
+        return data | _present(scope=self.scope, unavailable=self.unavailable)
+
+
+@dataclass(frozen=True)
+class AnnotationsAnswer:
+    annotations: AnnotationsResult | None  # None: the trace has no annotations
+    scope: Scope
+    unavailable: Unavailable | None = None
+
+    def to_dict(self) -> dict:
+        if self.annotations is None:
+            return _present(scope=self.scope, ranges=[], unavailable=self.unavailable)
+        return self.annotations.to_dict() | {"scope": self.scope}
+
+
+@dataclass(frozen=True)
+class CompareAnswer:
+    diff: DiffResult
+    scope: Scope
+
+    def to_dict(self) -> dict:
+        return self.diff.to_dict() | {"scope": self.scope}
+
+
+@dataclass(frozen=True)
+class DetectorAnswer:
+    """A registered detector's result for one rank as analysed (None where the trace cannot say)."""
+
+    result: Any
+    scope: Scope
+    unavailable: Unavailable | None = None
+
+    def to_dict(self) -> dict:
+        if self.result is None:
+            return _present(scope=self.scope, unavailable=self.unavailable)
+        return plain(self.result) | {"scope": self.scope}
+
+
+@dataclass(frozen=True)
+class CalcAnswer:
+    expression: str
+    unit: str
+    key: str  # the result's key names its unit: result_us, result_pct, … (result for a count)
+    result: float
+
+    def to_dict(self) -> dict:
+        return {"expression": self.expression, "unit": self.unit, self.key: self.result}
+
+
+Answer = (OverviewAnswer | VerdictAnswer | IdleGapsAnswer | HostActivityAnswer | CopiesAnswer | CommAnswer
+          | KernelsAnswer | InstancesAnswer | LaunchesAnswer | StepsAnswer | FlopsAnswer | MemoryAnswer
+          | AnnotationsAnswer | CompareAnswer | DetectorAnswer | CalcAnswer)
