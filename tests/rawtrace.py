@@ -4,6 +4,7 @@ traces only; it states each definition the way DESIGN.md does."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import json
@@ -15,6 +16,13 @@ DATALOADER = re.compile(r"^enumerate\((DataLoader|DataPipe)\)")
 
 
 def events(path: Path) -> list[dict]:
+    """The file's complete events ("X"), read once per version of the file (callers only read them)."""
+    stat = path.stat()
+    return _events(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.cache
+def _events(path: Path, size: int, mtime_ns: int) -> list[dict]:
     raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     return [e for e in json.loads(raw)["traceEvents"] if e.get("ph") == "X"]
 

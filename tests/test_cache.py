@@ -79,7 +79,7 @@ def test_concurrent_runs_into_one_cache_agree(tmp_path, isolated_cache):
 
     env = {**os.environ, "TRACEAGENT_CACHE_DIR": str(isolated_cache)}
     command = [sys.executable, "-m", "traceagent", "analyze", str(RESNET_NW0), "--json"]
-    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(3)]
+    runs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(2)]
     outputs = [json.loads(run.communicate(timeout=120)[0]) for run in runs]
     assert all(run.returncode == 0 for run in runs)
     expected = json.loads(json.dumps(traceagent.analyze(RESNET_NW0, use_cache=False).to_dict()))
@@ -236,3 +236,50 @@ def test_a_cache_hit_names_the_file_as_asked_now(tmp_path, isolated_cache, monke
     monkeypatch.chdir(second)
     trace = traceagent.load("../a/t.json").traces[0]  # the same file, from the cache
     assert trace.meta.path == "../a/t.json" and set(trace.gpu["name"]) == {"kernel_in_a"}
+
+
+def _loader_stall_trace(tmp_path, gap_us: int):
+    # two steps, and a DataLoader call over a gap of `gap_us` between their kernels
+    b = TraceBuilder()
+    b.op("ProfilerStep#1", 0, 400)
+    b.kernel("gemm", 10, 300, launch_at=5)
+    b.op("ProfilerStep#2", 400, 400 + gap_us + 400)
+    b.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 405, gap_us)
+    b.kernel("gemm", 410 + gap_us, 300, launch_at=405 + gap_us)
+    return b.write(tmp_path / "job.json")
+
+
+def test_an_analysis_is_read_back_while_the_file_parameters_and_code_are_the_same(tmp_path, isolated_cache,
+                                                                                 monkeypatch):
+    from traceagent import api
+
+    path = _loader_stall_trace(tmp_path, 2000)
+    first = traceagent.analyze(path)
+    entries = list(isolated_cache.glob("*/results-*.pickle"))
+    assert len(entries) == 1  # stored beside the trace's frames, evicted with them
+
+    def no_detectors(*args, **kwargs):
+        raise AssertionError("the stored results were not used")
+
+    monkeypatch.setattr(api, "analyze_trace", no_detectors)
+    again = traceagent.analyze(path)
+    assert again.to_dict() == first.to_dict()
+    # events come back from the trace's own cache entry when a query needs them
+    assert again.ranks[0].gaps["dur"].sum() / 1000 == first.ranks[0].findings.idle.idle_us
+    # other parameters are other results: computed, not read
+    with pytest.raises(AssertionError, match="not used"):
+        traceagent.analyze(path, settings=["idle.launch_gap_us=5"])
+    # and without the cache nothing is read
+    with pytest.raises(AssertionError, match="not used"):
+        traceagent.analyze(path, use_cache=False)
+
+
+def test_a_changed_file_or_a_damaged_results_file_is_analysed_again(tmp_path, isolated_cache):
+    # the gap runs from the first kernel's end (310) to the second's start (410 + the stall)
+    path = _loader_stall_trace(tmp_path, 2000)
+    assert traceagent.analyze(path).ranks[0].findings.idle.by_cause_us["dataloader"] == 2100
+    _loader_stall_trace(tmp_path, 3000)  # rewritten: another key
+    assert traceagent.analyze(path).ranks[0].findings.idle.by_cause_us["dataloader"] == 3100
+    for stored in isolated_cache.glob("*/results-*.pickle"):
+        stored.write_bytes(b"\x80\x05 not a pickle")
+    assert traceagent.analyze(path).ranks[0].findings.idle.by_cause_us["dataloader"] == 3100

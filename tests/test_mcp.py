@@ -10,13 +10,14 @@ import sys
 
 from conftest import RESNET_NW0, analyzed
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
 
 from traceagent.agent.tools import AnalysisContext, build_tools
 
 
 def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
+    from mcp import ClientSession, StdioServerParameters  # here: only the worker that runs these imports it
+    from mcp.client.stdio import stdio_client
+
     server = StdioServerParameters(command=sys.executable, args=["-m", "traceagent", "mcp"],
                                    env={**os.environ, "TRACEAGENT_CACHE_DIR": str(tmp_path / "cache")})
 
@@ -49,6 +50,8 @@ def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
 
 
 def test_the_server_refuses_urls_by_default_and_survives_hostile_traces(tmp_path):
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
     from test_bounded_reads import GiB, gzip_bomb
 
     bomb = tmp_path / "bomb.json.gz"

@@ -6,24 +6,30 @@ from __future__ import annotations
 import asyncio
 import threading
 from functools import cache
+from pathlib import Path
 
+import pytest
 from conftest import RESNET_NW0, RESNET_NW4, analyzed
 from fakes import ScriptedChatModel, tool_call
 from langchain_core.messages import AIMessage
 
 from traceagent.tui.app import TraceAgentApp
-from traceagent.tui.loader import load_and_analyze
 from traceagent.tui.screens import HelpScreen
 from traceagent.tui.widgets.conversation import AnswerBlock, Conversation, ErrorMessage, NoteMessage, ToolBlock, UserMessage
 from traceagent.tui.widgets.prompt import PromptInput
 from traceagent.tui.widgets.side_panel import SidePanel
+from traceagent.tui.widgets.timeline import timeline_data
 
 SIZE = (120, 40)
+# one worker runs them all: the module fixtures (a cluster, loaded apps) start once
+pytestmark = pytest.mark.xdist_group("tui")
 
 
 @cache
 def _loaded(path: str, compare: str | None):
-    return load_and_analyze(path, compare, use_cache=True)
+    """What the loader's child would send: the session's analyses (test_tui's loading tests run the child)."""
+    analysis = analyzed(Path(path))
+    return analysis, analyzed(Path(compare)) if compare else None, timeline_data(analysis.focus)
 
 
 class InProcessApp(TraceAgentApp):
@@ -44,9 +50,19 @@ async def loaded(app: TraceAgentApp, pilot) -> None:
     await pilot.pause()
 
 
-async def ask(pilot, app: TraceAgentApp, question: str) -> None:
+async def type_in(pilot, question: str) -> None:
+    """Put a question in the prompt and submit it, as Enter does (its binding's action): key by
+    key takes 60 ms a key under Pilot, and a pressed key waits for a streaming answer to pause
+    (test_ui_answers_keys_while_the_trace_loads types keys and presses Enter)."""
     await pilot.click("#prompt")
-    await pilot.press(*question, "enter")
+    prompt = pilot.app.query_one(PromptInput)
+    prompt.value = question
+    prompt.cursor_position = len(question)
+    await prompt.action_submit()
+
+
+async def ask(pilot, app: TraceAgentApp, question: str) -> None:
+    await type_in(pilot, question)
     await pilot.pause()
     await app.workers.wait_for_complete()
     await pilot.pause()
@@ -88,7 +104,7 @@ def test_escape_stops_the_answer(tmp_path):
         app = InProcessApp(str(RESNET_NW0), model=model, save_dir=tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             await loaded(app, pilot)
-            await pilot.press(*"tell me everything", "enter")
+            await type_in(pilot, "tell me everything")
             await pilot.pause(0.3)
             await pilot.press("escape")
             await app.workers.wait_for_complete()
@@ -244,10 +260,10 @@ async def _answered(pilot, question: str) -> None:
     app.query_one(PromptInput).cursor_blink = False  # a blinking cursor makes snapshots flaky
     await app.workers.wait_for_complete()
     await pilot.pause()
-    await pilot.press(*question, "enter")
+    await type_in(pilot, question)
     await pilot.pause()
     await app.workers.wait_for_complete()
-    await pilot.pause(0.3)
+    await pilot.pause()
     # the streamed answer renders in the background: under load it can still be growing (and the
     # view scrolling after it) here, so wait until the conversation stays scrolled to its end
     conversation = app.query_one(Conversation)

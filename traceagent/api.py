@@ -6,10 +6,13 @@ Dask tasks that send back only each rank's results; the cross-rank step (`reduce
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 
 from .detect.analysis import Analysis, AnalysisParams, RankAnalysis, RankFailure, analyze_job, analyze_trace, reduce_job
 from .detect.diagnose import VerdictParams
@@ -17,8 +20,8 @@ from .detect.idle import IdleParams
 from .detect.stragglers import StragglerParams
 from .errors import TraceError
 from .tasks import run_per_file, scheduler_for
-from .trace import storage
-from .trace.load import RankSource, assign_ranks, load_file, resolve
+from .trace import cache, storage
+from .trace.load import RankSource, assign_ranks, file_key, load_file_keyed, resolve
 from .trace.model import Job
 from .trace.normalize import split_ranks, with_step_pattern
 
@@ -74,15 +77,24 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
                  keep_events: bool, contain: bool, max_bytes: int | None = None) -> list[RankAnalysis] | RankFailure:
     """Load one rank file and analyse each rank in it (a merged file holds several). Runs on a
     worker: with `keep_events` false only the results travel back. With `contain`, a file that
-    fails becomes a RankFailure instead of an exception, so one bad rank does not stop the job."""
+    fails becomes a RankFailure instead of an exception, so one bad rank does not stop the job.
+    With `use_cache`, the results are stored beside the file's cached frames and read back while
+    the file, the parameters and the code are the same (results_tag)."""
     try:
+        key = file_key(file) if use_cache else None
+        tag = results_tag(params, steps)
+        source = partial(RankSource, file, steps=steps, use_cache=use_cache, max_bytes=max_bytes)
+        if key is not None and isinstance(stored := cache.read_results(key, tag), list):
+            return [_as_asked(r, file, source(part)) for part, r in enumerate(stored)]
+        trace_file, key = load_file_keyed(file, use_cache, max_bytes, key)
         ranks = []
-        for part, trace in enumerate(split_ranks(load_file(file, use_cache, max_bytes))):
+        for part, trace in enumerate(split_ranks(trace_file)):
             if steps is not None:
                 trace = with_step_pattern(trace, steps)
-            r = analyze_trace(trace, params, RankSource(file, part, steps, use_cache, max_bytes))
-            ranks.append(r if keep_events else r.without_events())
-        return ranks
+            ranks.append(analyze_trace(trace, params, source(part)))
+        if key is not None:
+            cache.write_results(key, tag, [r.without_events() for r in ranks])
+        return ranks if keep_events else [r.without_events() for r in ranks]
     except TraceError as exc:
         if not contain:
             raise
@@ -91,6 +103,19 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
         if not contain:
             raise
         return RankFailure(file, f"{type(exc).__name__}: {exc} (an error in traceagent; please report it)")
+
+
+def results_tag(params: AnalysisParams, steps: re.Pattern | None) -> str:
+    """What an analysis's results depend on besides the file: its parameters, the step pattern
+    and the code (cache.RESULTS_VERSION)."""
+    text = json.dumps([params.to_dict(), steps.pattern if steps is not None else None,
+                       steps.flags if steps is not None else None, cache.RESULTS_VERSION], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _as_asked(rank: RankAnalysis, file: str, source: RankSource) -> RankAnalysis:
+    """Stored results as this run asked for them: the file's path as given, events from `source`."""
+    return replace(rank, meta=replace(rank.meta, path=file), source=source)
 
 
 def with_steps(job: Job, pattern: re.Pattern) -> Job:

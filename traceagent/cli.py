@@ -35,6 +35,16 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def print_json(data: dict) -> None:
+    """JSON on stdout: highlighted on a terminal; plain text for a pipe or a file, where Rich's
+    rendering cost a second on an 8-rank job and bought nothing."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+    if out.is_terminal:
+        out.print_json(text)
+    else:
+        sys.stdout.write(text + "\n")
+
+
 def say(text: str) -> None:
     """One line of prose on stdout, never hard-wrapped: paths stay whole and `grep` finds the line."""
     out.print(text, soft_wrap=True)
@@ -138,7 +148,7 @@ def info_dict(analysis: Analysis) -> dict:
 def cmd_info(args: argparse.Namespace) -> int:
     analysis = analyze_path(args.path, args)
     if args.json:
-        out.print_json(json.dumps(info_dict(analysis)))
+        print_json(info_dict(analysis))
         return 0
     say(f"[bold]{escape(analysis.path)}[/]  ({analysis.format}, {analysis.ranks[0].meta.profiler})")
     world = analysis.world_size
@@ -166,7 +176,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     result = analyze_path(args.path, args)
     if getattr(args, "json", False):
-        out.print_json(json.dumps(result.to_dict(), allow_nan=False))
+        print_json(result.to_dict())
     else:
         print_analysis(result, out)
     return failed_gates(result, getattr(args, "fail_on", None) or [])
@@ -285,7 +295,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     after = analyze_path(args.after, args)
     result = diff(before, after)
     if args.json:
-        out.print_json(json.dumps(result.to_dict(), allow_nan=False))
+        print_json(result.to_dict())
     else:
         from rich.markdown import Markdown
         out.print(Markdown(render_diff_markdown(result)))
@@ -410,9 +420,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
     temporary = [e for e in found if e.temporary]
     directory, held, cap = str(cache.cache_dir()), sum(e.bytes for e in kept), cache.max_bytes()
     if args.json:
-        out.print_json(json.dumps({"directory": directory, "entries": len(kept), "bytes": held, "max_bytes": cap,
-                                   "temporary_entries": len(temporary),
-                                   "temporary_bytes": sum(e.bytes for e in temporary)}))
+        print_json({"directory": directory, "entries": len(kept), "bytes": held, "max_bytes": cap,
+                    "temporary_entries": len(temporary), "temporary_bytes": sum(e.bytes for e in temporary)})
         return 0
     say(f"{escape(directory)}: {len(kept)} entries, {size(held)} of {size(cap)} "
         "($TRACEAGENT_CACHE_MAX; the least recently used go first)"

@@ -98,7 +98,7 @@ class _Killed(Exception):
 
     def __init__(self, error: BaseException) -> None:
         tries = getattr(error, "allowed_failures", None)
-        tried = f"{tries + 1} times" if isinstance(tries, int) else "each time"
+        tried = ("once" if tries == 0 else f"{tries + 1} times") if isinstance(tries, int) else "each time"
         super().__init__(f"the Dask worker analysing it died, {tried} (killed: out of memory, or a crash)")
 
 

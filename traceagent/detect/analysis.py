@@ -95,6 +95,30 @@ def _set_field(params: Any, name: str, text: str, setting: str) -> Any:
     return replace(params, **{name: value})
 
 
+@dataclass(frozen=True)
+class DeviceFindings:
+    """What the tools report for one GPU of a rank, computed with the analysis (DESIGN: the tools
+    and the chat app read results, they never run a detector again)."""
+
+    memcpy: MemcpyResult
+    comm: CommResult
+    kernels: KernelsResult
+    launch: LaunchResult
+    steps: StepsResult | None  # idle per step from this GPU's gaps
+
+
+def device_findings(trace: Trace, findings: Findings, params: IdleParams) -> dict[int, DeviceFindings]:
+    """Each GPU's findings; a rank with one GPU has the rank's."""
+    devices = sorted(int(d) for d in findings.idle.devices)
+    if len(devices) == 1:
+        f = findings
+        return {devices[0]: DeviceFindings(f.memcpy, f.comm, f.kernels, f.launch, f.steps)}
+    return {d: DeviceFindings(detect_memcpy(trace, device=d), detect_comm(trace, device=d),
+                              detect_hot_kernels(trace, device=d), detect_launch(trace, device=d),
+                              detect_steps(trace, params=params, device=d))
+            for d in devices}
+
+
 class EventSource(Protocol):
     """Loads a rank's events again (trace.load.RankSource): detectors know no files."""
 
@@ -118,6 +142,7 @@ class RankAnalysis:
     streams: list[int]  # the streams device work ran on
     step_numbers: list[int]  # the steps the trace has
     pictures: TimelineResult  # what the timeline charts draw: presentation never reads events
+    by_device: dict[int, DeviceFindings]  # each GPU's copies, collectives, kernels, launches, steps
     source: EventSource | None = None
     loaded: Trace | None = field(default=None, repr=False, compare=False)
     kept_gaps: pd.DataFrame | None = field(default=None, repr=False, compare=False)
@@ -158,30 +183,28 @@ class RankAnalysis:
 
     def hot_kernels(self, top: int = 10, name_filter: str | None = None, device: int | None = None,
                     order: str = "total") -> KernelsResult:
-        """The hot kernels as analyzed, or a narrower query (one GPU, a name filter, a longer list,
-        another order: see detect_hot_kernels)."""
-        if name_filter is None and device is None and order == "total" and top <= len(self.findings.kernels.top):
-            kernels = self.findings.kernels
-            return KernelsResult(kernels.kernels, kernels.distinct, kernels.total_us, kernels.top[:top])
+        """The hot kernels as analyzed (of the rank, or of one GPU), or a query of the events for
+        what the analysis did not list (a name filter, a longer list, another order)."""
+        kernels = self.findings.kernels if device is None else self.by_device[device].kernels
+        if name_filter is None and order == "total" and top <= len(kernels.top):
+            return replace(kernels, top=kernels.top[:top])
         return detect_hot_kernels(self.trace, top=top, name_filter=name_filter, device=device, order=order)
 
     def memcpy(self, device: int | None = None) -> MemcpyResult:
         """Copies on the rank, or on one of its GPUs."""
-        return self.findings.memcpy if device is None else detect_memcpy(self.trace, device=device)
+        return self.findings.memcpy if device is None else self.by_device[device].memcpy
 
     def comm(self, device: int | None = None) -> CommResult:
         """Collectives on the rank, or on one of its GPUs."""
-        return self.findings.comm if device is None else detect_comm(self.trace, device=device)
+        return self.findings.comm if device is None else self.by_device[device].comm
 
     def launch(self, device: int | None = None) -> LaunchResult:
         """Launch statistics on the rank, or on one of its GPUs."""
-        return self.findings.launch if device is None else detect_launch(self.trace, device=device)
+        return self.findings.launch if device is None else self.by_device[device].launch
 
     def steps(self, device: int | None = None) -> StepsResult | None:
         """Steps with idle from every GPU of the rank, or from one."""
-        if device is None:
-            return self.findings.steps
-        return detect_steps(self.trace, params=self.params.idle, device=device)
+        return self.findings.steps if device is None else self.by_device[device].steps
 
     def to_dict(self) -> dict:
         f = self.findings
@@ -296,7 +319,8 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
                         rank_timeline(trace, gaps, breakdown.total), counts=trace.counts(),
                         streams=sorted(int(s) for s in trace.gpu["stream"].unique()),
                         step_numbers=[int(s) for s in trace.steps["step"]],
-                        pictures=detect_timeline(trace, gaps), source=source, loaded=trace,
+                        pictures=detect_timeline(trace, gaps), by_device=device_findings(trace, findings, idle_params),
+                        source=source, loaded=trace,
                         kept_gaps=gaps)
 
 

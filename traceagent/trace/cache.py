@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import socket
 import time
@@ -31,16 +32,18 @@ from . import storage
 from .model import CPU_COLUMNS, GPU_COLUMNS, MEMORY_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical
 
 
-def _loader_fingerprint() -> str:
-    """A hash of the loader sources: any change to what loading produces retires old entries,
-    without anyone having to remember to bump a version."""
+def _fingerprint(sources: list[Path]) -> str:
+    """A hash of source files: any change to what they produce retires old entries, without
+    anyone having to remember to bump a version."""
     digest = hashlib.sha256()
-    for source in sorted(Path(__file__).parent.glob("*.py")):
+    for source in sorted(sources):
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 
 
-MODEL_VERSION = _loader_fingerprint()
+MODEL_VERSION = _fingerprint(list(Path(__file__).parent.glob("*.py")))  # the loader's
+#: every module of the package: an analysis is stored for the code that computed it
+RESULTS_VERSION = _fingerprint(list(Path(__file__).parents[1].rglob("*.py")))
 
 
 def cache_dir() -> Path:
@@ -180,6 +183,44 @@ def write(key: Key, trace: Trace) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)
     housekeep(keep=entry)
     return True
+
+
+def read_results(key: Key, tag: str) -> object | None:
+    """What was stored beside the file's frames under `tag` (write_results), or None. A results
+    file that does not load is removed: the caller computes the results again."""
+    path = key.entry / f"results-{tag}.pickle"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        # our own entry in the user's own cache directory (whoever can write there can change
+        # the installed code too), keyed by the file's content and the package's code
+        value = pickle.loads(data)
+    except Exception:
+        path.unlink(missing_ok=True)
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(key.entry)
+    return value
+
+
+def write_results(key: Key, tag: str, value: object) -> None:
+    """Store results computed from the Trace cached under `key` (one file per `tag`: parameters
+    and code version), in its entry: they are evicted with it. Only beside a cached Trace, and a
+    cache that cannot be written is skipped."""
+    if not key.entry.is_dir():
+        return
+    target = key.entry / f"results-{tag}.pickle"
+    tmp = key.entry / f".{target.name}{_TMP}{socket.gethostname()}-{os.getpid()}"
+    try:
+        tmp.write_bytes(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        tmp.rename(target)  # atomic: a reader sees all of it or none
+    except OSError:
+        return
+    finally:
+        tmp.unlink(missing_ok=True)
+    housekeep(keep=key.entry)
 
 
 #: an entry being written is named `<entry>.tmp-<host>-<pid>`

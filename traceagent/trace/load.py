@@ -3,12 +3,13 @@ directory, a glob, a list; local or URLs), assign ranks, and use the cache."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -49,27 +50,41 @@ def load_file(path: str, use_cache: bool = True, max_bytes: int | None = None) -
     """Load one trace file, local or a URL (cached when allowed). What the file is is taken
     before it is read; a file replaced or rewritten meanwhile is read again, so the Trace (and
     the cache entry) is of the file as it is now. `max_bytes`: see trace/reading.py."""
+    return load_file_keyed(path, use_cache, max_bytes)[0]
+
+
+def load_file_keyed(path: str, use_cache: bool = True, max_bytes: int | None = None,
+                    key: cache.Key | None = None) -> tuple[Trace, cache.Key | None]:
+    """load_file, and the cache key the Trace is stored under (None: not cached), for results
+    computed from it (cache.write_results). `key`: the file's key, if the caller just took it."""
+    with _readable(path):
+        for attempt in range(READS_OF_A_CHANGING_FILE):
+            if key is None or attempt:
+                key = cache.key(path) if use_cache else None
+            stamp = key.stamp if key is not None else storage.size_and_version(path)
+            if key is not None and (cached := cache.read(key)) is not None:
+                return cached, key
+            trace = _parse(path, max_bytes)
+            if storage.size_and_version(path) == stamp:
+                return trace, key if key is not None and cache.write(key, trace) else None
+        trace.meta.warnings.append(f"the file changed while it was read, {READS_OF_A_CHANGING_FILE} times: this "
+                                   "analysis is of one of its versions (not cached); load it again once it is written")
+        return trace, None
+
+
+def file_key(path: str) -> cache.Key:
+    """The file's cache key now (cache.key), a missing or unreadable file a TraceError."""
+    with _readable(path):
+        return cache.key(path)
+
+
+@contextlib.contextmanager
+def _readable(path: str) -> Iterator[None]:
     try:
-        return _load_file(path, use_cache, max_bytes)
+        yield
     except OSError as exc:  # gone, unreadable, a disk error: bad input to the user, not a bug
         raise TraceError(path, f"cannot be read ({exc.strerror or exc})",
                          "Check that the file exists and that you may read it.") from None
-
-
-def _load_file(path: str, use_cache: bool, max_bytes: int | None) -> Trace:
-    for _ in range(READS_OF_A_CHANGING_FILE):
-        stamp = storage.size_and_version(path)
-        key = cache.key(path, stamp) if use_cache else None
-        if key is not None and (cached := cache.read(key)) is not None:
-            return cached
-        trace = _parse(path, max_bytes)
-        if storage.size_and_version(path) == stamp:
-            if key is not None:
-                cache.write(key, trace)
-            return trace
-    trace.meta.warnings.append(f"the file changed while it was read, {READS_OF_A_CHANGING_FILE} times: this "
-                               "analysis is of one of its versions (not cached); load it again once it is written")
-    return trace
 
 
 def _parse(path: str, max_bytes: int | None) -> Trace:
