@@ -3,6 +3,7 @@ and writes a CPU-only trace and its truth file, and traceagent says there is no 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -13,7 +14,10 @@ import pytest
 import traceagent
 from traceagent import analyze
 
-torch = pytest.importorskip("torch")
+# the script runs in a child: this process only checks PyTorch is there (importing it costs
+# each test worker seconds)
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="could not import 'torch'"),
+              pytest.mark.xdist_group("torch")]
 SCRIPT = Path(__file__).parents[1] / "tools" / "gpu_workloads.py"
 
 
