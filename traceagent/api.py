@@ -21,7 +21,7 @@ from .detect.stragglers import StragglerParams
 from .errors import TraceError
 from .tasks import run_per_file, scheduler_for
 from .trace import cache, storage
-from .trace.load import RankSource, assign_ranks, file_key, load_file_keyed, resolve
+from .trace.load import RankSource, file_key, load_file_keyed, numbered, resolve
 from .trace.model import Job
 from .trace.normalize import split_ranks, with_step_pattern
 
@@ -57,19 +57,14 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
                            lost=RankFailure if contain else None,
                            steps=pattern, use_cache=use_cache, keep_events=where is None, contain=contain,
                            max_bytes=max_bytes)
-    ranks: list[RankAnalysis] = []
-    origins: list[str] = []
     failed = [*(RankFailure(f, why) for f, why in sources.unreadable), *(r for r in results if isinstance(r, RankFailure))]
-    for file, result in zip(files, results):
-        if not isinstance(result, RankFailure):
-            ranks += result
-            origins += [file] * len(result)
-    if not ranks:
+    analysed = [(file, result) for file, result in zip(files, results) if not isinstance(result, RankFailure)]
+    if not any(result for _, result in analysed):
         raise TraceError(path, f"no rank file could be analysed; the first: {failed[0].file}: {failed[0].error}")
-    for r in ranks:
+    ranks = []
+    for r, n in numbered(path, analysed, lambda r: r.meta):
         r.meta.warnings.extend(notes)
-    numbers = assign_ranks(path, origins, [r.meta for r in ranks])
-    ranks = [r if r.rank == n else r.with_rank(n) for r, n in zip(ranks, numbers)]
+        ranks.append(r if r.rank == n else r.with_rank(n))
     return reduce_job(path, ranks, params, failed)
 
 

@@ -9,9 +9,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from ..errors import TraceError
 from ..tasks import Progress, run_per_file, scheduler_for
@@ -20,6 +21,8 @@ from .kineto import load_kineto
 from .model import Job, Trace, TraceMeta
 from .normalize import split_ranks, with_step_pattern
 from .nsys import load_nsys
+
+T = TypeVar("T")
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".qdrep")
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -227,16 +230,21 @@ def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: boo
     notes = [*sources.notes, *(f"{storage.name(f)}: {why} (skipped)" for f, why in sources.unreadable)]
     loaded = _load_files(files, use_cache, progress, scheduler, max_bytes)
     # a merged multi-rank file becomes its ranks (each already knows its rank)
-    traces, origins = [], []
-    for file, trace in zip(files, loaded):
-        parts = split_ranks(trace)
-        traces += parts
-        origins += [file] * len(parts)
-    for trace in traces:
+    traces = []
+    for trace, rank in numbered(path, [(file, split_ranks(trace)) for file, trace in zip(files, loaded)],
+                                lambda t: t.meta):
         trace.meta.warnings.extend(notes)
-    for trace, rank in zip(traces, assign_ranks(path, origins, [t.meta for t in traces])):
         trace.meta.rank = rank
+        traces.append(trace)
     return Job(path=path, traces=sorted(traces, key=lambda t: t.meta.rank if t.meta.rank is not None else -1))
+
+
+def numbered(path: str, per_file: list[tuple[str, list[T]]], meta: Callable[[T], TraceMeta]) -> list[tuple[T, int]]:
+    """Each rank of each file (a Trace, or its analysis) with its rank number in the job
+    (assign_ranks): the one rule `load` and `traceagent.analyze` share."""
+    ranks = [(file, rank) for file, found in per_file for rank in found]
+    return list(zip([rank for _, rank in ranks],
+                    assign_ranks(path, [file for file, _ in ranks], [meta(rank) for _, rank in ranks])))
 
 
 def _load_files(files: list[str], use_cache: bool, progress: Progress | None, scheduler: str | None,
