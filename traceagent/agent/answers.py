@@ -17,7 +17,7 @@ from ..detect.diagnose import Verdict
 from ..detect.diff import DiffResult
 from ..detect.flops import FlopsResult, KernelFlops
 from ..detect.graphs import GraphsResult
-from ..detect.host import GapHost
+from ..detect.host import GapHost, HostEvent
 from ..detect.idle import SyncSite
 from ..detect.kernels import HotKernel, KernelsResult, short_name
 from ..detect.launch import LaunchResult
@@ -168,7 +168,7 @@ class IdleGapsAnswer:
 class HostActivityAnswer:
     scope: Scope
     window_us: float
-    events: list  # detect.host.HostEvent
+    events: list[HostEvent]  # the busiest host events in the window
     note: str | None = None
 
     def to_dict(self) -> dict:
