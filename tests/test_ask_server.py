@@ -4,6 +4,7 @@ openai client (OPENAI_BASE_URL): a full tool-calling turn, and each failure a us
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -145,7 +146,7 @@ def test_console_script_end_to_end(tmp_path):
     replies = [Reply.text(f"Data loading: {said('loader_pct')} of the span.")]
     with FakeOpenAIServer(replies) as server:
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPENAI_BASE_URL": server.url,
-               "TRACEAGENT_MAX_RETRIES": "0", "TRACEAGENT_CACHE_DIR": str(tmp_path / "cache")}
+               "TRACEAGENT_MAX_RETRIES": "0", "TRACEAGENT_CACHE_DIR": os.environ["TRACEAGENT_CACHE_DIR"]}  # the run's
         done = subprocess.run([sys.executable, "-m", "traceagent", "ask", str(RESNET_NW0), "why?"],
                               capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -18,8 +18,8 @@ def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
     from mcp import ClientSession, StdioServerParameters  # here: only the worker that runs these imports it
     from mcp.client.stdio import stdio_client
 
-    server = StdioServerParameters(command=sys.executable, args=["-m", "traceagent", "mcp"],
-                                   env={**os.environ, "TRACEAGENT_CACHE_DIR": str(tmp_path / "cache")})
+    # the run's cache (conftest): the server reads the shared trace's parse and analysis from it
+    server = StdioServerParameters(command=sys.executable, args=["-m", "traceagent", "mcp"], env=dict(os.environ))
 
     async def drive():
         async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
@@ -56,8 +56,8 @@ def test_the_server_refuses_urls_by_default_and_survives_hostile_traces(tmp_path
 
     bomb = tmp_path / "bomb.json.gz"
     gzip_bomb(bomb, 2 * GiB, b"\0")
-    server = StdioServerParameters(command=sys.executable, args=["-m", "traceagent", "mcp"],
-                                   env={**os.environ, "TRACEAGENT_CACHE_DIR": str(tmp_path / "cache")})
+    # the run's cache (conftest): the server reads the shared trace's parse and analysis from it
+    server = StdioServerParameters(command=sys.executable, args=["-m", "traceagent", "mcp"], env=dict(os.environ))
     errlog = (tmp_path / "stderr.txt").open("w")
 
     async def drive():
