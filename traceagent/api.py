@@ -77,7 +77,7 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
     the file, the parameters and the code are the same (results_tag)."""
     try:
         key = file_key(file) if use_cache else None
-        tag = results_tag(params, steps)
+        tag = results_tag(params, steps) if key is not None else ""
         source = partial(RankSource, file, steps=steps, use_cache=use_cache, max_bytes=max_bytes)
         if key is not None and isinstance(stored := cache.read_results(key, tag), list):
             return [_as_asked(r, file, source(part)) for part, r in enumerate(stored)]
@@ -102,9 +102,9 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
 
 def results_tag(params: AnalysisParams, steps: re.Pattern | None) -> str:
     """What an analysis's results depend on besides the file: its parameters, the step pattern
-    and the code (cache.RESULTS_VERSION)."""
+    and the code (cache.results_version)."""
     text = json.dumps([params.to_dict(), steps.pattern if steps is not None else None,
-                       steps.flags if steps is not None else None, cache.RESULTS_VERSION], sort_keys=True, default=str)
+                       steps.flags if steps is not None else None, cache.results_version()], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -42,8 +43,13 @@ def _fingerprint(sources: list[Path]) -> str:
 
 
 MODEL_VERSION = _fingerprint(list(Path(__file__).parent.glob("*.py")))  # the loader's
-#: every module of the package: an analysis is stored for the code that computed it
-RESULTS_VERSION = _fingerprint(list(Path(__file__).parents[1].rglob("*.py")))
+
+
+@functools.cache
+def results_version() -> str:
+    """Every module of the package: an analysis is stored for the code that computed it (hashed
+    when first asked, not at every start-up)."""
+    return _fingerprint(list(Path(__file__).parents[1].rglob("*.py")))
 
 
 def cache_dir() -> Path:
