@@ -87,9 +87,10 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
             if steps is not None:
                 trace = with_step_pattern(trace, steps)
             ranks.append(analyze_trace(trace, params, source(part)))
+        results = [r.without_events() for r in ranks]
         if key is not None:
-            cache.write_results(key, tag, [r.without_events() for r in ranks])
-        return ranks if keep_events else [r.without_events() for r in ranks]
+            cache.write_results(key, tag, results)
+        return ranks if keep_events else results
     except TraceError as exc:
         if not contain:
             raise

@@ -26,8 +26,8 @@ from pydantic import BaseModel, Field
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
 from ..detect.annotations import detect_annotations
 from ..detect.diff import diff
-from ..detect.host import calls_by_correlation, gap_host, host_events_in, kernel_python_lines
-from ..detect.idle import DeviceIdle, IdleResult, gap_launcher
+from ..detect.host import calls_by_correlation, host_events_in, kernel_python_lines
+from ..detect.idle import DeviceIdle, IdleResult, gap_host_activity
 from ..detect.registry import DETECTORS, Detector
 from ..detect.view import on_device, us
 from ..detect.vocabulary import GAP_CAUSES
@@ -244,7 +244,7 @@ def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
     listed = [GapRow(us(g.start - origin), us(g.start), us(g.dur), g.cause, int(g.device),
                      # what the thread that launched the next work was doing
                      None if g.cause == "launch_latency" else
-                     gap_host(trace, int(g.start), int(g.end), gap_launcher(trace, int(g.device), int(g.next_op))))
+                     gap_host_activity(trace, g))
               for g in gaps.nlargest(_top(top), "dur").itertuples()]
     return answer(matching_gaps=len(gaps), matching_idle_us=us(gaps["dur"].sum()), top_gaps=listed)
 

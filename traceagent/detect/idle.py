@@ -34,6 +34,7 @@ from . import intervals as iv
 from .host import (
     LAUNCH_CALLS,
     GapEvidence,
+    GapHost,
     calls_by_correlation,
     gap_host,
     host_union,
@@ -255,6 +256,12 @@ def gap_launcher(trace: Trace, device: int, next_op: int) -> tuple[int, int] | N
     return int(call["pid"]), int(call["tid"])
 
 
+def gap_host_activity(trace: Trace, gap) -> GapHost:
+    """What the thread that launched the work after a gap (a row of trace_gaps) was doing during
+    it: the evidence the largest gaps carry, in the analysis, the tools and annotate alike."""
+    return gap_host(trace, int(gap.start), int(gap.end), gap_launcher(trace, int(gap.device), int(gap.next_op)))
+
+
 def trace_gaps(trace: Trace, params: IdleParams = IdleParams()) -> pd.DataFrame:
     """The classified gaps of every device, one frame, with a `device` column and the `step`
     (number, -1 for none) each belongs to (gap_step_rows: the one rule)."""
@@ -388,7 +395,7 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
         evidence = GapEvidence(sync_call=_text(d["call"]), op=_text(d["op"]), inner_op=_text(d["inner_op"]),
                                python=_text(d["python"]))
     elif gap.cause != "launch_latency":  # a host-side cause: what the launching thread was doing
-        evidence = gap_host(trace, int(gap.start), int(gap.end), gap_launcher(trace, gap.device, gap.next_op)).to_dict()
+        evidence = gap_host_activity(trace, gap).to_dict()
     return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,
                ts_us=us(gap.start),
                evidence=evidence)

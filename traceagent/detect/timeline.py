@@ -83,13 +83,14 @@ def detect_timeline(trace: Trace, gaps: pd.DataFrame) -> TimelineResult:
     """The pictures of one rank, from its events and its classified gaps (idle.trace_gaps)."""
     views = device_views(trace)[:MAX_DEVICES]
     span = (min(v.span[0] for v in views), max(v.span[1] for v in views)) if views else None
+    lo, hi = span or (0, 0)  # only read inside the loop over views, where there is a span
     devices = []
     for view in views:
         streams = sorted(view.work.groupby("stream"), key=lambda kv: -(kv[1]["end"] - kv[1]["start"]).sum())
         binned = {}
         for stream, rows in streams[:MAX_STREAMS]:
             union = iv.union(rows["start"].to_numpy(), rows["end"].to_numpy())
-            binned[int(stream)] = iv.binned_share(union, *span, STREAM_BINS)[1] if span else np.zeros(0)
+            binned[int(stream)] = iv.binned_share(union, lo, hi, STREAM_BINS)[1]
         mine = gaps[gaps["device"] == view.device]
         longest = mine.nlargest(MAX_GAPS, "dur").sort_index()[["start", "end", "dur", "cause"]]
         devices.append(DeviceTimeline(view.device, view.span, coverage(view.busy, *view.span, FINE_BINS), binned,

@@ -18,8 +18,7 @@ from typing import Any
 import msgspec
 
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
-from ..detect.host import gap_host
-from ..detect.idle import gap_launcher
+from ..detect.idle import gap_host_activity
 from ..detect.view import views_of
 from ..errors import TraceError
 from ..outputs import write_atomically
@@ -83,8 +82,7 @@ def finding_events(r: RankAnalysis, pid: int) -> list[dict]:
         for g in gaps.itertuples():
             args = {"cause": g.cause, "device": int(g.device), "gap_us": g.dur / 1000}
             if g.Index in largest and g.cause != "launch_latency":
-                args |= gap_host(trace, int(g.start), int(g.end),
-                                 gap_launcher(trace, int(g.device), int(g.next_op))).to_dict()
+                args |= gap_host_activity(trace, g).to_dict()
             events.append(_slice(pid, GAPS + int(g.device), g.cause, int(g.start), int(g.dur), args))
             tracks[GAPS + int(g.device)] = f"idle gaps · GPU {int(g.device)}"
     for s in trace.steps.dropna(subset=["gpu_start"]).itertuples():
