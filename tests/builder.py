@@ -54,6 +54,18 @@ class TraceBuilder:
                launch_dur: float = 5.0, device: int = 0, call: str = "cudaLaunchKernel") -> dict:
         return self._device("kernel", name, start, dur, stream, launch_at, launch_dur, call, device)
 
+    def collective(self, start: float, dur: float, nelems: int, name: str = "allreduce", dtype: str = "BFloat16",
+                   ranks: list[int] | None = None, out_nelems: int | None = None, stream: int = 20,
+                   kernel: str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)") -> dict:
+        """An NCCL kernel with the payload PyTorch >= 2.1 records on it (args as Kineto writes them)."""
+        ranks = list(range(8)) if ranks is None else ranks
+        event = self.kernel(kernel, start, dur, stream=stream)
+        event["args"] |= {"Collective name": name, "In msg nelems": nelems,
+                          "Out msg nelems": nelems if out_nelems is None else out_nelems, "Group size": len(ranks),
+                          "dtype": dtype, "In split size": "[]", "Out split size": "[]", "Process Group Name": "0",
+                          "Process Group Description": "default_pg", "Process Group Ranks": str(ranks)}
+        return event
+
     def memcpy(self, start: float, dur: float, nbytes: int, kind: str = "HtoD", src: str = "Pageable",
                dst: str = "Device", stream: int = 7, launch_at: float | None = None, launch_dur: float = 5.0) -> dict:
         return self._device("gpu_memcpy", f"Memcpy {kind} ({src} -> {dst})", start, dur, stream, launch_at,

@@ -43,7 +43,7 @@ def test_gc_and_import_pauses_under_idle_time_worked_out_by_hand(tmp_path):
     assert result.idle_us == 500.0 and "gc.freeze()" in gc.next_step
     data = json.loads(json.dumps(analysis.to_dict()))
     assert data["ranks"][0]["host_pauses"] == result.to_dict()
-    assert data["ranks"][0]["params"]["detectors"] == {"host_pauses": {"min_idle_us": 100.0}}
+    assert data["ranks"][0]["params"]["detectors"]["host_pauses"] == {"min_idle_us": 100.0}
     jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(data)
 
 

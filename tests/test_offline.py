@@ -44,6 +44,10 @@ def most_idle_gpu(ctx) -> str:
     return f"**Rank {rank}, GPU {device}**"
 
 
+def collectives(ctx):
+    return focus(ctx).findings.extra["collectives"]
+
+
 def comparison(ctx):
     return ctx.analysis.comparison
 
@@ -54,6 +58,11 @@ TABLE = [
      lambda c: [f"{percent(idle(c).by_cause_pct['dataloader'])} of the span", "num_workers=4"]),
     ("R", "What should I optimize first?", "optimize_first", {},
      lambda c: ["Start with **idle time waiting for data loading**", c.analysis.verdict.saving.sentence()]),
+    ("B", "Is my communication bandwidth-bound or latency-bound?", "interconnect", {},
+     lambda c: [f"{collectives(c).busbw_gbps:.1f} GB/s bus bandwidth", "latency-bound",
+                f"of {collectives(c).links[0].kind}'s", collectives(c).links[0].assumption]),
+    ("B", "What NVLink bandwidth do the all-gathers get?", "interconnect", {},
+     lambda c: [f"busbw {collectives(c).rows[0].busbw_gbps:.1f} GB/s"]),
     ("R", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**No.**", "not by compute"]),
     ("R", "Is it input-bound?", "bound", {"limit": "input"}, lambda c: ["**Yes.**"]),
     ("R", "Which kernel is slowest per call?", "slow_kernel", {},

@@ -15,6 +15,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from ..detect.collectives import CollectivesResult, collectives_sentence
 from ..detect.diagnose import Verdict
 from ..detect.kernels import short_name
 from ..detect.steps import StepRow
@@ -27,6 +28,7 @@ from .answers import (
     CommAnswer,
     CompareAnswer,
     CopiesAnswer,
+    DetectorAnswer,
     FlopsAnswer,
     IdleGapsAnswer,
     InstancesAnswer,
@@ -93,7 +95,8 @@ class OfflineAnalyst:
             "dataloader": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
                                self._dataloader),
             "sync": Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync),
-            "communication": Plan(lambda q, at: [("communication", at)], self._communication),
+            "communication": Plan(lambda q, at: [("communication", at), ("collectives", at)], self._communication),
+            "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at)], self._communication),
             "straggler": Plan(lambda q, at: [("communication", at)], self._straggler),
             "step_vs_step": Plan(lambda q, at: [("steps", at)], self._step_vs_step),
             "one_step": Plan(lambda q, at: [("steps", at), ("idle_gaps", at | {"step": q.steps[0], "top": 3})],
@@ -357,7 +360,7 @@ class OfflineAnalyst:
                       "Keep values on the GPU, or read them every N steps."]
         return "\n".join(lines)
 
-    def _communication(self, q: Question, answer: CommAnswer) -> str:
+    def _communication(self, q: Question, answer: CommAnswer, bandwidth: DetectorAnswer) -> str:
         c = answer.comm
         if not c.kernels:
             return ("There are no collective (NCCL/RCCL) kernels in this scope, so communication is not a factor."
@@ -370,6 +373,10 @@ class OfflineAnalyst:
             top = c.top[0]
             lines.append(f"The largest: `{shorten(short_name(top['name']), 60)}` ({top['count']} calls, "
                          f"{duration(top['total_us'])}).")
+        if bandwidth.result is not None:
+            lines.append(_bandwidth_lines(bandwidth.result))
+        elif q.intent == "interconnect" and bandwidth.unavailable:
+            lines.append(_unavailable(bandwidth.unavailable, "the collectives' bandwidth"))
         if answer.comparison and answer.comparison.matched:
             lines.append(straggler_sentence(answer.comparison))
         elif answer.unavailable:
@@ -593,6 +600,8 @@ class OfflineAnalyst:
         lines += [f"- {m.name}: {_value(m.unit, m.before)} → {_value(m.unit, m.after)}" for m in d.metrics[:6]]
         if d.prediction:
             lines.append(f"\nThe before verdict {d.prediction['sentence']}.")
+        if d.collectives:
+            lines.append(f"\n{d.collectives['sentence']}")
         lines += [f"\nNew problem: {p}" for p in d.new_problems] or ["\nNo new problems."]
         return "\n".join(lines)
 
@@ -641,6 +650,16 @@ def _yes_no(q: Question) -> bool:
 def _ncu(kernel: str) -> str:
     return (f"To see why `{shorten(kernel, 50)}` takes that long: `ncu --kernel-name regex:{kernel} --launch-count 5 "
             "--set full -o hot python train.py`.")
+
+
+def _bandwidth_lines(c: CollectivesResult) -> str:
+    """The collectives' bandwidth: the verdict (bandwidth- or latency-bound), the largest rows,
+    each share of a link's peak with the link it assumed."""
+    rows = [f"- {r.collective} on group {r.group} ({r.group_size} ranks): {r.calls} calls, {size(r.bytes)}, "
+            f"busbw {r.busbw_gbps:.1f} GB/s (best call {r.best_busbw_gbps:.1f}), {percent(r.peak_pct)} of "
+            f"{c.links[r.link].kind}'s {c.links[r.link].peak_gbps:g} GB/s" for r in c.rows[:3]]
+    assumed = "; ".join(f"{link.kind}: {link.assumption} ({link.source})" for link in c.links)
+    return "\n".join([f"\n{collectives_sentence(c)}", *rows, f"\nLink assumed: {assumed}."])
 
 
 def _unavailable(u: Unavailable, what: str | None = None) -> str:

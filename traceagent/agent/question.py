@@ -22,6 +22,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                   r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank)"),
     ("most_idle", r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)"),
     ("mfu", r"\b(?:mfu|flop/?s|flops|tflops|model flops|tensor core utili[sz]ation|achieved (?:flop|throughput))\b"),
+    ("interconnect", r"\b(?:interconnect|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
+                     r"(?:collective|nccl|rccl|all-?reduce|all-?gather|communication)s?\b.{0,40}\b(?:bandwidth|latency)|"
+                     r"(?:bandwidth|latency)\b.{0,40}\b(?:collective|nccl|rccl|all-?reduce|all-?gather|communication))"),
     ("bound", r"\b(?:\w+[- ]bound|bound by|limited by|bottleneck(?:ed)?)\b.*\?|^\s*(?:is|am|are)\b.*\b(?:bound|limited)\b"
               r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)"),
     ("profile_next", r"\b(?:profile next|what (?:should|do|can) i profile|how (?:do|should|can) i profile|which profiler|"

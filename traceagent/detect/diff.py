@@ -10,8 +10,9 @@ from dataclasses import asdict, dataclass, field
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
-from ..format import duration, percent
+from ..format import duration, percent, size
 from .analysis import SCHEMA_VERSION, Analysis
+from .collectives import CollectivesParams, CollectivesResult, classify
 from .view import pct
 from .vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
 
@@ -89,6 +90,27 @@ class KernelChange(TypedDict):
     after_share_pct: float | None
 
 
+class CollectivesSide(TypedDict):
+    """One trace's collectives with a recorded payload, every rank added up."""
+
+    calls: int
+    calls_per_step: float | None  # per rank
+    mean_bytes: int  # per call
+    busbw_gbps: float  # time-weighted
+    peak_pct: float  # of the assumed links' peak (each rank's own `links`)
+    small_time_pct: float
+    exposed_of_comm_pct: float
+    bound: str  # bandwidth, latency, below_peak (collectives.classify)
+
+
+class CollectivesChange(TypedDict):
+    """Collectives before and after: fewer and larger, faster, overlapped?"""
+
+    before: CollectivesSide
+    after: CollectivesSide
+    sentence: str
+
+
 @dataclass(frozen=True)
 class DiffResult:
     before: TraceSide
@@ -102,6 +124,7 @@ class DiffResult:
     headline: str
     notes: list[str] = field(default_factory=list)
     prediction: Prediction | None = None
+    collectives: CollectivesChange | None = None  # when both traces record collective payloads
 
     def to_dict(self) -> dict:
         d = {"schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -223,13 +246,16 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     prediction = _prediction(before, basis, -slower)
     if prediction:
         headline += f"; {prediction['sentence']}"
+    collectives = _collectives(before, after)
+    if collectives:
+        notes.append(collectives["sentence"])
     return DiffResult(
         before=TraceSide(path=before.path, limiter=before.verdict.limiter, root_cause=root,
                          headline=before.verdict.headline),
         after=TraceSide(path=after.path, limiter=v_after.limiter, root_cause=v_after.root_cause,
                         headline=v_after.headline),
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
-        kernels=kernels, headline=headline, notes=notes, prediction=prediction,
+        kernels=kernels, headline=headline, notes=notes, prediction=prediction, collectives=collectives,
     )
 
 
@@ -245,6 +271,42 @@ def _prediction(before: Analysis, basis: str, measured_pct: float) -> Prediction
     return Prediction(cause=saving.root_cause, predicted_up_to_pct=predicted, measured_pct=round(measured_pct, 2),
                       basis=basis, within_estimate=within,
                       sentence=f"predicted up to {predicted:.1f}% of {what}, measured {measured_pct:.1f}%")
+
+
+def _collectives_side(a: Analysis) -> CollectivesSide | None:
+    found: list[CollectivesResult] = [r.findings.extra["collectives"] for r in a.ranks
+                                      if r.findings.extra.get("collectives") is not None]
+    if not found:
+        return None
+    time = sum(c.time_us for c in found) or 1.0
+    per_step = [c.calls_per_step for c in found if c.calls_per_step is not None]
+
+    def weighted(field: str) -> float:
+        return round(sum(getattr(c, field) * c.time_us for c in found) / time, 2)
+
+    peak, small = weighted("peak_pct"), weighted("small_time_pct")
+    calls = sum(c.calls for c in found)
+    return CollectivesSide(
+        calls=calls, calls_per_step=round(sum(per_step) / len(per_step), 2) if per_step else None,
+        mean_bytes=sum(c.bytes for c in found) // max(calls, 1), busbw_gbps=weighted("busbw_gbps"), peak_pct=peak,
+        small_time_pct=small, exposed_of_comm_pct=weighted("exposed_of_comm_pct"),
+        bound=classify(peak, small, a.focus.params.detectors.get("collectives", CollectivesParams())))
+
+
+def _collectives(before: Analysis, after: Analysis) -> CollectivesChange | None:
+    """'collectives: 200 → 1 calls of 1.0 MB → 209.7 MB; latency-bound → bandwidth-bound; …'"""
+    b, a = _collectives_side(before), _collectives_side(after)
+    if b is None or a is None:
+        return None
+    words = {"bandwidth": "bandwidth-bound", "latency": "latency-bound", "below_peak": "below the link's peak"}
+    calls = (f"{b['calls_per_step']:g} → {a['calls_per_step']:g} per step" if b["calls_per_step"] is not None
+             and a["calls_per_step"] is not None else f"{b['calls']} → {a['calls']}")
+    sentence = (f"Collectives: {calls}, {size(b['mean_bytes'])} → {size(a['mean_bytes'])} each; "
+                f"{words[b['bound']]} → {words[a['bound']]} (bus bandwidth {b['busbw_gbps']:.1f} → "
+                f"{a['busbw_gbps']:.1f} GB/s, {percent(b['peak_pct'])} → {percent(a['peak_pct'])} of the assumed "
+                f"link's peak); not hidden by compute: {percent(b['exposed_of_comm_pct'])} → "
+                f"{percent(a['exposed_of_comm_pct'])} of collective time.")
+    return CollectivesChange(before=b, after=a, sentence=sentence)
 
 
 def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[KernelChange]:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..trace.model import Trace
 from .breakdown import BreakdownResult
+from .collectives import CollectivesParams, CollectivesResult, collectives_sentence, detect_collectives
 from .host_pauses import HostPausesParams, HostPausesResult, detect_host_pauses, host_pauses_sentence
 
 
@@ -51,6 +52,15 @@ DETECTORS: tuple[Detector, ...] = (
              HostPausesParams(), HostPausesResult, lambda i, p: detect_host_pauses(i.trace, i.gaps, p),
              host_pauses_sentence, since="1.2",
              needs=("the trace has no Python frames", "profile with torch.profiler.profile(with_stack=True)")),
+    Detector("collectives", "Collective bandwidth", "Bytes, algorithm and bus bandwidth (nccl-tests conventions) per "
+             "collective and process group, against the assumed link's peak (NVLink, PCIe, xGMI, network; the "
+             "assumption is stated); the message-size distribution; whether communication is bandwidth-bound, "
+             "latency-bound (many small messages) or below the link's peak, and whether it is exposed.",
+             CollectivesParams(), CollectivesResult, lambda i, p: detect_collectives(i.trace, p),
+             collectives_sentence, since="1.4",
+             needs=("the trace's collective kernels carry no payload (message sizes), or it has none",
+                    "profile with PyTorch >= 2.1, whose profiler records each NCCL/RCCL kernel's collective, "
+                    "message sizes, dtype and process group")),
 )
 
 

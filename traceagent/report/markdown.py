@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ..detect.analysis import Analysis, RankAnalysis
+from ..detect.collectives import CollectivesResult
 from ..detect.diff import DiffResult
 from ..format import duration, of_span, percent, scope, shorten, size
 from ..sentences import further_findings, gap_evidence, straggler_sentence
@@ -145,6 +146,7 @@ def _rank_sections(r: RankAnalysis, several: bool) -> list[str]:
             out += ["", _table(["collective", "count", "total"],
                                [[code(shorten(c["name"], 70)), str(c["count"]), duration(c["total_us"])]
                                 for c in comm.top])]
+        out += _collectives_table(f.extra.get("collectives"))
     else:
         out.append("No collective kernels.")
     kernels = f.kernels.top[:TOP_KERNELS]
@@ -178,6 +180,26 @@ def _rank_sections(r: RankAnalysis, several: bool) -> list[str]:
     else:
         out += ["", "No steps in this trace."]
     return out
+
+
+def _collectives_table(c: CollectivesResult | None) -> list[str]:
+    """Bandwidth per collective and process group (nccl-tests' algbw and busbw), each share of a
+    link's peak followed by the link it assumed."""
+    if c is None:
+        return []
+    rows = [[r.collective, f"{md_literal(r.group)} ({r.group_size})", str(r.calls), size(r.bytes), size(r.median_bytes),
+             duration(r.time_us), f"{r.algbw_gbps:.1f}", f"{r.busbw_gbps:.1f}", f"{r.best_busbw_gbps:.1f}",
+             f"{percent(r.peak_pct)} of {c.links[r.link].kind} [{r.link + 1}]"] for r in c.rows]
+    links = [f"[{i}] {md_literal(link.kind)}: {link.peak_gbps:g} GB/s per GPU per direction ({md_literal(link.source)}); "
+             f"assumed: {md_literal(link.assumption)}." for i, link in enumerate(c.links, 1)]
+    sizes = ", ".join(f"{s.size}: {s.calls} ({percent(s.time_pct)} of the time)" for s in c.sizes)
+    missing = (f" {c.without_payload} collective kernels record no message sizes and are not counted."
+               if c.without_payload else "")
+    return ["", "Bandwidth (nccl-tests conventions: algbw = bytes / time, busbw = algbw × the collective's bus "
+                "factor, comparable with the link's peak):", "",
+            _table(["collective", "group (size)", "calls", "bytes", "median message", "time", "algbw GB/s",
+                    "busbw GB/s", "best busbw", "of the link's peak"], rows),
+            "", "  \n".join(links), "", f"Message sizes: {sizes}.{missing}"]
 
 
 def render_diff_markdown(d: DiffResult) -> str:

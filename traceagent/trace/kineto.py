@@ -72,6 +72,14 @@ _ARG_FIELDS = [
     ("input_dims", msgspec.Raw, None, "Input Dims"),
     ("input_types", msgspec.Raw, None, "Input type"),
     ("concrete", msgspec.Raw, None, "Concrete Inputs"),
+    # a collective's payload (NCCL/RCCL kernels in PyTorch >= 2.1): raw JSON, read for those kernels only
+    ("coll_name", msgspec.Raw, None, "Collective name"),
+    ("coll_in", msgspec.Raw, None, "In msg nelems"),
+    ("coll_out", msgspec.Raw, None, "Out msg nelems"),
+    ("coll_size", msgspec.Raw, None, "Group size"),
+    ("coll_dtype", msgspec.Raw, None, "dtype"),
+    ("coll_group", msgspec.Raw, None, "Process Group Name"),
+    ("coll_ranks", msgspec.Raw, None, "Process Group Ranks"),
     # [memory] instant events
     ("device_type", int, -1, "Device Type"),
     ("device_id", int, -1, "Device Id"),
@@ -115,12 +123,16 @@ _STRICT: Any = _event_type(strict=True)
 _LOOSE: Any = _event_type(strict=False)
 _LOOSE_TYPES = (_LOOSE, type(_LOOSE().args))  # events and args whose fields may hold any JSON
 
+#: a collective kernel's payload args, in the order Kineto writes them (model.GPU_COLUMNS["collective"])
+_COLLECTIVE_ARGS = ("coll_name", "coll_in", "coll_out", "coll_size", "coll_dtype", "coll_group", "coll_ranks")
+_COLLECTIVE_KEYS = ("name", "in_nelems", "out_nelems", "group_size", "dtype", "group", "group_ranks")
+
 #: phases whose events are read in full (complete events, instants for [memory], metadata for
 #: labels), and the args each needs. In the order Kineto writes them: msgspec looks for the next
 #: key where the last one matched, and every args key we do not read is a search of them all.
 _READ_PHASES = {
-    "X": ("external_id", "device", "stream", "correlation", "bytes", "input_dims", "input_types", "concrete",
-          "external_id_2021", "call_stack", "rank"),
+    "X": ("external_id", "device", "stream", "correlation", *_COLLECTIVE_ARGS, "bytes", "input_dims", "input_types",
+          "concrete", "external_id_2021", "call_stack", "rank"),
     "i": ("device_type", "device_id", "mem_bytes", "total_allocated", "total_reserved", "rank"),
     "M": ("label",),
 }
@@ -389,7 +401,7 @@ class _Strings:
 
 
 #: the string columns coded as they are read: (table, column)
-_CODED = (("gpu", "name"), ("cpu", "name"), ("cpu", "stack"), ("cpu", "shapes"))
+_CODED = (("gpu", "name"), ("gpu", "collective"), ("cpu", "name"), ("cpu", "stack"), ("cpu", "shapes"))
 
 
 def load_kineto(path: str, max_bytes: int | None = None) -> Trace:
@@ -658,6 +670,7 @@ def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tu
     stream = _arg(gpu_args, "stream")[gpu_ok]
     gpu["stream"] = np.where(stream >= 0, stream, tid[g])
     gpu["bytes"] = nbytes[gpu_ok]
+    gpu["collective"] = strings["gpu", "collective"].codes(_collectives(_select(gpu_args, np.flatnonzero(gpu_ok))))
 
     cpu = {key: values[c] for key, values in common.items()}
     cpu_at = np.flatnonzero(~on_gpu & ok)
@@ -707,6 +720,18 @@ def _shapes(args: list) -> list[str | None]:
         parts = [_raw_text(getattr(arg, f)) for f in ("input_dims", "input_types", "concrete")]
         out.append(f"[{parts[0]},{parts[1]},{parts[2]}]" if parts[0] != "null" else None)
     return out
+
+
+def _collectives(args: list) -> list[str | None]:
+    """Each collective kernel's payload as one JSON object text ({"name", "in_nelems", ...}, the
+    values as the trace wrote them); None for every other event, whose payload is never decoded."""
+    names = list(map(attrgetter("coll_name"), args))
+    if names.count(None) == len(names):
+        return names
+    return [None if name is None else
+            "{" + ",".join(f'"{key}":{_raw_text(getattr(arg, field))}' for key, field in
+                           zip(_COLLECTIVE_KEYS, _COLLECTIVE_ARGS)) + "}"
+            for name, arg in zip(names, args)]
 
 
 def _raw_text(value) -> str:

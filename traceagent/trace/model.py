@@ -38,6 +38,9 @@ GPU_COLUMNS: dict[str, str] = {
     "dst_kind": "category",
     "is_comm": "bool",
     "rank": "int32",  # merged multi-rank files: the rank that recorded it; -1 in a one-rank file
+    # NCCL/RCCL kernels whose trace records their payload: a JSON object {"name", "in_nelems",
+    # "out_nelems", "group_size", "dtype", "group", "group_ranks"} as written (detect/collectives.py)
+    "collective": "category",
 }
 
 CPU_COLUMNS: dict[str, str] = {

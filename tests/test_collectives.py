@@ -1,0 +1,131 @@
+"""Collective bandwidth: bytes, algbw and busbw per nccl-tests, the assumed link, and the
+bandwidth- vs latency-bound call, on real traces and on traces built by hand."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from builder import TraceBuilder
+
+import traceagent
+from traceagent.detect.collectives import detect_collectives
+from traceagent.detect.diff import diff
+from traceagent.report.markdown import render_diff_markdown, render_markdown
+
+DATA = Path(__file__).parent / "data"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def independent_reading(path: Path) -> dict[tuple[str, str], tuple[int, float, float]]:
+    """(collective, group) → (bytes, busbw GB/s, kernel µs), read from the raw JSON with the json
+    module and nccl-tests' PERFORMANCE.md: S = the whole buffer (the larger of the in and out
+    message), busbw = S/t × 2(n-1)/n for all-reduce, (n-1)/n for all-gather, 1 for broadcast."""
+    element = {"Float": 4, "BFloat16": 2, "Long": 8, "Half": 2}
+    factor = {"allreduce": lambda n: 2 * (n - 1) / n, "_allgather_base": lambda n: (n - 1) / n,
+              "broadcast": lambda n: 1.0}
+    kind = {"allreduce": "all_reduce", "_allgather_base": "all_gather", "broadcast": "broadcast"}
+    sums: dict[tuple[str, str], list[float]] = {}
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    for e in events:
+        args = e.get("args", {})
+        if e.get("cat") != "kernel" or "Collective name" not in args:
+            continue
+        n = args["Group size"]
+        nbytes = max(args["In msg nelems"], args["Out msg nelems"]) * element[args["dtype"]]
+        row = sums.setdefault((kind[args["Collective name"]], args["Process Group Name"]), [0, 0.0, 0.0])
+        row[0] += nbytes
+        row[1] += nbytes * factor[args["Collective name"]](n)
+        row[2] += e["dur"]
+    return {key: (int(b), moved / (us * 1000), us) for key, (b, moved, us) in sums.items()}
+
+
+@pytest.mark.parametrize("name", ["tracelens/b200_eager_trace.json.gz", "tracelens/mi300_resnet_act_checkpoint.json.gz",
+                                  "hta/nccl_data.json.gz"])
+def test_bytes_and_bus_bandwidth_match_an_independent_reading(name):
+    path = DATA / name
+    result = detect_collectives(traceagent.load(path).traces[0])
+    expected = independent_reading(path)
+    assert {(r.collective, r.group) for r in result.rows} == set(expected)
+    for row in result.rows:
+        nbytes, busbw, time_us = expected[row.collective, row.group]
+        assert row.bytes == nbytes
+        assert row.busbw_gbps == pytest.approx(busbw, rel=1e-3)
+        assert row.time_us == pytest.approx(time_us, abs=0.01)
+        link = result.links[row.link]
+        assert row.peak_pct == pytest.approx(100 * busbw / link.peak_gbps, abs=0.01)
+
+
+def test_every_bandwidth_share_says_the_link_it_assumed():
+    a = traceagent.analyze(DATA / "tracelens/b200_eager_trace.json.gz")
+    result = a.focus.findings.extra["collectives"]
+    link = result.links[0]
+    assert (link.kind, link.peak_gbps) == ("NVLink 5", 900.0)  # B200, ranks 0-7 in one node
+    assert "ranks 0-7 in one node" in link.assumption and "8 GPUs per node assumed" in link.assumption
+    report = render_markdown(a)
+    lines = report.splitlines()
+    notes = {line.split("]")[0] + "]": line for line in lines if line.startswith("[")}  # a table's link notes
+
+    def says_assumption(line: str) -> bool:
+        return "assumed" in line or any(mark in line and "assumed" in note for mark, note in notes.items())
+
+    shares = [line for line in lines if "of NVLink 5" in line]
+    assert len(shares) == 2 and all(says_assumption(line) for line in shares)  # the table's row and the sentence
+
+
+def test_a_group_across_nodes_is_measured_against_the_network(tmp_path):
+    b = TraceBuilder(H100)
+    b.collective(0, 1000, 64 << 20, ranks=list(range(16)))
+    result = detect_collectives(b.load(tmp_path))
+    link = result.links[0]
+    # 8 GPUs per node, one 400 Gb/s NIC each: the node's NICs together carry 8 × 50 GB/s
+    assert link.kind.startswith("network") and link.peak_gbps == 400.0
+    assert "across 2 nodes" in link.assumption
+
+
+def test_kernels_without_a_payload_are_counted_not_guessed(tmp_path):
+    b = TraceBuilder(H100)
+    b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 0, 50)  # an NCCL kernel, no payload recorded
+    assert detect_collectives(b.load(tmp_path)) is None
+    b.collective(100, 20, 1024, dtype="SomeNewType")  # a dtype of unknown size: not counted either
+    b.collective(200, 20, 1024)
+    result = detect_collectives(b.load(tmp_path, "two.json"))
+    assert (result.calls, result.without_payload, result.bytes) == (1, 2, 2048)
+
+
+def one_large_or_many_small(tmp_path: Path, small: bool) -> Path:
+    """The same all-reduce volume, 100 MiB of bf16 over 8 H100s in one node (NVLink 4, 450 GB/s),
+    as one collective or as 200 of 0.5 MiB, in one step.
+    - large: busbw = 100 MiB × 2·7/8 / 600 µs = 305.8 GB/s, 68% of 450: bandwidth-bound.
+    - small: busbw = 0.5 MiB × 1.75 / 30 µs = 30.6 GB/s (6.8%); each would take 2.0 µs at peak,
+      under the 10 µs latency: small, all of the time: latency-bound."""
+    b = TraceBuilder(H100)
+    b.op("ProfilerStep#1", 0, 10_000)
+    b.kernel("gemm", 0, 100)
+    if small:
+        for i in range(200):
+            b.collective(200 + 40 * i, 30, 1 << 18)
+    else:
+        b.collective(200, 600, 50 << 20)
+    return b.write(tmp_path / f"{'small' if small else 'large'}.json")
+
+
+def test_one_large_collective_is_bandwidth_bound_and_many_small_ones_latency_bound(tmp_path):
+    large = traceagent.analyze(one_large_or_many_small(tmp_path, small=False), use_cache=False)
+    small = traceagent.analyze(one_large_or_many_small(tmp_path, small=True), use_cache=False)
+    big, tiny = large.focus.findings.extra["collectives"], small.focus.findings.extra["collectives"]
+    assert big.bytes == tiny.bytes == 100 << 20
+    assert big.busbw_gbps == pytest.approx((100 << 20) * 1.75 / 600_000, rel=1e-3)
+    assert tiny.busbw_gbps == pytest.approx((1 << 19) * 1.75 / 30_000, rel=1e-3)
+    assert (big.bound, tiny.bound) == ("bandwidth", "latency")
+    assert tiny.small_time_pct == 100.0 and big.small_time_pct == 0.0
+    assert [s.calls for s in tiny.sizes] == [200] and tiny.sizes[0].size == "64 KiB - 1 MiB"
+    assert "bucket_cap_mb" in tiny.next_steps[0]
+
+    change = diff(small, large).collectives
+    assert change["before"]["calls_per_step"] == 200 and change["after"]["calls_per_step"] == 1
+    assert "latency-bound → bandwidth-bound" in change["sentence"]
+    assert change["sentence"] in render_diff_markdown(diff(small, large))
