@@ -7,11 +7,15 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 
 from conftest import RESNET_NW0, analyzed
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+import traceagent
 from traceagent.agent.tools import AnalysisContext, build_tools
+
+NCU = Path(__file__).parent / "data" / "ncu" / "superbench_cublaslt_b200.ncu.csv"
 
 
 def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
@@ -32,9 +36,11 @@ def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
             idle = await session.call_tool("idle_gaps", {"cause": "dataloader", "top": 3})
             typo = await session.call_tool("idle_gaps", {"cause": "dataloadr"})
             traces = await session.call_tool("list_traces", {})
-            return listed, before, bad, opened, verdict, idle, typo, traces
+            await session.call_tool("open_trace", {"path": str(RESNET_NW0), "kernels": str(NCU)})
+            profiled = await session.call_tool("kernel_profiles", {})
+            return listed, before, bad, opened, verdict, idle, typo, traces, profiled
 
-    listed, before, bad, opened, verdict, idle, typo, traces = asyncio.run(drive())
+    listed, before, bad, opened, verdict, idle, typo, traces, profiled = asyncio.run(drive())
     chat = {t.name: t for t in build_tools(AnalysisContext(analyzed(RESNET_NW0)))}
     names = {t.name for t in listed}
     assert {"open_trace", "list_traces"} | set(chat) <= names
@@ -47,6 +53,10 @@ def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
     assert json.loads(idle.content[0].text) == json.loads(chat["idle_gaps"].invoke({"cause": "dataloader", "top": 3}))
     assert typo.is_error and "bad arguments" in typo.content[0].text
     assert json.loads(traces.content[0].text)["current"] == str(RESNET_NW0)
+    with_ncu = build_tools(AnalysisContext(traceagent.analyze(RESNET_NW0, kernels=NCU)))
+    assert json.loads(profiled.content[0].text) == json.loads(next(t for t in with_ncu if t.name == "kernel_profiles")
+                                                            .invoke({}))
+    assert json.loads(profiled.content[0].text)["kernels"][0]["bound"] == "latency"
 
 
 def test_the_server_refuses_urls_by_default_and_survives_hostile_traces(tmp_path):

@@ -14,15 +14,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
-from .detect.analysis import Analysis, AnalysisParams, RankAnalysis, RankFailure, analyze_job, analyze_trace, reduce_job
+from .detect.analysis import (
+    Analysis,
+    AnalysisParams,
+    RankAnalysis,
+    RankFailure,
+    analyze_job,
+    analyze_trace,
+    joined_on,
+    reduce_job,
+)
 from .detect.diagnose import VerdictParams
 from .detect.idle import IdleParams
+from .detect.kernel_profiles import KernelProfilesResult, joined, profiles
 from .detect.stragglers import StragglerParams
 from .errors import TraceError
 from .tasks import run_per_file, scheduler_for
 from .trace import cache, storage
 from .trace.load import RankSource, file_key, load_file_keyed, numbered, resolve
 from .trace.model import Job
+from .trace.ncu import load_ncu
 from .trace.normalize import split_ranks, with_step_pattern
 
 
@@ -30,7 +41,7 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
             verdict: VerdictParams | None = None, stragglers: StragglerParams | None = None,
             settings: Sequence[str] = (), steps: str | re.Pattern | None = None, use_cache: bool = True,
             progress: Callable[[int, int, str], None] | None = None, scheduler: str | None = None,
-            max_bytes: int | None = None) -> Analysis:
+            max_bytes: int | None = None, kernels: str | os.PathLike | None = None) -> Analysis:
     """Analyze a trace file, a rank directory, a glob or list of rank files (paths or fsspec URLs),
     or an already loaded `Job`: every detector on every rank, and the job's verdict.
 
@@ -43,12 +54,16 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
     `local`; `none` (this process); or a Dask scheduler's address. A rank file that fails is
     reported in `Analysis.failed` and the others are analysed; a job of one file raises TraceError.
     `max_bytes` bounds the text of each trace file (default: the memory available where it is read).
+    `kernels` is an Nsight Compute CSV export (`ncu --csv --page details` or `raw`): its kernels
+    are read and joined to the trace's (`Analysis.kernel_profiles`).
     """
+    profiled = read_kernel_profiles(kernels) if kernels is not None else None  # a bad export fails before the work
     params = AnalysisParams(idle=idle or IdleParams(), verdict=verdict or VerdictParams(),
                             stragglers=stragglers or StragglerParams()).with_settings(list(settings))
     pattern = re.compile(steps) if isinstance(steps, str) else steps
     if isinstance(source, Job):
-        return analyze_job(with_steps(source, pattern) if pattern is not None else source, params)
+        return _with_profiles(analyze_job(with_steps(source, pattern) if pattern is not None else source, params),
+                              profiled)
     sources = resolve(source)
     path, files, notes = sources.path, sources.files, sources.notes
     where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in files])
@@ -65,7 +80,20 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
     for r, n in numbered(path, analysed, lambda r: r.meta):
         r.meta.warnings.extend(notes)
         ranks.append(r if r.rank == n else r.with_rank(n))
-    return reduce_job(path, ranks, params, failed)
+    return _with_profiles(reduce_job(path, ranks, params, failed), profiled)
+
+
+def read_kernel_profiles(path: str | os.PathLike) -> KernelProfilesResult:
+    """An Nsight Compute CSV export on its own: each kernel's speed of light, occupancy and stalls,
+    classified (`traceagent kernels ncu.csv`); TraceError for a file that is not one."""
+    return joined(str(path), profiles(load_ncu(str(path))))
+
+
+def _with_profiles(analysis: Analysis, profiled: KernelProfilesResult | None) -> Analysis:
+    """The analysis with an ncu export's kernels joined to its own (the verdict's rank)."""
+    if profiled is None:
+        return analysis
+    return replace(analysis, kernel_profiles=joined_on(profiled, analysis.focus))
 
 
 def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None, use_cache: bool,

@@ -1,6 +1,7 @@
 """The `traceagent` command: argument parsing and dispatch.
 
-info · analyze · report · diff · annotate · ask · chat · demo · mcp · schema · cache (`traceagent COMMAND --help` for each).
+info · analyze · kernels · report · diff · annotate · ask · chat · demo · mcp · schema · cache
+(`traceagent COMMAND --help` for each).
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def analyze_path(path: str, args: argparse.Namespace) -> Analysis:
     --steps, --scheduler); a line on stderr for each rank file that failed."""
     with _progress_bar() as progress:
         result = analyze(path, use_cache=not args.no_cache, steps=getattr(args, "steps", None), progress=progress,
-                         scheduler=args.scheduler, max_bytes=args.max_bytes, settings=args.settings or ())
+                         scheduler=args.scheduler, max_bytes=args.max_bytes, settings=args.settings or (),
+                         kernels=getattr(args, "kernels", None))
     for failure in result.failed:
         err.print(f"traceagent: warning: {failure.file}: {failure.error} (skipped; the other ranks were analysed)",
                   markup=False)
@@ -287,6 +289,18 @@ def llm_summary(result: Analysis, config) -> str | None:
     return asyncio.run(run())
 
 
+def cmd_kernels(args: argparse.Namespace) -> int:
+    from .api import read_kernel_profiles
+    from .report.terminal import print_kernel_profiles
+
+    result = read_kernel_profiles(args.ncu_csv)
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        print_kernel_profiles(result, out)
+    return 0
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     from .detect.diff import diff
     from .report.markdown import render_diff_markdown
@@ -469,6 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--steps", type=step_pattern, metavar="REGEX",
                            help="host ranges (record_function / NVTX) whose names match REGEX are the iterations "
                                 "(default: ProfilerStep#N, else ranges named like step_N or train_step)")
+        if name in ("analyze", "report", "ask", "chat"):
+            p.add_argument("--kernels", metavar="NCU_CSV",
+                           help="an Nsight Compute export (ncu --csv --page details or raw): why each profiled "
+                                "kernel is slow, joined to the trace's kernels of the same name")
         if json:
             p.add_argument("--json", action="store_true", help="print JSON instead of tables")
         p.set_defaults(func=func)
@@ -500,6 +518,15 @@ def build_parser() -> argparse.ArgumentParser:
     annotate = add("annotate", cmd_annotate, "write the trace with the findings on extra timeline tracks "
                    "(gaps by cause, steps, exposed communication, hot kernels, the verdict)")
     annotate.add_argument("-o", "--output", required=True, help="annotated.json or annotated.json.gz")
+    kernels = sub.add_parser("kernels", help="why each kernel in an Nsight Compute CSV export is slow",
+                             description="Read `ncu --csv --page details` (or `--page raw`) output: each kernel's "
+                                         "compute and memory throughput (% of peak), occupancy and its limiter, warp "
+                                         "stalls, classified memory-, compute- or latency-bound, with the next step. "
+                                         "With a trace, use `traceagent analyze TRACE --kernels NCU_CSV`.",
+                             formatter_class=RichHelpFormatter)
+    kernels.add_argument("ncu_csv", help="the export (.csv, or .csv.gz)")
+    kernels.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    kernels.set_defaults(func=cmd_kernels)
     schema = sub.add_parser("schema", help="print the JSON Schema of analyze --json and diff --json",
                             description="The JSON Schemas of traceagent's JSON output (schema_version in each).",
                             formatter_class=RichHelpFormatter)

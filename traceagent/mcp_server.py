@@ -62,17 +62,21 @@ class Traces:
                    = None,
                    settings: Annotated[list[str] | None, Field(description="detector thresholds as NAME.PARAM=VALUE "
                                                                            "(idle.launch_gap_us=50), as --set takes them")]
+                   = None,
+                   kernels: Annotated[str | None, Field(description="an Nsight Compute CSV export (ncu --csv --page "
+                                                                    "details or raw) of the trace's hot kernels: why "
+                                                                    "each is slow (the kernel_profiles tool)")]
                    = None) -> str:
         """Open a trace: load it, analyze it, and make it the one the other tools act on. Returns the
         overview (ranks, GPUs, where device time went, the verdict)."""
-        for given in (path, compare):
+        for given in (path, compare, kernels):
             if given and storage.is_url(given) and not self.allow_remote and not given.startswith("file://"):
                 raise TraceError(given, "a URL, and this server opens local paths only",
                                  "Give a local path, or start the server with `traceagent mcp --allow-remote`.")
-        def one(source: str) -> Analysis:
-            return analyze(source, steps=steps, settings=settings or ())
+        def one(source: str, profiled: str | None = None) -> Analysis:
+            return analyze(source, steps=steps, settings=settings or (), kernels=profiled)
 
-        ctx = AnalysisContext(one(path), one(compare) if compare else None)
+        ctx = AnalysisContext(one(path, kernels), one(compare) if compare else None)
         key = path if not compare else f"{path} vs {compare}"
         self.opened[key], self.current = ctx, key
         self.tools = {t.name: t for t in build_tools(ctx)}

@@ -21,6 +21,7 @@ from .detect.diagnose import Verdict
 from .detect.diff import DiffResult
 from .detect.flops import FlopsResult
 from .detect.idle import DeviceIdle, IdleParams, SyncSite
+from .detect.kernel_profiles import KernelProfilesResult
 from .detect.kernels import HotKernel
 from .detect.launch import LaunchResult
 from .detect.memcpy import MemcpyResult
@@ -127,6 +128,7 @@ class AnalysisJSON(TypedDict):
     ranks: list[RankJSON]
     comparison: ComparisonJSON | None
     verdict: Verdict
+    kernel_profiles: KernelProfilesResult | None  # analyze --kernels ncu.csv
 
 
 class MetricJSON(TypedDict, total=False):

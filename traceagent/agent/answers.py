@@ -19,6 +19,7 @@ from ..detect.flops import FlopsResult, KernelFlops
 from ..detect.graphs import GraphsResult
 from ..detect.host import GapHost, HostEvent
 from ..detect.idle import SyncSite
+from ..detect.kernel_profiles import KernelProfile, KernelProfilesResult
 from ..detect.kernels import HotKernel, KernelsResult, short_name
 from ..detect.launch import LaunchResult
 from ..detect.memcpy import MemcpyResult
@@ -380,6 +381,24 @@ class CalcAnswer:
         return {"expression": self.expression, "unit": self.unit, self.key: self.result}
 
 
+@dataclass(frozen=True)
+class KernelProfilesAnswer:
+    """Nsight Compute's reading of the profiled kernels (those matching a filter, if given)."""
+
+    profiles: KernelProfilesResult | None
+    kernels: list[KernelProfile]
+    scope: Scope  # where the trace's kernels were matched
+    unavailable: Unavailable | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        if self.profiles is None:
+            return _present(scope=self.scope, unavailable=self.unavailable)
+        return _present(path=self.profiles.path, scope=self.scope,
+                        kernels=[plain(k) for k in self.kernels[:MAX_ITEMS]], unmatched=self.profiles.unmatched or None,
+                        note=self.note)
+
+
 Answer = (OverviewAnswer | VerdictAnswer | IdleGapsAnswer | HostActivityAnswer | CopiesAnswer | CommAnswer
           | KernelsAnswer | InstancesAnswer | LaunchesAnswer | StepsAnswer | FlopsAnswer | MemoryAnswer
-          | AnnotationsAnswer | CompareAnswer | DetectorAnswer | CalcAnswer)
+          | AnnotationsAnswer | CompareAnswer | DetectorAnswer | CalcAnswer | KernelProfilesAnswer)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..detect.collectives import CollectivesResult, collectives_sentence
 from ..detect.diagnose import Verdict
+from ..detect.kernel_profiles import profile_sentence, same_kernel
 from ..detect.kernels import short_name
 from ..detect.steps import StepRow
 from ..detect.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
@@ -32,6 +33,7 @@ from .answers import (
     FlopsAnswer,
     IdleGapsAnswer,
     InstancesAnswer,
+    KernelProfilesAnswer,
     KernelsAnswer,
     LaunchesAnswer,
     MemoryAnswer,
@@ -86,10 +88,12 @@ class OfflineAnalyst:
             "optimize_first": Plan(lambda q, at: [("verdict", at)], self._optimize_first),
             "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)], self._bound),
             "slow_kernel": Plan(lambda q, at: [("hot_kernels", at | {"order_by": "mean", "top": 5}),
-                                               ("hot_kernels", at | {"top": 3})], self._slow_kernel),
+                                               ("hot_kernels", at | {"top": 3}), ("kernel_profiles", {})],
+                                self._slow_kernel),
             "kernel": Plan(lambda q, at: [("hot_kernels", at | {"name_filter": q.kernel, "top": 3}),
-                                          ("kernel_instances", at | {"name": q.kernel, "top": 3})], self._kernel),
-            "kernels": Plan(lambda q, at: [("hot_kernels", at)], self._kernels),
+                                          ("kernel_instances", at | {"name": q.kernel, "top": 3}),
+                                          ("kernel_profiles", {})], self._kernel),
+            "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})], self._kernels),
             "copies": Plan(lambda q, at: [("data_movement", at)], self._copies),
             "memory": Plan(lambda q, at: [("memory", at)], self._memory),
             "dataloader": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
@@ -230,7 +234,8 @@ class OfflineAnalyst:
         lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
         return "\n".join(lines)
 
-    def _slow_kernel(self, q: Question, per_call: KernelsAnswer, by_total: KernelsAnswer) -> str:
+    def _slow_kernel(self, q: Question, per_call: KernelsAnswer, by_total: KernelsAnswer,
+                     profiled: KernelProfilesAnswer) -> str:
         if not per_call.top:
             return "There are no kernels in this scope."
         k, t = per_call.top[0].kernel, by_total.top[0].kernel
@@ -240,10 +245,11 @@ class OfflineAnalyst:
                  f"{t.count} calls, {percent(t.share_of_busy_pct)} of busy time.", "", "Slowest per call:"]
         lines += [f"{i}. `{shorten(r.kernel.short_name, 50)}`: mean {duration(r.kernel.mean_us)}, {r.kernel.count} calls"
                   for i, r in enumerate(per_call.top[:5], 1)]
-        lines += ["", _ncu(t.short_name)]
+        lines += ["", _why_slow([t.name, k.name], profiled)]
         return "\n".join(lines)
 
-    def _kernel(self, q: Question, kernels: KernelsAnswer, instances: InstancesAnswer) -> str:
+    def _kernel(self, q: Question, kernels: KernelsAnswer, instances: InstancesAnswer,
+                profiled: KernelProfilesAnswer) -> str:
         if not kernels.top:
             return f"No kernel in this scope matches `{q.kernel}`."
         row = kernels.top[0]
@@ -259,10 +265,10 @@ class OfflineAnalyst:
                 f"{duration(i.dur_us)} at {duration(i.start_us)} (GPU {i.device}, stream {i.stream})"
                 for i in inst) + ".")
         lines += ["", f"If it ran twice as fast it would save at most {duration(k.saving_2x_us)}.",
-                  _ncu(k.short_name)]
+                  _why_slow([k.name], profiled)]
         return "\n".join(lines)
 
-    def _kernels(self, q: Question, kernels: KernelsAnswer) -> str:
+    def _kernels(self, q: Question, kernels: KernelsAnswer, profiled: KernelProfilesAnswer) -> str:
         top = [row.kernel for row in kernels.top[:5]]
         if not top:
             return "There are no kernels in this trace."
@@ -272,7 +278,7 @@ class OfflineAnalyst:
         lines += [f"{i}. `{shorten(h.short_name, 50)}`: {duration(h.total_us)}, {percent(h.share_of_busy_pct)} of "
                   f"busy time, {h.count} launches, mean {duration(h.mean_us)}"
                   + (f", from `{shorten(h.op, 40)}`" if h.op else "") for i, h in enumerate(top, 1)]
-        lines += ["", _ncu(top[0].short_name)]
+        lines += ["", _why_slow([h.name for h in top], profiled)]
         return "\n".join(lines)
 
     def _copies(self, q: Question, movement: CopiesAnswer) -> str:
@@ -649,7 +655,16 @@ def _yes_no(q: Question) -> bool:
 
 def _ncu(kernel: str) -> str:
     return (f"To see why `{shorten(kernel, 50)}` takes that long: `ncu --kernel-name regex:{kernel} --launch-count 5 "
-            "--set full -o hot python train.py`.")
+            "--set full --csv --page details --log-file ncu.csv python train.py`, then `traceagent analyze TRACE "
+            "--kernels ncu.csv`.")
+
+
+def _why_slow(names: list[str], profiled: KernelProfilesAnswer) -> str:
+    """Nsight Compute's reading of the first of these kernels it profiled, or how to get one."""
+    found = next((p for name in names for p in profiled.kernels if same_kernel(p.name, name)), None)
+    if found is None:
+        return _ncu(short_name(names[0]))
+    return f"Nsight Compute ({profiled.profiles.path if profiled.profiles else 'export'}): {profile_sentence(found)}"
 
 
 def _bandwidth_lines(c: CollectivesResult) -> str:

@@ -23,7 +23,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.tools.base import create_schema_from_function
 from pydantic import BaseModel, Field
 
-from ..detect.analysis import Analysis, RankAnalysis, json_safe
+from ..detect.analysis import Analysis, RankAnalysis, joined_on, json_safe
 from ..detect.annotations import detect_annotations
 from ..detect.diff import diff
 from ..detect.host import calls_by_correlation, host_events_in, kernel_python_lines
@@ -48,6 +48,7 @@ from .answers import (
     IdleTotals,
     InstancesAnswer,
     KernelInstance,
+    KernelProfilesAnswer,
     KernelRow,
     KernelsAnswer,
     LaunchesAnswer,
@@ -146,9 +147,10 @@ NO_ANNOTATIONS = unavailable("time per code region", "the trace has no user anno
                              "wrap regions in torch.profiler.record_function(...) or torch.cuda.nvtx.range(...)")
 ONE_RANK = unavailable("waiting on other ranks, the straggler", "one rank's trace is loaded",
                        "load the directory with every rank's trace")
-NO_COUNTERS = unavailable("memory bandwidth of kernels, occupancy, FLOP/s of kernels without shapes",
+NO_COUNTERS = unavailable("memory bandwidth of kernels, occupancy, warp stalls, FLOP/s of kernels without shapes",
                           "a timeline trace records when kernels ran, not hardware counters",
-                          "profile the hot kernel with Nsight Compute: ncu --kernel-name regex:NAME --set full")
+                          "profile the hot kernel with Nsight Compute (ncu --kernel-name regex:NAME --set full --csv "
+                          "--page details --log-file ncu.csv) and load it: traceagent analyze TRACE --kernels ncu.csv")
 NO_SHAPES = unavailable("FLOPs, achieved TFLOP/s and MFU", "the trace has no recorded shapes",
                         "profile with torch.profiler.profile(record_shapes=True) (PyTorch ≥ 2.1 also records the "
                         "convolutions' stride and padding)")
@@ -176,7 +178,7 @@ def trace_limits(ctx: AnalysisContext) -> list[Unavailable]:
     lacks = [(not f.has_python_frames, NO_FRAMES), (f.steps is None, NO_STEPS),
              (len(ctx.analysis.ranks) == 1 and (r.meta.world_size or 1) > 1, ONE_RANK),
              (not _has_annotations(r), NO_ANNOTATIONS), (not (f.flops and f.flops.shaped_ops), NO_SHAPES),
-             (not r.counts["memory_events"], NO_MEMORY), (True, NO_COUNTERS)]
+             (not r.counts["memory_events"], NO_MEMORY), (ctx.analysis.kernel_profiles is None, NO_COUNTERS)]
     return [entry for lacking, entry in lacks if lacking]
 
 
@@ -312,6 +314,26 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
     rows = [KernelRow(k, lines.get(k.name), throughput.get(k.name), full_names) for k in result.top]
     note = None if result.kernels else (f"no kernels match {name_filter!r}" if name_filter else "no kernels in this scope")
     return KernelsAnswer(result, rows, scope, order_by, None if frames else NO_FRAMES, note)
+
+
+def kernel_profiles(ctx: AnalysisContext,
+                    name_filter: Annotated[str | None, Field(description="only kernels whose name contains this")]
+                    = None, rank: Rank = None, device: Device = None) -> KernelProfilesAnswer:
+    """Why a kernel is slow, from the Nsight Compute export loaded with the trace (--kernels):
+    per profiled kernel, compute and memory throughput as % of peak (speed of light), achieved and
+    theoretical occupancy and what limits it, waves, top warp stalls, arithmetic intensity where
+    recorded, the class (memory-, compute- or latency-bound) with why and the next step, ncu's own
+    rules, and the kernel's count and time in the trace (on the rank, or GPU, asked; the verdict's
+    rank by default) where its name matched."""
+    r, scope = ctx.scoped(rank, device)
+    found = ctx.analysis.kernel_profiles
+    if found is None:
+        return KernelProfilesAnswer(None, [], scope, NO_COUNTERS)
+    if r.rank != found.rank or device is not None:
+        found = joined_on(found, r, device)
+    kernels = [k for k in found.kernels if not name_filter or name_filter.lower() in k.name.lower()]
+    return KernelProfilesAnswer(found, kernels, scope,
+                                note=None if kernels else f"no profiled kernel matches {name_filter!r}")
 
 
 def kernel_instances(ctx: AnalysisContext,
@@ -466,7 +488,8 @@ def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = Non
 
 
 TOOL_FUNCTIONS: list[Callable[..., Answer]] = [overview, verdict, idle_gaps, host_activity, data_movement,
-                                             communication, hot_kernels, kernel_instances, launches, steps,
+                                             communication, hot_kernels, kernel_profiles, kernel_instances, launches,
+                                             steps,
                                              annotation_ranges, flops, memory, calc, compare_traces]
 
 

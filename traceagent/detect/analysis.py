@@ -23,6 +23,7 @@ from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verd
 from .flops import detect_flops
 from .graphs import detect_graphs
 from .idle import IdleParams, detect_idle, trace_gaps
+from .kernel_profiles import KernelProfilesResult, joined
 from .kernels import KernelsResult, detect_hot_kernels
 from .launch import LaunchResult, detect_launch
 from .memcpy import MemcpyResult, detect_memcpy
@@ -250,6 +251,7 @@ class Analysis:
     verdict: Verdict
     comparison: RankComparison | None
     failed: list[RankFailure] = field(default_factory=list)
+    kernel_profiles: KernelProfilesResult | None = None  # an Nsight Compute export read with it (--kernels)
 
     @property
     def format(self) -> str:
@@ -295,7 +297,14 @@ class Analysis:
             "ranks": [r.to_dict() for r in self.ranks],
             "comparison": self.comparison.to_dict() if self.comparison else None,
             "verdict": self.verdict.to_dict(),
+            "kernel_profiles": self.kernel_profiles.to_dict() if self.kernel_profiles else None,
         })
+
+
+def joined_on(profiled: KernelProfilesResult, rank: RankAnalysis, device: int | None = None) -> KernelProfilesResult:
+    """An Nsight Compute export's kernels joined to one rank's (or one of its GPUs') kernels of the same name."""
+    return joined(profiled.path, profiled.kernels, rank.rank,
+                  lambda name: rank.hot_kernels(top=50, name_filter=name, device=device).top)
 
 
 def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),

@@ -265,6 +265,7 @@ def collectives_sentence(result: CollectivesResult) -> str | None:
                         f"{size(result.small_bytes)}",
              "below_peak": "well below the link's peak on large messages"}[result.bound]
     exposed = f"; {result.exposed_of_comm_pct:.0f}% of collective time is not hidden by compute" if result.exposed else ""
-    return (f"{result.calls} collectives moved {size(result.bytes)} at {result.busbw_gbps:.1f} GB/s bus bandwidth, "
+    plural = "s" if result.calls != 1 else ""
+    return (f"{result.calls} collective{plural} moved {size(result.bytes)} at {result.busbw_gbps:.1f} GB/s bus bandwidth, "
             f"{result.peak_pct:.1f}% of {link.kind}'s {link.peak_gbps:g} GB/s (assumed: {link.assumption}): "
             f"{bound}{exposed}. Next: {'; and '.join(result.next_steps)}.")

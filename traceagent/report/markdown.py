@@ -8,6 +8,8 @@ import re
 from ..detect.analysis import Analysis, RankAnalysis
 from ..detect.collectives import CollectivesResult
 from ..detect.diff import DiffResult
+from ..detect.kernel_profiles import SOL_PCT, KernelProfilesResult, profile_sentence
+from ..detect.kernels import short_name
 from ..format import duration, of_span, percent, scope, shorten, size
 from ..sentences import further_findings, gap_evidence, straggler_sentence
 from ..text import code, md_literal, visible
@@ -94,7 +96,34 @@ def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
                        [[str(x.rank), duration(x.comm_us), duration(x.waiting_us), duration(x.exposed_waiting_us),
                          duration(x.communication_us), str(x.last_count), duration(x.compute_us)] for x in c.ranks]),
                 "", straggler_sentence(c)]
+    if analysis.kernel_profiles:
+        out += kernel_profiles_section(analysis.kernel_profiles)
     return "\n".join(out) + "\n"
+
+
+def kernel_profiles_section(result: KernelProfilesResult) -> list[str]:
+    """Why the profiled kernels are slow: Nsight Compute's speed of light, occupancy and class per
+    kernel, its time in the trace, the next step, and ncu's own rules with the largest estimated gain."""
+    where = f" joined to rank {result.rank}'s kernels by name" if result.rank is not None else ""
+    out = ["", "## Why the profiled kernels are slow (Nsight Compute)", "",
+           f"From {code(result.path)}{where}. A kernel is memory- or compute-bound when that unit reaches "
+           f"{SOL_PCT:g}% of its peak (speed of light); below that on both it is latency-bound.", "",
+           _table(["kernel", "bound", "compute", "memory", "occupancy (theoretical)", "limited by", "waves",
+                   "profiled", "in the trace"],
+                  [[code(shorten(short_name(k.name), 40)), k.bound, percent(k.compute_pct), percent(k.memory_pct),
+                    f"{percent(k.achieved_occupancy_pct)} ({percent(k.theoretical_occupancy_pct)})",
+                    ", ".join(k.occupancy_limiters) or "-", f"{k.waves:g}" if k.waves is not None else "-",
+                    duration(k.duration_us),
+                    f"{k.trace_count} × = {duration(k.trace_total_us)}" if k.trace_total_us is not None else "-"]
+                   for k in result.kernels])]
+    for k in result.kernels[:5]:
+        out += ["", f"- {md_literal(profile_sentence(k))}"]
+        out += [f"  - ncu {md_literal(r.name)}"
+                + (f" (estimated speedup {percent(r.speedup_pct)})" if r.speedup_pct is not None else "")
+                + f": {md_literal(shorten(r.description, 300))}" for r in k.rules[:2]]
+    if result.unmatched and result.rank is not None:
+        out += ["", f"_{len(result.unmatched)} profiled kernel(s) have no kernel of the same name in the trace._"]
+    return out
 
 
 def _rank_sections(r: RankAnalysis, several: bool) -> list[str]:

@@ -11,6 +11,8 @@ from rich.panel import Panel
 from rich.table import Column, Table
 
 from ..detect.analysis import Analysis, RankAnalysis
+from ..detect.kernel_profiles import KernelProfilesResult, profile_sentence
+from ..detect.kernels import short_name
 from ..format import duration, of_span, percent, shorten, size
 from ..sentences import further_findings, gap_evidence, straggler_sentence
 
@@ -137,9 +139,29 @@ def print_analysis(result: Analysis, out: Console) -> None:
             for r in c.ranks])
         out.print(t)
         say(out, straggler_sentence(c))
+    if result.kernel_profiles:
+        print_kernel_profiles(result.kernel_profiles, out)
     launch, steps = f.launch, f.steps
     say(out, f"Launch: median launch-to-start {duration(launch.median_latency_us)} (queueing included), "
               f"{launch.short_kernel_pct:.0f}% of "
               f"kernels shorter than their launch call. Steps: {steps.count if steps else 0}"
               + (f", mean {duration(steps.mean_us)}, slowest {duration(steps.max_us)} (step {steps.slowest})"
                  if steps and steps.count else ""))
+
+
+def print_kernel_profiles(result: KernelProfilesResult, out: Console) -> None:
+    """Nsight Compute's reading of each profiled kernel: speed of light, occupancy, the class and
+    the next step, with its time in the trace where it matched one of the trace's kernels."""
+    where = f" joined to rank {result.rank}'s kernels" if result.rank is not None else ""
+    t = Table(Column("kernel", no_wrap=True, overflow="ellipsis"), "bound",
+              *number_columns("compute", "memory", "occupancy", "in trace"),
+              title=f"Nsight Compute: {escape(result.path)}{where}")
+    add_rows_keeping_numbers_whole(t, out.width, [
+        [escape(shorten(short_name(k.name), 48)), k.bound, percent(k.compute_pct), percent(k.memory_pct),
+         percent(k.achieved_occupancy_pct), duration(k.trace_total_us) if k.trace_total_us is not None else "-"]
+        for k in result.kernels])
+    out.print(t)
+    for k in result.kernels[:3]:
+        say(out, escape(profile_sentence(k)))
+    if result.unmatched and result.rank is not None:
+        say(out, f"[dim]{len(result.unmatched)} profiled kernel(s) have no kernel of the same name in the trace.[/]")
