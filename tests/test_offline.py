@@ -44,6 +44,10 @@ def most_idle_gpu(ctx) -> str:
     return f"**Rank {rank}, GPU {device}**"
 
 
+def links(ctx):
+    return focus(ctx).findings.extra["interconnect"]
+
+
 def collectives(ctx):
     return focus(ctx).findings.extra["collectives"]
 
@@ -72,6 +76,8 @@ TABLE = [
     ("R", "What are the hot kernels?", "kernels", {}, lambda c: [top_kernel(c).short_name, "ncu --kernel-name"]),
     ("R", "How much time goes to memcpy?", "copies", {},
      lambda c: ["mostly HtoD", f"{focus(c).findings.memcpy.pageable_count} from pageable memory"]),
+    ("R", "How fast do my copies cross PCIe?", "copies", {},
+     lambda c: [f"{percent(links(c).copies[0].peak_pct)} of PCIe Gen3 x16's 15.75 GB/s", "x16 slot assumed"]),
     ("R", "Is the GPU underutilized?", "idle", {}, lambda c: [f"**{percent(idle(c).idle_pct)}**"]),
     ("D", "Which GPU is most idle?", "most_idle", {}, lambda c: [most_idle_gpu(c)]),
     ("R", "What does the dataloader cost per step?", "dataloader", {},

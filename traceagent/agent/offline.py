@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 from ..detect.collectives import CollectivesResult, collectives_sentence
 from ..detect.diagnose import Verdict
+from ..detect.interconnect import interconnect_sentence
 from ..detect.kernel_profiles import profile_sentence, same_kernel
 from ..detect.kernels import short_name
 from ..detect.steps import StepRow
 from ..detect.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..format import duration, of_span, percent, shorten, size
 from ..sentences import device_lines, memory_peak, straggler_sentence
+from ..trace.model import GPU_METRICS
 from .answers import (
     MAX_ITEMS,
     AnnotationsAnswer,
@@ -94,13 +96,15 @@ class OfflineAnalyst:
                                           ("kernel_instances", at | {"name": q.kernel, "top": 3}),
                                           ("kernel_profiles", {})], self._kernel),
             "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})], self._kernels),
-            "copies": Plan(lambda q, at: [("data_movement", at)], self._copies),
+            "copies": Plan(lambda q, at: [("data_movement", at), ("interconnect", at)], self._copies),
             "memory": Plan(lambda q, at: [("memory", at)], self._memory),
             "dataloader": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
                                self._dataloader),
             "sync": Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync),
-            "communication": Plan(lambda q, at: [("communication", at), ("collectives", at)], self._communication),
-            "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at)], self._communication),
+            "communication": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
+                                  self._communication),
+            "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
+                                 self._communication),
             "straggler": Plan(lambda q, at: [("communication", at)], self._straggler),
             "step_vs_step": Plan(lambda q, at: [("steps", at)], self._step_vs_step),
             "one_step": Plan(lambda q, at: [("steps", at), ("idle_gaps", at | {"step": q.steps[0], "top": 3})],
@@ -281,7 +285,7 @@ class OfflineAnalyst:
         lines += ["", _why_slow([h.name for h in top], profiled)]
         return "\n".join(lines)
 
-    def _copies(self, q: Question, movement: CopiesAnswer) -> str:
+    def _copies(self, q: Question, movement: CopiesAnswer, links: DetectorAnswer) -> str:
         m = movement.copies
         if not m.count:
             return "There are no memory copies in this scope: data movement is not what limits it."
@@ -298,6 +302,8 @@ class OfflineAnalyst:
             lines.append(f"\n{m.pageable_count} copies touch pageable memory ({size(m.pageable_bytes)}): they "
                          "are staged through a pinned buffer and block the host. Pin the memory "
                          "(`DataLoader(pin_memory=True)` or `tensor.pin_memory()`) and copy with `non_blocking=True`.")
+        if links.result is not None and (said := interconnect_sentence(links.result)):
+            lines.append(f"\nAgainst the links (the rank's copies): {said}")
         return "\n".join(lines)
 
     def _memory(self, q: Question, answer: MemoryAnswer) -> str:
@@ -366,7 +372,7 @@ class OfflineAnalyst:
                       "Keep values on the GPU, or read them every N steps."]
         return "\n".join(lines)
 
-    def _communication(self, q: Question, answer: CommAnswer, bandwidth: DetectorAnswer) -> str:
+    def _communication(self, q: Question, answer: CommAnswer, bandwidth: DetectorAnswer, links: DetectorAnswer) -> str:
         c = answer.comm
         if not c.kernels:
             return ("There are no collective (NCCL/RCCL) kernels in this scope, so communication is not a factor."
@@ -383,6 +389,10 @@ class OfflineAnalyst:
             lines.append(_bandwidth_lines(bandwidth.result))
         elif q.intent == "interconnect" and bandwidth.unavailable:
             lines.append(_unavailable(bandwidth.unavailable, "the collectives' bandwidth"))
+        measured = [w for w in links.result.windows if w.during == "collectives"] if links.result is not None else []
+        lines += [f"During the collectives on GPU {w.device}, Nsight's GPU metrics read: "
+                  + ", ".join(f"{GPU_METRICS[k]} {percent(v)} of peak" for k, v in w.values.items()) + "."
+                  for w in measured]
         if answer.comparison and answer.comparison.matched:
             lines.append(straggler_sentence(answer.comparison))
         elif answer.unavailable:

@@ -323,7 +323,7 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
     findings = replace(findings, flops=detect_flops(trace, breakdown.total.span_us, len(breakdown.devices)),
                        memory=detect_memory(trace, gaps), graphs=detect_graphs(trace),
                        annotations=detect_annotations(trace, gaps, breakdown.total.busy_us),
-                       extra=run_all(Inputs(trace, gaps, breakdown), params.detectors))
+                       extra=run_all(Inputs(trace, gaps, breakdown, copies), params.detectors))
     return RankAnalysis(trace.meta.rank, params, trace.meta, breakdown, findings, verdict,
                         rank_timeline(trace, gaps, breakdown.total), counts=trace.counts(),
                         streams=sorted(int(s) for s in trace.gpu["stream"].unique()),

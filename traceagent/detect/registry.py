@@ -20,16 +20,19 @@ from ..trace.model import Trace
 from .breakdown import BreakdownResult
 from .collectives import CollectivesParams, CollectivesResult, collectives_sentence, detect_collectives
 from .host_pauses import HostPausesParams, HostPausesResult, detect_host_pauses, host_pauses_sentence
+from .interconnect import InterconnectParams, InterconnectResult, detect_interconnect, interconnect_sentence
+from .memcpy import MemcpyResult
 
 
 @dataclass(frozen=True)
 class Inputs:
     """What a registered detector may read of one rank: its events, its classified gaps (every
-    device, idle.trace_gaps) and its breakdown. Detectors never read files."""
+    device, idle.trace_gaps), its breakdown and its copies. Detectors never read files."""
 
     trace: Trace
     gaps: pd.DataFrame
     breakdown: BreakdownResult
+    copies: MemcpyResult  # the data movement detector's result
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,14 @@ DETECTORS: tuple[Detector, ...] = (
              needs=("the trace's collective kernels carry no payload (message sizes), or it has none",
                     "profile with PyTorch >= 2.1, whose profiler records each NCCL/RCCL kernel's collective, "
                     "message sizes, dtype and process group")),
+    Detector("interconnect", "Links", "Each copy kind's achieved bandwidth against its link's peak (HtoD/DtoH: the "
+             "host link, PCIe or NVLink-C2C; PtoP: NVLink), with the assumption; and, from Nsight Systems GPU "
+             "metrics, PCIe and NVLink throughput measured during copies and collectives and SM and tensor-core "
+             "activity during the hot kernels, per GPU.",
+             InterconnectParams(), InterconnectResult, lambda i, p: detect_interconnect(i.trace, i.copies, p),
+             interconnect_sentence, since="1.4",
+             needs=("the trace has no copies between host and device or between GPUs, and no GPU metrics",
+                    "for link utilisation, profile with nsys --gpu-metrics-devices=all and export to SQLite")),
 )
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import storage
-from .model import CPU_COLUMNS, GPU_COLUMNS, MEMORY_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical
+from .model import CPU_COLUMNS, GPU_COLUMNS, MEMORY_COLUMNS, METRIC_COLUMNS, STEP_COLUMNS, Trace, TraceMeta, categorical
 
 
 def _fingerprint(sources: list[Path]) -> str:
@@ -99,7 +99,8 @@ def key(path: str, stamp: tuple[int, str] | None = None) -> Key:
     return Key(path, stamp, cache_dir() / hashlib.sha256(text.encode()).hexdigest()[:24])
 
 
-_FRAMES = {"gpu": GPU_COLUMNS, "cpu": CPU_COLUMNS, "steps": STEP_COLUMNS, "memory": MEMORY_COLUMNS}
+_FRAMES = {"gpu": GPU_COLUMNS, "cpu": CPU_COLUMNS, "steps": STEP_COLUMNS, "memory": MEMORY_COLUMNS,
+           "metrics": METRIC_COLUMNS}
 _META_TYPES = {f.name: f.type for f in dataclasses.fields(TraceMeta)}
 
 

@@ -72,6 +72,21 @@ MEMORY_COLUMNS: dict[str, str] = {
     "rank": "int32",  # as for device activity
 }
 
+METRIC_COLUMNS: dict[str, str] = {
+    "device": "int32",  # the CUDA device
+    "time": "int64",  # ns on the trace clock: the end of the sampling period the value covers
+    "metric": "category",  # model.GPU_METRICS' keys: pcie_rx_pct, nvlink_tx_pct, sm_active_pct, ...
+    "value": "float64",  # % of the unit's peak over the period
+}
+
+#: Nsight Systems GPU metrics the loaders keep (--gpu-metrics-devices), as % of peak. NVLink's user
+#: data in requests and in responses (writes and read returns) are added into one direction.
+GPU_METRICS = {
+    "pcie_rx_pct": "PCIe received by the GPU", "pcie_tx_pct": "PCIe sent by the GPU",
+    "nvlink_rx_pct": "NVLink received", "nvlink_tx_pct": "NVLink sent", "sm_active_pct": "SMs active",
+    "tensor_active_pct": "tensor cores active", "dram_read_pct": "DRAM read", "dram_write_pct": "DRAM write",
+}
+
 STEP_COLUMNS: dict[str, str] = {
     "step": "int64",
     "name": "category",
@@ -140,6 +155,8 @@ def _default_column(dtype: str, n: int):
         return np.zeros(n, dtype=bool)
     if dtype == "Int64":
         return pd.array([pd.NA] * n, dtype="Int64")
+    if dtype == "float64":
+        return np.full(n, np.nan)
     if dtype.startswith("int"):
         fill = -1 if n else 0
         return np.full(n, fill, dtype=dtype)
@@ -171,6 +188,7 @@ class Trace:
     steps: pd.DataFrame
     meta: TraceMeta
     memory: pd.DataFrame = field(default_factory=lambda: typed_frame({}, MEMORY_COLUMNS))  # Kineto [memory] events
+    metrics: pd.DataFrame = field(default_factory=lambda: typed_frame({}, METRIC_COLUMNS))  # Nsight GPU metrics
 
     @property
     def has_device_activity(self) -> bool:
@@ -192,6 +210,7 @@ class Trace:
             "runtime_calls": int(self.cpu["kind"].isin(["runtime", "driver"]).sum()),
             "steps": len(self.steps),
             "memory_events": len(self.memory),
+            "gpu_metric_samples": len(self.metrics),
         }
 
     def origin_ns(self) -> int:

@@ -16,6 +16,7 @@ from .model import (
     CPU_COLUMNS,
     GPU_COLUMNS,
     MEMORY_COLUMNS,
+    METRIC_COLUMNS,
     STEP_COLUMNS,
     Trace,
     TraceMeta,
@@ -191,7 +192,8 @@ def _visible_names(values) -> pd.Categorical:
     return categorical(np.asarray([*shown, None], dtype=object)[cats.codes])
 
 
-def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = None) -> Trace:
+def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = None,
+                 metrics: pd.DataFrame | None = None) -> Trace:
     """Build the typed frames, link device work to ops, flag collectives, derive steps. Every
     string from the trace is made visible here (no raw control characters past this point).
     The column dicts are consumed: the frames take their arrays without copying them."""
@@ -233,7 +235,9 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = No
     if used:  # a trace lists every GPU in the machine; keep those it recorded work on
         meta.devices = device_names(used, meta.devices)
     memory_frame = typed_frame(memory or {}, MEMORY_COLUMNS).sort_values("time", kind="stable", ignore_index=True)
-    return Trace(gpu=gpu_frame, cpu=cpu_frame, steps=steps, meta=meta, memory=memory_frame)
+    metric_frame = typed_frame({} if metrics is None else {c: metrics[c].to_numpy() for c in metrics}, METRIC_COLUMNS)
+    return Trace(gpu=gpu_frame, cpu=cpu_frame, steps=steps, meta=meta, memory=memory_frame,
+                 metrics=metric_frame.sort_values(["device", "time"], kind="stable", ignore_index=True))
 
 
 def _sorted_by_start(frame: pd.DataFrame) -> pd.DataFrame:
@@ -370,7 +374,8 @@ def split_ranks(trace: Trace) -> list[Trace]:
                        devices={d: trace.meta.devices.get(d, f"GPU {d}") for d in used},
                        warnings=[*trace.meta.warnings, f"rank {rank} of a merged file of {len(ranks)} ranks"])
         memory = trace.memory[trace.memory["rank"] == rank].reset_index(drop=True)
-        out.append(Trace(gpu=gpu, cpu=cpu, steps=derive_steps(gpu, cpu), meta=meta, memory=memory))
+        metrics = trace.metrics[trace.metrics["device"].isin(used)].reset_index(drop=True)
+        out.append(Trace(gpu=gpu, cpu=cpu, steps=derive_steps(gpu, cpu), meta=meta, memory=memory, metrics=metrics))
     return out
 
 

@@ -166,7 +166,51 @@ def _read(con: sqlite3.Connection, tables: set[str], path: str) -> Trace:
     cpu_cols = _cpu_columns(cpu)
     meta = TraceMeta(format="nsys", path=str(path), devices=_device_names(con, tables),
                      profiler=_profiler(con, tables), warnings=warnings)
-    return finish_trace(gpu_cols, cpu_cols, meta)
+    return finish_trace(gpu_cols, cpu_cols, meta, metrics=_gpu_metrics(con, tables, warnings))
+
+
+#: Nsight's GPU metric names → model.GPU_METRICS' keys (values are % of the unit's peak)
+_METRIC_NAMES = [(re.compile(pattern), key) for pattern, key in [
+    (r"^PCIe RX Throughput \[Throughput %\]$", "pcie_rx_pct"),
+    (r"^PCIe TX Throughput \[Throughput %\]$", "pcie_tx_pct"),
+    (r"^NVLink RX (?:Requests|Responses) User Data \[Throughput %\]$|^NVLink RX Throughput \[Throughput %\]$",
+     "nvlink_rx_pct"),
+    (r"^NVLink TX (?:Requests|Responses) User Data \[Throughput %\]$|^NVLink TX Throughput \[Throughput %\]$",
+     "nvlink_tx_pct"),
+    (r"^SMs? Active \[Throughput %\]$", "sm_active_pct"),
+    (r"^Tensor Active \[Throughput %\]$", "tensor_active_pct"),
+    (r"^DRAM Read Bandwidth \[Throughput %\]$", "dram_read_pct"),
+    (r"^DRAM Write Bandwidth \[Throughput %\]$", "dram_write_pct"),
+]]
+
+
+def _gpu_metrics(con: sqlite3.Connection, tables: set[str], warnings: list[str]) -> pd.DataFrame | None:
+    """The GPU metric samples we interpret (nsys --gpu-metrics-devices), by CUDA device: a sample's
+    typeId ends in the GPU's perfworks id (TARGET_INFO_GPU.pwGpuId), which names its device."""
+    if not {"GPU_METRICS", "TARGET_INFO_GPU_METRICS"} <= tables:
+        return None
+    try:
+        names = con.execute("SELECT DISTINCT metricId, metricName FROM TARGET_INFO_GPU_METRICS").fetchall()
+        keys = {i: key for i, name in names if type(i) is int and type(name) is str
+                for pattern, key in _METRIC_NAMES if pattern.match(name)}
+        if not keys:
+            return None
+        rows = pd.read_sql_query("SELECT timestamp AS time, typeId, metricId, value FROM GPU_METRICS WHERE metricId IN "
+                                 f"({','.join(map(str, keys))})", con)
+        pw = dict(con.execute("SELECT pwGpuId, id FROM TARGET_INFO_GPU").fetchall()) if "TARGET_INFO_GPU" in tables else {}
+    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+        warnings.append(f"GPU_METRICS could not be read ({exc}): no GPU metrics")
+        return None
+    for column in ("time", "typeId", "value"):
+        rows[column] = pd.to_numeric(rows[column], errors="coerce")
+    rows = rows.dropna()
+    rows = rows[rows["time"].between(-MAX_TIME_NS, MAX_TIME_NS) & rows["value"].between(0, 1e4)]
+    gpu_id = rows["typeId"].astype(np.int64) & 0xFF
+    only = next(iter(pw.values())) if len(pw) == 1 else None  # one GPU: its samples, whatever the id's layout
+    rows = rows.assign(device=gpu_id.map(lambda g: pw.get(g, g if only is None else only)).astype(np.int64),
+                       metric=rows["metricId"].map(keys), time=rows["time"].astype(np.int64))
+    # a direction's NVLink requests and responses are one sample each: added together
+    return rows.groupby(["device", "time", "metric"], as_index=False, sort=False)["value"].sum()
 
 
 def _pid(global_id: pd.Series) -> np.ndarray:
