@@ -11,7 +11,7 @@ from builder import TraceBuilder
 from conftest import DATA, analyzed
 
 from traceagent import analyze
-from traceagent.detect.flops import op_flops
+from traceagent.detect.flops import op_bytes, op_flops
 from traceagent.detect.peaks import _PEAKS, peak_for
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -105,3 +105,41 @@ def test_each_kernel_gets_the_flops_of_the_ops_that_launched_it(tmp_path):
     assert kernels["gemm_main"].achieved_tflops == 50.0  # 1.5 GFLOP in 30 µs
     real = analyzed(H100_QWEN).ranks[0].findings.flops
     assert sum(k.gflop for k in real.by_kernel) == pytest.approx(real.gflop, abs=0.01)  # shared out, not lost
+
+
+@pytest.mark.parametrize("name, dims, expected_elements", [
+    ("aten::mm", [[64, 128], [128, 256]], 64 * 128 + 128 * 256 + 64 * 256),  # A and B read, C written
+    ("aten::addmm", [[256], [64, 128], [128, 256], [], []], 256 + 64 * 128 + 128 * 256 + 64 * 256),
+    ("aten::_scaled_dot_product_flash_attention", [[2, 4, 16, 8], [2, 4, 32, 8], [2, 4, 32, 8]],
+     2 * 4 * 16 * 8 + 2 * 2 * 4 * 32 * 8 + 2 * 4 * 16 * 8),  # Q, K, V read, O written
+    ("aten::add", [[1024, 1024], [1024, 1024], []], 3 * 1024 * 1024),  # two read, one written
+    ("aten::mul", [[8, 1024], [1024], []], 8 * 1024 + 1024 + 8 * 1024),  # the broadcast output
+    ("aten::native_layer_norm", [[8, 1024], [], [1024], [1024], []], 2 * 8 * 1024 + 2 * 1024),
+])
+def test_bytes_by_hand(name, dims, expected_elements):
+    assert op_bytes(name, shapes(dims)) == 2 * expected_elements  # bf16: 2 bytes an element
+
+
+def test_roofline_side_and_memory_bandwidth_on_a_hand_built_trace(tmp_path):
+    """H100 SXM bf16: ridge = 989.5 TFLOP/s / 3350 GB/s = 295.4 FLOP/byte.
+    - a 4096³ GEMM: 2·4096³ FLOP over 2·3·4096² bytes = 1365 FLOP/byte: compute-bound;
+    - a 16×4096×4096 GEMM (a decode step): 2·16·4096² FLOP over 2·(2·16·4096 + 4096²) bytes = 15.9: memory-bound;
+    - an add of two 1024² bf16 tensors: 3·2 MiB in 10 µs = 629.1 GB/s, 18.8% of 3350 GB/s."""
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    for start, name, dims, dur in [(0, "aten::mm", [[4096, 4096], [4096, 4096]], 200),
+                                   (1000, "aten::addmm", [[4096], [16, 4096], [4096, 4096], [], []], 30),
+                                   (2000, "aten::add", [[1024, 1024], [1024, 1024], []], 10)]:
+        op = b.op(name, start, dur + 50)
+        op["args"] |= {"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)}
+        b.kernel(f"kernel_of_{name}", start + 20, dur, launch_at=start + 10)
+    flops = analyze(b.write(tmp_path / "t.json"), use_cache=False).ranks[0].findings.flops
+    assert flops.ridge_flop_per_byte == round(989.5e12 / 3350e9, 1) and flops.memory_gbps == 3350
+    ops = {o.name: o for o in flops.by_op}
+    assert ops["aten::mm"].intensity_flop_per_byte == round(2 * 4096**3 / (2 * 3 * 4096**2), 2)
+    assert ops["aten::mm"].roofline == "compute"
+    small = (2 * 16 * 4096 * 4096) / (2 * (4096 + 16 * 4096 + 4096 * 4096 + 16 * 4096))
+    assert ops["aten::addmm"].intensity_flop_per_byte == round(small, 2) and ops["aten::addmm"].roofline == "memory"
+    [add] = flops.traffic
+    assert (add.name, add.gbytes, add.gpu_us) == ("aten::add", round(6 * 1024**2 / 1e9, 3), 10.0)
+    assert add.achieved_gbps == round(6 * 1024**2 / 10_000, 1)
+    assert add.memory_peak_pct == round(100 * (6 * 1024**2 / 10_000) / 3350, 2)

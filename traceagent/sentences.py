@@ -66,7 +66,27 @@ def flops_sentence(flops: FlopsResult | None) -> str | None:
     if flops.mfu_pct is not None:
         text += (f"; MFU {percent(flops.mfu_pct)} over the span ({flops.dtype} on {flops.peak_family}, "
                  f"peak {flops.peak_tflops:g} TFLOP/s per GPU: {flops.peak_source})")
-    return text + "." + (f" Not counted: {flops.note}." if flops.note else "")
+    return text + "." + (f" Not counted: {flops.note}." if flops.note else "") + _roofline(flops)
+
+
+def _roofline(flops: FlopsResult) -> str:
+    """' Roofline (least bytes: inputs read once, outputs written once): aten::mm 662 FLOP/byte, …'"""
+    placed = [o for o in flops.by_op if o.intensity_flop_per_byte is not None][:3]
+    text = ""
+    if placed:
+        ridge = (f" against {flops.peak_family}'s {flops.dtype} ridge point of {flops.ridge_flop_per_byte:g} FLOP/byte "
+                 f"({flops.peak_tflops:g} TFLOP/s over {flops.memory_gbps:g} GB/s)" if flops.ridge_flop_per_byte else "")
+        text += (f" Roofline (bytes as the least traffic: inputs read once, outputs written once){ridge}: "
+                 + "; ".join(f"{o.name} ({o.dtype}) {o.intensity_flop_per_byte:g} FLOP/byte"
+                             + (f", {o.roofline}-bound" if o.roofline else "") for o in placed) + ".")
+    moving = [t for t in flops.traffic if t.achieved_gbps][:3]
+    if moving:
+        text += (" Low-FLOP ops (memory-bound by nature): "
+                 + "; ".join(f"{t.name} ({t.dtype}) moved at least {size(t.gbytes * 1e9)} in {duration(t.gpu_us)}, "
+                             f"{t.achieved_gbps:g} GB/s"
+                             + (f" ({percent(t.memory_peak_pct)} of the {flops.memory_gbps:g} GB/s peak)"
+                                if t.memory_peak_pct is not None else "") for t in moving) + ".")
+    return text
 
 
 def memory_peak(device: DeviceMemory) -> str:

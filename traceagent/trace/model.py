@@ -59,9 +59,14 @@ CPU_COLUMNS: dict[str, str] = {
 }
 
 #: The ops whose recorded shapes the loaders keep: those the FLOPs detector counts (matmul family,
-#: convolution, scaled-dot-product attention, forward and backward). Others' shapes are not read.
+#: convolution, scaled-dot-product attention, forward and backward) and those whose bytes it
+#: estimates for the roofline (elementwise, norms, softmax, copies). Others' shapes are not read.
 SHAPED_OPS = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|_convolution|convolution_backward|"
-                        r"_scaled_dot_product_\w+_attention(?:_backward)?)$")
+                        r"_scaled_dot_product_\w+_attention(?:_backward)?|"
+                        r"(?:add|sub|mul|div|gelu|silu|relu|sigmoid|tanh|threshold_backward|gelu_backward|"
+                        r"silu_backward|_softmax|_softmax_backward_data|copy)_?|"
+                        r"native_layer_norm|native_layer_norm_backward|native_batch_norm|cudnn_batch_norm|"
+                        r"native_group_norm|_fused_rms_norm)$")
 
 MEMORY_COLUMNS: dict[str, str] = {
     "device": "int32",  # the GPU; -1 for host memory
