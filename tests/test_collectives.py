@@ -7,6 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 from builder import TraceBuilder
 
@@ -14,6 +15,7 @@ import traceagent
 from traceagent.detect.collectives import detect_collectives
 from traceagent.detect.diff import diff
 from traceagent.report.markdown import render_diff_markdown, render_markdown
+from traceagent.schema import SCHEMAS
 
 DATA = Path(__file__).parent / "data"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -129,3 +131,5 @@ def test_one_large_collective_is_bandwidth_bound_and_many_small_ones_latency_bou
     assert change["before"]["calls_per_step"] == 200 and change["after"]["calls_per_step"] == 1
     assert "latency-bound → bandwidth-bound" in change["sentence"]
     assert change["sentence"] in render_diff_markdown(diff(small, large))
+    jsonschema.Draft202012Validator(SCHEMAS["diff"]()).validate(json.loads(json.dumps(diff(small, large).to_dict())))
+    jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(json.loads(json.dumps(small.to_dict())))

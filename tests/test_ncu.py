@@ -8,6 +8,7 @@ import csv
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 from builder import TraceBuilder
 
@@ -17,6 +18,7 @@ from traceagent.agent.tools import AnalysisContext, kernel_profiles
 from traceagent.api import read_kernel_profiles
 from traceagent.cli import main
 from traceagent.report.markdown import render_markdown
+from traceagent.schema import SCHEMAS
 
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "ncu" / "superbench_cublaslt_b200.ncu.csv"  # microsoft/superbenchmark, MIT (tests/data/SOURCES.md)
@@ -63,6 +65,7 @@ def test_the_export_joins_to_the_trace_kernels_of_the_same_name(tmp_path):
     assert a.kernel_profiles.unmatched == [] and a.kernel_profiles.rank == a.focus.rank
     data = json.loads(json.dumps(a.to_dict()))
     assert data["kernel_profiles"]["kernels"][0]["bound"] == "latency"
+    jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(data)  # analyze --json with its schema
     report = render_markdown(a)
     assert "## Why the profiled kernels are slow (Nsight Compute)" in report and "5 × = 1.70 ms" in report
 
@@ -124,3 +127,11 @@ def test_a_malformed_export_is_one_line_and_exit_2(tmp_path, capsys, content, sa
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_chat_app_loads_the_export_with_its_trace():
+    from traceagent.tui.loader import load_in_child
+
+    trace = DATA / "tracelens" / "b200_eager_trace.json.gz"
+    analysis, _, _ = load_in_child(str(trace), None, True, kernels=str(REAL))  # in a child process, as the app does
+    assert analysis.kernel_profiles is not None and analysis.kernel_profiles.kernels[0].bound == "latency"

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich_argparse import RichHelpFormatter
 
 from . import __version__
-from .api import analyze
+from .api import analyze, read_kernel_profiles
 from .detect.analysis import Analysis
 from .errors import SchedulerError, TraceError
 from .format import duration
@@ -290,7 +290,6 @@ def llm_summary(result: Analysis, config) -> str | None:
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
-    from .api import read_kernel_profiles
     from .report.terminal import print_kernel_profiles
 
     result = read_kernel_profiles(args.ncu_csv)
@@ -377,10 +376,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     for path in (args.path, getattr(args, "compare", None)):
         if path:
             resolve(path)  # a missing path is one line and exit 2 here, not an error inside the app
+    if kernels := getattr(args, "kernels", None):
+        read_kernel_profiles(kernels)  # likewise a bad Nsight Compute export
     app = TraceAgentApp(args.path, compare=getattr(args, "compare", None),
                         model=make_chat_model(config) if config else None, config=config, use_cache=not args.no_cache,
                         steps=args.steps.pattern if args.steps else None, max_bytes=args.max_bytes,
-                        settings=args.settings or ())
+                        settings=args.settings or (), kernels=kernels)
     app.run()
     return app.return_code or 0
 
