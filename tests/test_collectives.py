@@ -133,3 +133,17 @@ def test_one_large_collective_is_bandwidth_bound_and_many_small_ones_latency_bou
     assert change["sentence"] in render_diff_markdown(diff(small, large))
     jsonschema.Draft202012Validator(SCHEMAS["diff"]()).validate(json.loads(json.dumps(diff(small, large).to_dict())))
     jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(json.loads(json.dumps(small.to_dict())))
+
+
+def test_across_ranks_the_wait_for_the_last_rank_is_taken_out_of_the_bus_bandwidth(tmp_path):
+    """Two ranks, one 100 MiB bf16 all-reduce (bus factor 2·1/2 = 1): rank 0 enters at 0, rank 1 at
+    800 µs, both end at 1000 µs. Over kernel time: 2 × 100 MiB / 1200 µs = 174.8 GB/s; after the
+    last rank entered (200 µs on each): 2 × 100 MiB / 400 µs = 524.3 GB/s."""
+    for rank, start in ((0, 0), (1, 800)):
+        b = TraceBuilder(H100, distributedInfo={"rank": rank, "world_size": 2})
+        b.collective(start, 1000 - start, 50 << 20, ranks=[0, 1])
+        b.write(tmp_path / f"rank{rank}.json")
+    c = traceagent.analyze(tmp_path, use_cache=False, scheduler="none").comparison
+    assert c.payload_matched == 1
+    assert c.busbw_gbps == round(2 * (100 << 20) / 1_200_000, 3)
+    assert c.busbw_without_waiting_gbps == round(2 * (100 << 20) / 400_000, 3)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import pandas as pd
 
 from ..format import size
 from ..text import bounded, visible
@@ -165,6 +166,14 @@ def _ranks(value) -> tuple[int, ...]:
         return tuple(int(r) for r in ranks) if isinstance(ranks, list) else ()
     except (ValueError, TypeError):
         return ()
+
+
+def moved_bytes(payloads: pd.Series) -> np.ndarray:
+    """Each collective kernel's bytes × bus factor (what busbw counts), NaN where its payload is
+    not recorded or not readable: a categorical column, each distinct payload parsed once."""
+    parsed = [parse_payload(str(c)) for c in payloads.cat.categories]
+    per_category = np.array([p.bytes * p.factor if p is not None else np.nan for p in parsed] + [np.nan])
+    return per_category[payloads.cat.codes.to_numpy()]
 
 
 def detect_collectives(trace: Trace, params: CollectivesParams = CollectivesParams()) -> CollectivesResult | None:

@@ -21,6 +21,7 @@ import pandas as pd
 from ..trace.model import Trace
 from . import intervals as iv
 from .breakdown import Breakdown
+from .collectives import moved_bytes
 from .view import device_views, pct, us
 from .vocabulary import GAP_ROOT
 
@@ -132,6 +133,11 @@ class RankComparison:
     straggler_cause_us: dict[str, float] = field(default_factory=dict)  # what it did beyond the others, by cause
     others_waiting_us: float = 0.0  # waiting on every other rank: the straggler's cost
     others_exposed_waiting_pct: float = 0.0  # of the other ranks' device time, not hidden by compute
+    # matched collectives with a recorded payload, every rank: bus bandwidth (nccl-tests', see
+    # collectives.py) over their kernel time, and over communication proper (after the last rank entered)
+    payload_matched: int = 0
+    busbw_gbps: float | None = None
+    busbw_without_waiting_gbps: float | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -145,7 +151,7 @@ def _collectives(trace: Trace) -> pd.DataFrame:
     names = kernels["name"].astype(str)
     return pd.DataFrame({"name": names.to_numpy(), "nth": names.groupby(names).cumcount().to_numpy(),
                          "device": kernels["device"].to_numpy(), "start": kernels["start"].to_numpy(np.int64),
-                         "end": kernels["end"].to_numpy(np.int64)})
+                         "end": kernels["end"].to_numpy(np.int64), "moved": moved_bytes(kernels["collective"])})
 
 
 def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = StragglerParams()) -> RankComparison | None:
@@ -172,6 +178,11 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
     late = margin > params.late_tolerance_us * 1000
     last = np.where(late, entry.argmax(axis=0), -1)
 
+    moved = np.stack([t["moved"].to_numpy(np.float64) if "moved" in t else np.full(len(t), np.nan) for t in matched])
+    payload = np.isfinite(moved).all(axis=0)  # a collective every rank recorded the payload of
+    busbw, without_waiting = _bus_bandwidth(moved[:, payload], (end - start)[:, payload],
+                                            (end - start - waiting)[:, payload])
+    n_payload = int(payload.sum())
     rows = []
     for i, r in enumerate(ranks):
         exposed = _exposed_waiting(r, matched[i], waiting[i])
@@ -181,7 +192,8 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
     s = int(counts.argmax())
     last_pct = pct(counts[s], len(keys))
     if last_pct < params.straggler_last_pct:
-        return RankComparison(len(keys), rows, None, last_pct, None)
+        return RankComparison(len(keys), rows, None, last_pct, None, payload_matched=n_payload, busbw_gbps=busbw,
+                              busbw_without_waiting_gbps=without_waiting)
     cause, by_cause = _straggler_cause(matched, last == s, s, params)
     others = [row for row in rows if row.rank != ranks[s].rank]
     return RankComparison(
@@ -189,7 +201,17 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
         straggler_cause_us=by_cause, others_waiting_us=round(sum(o.waiting_us for o in others), 3),
         others_exposed_waiting_pct=pct(sum(o.exposed_waiting_us for o in others),
                                        sum(o.device_time_us for o in others)),
+        payload_matched=n_payload, busbw_gbps=busbw, busbw_without_waiting_gbps=without_waiting,
     )
+
+
+def _bus_bandwidth(moved: np.ndarray, kernel_ns: np.ndarray, proper_ns: np.ndarray) -> tuple[float | None, float | None]:
+    """Bus bandwidth (GB/s) over every rank's matched collectives (ranks × collectives): over their
+    kernel time, and over the time after the last rank entered, which the link alone accounts for."""
+    if not moved.size:
+        return None, None
+    total, kernel, proper = float(moved.sum()), float(kernel_ns.sum()), float(np.maximum(proper_ns, 1).sum())
+    return (round(total / kernel, 3) if kernel else None), round(total / proper, 3)
 
 
 def _row(r: RankTimeline, comm: int, waiting: int, exposed: int, last: int, late_by: float) -> RankCollectives:
