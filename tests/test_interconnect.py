@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from rawtrace import union  # the independent reader's interval union
 
 import traceagent
 from traceagent.report.markdown import render_markdown
@@ -45,16 +46,6 @@ def with_gpu_metrics(tmp_path: Path) -> tuple[Path, list[int]]:
     return path, times
 
 
-def merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
 def weighted_mean(times: list[int], values: list[float], over: list[tuple[int, int]]) -> float:
     """Each sample covers the period since the previous one (the first: one period before it),
     weighted by how much of that period `over` covers: computed here with plain loops."""
@@ -73,7 +64,7 @@ def test_pcie_and_nvlink_utilisation_during_copies_match_sums_done_here(tmp_path
     # five metrics read (not the clock), NVLink RX requests and responses added into one: 4 per sample time
     assert result.metric_samples == len(times) * 4
     with sqlite3.connect(path) as db:
-        copies = {kind: merged(db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = ?",
+        copies = {kind: union(db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = ?",
                                           (code,)).fetchall()) for kind, code in (("HtoD", 1), ("DtoH", 2))}
     by_kind = {c.kind: c for c in result.copies}
     for kind, metric in (("HtoD", 1), ("DtoH", 2)):  # PCIe RX is what the GPU receives: HtoD

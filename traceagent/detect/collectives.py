@@ -177,7 +177,8 @@ def moved_bytes(payloads: pd.Series) -> np.ndarray:
 
 
 def detect_collectives(trace: Trace, params: CollectivesParams = CollectivesParams()) -> CollectivesResult | None:
-    """None when the rank's collective kernels carry no payload (or it has none)."""
+    """None when the rank's collective kernels carry no payload (or it has none). Each distinct
+    payload is parsed, and its link chosen, once; calls are then columns indexed by its code."""
     gpu = trace.gpu
     comm = gpu[(gpu["kind"] == "kernel").to_numpy() & gpu["is_comm"].to_numpy()]
     column = comm["collective"]
@@ -188,44 +189,47 @@ def detect_collectives(trace: Trace, params: CollectivesParams = CollectivesPara
     if calls.empty:
         return None
     codes = codes[known]
-    used = [p for p in map(payloads.__getitem__, codes) if p is not None]  # every one: `known` kept those
-    nbytes = np.array([p.bytes for p in used], dtype=np.int64)
-    factor = np.array([p.factor for p in used])
-    dur = np.maximum((calls["end"] - calls["start"]).to_numpy(np.int64), 1)
     device_name = trace.meta.devices.get(int(calls["device"].iloc[0]), "")
     links: list[Link] = []
-    link_of: dict[tuple, int] = {}
+    by_layout: dict[tuple, int] = {}  # (ranks, group size) → index in `links`: payloads differ mostly in size
+    link_code = []  # per payload: its link's index
+    for p in payloads:
+        if p is None:
+            link_code.append(-1)
+            continue
+        if (layout := (p.ranks, p.group_size)) not in by_layout:
+            chosen = link_for(device_name, list(p.ranks), p.group_size, params.gpus_per_node, params.nic_gbps or None)
+            if chosen not in links:
+                links.append(chosen)
+            by_layout[layout] = links.index(chosen)
+        link_code.append(by_layout[layout])
 
-    def link_index(p: _Payload) -> int:
-        key = (p.ranks, p.group_size)
-        if key not in link_of:
-            link = link_for(device_name, list(p.ranks), p.group_size, params.gpus_per_node, params.nic_gbps or None)
-            link_of[key] = links.index(link) if link in links else len(links)
-            if link not in links:
-                links.append(link)
-        return link_of[key]
+    def per_call(values: list, dtype) -> np.ndarray:  # a payload's value for each call
+        return np.asarray(values, dtype=dtype)[codes]
 
-    link = np.array([link_index(p) for p in used])
-    peak = np.array([links[i].peak_gbps for i in link])  # GB/s = bytes/ns
-    moved = nbytes * factor  # bytes the busiest link carries, as busbw counts them
+    nbytes = per_call([p.bytes if p else 0 for p in payloads], np.int64)
+    moved = nbytes * per_call([p.factor if p else 0.0 for p in payloads], np.float64)  # as busbw counts bytes
+    link = per_call(link_code, np.int64)
+    peak = np.array([x.peak_gbps for x in links])[link]  # GB/s = bytes/ns
+    dur = np.maximum((calls["end"] - calls["start"]).to_numpy(np.int64), 1)
     at_peak_ns = moved / peak
     small = at_peak_ns < params.latency_us * 1000.0
-    rows = _rows(used, nbytes, moved, dur, link, links)
+    rows = _rows(payloads, codes, nbytes, moved, dur, link, links)
     total_ns = int(dur.sum())
     views = views_of(trace)
     all_comm = sum(iv.length(v.comm) for v in views)
     exposed = pct(sum(iv.length(v.exposed_comm) for v in views), all_comm)
-    busbw = float(moved.sum() / total_ns)
     peak_pct = pct(at_peak_ns.sum(), total_ns)
     small_pct = pct(dur[small].sum(), total_ns)
     bound = classify(peak_pct, small_pct, params)
     is_exposed = exposed >= params.exposed_pct
-    main = links[max(range(len(links)), key=lambda i: dur[link == i].sum())]
+    main = links[int(np.bincount(link, weights=dur, minlength=len(links)).argmax())]
     return CollectivesResult(
         calls=len(calls), without_payload=len(comm) - len(calls), bytes=int(nbytes.sum()), time_us=us(total_ns),
-        busbw_gbps=round(busbw, 3), peak_pct=peak_pct, links=links, rows=rows, sizes=_sizes(nbytes, dur, total_ns),
-        small_bytes=int(params.latency_us * 1000.0 * main.peak_gbps), small_time_pct=small_pct,
-        exposed_of_comm_pct=exposed, calls_per_step=round(len(calls) / len(trace.steps), 2) if len(trace.steps) else None,
+        busbw_gbps=round(float(moved.sum() / total_ns), 3), peak_pct=peak_pct, links=links, rows=rows,
+        sizes=_sizes(nbytes, dur, total_ns), small_bytes=int(params.latency_us * 1000.0 * main.peak_gbps),
+        small_time_pct=small_pct, exposed_of_comm_pct=exposed,
+        calls_per_step=round(len(calls) / len(trace.steps), 2) if len(trace.steps) else None,
         bound=bound, exposed=is_exposed,
         next_steps=[NEXT_STEPS[bound]] + ([NEXT_STEPS["exposed"]] if is_exposed else []),
     )
@@ -239,19 +243,25 @@ def classify(peak_pct: float, small_time_pct: float, params: CollectivesParams) 
     return "latency" if small_time_pct >= 50.0 else "below_peak"
 
 
-def _rows(used: list[_Payload], nbytes: np.ndarray, moved: np.ndarray, dur: np.ndarray, link: np.ndarray,
-          links: list[Link]) -> list[CollectiveRow]:
-    keys = [(p.kind, p.group, p.group_size, int(i)) for p, i in zip(used, link)]
-    order: dict[tuple, list[int]] = {}
-    for at_call, key in enumerate(keys):  # one entry per distinct (kind, group): a few, however many calls
-        order.setdefault(key, []).append(at_call)
+def _rows(payloads: list[_Payload | None], codes: np.ndarray, nbytes: np.ndarray, moved: np.ndarray, dur: np.ndarray,
+          link: np.ndarray, links: list[Link]) -> list[CollectiveRow]:
+    """One row per (collective, process group, link): payload codes grouped by that key (a few,
+    however many calls)."""
+    group_of: dict[tuple, int] = {}
+    key_code = np.array([group_of.setdefault((p.kind, p.group, p.group_size), len(group_of)) if p else -1
+                         for p in payloads], dtype=np.int64)[codes] * (len(links) + 1) + link
     rows = []
-    for (kind, group, group_size, at), index in order.items():
-        i = np.array(index)
+    for key in np.unique(key_code):
+        i = np.flatnonzero(key_code == key)
+        first = payloads[codes[i[0]]]
+        if first is None:  # never: calls without a readable payload were left out
+            continue
+        at = int(link[i[0]])
         time_ns = int(dur[i].sum())
         rows.append(CollectiveRow(
-            collective=kind, names=sorted({used[j].name for j in index}), group=group, group_size=group_size,
-            calls=len(i), bytes=int(nbytes[i].sum()), median_bytes=int(np.median(nbytes[i])), time_us=us(time_ns),
+            collective=first.kind, names=sorted({p.name for c in np.unique(codes[i]) if (p := payloads[c])}),
+            group=first.group, group_size=first.group_size, calls=len(i), bytes=int(nbytes[i].sum()),
+            median_bytes=int(np.median(nbytes[i])), time_us=us(time_ns),
             algbw_gbps=round(float(nbytes[i].sum() / time_ns), 3), busbw_gbps=round(float(moved[i].sum() / time_ns), 3),
             best_busbw_gbps=round(float((moved[i] / dur[i]).max()), 3),
             peak_pct=pct(moved[i].sum() / links[at].peak_gbps, time_ns), link=at))

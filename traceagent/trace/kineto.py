@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_not, itemgetter
 from types import GenericAlias
 from typing import Any, Union
 
@@ -726,12 +726,13 @@ def _collectives(args: list) -> list[str | None]:
     """Each collective kernel's payload as one JSON object text ({"name", "in_nelems", ...}, the
     values as the trace wrote them); None for every other event, whose payload is never decoded."""
     names = list(map(attrgetter("coll_name"), args))
+    out: list[str | None] = [None] * len(names)
     if names.count(None) == len(names):
-        return names
-    return [None if name is None else
-            "{" + ",".join(f'"{key}":{_raw_text(getattr(arg, field))}' for key, field in
-                           zip(_COLLECTIVE_KEYS, _COLLECTIVE_ARGS)) + "}"
-            for name, arg in zip(names, args)]
+        return out
+    for i in np.flatnonzero(np.fromiter(map(is_not, names, repeat(None)), bool, count=len(names))):  # collectives only
+        out[i] = "{" + ",".join(f'"{key}":{_raw_text(getattr(args[i], field))}'
+                                for key, field in zip(_COLLECTIVE_KEYS, _COLLECTIVE_ARGS)) + "}"
+    return out
 
 
 def _raw_text(value) -> str:
