@@ -9,12 +9,12 @@ import sqlite3
 
 import pytest
 from builder import TraceBuilder
-from conftest import DATA, NSYS_BEFORE, analyzed
+from conftest import DATA, NSYS_BEFORE, RESNET_NW0, analyzed
 
 import traceagent
 from traceagent import analyze
 from traceagent.agent.tools import AnalysisContext, build_tools
-from traceagent.sentences import annotations_sentence
+from traceagent.sentences import annotations_sentence, memory_sentence
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 GRAPHS = DATA / "hta" / "negative_queue_rank0.json.gz"
@@ -70,6 +70,31 @@ def test_memory_on_a_real_trace():
     assert gpu.peak_allocated_bytes == max(e["args"]["Total Allocated"] for e in raw)
     assert gpu.peak_reserved_bytes == max(e["args"]["Total Reserved"] for e in raw)
     assert gpu.net_bytes == sum(e["args"]["Bytes"] for e in raw)
+
+
+def test_an_old_trace_without_totals_gets_its_peak_reconstructed_from_the_bytes():
+    """2021 [memory] events carry only signed Bytes: the peak is their running sum in time order
+    (ties in file order), from the least start that keeps it from going negative."""
+    raw = sorted((e for e in raw_events(RESNET_NW0) if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1),
+                 key=lambda e: e["ts"])
+    running, lowest, highest = 0, 0, 0
+    for e in raw:
+        running += e["args"]["Bytes"]
+        lowest, highest = min(lowest, running), max(highest, running)
+    (gpu,) = analyzed(RESNET_NW0).ranks[0].findings.memory.devices
+    assert "Total Allocated" not in raw[0]["args"] and gpu.reconstructed
+    assert gpu.peak_allocated_bytes == highest - lowest and gpu.peak_allocated_bytes > 0
+    assert gpu.peak_reserved_bytes is None
+    assert "reconstructed" in memory_sentence(analyzed(RESNET_NW0).ranks[0].findings.memory)
+
+
+def test_a_running_sum_that_dips_below_zero_starts_from_what_the_frees_imply(tmp_path):
+    b = TraceBuilder()
+    b.kernel("k", 0, 10)
+    for ts, nbytes in ((1, -300), (2, 1000), (3, -200)):  # a free of 300 bytes allocated before the trace
+        b.memory(ts, nbytes)
+    (gpu,) = analyze(b.write(tmp_path / "t.json"), use_cache=False).ranks[0].findings.memory.devices
+    assert gpu.reconstructed and gpu.peak_allocated_bytes == 300 - 300 + 1000  # held 300 at the start
 
 
 def test_nvtx_ranges_on_an_nsight_export():

@@ -99,6 +99,9 @@ def memory_peak(device: DeviceMemory) -> str:
     """One GPU's peak memory: the allocator's totals, or growth from the trace's start without them."""
     if device.peak_allocated_bytes is None:
         return f"up to {size(device.growth_bytes)} above the start"
+    if device.reconstructed:
+        return (f"peak {size(device.peak_allocated_bytes)} allocated (reconstructed from the events' bytes: "
+                "the trace has no allocator totals)")
     reserved = device.peak_reserved_bytes
     return (f"peak {size(device.peak_allocated_bytes)} allocated"
             + (f", {size(reserved)} reserved" if reserved is not None else ""))

@@ -2,8 +2,10 @@
 allocator calls that synchronize (cudaMalloc, cudaFree, pinned host allocations) with the idle time
 they sit on.
 
-Peak allocated and reserved come from the events' totals when the trace has them (PyTorch ≥ 1.10);
-older traces give only each event's bytes, so growth is measured from the trace's start. A leak is
+Peak allocated and reserved come from the events' totals when the trace has them (PyTorch ≥ 1.10).
+Older traces give only each event's signed bytes: the allocated total is then reconstructed as their
+running sum from the first event, raised by what frees of earlier memory show was already held
+(the least start that keeps the total from going negative), and said to be reconstructed. A leak is
 memory that grows in every step; churn is allocations per step.
 """
 
@@ -31,13 +33,14 @@ class DeviceMemory:
     device: int
     events: int
     allocations: int
-    peak_allocated_bytes: int | None  # None: the trace has no totals (growth below is from its start)
-    peak_reserved_bytes: int | None
+    peak_allocated_bytes: int | None  # the trace's totals, or reconstructed (below); None without events
+    peak_reserved_bytes: int | None  # None: the trace has no totals (reserved cannot be reconstructed)
     growth_bytes: int  # the most allocated at once above the trace's first moment
     net_bytes: int  # allocated minus freed over the trace
     step_net_bytes: list[int]  # per step, in step order
     leak: bool
     allocations_per_step: float | None
+    reconstructed: bool = False  # peak_allocated_bytes is the running sum of the events' bytes, not the trace's totals
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,10 +85,14 @@ def _device(device: int, events: pd.DataFrame, steps: pd.DataFrame) -> DeviceMem
         hi = np.searchsorted(t, steps["end"].to_numpy(np.int64), side="right")
         cum = np.concatenate([[0], level])
         per_step = [int(cum[h] - cum[low]) for low, h in zip(lo, hi)]
-    peak = int(totals[known].max()) if known.any() else None
+    reconstructed = not known.any() and len(level) > 0
+    if reconstructed:  # the running sum, from the least start that frees of earlier memory imply
+        peak: int | None = int(level.max()) + max(0, -int(level.min()))
+    else:
+        peak = int(totals[known].max()) if known.any() else None
     scale = peak if peak else int(level.max(initial=0))
     leak = len(per_step) >= 2 and all(n > 0 for n in per_step) and sum(per_step) > LEAK_SHARE * max(scale, 1)
     allocations = int((delta > 0).sum())
     return DeviceMemory(device, len(events), allocations, peak, int(reserved[reserved >= 0].max()) if (reserved >= 0).any()
                         else None, int(max(level.max(initial=0), 0)), int(level[-1]) if len(level) else 0, per_step,
-                        bool(leak), round(allocations / len(steps), 1) if len(steps) else None)
+                        bool(leak), round(allocations / len(steps), 1) if len(steps) else None, reconstructed)
