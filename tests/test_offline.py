@@ -17,7 +17,8 @@ from traceagent.detect.diff import diff
 from traceagent.detect.kernels import detect_hot_kernels
 from traceagent.format import duration, percent
 
-TRACES = {"R": (RESNET_NW0, None), "D": (DLRM_8RANK, None), "N": (NSYS_BEFORE, NSYS_AFTER),
+TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", None),
+          "R": (RESNET_NW0, None), "D": (DLRM_8RANK, None), "N": (NSYS_BEFORE, NSYS_AFTER),
           "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None), "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None)}
 
 
@@ -67,6 +68,9 @@ TABLE = [
                 f"of {collectives(c).links[0].kind}'s", collectives(c).links[0].assumption]),
     ("B", "What NVLink bandwidth do the all-gathers get?", "interconnect", {},
      lambda c: [f"busbw {collectives(c).rows[0].busbw_gbps:.1f} GB/s"]),
+    ("S", "How is the decode phase doing?", "phases", {},
+     lambda c: ["**decode**: 1 step, 32 tokens",
+                f"{percent(focus(c).findings.extra['phases'].phases[0].graph_kernel_pct)} of kernel time replayed"]),
     ("R", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**No.**", "not by compute"]),
     ("R", "Is it input-bound?", "bound", {"limit": "input"}, lambda c: ["**Yes.**"]),
     ("R", "Which kernel is slowest per call?", "slow_kernel", {},

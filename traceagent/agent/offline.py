@@ -103,6 +103,7 @@ class OfflineAnalyst:
             "sync": Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync),
             "communication": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                   self._communication),
+            "phases": Plan(lambda q, at: [("phases", at), ("verdict", at)], self._phases),
             "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                  self._communication),
             "straggler": Plan(lambda q, at: [("communication", at)], self._straggler),
@@ -397,6 +398,26 @@ class OfflineAnalyst:
             lines.append(straggler_sentence(answer.comparison))
         elif answer.unavailable:
             lines.append(_unavailable(answer.unavailable))
+        return "\n".join(lines)
+
+    def _phases(self, q: Question, answer: DetectorAnswer, verdict: VerdictAnswer) -> str:
+        if answer.result is None:
+            return (_unavailable(answer.unavailable, "prefill and decode phases") if answer.unavailable
+                    else "This trace has no inference server steps.")
+        lines = [f"{self._who(answer.scope)}By phase (each over its steps' time on the GPUs):"]
+        for p in answer.result.phases:
+            line = (f"- **{p.phase}**: {p.steps} step{'s' if p.steps != 1 else ''}"
+                    + (f", {p.tokens} tokens" if p.tokens is not None else "")
+                    + f", mean step {duration(p.mean_step_us)}; busy {percent(p.busy_pct)}, idle {percent(p.idle_pct)}, "
+                    f"launch gaps {percent(p.launch_idle_pct)}; {percent(p.graph_kernel_pct)} of kernel time replayed "
+                    "from CUDA graphs" + (f"; MFU {percent(p.mfu_pct)}" if p.mfu_pct is not None else ""))
+            if p.top_kernels:
+                k = p.top_kernels[0]
+                line += f"; led by `{shorten(k.short_name, 50)}` ({percent(k.share_pct)} of its kernel time)"
+            lines.append(line + ".")
+            if p.next_step:
+                lines.append(f"  {p.next_step}.")
+        lines.append(f"\nOverall: {verdict.verdict.headline}.")
         return "\n".join(lines)
 
     def _straggler(self, q: Question, answer: CommAnswer) -> str:

@@ -34,6 +34,14 @@ class GraphsResult:
         return asdict(self) | {"used": self.used}
 
 
+def replayed(trace: Trace) -> np.ndarray:
+    """Which device rows are kernels replayed from a graph: they carry a graph launch's correlation."""
+    calls = calls_by_correlation(trace)
+    launches = calls[matches(calls["name"], GRAPH_LAUNCH)]
+    gpu = trace.gpu
+    return (gpu["kind"] == "kernel").to_numpy() & np.isin(gpu["correlation"].to_numpy(), launches.index.to_numpy())
+
+
 def detect_graphs(trace: Trace) -> GraphsResult:
     """Graph replays on the rank; the launch calls they saved are priced at the median ordinary
     launch call of the trace."""
@@ -46,10 +54,10 @@ def detect_graphs(trace: Trace) -> GraphsResult:
     kernel = (gpu["kind"] == "kernel").to_numpy()
     dur = (gpu["end"] - gpu["start"]).to_numpy()
     correlation = gpu["correlation"].to_numpy()
-    inside = kernel & np.isin(correlation, launches.index.to_numpy())
-    replayed = int(inside.sum())
-    replays = len(np.unique(correlation[inside])) if replayed else len(launches)
+    inside = replayed(trace)
+    n_replayed = int(inside.sum())
+    replays = len(np.unique(correlation[inside])) if n_replayed else len(launches)
     total, device = float(dur[kernel].sum()), float(dur[inside].sum())
-    saved = max(replayed - replays, 0)
-    return GraphsResult(len(launches), replayed, round(replayed / replays, 1) if replays else None, us(device),
+    saved = max(n_replayed - replays, 0)
+    return GraphsResult(len(launches), n_replayed, round(n_replayed / replays, 1) if replays else None, us(device),
                         pct(device, total), saved, round(float(np.float64(saved) * median_launch_us), 3))

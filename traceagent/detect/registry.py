@@ -22,6 +22,7 @@ from .collectives import CollectivesParams, CollectivesResult, collectives_sente
 from .host_pauses import HostPausesParams, HostPausesResult, detect_host_pauses, host_pauses_sentence
 from .interconnect import InterconnectParams, InterconnectResult, detect_interconnect, interconnect_sentence
 from .memcpy import MemcpyResult
+from .phases import PhasesParams, PhasesResult, detect_phases, phases_sentence
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,14 @@ DETECTORS: tuple[Detector, ...] = (
              interconnect_sentence, since="1.4",
              needs=("the trace has no copies between host and device or between GPUs, and no GPU metrics",
                     "for link utilisation, profile with nsys --gpu-metrics-devices=all and export to SQLite")),
+    Detector("phases", "Inference phases", "An inference server's steps (SGLang step[EXTEND/DECODE …], vLLM "
+             "execute_N_context_C(…)_generation_G(…)) split into prefill, decode and mixed: per phase the steps and "
+             "tokens, busy and idle time, launch gaps, the share of kernel time replayed from CUDA graphs, whether it "
+             "is launch-bound (and CUDA-graph advice), FLOP/s and MFU, and its hot kernels.",
+             PhasesParams(), PhasesResult, lambda i, p: detect_phases(i.trace, i.gaps, p), phases_sentence, since="1.4",
+             needs=("the trace has no inference server steps (SGLang's step[...] or vLLM's execute_... ranges)",
+                    "profile the server with its own profiler hooks (SGLang /start_profile, vLLM --profiler-config), "
+                    "which record those ranges")),
 )
 
 

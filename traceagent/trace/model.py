@@ -99,6 +99,8 @@ STEP_COLUMNS: dict[str, str] = {
     "end": "int64",
     "gpu_start": "Int64",  # device; <NA> when the step launched no device work
     "gpu_end": "Int64",
+    "phase": "category",  # serving steps (SGLang, vLLM): prefill, decode, mixed; missing for training steps
+    "tokens": "Int64",  # serving steps: tokens (SGLang toks=, else bs=; vLLM execute_N) the name says; <NA> otherwise
 }
 
 

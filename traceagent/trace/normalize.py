@@ -42,6 +42,11 @@ DATALOADER_NAME = re.compile(r"^enumerate\((DataLoader|DataPipe)\)")
 #: A user's range (record_function, NVTX) named for loading data: its time is data loading.
 DATA_RANGE = re.compile(r"data[ _-]?load|load[ _-]?(batch|data)|[gs]et[ _-]?batch|fetch[ _-]?(batch|data)|next[ _-]?batch"
                         r"|input[ _-]?pipeline|\bdataloader\b|\bprefetch", re.IGNORECASE)
+#: An inference server's step: SGLang's scheduler range `step[DECODE bs=32]` / `step[EXTEND bs=15
+#: toks=15360]` (EXTEND is prefill; MIXED both), and vLLM's model-runner range
+#: `execute_{tokens}_context_{prefill requests}(…)_generation_{decode requests}(…)`.
+SERVING_STEP = re.compile(r"^step\[(?P<sglang>EXTEND|PREFILL|DECODE|MIXED|IDLE)\b(?P<args>[^\]]*)\]$"
+                          r"|^execute_(?P<tokens>\d+)_context_(?P<context>\d+)\(.*\)_generation_(?P<generation>\d+)\(")
 #: A user's range naming an iteration, when there is no ProfilerStep: "step 12", "iteration_3", or a
 #: bare "train_step" repeated (numbered in order).
 ITERATION_NAME = re.compile(r"^(?:train(?:ing)?[ _-]?)?(?:step|iter(?:ation)?|batch)(?:[ _#:-]*(\d+))?$"
@@ -305,6 +310,8 @@ def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, pattern: re.Pattern | Non
     ITERATION_NAME); or the ranges whose names match `pattern` (`--steps`). A number in the name
     (its first group) numbers the step; otherwise steps are numbered in order."""
     host = _step_ranges(cpu, STEP_NAME, kinds=("op", "annotation")) if pattern is None else None
+    if pattern is None and host is not None and host.empty:
+        host = _step_ranges(cpu, SERVING_STEP, kinds=("annotation", "op"))
     if host is None or host.empty:
         host = _step_ranges(cpu, pattern or ITERATION_NAME, kinds=("annotation",) if pattern is None
                             else ("op", "annotation", "python", "dataloader"))
@@ -324,6 +331,7 @@ def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, pattern: re.Pattern | Non
                             "end": work["end"].to_numpy()[inside]}).groupby("slot")
     gpu_start = grouped["start"].min().reindex(range(len(host)))
     gpu_end = grouped["end"].max().reindex(range(len(host)))
+    served = [serving_phase(str(n)) for n in host["name"].astype(object)]
     return typed_frame({
         "step": host["step"].to_numpy(),
         "name": host["name"].astype(object).to_numpy(),
@@ -331,7 +339,24 @@ def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, pattern: re.Pattern | Non
         "end": ends,
         "gpu_start": gpu_start.astype("Int64").to_numpy(),
         "gpu_end": gpu_end.astype("Int64").to_numpy(),
+        "phase": [p for p, _ in served],
+        "tokens": pd.array([t for _, t in served], dtype="Int64"),
     }, STEP_COLUMNS)
+
+
+def serving_phase(name: str) -> tuple[str | None, int | None]:
+    """(prefill, decode or mixed; tokens) from an inference server's step name, (None, None) for others."""
+    found = SERVING_STEP.match(name)
+    if found is None:
+        return None, None
+    if found["sglang"]:
+        numbers = dict(re.findall(r"(\w+)=(\d+)", found["args"] or ""))
+        tokens = numbers.get("toks") or numbers.get("bs")
+        phase = {"EXTEND": "prefill", "PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed"}.get(found["sglang"])
+        return phase, int(tokens) if tokens else None
+    context, generation = int(found["context"]), int(found["generation"])
+    phase = "mixed" if context and generation else "prefill" if context else "decode" if generation else None
+    return phase, int(found["tokens"])
 
 
 def _step_ranges(cpu: pd.DataFrame, pattern: re.Pattern, kinds: tuple[str, ...]) -> pd.DataFrame:
