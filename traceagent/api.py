@@ -31,17 +31,18 @@ from .detect.stragglers import StragglerParams
 from .errors import TraceError
 from .tasks import run_per_file, scheduler_for
 from .trace import cache, storage
-from .trace.load import RankSource, file_key, load_file_keyed, numbered, resolve
+from .trace.load import RankSource, file_key, load_file, load_file_keyed, numbered, resolve
 from .trace.model import Job
 from .trace.ncu import load_ncu
-from .trace.normalize import split_ranks, with_step_pattern
+from .trace.normalize import capture_ops, split_ranks, with_capture, with_step_pattern
 
 
 def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, idle: IdleParams | None = None,
             verdict: VerdictParams | None = None, stragglers: StragglerParams | None = None,
             settings: Sequence[str] = (), steps: str | re.Pattern | None = None, use_cache: bool = True,
             progress: Callable[[int, int, str], None] | None = None, scheduler: str | None = None,
-            max_bytes: int | None = None, kernels: str | os.PathLike | None = None) -> Analysis:
+            max_bytes: int | None = None, kernels: str | os.PathLike | None = None,
+            graph_capture: str | os.PathLike | None = None) -> Analysis:
     """Analyze a trace file, a rank directory, a glob or list of rank files (paths or fsspec URLs),
     or an already loaded `Job`: every detector on every rank, and the job's verdict.
 
@@ -55,15 +56,17 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
     reported in `Analysis.failed` and the others are analysed; a job of one file raises TraceError.
     `max_bytes` bounds the text of each trace file (default: the memory available where it is read).
     `kernels` is an Nsight Compute CSV export (`ncu --csv --page details` or `raw`): its kernels
-    are read and joined to the trace's (`Analysis.kernel_profiles`).
+    are read and joined to the trace's (`Analysis.kernel_profiles`). `graph_capture` is a trace of
+    CUDA-graph capture (vLLM writes them apart): kernels replayed from graphs take its ops.
     """
     profiled = read_kernel_profiles(kernels) if kernels is not None else None  # a bad export fails before the work
+    captured = capture_ops(load_file(str(graph_capture), use_cache, max_bytes)) if graph_capture is not None else None
     params = AnalysisParams(idle=idle or IdleParams(), verdict=verdict or VerdictParams(),
                             stragglers=stragglers or StragglerParams()).with_settings(list(settings))
     pattern = re.compile(steps) if isinstance(steps, str) else steps
     if isinstance(source, Job):
-        return _with_profiles(analyze_job(with_steps(source, pattern) if pattern is not None else source, params),
-                              profiled)
+        job = source if captured is None else Job(source.path, [with_capture(t, captured) for t in source.traces])
+        return _with_profiles(analyze_job(with_steps(job, pattern) if pattern is not None else job, params), profiled)
     sources = resolve(source)
     path, files, notes = sources.path, sources.files, sources.notes
     where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in files])
@@ -71,7 +74,7 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
     results = run_per_file(analyze_file, files, scheduler=where, progress=progress, name=storage.name, params=params,
                            lost=RankFailure if contain else None,
                            steps=pattern, use_cache=use_cache, keep_events=where is None, contain=contain,
-                           max_bytes=max_bytes)
+                           max_bytes=max_bytes, captured=captured)
     failed = [*(RankFailure(f, why) for f, why in sources.unreadable), *(r for r in results if isinstance(r, RankFailure))]
     analysed = [(file, result) for file, result in zip(files, results) if not isinstance(result, RankFailure)]
     if not any(result for _, result in analysed):
@@ -97,7 +100,8 @@ def _with_profiles(analysis: Analysis, profiled: KernelProfilesResult | None) ->
 
 
 def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None, use_cache: bool,
-                 keep_events: bool, contain: bool, max_bytes: int | None = None) -> list[RankAnalysis] | RankFailure:
+                 keep_events: bool, contain: bool, max_bytes: int | None = None,
+                 captured: dict[str, str] | None = None) -> list[RankAnalysis] | RankFailure:
     """Load one rank file and analyse each rank in it (a merged file holds several). Runs on a
     worker: with `keep_events` false only the results travel back. With `contain`, a file that
     fails becomes a RankFailure instead of an exception, so one bad rank does not stop the job.
@@ -105,8 +109,9 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
     the file, the parameters and the code are the same (results_tag)."""
     try:
         key = file_key(file) if use_cache else None
-        tag = results_tag(params, steps) if key is not None else ""
-        source = partial(RankSource, file, steps=steps, use_cache=use_cache, max_bytes=max_bytes)
+        tag = results_tag(params, steps, captured) if key is not None else ""
+        source = partial(RankSource, file, steps=steps, use_cache=use_cache, max_bytes=max_bytes,
+                         captured=tuple(sorted((captured or {}).items())))
         if key is not None and isinstance(stored := cache.read_results(key, tag), list):
             return [_as_asked(r, file, source(part)) for part, r in enumerate(stored)]
         trace_file, key = load_file_keyed(file, use_cache, max_bytes, key)
@@ -114,6 +119,8 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
         for part, trace in enumerate(split_ranks(trace_file)):
             if steps is not None:
                 trace = with_step_pattern(trace, steps)
+            if captured:
+                trace = with_capture(trace, captured)
             ranks.append(analyze_trace(trace, params, source(part)))
         results = [r.without_events() for r in ranks]
         if key is not None:
@@ -129,11 +136,12 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
         return RankFailure(file, f"{type(exc).__name__}: {exc} (an error in traceagent; please report it)")
 
 
-def results_tag(params: AnalysisParams, steps: re.Pattern | None) -> str:
-    """What an analysis's results depend on besides the file: its parameters, the step pattern
-    and the code (cache.results_version)."""
+def results_tag(params: AnalysisParams, steps: re.Pattern | None, captured: dict[str, str] | None = None) -> str:
+    """What an analysis's results depend on besides the file: its parameters, the step pattern,
+    a graph capture's ops and the code (cache.results_version)."""
     text = json.dumps([params.to_dict(), steps.pattern if steps is not None else None,
-                       steps.flags if steps is not None else None, cache.results_version()], sort_keys=True, default=str)
+                       steps.flags if steps is not None else None, cache.results_version(), captured or {}],
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

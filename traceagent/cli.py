@@ -89,7 +89,7 @@ def analyze_path(path: str, args: argparse.Namespace) -> Analysis:
     with _progress_bar() as progress:
         result = analyze(path, use_cache=not args.no_cache, steps=getattr(args, "steps", None), progress=progress,
                          scheduler=args.scheduler, max_bytes=args.max_bytes, settings=args.settings or (),
-                         kernels=getattr(args, "kernels", None))
+                         kernels=getattr(args, "kernels", None), graph_capture=getattr(args, "graph_capture", None))
     for failure in result.failed:
         err.print(f"traceagent: warning: {failure.file}: {failure.error} (skipped; the other ranks were analysed)",
                   markup=False)
@@ -488,6 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--kernels", metavar="NCU_CSV",
                            help="an Nsight Compute export (ncu --csv --page details or raw): why each profiled "
                                 "kernel is slow, joined to the trace's kernels of the same name")
+        if name in ("analyze", "report", "ask"):
+            p.add_argument("--graph-capture", metavar="TRACE",
+                           help="a trace of the CUDA-graph capture (vLLM writes them apart): kernels replayed from "
+                                "graphs take the ops around their launches in it")
         if json:
             p.add_argument("--json", action="store_true", help="print JSON instead of tables")
         p.set_defaults(func=func)

@@ -66,9 +66,10 @@ def flops_sentence(flops: FlopsResult | None) -> str | None:
         return None
     if not flops.counted_ops:
         return f"{flops.shaped_ops} ops have recorded shapes, but none could be counted: {flops.note}."
+    achieved = (f"{flops.achieved_tflops:.1f} TFLOP/s achieved" if flops.achieved_tflops is not None
+                else "no throughput: their kernels did not run in the trace (a graph capture records launches only)")
     text = (f"Ops with recorded shapes ({flops.counted_ops} of {flops.shaped_ops} counted): "
-            f"{flops.gflop:.1f} GFLOP in {duration(flops.gpu_us)} of their kernels, "
-            f"{flops.achieved_tflops:.1f} TFLOP/s achieved")
+            f"{flops.gflop:.1f} GFLOP in {duration(flops.gpu_us)} of their kernels, {achieved}")
     if flops.mfu_pct is not None:
         text += (f"; MFU {percent(flops.mfu_pct)} over the span ({flops.dtype} on {flops.peak_family}, "
                  f"peak {flops.peak_tflops:g} TFLOP/s per GPU: {flops.peak_source})")

@@ -4,16 +4,14 @@ kernel of the replay carries."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..trace.model import Trace, matches
+from ..trace.normalize import GRAPH_LAUNCH
 from .host import LAUNCH_CALLS, calls_by_correlation
 from .view import pct, us
-
-GRAPH_LAUNCH = re.compile(r"^(?:cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)(?:_v\d+|_ptsz)?$")
 
 
 @dataclass(frozen=True)

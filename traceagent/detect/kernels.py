@@ -57,6 +57,7 @@ class HotKernel:
     op: str | None  # the op that launched it most often
     is_comm: bool
     saving_2x_us: float = 0.0  # what making it 2× faster would save at most: half its time
+    op_from: str | None = None  # how its op was found (model.GPU_COLUMNS["op_from"]): launch, capture, kernel name
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -94,14 +95,14 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
     chosen = stats.head(top)
     launched = kernels[kernels["name"].isin(chosen.index)]
     # the op that launched each chosen kernel most often (a few names: per-group work is bounded)
-    pairs = launched.groupby(["name", "op"], observed=True).size().sort_values(ascending=False)
-    ops = {name: op for name, op in reversed(pairs.index.tolist())}
+    pairs = launched.groupby(["name", "op", "op_from"], observed=True).size().sort_values(ascending=False)
+    ops = {name: (op, source) for name, op, source in reversed(pairs.index.tolist())}
     comm = table.groupby("name", observed=True)["is_comm"].any()
     running = _running_ns(launched)
     rows = [HotKernel(
         name=name, short_name=short_name(name), count=int(r["size"]), total_us=us(r["sum"]),
         share_of_busy_pct=pct(running[name], busy), mean_us=us(r["mean"]), median_us=us(r["median"]), max_us=us(r["max"]),
-        op=ops.get(name) if isinstance(ops.get(name), str) else None, is_comm=bool(comm[name]),
-        saving_2x_us=us(r["sum"] / 2),
+        op=ops[name][0] if name in ops else None, is_comm=bool(comm[name]),
+        saving_2x_us=us(r["sum"] / 2), op_from=ops[name][1] if name in ops else None,
     ) for name, r in chosen.iterrows()]
     return KernelsResult(kernels=len(kernels), distinct=len(stats), total_us=us(dur.sum()), top=rows)

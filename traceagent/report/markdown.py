@@ -185,7 +185,7 @@ def _rank_sections(r: RankAnalysis, several: bool) -> list[str]:
             _table(["#", "kernel", "count", "total", "share of busy", "mean", "median", "max", "launched by"],
                    [[str(i), code(shorten(k.short_name, 40)), str(k.count), duration(k.total_us),
                      percent(k.share_of_busy_pct), duration(k.mean_us), duration(k.median_us),
-                     duration(k.max_us), code(shorten(k.op, 40)) if k.op else "-"]
+                     duration(k.max_us), (code(shorten(k.op, 40)) + _op_source(k.op_from)) if k.op else "-"]
                     for i, k in enumerate(kernels, 1)])]
     for title, line in further_findings(r):
         out += ["", f"**{title}.** {md_literal(line)}"]
@@ -209,6 +209,11 @@ def _rank_sections(r: RankAnalysis, several: bool) -> list[str]:
     else:
         out += ["", "No steps in this trace."]
     return out
+
+
+def _op_source(source: str | None) -> str:
+    """How a replayed kernel's op was found: said, since a graph replay's launch names no op."""
+    return {"capture": " (graph capture)", "kernel name": " (by kernel name)"}.get(source or "", "")
 
 
 def _collectives_table(c: CollectivesResult | None) -> list[str]:

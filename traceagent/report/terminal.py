@@ -114,7 +114,8 @@ def print_analysis(result: Analysis, out: Console) -> None:
     kernels = Table(Column("kernel [dim](and the op that launched it)[/]", no_wrap=True, overflow="ellipsis"),
                     *number_columns("count", "total", "% busy", "mean"), title=f"Hot kernels{who}")
     add_rows_keeping_numbers_whole(kernels, out.width, [
-        [escape(shorten(k.short_name, 60)) + (f"\n[dim]  by {escape(shorten(k.op, 57))}[/]" if k.op else ""),
+        [escape(shorten(k.short_name, 60)) + (f"\n[dim]  by {escape(shorten(k.op, 57))}"
+                                              f"{' (graph capture)' if k.op_from == 'capture' else ''}[/]" if k.op else ""),
          str(k.count), duration(k.total_us), f"{k.share_of_busy_pct:.1f}%", duration(k.mean_us)]
         for k in f.kernels.top[:8]])
     out.print(kernels)

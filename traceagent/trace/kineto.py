@@ -9,6 +9,7 @@ every repair lives.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -64,6 +65,7 @@ _ARG_FIELDS = [
     ("stream", int, -1, "stream"),
     ("bytes", int, 0, "bytes"),
     ("call_stack", str | None, None, "Call stack"),
+    ("launched", str | None, None, "kernel"),  # a launch call's kernel (recent ROCm traces; capture traces need it)
     ("rank", int, -1, "rank"),  # merged multi-rank files (TraceLens' TraceFusion tags every event)
     ("label", str | None, None, "name"),  # process_name metadata: "rank 3" in merged files
     # record_shapes: kept as raw JSON (not decoded) and parsed only for SHAPED_OPS. Typed Raw, not
@@ -132,7 +134,7 @@ _COLLECTIVE_KEYS = ("name", "in_nelems", "out_nelems", "group_size", "dtype", "g
 #: key where the last one matched, and every args key we do not read is a search of them all.
 _READ_PHASES = {
     "X": ("external_id", "device", "stream", "correlation", *_COLLECTIVE_ARGS, "bytes", "input_dims", "input_types",
-          "concrete", "external_id_2021", "call_stack", "rank"),
+          "concrete", "external_id_2021", "call_stack", "rank", "launched"),
     "i": ("device_type", "device_id", "mem_bytes", "total_allocated", "total_reserved", "rank"),
     "M": ("label",),
 }
@@ -401,7 +403,8 @@ class _Strings:
 
 
 #: the string columns coded as they are read: (table, column)
-_CODED = (("gpu", "name"), ("gpu", "collective"), ("cpu", "name"), ("cpu", "stack"), ("cpu", "shapes"))
+_CODED = (("gpu", "name"), ("gpu", "collective"), ("cpu", "name"), ("cpu", "stack"), ("cpu", "shapes"),
+          ("cpu", "kernel"))
 
 
 def load_kineto(path: str, max_bytes: int | None = None) -> Trace:
@@ -677,7 +680,9 @@ def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tu
     cpu["name"] = strings["cpu", "name"].codes(_select(names, cpu_at))
     cpu["kind"] = kind[c]
     cpu["pid"], cpu["tid"] = pid[c], tid[c]
-    cpu["stack"] = strings["cpu", "stack"].codes(_texts(_select(args, cpu_at), "call_stack", missing=None))
+    cpu_args = _select(args, cpu_at)
+    cpu["stack"] = strings["cpu", "stack"].codes(_texts(cpu_args, "call_stack", missing=None))
+    cpu["kernel"] = strings["cpu", "kernel"].codes(_texts(cpu_args, "launched", missing=None))
     shaped = np.flatnonzero(strings["cpu", "name"].matching(cpu["name"], SHAPED_OPS))
     cpu["shapes"] = np.full(len(cpu_at), -1, dtype=np.int32)
     cpu["shapes"][shaped] = strings["cpu", "shapes"].codes(_shapes(_select(args, cpu_at[shaped])))
@@ -717,9 +722,21 @@ def _shapes(args: list) -> list[str | None]:
     the ops the FLOPs detector reads only: other events' shapes are never decoded."""
     out: list[str | None] = []
     for arg in args:
+        dims, types, concrete = arg.input_dims, arg.input_types, arg.concrete
+        if type(dims) is msgspec.Raw and type(types) is msgspec.Raw and type(concrete) in (msgspec.Raw, type(None)):
+            # the typed decoder's raw bytes: an op repeats its shapes every step, so each distinct
+            # text is formatted once (the per-event work is three byte copies and a lookup)
+            out.append(_shape_text(bytes(dims), bytes(types), bytes(concrete) if concrete is not None else b"null"))
+            continue
         parts = [_raw_text(getattr(arg, f)) for f in ("input_dims", "input_types", "concrete")]
         out.append(f"[{parts[0]},{parts[1]},{parts[2]}]" if parts[0] != "null" else None)
     return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _shape_text(dims: bytes, types: bytes, concrete: bytes) -> str | None:
+    parts = [_raw_text(msgspec.Raw(p)) if p != b"null" else "null" for p in (dims, types, concrete)]
+    return f"[{parts[0]},{parts[1]},{parts[2]}]" if parts[0] != "null" else None
 
 
 def _collectives(args: list) -> list[str | None]:

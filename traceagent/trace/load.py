@@ -19,7 +19,7 @@ from ..tasks import Progress, run_per_file, scheduler_for
 from . import cache, storage
 from .kineto import load_kineto
 from .model import Job, Trace, TraceMeta
-from .normalize import split_ranks, with_step_pattern
+from .normalize import split_ranks, with_capture, with_step_pattern
 from .nsys import load_nsys
 
 T = TypeVar("T")
@@ -269,13 +269,14 @@ def _worker_died(file: str, why: str) -> Trace:
 class RankSource:
     """Where one rank's events come from, to load them again where an analysis kept only its
     results (a rank analysed on a Dask worker): the file, the rank's place among the ranks of a
-    merged file, and the step pattern the analysis used."""
+    merged file, the step pattern and the graph capture's ops the analysis used."""
 
     file: str
     part: int = 0
     steps: re.Pattern | None = None
     use_cache: bool = True
     max_bytes: int | None = None
+    captured: tuple[tuple[str, str], ...] = ()  # normalize.capture_ops, as pairs (the source is compared and hashed)
 
     def load(self, meta: TraceMeta) -> Trace:
         """The rank's Trace, with the metadata the analysis settled on (its rank). The same object
@@ -288,6 +289,8 @@ class RankSource:
         trace = split_ranks(load_file(self.file, self.use_cache, self.max_bytes))[self.part]
         if self.steps is not None:
             trace = with_step_pattern(trace, self.steps)
+        if self.captured:
+            trace = with_capture(trace, dict(self.captured))
         _RELOADED.append((self, replace(trace, meta=meta)))
         del _RELOADED[:-2]  # the rank a conversation is about, and one more: never the whole job
         return _RELOADED[-1][1]

@@ -37,6 +37,9 @@ GPU_COLUMNS: dict[str, str] = {
     "src_kind": "category",  # pageable, pinned, device, managed, array, unknown
     "dst_kind": "category",
     "is_comm": "bool",
+    "op_from": "category",  # how `op` was found: launch (the op around its launch call); for kernels replayed
+    # from a CUDA graph: capture (the op around its launch in the graph's capture), kernel name (the op that
+    # launches it outside graphs); missing: no op found
     "rank": "int32",  # merged multi-rank files: the rank that recorded it; -1 in a one-rank file
     # NCCL/RCCL kernels whose trace records their payload: a JSON object {"name", "in_nelems",
     # "out_nelems", "group_size", "dtype", "group", "group_ranks"} as written (detect/collectives.py)
@@ -56,6 +59,7 @@ CPU_COLUMNS: dict[str, str] = {
     "stack": "category",  # "Call stack" of old with_stack traces, innermost frame first
     "rank": "int32",  # as for device activity
     "shapes": "category",  # ops in SHAPED_OPS recorded with record_shapes: JSON [dims, types, concrete inputs]
+    "kernel": "category",  # launch calls: the kernel launched, where the trace records it (a graph capture's launches)
 }
 
 #: The ops whose recorded shapes the loaders keep: those the FLOPs detector counts (matmul family,

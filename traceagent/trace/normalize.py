@@ -38,6 +38,8 @@ COMM_KERNEL = re.compile(r"nccl|rccl|multimem_|\b(one|two)_shot_all_reduce|symm_
 #: Ops whose launches are collectives even when the kernel name does not say so.
 COMM_OP = re.compile(r"^(c10d::|record_param_comms|nccl:)")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+#: The host call that replays a CUDA (or HIP) graph: every kernel of the replay carries its correlation id.
+GRAPH_LAUNCH = re.compile(r"^(?:cudaGraphLaunch|cuGraphLaunch|hipGraphLaunch)(?:_v\d+|_ptsz)?$")
 DATALOADER_NAME = re.compile(r"^enumerate\((DataLoader|DataPipe)\)")
 #: A user's range (record_function, NVTX) named for loading data: its time is data loading.
 DATA_RANGE = re.compile(r"data[ _-]?load|load[ _-]?(batch|data)|[gs]et[ _-]?batch|fetch[ _-]?(batch|data)|next[ _-]?batch"
@@ -205,6 +207,8 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = No
     meta.devices = {d: visible(bounded(name, 256)) for d, name in meta.devices.items()}
     if "stack" in cpu:
         cpu["stack"] = _visible_names(cpu["stack"])
+    if "kernel" in cpu:
+        cpu["kernel"] = _visible_names(cpu["kernel"])
     gpu_names = _visible_names(gpu.pop("name"))
     copy_kind, src_kind, dst_kind = parse_copy_names(gpu_names)
     is_copy = np.asarray(gpu["kind"]) == "memcpy"
@@ -232,6 +236,7 @@ def finish_trace(gpu: dict, cpu: dict, meta: TraceMeta, memory: dict | None = No
     gpu.clear()  # the frames hold these arrays now (not copies); nothing else may
     cpu.clear()
     _link_ops(gpu_frame, cpu_frame)
+    gpu_frame["op_from"] = attributed_replays(gpu_frame, cpu_frame)
     gpu_frame["is_comm"] = _comm_flags(gpu_frame)
     gpu_frame = _sorted_by_start(gpu_frame)
     cpu_frame = _sorted_by_start(cpu_frame)
@@ -288,6 +293,93 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
         codes[np.flatnonzero(unlinked)[pos >= 0]] = name.codes[pos[pos >= 0]]
     gpu["external_id"] = external
     gpu["op"] = in_order_of_appearance(codes, name.categories)
+
+
+def _launch_calls(cpu: pd.DataFrame) -> pd.DataFrame:
+    """Runtime and driver calls with a correlation id: the columns replay attribution reads."""
+    mask = cpu["kind"].isin(["runtime", "driver"]).to_numpy() & (cpu["correlation"] >= 0).to_numpy()
+    return cpu.loc[mask, ["name", "correlation", "pid", "tid", "start", "kernel"]]
+
+
+def capture_ops(trace: Trace) -> dict[str, str]:
+    """Kernel name → the op around its launch in a graph capture: launch calls that record their
+    kernel (the trace's own capture, or a capture trace vLLM writes apart), most common op first."""
+    return _capture_ops(trace.cpu)
+
+
+def with_capture(trace: Trace, captured: dict[str, str]) -> Trace:
+    """The trace with its graph-replayed kernels given the ops of a separate capture trace (capture_ops)."""
+    gpu = trace.gpu.copy()
+    gpu["op_from"] = attributed_replays(gpu, trace.cpu, captured)
+    return replace(trace, gpu=gpu)
+
+
+def _capture_ops(cpu: pd.DataFrame) -> dict[str, str]:
+    calls = _launch_calls(cpu)
+    calls = calls[calls["kernel"].notna().to_numpy()]
+    if calls.empty:
+        return {}
+    ops = cpu.loc[cpu["kind"].isin(["op"]).to_numpy(), ["pid", "tid", "start", "end", "name"]]
+    owner = innermost_enclosing(ops, calls["pid"].to_numpy(), calls["tid"].to_numpy(), calls["start"].to_numpy())
+    found = pd.DataFrame({"kernel": calls["kernel"].astype(str).to_numpy()[owner >= 0],
+                          "op": ops["name"].astype(str).to_numpy()[owner[owner >= 0]]})
+    return _most_common(found)
+
+
+def _most_common(pairs: pd.DataFrame) -> dict[str, str]:
+    """kernel → its most common op, from (kernel, op) rows."""
+    if pairs.empty:
+        return {}
+    counts = pairs.groupby(["kernel", "op"]).size().reset_index(name="n").sort_values("n", kind="stable")
+    return dict(counts.drop_duplicates("kernel", keep="last")[["kernel", "op"]].itertuples(index=False))
+
+
+def attributed_replays(gpu: pd.DataFrame, cpu: pd.DataFrame, captured: dict[str, str] | None = None) -> pd.Categorical:
+    """Give kernels replayed from a graph the op of their capture (in this trace, or `captured`
+    from a capture trace), else the op that launches the same kernel outside graphs; their op
+    around the replay call (a step's range) says nothing. Returns `op_from` (model.GPU_COLUMNS);
+    sets `op` in place."""
+    source = np.full(len(gpu), None, dtype=object)
+    has_op = gpu["op"].notna().to_numpy()
+    if not any(GRAPH_LAUNCH.match(str(name)) for name in cpu["name"].cat.categories):  # no graphs: the usual case
+        source[has_op] = "launch"
+        return categorical(source)
+    graph_calls = cpu["correlation"].to_numpy()[matches(cpu["name"], GRAPH_LAUNCH)
+                                                & cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
+    kernel = (gpu["kind"] == "kernel").to_numpy()
+    replay = kernel & np.isin(gpu["correlation"].to_numpy(), graph_calls)
+    source[has_op & ~replay] = "launch"
+    if replay.any():
+        own = _capture_ops(cpu) if cpu["kernel"].notna().any() else {}
+        capture = {**(captured or {}), **own}  # the trace's own capture first
+        names = [str(c) for c in gpu["name"].cat.categories]
+        name_code = gpu["name"].cat.codes.to_numpy()
+        op_codes = gpu["op"].cat.codes.to_numpy()
+        ops = list(gpu["op"].cat.categories)
+        # by kernel name: the op code most often launching each name outside graphs (codes, not strings)
+        eager = kernel & ~replay & (op_codes >= 0)
+        pair, count = np.unique(name_code[eager].astype(np.int64) * (len(ops) + 1) + op_codes[eager], return_counts=True)
+        order = np.lexsort((count, pair // (len(ops) + 1)))  # by name, then count: each name's last is its most common
+        pair = pair[order]
+        last = np.append(pair[1:] // (len(ops) + 1) != pair[:-1] // (len(ops) + 1), True)
+        by_name = np.full(len(names) + 1, -1, dtype=np.int64)  # the last entry: name code -1
+        if len(pair):
+            by_name[pair[last] // (len(ops) + 1)] = pair[last] % (len(ops) + 1)
+        # from the capture: each distinct name looked up once, its op added to the categories if new
+        index = {op: i for i, op in enumerate(ops)}
+        for op in dict.fromkeys(capture.values()):
+            if op not in index:
+                index[op] = len(ops)
+                ops.append(op)
+        by_capture = np.array([index[capture[n]] if n in capture else -1 for n in names] + [-1], dtype=np.int64)
+        at = np.flatnonzero(replay)
+        from_capture, from_name = by_capture[name_code[at]], by_name[name_code[at]]
+        new = op_codes.astype(np.int64)
+        new[at] = np.where(from_capture >= 0, from_capture, from_name)
+        source[at[from_capture >= 0]] = "capture"
+        source[at[(from_capture < 0) & (from_name >= 0)]] = "kernel name"
+        gpu["op"] = in_order_of_appearance(new, ops)
+    return categorical(source)
 
 
 def device_names(used: list[int], listed: dict[int, str]) -> dict[int, str]:
