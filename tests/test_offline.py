@@ -71,6 +71,8 @@ TABLE = [
     ("S", "How is the decode phase doing?", "phases", {},
      lambda c: ["**decode**: 1 step, 32 tokens",
                 f"{percent(focus(c).findings.extra['phases'].phases[0].graph_kernel_pct)} of kernel time replayed"]),
+    ("N", "Is flash_fwd_kernel on the critical path?", "critical_path", {},
+     lambda c: [f"saves at most {duration(focus(c).findings.critical_path.kernels[0].saving_2x_us)}"]),
     ("R", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**No.**", "not by compute"]),
     ("R", "Is it input-bound?", "bound", {"limit": "input"}, lambda c: ["**Yes.**"]),
     ("R", "Which kernel is slowest per call?", "slow_kernel", {},

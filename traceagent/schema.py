@@ -17,6 +17,7 @@ from .detect.analysis import SCHEMA_VERSION
 from .detect.annotations import AnnotationsResult
 from .detect.breakdown import Breakdown
 from .detect.comm import CommResult
+from .detect.critical_path import CriticalPathResult
 from .detect.diagnose import Verdict
 from .detect.diff import DiffResult
 from .detect.flops import FlopsResult
@@ -96,6 +97,7 @@ class RankJSON(TypedDict):
     flops: FlopsResult | None
     memory: MemoryResult | None
     graphs: GraphsJSON | None
+    critical_path: CriticalPathResult | None
     annotations: AnnotationsResult | None
     steps: dict[str, Any]
     workload: Workload

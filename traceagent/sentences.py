@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from .detect.analysis import RankAnalysis
 from .detect.annotations import AnnotationsResult
+from .detect.critical_path import critical_path_sentence
 from .detect.flops import FlopsResult
 from .detect.graphs import GraphsResult
 from .detect.idle import Gap
@@ -154,6 +155,7 @@ def further_findings(rank: RankAnalysis) -> list[tuple[str, str]]:
     those it has."""
     f = rank.findings
     found = [("Throughput", flops_sentence(f.flops)), ("CUDA graphs", graphs_sentence(f.graphs)),
-             ("Memory", memory_sentence(f.memory)), ("Annotations", annotations_sentence(f.annotations))]
+             ("Memory", memory_sentence(f.memory)), ("Annotations", annotations_sentence(f.annotations)),
+             ("Critical path", critical_path_sentence(f.critical_path) if f.critical_path else None)]
     found += [(d.title, d.sentence(f.extra[d.name])) for d in DETECTORS if f.extra.get(d.name) is not None]
     return [(title, text) for title, text in found if text]

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from ..detect.collectives import CollectivesResult, collectives_sentence
+from ..detect.critical_path import critical_path_sentence
 from ..detect.diagnose import Verdict
 from ..detect.interconnect import interconnect_sentence
 from ..detect.kernel_profiles import profile_sentence, same_kernel
@@ -103,6 +104,7 @@ class OfflineAnalyst:
             "sync": Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync),
             "communication": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                   self._communication),
+            "critical_path": Plan(lambda q, at: [("critical_path", at)], self._critical_path),
             "phases": Plan(lambda q, at: [("phases", at), ("verdict", at)], self._phases),
             "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                  self._communication),
@@ -398,6 +400,15 @@ class OfflineAnalyst:
             lines.append(straggler_sentence(answer.comparison))
         elif answer.unavailable:
             lines.append(_unavailable(answer.unavailable))
+        return "\n".join(lines)
+
+    def _critical_path(self, q: Question, answer: DetectorAnswer) -> str:
+        if answer.result is None:
+            return _unavailable(answer.unavailable, "the critical path") if answer.unavailable else "No critical path."
+        path = answer.result
+        lines = [f"{self._who(answer.scope)}{critical_path_sentence(path)}"]
+        lines += [f"- `{shorten(k.short_name, 50)}`: {duration(k.on_path_us)} on the path of its {duration(k.total_us)}; "
+                  f"twice as fast, it saves at most {duration(k.saving_2x_us)}" for k in path.kernels[:5]]
         return "\n".join(lines)
 
     def _phases(self, q: Question, answer: DetectorAnswer, verdict: VerdictAnswer) -> str:

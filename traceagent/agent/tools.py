@@ -336,6 +336,18 @@ def kernel_profiles(ctx: AnalysisContext,
                                 note=None if kernels else f"no profiled kernel matches {name_filter!r}")
 
 
+def critical_path(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> DetectorAnswer:
+    """The rank's critical path (the chain of dependent work that sets its length: device ops on
+    their streams, launch calls, host work between calls, blocking calls, waits): its length split
+    into device work, host calls, host work and waits; the kernels with the most time on it, each with
+    what making it 2× faster saves at most; and the hot kernels off it, which save nothing when
+    faster. Per rank (`device` only checks the GPU exists)."""
+    r, scope = ctx.scoped(rank, device)
+    return DetectorAnswer(r.findings.critical_path, scope,
+                          None if r.findings.critical_path else unavailable("the critical path", "the rank ran no device work",
+                                                                            "profile a step that runs on the GPU"))
+
+
 def kernel_instances(ctx: AnalysisContext,
                      name: Annotated[str, Field(description="a kernel name or part of one (as hot_kernels lists)")],
                      rank: Rank = None, device: Device = None, top: Top = 10, full_names: FullNames = False
@@ -488,7 +500,8 @@ def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = Non
 
 
 TOOL_FUNCTIONS: list[Callable[..., Answer]] = [overview, verdict, idle_gaps, host_activity, data_movement,
-                                             communication, hot_kernels, kernel_profiles, kernel_instances, launches,
+                                             communication, hot_kernels, kernel_profiles, critical_path, kernel_instances,
+                                             launches,
                                              steps,
                                              annotation_ranges, flops, memory, calc, compare_traces]
 

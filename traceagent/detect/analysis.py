@@ -19,6 +19,7 @@ from ..trace.model import Job, Trace, TraceMeta
 from .annotations import detect_annotations
 from .breakdown import BreakdownResult, detect_breakdown
 from .comm import CommResult, detect_comm
+from .critical_path import detect_critical_path
 from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
 from .flops import detect_flops
 from .graphs import detect_graphs
@@ -224,6 +225,7 @@ class RankAnalysis:
             "flops": f.flops.to_dict() if f.flops else None,
             "memory": f.memory.to_dict() if f.memory else None,
             "graphs": f.graphs.to_dict() if f.graphs else None,
+            "critical_path": f.critical_path.to_dict() if f.critical_path else None,
             "annotations": f.annotations.to_dict() if f.annotations else None,
             **{name: result.to_dict() if result is not None else None for name, result in f.extra.items()},
             "steps": steps,
@@ -313,10 +315,12 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
     idle_params = params.idle
     idle, copies, comm = detect_idle(trace, idle_params), detect_memcpy(trace), detect_comm(trace)
     kernels, steps = detect_hot_kernels(trace), detect_steps(trace, params=idle_params)
+    path = detect_critical_path(trace, [k.name for k in kernels.top])
     findings = Findings(
         idle=idle, memcpy=copies, comm=comm, kernels=kernels, launch=detect_launch(trace), steps=steps,
         has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,
-        workload=detect_workload(trace), savings=estimate_savings(idle, copies, comm, kernels, steps),
+        workload=detect_workload(trace), savings=estimate_savings(idle, copies, comm, kernels, steps, path),
+        critical_path=path,
     )
     verdict = replace(diagnose(findings, params.verdict), rank=trace.meta.rank)
     breakdown, gaps = detect_breakdown(trace), trace_gaps(trace, idle_params)

@@ -16,6 +16,7 @@ from ..format import of_span
 from . import advice
 from .annotations import AnnotationsResult
 from .comm import CommResult
+from .critical_path import CriticalPathResult
 from .flops import FlopsResult
 from .graphs import GraphsResult
 from .idle import IdleResult
@@ -74,6 +75,7 @@ class Findings:
     memory: MemoryResult | None = None
     graphs: GraphsResult | None = None
     annotations: AnnotationsResult | None = None
+    critical_path: CriticalPathResult | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # the registered detectors' results by name (registry.py)
 
 

@@ -3,7 +3,8 @@ its reasoning (DESIGN.md, "saving estimate"). `diff` later compares it with what
 
 - an idle gap removed saves at most its length;
 - communication or copies hidden behind compute save at most their exposed part;
-- a kernel made k× faster saves at most (1 − 1/k) of its time (k = 2 here).
+- a kernel made k× faster saves at most (1 − 1/k) of its time (k = 2 here), and only of its time
+  on the critical path (critical_path.py): a kernel other work hides saves nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .comm import CommResult
+from .critical_path import CriticalPathResult
 from .idle import IdleResult
 from .kernels import KernelsResult
 from .memcpy import MemcpyResult
@@ -51,7 +53,7 @@ def _saving(finding: str, root: str, us_: float, whole_us: float, steps: StepsRe
 
 
 def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, kernels: KernelsResult,
-                     steps: StepsResult | None) -> list[Saving]:
+                     steps: StepsResult | None, path: CriticalPathResult | None = None) -> list[Saving]:
     """Every finding's saving, largest first."""
     whole = idle.device_time_us
     out = []
@@ -65,12 +67,21 @@ def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, k
     if comm.exposed_us:
         out.append(_saving("exposed communication", "communication", comm.exposed_us, whole, steps,
                            "an upper bound: communication hidden behind compute saves at most its exposed part"))
+    on_path = {k.name: k.on_path_us for k in path.kernels} if path else {}
     for k in kernels.top[:3]:
-        if not k.is_comm:
+        if k.is_comm:
+            continue
+        if path is None:
             out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
                                k.total_us * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
                                f"an upper bound: a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
                                f"{1 - 1 / KERNEL_SPEEDUP:.0%} of its time, if nothing else was hiding it"))
+        elif k.name in on_path:
+            out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
+                               on_path[k.name] * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
+                               f"an upper bound: it is on the critical path for {on_path[k.name]:g} µs of its "
+                               f"{k.total_us:g} µs, and a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
+                               f"{1 - 1 / KERNEL_SPEEDUP:.0%} of that"))
     return sorted(out, key=lambda s: -s.upper_bound_us)
 
 

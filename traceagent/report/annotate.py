@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
+from ..detect.critical_path import critical_path
 from ..detect.idle import gap_host_activity
 from ..detect.view import views_of
 from ..errors import TraceError
@@ -29,7 +30,7 @@ CATEGORY = "traceagent"
 FINDINGS_PID = 10_000_000  # above any real pid: the findings' own process
 EVIDENCE_GAPS = 50  # the largest gaps carry what the launching thread was doing (it costs a lookup each)
 # track ids inside the findings process
-VERDICT, STEPS, GAPS, EXPOSED_COMM, HOT = 0, 1, 100, 200, 300
+VERDICT, STEPS, CRITICAL_PATH, GAPS, EXPOSED_COMM, HOT = 0, 1, 2, 100, 200, 300
 
 
 def annotate(analysis: Analysis, source: str, out: str | os.PathLike, max_bytes: int | None = None) -> int:
@@ -103,6 +104,12 @@ def finding_events(r: RankAnalysis, pid: int) -> list[dict]:
             events.append(_slice(pid, HOT + int(row.device), k.short_name, int(row.start), int(row.dur),
                                  {"kernel": k.name, "rank_by_time": rank_in_top + 1, "total_us": k.total_us,
                                   "share_of_busy_pct": k.share_of_busy_pct}))
+    path = critical_path(trace)
+    if path is not None:  # the chain that sets the rank's length: device work, host calls, host work, waits
+        tracks[CRITICAL_PATH] = "critical path"
+        events += [_slice(pid, CRITICAL_PATH, name or kind, int(a), int(b - a), {"kind": kind})
+                   for kind, a, b, name in zip(path.kind.tolist(), path.start.tolist(), path.end.tolist(),
+                                               path.name.tolist()) if b > a]
     events += [_meta(pid, "thread_name", label, tid=tid) for tid, label in tracks.items()]
     return events
 

@@ -1,0 +1,91 @@
+"""The critical path: a hand-built step worked out by hand, the savings that use it, the annotate
+track, and real traces whose path adds up."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+from builder import TraceBuilder
+from conftest import DATA, NSYS_BEFORE, RESNET_NW0
+
+import traceagent
+from traceagent.detect.critical_path import critical_path
+from traceagent.report.annotate import annotate
+
+
+def one_step(tmp_path):
+    """The host launches k1 (199 µs) on stream 7 at 0-5 µs, k2 (20 µs) on stream 8 at 10-15, does
+    Python work, blocks in cudaDeviceSynchronize from 40 µs until k1 ends (205) and returns at 206,
+    then launches k3 at 210-215, which runs 220-250 on stream 7.
+
+    By hand, from k3's end back to the first device work (k1's start, 6 µs): k3 30 µs; a 5 µs wait
+    after its launch returned (215-220); the launch 5 µs; host work 4 µs (206-210); the sync's last
+    1 µs (205-206: it returned when k1 ended); k1 199 µs. 244 µs = 250 − 6. k2 ran beside k1: off the path."""
+    b = TraceBuilder()
+    b.kernel("k1", 6, 199, stream=7, launch_at=0, launch_dur=5)
+    b.kernel("k2", 16, 20, stream=8, launch_at=10, launch_dur=5)
+    b.python("train.py(3): forward", 15, 25)
+    b.runtime("cudaDeviceSynchronize", 40, 166)
+    b.kernel("k3", 220, 30, stream=7, launch_at=210, launch_dur=5)
+    return b.write(tmp_path / "step.json")
+
+
+def test_the_critical_path_of_a_step_worked_out_by_hand(tmp_path):
+    r = traceagent.analyze(one_step(tmp_path), use_cache=False).focus
+    path = r.findings.critical_path
+    assert (path.length_us, path.device_us, path.host_call_us, path.host_work_us, path.wait_us) == (
+        244.0, 199.0 + 30.0, 5.0 + 1.0, 4.0, 5.0)
+    assert [(k.short_name, k.on_path_us) for k in path.kernels] == [("k1", 199.0), ("k3", 30.0)]
+    assert path.off_path == ["k2"]
+    segments = critical_path(r.trace)
+    origin = r.trace.origin_ns()
+    assert sorted(zip(segments.kind, (segments.start - origin) // 1000, (segments.end - origin) // 1000)) == sorted([
+        ("device", 220, 250), ("wait", 215, 220), ("host_call", 210, 215), ("host_work", 206, 210),
+        ("host_call", 205, 206), ("device", 6, 205)])
+
+
+def test_savings_count_only_time_on_the_critical_path(tmp_path):
+    r = traceagent.analyze(one_step(tmp_path), use_cache=False).focus
+    kernels = {s.finding: s for s in r.findings.savings if s.root_cause == "hot_kernel"}
+    assert kernels["kernel k1 made 2× faster"].upper_bound_us == 99.5  # half its 199 µs on the path
+    assert "kernel k2 made 2× faster" not in kernels  # other work hides it: faster, it saves nothing
+    assert "critical path" in kernels["kernel k1 made 2× faster"].reasoning
+
+
+def test_annotate_draws_the_path_as_a_track(tmp_path):
+    source = one_step(tmp_path)
+    out = tmp_path / "annotated.json"
+    annotate(traceagent.analyze(source, use_cache=False), str(source), out)
+    events = json.loads(out.read_text())["traceEvents"]
+    track = next(e["tid"] for e in events if e.get("ph") == "M" and e["args"].get("name") == "critical path")
+    drawn = [e for e in events if e.get("cat") == "traceagent" and e.get("tid") == track and e["ph"] == "X"]
+    assert sorted(e["name"] for e in drawn) == sorted(["k3", "wait", "cudaLaunchKernel", "host_work",
+                                                       "cudaDeviceSynchronize", "k1"])
+    assert sum(e["dur"] for e in drawn) == pytest.approx(244.0)
+
+
+@pytest.mark.parametrize("path", [RESNET_NW0, NSYS_BEFORE, DATA / "hta" / "nccl_data.json.gz"])
+def test_on_real_traces_the_path_tiles_the_device_span(path):
+    r = traceagent.analyze(path).focus
+    result, segments = r.findings.critical_path, critical_path(r.trace)
+    assert result.device_us + result.host_call_us + result.host_work_us + result.wait_us == pytest.approx(
+        result.length_us, abs=0.01)
+    # the path's segments never overlap, and end where the rank's last device work ends
+    order = np.lexsort((segments.end, segments.start))  # zero-length segments before others at the same time
+    assert (segments.start[order][1:] >= segments.end[order][:-1]).all()
+    assert int(segments.end.max()) == r.trace.span_ns()[1]
+    on_path = {k.name for k in result.kernels}
+    assert on_path <= set(r.trace.gpu["name"].astype(str))
+
+
+def test_a_path_kernel_is_timed_as_the_raw_trace_has_it():
+    """The resnet trace's longest kernel on the path, against its durations read with gzip/json."""
+    result = traceagent.analyze(RESNET_NW0).focus.findings.critical_path
+    top = result.kernels[0]
+    with gzip.open(RESNET_NW0) as f:
+        raw = [e for e in json.load(f)["traceEvents"] if e.get("cat") in ("Kernel", "kernel") and e["name"] == top.name]
+    assert top.total_us == pytest.approx(sum(e["dur"] for e in raw), abs=0.01)
+    assert 0 < top.on_path_us <= top.total_us

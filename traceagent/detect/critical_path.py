@@ -1,0 +1,197 @@
+"""The critical path: the chain of dependent work that sets the rank's length, found by walking back
+from the device work that ends last, each time to the dependency that was ready last.
+
+Dependencies (as HTA's critical-path graph has them, on one rank):
+- a device op waits for the op before it on its stream, and for its launch call to return;
+- a host call waits for the host call before it on its thread (the host time between them is host
+  work: Python, ops, the framework);
+- a call that blocks for the GPU (vocabulary.BLOCKING_CALLS) waits for the device op that ended last
+  before it returned, on any stream.
+The path's time is then device work, host calls, host work between calls, and waits (a device op
+ready before it started: the GPU or stream was held by something the trace does not link, such as
+another stream's event). Only work on the path makes the rank longer: a kernel off it (overlapped
+by the path) saves nothing when made faster, and one on it saves at most its time on the path.
+
+The walk visits each path event once (a loop over the path, not over the trace); every predecessor
+is found beforehand with array operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..format import duration
+from ..trace.model import Trace, matches
+from .kernels import short_name
+from .view import pct, us
+from .vocabulary import BLOCKING_NAME
+
+TOP = 10
+
+
+@dataclass(frozen=True)
+class PathKernel:
+    name: str
+    short_name: str
+    on_path_us: float  # its time on the critical path
+    on_path_count: int
+    total_us: float  # all its instances, on the path or not
+    saving_2x_us: float  # what making it twice as fast saves at most: half its time on the path
+
+
+@dataclass(frozen=True)
+class CriticalPathResult:
+    """The rank's critical path, from its first dependency to the end of its last device work."""
+
+    length_us: float  # start of the path's first event to the end of its last
+    device_us: float  # kernels, copies and memsets on the path
+    host_call_us: float  # runtime calls on the path (launches, syncs while the GPU was busy)
+    host_work_us: float  # host time between calls on the path: Python, ops, the framework
+    wait_us: float  # device ops ready before they started (held by dependencies the trace does not link)
+    device_pct: float  # each of the four, of the path's length
+    host_call_pct: float
+    host_work_pct: float
+    wait_pct: float
+    events: int  # events on the path
+    kernels: list[PathKernel]  # the kernels with the most time on the path
+    off_path: list[str]  # hot kernels (by total time) with no instance on the path: faster, they save nothing
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+DEVICE, HOST_CALL, HOST_WORK, WAIT = "device", "host_call", "host_work", "wait"
+
+
+@dataclass(frozen=True)
+class Path:
+    """The path as time segments (ns), as arrays: events, then the gaps before them."""
+
+    kind: np.ndarray  # device, host_call, host_work (host time between calls), wait (a device op held)
+    start: np.ndarray
+    end: np.ndarray
+    name: np.ndarray  # the event's name; "" for gaps
+
+
+def critical_path(trace: Trace) -> Path | None:
+    """The rank's critical path, or None without device work: what `annotate` draws and the result
+    sums. Every event's binding dependency is chosen with array operations; the walk only follows them."""
+    gpu = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]
+    if gpu.empty:
+        return None
+    cpu = trace.cpu
+    calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
+    n_dev = len(gpu)
+    d_start, d_end = gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64)
+    c_start, c_end = calls["start"].to_numpy(np.int64), calls["end"].to_numpy(np.int64)
+    start, end = np.concatenate([d_start, c_start]), np.concatenate([d_end, c_end])
+    device = gpu["device"].to_numpy(np.int64)
+
+    # device candidates: the op before on the stream, the op that ended last on the device before it
+    # started (another stream's event, or the SMs it held), and its launch call (host nodes follow devices)
+    prev_on_stream = _previous(device * (1 << 31) + gpu["stream"].to_numpy(np.int64), d_start)
+    before = np.full(n_dev, -1, dtype=np.int64)
+    for d in np.unique(device):
+        mine = np.flatnonzero(device == d)
+        by_end = mine[np.argsort(d_end[mine], kind="stable")]
+        at = np.searchsorted(d_end[by_end], d_start[mine], side="right") - 1
+        before[mine] = np.where(at >= 0, by_end[np.maximum(at, 0)], -1)
+    correlation = calls["correlation"].to_numpy()
+    known = correlation >= 0
+    by_corr = pd.Series(np.flatnonzero(known), index=correlation[known])
+    by_corr = by_corr[~by_corr.index.duplicated()]
+    launch = pd.Series(gpu["correlation"].to_numpy()).map(by_corr).fillna(-1).to_numpy(np.int64)
+    launch = np.where(launch >= 0, launch + n_dev, -1)
+    candidates = np.stack([prev_on_stream, before, launch])
+    ready = np.where(candidates >= 0, end[np.maximum(candidates, 0)], np.iinfo(np.int64).min)
+    ready = np.where(ready <= d_end, ready, np.iinfo(np.int64).min)  # a dependency ends before its dependant does
+    choice = ready.argmax(axis=0)
+    pred = np.where(ready.max(axis=0) > np.iinfo(np.int64).min, candidates[choice, np.arange(n_dev)], -1)
+
+    # host calls: the call before on the thread; a blocking call that returned when the GPU finished,
+    # the device op that ended last before it returned
+    prev_call = _previous(calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64), c_start)
+    prev_call = np.where(prev_call >= 0, prev_call + n_dev, -1)
+    by_end = np.argsort(d_end, kind="stable")
+    ended = np.searchsorted(d_end[by_end], c_end, side="right") - 1
+    waited = np.where(matches(calls["name"], BLOCKING_NAME) & (ended >= 0), by_end[np.maximum(ended, 0)], -1)
+    gpu_set = (waited >= 0) & (d_end[np.maximum(waited, 0)] > c_start)
+    pred = np.concatenate([pred, np.where(gpu_set, waited, prev_call)])
+
+    first_device = int(d_start.min())
+    nodes = _walk(pred.tolist(), end.tolist(), int(np.argmax(d_end)), first_device)
+    follows = pred[nodes]
+    at = np.maximum(np.where(follows >= 0, end[np.maximum(follows, 0)], start[nodes]), first_device)
+    on_device = nodes < n_dev
+    names = np.concatenate([gpu["name"].astype(object).to_numpy(), calls["name"].astype(object).to_numpy()])
+    gap = at < start[nodes]  # the time between: a wait on the device, or host work on a thread
+    return Path(
+        kind=np.concatenate([np.where(on_device, DEVICE, HOST_CALL), np.where(on_device, WAIT, HOST_WORK)[gap]]),
+        start=np.concatenate([np.maximum(start[nodes], at), at[gap]]),
+        end=np.concatenate([end[nodes], start[nodes][gap]]),
+        name=np.concatenate([names[nodes], np.full(int(gap.sum()), "", dtype=object)]))
+
+
+def _walk(pred: list[int], end: list[int], node: int, floor: int) -> np.ndarray:
+    """Follow each event's binding dependency back from `node` while it ends after `floor`: the
+    only loop over the path (plain lists: a few hundred ns an event)."""
+    path, seen = [], set()
+    while node >= 0 and node not in seen and end[node] > floor:  # a damaged trace's cycle stops the walk
+        seen.add(node)
+        path.append(node)
+        node = pred[node]
+    return np.array(path, dtype=np.int64)
+
+
+def _previous(group: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each event, the one before it (by start) in its group (a stream, a thread), or -1."""
+    order = np.lexsort((t, group))
+    same = np.zeros(len(t), dtype=bool)
+    same[1:] = group[order][1:] == group[order][:-1]
+    out = np.full(len(t), -1, dtype=np.int64)
+    out[order[1:][same[1:]]] = order[:-1][same[1:]]
+    return out
+
+
+def detect_critical_path(trace: Trace, hot: list[str]) -> CriticalPathResult | None:
+    """The rank's critical path, and which of the `hot` kernels (by total time) are off it."""
+    path = critical_path(trace)
+    if path is None:
+        return None
+    table = pd.DataFrame({"kind": path.kind, "name": path.name, "dur": path.end - path.start})
+    by_kind = table.groupby("kind")["dur"].sum()
+    kernels = trace.gpu[(trace.gpu["kind"] == "kernel").to_numpy()]
+    totals = (kernels["end"] - kernels["start"]).groupby(kernels["name"].astype(object).to_numpy()).sum()
+    device = table[table["kind"] == "device"]
+    on_path = device.groupby("name")["dur"].agg(["sum", "size"]).sort_values("sum", ascending=False)
+    on_path = on_path[on_path.index.isin(totals.index)]
+    # the kernels longest on the path, and every hot kernel that is on it (the savings read them)
+    chosen = on_path[on_path.index.isin(list(on_path.index[:TOP]) + list(hot))]
+    rows = [PathKernel(str(n), short_name(str(n)), us(r["sum"]), int(r["size"]), us(totals[n]), us(r["sum"] / 2))
+            for n, r in chosen.iterrows()]
+    length = int(path.end.max() - path.start.min())
+    part = {k: int(by_kind.get(k, 0)) for k in (DEVICE, HOST_CALL, HOST_WORK, WAIT)}
+    return CriticalPathResult(
+        length_us=us(length), device_pct=pct(part[DEVICE], length), host_call_pct=pct(part[HOST_CALL], length),
+        host_work_pct=pct(part[HOST_WORK], length), wait_pct=pct(part[WAIT], length),
+        device_us=us(by_kind.get("device", 0)), host_call_us=us(by_kind.get("host_call", 0)),
+        host_work_us=us(by_kind.get("host_work", 0)), wait_us=us(by_kind.get("wait", 0)),
+        events=int((path.name != "").sum()),
+        kernels=rows, off_path=[short_name(n) for n in hot if n not in on_path.index])
+
+
+def critical_path_sentence(result: CriticalPathResult) -> str | None:
+    text = (f"The critical path ({result.events} events over {duration(result.length_us)}) is "
+            f"{result.device_pct:.1f}% device work, {result.host_call_pct:.1f}% host calls, "
+            f"{result.host_work_pct:.1f}% host work between them and {result.wait_pct:.1f}% waits")
+    if result.kernels:
+        k = result.kernels[0]
+        text += (f"; {k.short_name} is on it for {duration(k.on_path_us)} of its {duration(k.total_us)}, so making it "
+                 f"twice as fast saves at most {duration(k.saving_2x_us)}")
+    if result.off_path:
+        text += (f"; not on it: {', '.join(result.off_path[:3])} (other work hides them: "
+                 "faster, they save nothing)")
+    return text + "."
