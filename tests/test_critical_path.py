@@ -12,7 +12,7 @@ from builder import TraceBuilder
 from conftest import DATA, NSYS_BEFORE, RESNET_NW0
 
 import traceagent
-from traceagent.detect.critical_path import critical_path
+from traceagent.detect.critical_path import KINDS, critical_path
 from traceagent.report.annotate import annotate
 
 
@@ -42,7 +42,8 @@ def test_the_critical_path_of_a_step_worked_out_by_hand(tmp_path):
     assert path.off_path == ["k2"]
     segments = critical_path(r.trace)
     origin = r.trace.origin_ns()
-    assert sorted(zip(segments.kind, (segments.start - origin) // 1000, (segments.end - origin) // 1000)) == sorted([
+    kinds = [KINDS[k] for k in segments.kind]
+    assert sorted(zip(kinds, (segments.start - origin) // 1000, (segments.end - origin) // 1000)) == sorted([
         ("device", 220, 250), ("wait", 215, 220), ("host_call", 210, 215), ("host_work", 206, 210),
         ("host_call", 205, 206), ("device", 6, 205)])
 

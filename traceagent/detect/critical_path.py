@@ -64,16 +64,25 @@ class CriticalPathResult:
 
 
 DEVICE, HOST_CALL, HOST_WORK, WAIT = "device", "host_call", "host_work", "wait"
+KINDS = (DEVICE, HOST_CALL, HOST_WORK, WAIT)  # Path.kind's codes
 
 
 @dataclass(frozen=True)
 class Path:
     """The path as time segments (ns), as arrays: events, then the gaps before them."""
 
-    kind: np.ndarray  # device, host_call, host_work (host time between calls), wait (a device op held)
+    kind: np.ndarray  # codes into KINDS: device, host_call, host_work (host time between calls), wait (a device op held)
     start: np.ndarray
     end: np.ndarray
-    name: np.ndarray  # the event's name; "" for gaps
+    event: np.ndarray  # the event: a row of the device ops (device), of the host calls (host_call); -1 for gaps
+    device_names: pd.Categorical  # the device ops' names, by row
+    call_names: pd.Categorical
+
+    def names(self) -> list[str]:
+        """Each segment's name ("" for gaps): for the path's events only."""
+        device, call = self.device_names, self.call_names
+        return [str(device[e]) if k == 0 else str(call[e]) if k == 1 else "" for k, e in
+                zip(self.kind.tolist(), self.event.tolist())]
 
 
 def critical_path(trace: Trace) -> Path | None:
@@ -126,21 +135,21 @@ def critical_path(trace: Trace) -> Path | None:
     follows = pred[nodes]
     at = np.maximum(np.where(follows >= 0, end[np.maximum(follows, 0)], start[nodes]), first_device)
     on_device = nodes < n_dev
-    names = np.concatenate([gpu["name"].astype(object).to_numpy(), calls["name"].astype(object).to_numpy()])
     gap = at < start[nodes]  # the time between: a wait on the device, or host work on a thread
     return Path(
-        kind=np.concatenate([np.where(on_device, DEVICE, HOST_CALL), np.where(on_device, WAIT, HOST_WORK)[gap]]),
+        kind=np.concatenate([np.where(on_device, 0, 1), np.where(on_device, 3, 2)[gap]]).astype(np.int8),
         start=np.concatenate([np.maximum(start[nodes], at), at[gap]]),
         end=np.concatenate([end[nodes], start[nodes][gap]]),
-        name=np.concatenate([names[nodes], np.full(int(gap.sum()), "", dtype=object)]))
+        event=np.concatenate([np.where(on_device, nodes, nodes - n_dev), np.full(int(gap.sum()), -1)]),
+        device_names=gpu["name"].array, call_names=calls["name"].array)
 
 
 def _walk(pred: list[int], end: list[int], node: int, floor: int) -> np.ndarray:
     """Follow each event's binding dependency back from `node` while it ends after `floor`: the
     only loop over the path (plain lists: a few hundred ns an event)."""
-    path, seen = [], set()
-    while node >= 0 and node not in seen and end[node] > floor:  # a damaged trace's cycle stops the walk
-        seen.add(node)
+    path, seen = [], bytearray(len(pred))
+    while node >= 0 and not seen[node] and end[node] > floor:  # a damaged trace's cycle stops the walk
+        seen[node] = 1
         path.append(node)
         node = pred[node]
     return np.array(path, dtype=np.int64)
@@ -161,26 +170,33 @@ def detect_critical_path(trace: Trace, hot: list[str]) -> CriticalPathResult | N
     path = critical_path(trace)
     if path is None:
         return None
-    table = pd.DataFrame({"kind": path.kind, "name": path.name, "dur": path.end - path.start})
-    by_kind = table.groupby("kind")["dur"].sum()
-    kernels = trace.gpu[(trace.gpu["kind"] == "kernel").to_numpy()]
-    totals = (kernels["end"] - kernels["start"]).groupby(kernels["name"].astype(object).to_numpy()).sum()
-    device = table[table["kind"] == "device"]
-    on_path = device.groupby("name")["dur"].agg(["sum", "size"]).sort_values("sum", ascending=False)
-    on_path = on_path[on_path.index.isin(totals.index)]
-    # the kernels longest on the path, and every hot kernel that is on it (the savings read them)
-    chosen = on_path[on_path.index.isin(list(on_path.index[:TOP]) + list(hot))]
-    rows = [PathKernel(str(n), short_name(str(n)), us(r["sum"]), int(r["size"]), us(totals[n]), us(r["sum"] / 2))
-            for n, r in chosen.iterrows()]
+    dur = path.end - path.start
+    part = np.bincount(path.kind, weights=dur, minlength=len(KINDS)).astype(np.int64)
+    # per kernel name (codes of the device ops' names): time on the path, instances on it, time in all
+    names = path.device_names
+    categories = [str(c) for c in names.categories]
+    on_device = path.kind == 0
+    codes = names.codes[path.event[on_device]]
+    on_path = np.bincount(codes[codes >= 0], weights=dur[on_device][codes >= 0], minlength=len(categories))
+    count = np.bincount(codes[codes >= 0], minlength=len(categories))
+    gpu = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]  # the rows path.event indexes
+    is_kernel = (gpu["kind"] == "kernel").to_numpy()
+    all_codes = names.codes[is_kernel]
+    totals = np.bincount(all_codes[all_codes >= 0], weights=(gpu["end"] - gpu["start"]).to_numpy()[is_kernel][all_codes >= 0],
+                         minlength=len(categories))
+    kernel_on_path = (on_path > 0) & (totals > 0)
+    index = {n: i for i, n in enumerate(categories)}
+    longest = np.argsort(-np.where(kernel_on_path, on_path, -1), kind="stable")[:TOP]
+    wanted = {int(i) for i in longest if kernel_on_path[i]}
+    wanted |= {index[n] for n in hot if n in index and kernel_on_path[index[n]]}  # the savings read the hot ones
+    rows = sorted((PathKernel(categories[i], short_name(categories[i]), us(on_path[i]), int(count[i]), us(totals[i]),
+                              us(on_path[i] / 2)) for i in wanted), key=lambda k: -k.on_path_us)
     length = int(path.end.max() - path.start.min())
-    part = {k: int(by_kind.get(k, 0)) for k in (DEVICE, HOST_CALL, HOST_WORK, WAIT)}
     return CriticalPathResult(
-        length_us=us(length), device_pct=pct(part[DEVICE], length), host_call_pct=pct(part[HOST_CALL], length),
-        host_work_pct=pct(part[HOST_WORK], length), wait_pct=pct(part[WAIT], length),
-        device_us=us(by_kind.get("device", 0)), host_call_us=us(by_kind.get("host_call", 0)),
-        host_work_us=us(by_kind.get("host_work", 0)), wait_us=us(by_kind.get("wait", 0)),
-        events=int((path.name != "").sum()),
-        kernels=rows, off_path=[short_name(n) for n in hot if n not in on_path.index])
+        length_us=us(length), device_us=us(part[0]), host_call_us=us(part[1]), host_work_us=us(part[2]),
+        wait_us=us(part[3]), device_pct=pct(part[0], length), host_call_pct=pct(part[1], length),
+        host_work_pct=pct(part[2], length), wait_pct=pct(part[3], length), events=int((path.event >= 0).sum()),
+        kernels=rows, off_path=[short_name(n) for n in hot if n not in index or not kernel_on_path[index[n]]])
 
 
 def critical_path_sentence(result: CriticalPathResult) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
-from ..detect.critical_path import critical_path
+from ..detect.critical_path import KINDS, critical_path
 from ..detect.idle import gap_host_activity
 from ..detect.view import views_of
 from ..errors import TraceError
@@ -107,9 +107,9 @@ def finding_events(r: RankAnalysis, pid: int) -> list[dict]:
     path = critical_path(trace)
     if path is not None:  # the chain that sets the rank's length: device work, host calls, host work, waits
         tracks[CRITICAL_PATH] = "critical path"
-        events += [_slice(pid, CRITICAL_PATH, name or kind, int(a), int(b - a), {"kind": kind})
+        events += [_slice(pid, CRITICAL_PATH, name or KINDS[kind], int(a), int(b - a), {"kind": KINDS[kind]})
                    for kind, a, b, name in zip(path.kind.tolist(), path.start.tolist(), path.end.tolist(),
-                                               path.name.tolist()) if b > a]
+                                               path.names()) if b > a]
     events += [_meta(pid, "thread_name", label, tid=tid) for tid, label in tracks.items()]
     return events
 
