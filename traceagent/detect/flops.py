@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -33,6 +35,7 @@ from .peaks import DTYPES, Peak, peak_for
 from .view import us
 
 TOP = 10
+R = TypeVar("R")
 #: the shaped ops whose FLOPs are counted; the other SHAPED_OPS get bytes only
 COUNTED = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|_convolution|convolution_backward|"
                      r"_scaled_dot_product_\w+_attention(?:_backward)?)$")
@@ -233,6 +236,15 @@ def _conv_forward(dims: list, concrete: list | None) -> float | None:
     return _conv(x[0], w[0], w, math.prod(spatial))
 
 
+def per_op(ops: pd.DataFrame, cost: Callable[[str, str], R]) -> list[R]:
+    """`cost(name, shapes)` for each shaped op row, worked out once per distinct (name, shapes):
+    an op repeats its shapes every step."""
+    pairs = pd.MultiIndex.from_arrays([ops["name"].astype(str), ops["shapes"].astype(str)])
+    distinct = pairs.unique()
+    once = [cost(n, s) for n, s in distinct]
+    return [once[i] for i in distinct.get_indexer(pairs)]
+
+
 def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
     """FLOPs of the shaped ops, their achieved TFLOP/s, and MFU over the rank's span; their bytes
     and roofline side; the low-FLOP ops' bytes and achieved bandwidth."""
@@ -250,12 +262,7 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
                            "no recorded shapes: profile with torch.profiler.profile(record_shapes=True)"
                            if recorded.empty else "no matmul, attention or convolution ops with recorded shapes",
                            memory_gbps=memory_gbps, traffic=traffic)
-    # an op repeats its shapes every step: each distinct (name, shapes) is counted once
-    pairs = pd.MultiIndex.from_arrays([shaped["name"].astype(str), shaped["shapes"].astype(str)])
-    distinct = pairs.unique()
-    inverse = distinct.get_indexer(pairs)
-    once = [(*op_flops(n, s), op_bytes(n, s)) for n, s in distinct]
-    computed = [once[i] for i in inverse]
+    computed = per_op(shaped, lambda n, s: (*op_flops(n, s), op_bytes(n, s)))
     flops = np.array([f if f is not None else np.nan for f, _, _ in computed])
     nbytes = np.array([b if b is not None else np.nan for _, _, b in computed])
     gpu_ns, _ = launched_gpu_ns(trace, shaped)
@@ -307,10 +314,7 @@ def _traffic(trace: Trace, ops: pd.DataFrame, memory_gbps: float | None) -> list
     """The low-FLOP ops by name and dtype: their least bytes over their kernels' time."""
     if ops.empty:
         return []
-    pairs = pd.MultiIndex.from_arrays([ops["name"].astype(str), ops["shapes"].astype(str)])
-    distinct = pairs.unique()
-    once = [(op_bytes(n, s), op_flops(n, s)[1]) for n, s in distinct]
-    computed = [once[i] for i in distinct.get_indexer(pairs)]
+    computed = per_op(ops, lambda n, s: (op_bytes(n, s), op_flops(n, s)[1]))
     gpu_ns, _ = launched_gpu_ns(trace, ops)
     table = pd.DataFrame({"name": ops["name"].astype(str).to_numpy(), "dtype": [d for _, d in computed],
                           "bytes": [b if b is not None else np.nan for b, _ in computed], "gpu_ns": gpu_ns})

@@ -18,7 +18,7 @@ import pandas as pd
 from ..format import duration, shorten
 from ..trace.model import Trace, matches
 from . import intervals as iv
-from .flops import COUNTED, op_flops
+from .flops import COUNTED, op_flops, per_op
 from .graphs import replayed
 from .kernels import short_name
 from .peaks import peak_for
@@ -138,10 +138,7 @@ def _flops(trace: Trace, windows: iv.Intervals) -> tuple[float | None, str | Non
     shaped = shaped[matches(shaped["name"], COUNTED)]
     start = shaped["start"].to_numpy(np.int64)
     shaped = shaped[iv.covered(windows, start, start + 1) > 0]
-    pairs = pd.MultiIndex.from_arrays([shaped["name"].astype(str), shaped["shapes"].astype(str)])
-    distinct = pairs.unique()  # an op repeats its shapes every step: each distinct one counted once
-    once = [op_flops(n, s) for n, s in distinct]
-    counted = [once[i] for i in distinct.get_indexer(pairs)]
+    counted = per_op(shaped, op_flops)
     by_dtype: dict[str, float] = {}
     for flops, dtype in counted:
         if flops is not None:
