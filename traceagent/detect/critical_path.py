@@ -57,7 +57,7 @@ class CriticalPathResult:
     wait_pct: float
     events: int  # events on the path
     kernels: list[PathKernel]  # the kernels with the most time on the path
-    off_path: list[str]  # hot kernels (by total time) with no instance on the path: faster, they save nothing
+    off_path: list[str]  # hot kernels (by total time, short names, each once) with no instance on the path
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -196,7 +196,8 @@ def detect_critical_path(trace: Trace, hot: list[str]) -> CriticalPathResult | N
         length_us=us(length), device_us=us(part[0]), host_call_us=us(part[1]), host_work_us=us(part[2]),
         wait_us=us(part[3]), device_pct=pct(part[0], length), host_call_pct=pct(part[1], length),
         host_work_pct=pct(part[2], length), wait_pct=pct(part[3], length), events=int((path.event >= 0).sum()),
-        kernels=rows, off_path=[short_name(n) for n in hot if n not in index or not kernel_on_path[index[n]]])
+        kernels=rows,
+        off_path=list(dict.fromkeys(short_name(n) for n in hot if n not in index or not kernel_on_path[index[n]])))
 
 
 def critical_path_sentence(result: CriticalPathResult) -> str | None:
