@@ -34,7 +34,7 @@ from .trace import cache, storage
 from .trace.load import RankSource, file_key, load_file, load_file_keyed, numbered, resolve
 from .trace.model import Job
 from .trace.ncu import load_ncu
-from .trace.normalize import capture_ops, split_ranks, with_capture, with_step_pattern
+from .trace.normalize import as_analysed, capture_ops, split_ranks
 
 
 def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, idle: IdleParams | None = None,
@@ -65,8 +65,8 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
                             stragglers=stragglers or StragglerParams()).with_settings(list(settings))
     pattern = re.compile(steps) if isinstance(steps, str) else steps
     if isinstance(source, Job):
-        job = source if captured is None else Job(source.path, [with_capture(t, captured) for t in source.traces])
-        return _with_profiles(analyze_job(with_steps(job, pattern) if pattern is not None else job, params), profiled)
+        job = replace(source, traces=[as_analysed(t, pattern, captured) for t in source.traces])
+        return _with_profiles(analyze_job(job, params), profiled)
     sources = resolve(source)
     path, files, notes = sources.path, sources.files, sources.notes
     where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in files])
@@ -117,11 +117,7 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
         trace_file, key = load_file_keyed(file, use_cache, max_bytes, key)
         ranks = []
         for part, trace in enumerate(split_ranks(trace_file)):
-            if steps is not None:
-                trace = with_step_pattern(trace, steps)
-            if captured:
-                trace = with_capture(trace, captured)
-            ranks.append(analyze_trace(trace, params, source(part)))
+            ranks.append(analyze_trace(as_analysed(trace, steps, captured), params, source(part)))
         results = [r.without_events() for r in ranks]
         if key is not None:
             cache.write_results(key, tag, results)
@@ -148,8 +144,3 @@ def results_tag(params: AnalysisParams, steps: re.Pattern | None, captured: dict
 def _as_asked(rank: RankAnalysis, file: str, source: RankSource) -> RankAnalysis:
     """Stored results as this run asked for them: the file's path as given, events from `source`."""
     return replace(rank, meta=replace(rank.meta, path=file), source=source)
-
-
-def with_steps(job: Job, pattern: re.Pattern) -> Job:
-    """The job with steps taken from the host ranges whose names match `pattern`."""
-    return replace(job, traces=[with_step_pattern(t, pattern) for t in job.traces])

@@ -19,7 +19,7 @@ from ..tasks import Progress, run_per_file, scheduler_for
 from . import cache, storage
 from .kineto import load_kineto
 from .model import Job, Trace, TraceMeta
-from .normalize import split_ranks, with_capture, with_step_pattern
+from .normalize import as_analysed, split_ranks
 from .nsys import load_nsys
 
 T = TypeVar("T")
@@ -286,11 +286,8 @@ class RankSource:
             if source == self and kept.meta is meta:
                 _RELOADED.append(_RELOADED.pop(i))
                 return kept
-        trace = split_ranks(load_file(self.file, self.use_cache, self.max_bytes))[self.part]
-        if self.steps is not None:
-            trace = with_step_pattern(trace, self.steps)
-        if self.captured:
-            trace = with_capture(trace, dict(self.captured))
+        trace = as_analysed(split_ranks(load_file(self.file, self.use_cache, self.max_bytes))[self.part], self.steps,
+                         dict(self.captured))
         _RELOADED.append((self, replace(trace, meta=meta)))
         del _RELOADED[:-2]  # the rank a conversation is about, and one more: never the whole job
         return _RELOADED[-1][1]

@@ -476,6 +476,14 @@ def with_step_pattern(trace: Trace, pattern: re.Pattern) -> Trace:
     return replace(trace, steps=derive_steps(trace.gpu, trace.cpu, pattern))
 
 
+def as_analysed(trace: Trace, steps: re.Pattern | None = None, captured: dict[str, str] | None = None) -> Trace:
+    """The trace as an analysis asked for it: steps from `--steps`, replayed kernels given a
+    separate capture's ops (`--graph-capture`); as loaded when neither is given."""
+    if steps is not None:
+        trace = with_step_pattern(trace, steps)
+    return with_capture(trace, captured) if captured else trace
+
+
 def split_ranks(trace: Trace) -> list[Trace]:
     """A merged multi-rank file (events tagged with their rank) as one Trace per rank; any other
     trace as itself. Untagged events (process metadata, flows) stay with no rank."""
