@@ -207,7 +207,8 @@ def _gpu_metrics(con: sqlite3.Connection, tables: set[str], warnings: list[str])
     rows = rows[rows["time"].between(-MAX_TIME_NS, MAX_TIME_NS) & rows["value"].between(0, 1e4)]
     gpu_id = rows["typeId"].astype(np.int64) & 0xFF
     only = next(iter(pw.values())) if len(pw) == 1 else None  # one GPU: its samples, whatever the id's layout
-    rows = rows.assign(device=gpu_id.map(lambda g: pw.get(g, g if only is None else only)).astype(np.int64),
+    device = {int(g): pw.get(int(g), int(g) if only is None else only) for g in gpu_id.unique()}  # a few GPUs
+    rows = rows.assign(device=gpu_id.map(device).astype(np.int64),
                        metric=rows["metricId"].map(keys), time=rows["time"].astype(np.int64))
     # a direction's NVLink requests and responses are one sample each: added together
     return rows.groupby(["device", "time", "metric"], as_index=False, sort=False)["value"].sum()
