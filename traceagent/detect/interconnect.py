@@ -89,13 +89,14 @@ def detect_interconnect(trace: Trace, copies: MemcpyResult,
     links: list[Link] = []
     rows = []
     samples = _samples(trace)
+    held = {kind: _copy_intervals(trace, kind) for kind in COPY_METRIC} if samples else {}  # read by both below
     for kind, c in crossing.items():
         link = host_link(device_name) if kind != "PtoP" else link_for(device_name, None, 2)
         if link not in links:
             links.append(link)
         share = pct(c.gbps, link.peak_gbps)
         pageable = pct(c.pageable_bytes, c.bytes)
-        measured = _window_mean(samples, _copy_intervals(trace, kind), COPY_METRIC[kind]) if samples else None
+        measured = _window_mean(samples, held[kind], COPY_METRIC[kind]) if samples else None
         step = None
         if share < params.slow_link_pct:
             step = ("pin the host memory (DataLoader(pin_memory=True), tensor.pin_memory()) and copy with "
@@ -103,7 +104,8 @@ def detect_interconnect(trace: Trace, copies: MemcpyResult,
                     "copy fewer, larger buffers: small copies are dominated by their fixed cost")
         rows.append(CopyLink(kind, c.count, c.bytes, c.gbps, share, links.index(link), pageable,
                              measured[1] if measured else None, step))
-    return InterconnectResult(rows, links, _windows(trace, samples, params) if samples else [], len(trace.metrics))
+    return InterconnectResult(rows, links, _windows(trace, samples, held, params) if samples else [],
+                              len(trace.metrics))
 
 
 #: (device, metric) → (period starts, period ends, values), sorted by time
@@ -122,11 +124,9 @@ def _samples(trace: Trace) -> _Samples:
     return out
 
 
-def _copy_intervals(trace: Trace, kind: str, device: int | None = None) -> dict[int, iv.Intervals]:
+def _copy_intervals(trace: Trace, kind: str) -> dict[int, iv.Intervals]:
     """Each device's copies of one kind, as an interval union."""
     rows = trace.gpu[(trace.gpu["kind"] == "memcpy").to_numpy() & (trace.gpu["copy_kind"] == kind).to_numpy()]
-    if device is not None:
-        rows = rows[rows["device"] == device]
     return {int(d): iv.union(r["start"].to_numpy(np.int64), r["end"].to_numpy(np.int64))
             for d, r in rows.groupby("device", sort=True)}
 
@@ -145,7 +145,8 @@ def _window_mean(samples: _Samples, held: dict[int, iv.Intervals], metric: str) 
     return (float(weight), round(float(total / weight), 2)) if weight else None
 
 
-def _windows(trace: Trace, samples: _Samples, params: InterconnectParams) -> list[MetricWindow]:
+def _windows(trace: Trace, samples: _Samples, copies: dict[str, dict[int, iv.Intervals]],
+             params: InterconnectParams) -> list[MetricWindow]:
     out = []
     for view in views_of(trace):
         device = view.device
@@ -153,8 +154,7 @@ def _windows(trace: Trace, samples: _Samples, params: InterconnectParams) -> lis
         hot = (kernels.assign(dur=kernels["end"] - kernels["start"]).groupby("name", observed=True)["dur"].sum()
                .nlargest(params.hot_kernels).index)
         activity: list[tuple[str, str, iv.Intervals]] = [
-            *((f"{kind} copies", "copies", _copy_intervals(trace, kind, device).get(device, iv.union(
-                np.zeros(0, np.int64), np.zeros(0, np.int64)))) for kind in COPY_METRIC),
+            *((f"{kind} copies", "copies", copies[kind][device]) for kind in COPY_METRIC if device in copies[kind]),
             ("collectives", "collectives", view.comm),
             *((f"kernel {short_name(str(name))}", "kernel", _of(kernels[kernels["name"] == name])) for name in hot),
             ("the whole trace", "trace", iv.union(np.array([view.span[0]]), np.array([view.span[1]]))),
