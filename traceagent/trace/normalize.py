@@ -321,17 +321,23 @@ def _capture_ops(cpu: pd.DataFrame) -> dict[str, str]:
         return {}
     ops = cpu.loc[cpu["kind"].isin(["op"]).to_numpy(), ["pid", "tid", "start", "end", "name"]]
     owner = innermost_enclosing(ops, calls["pid"].to_numpy(), calls["tid"].to_numpy(), calls["start"].to_numpy())
-    found = pd.DataFrame({"kernel": calls["kernel"].astype(str).to_numpy()[owner >= 0],
-                          "op": ops["name"].astype(str).to_numpy()[owner[owner >= 0]]})
-    return _most_common(found)
+    kernels, names = calls["kernel"].array, ops["name"].array
+    best = _most_common(kernels.codes[owner >= 0], names.codes[owner[owner >= 0]], len(kernels.categories),
+                        len(names.categories))
+    return {str(kernels.categories[k]): str(names.categories[o]) for k, o in enumerate(best[:-1]) if o >= 0}
 
 
-def _most_common(pairs: pd.DataFrame) -> dict[str, str]:
-    """kernel → its most common op, from (kernel, op) rows."""
-    if pairs.empty:
-        return {}
-    counts = pairs.groupby(["kernel", "op"]).size().reset_index(name="n").sort_values("n", kind="stable")
-    return dict(counts.drop_duplicates("kernel", keep="last")[["kernel", "op"]].itertuples(index=False))
+def _most_common(keys: np.ndarray, values: np.ndarray, n_keys: int, n_values: int) -> np.ndarray:
+    """For each key code, the value code paired with it most often (-1: none), from codes; one
+    more entry at the end, -1, so that key code -1 reads as none."""
+    ok = (keys >= 0) & (values >= 0)
+    pair, count = np.unique(keys[ok].astype(np.int64) * (n_values + 1) + values[ok], return_counts=True)
+    pair = pair[np.lexsort((count, pair // (n_values + 1)))]  # by key, then count: each key's last is its most common
+    best = np.full(n_keys + 1, -1, dtype=np.int64)
+    if len(pair):
+        last = np.append(pair[1:] // (n_values + 1) != pair[:-1] // (n_values + 1), True)
+        best[pair[last] // (n_values + 1)] = pair[last] % (n_values + 1)
+    return best
 
 
 def attributed_replays(gpu: pd.DataFrame, cpu: pd.DataFrame, captured: dict[str, str] | None = None) -> pd.Categorical:
@@ -356,15 +362,9 @@ def attributed_replays(gpu: pd.DataFrame, cpu: pd.DataFrame, captured: dict[str,
         name_code = gpu["name"].cat.codes.to_numpy()
         op_codes = gpu["op"].cat.codes.to_numpy()
         ops = list(gpu["op"].cat.categories)
-        # by kernel name: the op code most often launching each name outside graphs (codes, not strings)
-        eager = kernel & ~replay & (op_codes >= 0)
-        pair, count = np.unique(name_code[eager].astype(np.int64) * (len(ops) + 1) + op_codes[eager], return_counts=True)
-        order = np.lexsort((count, pair // (len(ops) + 1)))  # by name, then count: each name's last is its most common
-        pair = pair[order]
-        last = np.append(pair[1:] // (len(ops) + 1) != pair[:-1] // (len(ops) + 1), True)
-        by_name = np.full(len(names) + 1, -1, dtype=np.int64)  # the last entry: name code -1
-        if len(pair):
-            by_name[pair[last] // (len(ops) + 1)] = pair[last] % (len(ops) + 1)
+        # by kernel name: the op most often launching each name outside graphs
+        eager = kernel & ~replay
+        by_name = _most_common(name_code[eager], op_codes[eager], len(names), len(ops))
         # from the capture: each distinct name looked up once, its op added to the categories if new
         index = {op: i for i, op in enumerate(ops)}
         for op in dict.fromkeys(capture.values()):
