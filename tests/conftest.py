@@ -97,3 +97,32 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     then runs its five collections over nothing instead of 2-3 s over every analysis the run
     kept (each test's own unraisable exceptions are still reported at its teardown)."""
     gc.freeze()
+
+
+# -- a model server for the agent tests -------------------------------------------------------
+
+SECRET = "sk-test-secret-key-0123456789"
+
+
+@pytest.fixture
+def model_env(monkeypatch):
+    def configure(url: str, retries: int = 0, timeout: float = 10, deadline: float = 120) -> None:
+        monkeypatch.setenv("TRACEAGENT_DEADLINE", str(deadline))
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        monkeypatch.setenv("TRACEAGENT_MODEL", "scripted")
+        monkeypatch.setenv("TRACEAGENT_MAX_RETRIES", str(retries))
+        monkeypatch.setenv("TRACEAGENT_TIMEOUT", str(timeout))
+        monkeypatch.setenv("TRACEAGENT_CONFIG", "/nonexistent/config.toml")
+    return configure
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A three-kernel trace: for the tests about the server, where the trace is beside the point."""
+    from builder import TraceBuilder
+
+    b = TraceBuilder()
+    for i in range(3):
+        b.kernel(f"kernel_{i}", i * 100, 50)
+    return b.write(tmp_path_factory.mktemp("tiny") / "tiny.json")

@@ -74,6 +74,17 @@ class Reply(dict):
         return cls(kind="tool", name=name, arguments=args, call_id=call_id, repeat_name=repeat_name)
 
     @classmethod
+    def tools(cls, calls: list[tuple[str, dict]], drip_s: float = 0.0) -> Reply:
+        """Several tool calls in one reply, each in its own chunk (`drip_s` between them)."""
+        return cls(kind="tools", calls=[(name, json.dumps(args)) for name, args in calls], drip_s=drip_s)
+
+    @classmethod
+    def keepalive(cls, seconds: float, then: Reply | None = None) -> Reply:
+        """SSE comments only (what llama-server sends while it reads a long prompt) for `seconds`,
+        then `then`'s chunks, or the end of the stream."""
+        return cls(kind="keepalive", seconds=seconds, then=then)
+
+    @classmethod
     def error(cls, status: int, message: str = "error", headers: dict | None = None, body: str | None = None) -> Reply:
         """An HTTP error with an OpenAI-style JSON body, or with `body` as plain text."""
         return cls(kind="error", status=status, message=message, headers=headers or {}, body=body)
@@ -132,6 +143,15 @@ class FakeOpenAIServer:
                 if reply["kind"] == "raw":
                     self.wfile.write(reply["stream"])
                     return
+                if reply["kind"] == "keepalive":
+                    until = time.monotonic() + reply["seconds"]
+                    while time.monotonic() < until:
+                        self.wfile.write(b": keep-alive\n\n")
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                    if reply["then"] is None:
+                        return
+                    reply = reply["then"]
                 for chunk in server._chunks(reply, body.get("model", "fake")):
                     if reply.get("drip_s"):
                         time.sleep(reply["drip_s"])
@@ -152,6 +172,11 @@ class FakeOpenAIServer:
             return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": model,
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
+        if reply["kind"] == "tools":
+            return [chunk({"role": "assistant", "content": None, "tool_calls": [
+                        {"index": i, "id": f"call_{i}", "type": "function",
+                         "function": {"name": name, "arguments": args}}]}) for i, (name, args) in enumerate(reply["calls"])
+                    ] + [chunk({}, "tool_calls")]
         if reply["kind"] == "tool":
             args = reply["arguments"]
             half = len(args) // 2  # arguments arrive in two pieces, as real servers send them

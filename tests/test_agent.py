@@ -92,11 +92,16 @@ def test_unknown_tool_and_bad_arguments_keep_the_conversation(resnet):
     assert isinstance(events[-1], Answer)
 
 
-def test_tool_rounds_are_capped(resnet):
+def test_tool_rounds_are_capped_and_the_detectors_answer(resnet):
     model = ScriptedChatModel(received=[], responses=[tool_call("overview")])  # never answers
-    events = collect(Session(resnet, model, max_tool_rounds=3), "loop forever")
-    assert sum(isinstance(e, ToolCall) for e in events) == 3
-    assert isinstance(events[-1], Failure) and events[-1].kind == "tool_rounds"
+    events = collect(Session(resnet, model, max_tool_rounds=3), "why is my GPU idle?")
+    model_calls = [e for e in events if isinstance(e, ToolCall) and not e.id.startswith("offline")]
+    assert len(model_calls) == 1  # the same call again runs once: later rounds are told its result is above
+    assert len(model.received) == 3
+    answer = events[-1]
+    assert isinstance(answer, Answer) and "still calling tools after 3 rounds" in answer.warnings[0]
+    assert resnet.analysis.verdict.headline.split(",")[0] in answer.text  # the offline analyst's verdict
+    assert "The model did not answer" in answer.text
 
 
 def test_escape_cancels_mid_answer(resnet):

@@ -323,7 +323,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     """One question, the answer on stdout; tool calls on stderr with -v."""
     import asyncio
 
-    from .agent.events import Answer, Cancelled, Failure, Token, ToolCall, ToolResult
+    from .agent.events import Answer, Cancelled, Failure, Notice, Token, ToolCall, ToolResult
     from .agent.llm import load_config, make_chat_model
     from .agent.session import Session
     from .agent.tools import AnalysisContext
@@ -347,6 +347,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 err.print(f"  → {event.summary}", markup=False)
             elif isinstance(event, Failure):
                 err.print(f"traceagent: {event.message}", markup=False)
+            elif isinstance(event, Notice) and (args.verbose or not event.progress):
+                err.print(f"traceagent: note: {event.message}", markup=False)
             elif isinstance(event, Cancelled):
                 err.print("traceagent: cancelled", markup=False)
             elif isinstance(event, Answer):

@@ -54,9 +54,19 @@ class Answer:
 @dataclass(frozen=True)
 class Failure:
     """Something went wrong; `kind` is one of: connection, timeout, rate_limit, auth, server,
-    malformed_tool_call, unknown_tool, bad_arguments, tool_rounds, deadline."""
+    malformed_tool_call, unknown_tool, bad_arguments, deadline."""
     kind: str
     message: str
+
+
+@dataclass(frozen=True)
+class Notice:
+    """What the session did about the model's reply that the user should know: calls written as
+    text and run, calls capped or de-duplicated, results trimmed to fit, a fallback to the offline
+    analyst. `progress` notices (tool calls still streaming) replace one another and are not
+    kept in transcripts."""
+    message: str
+    progress: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,4 +74,4 @@ class Cancelled:
     pass
 
 
-Event = Token | ToolCall | ToolResult | Answer | Failure | Cancelled
+Event = Token | ToolCall | ToolResult | Answer | Failure | Notice | Cancelled

@@ -169,4 +169,6 @@ def make_chat_model(config: LLMConfig):
                       temperature=config.temperature, timeout=config.timeout_s, max_retries=config.max_retries,
                       max_tokens=config.max_tokens,  # type: ignore[call-arg]  # a field whose alias is max_completion_tokens
                       streaming=True,
+                      # our deadline is the one timer (a keep-alive-only stream included): not a second one here
+                      stream_chunk_timeout=None,
                       extra_body={"max_tokens": config.max_tokens} if config.base_url else None)

@@ -126,7 +126,8 @@ class OfflineAnalyst:
             "unknown": Plan(lambda q, at: [("overview", {}), ("verdict", {})], self._unknown),
         }
 
-    async def answer(self, question: str) -> AsyncIterator:
+    async def answer(self, question: str, note: str = NO_LLM) -> AsyncIterator:
+        """The events of one answer; `note` ends it (why the offline analyst, not a model, answers)."""
         q = understand(question, self.ctx)
         plans = self.plans()
         intent = q.intent if q.intent in plans and not q.foreign else "unknown"
@@ -147,7 +148,7 @@ class OfflineAnalyst:
             yield ToolResult(f"offline-{i}", name, content, ok=True)
         else:
             text = plan.write(q, *answers)
-        text += "\n\n" + NO_LLM
+        text += "\n\n" + note
         for piece in re.findall(r"\S+\s*", text):  # stream it like a model would
             yield Token(piece)
         yield Answer(text, unverified(text, self.ctx.sources) if answers else [])

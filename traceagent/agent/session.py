@@ -13,23 +13,28 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import replace
 from datetime import datetime
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from ..detect.vocabulary import LIMITERS, ROOT_CAUSES
 from ..text import visible
-from .events import Answer, Cancelled, Event, Failure, Token, ToolCall, ToolResult
+from .events import Answer, Cancelled, Event, Failure, Notice, Token, ToolCall, ToolResult
 from .llm import LLMConfig
 from .numbers import Sources, stated_numbers, unverified
 from .offline import OfflineAnalyst
 from .prompts import system_prompt
+from .textcalls import could_be_call, written_calls
 from .tools import AnalysisContext, ToolInputError, build_tools
 
-__all__ = ["Answer", "Cancelled", "Event", "Failure", "Session", "Token", "ToolCall", "ToolResult"]
+__all__ = ["Answer", "Cancelled", "Event", "Failure", "Notice", "Session", "Token", "ToolCall", "ToolResult"]
 
 CHARS_PER_TOKEN = 3  # a cautious average for English and JSON: history is trimmed by characters
+PROGRESS_EVERY_S = 1.0  # how often a reply that streams tool calls says how many so far
+MAX_CALLS_PER_ROUND = 8  # a small model may send dozens of calls in one reply (51 identical, seen)
 # what a server's chat template leaves in the text when it does not support tool calls
 TOOL_MARKUP = re.compile(r"</?tool_(?:call|response)>|<\|im_start\|>|\[TOOL_CALLS\]|<function=|<\|python_tag\|>")
 DIAGNOSIS = re.compile(r"\b(?:" + "|".join(re.escape(w.label) for w in [*LIMITERS.values(), *ROOT_CAUSES.values()])
@@ -41,19 +46,24 @@ DIAGNOSIS = re.compile(r"\b(?:" + "|".join(re.escape(w.label) for w in [*LIMITER
 class Session:
     """A conversation with history. With `model=None` the offline analyst answers instead."""
 
-    def __init__(self, ctx: AnalysisContext, model=None, config: LLMConfig | None = None, max_tool_rounds: int = 6):
+    def __init__(self, ctx: AnalysisContext, model=None, config: LLMConfig | None = None, max_tool_rounds: int = 6,
+                 max_calls_per_round: int = MAX_CALLS_PER_ROUND):
         self.ctx = ctx
         self.config = config
         self.max_tool_rounds = max_tool_rounds
+        self.max_calls_per_round = max_calls_per_round
         self.tools = {t.name: t for t in build_tools(ctx)}
         # tool_choice: some servers (llama-cpp-python) offer the model no tools without it
         self.model = model.bind_tools(list(self.tools.values()), tool_choice="auto") if model is not None else None
         self.system = system_prompt(ctx)
+        # what every request carries besides the conversation: the system prompt and the tools' schemas
+        self.fixed_chars = len(self.system) + sum(len(json.dumps(convert_to_openai_tool(t))) for t in self.tools.values())
         self.turns: list[list[BaseMessage]] = []  # each: question, tool calls and results, answer
         self.transcript: list[tuple[str, str]] = []  # (role, markdown)
         self._partial: list[str] = []  # the answer so far, for the transcript if it is stopped
         self._cancel = asyncio.Event()
         self._tool_results = 0
+        self._turn_results = 0
         ctx.sources = self._sources()
 
     @property
@@ -108,8 +118,9 @@ class Session:
                 self._record(event)
                 ended = ended or isinstance(event, (Answer, Cancelled))
                 yield event
-        finally:  # stopped from outside (Escape cancels the TUI's worker mid-stream): keep what was said
-            if not ended and self._partial:
+            ended = True  # the turn ran its course (a server failure ends it too)
+        finally:  # stopped from outside (Escape cancels the TUI's worker): keep what was said, and that it
+            if not ended:  # stopped, during its tool calls too
                 self._record(Cancelled())
 
     def _context(self, budget_chars: int) -> list[BaseMessage]:
@@ -117,7 +128,7 @@ class Session:
         its question and answer; older ones are left out."""
         kept: list[BaseMessage] = []
         for turn in reversed(self.turns):
-            size = sum(len(str(m.content)) + len(json.dumps(getattr(m, "tool_calls", []))) for m in turn)
+            size = sum(message_chars(m) for m in turn)
             if size > budget_chars:
                 turn = [turn[0], turn[-1]]
                 size = len(str(turn[0].content)) + len(str(turn[-1].content))
@@ -130,49 +141,90 @@ class Session:
     async def _ask_model(self, question: str) -> AsyncGenerator[Event, None]:
         config = self.config or LLMConfig()
         turn: list[BaseMessage] = [HumanMessage(question)]
-        budget = (config.context_tokens - config.max_tokens) * CHARS_PER_TOKEN - len(self.system) - len(question)
-        history = self._context(max(budget, 0))
         deadline = time.monotonic() + config.deadline_s
+        ran: dict[str, str] = {}  # this turn's calls (name and arguments) → the id that ran it
+        self._turn_results = 0
         model = self.model
         assert model is not None  # ask() comes here only with a model
-        for _ in range(self.max_tool_rounds):
+        for round_number in range(1, self.max_tool_rounds + 1):
+            messages, trimmed = self._fit(turn, config)
+            if messages is None:
+                async for event in self._from_detectors(question, trimmed):
+                    yield event
+                return
+            if trimmed:
+                yield Notice(trimmed)
             reply = StreamedReply()
+            held = True  # text that may be a tool call written as text is shown only once it is not
+            stream = model.astream(messages)
+            started = shown = time.monotonic()
             try:
-                async for chunk in model.astream([SystemMessage(self.system + self._focus_note()), *history, *turn]):
+                async for chunk in paced(stream, deadline, PROGRESS_EVERY_S):
                     if self._cancel.is_set():
                         yield Cancelled()
                         return
-                    if text := reply.add(chunk):
-                        yield Token(visible(text, keep_lines=True))  # a model can emit escapes too
-                    if time.monotonic() > deadline:
-                        break
+                    text = reply.add(chunk) if chunk is not None else ""
+                    if (chunk is None or reply.calls) and time.monotonic() - shown >= PROGRESS_EVERY_S:
+                        shown = time.monotonic()  # a long wait or a long stream of calls shows, not a blank screen
+                        yield Notice(reply.progress(time.monotonic() - started), progress=True)
+                    if held and not could_be_call(reply.text, self.tools):
+                        held = False
+                        yield Token(visible(reply.text, keep_lines=True))  # a model can emit escapes too
+                    elif not held and text:
+                        yield Token(visible(text, keep_lines=True))
+            except TimeoutError:
+                why = f"the answer took longer than the {config.deadline_s:g} s deadline (TRACEAGENT_DEADLINE)"
+                if reply.text.strip() and not reply.calls:
+                    if held:
+                        yield Token(visible(reply.text, keep_lines=True))
+                    yield self._answer(reply.text, why + " and was stopped")
+                else:
+                    async for event in self._from_detectors(question, why):
+                        yield event
+                return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the server's failures are events, not crashes
                 yield self._failure(exc)
                 return
-            if time.monotonic() > deadline:
-                yield self._answer(reply.text, f"the answer took longer than the {config.deadline_s:g} s deadline "
-                                               "(TRACEAGENT_DEADLINE) and was stopped")
-                return
+            finally:
+                await stream.aclose()
             if not reply.chunks:
                 yield Failure("server", f"the model server ({server_name(self.config)}) closed the stream without sending "
                                         "anything")
                 return
             calls, malformed = reply.tool_calls()
-            if not calls and not malformed:
+            written = not calls and not malformed and written_calls(reply.text, self.tools)
+            if written:
+                calls = [{"name": c.name, "args": c.args, "id": f"text_{round_number}_{i}", "type": "tool_call"}
+                         for i, c in enumerate(written)]
+                n = len(calls)
+                yield Notice(f"the model wrote {n} tool call{'s' * (n > 1)} as text instead of sending "
+                             f"{'them' if n > 1 else 'it'} as a call: ran {'them' if n > 1 else 'it'} as calls")
+            elif not calls and not malformed:
+                if held:
+                    yield Token(visible(reply.text, keep_lines=True))
                 answer = self._answer(reply.text, reply.incomplete(config))
                 self.turns.append([*turn, AIMessage(answer.text)])
                 yield answer
                 return
-            turn.append(AIMessage(content=reply.text, tool_calls=calls + [
+            calls, repeated, notice = bound_calls(calls, ran, self.max_calls_per_round)
+            if notice:
+                yield Notice(notice)
+            turn.append(AIMessage(content="" if written else reply.text, tool_calls=calls + repeated + [
                 {"name": m["name"] or "unknown", "args": {}, "id": m["id"]} for m in malformed]))
             for bad in malformed:
                 yield Failure("malformed_tool_call",
                               f"the model sent a tool call that could not be parsed ({bad['name'] or 'unnamed'})")
                 turn.append(ToolMessage(json.dumps({"error": "arguments were not valid JSON; call the tool again"}),
                                         tool_call_id=bad["id"]))
+            for call in repeated:  # asked again in a later round: the model already has the result
+                turn.append(ToolMessage(json.dumps({"note": f"the same call ran before as {ran[call_key(call)]}: "
+                                                            "its result is above; answer from it"}),
+                                        tool_call_id=call["id"]))
             for call in calls:
+                if time.monotonic() > deadline:
+                    break
                 yield ToolCall(call["id"], call["name"], dict(call["args"]))
                 result = await self._run_tool(call)
                 if not result.ok:
@@ -181,9 +233,51 @@ class Session:
                 else:
                     self.ctx.sources.add_result(result.content)
                     self._tool_results += 1
+                    self._turn_results += 1
                 yield result
                 turn.append(ToolMessage(result.content, tool_call_id=call["id"]))
-        yield Failure("tool_rounds", f"stopped after {self.max_tool_rounds} rounds of tool calls without an answer")
+            if time.monotonic() > deadline:
+                why = f"the answer took longer than the {config.deadline_s:g} s deadline (TRACEAGENT_DEADLINE)"
+                async for event in self._from_detectors(question, why):
+                    yield event
+                return
+        async for event in self._from_detectors(
+                question, f"the model was still calling tools after {self.max_tool_rounds} rounds"):
+            yield event
+
+    async def _from_detectors(self, question: str, why: str) -> AsyncGenerator[Event, None]:
+        """When a limit stops the model: the offline analyst answers from the detectors, and says
+        why the model's answer is not there."""
+        yield Notice(f"{why}: answering from the detectors instead (offline analyst)")
+        async for event in OfflineAnalyst(self.ctx).answer(question, note=f"_The model did not answer: {why}. "
+                                                                           "This answer is the offline analyst's, "
+                                                                           "from the detectors._"):
+            if isinstance(event, Answer):
+                event = replace(event, warnings=[*event.warnings, f"{why}; the offline analyst answered instead"])
+                self.turns.append([HumanMessage(question), AIMessage(event.text)])
+            yield event
+
+    def _fit(self, turn: list[BaseMessage], config: LLMConfig) -> tuple[list[BaseMessage] | None, str]:
+        """The request for this round within the model's context: earlier turns as they fit, then
+        this turn's largest tool results cut down; (None, why) when even that does not fit."""
+        budget = (config.context_tokens - config.max_tokens) * CHARS_PER_TOKEN - self.fixed_chars
+        system = SystemMessage(self.system + self._focus_note())
+        size = sum(message_chars(m) for m in turn)
+        history = self._context(max(budget - size, 0))
+        if size <= budget:
+            return [system, *history, *turn], ""
+        results = sorted((m for m in turn if isinstance(m, ToolMessage)), key=message_chars, reverse=True)
+        for limit in (4000, 1500, 500):
+            for message in results:
+                if message_chars(message) > limit:
+                    message.content = compact_result(str(message.content), limit)
+            size = sum(message_chars(m) for m in turn)
+            if size <= budget:
+                return ([system, *turn],
+                        f"tool results cut to {limit} characters each to fit the model's context "
+                        f"({config.context_tokens} tokens, TRACEAGENT_CONTEXT_TOKENS)")
+        return None, (f"the question and its tool results do not fit the model's context ({config.context_tokens} "
+                      "tokens, TRACEAGENT_CONTEXT_TOKENS)")
 
     def _answer(self, raw: str, incomplete: str | None) -> Answer:
         """The turn's answer: its numbers checked, and warnings about how it was produced."""
@@ -194,8 +288,10 @@ class Session:
         if markup := TOOL_MARKUP.search(text):
             warnings.append(f"the answer contains tool-call markup ({markup.group(0)}): the server's chat template "
                             "may not support tool calls (see the README's notes on local servers)")
-        if not self._tool_results and (DIAGNOSIS.search(text) or stated_numbers(text)):
+        if not self._tool_results:
             warnings.append("the model answered without calling any tool: nothing in this answer comes from the trace")
+        elif not self._turn_results and (DIAGNOSIS.search(text) or stated_numbers(text)):
+            warnings.append("the model called no tool for this question: only earlier answers' tool results back it")
         return Answer(text, unverified(text, self.ctx.sources), incomplete, warnings)
 
     async def _run_tool(self, call: dict) -> ToolResult:
@@ -242,6 +338,8 @@ class Session:
             self.transcript.append(("assistant", text))
         elif isinstance(event, Failure):
             self.transcript.append(("error", event.message))
+        elif isinstance(event, Notice) and not event.progress:
+            self.transcript.append(("note", event.message))
         elif isinstance(event, Cancelled):
             said = "".join(self._partial).strip()
             if said:
@@ -259,6 +357,8 @@ class Session:
                 out.append(f"> tool: {text}")
             elif role == "error":
                 out.append(f"> **{text}**")
+            elif role == "note":
+                out.append(f"> _{text}_")
             else:
                 out += ["", titles[role], "", text]
         return "\n".join(out) + "\n"
@@ -295,6 +395,14 @@ class StreamedReply:
         if text:
             self.parts.append(text)
         return text
+
+    def progress(self, seconds: float) -> str:
+        """What the reply is doing, for a progress line."""
+        if self.calls:
+            return f"the model is writing tool calls ({len(self.calls)} so far, {seconds:.0f} s)"
+        if not self.chunks:
+            return f"waiting for the model's first words ({seconds:.0f} s; a local server reads the prompt first)"
+        return f"the model is writing ({seconds:.0f} s)"
 
     def tool_calls(self) -> tuple[list[dict], list[dict]]:
         """(calls, malformed). Arguments are parsed here because LangChain turns arguments it
@@ -373,3 +481,86 @@ def server_message(exc) -> str:
         except Exception:  # a streamed response that was not read
             body = ""
     return " ".join(str(body).split())[:200]
+
+
+def call_key(call: dict) -> str:
+    """A call's name and arguments, canonical: two calls with the same key return the same result."""
+    return call["name"] + json.dumps(call["args"], sort_keys=True)
+
+
+def bound_calls(calls: list[dict], ran: dict[str, str], most: int) -> tuple[list[dict], list[dict], str]:
+    """(calls to run, calls that ran in an earlier round, a notice): identical calls in one reply
+    run once, and at most `most` run per round. `ran` (key → id of the call that ran) is updated."""
+    run: list[dict] = []
+    again: list[dict] = []
+    seen: set[str] = set()
+    duplicates = over = 0
+    for call in calls:
+        key = call_key(call)
+        if key in seen:
+            duplicates += 1
+        elif key in ran:
+            again.append(call)
+            seen.add(key)
+        elif len(run) >= most:
+            over += 1
+            seen.add(key)
+        else:
+            run.append(call)
+            ran[key] = call["id"]
+            seen.add(key)
+    said = []
+    if duplicates:
+        said.append(f"{duplicates} identical to another were dropped")
+    if over:
+        said.append(f"{over} over the limit of {most} per reply were not run")
+    notice = f"the model sent {len(calls)} tool calls in one reply: " + "; ".join(said) if said else ""
+    return run, again, notice
+
+
+def message_chars(message: BaseMessage) -> int:
+    """A message's size as a request carries it: its text and its tool calls."""
+    return len(str(message.content)) + len(json.dumps(getattr(message, "tool_calls", []) or []))
+
+
+def compact_result(content: str, limit: int) -> str:
+    """A tool result cut to about `limit` characters, still JSON: its top-level numbers and short
+    strings kept, lists shortened to their first items, and a note that it was cut."""
+    try:
+        data = json.loads(content)
+    except json.JSONDecodeError:
+        return json.dumps({"trimmed": content[:limit]})
+    if not isinstance(data, dict):
+        data = {"items": data}
+    kept: dict = {"trimmed": "cut to fit the model's context: call the tool again with a narrower question (top=3)"}
+    for key, value in data.items():
+        for short in (value, value[:3] if isinstance(value, list) else None, None):
+            if short is not None and len(json.dumps(kept | {key: short})) <= limit:
+                kept[key] = short
+                break
+    return json.dumps(kept)
+
+
+async def paced(stream: AsyncIterator, deadline: float, every: float) -> AsyncIterator:
+    """The stream's chunks, with None after each `every` seconds without one (for a progress
+    line), until `deadline` (time.monotonic()): then TimeoutError, however the server keeps the
+    connection alive (keep-alive comments reset httpx's timeout, never this one)."""
+    while True:
+        pending = asyncio.ensure_future(anext(stream))
+        try:
+            while not pending.done():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                done, _ = await asyncio.wait({pending}, timeout=min(left, every))
+                if not done:
+                    yield None
+        finally:
+            if not pending.done():  # stopped early: the read ends before the stream is closed
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+        try:
+            chunk = pending.result()
+        except StopAsyncIteration:
+            return
+        yield chunk

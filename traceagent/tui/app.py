@@ -16,7 +16,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
-from ..agent.events import Answer, Cancelled, Failure, Token, ToolCall, ToolResult
+from ..agent.events import Answer, Cancelled, Failure, Notice, Token, ToolCall, ToolResult
 from ..agent.offline import CANNED_QUESTIONS
 from ..agent.session import Session
 from ..agent.tools import AnalysisContext
@@ -172,7 +172,13 @@ class TraceAgentApp(App):
         events = self.session.ask(question)
         try:
             async for event in events:
-                if isinstance(event, Token):
+                if isinstance(event, Notice) and event.progress:
+                    await conversation.show_progress(event.message)
+                    continue
+                await conversation.clear_progress()
+                if isinstance(event, Notice):
+                    await conversation.add_note(event.message)
+                elif isinstance(event, Token):
                     if answer is None:
                         answer = await conversation.add_answer()
                     await answer.add(event.text)

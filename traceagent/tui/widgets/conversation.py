@@ -42,6 +42,12 @@ class NoteMessage(Static):
     """
 
 
+class ProgressNote(NoteMessage):
+    DEFAULT_CSS = """
+    ProgressNote { margin: 0 1; padding: 0 1; color: $text-muted; text-style: italic; }
+    """
+
+
 class ToolBlock(Collapsible):
     """A tool call: its arguments, and a one-line result summary once it returns."""
 
@@ -129,3 +135,16 @@ class Conversation(VerticalScroll):
     async def add_note(self, text: str) -> None:
         await self.mount(NoteMessage(text))
         self.scroll_end(animate=False)
+
+    async def show_progress(self, text: str) -> None:
+        """One line that says what the model is doing while nothing else shows (a long wait for a
+        local server, a reply that streams dozens of tool calls); the next progress replaces it."""
+        lines = self.query(ProgressNote)
+        if lines:
+            lines.first().update(text)
+        else:
+            await self.mount(ProgressNote(text))
+        self.scroll_end(animate=False)
+
+    async def clear_progress(self) -> None:
+        await self.query(ProgressNote).remove()

@@ -1,0 +1,169 @@
+"""What small local models do, through the real openai client against a scripted server on
+127.0.0.1: tool calls written as text, dozens of calls in one reply, requests over the context,
+keep-alive-only streams, and answers with no tool behind them. The scripted replies take their
+numbers from the detectors at test time."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+from conftest import RESNET_NW0, analyzed
+from fakes import FakeOpenAIServer, Reply
+from test_ask_server import ask, said
+
+from traceagent.agent import session as session_module
+from traceagent.agent.session import MAX_CALLS_PER_ROUND, Session
+from traceagent.agent.tools import AnalysisContext
+
+CALL = {"name": "idle_gaps", "arguments": {"cause": "dataloader", "top": 2}}
+
+
+def tool_messages(request: dict) -> list[dict]:
+    return [m for m in request["messages"] if m["role"] == "tool"]
+
+
+@pytest.mark.parametrize("written", [
+    f"```json\n{json.dumps(CALL)}\n```",
+    json.dumps(CALL),
+    f"<tool_call>\n{json.dumps(CALL)}\n</tool_call>",
+    f"[TOOL_CALLS][{json.dumps(CALL)}]",
+    '{"type": "function", "function": {"name": "idle_gaps", "parameters": "{\\"cause\\": \\"dataloader\\", \\"top\\": 2}"}}',
+    "<function=idle_gaps>\n<parameter=cause>dataloader</parameter>\n<parameter=top>2</parameter>\n</function>",
+    'functions.idle_gaps(cause="dataloader", top=2)',
+    'I will look at the gaps.\nidle_gaps({"cause": "dataloader", "top": 2})',
+])
+def test_a_tool_call_written_as_text_is_run_as_a_call(model_env, capsys, written):
+    answer = f"Data loading: {said('loader_pct')} of the span."
+    with FakeOpenAIServer([Reply.text(written), Reply.text(answer)]) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys, "why is my GPU idle?", "-v")
+    assert code == 0 and out.strip().endswith(answer)
+    if not written.startswith("I will"):  # a reply that starts as a call is held back, not shown as an answer
+        assert out.strip() == answer
+    assert "tool: idle_gaps(" in err and "wrote 1 tool call as text" in err and "warning" not in err
+    result = json.loads(tool_messages(server.requests[1])[0]["content"])
+    assert result["matching_gaps"] == analyzed(RESNET_NW0).ranks[0].findings.idle.by_cause_count["dataloader"]
+
+
+def test_an_answer_that_quotes_a_call_is_an_answer(model_env, capsys):
+    prose = (f"The GPU waits for data loading: {said('loader_time')}, {said('loader_pct')} of the span. "
+             "To see the gaps yourself, the tool call is " + json.dumps(CALL) + ". " + "Load batches in workers. " * 12)
+    with FakeOpenAIServer([Reply.tool("verdict", {}), Reply.text(prose)]) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys)
+    assert code == 0 and len(server.requests) == 2 and "as text" not in err
+    assert "idle_gaps" in out
+
+
+def test_sixty_identical_calls_run_once(model_env, capsys):
+    calls = [("idle_gaps", {"top": 3})] * 60
+    with FakeOpenAIServer([Reply.tools(calls), Reply.text(f"Idle {said('idle_pct')}.")]) as server:
+        model_env(server.url)
+        code, _, err = ask(capsys, "why?", "-v")
+    assert code == 0 and err.count("tool: idle_gaps(") == 1
+    assert "the model sent 60 tool calls in one reply: 59 identical to another were dropped" in err
+    second = server.requests[1]
+    assert len(tool_messages(second)) == 1 and len(second["messages"][-2]["tool_calls"]) == 1
+
+
+def test_calls_in_one_reply_are_capped_and_a_repeat_in_a_later_round_is_not_run(model_env, capsys):
+    distinct = [("hot_kernels", {"top": n}) for n in range(1, 21)]
+    replies = [Reply.tools(distinct * 3), Reply.tools([("hot_kernels", {"top": 1})]), Reply.text("Done.")]
+    with FakeOpenAIServer(replies) as server:
+        model_env(server.url)
+        code, _, err = ask(capsys, "why?", "-v")
+    assert code == 0
+    assert err.count("tool: hot_kernels(") == MAX_CALLS_PER_ROUND
+    assert f"40 identical to another were dropped; 12 over the limit of {MAX_CALLS_PER_ROUND} per reply" in err
+    assert len(tool_messages(server.requests[1])) == MAX_CALLS_PER_ROUND
+    repeat = tool_messages(server.requests[2])[-1]
+    assert "the same call ran before as call_0" in json.loads(repeat["content"])["note"]
+
+
+def test_a_round_over_the_context_has_its_results_cut(model_env, capsys, monkeypatch):
+    session = Session(AnalysisContext(analyzed(RESNET_NW0)), model=None)
+    # room for the fixed part (system prompt, tools) and the question, not for 25 gaps with their host stacks
+    tokens = 512 + (session.fixed_chars + 2500) // session_module.CHARS_PER_TOKEN
+    monkeypatch.setenv("TRACEAGENT_CONTEXT_TOKENS", str(tokens))
+    monkeypatch.setenv("TRACEAGENT_MAX_TOKENS", "512")
+    with FakeOpenAIServer([Reply.tool("idle_gaps", {"top": 25}), Reply.text(f"Idle {said('idle_pct')}.")]) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys)
+    assert code == 0 and f"Idle {said('idle_pct')}." in out
+    limit = int(re.search(rf"tool results cut to (\d+) characters each to fit the model's context \({tokens} tokens",
+                          err).group(1))
+    cut = json.loads(tool_messages(server.requests[1])[0]["content"])
+    assert "trimmed" in cut and cut["idle_pct"] == analyzed(RESNET_NW0).ranks[0].findings.idle.idle_pct
+    assert len(json.dumps(cut)) <= limit
+    sent = sum(len(json.dumps(m)) for m in server.requests[1]["messages"]) + len(json.dumps(server.requests[1]["tools"]))
+    assert sent <= (tokens - 512) * session_module.CHARS_PER_TOKEN * 1.05  # within the budget (JSON quoting aside)
+
+
+def test_a_context_too_small_for_the_tools_answers_from_the_detectors(model_env, capsys, monkeypatch):
+    monkeypatch.setenv("TRACEAGENT_CONTEXT_TOKENS", "1024")
+    monkeypatch.setenv("TRACEAGENT_MAX_TOKENS", "512")
+    with FakeOpenAIServer([Reply.text("never asked")]) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys, "why is my GPU idle?")
+    assert code == 0 and not server.requests
+    assert "do not fit the model's context (1024 tokens, TRACEAGENT_CONTEXT_TOKENS): answering from the detectors" in err
+    assert said("loader_pct") in out  # the offline analyst's answer
+
+
+def test_a_keep_alive_only_stream_is_stopped_at_the_deadline(model_env, capsys, tiny):
+    with FakeOpenAIServer([Reply.keepalive(20, then=Reply.text("too late"))]) as server:
+        model_env(server.url, timeout=0.5, deadline=1.0)  # keep-alives reset the 0.5 s read timeout
+        started = time.monotonic()
+        code, out, err = ask(capsys, trace=tiny)
+        stopped_after = time.monotonic() - started
+    assert stopped_after < 10  # the server would have kept the stream open for 20 s
+    assert "the answer took longer than the 1 s deadline (TRACEAGENT_DEADLINE): answering from the detectors" in err
+    assert "Traceback" not in err and "StreamChunkTimeout" not in err and "too late" not in out
+    assert code == 0 and "The model did not answer" in out
+
+
+def test_long_waits_and_long_call_streams_show_progress(model_env, capsys, monkeypatch):
+    monkeypatch.setattr(session_module, "PROGRESS_EVERY_S", 0.05)
+    replies = [Reply.keepalive(0.3, then=Reply.tools([("hot_kernels", {"top": n}) for n in range(1, 6)], drip_s=0.08)),
+               Reply.text("Done.")]
+    with FakeOpenAIServer(replies) as server:
+        model_env(server.url)
+        code, _, err = ask(capsys, "why?", "-v")
+    assert code == 0
+    assert "note: waiting for the model's first words" in err
+    assert "note: the model is writing tool calls (" in err
+
+
+@pytest.mark.parametrize("answer", ["Your MFU is low: use bf16 and larger batches.", "It looks fine to me."])
+def test_an_answer_with_no_tool_behind_it_is_always_marked(model_env, capsys, tiny, answer):
+    with FakeOpenAIServer([Reply.text(answer)]) as server:
+        model_env(server.url)
+        code, _, err = ask(capsys, "what is my MFU?", trace=tiny)
+    assert code == 0 and "warning: the model answered without calling any tool" in err
+
+
+def test_a_turn_stopped_during_its_tool_calls_is_in_the_transcript(model_env, tiny):
+    import asyncio
+
+    from traceagent.agent.events import ToolCall
+    from traceagent.agent.llm import load_config, make_chat_model
+
+    with FakeOpenAIServer([Reply.tool("verdict", {}), Reply.slow(5, Reply.text("late"))]) as server:
+        model_env(server.url)
+        config = load_config()
+        session = Session(AnalysisContext(analyzed(tiny)), make_chat_model(config), config)
+
+        async def stop_after_the_first_tool():
+            events = session.ask("why?")
+            async for event in events:
+                if isinstance(event, ToolCall):
+                    break
+            await events.aclose()
+
+        asyncio.run(stop_after_the_first_tool())
+    markdown = session.transcript_markdown()
+    assert "## You\n\nwhy?" in markdown and "> tool: `verdict({})`" in markdown
+    assert "stopped before any answer" in markdown
