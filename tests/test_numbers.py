@@ -46,6 +46,7 @@ def sources() -> Sources:
         "by_cause_pct": {"dataloader": 28.62}, "memset_count": 312, "mean_us": 62.299, "gbps": 10.06,
         "bytes": 115607040, "rank": 0, "devices": [0], "steps": [{"step": 5}, {"step": 6}],
         "top": [{"name": "void fused_kernel_777<float, 4096>(runs 100% busy in 731 ms)", "dur_us": 62339.0}],
+        "top_gaps": [{"dur_us": 62339.0, "cause": "dataloader"}],
         "headline": "GPU idle 39.4% of the time, mostly waiting for data loading (28.6% of the span)",
     }))
     return s

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from ..detect.vocabulary import GAP_CAUSES
 
 # unit → (quantity, scales to the quantity's base unit: µs, %, GB/s, bytes, ×, FLOP/s, count)
 _BYTE_SCALES = {"K": (1e3, 2**10), "M": (1e6, 2**20), "G": (1e9, 2**30), "T": (1e12, 2**40)}
@@ -104,6 +107,51 @@ _CODE_SPAN = re.compile(r"`+([^`]*)`+")
 _BARE_QUANTITY = re.compile(rf"^\s*[~≈]?\s*[-+−]?(?:{_NUM})(?:[eE][-+]?\d+)?\s?(?:{_UNIT})?\s*$")
 
 
+# -- what a number is said to be ---------------------------------------------------------------
+# A number right after "largest gap" (or a count right before "gaps of data loading") is a claim
+# about that quantity: it is checked against the values of that quantity only, so total idle time
+# quoted as the largest gap, or all gaps' count quoted as one cause's, is caught.
+
+_LINK = r"(?:\s*(?:is|was|were|are|of|at|=|:|took|lasts?|lasted|lasting|being|reached|about|around|roughly|only|just|"
+_LINK += r"~|≈|\(|,|-|—|–))*\s*$"
+# how answers name the causes of idle gaps: a match's group is the cause
+CAUSE_MENTION = re.compile("|".join(f"(?P<{w.name}>{w.said})" for w in GAP_CAUSES.values()), re.I)
+_LARGEST_GAP = re.compile(r"\b(?:largest|longest|biggest|max(?:imum)?|worst|top)\s+(?:single\s+)?(?:idle\s+|gpu\s+)?"
+                          r"(?:gap|stall|bubble|idle\s+period)" + _LINK, re.I)
+_LARGEST_GAP_AFTER = re.compile(r"^\s*\)?\s*(?:is|was)\s+the\s+(?:largest|longest|biggest|single\s+longest)\s+"
+                                r"(?:idle\s+)?gap", re.I)
+_TOTAL_IDLE = re.compile(r"\b(?:total\s+(?:gpu\s+)?idle(?:\s+time)?|(?:gpu\s+)?idle\s+time(?:\s+in\s+total)?)" + _LINK, re.I)
+_GAPS_AFTER = re.compile(r"^\s*(?:[\w-]+\s+){0,3}?(?:idle\s+)?gaps?\b", re.I)
+_LABEL_KEYS = [("largest gap", re.compile(r"(?:^|\.)top_gaps\.dur_us$|(?:largest|longest|max)_gap\w*$")),
+               ("total idle", re.compile(r"(?:^|\.)(?:idle_us|idle_pct|matching_idle_us)$"))]
+
+
+def key_labels(path: tuple[str, ...], cause: str | None) -> list[str]:
+    """The labels a tool result's value carries, by its key path (and the cause its dict is about)."""
+    dotted = ".".join(path)
+    labels = [label for label, keys in _LABEL_KEYS if keys.search(dotted)]
+    if len(path) >= 2 and path[-2] == "by_cause_count":
+        labels.append(f"gaps of {path[-1]}")
+    elif path and path[-1] in ("cause_gaps", "matching_gaps", "count") and cause:
+        labels.append(f"gaps of {cause}")
+    return labels
+
+
+def _label(head: str, after: str, clause: str, quantity: str) -> str | None:
+    """The quantity the words around a number name, if one we check: `head` ends where the number
+    starts, `after` starts where it (and its unit) ends, `clause` is its clause."""
+    if quantity == "count":  # "5 gaps of data loading", "5 data-loading gaps"; not "8285 gaps in all, 12 of them ..."
+        phrase = re.split(r"[,;:()]|\b(?:in all|in total|overall|of them|of which)\b", after, maxsplit=1)[0]
+        if _GAPS_AFTER.match(phrase) and (cause := CAUSE_MENTION.search(phrase)):
+            return f"gaps of {cause.lastgroup}"
+        return None
+    if _LARGEST_GAP.search(head) or _LARGEST_GAP_AFTER.match(after):
+        return "largest gap"
+    if _TOTAL_IDLE.search(head) and not CAUSE_MENTION.search(head):  # "the data-loading idle time is": one cause's
+        return "total idle"
+    return None
+
+
 @dataclass(frozen=True)
 class Stated:
     """A number as the answer states it: its text, its quantity, and the interval of base-unit
@@ -114,6 +162,7 @@ class Stated:
     lows: tuple[float, ...]
     highs: tuple[float, ...]
     bare: float  # the number as written, for matching a value a tool wrote without conversion
+    label: str | None = None  # the quantity the words next to it name ("largest gap"), checked against it only
 
 
 @dataclass
@@ -125,6 +174,10 @@ class Sources:
     trace_strings: set[str] = field(default_factory=set)
     known: dict[str, set[int]] = field(default_factory=lambda: {"rank": set(), "device": set(), "step": set(),
                                                                  "stream": set()})
+    labelled: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (label, quantity) → sorted values
+
+    def add_labelled(self, label: str, quantity: str, value: float) -> None:
+        bisect.insort(self.labelled.setdefault((label, quantity), []), abs(value))
 
     def add(self, quantity: str, value: float, written: float | None = None) -> None:
         bisect.insort(self.by_quantity.setdefault(quantity, []), abs(value))
@@ -150,13 +203,17 @@ class Sources:
         """Text we wrote (the system prompt, a verdict's sentence): its figures become sources."""
         for s in stated_numbers(_mask_strings(text, self.trace_strings), None):
             self.add(s.quantity, (s.lows[0] + s.highs[0]) / 2, s.bare if s.quantity == "count" else None)
+            if s.label:
+                self.add_labelled(s.label, s.quantity, (s.lows[0] + s.highs[0]) / 2)
 
-    def _walk(self, value, path: tuple[str, ...], prose: list[str]) -> None:
+    def _walk(self, value, path: tuple[str, ...], prose: list[str], cause: str | None = None) -> None:
         if isinstance(value, bool) or value is None:
             return
         if isinstance(value, (int, float)):
             quantity, scale = _key_quantity(path)
             self.add(quantity, value * scale, value)
+            for label in key_labels(path, cause):
+                self.add_labelled(label, quantity, value * scale)
             if path and (kind := IDENTIFIER_KEYS.get(path[-1])) and float(value).is_integer():
                 self.known[kind].add(int(value))
         elif isinstance(value, str):
@@ -165,8 +222,10 @@ class Sources:
             elif len(value) >= 3:
                 self.trace_strings.add(value)
         elif isinstance(value, dict):
+            # a result about one cause ("cause": "dataloader" beside its counts) binds its counts to it
+            here = next((value[k] for k in ("cause", "matching_cause") if isinstance(value.get(k), str)), None)
             for k, v in value.items():
-                self._walk(v, (*path, str(k)), prose)
+                self._walk(v, (*path, str(k)), prose, here)
         elif isinstance(value, (list, tuple)):
             for v in value:
                 self._walk(v, path, prose)
@@ -176,6 +235,11 @@ class Sources:
         return _within(self.written, abs(value), abs(value))
 
     def supports(self, stated: Stated) -> bool:
+        if not math.isfinite(stated.bare):  # beyond a float: no tool wrote it
+            return False
+        if stated.label:  # "largest gap 392919 µs" holds only if a largest gap is that long
+            values = self.labelled.get((stated.label, stated.quantity), [])
+            return any(_within(values, lo, hi) for lo, hi in zip(stated.lows, stated.highs))
         values = self.by_quantity.get(stated.quantity, [])
         if any(_within(values, lo, hi) for lo, hi in zip(stated.lows, stated.highs)):
             return True
@@ -302,16 +366,27 @@ def stated_numbers(answer: str, sources: Sources | None = None) -> list[Stated]:
                 lo, hi = value / 4, value + half
             text_shown = (m.group(0).strip() if unit else m.group("num")) if len(numbers) == 1 \
                 else f"{n}{m.group('space')}{unit or ''}".strip()
+            clause_start = max(head.rfind(c) for c in ".;\n") + 1
+            after = text[end:end + 80]
+            clause = head[clause_start:] + " " + re.split(r"[.;\n]", after, maxsplit=1)[0]
             found.append(Stated(text_shown, quantity, tuple(lo * s for s in scales), tuple(hi * s for s in scales),
-                                value))
+                                value, _label(head[clause_start:], after, clause, quantity)))
     return found
 
 
+MAX_SHOWN = 32  # a stated number longer than this is shown cut (a model once wrote 2,000 digits)
+
+
 def unverified(answer: str, sources: Sources) -> list[str]:
-    """The numbers in `answer` that no source supports, each once, in the order stated."""
+    """The numbers in `answer` that no source supports, each once, in the order stated; a number
+    said to be a quantity ("largest gap 392919 µs") is shown with it."""
     missing: list[str] = []
     for stated in stated_numbers(answer, sources):
         if stated.quantity == "identifier" or not sources.supports(stated):
-            if stated.text not in missing:
-                missing.append(stated.text)
+            text = stated.text if len(stated.text) <= MAX_SHOWN else \
+                f"{stated.text[:MAX_SHOWN - 8]}… ({len(stated.text)} characters)"
+            if stated.label and stated.label not in text:
+                text += f" (as the {stated.label})" if not stated.label.startswith("gaps") else f" ({stated.label})"
+            if text not in missing:
+                missing.append(text)
     return missing

@@ -22,6 +22,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from ..detect.vocabulary import LIMITERS, ROOT_CAUSES
 from ..text import visible
+from .claims import ClaimCheck
 from .events import Answer, Cancelled, Event, Failure, Notice, Token, ToolCall, ToolResult
 from .llm import LLMConfig
 from .numbers import Sources, stated_numbers, unverified
@@ -56,6 +57,7 @@ class Session:
         # tool_choice: some servers (llama-cpp-python) offer the model no tools without it
         self.model = model.bind_tools(list(self.tools.values()), tool_choice="auto") if model is not None else None
         self.system = system_prompt(ctx)
+        self.claims = ClaimCheck(ctx)
         # what every request carries besides the conversation: the system prompt and the tools' schemas
         self.fixed_chars = len(self.system) + sum(len(json.dumps(convert_to_openai_tool(t))) for t in self.tools.values())
         self.turns: list[list[BaseMessage]] = []  # each: question, tool calls and results, answer
@@ -292,6 +294,7 @@ class Session:
             warnings.append("the model answered without calling any tool: nothing in this answer comes from the trace")
         elif not self._turn_results and (DIAGNOSIS.search(text) or stated_numbers(text)):
             warnings.append("the model called no tool for this question: only earlier answers' tool results back it")
+        warnings += self.claims.warnings(text)
         return Answer(text, unverified(text, self.ctx.sources), incomplete, warnings)
 
     async def _run_tool(self, call: dict) -> ToolResult:

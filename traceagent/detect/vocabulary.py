@@ -21,6 +21,7 @@ class Word:
     color: str  # for HTML charts
     style: str  # for terminals (a Rich / Textual style)
     measure: str = ""  # root causes: the quantity `diff` follows before and after
+    said: str = ""  # gap causes: how answers name it (a regex), for checking what an answer blames
 
 
 def _table(*words: Word) -> dict[str, Word]:
@@ -61,18 +62,19 @@ ROOT_CAUSES = _table(
 #: What the launching thread was doing over an idle gap.
 GAP_CAUSES = _table(
     Word("dataloader", "waiting for data loading", "the DataLoader (or a data range) covers the gap",
-         "#e4572e", "red"),
+         "#e4572e", "red", said=r"data[\s_-]?load(?:ing|er)|dataloader|input pipeline"),
     Word("sync", "after host synchronizations", "a synchronization call ended inside the gap or just before it",
-         "#8e44ad", "magenta"),
+         "#8e44ad", "magenta", said=r"sync(?:hroni[sz]\w*)?|\.item\(\)|cuda\w*synchronize"),
     Word("launch_overhead", "launch-bound (kernels shorter than their launch)",
          "the host was launching, and each kernel is shorter than its launch",
-         "#f3a712", "yellow"),
-    Word("host_other", "other host work", "host events cover the gap but launch nothing", "#29335c", "blue"),
+         "#f3a712", "yellow", said=r"launch[\s_-]?(?:overhead|bound)"),
+    Word("host_other", "other host work", "host events cover the gap but launch nothing", "#29335c", "blue",
+         said=r"other host work|host[\s_]other|host-side work"),
     Word("no_host_activity", "nothing traced on the host", "no host event covers the gap (untraced Python, I/O, "
-         "another process)", "#9aa0a6", "bright_black"),
+         "another process)", "#9aa0a6", "bright_black", said=r"nothing traced|untraced|no host activity|no_host_activity"),
     Word("launch_latency", "launch latency (short gaps between kernels)",
          "a gap shorter than launch_gap_us between two device ops",
-         "#f7d08a", "bright_yellow"),
+         "#f7d08a", "bright_yellow", said=r"launch[\s_-]?latency"),
 )
 
 #: The root cause each gap cause counts towards.

@@ -1,0 +1,116 @@
+"""Answers whose numbers exist in a tool result but are bound to the wrong quantity, blame the
+wrong cause, or draw the wrong before/after conclusion are marked; right ones are not. The
+answers are the wrong ones small local models wrote, with their figures taken from the detectors
+at test time (ResNet50, num_workers=0: idle mostly from data loading)."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import cache
+
+import pytest
+from conftest import RESNET_NW0, RESNET_NW4, analyzed
+from fakes import ScriptedChatModel, tool_call
+from langchain_core.messages import AIMessage
+
+from traceagent.agent.claims import ClaimCheck, blamed_causes
+from traceagent.agent.events import Answer
+from traceagent.agent.session import Session
+from traceagent.agent.tools import AnalysisContext
+
+
+@cache
+def idle():
+    return analyzed(RESNET_NW0).ranks[0].findings.idle
+
+
+def answered(text: str, *tools: str, other=None) -> Answer:
+    """The session's checked answer after the model called `tools` (idle_gaps by default)."""
+    ctx = AnalysisContext(analyzed(RESNET_NW0), analyzed(other) if other else None)
+    calls = [tool_call(t, {"top": 5} if t == "idle_gaps" else {}, call_id=f"c{i}") for i, t in
+             enumerate(tools or ("idle_gaps",))]
+    model = ScriptedChatModel(received=[], responses=[*calls, AIMessage(content=text)])
+
+    async def run():
+        return [e async for e in Session(ctx, model).ask("why is my GPU idle?")]
+    events = asyncio.run(run())
+    assert isinstance(events[-1], Answer)
+    return events[-1]
+
+
+def largest_gap_us() -> float:
+    gaps = analyzed(RESNET_NW0).ranks[0].gaps
+    return float(gaps["dur"].max()) / 1000
+
+
+def test_total_idle_quoted_as_the_largest_gap_is_marked():
+    answer = answered(f"The largest gap is {idle().idle_us:.0f} µs.")
+    assert answer.unverified == [f"{idle().idle_us:.0f} µs (as the largest gap)"]
+
+
+def test_the_launch_gap_threshold_quoted_as_the_largest_gap_is_marked():
+    threshold = analyzed(RESNET_NW0).ranks[0].params.idle.launch_gap_us
+    assert answered(f"The largest gap is {threshold:.1f} µs.").unverified == [f"{threshold:.1f} µs (as the largest gap)"]
+
+
+def test_all_gaps_counted_as_one_causes_gaps_is_marked():
+    answer = answered(f"There are {idle().gaps} gaps of data loading.")
+    assert answer.unverified == [f"{idle().gaps} (gaps of dataloader)"]
+
+
+@pytest.mark.parametrize("text", [
+    lambda: f"The largest gap is {largest_gap_us():,.0f} µs, waiting for data loading.",
+    lambda: f"Longest gap: {largest_gap_us() / 1000:.1f} ms.",
+    lambda: f"Total idle time is {idle().idle_us / 1000:.1f} ms ({idle().idle_pct:.1f}% of the span).",
+    lambda: f"{idle().by_cause_count['dataloader']} data-loading gaps take {idle().by_cause_us['dataloader'] / 1000:.0f} ms.",
+    lambda: f"The GPU has {idle().gaps} gaps in all, {idle().by_cause_count['sync']} of them after a sync.",
+])
+def test_right_quantities_pass(text):
+    answer = answered(text())
+    assert answer.unverified == [] and not [w for w in answer.warnings if "blames" in w]
+
+
+def test_blaming_a_cause_the_verdict_does_not_name_is_marked():
+    answer = answered("Most gaps are delayed by cudaStreamSynchronize calls; remove them.")
+    warning = next(w for w in answer.warnings if "blames" in w)
+    assert warning.startswith("the answer blames host synchronizations, but the detectors' verdict names data loading")
+
+
+@pytest.mark.parametrize("text", [
+    "The GPU is mostly waiting for data loading; the sync calls matter less.",
+    "Idle time comes from the DataLoader running in the main process.",
+    "It is data-loading bound.",
+])
+def test_naming_the_verdicts_cause_is_not_marked(text):
+    assert not [w for w in answered(text).warnings if "blames" in w]
+
+
+def test_blamed_causes_are_read_from_the_words():
+    assert blamed_causes("It is launch-bound, caused by tiny kernels, and delayed by .item() calls.") == \
+        ["launch_overhead", "sync"]
+    assert blamed_causes("Use CUDA graphs.") == []
+
+
+def test_saying_a_change_helped_when_nothing_changed_is_marked():
+    # the trace compared with itself: nothing changed
+    answer = answered("Yes, the change helped: the GPU is less idle now.", "compare_traces", other=RESNET_NW0)
+    warning = next(w for w in answer.warnings if "change" in w)
+    result = ClaimCheck(AnalysisContext(analyzed(RESNET_NW0), analyzed(RESNET_NW0))).comparison
+    assert warning.startswith(f"the answer says the change helped, but step time changed {result.slower_pct:+.1f}%")
+
+
+def test_right_conclusions_pass():
+    fixed = answered("Yes, the change helped: data loading no longer stalls the GPU.", "compare_traces",
+                     other=RESNET_NW4)
+    unchanged = answered("No, it did not help: the step time is unchanged.", "compare_traces", other=RESNET_NW0)
+    assert not [w for w in fixed.warnings + unchanged.warnings if "change" in w]
+
+
+def test_saying_a_real_fix_did_not_help_is_marked():
+    answer = answered("No, the change did not help.", "compare_traces", other=RESNET_NW4)
+    assert any(w.startswith("the answer says the change did not help, but") for w in answer.warnings)
+
+
+def test_a_runaway_number_is_shown_cut():
+    answer = answered("The kernel ran " + "9" * 2000 + " times.")
+    assert answer.unverified == ["999999999999999999999999… (2000 characters)"]

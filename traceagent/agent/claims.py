@@ -1,0 +1,92 @@
+"""The words of an answer checked against the detectors: the cause it blames, and whether it says a
+change helped. Numbers are numbers.py's; these are the claims a right number can still carry
+wrong ("delayed by cudaStreamSynchronize" when the verdict says launch overhead, "yes, the
+change helped" when the span moved 0.2% and the root cause stayed)."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+
+from ..detect.diff import DiffResult, diff
+from ..detect.vocabulary import GAP_ROOT, ROOT_CAUSES
+from ..format import percent
+from .numbers import CAUSE_MENTION
+from .tools import AnalysisContext
+
+# an answer blames a cause with one of these words just before naming it
+_BLAME = re.compile(r"\b(?:caused by|due to|because of|delayed by|blocked (?:by|on)|stalled (?:by|on)|"
+                    r"waiting (?:for|on)|waits (?:for|on)|bottleneck(?:ed)?(?: is| by| on)?|root cause(?: is)?|"
+                    r"dominated by|mostly|mainly|primarily|limited by|bound by|comes? from|spent (?:in|on))"
+                    r"[\s:]+(?:the |a |an |its |host |gpu |cpu )*(?P<what>(?:[^.;,\n]|\.(?=\S)){1,60})", re.I)
+_BOUND = re.compile(r"\b(?P<what>[\w.-]+[\s-]bound)\b", re.I)
+HELPED = re.compile(r"\b(?:(?<!not )helped|(?<!not )improved|(?:is|was|runs?|got) (?:\w+ )?faster|sped up|"
+                    r"(?<!no )speed-?up|(?<!not )fixed|(?<!not )resolved|went away|is gone|(?<!not )worked|"
+                    r"(?:yes|it did)[,.!]? (?:it|the change|the fix))\b", re.I)
+DID_NOT_HELP = re.compile(r"\b(?:did(?:n't| not) (?:help|improve|fix|work|change)|no (?:real |significant |measurable )?"
+                          r"(?:improvement|change|difference|speed-?up|gain)|not (?:fixed|faster|improved)|"
+                          r"unchanged|(?:is|was|got|runs?) slower|regress(?:ed|ion)|(?:got |is )worse|"
+                          r"within (?:the )?noise)\b", re.I)
+NOISE_PCT = 2.0  # a step (or span) change smaller than this is not a change a user should act on
+
+
+def blamed_causes(answer: str) -> list[str]:
+    """The root causes an answer blames, in the order it names them."""
+    found: list[str] = []
+    for m in sorted([*_BLAME.finditer(answer), *_BOUND.finditer(answer)], key=lambda m: m.start()):
+        if cause := CAUSE_MENTION.search(m.group("what")):
+            root = GAP_ROOT.get(cause.lastgroup or "", cause.lastgroup)
+            if root and root not in found:
+                found.append(root)
+    return found
+
+
+class ClaimCheck:
+    """Checks an answer's stated cause and before/after conclusion against the analysis."""
+
+    def __init__(self, ctx: AnalysisContext) -> None:
+        self.ctx = ctx
+
+    @cached_property
+    def comparison(self) -> DiffResult | None:
+        return diff(self.ctx.analysis, self.ctx.other) if self.ctx.other is not None else None
+
+    def warnings(self, answer: str) -> list[str]:
+        return [w for w in (self.cause(answer), self.conclusion(answer)) if w]
+
+    def cause(self, answer: str) -> str | None:
+        """A warning when the answer blames causes and none is the verdict's root cause (the job's
+        or the rank in focus)."""
+        blamed = blamed_causes(answer)
+        verdicts = [self.ctx.analysis.verdict]
+        if self.ctx.focus is not None:
+            verdicts.append(self.ctx.analysis.rank(self.ctx.focus[0]).verdict)
+        roots = {v.root_cause for v in verdicts if v.root_cause}
+        if not blamed or not roots or roots & set(blamed):
+            return None
+        verdict = verdicts[-1] if verdicts[-1].root_cause else verdicts[0]
+        said = " and ".join(ROOT_CAUSES[c].label for c in blamed if c in ROOT_CAUSES)
+        return (f"the answer blames {said}, but the detectors' verdict names "
+                f"{ROOT_CAUSES[verdict.root_cause].label if verdict.root_cause in ROOT_CAUSES else verdict.root_cause}: "
+                f"{verdict.headline}")
+
+    def conclusion(self, answer: str) -> str | None:
+        """A warning when the answer says a change helped (or did not) and the comparison of the
+        two traces says otherwise."""
+        result = self.comparison
+        if result is None:
+            return None
+        says_helped, says_not = bool(HELPED.search(answer)), bool(DID_NOT_HELP.search(answer))
+        if says_helped == says_not:  # neither, or both (a mixed verdict the reader can weigh)
+            return None
+        faster = -result.slower_pct >= NOISE_PCT
+        gone = bool(result.root_cause.get("gone"))
+        measured = (f"{'step time' if result.time_basis == 'step' else 'the span'} changed {result.slower_pct:+.1f}%"
+                    f" and the root cause ({result.root_cause['what']}) went "
+                    f"{percent(result.root_cause['before_pct'])} → {percent(result.root_cause['after_pct'])}"
+                    f"{' (gone)' if gone else ''}")
+        if says_helped and not (faster or gone):
+            return f"the answer says the change helped, but {measured}"
+        if says_not and (faster or gone):
+            return f"the answer says the change did not help, but {measured}"
+        return None
