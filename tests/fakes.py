@@ -102,14 +102,23 @@ class Reply(dict):
 class FakeOpenAIServer:
     """POST /v1/chat/completions answered from a script, streaming as Server-Sent Events."""
 
-    def __init__(self, replies: list[Reply]) -> None:
+    def __init__(self, replies: list[Reply], served: str = "local-model-q4") -> None:
         self.replies = list(replies)
+        self.served = served
         self.requests: list[dict] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
+
+            def do_GET(self) -> None:  # /v1/models, as local servers list what they serve
+                payload = json.dumps({"object": "list", "data": [{"id": server.served, "object": "model"}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
             def do_POST(self) -> None:
                 try:

@@ -167,3 +167,41 @@ def test_a_turn_stopped_during_its_tool_calls_is_in_the_transcript(model_env, ti
     markdown = session.transcript_markdown()
     assert "## You\n\nwhy?" in markdown and "> tool: `verdict({})`" in markdown
     assert "stopped before any answer" in markdown
+
+
+def test_without_a_model_name_the_servers_own_model_is_used(model_env, capsys, monkeypatch, tiny):
+    with FakeOpenAIServer([Reply.text("It is idle.")], served="qwen2.5-coder-1.5b-instruct-q4_k_m") as server:
+        model_env(server.url)
+        monkeypatch.delenv("TRACEAGENT_MODEL")
+        code, _, err = ask(capsys, "why?", "-v", trace=tiny)
+    assert server.requests[0]["model"] == "qwen2.5-coder-1.5b-instruct-q4_k_m"
+    assert err.startswith("qwen2.5-coder-1.5b-instruct-q4_k_m at http://127.0.0.1:") and "gpt-4o-mini" not in err
+
+
+def test_the_eval_scores_each_answer_against_the_detectors(model_env, capsys, monkeypatch):
+    """Six scripted answers, four right and two wrong (a wrong quantity, and no tool called): the
+    eval's verdict on each follows from the detectors' figures, not from the script."""
+    from traceagent.cli import main
+
+    idle = analyzed(RESNET_NW0).ranks[0].findings.idle
+    replies = [
+        Reply.tool("verdict", {}), Reply.text(f"The GPU waits for data loading ({said('loader_pct')} of the span)."),
+        Reply.tool("idle_gaps", {}), Reply.text(f"The GPU is idle {idle.idle_pct:.1f}% of the time."),
+        Reply.tool("idle_gaps", {"top": 1}), Reply.text(f"The largest gap is {idle.idle_us:.0f} µs."),
+        Reply.tool("idle_gaps", {"cause": "dataloader"}),
+        Reply.text(f"{idle.by_cause_count['dataloader']} gaps come from data loading."),
+        Reply.text("The top kernel is probably a convolution."),
+        Reply.tool("compare_traces", {}), Reply.text("No, it did not help: the step time is unchanged."),
+    ]
+    with FakeOpenAIServer(replies) as server:
+        model_env("http://unused.invalid/v1")
+        monkeypatch.delenv("TRACEAGENT_MODEL")
+        assert main(["eval", str(RESNET_NW0), "--base-url", server.url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"] == server.served
+    rows = report["results"]
+    assert [r["agrees"] for r in rows] == [True, True, False, True, False, True]
+    assert rows[0]["tools"] == ["verdict"] and rows[0]["rounds"] == 2 and rows[4]["tools"] == []
+    assert f"{idle.idle_us:.0f} µs (as the largest gap)" in rows[2]["flagged"]
+    assert any("without calling any tool" in f for f in rows[4]["flagged"])
+    assert rows[3]["question"] == "How many idle gaps come from data loading?"

@@ -366,6 +366,50 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """The eval questions against a model server; a table (or JSON) of how each answer fared."""
+    import asyncio
+    from dataclasses import replace
+
+    from rich.table import Table
+
+    from .agent.evaluate import Result, as_dicts, run_eval
+    from .agent.llm import LLMConfig, load_config, make_chat_model, served_model
+    from .agent.session import Session
+
+    base = load_config() or LLMConfig()
+    base_url = args.base_url or base.base_url
+    if not base_url and base.api_key is None:
+        err.print("traceagent: error: eval needs a model server: --base-url URL (or OPENAI_BASE_URL / OPENAI_API_KEY)",
+                  markup=False)
+        return 2
+    key = base.api_key or "not-needed"
+    model = args.model or (served_model(base_url, key) if base_url and not os.environ.get("TRACEAGENT_MODEL")
+                           else None) or base.model
+    config = replace(base, base_url=base_url, model=model, api_key=key)
+    analysis = analyze_path(args.path or example_trace(), args)
+    err.print(f"traceagent eval: {config.describe()} on {analysis.path}", markup=False)
+
+    def shown(r: Result) -> None:
+        err.print(f"  {'agrees' if r.agrees else 'differs'} · {r.seconds:g} s · {r.question}", markup=False)
+
+    results = asyncio.run(run_eval(analysis, lambda ctx: Session(ctx, make_chat_model(config), config),
+                                   on_result=None if args.json else shown))
+    if args.json:
+        print_json({"model": config.model, "server": config.shown_url, "results": as_dicts(results)})
+        return 0
+    table = Table(title=f"{config.model}: {sum(r.agrees for r in results)}/{len(results)} answers agree with the "
+                        "detectors")
+    for column in ("question", "tools called", "rounds", "time", "flagged", "agrees"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.question, ", ".join(r.tools) or "none", str(r.rounds), f"{r.seconds:g} s",
+                      str(len(r.flagged)), ("yes" if r.agrees else "no") + f" ({r.why})"
+                      + (" · offline fallback" if r.fell_back else ""))
+    out.print(table)
+    return 0
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     """The chat app. Without a terminal (a pipe, CI) it prints the analysis instead."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -522,6 +566,13 @@ def build_parser() -> argparse.ArgumentParser:
     chat = add("chat", cmd_chat, "talk about a trace in the terminal app (an LLM if configured, else the offline analyst)")
     chat.add_argument("--compare", metavar="OTHER", help="a second trace (after a change) to compare with")
     add("demo", cmd_demo, "open the chat app on the bundled example trace (no setup needed)", path=False)
+    evaluate = add("eval", cmd_eval, "ask a model server a fixed set of questions about a trace and score each answer "
+                   "against the detectors", path=False, json=True)
+    evaluate.add_argument("path", nargs="?", help="the trace (default: the bundled example)")
+    evaluate.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 "
+                                             "(default: OPENAI_BASE_URL)")
+    evaluate.add_argument("--model", help="the model name to send (default: TRACEAGENT_MODEL, else the server's "
+                                          "first model at /v1/models)")
     annotate = add("annotate", cmd_annotate, "write the trace with the findings on extra timeline tracks "
                    "(gaps by cause, steps, exposed communication, hot kernels, the verdict)")
     annotate.add_argument("-o", "--output", required=True, help="annotated.json or annotated.json.gz")
@@ -561,7 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     from .agent.llm import ConfigError
 
     args = build_parser().parse_args(argv)
-    if args.command in ("ask", "chat", "demo", "mcp") or getattr(args, "llm", False):  # where tools run through LangChain
+    # where tools run through LangChain
+    if args.command in ("ask", "chat", "demo", "mcp", "eval") or getattr(args, "llm", False):
         from .agent.llm import tracing_notice
 
         if notice := tracing_notice(dict(os.environ)):

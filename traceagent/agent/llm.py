@@ -137,9 +137,12 @@ def load_config(env: dict[str, str] | None = None) -> LLMConfig | None:
     if not key and not base_url:
         return None
     retries = pick("TRACEAGENT_MAX_RETRIES", "max_retries")
+    model = pick("TRACEAGENT_MODEL", "model")
+    if not model and base_url:  # a local server serves its own model: name it, not an OpenAI model
+        model = served_model(str(base_url), str(key) if key else LOCAL_KEY)
     try:
         return LLMConfig(
-            model=str(pick("TRACEAGENT_MODEL", "model") or DEFAULT_MODEL),
+            model=str(model or DEFAULT_MODEL),
             base_url=str(base_url) if base_url else None,
             api_key=str(key) if key else LOCAL_KEY,
             temperature=float(pick("TRACEAGENT_TEMPERATURE", "temperature") or 0.0),
@@ -151,6 +154,18 @@ def load_config(env: dict[str, str] | None = None) -> LLMConfig | None:
         )
     except ValueError as exc:
         raise ConfigError(f"a model setting is not a number ({exc})") from None
+
+
+def served_model(base_url: str, key: str) -> str | None:
+    """The first model a server lists at /v1/models (llama.cpp, vLLM, Ollama, LM Studio), or None
+    when it lists none or cannot be reached (then the chat request says what is wrong)."""
+    import openai
+
+    try:
+        models = openai.OpenAI(base_url=base_url, api_key=key, timeout=5, max_retries=0).models.list().data
+        return str(models[0].id) if models and models[0].id else None
+    except (openai.OpenAIError, ValueError, AttributeError, TypeError):
+        return None
 
 
 class ConfigError(ValueError):

@@ -66,6 +66,7 @@ class Session:
         self._cancel = asyncio.Event()
         self._tool_results = 0
         self._turn_results = 0
+        self.rounds = 0  # the model requests of the last answer
         ctx.sources = self._sources()
 
     @property
@@ -148,7 +149,9 @@ class Session:
         self._turn_results = 0
         model = self.model
         assert model is not None  # ask() comes here only with a model
+        self.rounds = 0
         for round_number in range(1, self.max_tool_rounds + 1):
+            self.rounds = round_number
             messages, trimmed = self._fit(turn, config)
             if messages is None:
                 async for event in self._from_detectors(question, trimmed):

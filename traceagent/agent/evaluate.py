@@ -1,0 +1,142 @@
+"""`traceagent eval`: a fixed set of questions about the bundled trace asked of any
+OpenAI-compatible server, each answer scored against the detectors' own figures.
+
+Per question: the tools the model called, its rounds, the time, the numbers and claims the checks
+flagged, and whether the answer agrees with the detectors (it states the expected fact, and
+nothing in it was flagged). The expected facts are computed from the analysis when the eval runs,
+never written down, so the eval holds for any trace it is pointed at.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from ..detect.analysis import Analysis
+from ..detect.kernels import short_name
+from ..detect.vocabulary import GAP_CAUSES, ROOT_CAUSES
+from .claims import DID_NOT_HELP, HELPED
+from .events import Answer, Failure, Notice, ToolCall
+from .numbers import stated_numbers
+from .session import Session
+from .tools import AnalysisContext
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question and how to tell a right answer: `expect(analysis, answer)` is (agrees, why)."""
+
+    text: str
+    expect: Callable[[Analysis, str], tuple[bool, str]]
+    compare: bool = False  # asked with the trace compared to itself (nothing changed)
+
+
+@dataclass
+class Result:
+    question: str
+    tools: list[str] = field(default_factory=list)
+    rounds: int = 0
+    seconds: float = 0.0
+    flagged: list[str] = field(default_factory=list)  # unverified numbers and claim warnings
+    agrees: bool = False
+    why: str = ""
+    answer: str = ""
+    fell_back: bool = False  # a limit stopped the model and the offline analyst answered
+
+
+def _states(answer: str, value: float, quantity: str, tolerance: float) -> bool:
+    """Whether `answer` states `value` (base units of `quantity`) within `tolerance` (relative)."""
+    return any(s.quantity == quantity and any(lo <= value * (1 + tolerance) and hi >= value * (1 - tolerance)
+                                              for lo, hi in zip(s.lows, s.highs))
+               for s in stated_numbers(answer))
+
+
+def _names_cause(answer: str, cause: str | None) -> bool:
+    if not cause:
+        return False
+    words = [w.said for w in GAP_CAUSES.values() if w.name == cause or (cause == "launch_overhead" and
+                                                                      w.name == "launch_latency")]
+    return any(re.search(w, answer, re.I) for w in words) or ROOT_CAUSES[cause].label.lower() in answer.lower()
+
+
+def _why_idle(a: Analysis, answer: str) -> tuple[bool, str]:
+    cause = a.verdict.root_cause
+    return _names_cause(answer, cause), f"names the root cause ({cause})"
+
+
+def _idle_share(a: Analysis, answer: str) -> tuple[bool, str]:
+    pct = a.ranks[0].findings.idle.idle_pct
+    return _states(answer, pct, "percent", 0.02), f"states idle {pct:.1f}% of the span"
+
+
+def _largest_gap(a: Analysis, answer: str) -> tuple[bool, str]:
+    us = float(a.ranks[0].gaps["dur"].max()) / 1000
+    return _states(answer, us, "time", 0.02), f"states the largest gap, {us / 1000:.1f} ms"
+
+
+def _cause_count(a: Analysis, answer: str) -> tuple[bool, str]:
+    idle = a.ranks[0].findings.idle
+    cause = a.verdict.root_cause or "dataloader"
+    n = idle.by_cause_count.get(cause, 0)
+    return _states(answer, n, "count", 0.0) or str(n) in answer.split(), f"states {n} gaps of {cause}"
+
+
+def _top_kernel(a: Analysis, answer: str) -> tuple[bool, str]:
+    top = a.ranks[0].findings.kernels.top[0]
+    name = top.short_name or short_name(top.name)
+    return name.lower() in answer.lower(), f"names the top kernel ({name})"
+
+
+def _no_change(a: Analysis, answer: str) -> tuple[bool, str]:
+    return bool(DID_NOT_HELP.search(answer)) and not HELPED.search(answer), "says nothing changed (same trace twice)"
+
+
+QUESTIONS = [
+    Question("Why is my GPU idle?", _why_idle),
+    Question("What share of the time is the GPU idle?", _idle_share),
+    Question("How long is the largest idle gap?", _largest_gap),
+    Question("How many idle gaps come from {cause}?", _cause_count),
+    Question("Which kernel takes the most GPU time?", _top_kernel),
+    Question("Did my change make the step faster?", _no_change, compare=True),
+]
+
+
+async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext], Session],
+                   questions: list[Question] = QUESTIONS, on_result: Callable[[Result], None] | None = None
+                   ) -> list[Result]:
+    """Each question in a new conversation; the results in order."""
+    results = []
+    for q in questions:
+        session = make_session(AnalysisContext(analysis, analysis if q.compare else None))
+        cause = analysis.verdict.root_cause
+        text = q.text.format(cause=ROOT_CAUSES[cause].label if cause in ROOT_CAUSES else "data loading")
+        result = Result(text)
+        started = time.monotonic()
+        async for event in session.ask(text):
+            if isinstance(event, ToolCall) and not event.id.startswith("offline"):
+                result.tools.append(event.name)
+            elif isinstance(event, Notice) and "answering from the detectors" in event.message:
+                result.fell_back = True
+            elif isinstance(event, Failure) and event.kind in ("connection", "timeout", "rate_limit", "auth", "server"):
+                result.flagged.append(event.message)
+                result.why = "the server failed"
+            elif isinstance(event, Answer):
+                result.answer = event.text
+                result.flagged += [*event.unverified, *event.warnings]
+                if event.incomplete:
+                    result.flagged.append(f"incomplete: {event.incomplete}")
+        result.seconds = round(time.monotonic() - started, 1)
+        result.rounds = session.rounds
+        if result.answer and not result.why:
+            ok, result.why = q.expect(analysis, result.answer)
+            result.agrees = ok and not result.flagged and not result.fell_back
+        results.append(result)
+        if on_result:
+            on_result(result)
+    return results
+
+
+def as_dicts(results: list[Result]) -> list[dict]:
+    return [asdict(r) for r in results]
