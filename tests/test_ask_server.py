@@ -79,10 +79,11 @@ def test_server_too_slow(model_env, capsys, tiny):
 
 def test_rate_limit_is_retried_with_backoff(model_env, capsys, tiny):
     limited = Reply.error(429, "slow down", {"retry-after-ms": "10"})
-    with FakeOpenAIServer([limited, limited, Reply.text(f"Fine now: idle {said('idle_pct')}.")]) as server:
+    with FakeOpenAIServer([limited, limited, Reply.tool("verdict", {}), Reply.text(f"Fine now: idle {said('idle_pct')}.")]) \
+            as server:
         model_env(server.url, retries=2)
         code, out, _ = ask(capsys, trace=tiny)
-    assert code == 0 and "Fine now" in out and len(server.requests) == 3
+    assert code == 0 and "Fine now" in out and len(server.requests) == 4
 
 
 def test_rate_limit_that_does_not_end(model_env, capsys, tiny):
@@ -106,7 +107,8 @@ def test_bad_key(model_env, capsys, tiny):
     (Reply.tool("hot_kernels", {"top": "many"}), "tool 'hot_kernels': bad arguments"),
 ])
 def test_broken_tool_calls_are_reported_and_the_turn_continues(model_env, capsys, bad_call, message, tiny):
-    with FakeOpenAIServer([bad_call, Reply.text(f"Recovered: idle {said('idle_pct')}.")]) as server:
+    replies = [bad_call, Reply.tool("verdict", {}, call_id="c2"), Reply.text(f"Recovered: idle {said('idle_pct')}.")]
+    with FakeOpenAIServer(replies) as server:
         model_env(server.url)
         code, out, err = ask(capsys, trace=tiny)
     assert code == 0 and "Recovered" in out
@@ -117,7 +119,7 @@ def test_broken_tool_calls_are_reported_and_the_turn_continues(model_env, capsys
 
 
 def test_console_script_end_to_end(tmp_path):
-    replies = [Reply.text(f"Data loading: {said('loader_pct')} of the span.")]
+    replies = [Reply.tool("verdict", {}), Reply.text(f"Data loading: {said('loader_pct')} of the span.")]
     with FakeOpenAIServer(replies) as server:
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OPENAI_BASE_URL": server.url,
                "TRACEAGENT_MAX_RETRIES": "0", "TRACEAGENT_CACHE_DIR": os.environ["TRACEAGENT_CACHE_DIR"]}  # the run's
@@ -189,7 +191,7 @@ def test_tools_are_offered_with_tool_choice_and_a_token_limit(model_env, capsys,
     (Reply.text(""), "the model sent an empty answer"),
 ])
 def test_an_incomplete_answer_is_shown_as_such_and_exits_1(model_env, capsys, reply, why, tiny):
-    with FakeOpenAIServer([reply]) as server:
+    with FakeOpenAIServer([Reply.tool("verdict", {}), reply]) as server:
         model_env(server.url)
         code, out, err = ask(capsys, trace=tiny)
     assert code == 1
@@ -198,7 +200,7 @@ def test_an_incomplete_answer_is_shown_as_such_and_exits_1(model_env, capsys, re
 
 
 def test_a_report_whose_summary_was_cut_off_is_not_written(model_env, capsys, tmp_path, tiny):
-    with FakeOpenAIServer([Reply.text("The GPU is idle because", finish="length")]) as server:
+    with FakeOpenAIServer([Reply.tool("verdict", {}), Reply.text("The GPU is idle because", finish="length")]) as server:
         model_env(server.url)
         out = tmp_path / "r.md"
         assert main(["report", str(tiny), "--llm", "-o", str(out)]) == 1
@@ -242,21 +244,20 @@ def test_an_endless_tool_loop_stops(model_env, capsys, tiny):
 
 def test_a_slow_drip_past_the_deadline_is_stopped(model_env, capsys, tiny):
     # each word arrives well within the per-chunk timeout, but the answer as a whole is too slow
-    with FakeOpenAIServer([Reply.text("word " * 40, drip_s=0.05)]) as server:
+    with FakeOpenAIServer([Reply.tool("verdict", {}), Reply.text("word " * 40, drip_s=0.05)]) as server:
         model_env(server.url, timeout=5, deadline=0.5)
         code, out, err = ask(capsys, trace=tiny)
     assert code == 1 and "the answer took longer than the 0.5 s deadline (TRACEAGENT_DEADLINE)" in err
     assert 0 < out.count("word") < 40
 
 
-def test_an_answer_without_tools_is_warned_about(model_env, capsys, tiny):
-    with FakeOpenAIServer([Reply.text("Your GPU is launch-bound: <tool_response>use CUDA graphs</tool_response>")]) \
-            as server:
+def test_tool_markup_left_in_an_answer_is_warned_about(model_env, capsys, tiny):
+    replies = [Reply.tool("verdict", {}), Reply.text("Use CUDA graphs: <tool_response>use CUDA graphs</tool_response>")]
+    with FakeOpenAIServer(replies) as server:
         model_env(server.url)
         code, _, err = ask(capsys, trace=tiny)
     assert code == 0
     assert "warning: the answer contains tool-call markup (<tool_response>)" in err
-    assert "warning: the model answered without calling any tool" in err
 
 
 def test_a_report_summary_cut_inside_a_code_fence_keeps_every_section(model_env, tmp_path):

@@ -219,14 +219,15 @@ def test_credentials_in_the_server_url_are_never_shown_or_saved(capsys, monkeypa
 
 def test_a_stopped_answer_is_saved_with_what_was_said(tmp_path):
     from conftest import RESNET_NW0, analyzed
-    from fakes import ScriptedChatModel
+    from fakes import ScriptedChatModel, tool_call
     from langchain_core.messages import AIMessage
 
     from traceagent.agent.events import Token
     from traceagent.agent.session import Session
     from traceagent.agent.tools import AnalysisContext
 
-    model = ScriptedChatModel(received=[], responses=[AIMessage(content=" ".join(f"word{i}" for i in range(50)))])
+    model = ScriptedChatModel(received=[], responses=[tool_call("verdict"),
+                                                      AIMessage(content=" ".join(f"word{i}" for i in range(50)))])
     session = Session(AnalysisContext(analyzed(RESNET_NW0)), model)
 
     async def run():

@@ -137,12 +137,26 @@ def test_long_waits_and_long_call_streams_show_progress(model_env, capsys, monke
     assert "note: the model is writing tool calls (" in err
 
 
-@pytest.mark.parametrize("answer", ["Your MFU is low: use bf16 and larger batches.", "It looks fine to me."])
-def test_an_answer_with_no_tool_behind_it_is_always_marked(model_env, capsys, tiny, answer):
-    with FakeOpenAIServer([Reply.text(answer)]) as server:
+def test_an_answer_with_no_tool_behind_it_is_held_back_and_the_model_asked_again(model_env, capsys):
+    ungrounded = "Your MFU is low: use bf16 and larger batches."
+    replies = [Reply.text(ungrounded), Reply.tool("verdict", {}), Reply.text(f"Data loading: {said('loader_pct')}.")]
+    with FakeOpenAIServer(replies) as server:
         model_env(server.url)
-        code, _, err = ask(capsys, "what is my MFU?", trace=tiny)
-    assert code == 0 and "warning: the model answered without calling any tool" in err
+        code, out, err = ask(capsys, "why is my GPU idle?")
+    assert code == 0 and out.strip() == f"Data loading: {said('loader_pct')}." and ungrounded not in out
+    assert "note: the model answered without calling any tool: asked it once more" in err and "warning" not in err
+    nudge = server.requests[1]["messages"][-1]
+    assert nudge["role"] == "user" and '{"name": "verdict", "arguments": {}}' in nudge["content"]
+
+
+@pytest.mark.parametrize("answer", ["Your MFU is low: use bf16 and larger batches.", "It looks fine to me."])
+def test_a_model_that_never_calls_a_tool_gets_the_detectors_answer(model_env, capsys, answer):
+    with FakeOpenAIServer([Reply.text(answer), Reply.text(answer)]) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys, "why is my GPU idle?")
+    assert code == 0 and answer not in out and len(server.requests) == 2
+    assert "the model answered twice without calling any tool: answering from the detectors" in err
+    assert said("loader_pct") in out and "The model did not answer" in out
 
 
 def test_a_turn_stopped_during_its_tool_calls_is_in_the_transcript(model_env, tiny):
@@ -173,7 +187,7 @@ def test_without_a_model_name_the_servers_own_model_is_used(model_env, capsys, m
     with FakeOpenAIServer([Reply.text("It is idle.")], served="qwen2.5-coder-1.5b-instruct-q4_k_m") as server:
         model_env(server.url)
         monkeypatch.delenv("TRACEAGENT_MODEL")
-        code, _, err = ask(capsys, "why?", "-v", trace=tiny)
+        _, _, err = ask(capsys, "why?", "-v", trace=tiny)
     assert server.requests[0]["model"] == "qwen2.5-coder-1.5b-instruct-q4_k_m"
     assert err.startswith("qwen2.5-coder-1.5b-instruct-q4_k_m at http://127.0.0.1:") and "gpt-4o-mini" not in err
 
@@ -190,7 +204,7 @@ def test_the_eval_scores_each_answer_against_the_detectors(model_env, capsys, mo
         Reply.tool("idle_gaps", {"top": 1}), Reply.text(f"The largest gap is {idle.idle_us:.0f} µs."),
         Reply.tool("idle_gaps", {"cause": "dataloader"}),
         Reply.text(f"{idle.by_cause_count['dataloader']} gaps come from data loading."),
-        Reply.text("The top kernel is probably a convolution."),
+        Reply.text("The top kernel is probably a convolution."), Reply.text("It is a convolution."),
         Reply.tool("compare_traces", {}), Reply.text("No, it did not help: the step time is unchanged."),
     ]
     with FakeOpenAIServer(replies) as server:
@@ -203,5 +217,17 @@ def test_the_eval_scores_each_answer_against_the_detectors(model_env, capsys, mo
     assert [r["agrees"] for r in rows] == [True, True, False, True, False, True]
     assert rows[0]["tools"] == ["verdict"] and rows[0]["rounds"] == 2 and rows[4]["tools"] == []
     assert f"{idle.idle_us:.0f} µs (as the largest gap)" in rows[2]["flagged"]
-    assert any("without calling any tool" in f for f in rows[4]["flagged"])
+    assert rows[4]["fell_back"] and any("without calling any tool" in f for f in rows[4]["flagged"])
     assert rows[3]["question"] == "How many idle gaps come from data loading?"
+
+
+def test_a_report_summary_the_model_did_not_write_is_not_signed_with_its_name(model_env, capsys, tmp_path):
+    from traceagent.cli import main
+
+    with FakeOpenAIServer([Reply.text("A summary from nowhere."), Reply.text("Still nothing.")]) as server:
+        model_env(server.url)
+        out = tmp_path / "r.md"
+        assert main(["report", str(RESNET_NW0), "--llm", "-o", str(out)]) == 1
+    assert "the model wrote no summary: the model answered twice without calling any tool; no report written" in \
+        capsys.readouterr().err
+    assert not out.exists()

@@ -98,7 +98,7 @@ def test_question_gets_tool_blocks_and_a_streamed_answer(tmp_path):
 
 
 def test_escape_stops_the_answer(tmp_path):
-    model = scripted(AIMessage(content=" ".join(f"word{i}" for i in range(400))), delay_s=0.02)
+    model = scripted(tool_call("verdict"), AIMessage(content=" ".join(f"word{i}" for i in range(400))), delay_s=0.02)
 
     async def run():
         app = InProcessApp(str(RESNET_NW0), model=model, save_dir=tmp_path)

@@ -261,10 +261,10 @@ def llm_summary(result: Analysis, config) -> str | None:
     did not return are marked. None (after one line on stderr) when the model fails."""
     import asyncio
 
-    from .agent.events import Answer, Failure
+    from .agent.events import Answer, Failure, Notice
     from .agent.llm import make_chat_model
     from .agent.prompts import report_request
-    from .agent.session import Session
+    from .agent.session import FALLBACK, Session
     from .agent.tools import AnalysisContext
 
     session = Session(AnalysisContext(result), make_chat_model(config), config)
@@ -273,6 +273,11 @@ def llm_summary(result: Analysis, config) -> str | None:
         async for event in session.ask(report_request()):
             if isinstance(event, Failure) and event.kind in ("connection", "timeout", "rate_limit", "auth", "server"):
                 err.print(f"traceagent: {event.message}", markup=False)
+                return None
+            if isinstance(event, Notice) and event.message.endswith(FALLBACK):
+                # a summary the model did not write must not be signed with its name
+                err.print(f"traceagent: the model wrote no summary: {event.message.removesuffix(': ' + FALLBACK)}; "
+                          "no report written", markup=False)
                 return None
             if isinstance(event, Answer):
                 if event.incomplete:  # a cut summary in a report would read as a finished one
@@ -394,7 +399,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         err.print(f"  {'agrees' if r.agrees else 'differs'} · {r.seconds:g} s · {r.question}", markup=False)
 
     results = asyncio.run(run_eval(analysis, lambda ctx: Session(ctx, make_chat_model(config), config),
-                                   on_result=None if args.json else shown))
+                                   on_result=shown))
     if args.json:
         print_json({"model": config.model, "server": config.shown_url, "results": as_dicts(results)})
         return 0

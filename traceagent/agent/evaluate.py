@@ -20,7 +20,7 @@ from ..detect.vocabulary import GAP_CAUSES, ROOT_CAUSES
 from .claims import DID_NOT_HELP, HELPED
 from .events import Answer, Failure, Notice, ToolCall
 from .numbers import stated_numbers
-from .session import Session
+from .session import FALLBACK, Session
 from .tools import AnalysisContext
 
 
@@ -117,7 +117,7 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
         async for event in session.ask(text):
             if isinstance(event, ToolCall) and not event.id.startswith("offline"):
                 result.tools.append(event.name)
-            elif isinstance(event, Notice) and "answering from the detectors" in event.message:
+            elif isinstance(event, Notice) and event.message.endswith(FALLBACK):
                 result.fell_back = True
             elif isinstance(event, Failure) and event.kind in ("connection", "timeout", "rate_limit", "auth", "server"):
                 result.flagged.append(event.message)

@@ -34,6 +34,10 @@ from .tools import AnalysisContext, ToolInputError, build_tools
 __all__ = ["Answer", "Cancelled", "Event", "Failure", "Notice", "Session", "Token", "ToolCall", "ToolResult"]
 
 CHARS_PER_TOKEN = 3  # a cautious average for English and JSON: history is trimmed by characters
+NUDGE = ("You answered without calling any tool, so nothing in that answer comes from this trace. Call the tools "
+         "that answer the question (verdict and idle_gaps are a good start) and answer only from their results. "
+         'If you cannot call tools, reply with only the call as JSON: {"name": "verdict", "arguments": {}}')
+FALLBACK = "answering from the detectors instead (offline analyst)"  # how a notice says the model was replaced
 PROGRESS_EVERY_S = 1.0  # how often a reply that streams tool calls says how many so far
 MAX_CALLS_PER_ROUND = 8  # a small model may send dozens of calls in one reply (51 identical, seen)
 # what a server's chat template leaves in the text when it does not support tool calls
@@ -150,8 +154,12 @@ class Session:
         model = self.model
         assert model is not None  # ask() comes here only with a model
         self.rounds = 0
+        nudged = False
         for round_number in range(1, self.max_tool_rounds + 1):
             self.rounds = round_number
+            # nothing from the trace yet: a text answer now would be the model's own, so it is held
+            # back whole, and the model is asked once more to use the tools
+            ungrounded = self._tool_results == 0
             messages, trimmed = self._fit(turn, config)
             if messages is None:
                 async for event in self._from_detectors(question, trimmed):
@@ -172,14 +180,14 @@ class Session:
                     if (chunk is None or reply.calls) and time.monotonic() - shown >= PROGRESS_EVERY_S:
                         shown = time.monotonic()  # a long wait or a long stream of calls shows, not a blank screen
                         yield Notice(reply.progress(time.monotonic() - started), progress=True)
-                    if held and not could_be_call(reply.text, self.tools):
+                    if held and not ungrounded and not could_be_call(reply.text, self.tools):
                         held = False
                         yield Token(visible(reply.text, keep_lines=True))  # a model can emit escapes too
                     elif not held and text:
                         yield Token(visible(text, keep_lines=True))
             except TimeoutError:
                 why = f"the answer took longer than the {config.deadline_s:g} s deadline (TRACEAGENT_DEADLINE)"
-                if reply.text.strip() and not reply.calls:
+                if reply.text.strip() and not reply.calls and not ungrounded:
                     if held:
                         yield Token(visible(reply.text, keep_lines=True))
                     yield self._answer(reply.text, why + " and was stopped")
@@ -207,6 +215,17 @@ class Session:
                 yield Notice(f"the model wrote {n} tool call{'s' * (n > 1)} as text instead of sending "
                              f"{'them' if n > 1 else 'it'} as a call: ran {'them' if n > 1 else 'it'} as calls")
             elif not calls and not malformed:
+                if ungrounded and reply.text.strip():
+                    if nudged:
+                        async for event in self._from_detectors(question, "the model answered twice without calling "
+                                                                          "any tool"):
+                            yield event
+                        return
+                    nudged = True
+                    yield Notice("the model answered without calling any tool: asked it once more to answer from the "
+                                 "tools")
+                    turn += [AIMessage(reply.text), HumanMessage(NUDGE)]
+                    continue
                 if held:
                     yield Token(visible(reply.text, keep_lines=True))
                 answer = self._answer(reply.text, reply.incomplete(config))
@@ -253,7 +272,7 @@ class Session:
     async def _from_detectors(self, question: str, why: str) -> AsyncGenerator[Event, None]:
         """When a limit stops the model: the offline analyst answers from the detectors, and says
         why the model's answer is not there."""
-        yield Notice(f"{why}: answering from the detectors instead (offline analyst)")
+        yield Notice(f"{why}: {FALLBACK}")
         async for event in OfflineAnalyst(self.ctx).answer(question, note=f"_The model did not answer: {why}. "
                                                                            "This answer is the offline analyst's, "
                                                                            "from the detectors._"):
