@@ -89,3 +89,23 @@ def test_a_launch_bound_decode_gets_cuda_graph_advice_and_a_graphed_one_does_not
     assert (e.phase, e.steps, e.tokens) == ("decode", 10, 80)
     assert e.launch_bound and "CUDA graphs" in e.next_step and e.graph_kernel_pct == 0.0
     assert g.graph_kernel_pct == 100.0 and not g.launch_bound
+
+
+def test_vllm_steps_named_by_requests_and_tokens_split_into_prefill_decode_and_mixed(tmp_path):
+    """vLLM's execute_context_N(T)_generation_M(T) ranges: 2 prefill steps, 6 decode steps and 1
+    mixed one, each with kernels of known length; per-phase figures worked out by hand."""
+    b = TraceBuilder("NVIDIA H100 80GB HBM3")
+    names = (["execute_context_2(512)_generation_0(0)"] * 2 + ["execute_context_0(0)_generation_8(8)"] * 6
+             + ["execute_context_1(128)_generation_7(7)"])
+    for i, name in enumerate(names):
+        t0 = i * 1000
+        b.op(name, t0, 900, cat="user_annotation")
+        work = 600 if "generation_0" in name else 100  # prefill kernels run 600 µs, decode 100 µs
+        b.kernel("step_kernel", t0 + 50, work, launch_at=t0 + 10, launch_dur=5)
+    phases = {p.phase: p for p in traceagent.analyze(b.write(tmp_path / "vllm.json"),
+                                                      use_cache=False).focus.findings.extra["phases"].phases}
+    assert (phases["prefill"].steps, phases["prefill"].tokens) == (2, 2 * 512)
+    assert (phases["decode"].steps, phases["decode"].tokens) == (6, 6 * 8)
+    assert (phases["mixed"].steps, phases["mixed"].tokens) == (1, 128 + 7)
+    busy = {name: p.busy_pct * p.device_us / 100 for name, p in phases.items()}  # kernel time in each phase
+    assert busy == pytest.approx({"prefill": 2 * 600, "decode": 6 * 100, "mixed": 100}, abs=1)

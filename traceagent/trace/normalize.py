@@ -48,7 +48,10 @@ DATA_RANGE = re.compile(r"data[ _-]?load|load[ _-]?(batch|data)|[gs]et[ _-]?batc
 #: toks=15360]` (EXTEND is prefill; MIXED both), and vLLM's model-runner range
 #: `execute_{tokens}_context_{prefill requests}(…)_generation_{decode requests}(…)`.
 SERVING_STEP = re.compile(r"^step\[(?P<sglang>EXTEND|PREFILL|DECODE|MIXED|IDLE)\b(?P<args>[^\]]*)\]$"
-                          r"|^execute_(?P<tokens>\d+)_context_(?P<context>\d+)\(.*\)_generation_(?P<generation>\d+)\(")
+                          # vLLM: execute_context_N(T)_generation_M(T) (N prefill requests of T tokens, M
+                          # decode requests), earlier execute_TOKENS_context_N(…)_generation_M(…)
+                          r"|^execute_(?:(?P<tokens>\d+)_)?context_(?P<context>\d+)\((?P<context_tokens>\d+)?.*?\)"
+                          r"_generation_(?P<generation>\d+)\((?P<generation_tokens>\d+)?")
 #: A user's range naming an iteration, when there is no ProfilerStep: "step 12", "iteration_3", or a
 #: bare "train_step" repeated (numbered in order).
 ITERATION_NAME = re.compile(r"^(?:train(?:ing)?[ _-]?)?(?:step|iter(?:ation)?|batch)(?:[ _#:-]*(\d+))?$"
@@ -448,7 +451,10 @@ def serving_phase(name: str) -> tuple[str | None, int | None]:
         return phase, int(tokens) if tokens else None
     context, generation = int(found["context"]), int(found["generation"])
     phase = "mixed" if context and generation else "prefill" if context else "decode" if generation else None
-    return phase, int(found["tokens"])
+    if found["tokens"]:
+        return phase, int(found["tokens"])
+    tokens = [int(t) for t in (found["context_tokens"], found["generation_tokens"]) if t]
+    return phase, sum(tokens) if tokens else None
 
 
 def _step_ranges(cpu: pd.DataFrame, pattern: re.Pattern, kinds: tuple[str, ...]) -> pd.DataFrame:
