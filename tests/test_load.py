@@ -18,6 +18,7 @@ from builder import TraceBuilder
 from conftest import B200, DATA, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rawtrace import events
 
 import traceagent
 from traceagent.trace import cache
@@ -82,7 +83,11 @@ def test_b200_current_schema_with_pageable_and_pinned_copies():
     # ncclDevKernel_AllGather (the current NCCL name) and 73 multimem_all_reduce_kernel (NVLink
     # SHARP all-reduce): 74 kernels in the raw JSON are named one or the other
     assert int(trace.gpu["is_comm"].sum()) == 74
-    assert trace.steps.empty
+    # one vLLM step (execute_context_1(888_…)_generation_0(0)): a prefill of 888 tokens, as the raw JSON names it
+    [raw] = [e["name"] for e in events(B200) if e.get("cat") == "user_annotation" and
+             e.get("name", "").startswith("execute_context_")]
+    assert raw.startswith("execute_context_1(888_") and raw.endswith("_generation_0(0)")
+    assert list(trace.steps[["phase", "tokens"]].itertuples(index=False, name=None)) == [("prefill", 888)]
     assert (trace.meta.rank, trace.meta.world_size) == (0, 8)
 
 
