@@ -123,6 +123,7 @@ def test_a_keep_alive_only_stream_is_stopped_at_the_deadline(model_env, capsys, 
     assert "the answer took longer than the 1 s deadline (TRACEAGENT_DEADLINE): answering from the detectors" in err
     assert "Traceback" not in err and "StreamChunkTimeout" not in err and "too late" not in out
     assert code == 0 and "The model did not answer" in out
+    assert "unverified" not in err  # "the 1 s deadline" in the note is ours, not a claim to check
 
 
 def test_long_waits_and_long_call_streams_show_progress(model_env, capsys, monkeypatch):
@@ -208,9 +209,11 @@ def test_the_eval_scores_each_answer_against_the_detectors(model_env, capsys, mo
         Reply.tool("compare_traces", {}), Reply.text("No, it did not help: the step time is unchanged."),
     ]
     with FakeOpenAIServer(replies) as server:
-        model_env("http://unused.invalid/v1")
+        model_env("http://unused.invalid/v1")  # --base-url wins; the other settings are read as `ask` reads them
         monkeypatch.delenv("TRACEAGENT_MODEL")
+        monkeypatch.setenv("TRACEAGENT_MAX_TOKENS", "321")
         assert main(["eval", str(RESNET_NW0), "--base-url", server.url, "--json"]) == 0
+    assert {r["max_tokens"] for r in server.requests} == {321}
     report = json.loads(capsys.readouterr().out)
     assert report["model"] == server.served
     rows = report["results"]
@@ -231,3 +234,26 @@ def test_a_report_summary_the_model_did_not_write_is_not_signed_with_its_name(mo
     assert "the model wrote no summary: the model answered twice without calling any tool; no report written" in \
         capsys.readouterr().err
     assert not out.exists()
+
+
+def test_wrong_quantity_and_wrong_cause_are_marked_through_the_server(model_env, capsys):
+    idle = analyzed(RESNET_NW0).ranks[0].findings.idle
+    replies = [Reply.tool("idle_gaps", {"top": 3}),
+               Reply.text(f"The largest gap is {idle.idle_us:.0f} µs, delayed by cudaStreamSynchronize.")]
+    with FakeOpenAIServer(replies) as server:
+        model_env(server.url)
+        code, _, err = ask(capsys)
+    assert code == 0
+    assert f"unverified numbers (in no tool result): {idle.idle_us:.0f} µs (as the largest gap)" in err
+    assert "warning: the answer blames host synchronizations, but the detectors' verdict names data loading" in err
+
+
+def test_eval_without_a_server_is_one_line_and_exit_2(monkeypatch, capsys):
+    from traceagent.cli import main
+
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRACEAGENT_CONFIG", "/nonexistent/config.toml")
+    assert main(["eval"]) == 2
+    assert capsys.readouterr().err == ("traceagent: error: eval needs a model server: --base-url URL (or OPENAI_BASE_URL "
+                                       "/ OPENAI_API_KEY)\n")

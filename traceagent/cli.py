@@ -374,24 +374,21 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     """The eval questions against a model server; a table (or JSON) of how each answer fared."""
     import asyncio
-    from dataclasses import replace
 
     from rich.table import Table
 
     from .agent.evaluate import Result, as_dicts, run_eval
-    from .agent.llm import LLMConfig, load_config, make_chat_model, served_model
+    from .agent.llm import load_config, make_chat_model
     from .agent.session import Session
 
-    base = load_config() or LLMConfig()
-    base_url = args.base_url or base.base_url
-    if not base_url and base.api_key is None:
+    env = dict(os.environ)  # the flags win over the environment; every other setting is read as `ask` reads it
+    env |= {"OPENAI_BASE_URL": args.base_url} if args.base_url else {}
+    env |= {"TRACEAGENT_MODEL": args.model} if args.model else {}
+    config = load_config(env)
+    if config is None:
         err.print("traceagent: error: eval needs a model server: --base-url URL (or OPENAI_BASE_URL / OPENAI_API_KEY)",
                   markup=False)
         return 2
-    key = base.api_key or "not-needed"
-    model = args.model or (served_model(base_url, key) if base_url and not os.environ.get("TRACEAGENT_MODEL")
-                           else None) or base.model
-    config = replace(base, base_url=base_url, model=model, api_key=key)
     analysis = analyze_path(args.path or example_trace(), args)
     err.print(f"traceagent eval: {config.describe()} on {analysis.path}", markup=False)
 

@@ -148,10 +148,11 @@ class OfflineAnalyst:
             yield ToolResult(f"offline-{i}", name, content, ok=True)
         else:
             text = plan.write(q, *answers)
+        checked = unverified(text, self.ctx.sources) if answers else []  # the note is ours, not a claim
         text += "\n\n" + note
         for piece in re.findall(r"\S+\s*", text):  # stream it like a model would
             yield Token(piece)
-        yield Answer(text, unverified(text, self.ctx.sources) if answers else [])
+        yield Answer(text, checked)
 
     # -- templates: each takes the question and the answers of its plan's calls ----------------
 
