@@ -400,14 +400,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"model": config.model, "server": config.shown_url, "results": as_dicts(results)})
         return 0
-    table = Table(title=f"{config.model}: {sum(r.agrees for r in results)}/{len(results)} answers agree with the "
-                        "detectors")
-    for column in ("question", "tools called", "rounds", "time", "flagged", "agrees"):
+    by_model = [r for r in results if r.answered_by == "model"]
+    table = Table(title=f"{config.model}: {sum(r.agrees for r in by_model)} of {len(results)} answers written by the "
+                        f"model agree with the detectors; {len(results) - len(by_model)} answered from the detectors")
+    for column in ("question", "tools called", "rounds", "time", "flagged", "answered by", "agrees"):
         table.add_column(column)
     for r in results:
         table.add_row(r.question, ", ".join(r.tools) or "none", str(r.rounds), f"{r.seconds:g} s",
-                      str(len(r.flagged)), ("yes" if r.agrees else "no") + f" ({r.why})"
-                      + (" · offline fallback" if r.fell_back else ""))
+                      str(len(r.flagged)), r.answered_by, ("yes" if r.agrees else "no") + f" ({r.why})")
     out.print(table)
     return 0
 

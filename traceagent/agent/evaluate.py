@@ -40,10 +40,10 @@ class Result:
     rounds: int = 0
     seconds: float = 0.0
     flagged: list[str] = field(default_factory=list)  # unverified numbers and claim warnings
-    agrees: bool = False
+    agrees: bool = False  # the answer the user got states the expected fact and nothing in it was flagged
     why: str = ""
     answer: str = ""
-    fell_back: bool = False  # a limit stopped the model and the offline analyst answered
+    answered_by: str = "nobody"  # model, or detectors (a limit stopped the model: the offline analyst answered)
 
 
 def _states(answer: str, value: float, quantity: str, tolerance: float) -> bool:
@@ -114,24 +114,29 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
         text = q.text.format(cause=ROOT_CAUSES[cause].label if cause in ROOT_CAUSES else "data loading")
         result = Result(text)
         started = time.monotonic()
+        unverified: list[str] = []
         async for event in session.ask(text):
             if isinstance(event, ToolCall) and not event.id.startswith("offline"):
                 result.tools.append(event.name)
             elif isinstance(event, Notice) and event.message.endswith(FALLBACK):
-                result.fell_back = True
+                result.answered_by = "detectors"
+                result.flagged.append(event.message.removesuffix(": " + FALLBACK))
             elif isinstance(event, Failure) and event.kind in ("connection", "timeout", "rate_limit", "auth", "server"):
                 result.flagged.append(event.message)
                 result.why = "the server failed"
             elif isinstance(event, Answer):
                 result.answer = event.text
-                result.flagged += [*event.unverified, *event.warnings]
+                result.answered_by = "model" if result.answered_by == "nobody" else result.answered_by
+                unverified = event.unverified
+                result.flagged += [*unverified, *(w for w in event.warnings if not w.endswith("answered instead"))]
                 if event.incomplete:
                     result.flagged.append(f"incomplete: {event.incomplete}")
         result.seconds = round(time.monotonic() - started, 1)
         result.rounds = session.rounds
         if result.answer and not result.why:
             ok, result.why = q.expect(analysis, result.answer)
-            result.agrees = ok and not result.flagged and not result.fell_back
+            # the detectors' answer is ours: only its numbers are checked, not why the model was replaced
+            result.agrees = ok and not (result.flagged if result.answered_by == "model" else unverified)
         results.append(result)
         if on_result:
             on_result(result)
