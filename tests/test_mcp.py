@@ -16,6 +16,8 @@ import traceagent
 from traceagent.agent.tools import AnalysisContext, build_tools
 
 NCU = Path(__file__).parent / "data" / "ncu" / "superbench_cublaslt_b200.ncu.csv"
+EXECUTION = Path(__file__).parent / "data" / "tracelens" / "mi300_vllm_prefilldecode_piecewise_graph_execution.json.gz"
+CAPTURE = Path(__file__).parent / "data" / "tracelens" / "mi300_vllm_prefilldecode_piecewise_graph_capture.json.gz"
 
 
 def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
@@ -38,9 +40,11 @@ def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
             traces = await session.call_tool("list_traces", {})
             await session.call_tool("open_trace", {"path": str(RESNET_NW0), "kernels": str(NCU)})
             profiled = await session.call_tool("kernel_profiles", {})
-            return listed, before, bad, opened, verdict, idle, typo, traces, profiled
+            await session.call_tool("open_trace", {"path": str(EXECUTION), "graph_capture": str(CAPTURE)})
+            replayed = await session.call_tool("hot_kernels", {"top": 10})
+            return listed, before, bad, opened, verdict, idle, typo, traces, profiled, replayed
 
-    listed, before, bad, opened, verdict, idle, typo, traces, profiled = asyncio.run(drive())
+    listed, before, bad, opened, verdict, idle, typo, traces, profiled, replayed = asyncio.run(drive())
     chat = {t.name: t for t in build_tools(AnalysisContext(analyzed(RESNET_NW0)))}
     names = {t.name for t in listed}
     assert {"open_trace", "list_traces"} | set(chat) <= names
@@ -57,6 +61,10 @@ def test_a_coding_agent_opens_a_trace_and_gets_the_chats_numbers(tmp_path):
     assert json.loads(profiled.content[0].text) == json.loads(next(t for t in with_ncu if t.name == "kernel_profiles")
                                                             .invoke({}))
     assert json.loads(profiled.content[0].text)["kernels"][0]["bound"] == "latency"
+    captured = build_tools(AnalysisContext(traceagent.analyze(EXECUTION, graph_capture=CAPTURE)))
+    assert json.loads(replayed.content[0].text) == json.loads(next(t for t in captured if t.name == "hot_kernels")
+                                                            .invoke({"top": 10}))
+    assert "capture" in replayed.content[0].text  # replayed kernels named by their capture's ops
 
 
 def test_the_server_refuses_urls_by_default_and_survives_hostile_traces(tmp_path):

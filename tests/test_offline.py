@@ -13,7 +13,7 @@ from traceagent.agent.offline import CANNED_QUESTIONS
 from traceagent.agent.question import understand
 from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
-from traceagent.detect.diff import diff
+from traceagent.detect.diff import diff, helped
 from traceagent.detect.kernels import detect_hot_kernels
 from traceagent.format import duration, percent
 
@@ -132,8 +132,8 @@ TABLE = [
     ("N", "Why is GPU 1 idle?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(idle(c).devices[1].idle_pct)}**"]),
     ("N", "did it help?", "compare", {},
-     lambda c: [("**Yes:** " if diff(c.analysis, c.other).slower_pct < 0 else "**No:** ")
-                + diff(c.analysis, c.other).headline]),
+     lambda c: [("**Yes:** " if helped(diff(c.analysis, c.other)) else "**No:** ")]),
+    ("N", "Did my change make the step faster?", "compare", {}, lambda c: [diff(c.analysis, c.other).headline]),
     ("N", "what changed?", "compare", {}, lambda c: [f"**{diff(c.analysis, c.other).headline}.**"]),
     ("N", "How much time goes to memcpy?", "copies", {}, lambda c: ["mostly DtoD"]),
     ("N", "Which kernel takes the most time?", "kernels", {}, lambda c: ["flash_fwd_kernel"]),
@@ -207,7 +207,8 @@ def test_the_readmes_questions_get_what_they_ask():
             assert understand(question, context("D")).intent is not None, question
 
 
-@pytest.mark.parametrize("question", ["did it help?", "is it faster?", "what changed?", "Is it any better now?"])
+@pytest.mark.parametrize("question", ["did it help?", "is it faster?", "what changed?", "Is it any better now?",
+                                      "Did my change make the step faster?", "did our fix help the step time?"])
 def test_compare_phrasings_answer_with_the_comparison(question):
     ctx = context("C")
     assert diff(ctx.analysis, ctx.other).headline in answer(ctx, question).text
@@ -220,3 +221,9 @@ def test_a_cpu_only_trace_gets_an_answer_to_every_canned_question(question):
     assert result.text.strip() and result.unverified == []
     if question == "Which GPU is most idle?":
         assert "no GPU activity" in result.text
+
+
+def test_the_same_trace_twice_is_no_measurable_change():
+    ctx = AnalysisContext(analyzed(RESNET_NW0), analyzed(RESNET_NW0))
+    text = answer(ctx, "Did my change make the step faster?").text
+    assert text.startswith("**No:** no measurable change (within the 2% run-to-run noise):")

@@ -421,7 +421,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from .tui.app import TraceAgentApp
 
     config = load_config()
-    for path in (args.path, getattr(args, "compare", None)):
+    for path in (args.path, getattr(args, "compare", None), getattr(args, "graph_capture", None)):
         if path:
             resolve(path)  # a missing path is one line and exit 2 here, not an error inside the app
     if kernels := getattr(args, "kernels", None):
@@ -429,7 +429,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     app = TraceAgentApp(args.path, compare=getattr(args, "compare", None),
                         model=make_chat_model(config) if config else None, config=config, use_cache=not args.no_cache,
                         steps=args.steps.pattern if args.steps else None, max_bytes=args.max_bytes,
-                        settings=args.settings or (), kernels=kernels)
+                        settings=args.settings or (), kernels=kernels, graph_capture=getattr(args, "graph_capture", None))
     app.run()
     return app.return_code or 0
 
@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--kernels", metavar="NCU_CSV",
                            help="an Nsight Compute export (ncu --csv --page details or raw): why each profiled "
                                 "kernel is slow, joined to the trace's kernels of the same name")
-        if name in ("analyze", "report", "ask"):
+        if name in ("analyze", "report", "ask", "chat"):
             p.add_argument("--graph-capture", metavar="TRACE",
                            help="a trace of the CUDA-graph capture (vLLM writes them apart): kernels replayed from "
                                 "graphs take the ops around their launches in it")

@@ -66,17 +66,21 @@ class Traces:
                    kernels: Annotated[str | None, Field(description="an Nsight Compute CSV export (ncu --csv --page "
                                                                     "details or raw) of the trace's hot kernels: why "
                                                                     "each is slow (the kernel_profiles tool)")]
+                   = None,
+                   graph_capture: Annotated[str | None, Field(description="a trace of the CUDA-graph capture (vLLM "
+                                                                          "writes them apart): replayed kernels take "
+                                                                          "the ops around their launches in it")]
                    = None) -> str:
         """Open a trace: load it, analyze it, and make it the one the other tools act on. Returns the
         overview (ranks, GPUs, where device time went, the verdict)."""
-        for given in (path, compare, kernels):
+        for given in (path, compare, kernels, graph_capture):
             if given and storage.is_url(given) and not self.allow_remote and not given.startswith("file://"):
                 raise TraceError(given, "a URL, and this server opens local paths only",
                                  "Give a local path, or start the server with `traceagent mcp --allow-remote`.")
-        def one(source: str, profiled: str | None = None) -> Analysis:
-            return analyze(source, steps=steps, settings=settings or (), kernels=profiled)
+        def one(source: str, profiled: str | None = None, captured: str | None = None) -> Analysis:
+            return analyze(source, steps=steps, settings=settings or (), kernels=profiled, graph_capture=captured)
 
-        ctx = AnalysisContext(one(path, kernels), one(compare) if compare else None)
+        ctx = AnalysisContext(one(path, kernels, graph_capture), one(compare) if compare else None)
         key = path if not compare else f"{path} vs {compare}"
         self.opened[key], self.current = ctx, key
         self.tools = {t.name: t for t in build_tools(ctx)}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from functools import cached_property
 
-from ..detect.diff import DiffResult, diff
+from ..detect.diff import NOISE_PCT, DiffResult, diff, helped
 from ..detect.vocabulary import GAP_ROOT, ROOT_CAUSES
 from ..format import percent
 from .numbers import CAUSE_MENTION
@@ -27,7 +27,6 @@ DID_NOT_HELP = re.compile(r"\b(?:did(?:n't| not) (?:help|improve|fix|work|change
                           r"(?:improvement|change|difference|speed-?up|gain)|not (?:fixed|faster|improved)|"
                           r"unchanged|(?:is|was|got|runs?) slower|regress(?:ed|ion)|(?:got |is )worse|"
                           r"within (?:the )?noise)\b", re.I)
-NOISE_PCT = 2.0  # a step (or span) change smaller than this is not a change a user should act on
 
 
 def blamed_causes(answer: str) -> list[str]:
@@ -79,14 +78,13 @@ class ClaimCheck:
         says_helped, says_not = bool(HELPED.search(answer)), bool(DID_NOT_HELP.search(answer))
         if says_helped == says_not:  # neither, or both (a mixed verdict the reader can weigh)
             return None
-        faster = -result.slower_pct >= NOISE_PCT
         gone = bool(result.root_cause.get("gone"))
         measured = (f"{'step time' if result.time_basis == 'step' else 'the span'} changed {result.slower_pct:+.1f}%"
                     f" and the root cause ({result.root_cause['what']}) went "
                     f"{percent(result.root_cause['before_pct'])} → {percent(result.root_cause['after_pct'])}"
                     f"{' (gone)' if gone else ''}")
-        if says_helped and not (faster or gone):
-            return f"the answer says the change helped, but {measured}"
-        if says_not and (faster or gone):
+        if says_helped and not helped(result):
+            return f"the answer says the change helped, but {measured} (within the {NOISE_PCT:g}% noise counts as none)"
+        if says_not and helped(result):
             return f"the answer says the change did not help, but {measured}"
         return None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..detect.collectives import CollectivesResult, collectives_sentence
 from ..detect.critical_path import critical_path_sentence
 from ..detect.diagnose import Verdict
+from ..detect.diff import NOISE_PCT, helped
 from ..detect.interconnect import interconnect_sentence
 from ..detect.kernel_profiles import profile_sentence, same_kernel
 from ..detect.kernels import short_name
@@ -644,7 +645,13 @@ class OfflineAnalyst:
                     "AFTER` or `traceagent diff BEFORE AFTER`.")
         d = answer.diff
         if _yes_no(q):  # "did it help?", "is it faster?": the answer first
-            lines = [f"**{'Yes' if d.slower_pct < 0 else 'No'}:** {d.headline}.", ""]
+            if helped(d):
+                verdict = "**Yes:**"
+            elif abs(d.slower_pct) < NOISE_PCT:
+                verdict = f"**No:** no measurable change (within the {NOISE_PCT:g}% run-to-run noise):"
+            else:
+                verdict = "**No:** it is slower:"
+            lines = [f"{verdict} {d.headline}.", ""]
         else:
             lines = [f"**{d.headline}.**", ""]
         lines += [f"- {m.name}: {_value(m.unit, m.before)} → {_value(m.unit, m.after)}" for m in d.metrics[:6]]

@@ -237,29 +237,8 @@ class Session:
                 yield Notice(notice)
             turn.append(AIMessage(content="" if written else reply.text, tool_calls=calls + repeated + [
                 {"name": m["name"] or "unknown", "args": {}, "id": m["id"]} for m in malformed]))
-            for bad in malformed:
-                yield Failure("malformed_tool_call",
-                              f"the model sent a tool call that could not be parsed ({bad['name'] or 'unnamed'})")
-                turn.append(ToolMessage(json.dumps({"error": "arguments were not valid JSON; call the tool again"}),
-                                        tool_call_id=bad["id"]))
-            for call in repeated:  # asked again in a later round: the model already has the result
-                turn.append(ToolMessage(json.dumps({"note": f"the same call ran before as {ran[call_key(call)]}: "
-                                                            "its result is above; answer from it"}),
-                                        tool_call_id=call["id"]))
-            for call in calls:
-                if time.monotonic() > deadline:
-                    break
-                yield ToolCall(call["id"], call["name"], dict(call["args"]))
-                result = await self._run_tool(call)
-                if not result.ok:
-                    kind = "unknown_tool" if call["name"] not in self.tools else "bad_arguments"
-                    yield Failure(kind, f"tool {call['name']!r}: {json.loads(result.content)['error']}")
-                else:
-                    self.ctx.sources.add_result(result.content)
-                    self._tool_results += 1
-                    self._turn_results += 1
-                yield result
-                turn.append(ToolMessage(result.content, tool_call_id=call["id"]))
+            async for event in self._run_calls(calls, repeated, malformed, ran, turn, deadline):
+                yield event
             if time.monotonic() > deadline:
                 why = f"the answer took longer than the {config.deadline_s:g} s deadline (TRACEAGENT_DEADLINE)"
                 async for event in self._from_detectors(question, why):
@@ -268,6 +247,35 @@ class Session:
         async for event in self._from_detectors(
                 question, f"the model was still calling tools after {self.max_tool_rounds} rounds"):
             yield event
+
+    async def _run_calls(self, calls: list[dict], repeated: list[dict], malformed: list[dict], ran: dict[str, str],
+                         turn: list[BaseMessage], deadline: float) -> AsyncGenerator[Event, None]:
+        """One round's calls, each answered in `turn`: malformed ones with an error, repeats with a
+        pointer to the earlier result, the rest run (until the deadline)."""
+        for bad in malformed:
+            yield Failure("malformed_tool_call",
+                          f"the model sent a tool call that could not be parsed ({bad['name'] or 'unnamed'})")
+            turn.append(ToolMessage(json.dumps({"error": "arguments were not valid JSON; call the tool again"}),
+                                    tool_call_id=bad["id"]))
+        for call in repeated:  # asked again in a later round: the model already has the result
+            turn.append(ToolMessage(json.dumps({"note": f"the same call ran before as {ran[call_key(call)]}: "
+                                                        "its result is above; answer from it"}),
+                                    tool_call_id=call["id"]))
+        for call in calls:
+            yield ToolCall(call["id"], call["name"], dict(call["args"]))
+            try:  # a detector past the deadline is left to finish in its thread, unawaited
+                result = await asyncio.wait_for(self._run_tool(call), max(deadline - time.monotonic(), 0.0))
+            except TimeoutError:
+                return
+            if not result.ok:
+                kind = "unknown_tool" if call["name"] not in self.tools else "bad_arguments"
+                yield Failure(kind, f"tool {call['name']!r}: {json.loads(result.content)['error']}")
+            else:
+                self.ctx.sources.add_result(result.content)
+                self._tool_results += 1
+                self._turn_results += 1
+            yield result
+            turn.append(ToolMessage(result.content, tool_call_id=call["id"]))
 
     async def _from_detectors(self, question: str, why: str) -> AsyncGenerator[Event, None]:
         """When a limit stops the model: the offline analyst answers from the detectors, and says

@@ -132,6 +132,14 @@ class DiffResult:
         return d
 
 
+NOISE_PCT = 2.0  # a step-time (or span) change smaller than this is run-to-run noise, not an effect
+
+
+def helped(result: DiffResult) -> bool:
+    """Whether the change helped: faster by more than the noise, or its root cause gone."""
+    return -result.slower_pct >= NOISE_PCT or bool(result.root_cause.get("gone"))
+
+
 def _summary(a: Analysis) -> dict:
     """Job-level figures: percentages over the device time of every GPU of every rank, step means
     averaged over ranks, the job's span from first to last activity on any rank."""
@@ -268,9 +276,10 @@ def _prediction(before: Analysis, basis: str, measured_pct: float) -> Prediction
     predicted = saving.step_pct if basis == "step" and saving.step_pct is not None else saving.pct
     what = "step time" if basis == "step" else "the span"
     within = measured_pct <= predicted + 0.05  # an upper bound holds when the gain does not exceed it
-    return Prediction(cause=saving.root_cause, predicted_up_to_pct=predicted, measured_pct=round(measured_pct, 2),
+    measured_pct = round(measured_pct, 2) + 0.0  # + 0.0: no "-0.0%" for a trace compared with itself
+    return Prediction(cause=saving.root_cause, predicted_up_to_pct=predicted, measured_pct=measured_pct,
                       basis=basis, within_estimate=within,
-                      sentence=f"predicted up to {predicted:.1f}% of {what}, measured {measured_pct:.1f}%")
+                      sentence=f"predicted up to {predicted:.1f}% of {what}, measured {round(measured_pct, 1) + 0.0:.1f}%")
 
 
 def _collectives_side(a: Analysis) -> CollectivesSide | None:

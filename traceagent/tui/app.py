@@ -52,13 +52,14 @@ class TraceAgentApp(App):
 
     def __init__(self, path: str, compare: str | None = None, model=None, config=None, use_cache: bool = True,
                  save_dir: str | Path = ".", steps: str | None = None, max_bytes: int | None = None,
-                 settings: Sequence[str] = (), kernels: str | None = None) -> None:
+                 settings: Sequence[str] = (), kernels: str | None = None, graph_capture: str | None = None) -> None:
         super().__init__()
         self.path, self.compare, self.model, self.config = path, compare, model, config
         self.steps = steps  # --steps REGEX
         self.max_bytes = max_bytes  # --max-bytes
         self.settings = list(settings)  # --set
         self.kernels = kernels  # --kernels: an Nsight Compute export
+        self.graph_capture = graph_capture  # --graph-capture: a trace of the CUDA-graph capture
         self.use_cache = use_cache
         self.save_dir = Path(save_dir)
         self.session: Session | None = None
@@ -111,7 +112,7 @@ class TraceAgentApp(App):
         """In a worker thread that waits on a child process (see tui/loader.py): the UI's
         interpreter never parses."""
         return load_in_child(self.path, self.compare, self.use_cache, self.steps, self.max_bytes, self.settings,
-                             self.kernels)
+                             self.kernels, self.graph_capture)
 
     # -- asking ---------------------------------------------------------------------------------
 

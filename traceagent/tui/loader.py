@@ -20,30 +20,32 @@ from .widgets.timeline import timeline_data
 
 
 def load_and_analyze(path: str, compare: str | None, use_cache: bool, steps: str | None = None,
-                     max_bytes: int | None = None, settings: Sequence[str] = (), kernels: str | None = None):
+                     max_bytes: int | None = None, settings: Sequence[str] = (), kernels: str | None = None,
+                     graph_capture: str | None = None):
     """(analysis, analysis of the trace to compare or None, the timeline's data or None); `kernels`:
-    an Nsight Compute export joined to the first."""
-    def one(source: str, profiled: str | None = None):
+    an Nsight Compute export joined to the first, `graph_capture` a trace of its CUDA-graph capture."""
+    def one(source: str, profiled: str | None = None, captured: str | None = None):
         return analyze(source, use_cache=use_cache, steps=steps, max_bytes=max_bytes, settings=settings,
-                       kernels=profiled)
+                       kernels=profiled, graph_capture=captured)
 
-    analysis = one(path, kernels)
+    analysis = one(path, kernels, graph_capture)
     other = one(compare) if compare else None
     return analysis, other, timeline_data(analysis.focus)
 
 
 def load_in_child(path: str, compare: str | None, use_cache: bool, steps: str | None = None,
-                  max_bytes: int | None = None, settings: Sequence[str] = (), kernels: str | None = None):
+                  max_bytes: int | None = None, settings: Sequence[str] = (), kernels: str | None = None,
+                  graph_capture: str | None = None):
     """load_and_analyze in a child process; in this process if the child itself fails."""
     command = [sys.executable, "-m", "traceagent.tui.loader", path, compare or "", "1" if use_cache else "0",
-               steps or "", str(max_bytes or ""), json.dumps(list(settings)), kernels or ""]
+               steps or "", str(max_bytes or ""), json.dumps(list(settings)), kernels or "", graph_capture or ""]
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True)
     if done.returncode == 0 and done.stdout:
         result = pickle.loads(done.stdout)  # our own child's output
         if isinstance(result, TraceError):
             raise result
         return result
-    return load_and_analyze(path, compare, use_cache, steps, max_bytes, settings, kernels)
+    return load_and_analyze(path, compare, use_cache, steps, max_bytes, settings, kernels, graph_capture)
 
 
 def main() -> int:
@@ -51,7 +53,7 @@ def main() -> int:
     max_bytes = int(sys.argv[5]) if sys.argv[5] else None
     try:
         result = load_and_analyze(path, compare, use_cache, steps, max_bytes, json.loads(sys.argv[6]),
-                                  sys.argv[7] or None)
+                                  sys.argv[7] or None, sys.argv[8] or None)
     except TraceError as exc:
         result = exc
     sys.stdout.buffer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
