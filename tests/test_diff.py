@@ -28,6 +28,14 @@ def test_data_loading_idle_falls_and_steps_get_faster(pair):
     assert d.time_basis == "step"
     assert d.slower_pct == pytest.approx(100 * (step_a - step_b) / step_b, abs=0.01) and d.slower_pct < -10
     assert "idle from data loading" in d.headline and "(gone)" in d.headline
+    assert d.helped
+
+
+def test_a_trace_against_itself_did_not_help():
+    d = diff(analyzed(RESNET_NW0), analyzed(RESNET_NW0))
+    assert d.slower_pct == 0 and not d.root_cause["gone"]
+    assert not d.helped and d.noise_pct > 0 and d.prediction["measured_pct"] == 0.0
+    assert "measured 0.0%" in d.prediction["sentence"]  # never "-0.0%"
 
 
 def test_diff_json_and_regression_gate(capsys):

@@ -13,7 +13,7 @@ from traceagent.agent.offline import CANNED_QUESTIONS
 from traceagent.agent.question import understand
 from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
-from traceagent.detect.diff import diff, helped
+from traceagent.detect.diff import diff
 from traceagent.detect.kernels import detect_hot_kernels
 from traceagent.format import duration, percent
 
@@ -132,7 +132,7 @@ TABLE = [
     ("N", "Why is GPU 1 idle?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(idle(c).devices[1].idle_pct)}**"]),
     ("N", "did it help?", "compare", {},
-     lambda c: [("**Yes:** " if helped(diff(c.analysis, c.other)) else "**No:** ")]),
+     lambda c: [("**Yes:** " if diff(c.analysis, c.other).helped else "**No:** ")]),
     ("N", "Did my change make the step faster?", "compare", {}, lambda c: [diff(c.analysis, c.other).headline]),
     ("N", "what changed?", "compare", {}, lambda c: [f"**{diff(c.analysis, c.other).headline}.**"]),
     ("N", "How much time goes to memcpy?", "copies", {}, lambda c: ["mostly DtoD"]),

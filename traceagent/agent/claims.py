@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from functools import cached_property
 
-from ..detect.diff import NOISE_PCT, DiffResult, diff, helped
+from ..detect.diff import DiffResult, diff
 from ..detect.vocabulary import GAP_ROOT, ROOT_CAUSES
 from ..format import percent
 from .numbers import CAUSE_MENTION
@@ -83,8 +83,8 @@ class ClaimCheck:
                     f" and the root cause ({result.root_cause['what']}) went "
                     f"{percent(result.root_cause['before_pct'])} → {percent(result.root_cause['after_pct'])}"
                     f"{' (gone)' if gone else ''}")
-        if says_helped and not helped(result):
-            return f"the answer says the change helped, but {measured} (within the {NOISE_PCT:g}% noise counts as none)"
-        if says_not and helped(result):
+        if says_helped and not result.helped:
+            return f"the answer says the change helped, but {measured} (within {result.noise_pct:g}% is noise)"
+        if says_not and result.helped:
             return f"the answer says the change did not help, but {measured}"
         return None

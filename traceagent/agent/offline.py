@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from ..detect.collectives import CollectivesResult, collectives_sentence
 from ..detect.critical_path import critical_path_sentence
 from ..detect.diagnose import Verdict
-from ..detect.diff import NOISE_PCT, helped
 from ..detect.interconnect import interconnect_sentence
 from ..detect.kernel_profiles import profile_sentence, same_kernel
 from ..detect.kernels import short_name
@@ -645,10 +644,10 @@ class OfflineAnalyst:
                     "AFTER` or `traceagent diff BEFORE AFTER`.")
         d = answer.diff
         if _yes_no(q):  # "did it help?", "is it faster?": the answer first
-            if helped(d):
+            if d.helped:
                 verdict = "**Yes:**"
-            elif abs(d.slower_pct) < NOISE_PCT:
-                verdict = f"**No:** no measurable change (within the {NOISE_PCT:g}% run-to-run noise):"
+            elif abs(d.slower_pct) < d.noise_pct:
+                verdict = f"**No:** no measurable change (within the {d.noise_pct:g}% run-to-run noise):"
             else:
                 verdict = "**No:** it is slower:"
             lines = [f"{verdict} {d.headline}.", ""]

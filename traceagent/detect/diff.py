@@ -125,6 +125,8 @@ class DiffResult:
     notes: list[str] = field(default_factory=list)
     prediction: Prediction | None = None
     collectives: CollectivesChange | None = None  # when both traces record collective payloads
+    helped: bool = False  # faster by at least noise_pct, or the root cause gone
+    noise_pct: float = 0.0  # a smaller change in step time (or span) is run-to-run noise
 
     def to_dict(self) -> dict:
         d = {"schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -133,11 +135,6 @@ class DiffResult:
 
 
 NOISE_PCT = 2.0  # a step-time (or span) change smaller than this is run-to-run noise, not an effect
-
-
-def helped(result: DiffResult) -> bool:
-    """Whether the change helped: faster by more than the noise, or its root cause gone."""
-    return -result.slower_pct >= NOISE_PCT or bool(result.root_cause.get("gone"))
 
 
 def _summary(a: Analysis) -> dict:
@@ -264,6 +261,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
                         headline=v_after.headline),
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
         kernels=kernels, headline=headline, notes=notes, prediction=prediction, collectives=collectives,
+        helped=-slower >= NOISE_PCT or root_cause["gone"], noise_pct=NOISE_PCT,
     )
 
 
