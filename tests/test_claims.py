@@ -114,3 +114,11 @@ def test_saying_a_real_fix_did_not_help_is_marked():
 def test_a_runaway_number_is_shown_cut():
     answer = answered("The kernel ran " + "9" * 2000 + " times.")
     assert answer.unverified == ["999999999999999999999999… (2000 characters)"]
+
+
+def test_naming_the_compared_traces_cause_is_not_marked():
+    after = analyzed(RESNET_NW4).verdict
+    assert after.root_cause == "host_other" != analyzed(RESNET_NW0).verdict.root_cause
+    answer = answered("After the change the GPU is mostly waiting on other host work.", "compare_traces",
+                      other=RESNET_NW4)
+    assert not [w for w in answer.warnings if "blames" in w]

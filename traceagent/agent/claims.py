@@ -54,10 +54,12 @@ class ClaimCheck:
         return [w for w in (self.cause(answer), self.conclusion(answer)) if w]
 
     def cause(self, answer: str) -> str | None:
-        """A warning when the answer blames causes and none is the verdict's root cause (the job's
-        or the rank in focus)."""
+        """A warning when the answer blames causes and none is a verdict's root cause (the job's,
+        the compared trace's, or the rank in focus's)."""
         blamed = blamed_causes(answer)
         verdicts = [self.ctx.analysis.verdict]
+        if self.ctx.other is not None:  # an answer about the trace after a change may name its cause
+            verdicts.append(self.ctx.other.verdict)
         if self.ctx.focus is not None:
             verdicts.append(self.ctx.analysis.rank(self.ctx.focus[0]).verdict)
         roots = {v.root_cause for v in verdicts if v.root_cause}
