@@ -9,17 +9,16 @@ never written down, so the eval holds for any trace it is pointed at.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from ..detect.analysis import Analysis
 from ..detect.kernels import short_name
-from ..detect.vocabulary import GAP_CAUSES, ROOT_CAUSES
+from ..detect.vocabulary import GAP_ROOT, ROOT_CAUSES
 from .claims import DID_NOT_HELP, HELPED
 from .events import Answer, Failure, Notice, ToolCall
-from .numbers import stated_numbers
+from .numbers import CAUSE_MENTION, stated_numbers
 from .session import FALLBACK, Session
 from .tools import AnalysisContext
 
@@ -56,9 +55,9 @@ def _states(answer: str, value: float, quantity: str, tolerance: float) -> bool:
 def _names_cause(answer: str, cause: str | None) -> bool:
     if not cause:
         return False
-    words = [w.said for w in GAP_CAUSES.values() if w.name == cause or (cause == "launch_overhead" and
-                                                                      w.name == "launch_latency")]
-    return any(re.search(w, answer, re.I) for w in words) or ROOT_CAUSES[cause].label.lower() in answer.lower()
+    # any gap cause that counts towards the root cause names it (launch latency names launch overhead)
+    return any(GAP_ROOT[m.lastgroup or ""] == cause for m in CAUSE_MENTION.finditer(answer)) or \
+        ROOT_CAUSES[cause].label.lower() in answer.lower()
 
 
 def _why_idle(a: Analysis, answer: str) -> tuple[bool, str]:
