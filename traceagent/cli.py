@@ -264,7 +264,7 @@ def llm_summary(result: Analysis, config) -> str | None:
     from .agent.events import Answer, Failure, Notice
     from .agent.llm import make_chat_model
     from .agent.prompts import report_request
-    from .agent.session import FALLBACK, Session
+    from .agent.session import Session
     from .agent.tools import AnalysisContext
 
     session = Session(AnalysisContext(result), make_chat_model(config), config)
@@ -274,10 +274,10 @@ def llm_summary(result: Analysis, config) -> str | None:
             if isinstance(event, Failure) and event.kind in ("connection", "timeout", "rate_limit", "auth", "server"):
                 err.print(f"traceagent: {event.message}", markup=False)
                 return None
-            if isinstance(event, Notice) and event.message.endswith(FALLBACK):
+            if isinstance(event, Notice) and event.replaced_because:
                 # a summary the model did not write must not be signed with its name
-                err.print(f"traceagent: the model wrote no summary: {event.message.removesuffix(': ' + FALLBACK)}; "
-                          "no report written", markup=False)
+                err.print(f"traceagent: the model wrote no summary: {event.replaced_because}; no report written",
+                          markup=False)
                 return None
             if isinstance(event, Answer):
                 if event.incomplete:  # a cut summary in a report would read as a finished one

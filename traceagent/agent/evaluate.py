@@ -19,7 +19,7 @@ from ..detect.vocabulary import GAP_ROOT, ROOT_CAUSES
 from .claims import DID_NOT_HELP, HELPED
 from .events import Answer, Failure, Notice, ToolCall
 from .numbers import CAUSE_MENTION, stated_numbers
-from .session import FALLBACK, Session
+from .session import Session
 from .tools import AnalysisContext
 
 
@@ -117,9 +117,9 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
         async for event in session.ask(text):
             if isinstance(event, ToolCall) and not event.id.startswith("offline"):
                 result.tools.append(event.name)
-            elif isinstance(event, Notice) and event.message.endswith(FALLBACK):
+            elif isinstance(event, Notice) and event.replaced_because:
                 result.answered_by = "detectors"
-                result.flagged.append(event.message.removesuffix(": " + FALLBACK))
+                result.flagged.append(event.replaced_because)
             elif isinstance(event, Failure) and event.kind in ("connection", "timeout", "rate_limit", "auth", "server"):
                 result.flagged.append(event.message)
                 result.why = "the server failed"

@@ -63,10 +63,11 @@ class Failure:
 class Notice:
     """What the session did about the model's reply that the user should know: calls written as
     text and run, calls capped or de-duplicated, results trimmed to fit, a fallback to the offline
-    analyst. `progress` notices (tool calls still streaming) replace one another and are not
+    analyst (`replaced_because`). `progress` notices (tool calls still streaming) replace one another and are not
     kept in transcripts."""
     message: str
     progress: bool = False
+    replaced_because: str | None = None  # the model's answer is the offline analyst's, for this reason
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ CHARS_PER_TOKEN = 3  # a cautious average for English and JSON: history is trimm
 NUDGE = ("You answered without calling any tool, so nothing in that answer comes from this trace. Call the tools "
          "that answer the question (verdict and idle_gaps are a good start) and answer only from their results. "
          'If you cannot call tools, reply with only the call as JSON: {"name": "verdict", "arguments": {}}')
-FALLBACK = "answering from the detectors instead (offline analyst)"  # how a notice says the model was replaced
 PROGRESS_EVERY_S = 1.0  # how often a reply that streams tool calls says how many so far
 MAX_CALLS_PER_ROUND = 8  # a small model may send dozens of calls in one reply (51 identical, seen)
 # what a server's chat template leaves in the text when it does not support tool calls
@@ -280,7 +279,7 @@ class Session:
     async def _from_detectors(self, question: str, why: str) -> AsyncGenerator[Event, None]:
         """When a limit stops the model: the offline analyst answers from the detectors, and says
         why the model's answer is not there."""
-        yield Notice(f"{why}: {FALLBACK}")
+        yield Notice(f"{why}: answering from the detectors instead (offline analyst)", replaced_because=why)
         async for event in OfflineAnalyst(self.ctx).answer(question, note=f"_The model did not answer: {why}. "
                                                                            "This answer is the offline analyst's, "
                                                                            "from the detectors._"):
