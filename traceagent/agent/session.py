@@ -137,7 +137,7 @@ class Session:
             size = sum(message_chars(m) for m in turn)
             if size > budget_chars:
                 turn = [turn[0], turn[-1]]
-                size = len(str(turn[0].content)) + len(str(turn[-1].content))
+                size = message_chars(turn[0]) + message_chars(turn[-1])
                 if size > budget_chars:
                     break
             kept[:0] = turn
@@ -148,6 +148,7 @@ class Session:
         config = self.config or LLMConfig()
         turn: list[BaseMessage] = [HumanMessage(question)]
         deadline = time.monotonic() + config.deadline_s
+        late = f"the answer took longer than the {config.deadline_s:g} s deadline (TRACEAGENT_DEADLINE)"
         ran: dict[str, str] = {}  # this turn's calls (name and arguments) → the id that ran it
         self._turn_results = 0
         model = self.model
@@ -185,13 +186,12 @@ class Session:
                     elif not held and text:
                         yield Token(visible(text, keep_lines=True))
             except TimeoutError:
-                why = f"the answer took longer than the {config.deadline_s:g} s deadline (TRACEAGENT_DEADLINE)"
                 if reply.text.strip() and not reply.calls and not ungrounded:
                     if held:
                         yield Token(visible(reply.text, keep_lines=True))
-                    yield self._answer(reply.text, why + " and was stopped")
+                    yield self._answer(reply.text, late + " and was stopped")
                 else:
-                    async for event in self._from_detectors(question, why):
+                    async for event in self._from_detectors(question, late):
                         yield event
                 return
             except asyncio.CancelledError:
@@ -239,8 +239,7 @@ class Session:
             async for event in self._run_calls(calls, repeated, malformed, ran, turn, deadline):
                 yield event
             if time.monotonic() > deadline:
-                why = f"the answer took longer than the {config.deadline_s:g} s deadline (TRACEAGENT_DEADLINE)"
-                async for event in self._from_detectors(question, why):
+                async for event in self._from_detectors(question, late):
                     yield event
                 return
         async for event in self._from_detectors(
@@ -294,9 +293,8 @@ class Session:
         budget = (config.context_tokens - config.max_tokens) * CHARS_PER_TOKEN - self.fixed_chars
         system = SystemMessage(self.system + self._focus_note())
         size = sum(message_chars(m) for m in turn)
-        history = self._context(max(budget - size, 0))
         if size <= budget:
-            return [system, *history, *turn], ""
+            return [system, *self._context(budget - size), *turn], ""
         results = sorted((m for m in turn if isinstance(m, ToolMessage)), key=message_chars, reverse=True)
         for limit in (4000, 1500, 500):
             for message in results:
