@@ -205,6 +205,7 @@ class TraceAgentApp(App):
             raise
 
     async def _stopped(self, answer) -> None:
+        await self.query_one(Conversation).clear_progress()  # "waiting for the model…" is over
         if answer is not None:
             await answer.finish(note="stopped (Escape)")
         else:

@@ -112,6 +112,8 @@ class Conversation(VerticalScroll):
     Conversation { height: 1fr; scrollbar-size-vertical: 1; }
     """
 
+    _progress: ProgressNote | None = None  # the progress line, while one shows
+
     async def add_user(self, text: str) -> None:
         await self.mount(UserMessage(text))
         self.scroll_end(animate=False)
@@ -139,12 +141,15 @@ class Conversation(VerticalScroll):
     async def show_progress(self, text: str) -> None:
         """One line that says what the model is doing while nothing else shows (a long wait for a
         local server, a reply that streams dozens of tool calls); the next progress replaces it."""
-        lines = self.query(ProgressNote)
-        if lines:
-            lines.first().update(text)
+        if self._progress is not None and self._progress.is_attached:
+            self._progress.update(text)
         else:
-            await self.mount(ProgressNote(text))
+            self._progress = ProgressNote(text)
+            await self.mount(self._progress)
         self.scroll_end(animate=False)
 
     async def clear_progress(self) -> None:
-        await self.query(ProgressNote).remove()
+        """Called for every event of an answer, tokens included: no DOM query unless a line shows."""
+        if self._progress is not None:
+            line, self._progress = self._progress, None
+            await line.remove()
