@@ -258,3 +258,17 @@ def test_eval_without_a_server_is_one_line_and_exit_2(monkeypatch, capsys):
     assert main(["eval"]) == 2
     assert capsys.readouterr().err == ("traceagent: error: eval needs a model server: --base-url URL (or OPENAI_BASE_URL "
                                        "/ OPENAI_API_KEY)\n")
+
+
+def test_the_eval_table_counts_the_models_answers_apart_from_the_detectors(model_env, capsys, monkeypatch):
+    """A model that never calls a tool: every question is answered from the detectors."""
+    from traceagent.cli import main
+
+    monkeypatch.setenv("COLUMNS", "400")
+    with FakeOpenAIServer([Reply.text("No idea.")] * 12) as server:
+        model_env(server.url)
+        assert main(["eval", str(RESNET_NW0)]) == 0
+    out = capsys.readouterr().out
+    assert "scripted: 0 of the 0 answers the model wrote agree with the detectors; 6 of 6 answered from the detectors" \
+        in out
+    assert out.count("detectors   │ yes") == 6

@@ -401,8 +401,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print_json({"model": config.model, "server": config.shown_url, "results": as_dicts(results)})
         return 0
     by_model = [r for r in results if r.answered_by == "model"]
-    table = Table(title=f"{config.model}: {sum(r.agrees for r in by_model)} of {len(results)} answers written by the "
-                        f"model agree with the detectors; {len(results) - len(by_model)} answered from the detectors")
+    table = Table(title=f"{config.model}: {sum(r.agrees for r in by_model)} of the {len(by_model)} answers the model "
+                        f"wrote agree with the detectors; {len(results) - len(by_model)} of {len(results)} answered "
+                        "from the detectors")
     for column in ("question", "tools called", "rounds", "time", "flagged", "answered by", "agrees"):
         table.add_column(column)
     for r in results:

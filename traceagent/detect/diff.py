@@ -111,6 +111,9 @@ class CollectivesChange(TypedDict):
     sentence: str
 
 
+NOISE_PCT = 2.0  # a step-time (or span) change smaller than this is run-to-run noise, not an effect
+
+
 @dataclass(frozen=True)
 class DiffResult:
     before: TraceSide
@@ -126,15 +129,12 @@ class DiffResult:
     prediction: Prediction | None = None
     collectives: CollectivesChange | None = None  # when both traces record collective payloads
     helped: bool = False  # faster by at least noise_pct, or the root cause gone
-    noise_pct: float = 0.0  # a smaller change in step time (or span) is run-to-run noise
+    noise_pct: float = NOISE_PCT  # a smaller change in step time (or span) is run-to-run noise
 
     def to_dict(self) -> dict:
         d = {"schema_version": SCHEMA_VERSION, **asdict(self)}
         d["metrics"] = [m.to_dict() for m in self.metrics]
         return d
-
-
-NOISE_PCT = 2.0  # a step-time (or span) change smaller than this is run-to-run noise, not an effect
 
 
 def _summary(a: Analysis) -> dict:
@@ -261,7 +261,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
                         headline=v_after.headline),
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
         kernels=kernels, headline=headline, notes=notes, prediction=prediction, collectives=collectives,
-        helped=-slower >= NOISE_PCT or root_cause["gone"], noise_pct=NOISE_PCT,
+        helped=-slower >= NOISE_PCT or root_cause["gone"],
     )
 
 
