@@ -41,7 +41,7 @@ def test_a_damaged_cache_entry_is_parsed_again(tmp_path, isolated_cache, damage)
     path = b.write(tmp_path / "t.json")
     fresh = traceagent.load(path, use_cache=False).traces[0]
     traceagent.load(path)
-    (entry,) = list(isolated_cache.iterdir())
+    (entry,) = [p for p in isolated_cache.iterdir() if p.is_dir()]
     meta = json.loads((entry / "meta.json").read_text())
     if damage == "meta_list":
         (entry / "meta.json").write_text("[]")
@@ -120,7 +120,7 @@ def test_a_file_replaced_while_it_is_parsed_gives_the_new_files_analysis(tmp_pat
     assert calls == [{"old_kernel"}, {"new_kernel"}]
     monkeypatch.setattr(load, "_parse", parse)
     assert _names(path) == {"new_kernel"}  # and the cache holds the new file's frames under its key
-    assert len([e for e in os.listdir(isolated_cache)]) == 1
+    assert len([e for e in os.listdir(isolated_cache) if e != "CACHEDIR.TAG"]) == 1
 
 
 def test_a_file_that_keeps_changing_is_not_cached_and_says_so(tmp_path, isolated_cache, monkeypatch):
@@ -137,7 +137,7 @@ def test_a_file_that_keeps_changing_is_not_cached_and_says_so(tmp_path, isolated
     monkeypatch.setattr(load, "_parse", parse_then_touch)
     trace = traceagent.load(path).traces[0]
     assert any("changed while it was read" in w for w in trace.meta.warnings)
-    assert os.listdir(isolated_cache) == []
+    assert [e for e in os.listdir(isolated_cache) if e != "CACHEDIR.TAG"] == []
 
 
 def test_an_in_place_edit_past_the_whole_file_hash_with_its_mtime_restored_is_not_served_stale(
@@ -215,6 +215,7 @@ def test_temporary_entries_of_killed_runs_are_removed_and_live_ones_kept(tmp_pat
 
 def test_cache_info_and_clear(tmp_path, isolated_cache, capsys):
     from traceagent.cli import main
+    from traceagent.trace import cache
 
     traceagent.load(_kernel_trace(tmp_path / "t.json", "k"))
     assert main(["cache", "info", "--json"]) == 0
@@ -222,7 +223,7 @@ def test_cache_info_and_clear(tmp_path, isolated_cache, capsys):
     assert info["directory"] == str(isolated_cache) and info["entries"] == 1 and info["bytes"] > 0
     assert info["max_bytes"] == 2_000_000_000
     assert main(["cache", "clear"]) == 0
-    assert "removed 1 entries" in capsys.readouterr().out and os.listdir(isolated_cache) == []
+    assert "removed 1 entries" in capsys.readouterr().out and os.listdir(isolated_cache) == [cache.MARKER]
 
 
 def test_a_cache_hit_names_the_file_as_asked_now(tmp_path, isolated_cache, monkeypatch):

@@ -168,8 +168,8 @@ def test_nsight_export_without_enum_tables_uses_builtin_values(tmp_path):
 
 def test_cache_second_load_reads_the_cache(isolated_cache):
     first = traceagent.load(RESNET_NW0)
-    entries = list(cache.cache_dir().iterdir())
-    assert len(entries) == 1 and (entries[0] / "gpu.arrow").exists()
+    entries = cache.entries()
+    assert len(entries) == 1 and (entries[0].path / "gpu.arrow").exists()
     second = traceagent.load(RESNET_NW0)
     a, b = first.traces[0], second.traces[0]
     assert a.gpu.equals(b.gpu) and a.cpu.equals(b.cpu) and a.steps.equals(b.steps)
@@ -183,12 +183,12 @@ def test_cache_is_keyed_by_mtime(tmp_path, isolated_cache):
     import os
     os.utime(copy, ns=(0, 0))
     traceagent.load(copy)
-    assert len(list(cache.cache_dir().iterdir())) == 2
+    assert len(cache.entries()) == 2
 
 
 def test_no_cache_writes_nothing(isolated_cache):
     traceagent.load(RESNET_NW0, use_cache=False)
-    assert not cache.cache_dir().exists() or not any(cache.cache_dir().iterdir())
+    assert not cache.cache_dir().exists() or not any(p.name != cache.MARKER for p in cache.cache_dir().iterdir())
 
 
 def test_frames_have_no_python_objects_per_event():

@@ -475,19 +475,34 @@ def cmd_cache(args: argparse.Namespace) -> int:
     from .trace import cache
 
     if args.action == "clear":
-        removed = cache.clear()
+        try:
+            removed = cache.clear()
+        except cache.NotOurCache as exc:
+            err.print(f"traceagent: error: {exc}; nothing was removed. Point TRACEAGENT_CACHE_DIR at a directory of "
+                      "its own (the default is ~/.cache/traceagent).", markup=False, soft_wrap=True)
+            return 2
         say(f"removed {len(removed)} entries ({escape(size(sum(e.bytes for e in removed)))}) from "
             f"{escape(str(cache.cache_dir()))}")
+        return 0
+    directory = cache.cache_dir()
+    try:
+        if directory.exists():
+            cache.claim(directory)  # a cache from before the mark is marked; anything else is said
+    except cache.NotOurCache as exc:
+        if args.json:
+            print_json({"directory": str(directory), "ours": False, "why": exc.why})
+        else:
+            say(f"{escape(str(exc))}: traces are not cached. Point TRACEAGENT_CACHE_DIR at a directory of its own.")
         return 0
     found = cache.entries()
     kept = [e for e in found if not e.temporary]
     temporary = [e for e in found if e.temporary]
-    directory, held, cap = str(cache.cache_dir()), sum(e.bytes for e in kept), cache.max_bytes()
+    held, cap = sum(e.bytes for e in kept), cache.max_bytes()
     if args.json:
-        print_json({"directory": directory, "entries": len(kept), "bytes": held, "max_bytes": cap,
+        print_json({"directory": str(directory), "ours": True, "entries": len(kept), "bytes": held, "max_bytes": cap,
                     "temporary_entries": len(temporary), "temporary_bytes": sum(e.bytes for e in temporary)})
         return 0
-    say(f"{escape(directory)}: {len(kept)} entries, {size(held)} of {size(cap)} "
+    say(f"{escape(str(directory))}: {len(kept)} entries, {size(held)} of {size(cap)} "
         "($TRACEAGENT_CACHE_MAX; the least recently used go first)"
         + (f"; {len(temporary)} being written or left by a killed run ({size(sum(e.bytes for e in temporary))})"
            if temporary else ""))

@@ -10,6 +10,13 @@ version. A parse is stored only if the file still has that identity afterwards, 
 replaced or rewritten while it was read never lends its key to the other's frames. Writes are
 atomic (a directory renamed into place); reads are checked against the model. The directory is
 kept under a size cap (`TRACEAGENT_CACHE_MAX`, 2 GB): the least recently used entries go first.
+
+Only what traceagent wrote is ever read or removed. The directory is marked as ours when it is
+created (a CACHEDIR.TAG naming traceagent, which backup tools also honour); a directory without
+the mark that holds anything but our entries (a home directory, a cache other tools share) is
+never written, read, evicted or cleared. An entry is ours by its name (24 hex digits, or that and
+a temporary suffix) and its contents (our file names only, no sub-directory), and is removed file
+by file, never with a recursive delete.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import hashlib
 import json
 import os
 import pickle
-import shutil
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -58,6 +65,90 @@ def cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "traceagent"
+
+
+#: the mark of a directory traceagent made: the Cache Directory Tagging signature, and our name
+MARKER = "CACHEDIR.TAG"
+_MARKER_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+                "# This file is a cache directory tag created by traceagent (parsed traces).\n"
+                "# traceagent removes only its own entries here. See https://bford.info/cachedir/\n")
+#: an entry's name (key), or a temporary entry's (`<key>.tmp-<host>-<pid>`)
+_ENTRY_NAME = re.compile(r"^[0-9a-f]{24}(?:\.tmp-.+-\d+)?$")
+#: the files an entry may hold: the frames, meta.json, results and their temporaries
+_ENTRY_FILE = re.compile(r"^(?:(?:gpu|cpu|steps|memory|metrics)\.arrow|meta\.json|results-[0-9a-f]{24}\.pickle"
+                         r"|\.results-[0-9a-f]{24}\.pickle\.tmp-.+-\d+)$")
+
+
+class NotOurCache(Exception):
+    """The cache directory is not one traceagent made: nothing in it is read, written or removed."""
+
+    def __init__(self, directory: Path, why: str) -> None:
+        super().__init__(str(directory), why)
+        self.directory, self.why = directory, why
+
+    def __str__(self) -> str:
+        return f"{self.directory}: {self.why}"
+
+
+def owned(directory: Path | None = None) -> bool:
+    """Whether `directory` (default: the cache's) carries the mark traceagent writes when it makes one."""
+    try:
+        with open((directory or cache_dir()) / MARKER, "rb") as f:
+            text = f.read(4096)
+    except OSError:
+        return False
+    return text.startswith(b"Signature: 8a477f597d28d172789f06886806bc55") and b"traceagent" in text
+
+
+def claim(directory: Path | None = None) -> Path:
+    """The cache directory, made and marked as ours if it is new, empty, or holds only our entries
+    (a cache from before the mark); NotOurCache if it holds anything else."""
+    directory = directory or cache_dir()
+    if owned(directory):
+        return directory
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        strangers = [item.name for item in os.scandir(directory) if not _is_entry(item)]
+    except OSError as exc:
+        raise NotOurCache(directory, f"cannot be used as the cache ({exc.strerror or exc})") from None
+    if strangers:
+        shown = ", ".join(sorted(strangers)[:3]) + (", …" if len(strangers) > 3 else "")
+        raise NotOurCache(directory, f"is not traceagent's cache: it holds other files ({shown}) and no {MARKER} "
+                          "written by traceagent, so nothing in it is read, written or removed")
+    try:
+        fd = os.open(directory / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # another process marked it meanwhile (or wrote a mark not ours)
+        if owned(directory):
+            return directory
+        raise NotOurCache(directory, f"holds a {MARKER} that traceagent did not write") from None
+    except OSError as exc:
+        raise NotOurCache(directory, f"cannot be marked as the cache ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(_MARKER_TEXT)
+    return directory
+
+
+def _is_entry(item: os.DirEntry) -> bool:
+    """An entry traceagent wrote: its name, a real directory (not a link), and only our files in it."""
+    if not _ENTRY_NAME.match(item.name):
+        return False
+    try:
+        if not item.is_dir(follow_symlinks=False):
+            return False
+        return all(f.is_file(follow_symlinks=False) and _ENTRY_FILE.match(f.name) for f in os.scandir(item.path))
+    except OSError:
+        return False
+
+
+def _remove_entry(path: Path) -> None:
+    """Remove one of our entries file by file (only our file names), then the empty directory: never
+    a recursive delete, so a directory that is not ours, or became not ours meanwhile, stays."""
+    with contextlib.suppress(OSError):
+        for f in os.scandir(path):
+            if _ENTRY_FILE.match(f.name) and f.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(f.path)
+        os.rmdir(path)
 
 
 #: files up to this size are hashed whole for the cache key; larger ones in samples
@@ -109,7 +200,7 @@ def read(key: Key) -> Trace | None:
     (unreadable, another schema, swapped or damaged files), it is removed and the trace is parsed
     again: the cache can be slow, never wrong, never an error."""
     entry = key.entry
-    if not entry.exists():
+    if not entry.exists() or not owned(entry.parent):  # results are pickles: only ever from our own cache
         return None
     try:
         meta = _meta(json.loads((entry / "meta.json").read_text()))
@@ -117,7 +208,7 @@ def read(key: Key) -> Trace | None:
         frames = {name: _conform(pd.read_feather(entry / f"{name}.arrow", use_threads=False), schema)
                   for name, schema in _FRAMES.items()}
     except Exception:  # any damage at all means: parse the file again
-        shutil.rmtree(entry, ignore_errors=True)
+        _remove_entry(entry)
         return None
     with contextlib.suppress(OSError):
         os.utime(entry)  # used now: the last to be evicted
@@ -175,9 +266,13 @@ def write(key: Key, trace: Trace) -> bool:
     frames are still the ones of the file `key` names. A cache that cannot be written is skipped,
     never an error."""
     entry = key.entry
+    try:
+        claim(entry.parent)
+    except NotOurCache:
+        return False  # `cache info` says why; the analysis goes on uncached
     tmp = entry.with_name(f"{entry.name}{_TMP}{socket.gethostname()}-{os.getpid()}")
     try:
-        tmp.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir(exist_ok=True)
         for name in _FRAMES:
             getattr(trace, name).to_feather(tmp / f"{name}.arrow", compression="uncompressed")
         (tmp / "meta.json").write_text(json.dumps(dataclasses.asdict(trace.meta), default=str))
@@ -187,7 +282,7 @@ def write(key: Key, trace: Trace) -> bool:
     except OSError:
         return False
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_entry(tmp)
     housekeep(keep=entry)
     return True
 
@@ -216,7 +311,7 @@ def write_results(key: Key, tag: str, value: object) -> None:
     """Store results computed from the Trace cached under `key` (one file per `tag`: parameters
     and code version), in its entry: they are evicted with it. Only beside a cached Trace, and a
     cache that cannot be written is skipped."""
-    if not key.entry.is_dir():
+    if not key.entry.is_dir() or not owned(key.entry.parent):
         return
     target = key.entry / f"results-{tag}.pickle"
     tmp = key.entry / f".{target.name}{_TMP}{socket.gethostname()}-{os.getpid()}"
@@ -257,13 +352,14 @@ class Entry:
 
 
 def entries(directory: Path | None = None) -> list[Entry]:
-    """The cache's entries and temporary entries, least recently used first."""
+    """The cache's entries and temporary entries (ours by name and contents, nothing else in the
+    directory), least recently used first."""
     directory = directory or cache_dir()
     found = []
     with contextlib.suppress(OSError):
         for item in os.scandir(directory):
             try:
-                if not item.is_dir(follow_symlinks=False):
+                if not _is_entry(item):
                     continue
                 total = sum(f.stat(follow_symlinks=False).st_size for f in os.scandir(item.path))
                 found.append(Entry(Path(item.path), total, item.stat(follow_symlinks=False).st_mtime, _TMP in item.name))
@@ -276,20 +372,23 @@ def housekeep(keep: Path | None = None) -> list[Entry]:
     """Remove temporary entries left by killed processes, then the least recently used entries
     until the cache fits its cap (`keep`, the entry just written, last of all). What was removed."""
     now, host, cap = time.time(), socket.gethostname(), max_bytes()
+    directory = keep.parent if keep else cache_dir()
+    if not owned(directory):
+        return []
     removed = []
     current = []
-    for e in entries(keep.parent if keep else None):
+    for e in entries(directory):
         if not e.temporary:
             current.append(e)
         elif _stale(e, now, host):
-            shutil.rmtree(e.path, ignore_errors=True)
+            _remove_entry(e.path)
             removed.append(e)
     current.sort(key=lambda e: (e.path == keep, e.used))
     total = sum(e.bytes for e in current)
     for e in current:
         if total <= cap:
             break
-        shutil.rmtree(e.path, ignore_errors=True)
+        _remove_entry(e.path)
         total -= e.bytes
         removed.append(e)
     return removed
@@ -316,12 +415,17 @@ def _abandoned(name: str, host: str) -> bool:
 
 
 def clear() -> list[Entry]:
-    """Remove every entry (and temporary entries no running process of this host is writing)."""
-    now, host = time.time(), socket.gethostname()
+    """Remove every entry (and temporary entries no running process of this host is writing), and
+    nothing else. NotOurCache for a directory traceagent did not make (a missing one is empty)."""
+    now, host, directory = time.time(), socket.gethostname(), cache_dir()
+    if not directory.exists():
+        return []
+    if not owned(directory):
+        claim(directory)  # a cache from before the mark is marked; anything else raises
     removed = []
-    for e in entries():
+    for e in entries(directory):
         if e.temporary and not _stale(e, now, host):
             continue
-        shutil.rmtree(e.path, ignore_errors=True)
+        _remove_entry(e.path)
         removed.append(e)
     return removed
