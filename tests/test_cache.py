@@ -140,8 +140,9 @@ def test_a_file_that_keeps_changing_is_not_cached_and_says_so(tmp_path, isolated
     assert [e for e in os.listdir(isolated_cache) if e != "CACHEDIR.TAG"] == []
 
 
+@pytest.mark.parametrize("spelling", ["path", "file_url"])
 def test_an_in_place_edit_past_the_whole_file_hash_with_its_mtime_restored_is_not_served_stale(
-        tmp_path, isolated_cache, monkeypatch):
+        tmp_path, isolated_cache, monkeypatch, spelling):
     from traceagent.trace import cache
 
     # past WHOLE_FILE_HASH only the first, middle and last MiB are hashed: the edit lands outside
@@ -151,15 +152,18 @@ def test_an_in_place_edit_past_the_whole_file_hash_with_its_mtime_restored_is_no
     b = TraceBuilder()
     for i in range(20):
         b.kernel(f"kernel_{i:02d}", i * 200, 100)
-    path = b.write(tmp_path / "t.json")
-    text = path.read_bytes()
+    written = b.write(tmp_path / "t.json")
+    path = written if spelling == "path" else written.as_uri()  # file:///…/t.json: the same local file and key
+    text = written.read_bytes()
     assert b"kernel_05" in text[64:len(text) // 2] and _names(path) >= {"kernel_05"}
-    stat = path.stat()
-    with open(path, "r+b") as f:  # same size, same mtime: only the content and the ctime differ
+    if spelling == "file_url":
+        assert cache.key(str(written)).entry == cache.key(str(path)).entry
+    stat = written.stat()
+    with open(written, "r+b") as f:  # same size, same mtime: only the content and the ctime differ
         f.seek(text.index(b"kernel_05"))
         f.write(b"edited_05")
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    os.utime(written, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert written.stat().st_size == stat.st_size and written.stat().st_mtime_ns == stat.st_mtime_ns
     assert "edited_05" in _names(path) and "kernel_05" not in _names(path)
 
 

@@ -234,7 +234,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             return 2
     target = args.output
     if target:
-        check_output(target, args.path)
+        check_output(target, args.path, side_inputs=(args.kernels, args.graph_capture))
     result = analyze_path(args.path, args)
     if args.llm:
         summary = llm_summary(result, config)

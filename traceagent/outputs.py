@@ -23,20 +23,24 @@ if TYPE_CHECKING:
     from .trace.load import Sources
 
 
-def check_output(output: str | os.PathLike, source: str | os.PathLike | Sequence[str | os.PathLike]) -> Sources:
-    """TraceError (exit 2) if writing `output` would replace what the job `source` reads: one of
-    its trace files, or a file in one of its rank directories with a trace file's name (it would
-    be read as a rank next time). The job's files as resolved for the check, for the caller."""
+def check_output(output: str | os.PathLike, source: str | os.PathLike | Sequence[str | os.PathLike],
+                 side_inputs: Sequence[str | os.PathLike | None] = ()) -> Sources:
+    """TraceError (exit 2) if writing `output` would replace what the command reads: one of the
+    job's trace files, a side input (an Nsight Compute export, a graph capture), or a file in one
+    of its rank directories with a trace file's name (it would be read as a rank next time). The
+    job's files as resolved for the check, for the caller."""
     from .trace.load import is_trace_name, resolve
 
     target = os.path.realpath(output)
     sources = resolve(source)
     files = sources.files
-    for file in files:
+    read = [(f, "the trace being read") for f in files]
+    read += [(storage.as_local(os.fspath(f)), "an input of this command") for f in side_inputs if f is not None]
+    for file, what in read:
         if storage.is_url(file):
             continue
         if target == os.path.realpath(file) or _same_file(target, file):
-            raise TraceError(str(output), f"is the trace being read ({file}); writing it would destroy the trace",
+            raise TraceError(str(output), f"is {what} ({file}); writing it would destroy it",
                              "Choose another output path.")
     if not (isinstance(source, (str, os.PathLike)) and not storage.is_url(os.fspath(source))
             and os.path.isdir(source)):

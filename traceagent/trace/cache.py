@@ -164,8 +164,11 @@ def fingerprint(path: str, size: int) -> str:
     digest = hashlib.blake2b(digest_size=16)
     with storage.open_binary(path) as f:
         if size <= WHOLE_FILE_HASH:
-            for block in iter(lambda: f.read(_SAMPLE), b""):
+            # at most `size` bytes: a file that is not what its size says (/dev/zero reads forever) ends here
+            left = size
+            while left > 0 and (block := f.read(min(_SAMPLE, left))):
                 digest.update(block)
+                left -= len(block)
         else:
             for offset in (0, size // 2, size - _SAMPLE):
                 f.seek(offset)
@@ -185,6 +188,7 @@ class Key:
 
 def key(path: str, stamp: tuple[int, str] | None = None) -> Key:
     """The key of `path` now; `stamp`, if the caller already took it, is storage.size_and_version's."""
+    path = storage.as_local(path)  # a file:// URL is keyed as the local file it names, ctime included
     size, version = stamp = stamp or storage.size_and_version(path)
     text = f"{storage.absolute(path)}\0{size}\0{version}\0{fingerprint(path, size)}\0{MODEL_VERSION}"
     return Key(path, stamp, cache_dir() / hashlib.sha256(text.encode()).hexdigest()[:24])

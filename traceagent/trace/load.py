@@ -60,6 +60,8 @@ def load_file_keyed(path: str, use_cache: bool = True, max_bytes: int | None = N
                     key: cache.Key | None = None) -> tuple[Trace, cache.Key | None]:
     """load_file, and the cache key the Trace is stored under (None: not cached), for results
     computed from it (cache.write_results). `key`: the file's key, if the caller just took it."""
+    path = storage.as_local(path)
+    storage.check_file(path)  # a pipe or a device (a side input, a reloaded rank) is refused before it is opened
     with _readable(path):
         for attempt in range(READS_OF_A_CHANGING_FILE):
             if key is None or attempt:
@@ -77,6 +79,8 @@ def load_file_keyed(path: str, use_cache: bool = True, max_bytes: int | None = N
 
 def file_key(path: str) -> cache.Key:
     """The file's cache key now (cache.key), a missing or unreadable file a TraceError."""
+    path = storage.as_local(path)
+    storage.check_file(path)
     with _readable(path):
         return cache.key(path)
 
@@ -180,13 +184,13 @@ def resolve(source: str | os.PathLike | Sequence[str | os.PathLike]) -> Sources:
     """The trace files of a file, a rank directory, a glob pattern or a list of files; each may
     be a URL. Raises TraceError when there is nothing to load."""
     if not isinstance(source, (str, os.PathLike)):
-        files = [os.fspath(f) for f in source]
+        files = [storage.as_local(os.fspath(f)) for f in source]
         if not files:
             raise TraceError("(no files)", "an empty list of trace files")
         for file in files:
-            _check_file(file)
+            storage.check_file(file)
         return Sources(files[0] if len(files) == 1 else f"{len(files)} files from {files[0]}", files, [], [])
-    path = os.fspath(source)
+    path = storage.as_local(os.fspath(source))
     if storage.has_glob(path) and not storage.exists(path):
         matched, others = storage.glob(path)
         files = [f for f in matched if is_trace_name(f)]
@@ -203,7 +207,7 @@ def resolve(source: str | os.PathLike | Sequence[str | os.PathLike]) -> Sources:
             raise TraceError(path, "a directory with no trace files in it (nor in its sub-directories)"
                              + _unreadable_text(unreadable), f"Expected files ending in {', '.join(_TRACE_SUFFIXES)}.")
         return Sources(path, files, notes, unreadable)
-    _check_file(path)
+    storage.check_file(path)
     return Sources(path, [path], [], [])
 
 
@@ -211,13 +215,6 @@ def _unreadable_text(unreadable: list[Unreadable]) -> str:
     """'; rank0.json: a symbolic link that loops' (the first three) for an error message."""
     shown = "; ".join(f"{storage.name(f)}: {why}" for f, why in unreadable[:3])
     return f" that can be read ({len(unreadable)} cannot: {shown})" if unreadable else ""
-
-
-def _check_file(path: str) -> None:
-    if not storage.exists(path):
-        raise TraceError(path, "no such file or directory")
-    if not storage.is_regular_file(path):  # a FIFO, socket or device: reading it could block forever
-        raise TraceError(path, "not a regular file (a pipe, socket or device)", "Save the trace to a file first.")
 
 
 def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: bool = True,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..errors import TraceError
 from ..text import bounded, visible
-from . import reading
+from . import reading, storage
 
 #: what each normalized metric is called on the details page (section, metric) and on the raw page
 METRICS: dict[str, tuple[tuple[str, str], tuple[str, ...]]] = {
@@ -74,6 +74,8 @@ class KernelLaunch:
 
 def load_ncu(path: str) -> list[KernelLaunch]:
     """The launches of an ncu CSV export; TraceError (one line, exit 2) for anything else."""
+    path = storage.as_local(path)
+    storage.check_file(path)  # a pipe or a device would block or read forever
     try:
         raw, _ = reading.read_text(path, MAX_CSV_BYTES)
     except OSError as exc:

@@ -14,6 +14,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
+from urllib.parse import unquote, urlsplit
 
 from ..errors import TraceError
 
@@ -22,8 +23,20 @@ _GLOB = re.compile(r"[*?\[]")
 
 
 def is_url(path: str) -> bool:
-    """A path with a scheme (`s3://bucket/run/`), read through fsspec."""
+    """A path with a scheme (`s3://bucket/run/`), read through fsspec. `file://` is a local path
+    (as_local): callers turn it into one first."""
     return bool(_URL.match(path))
+
+
+def as_local(path: str) -> str:
+    """`file:///run/t.json` (or `file://localhost/...`) as the local path it names, so that it is
+    checked, keyed and cached as that path; anything else as it is."""
+    if not path[:7].lower() == "file://":
+        return path
+    parsed = urlsplit(path)
+    if parsed.netloc not in ("", "localhost"):
+        raise TraceError(path, f"a file:// URL on another host ({parsed.netloc})", "Give a local path.")
+    return unquote(parsed.path)
 
 
 def has_glob(path: str) -> bool:
@@ -132,8 +145,18 @@ def _kind(mode: int) -> str:
 
 
 def open_binary(path: str) -> BinaryIO:
+    """The file for reading. A local one is opened without blocking and must be a regular file:
+    a pipe or device put in its place after any check is refused, never read for ever."""
     if not is_url(path):
-        return open(path, "rb")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TraceError(path, "not a regular file (a pipe, socket or device)", "Save it to a file first.")
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return open(fd, "rb")
     fs, root = _fs(path)
     return fs.open(root, "rb")
 
@@ -155,3 +178,12 @@ def size_and_version(path: str) -> tuple[int, str]:
 
 def absolute(path: str) -> str:
     return path if is_url(path) else os.path.abspath(path)
+
+
+def check_file(path: str) -> None:
+    """TraceError unless `path` is a regular file: what every file any command or tool reads (a
+    trace, a rank, a graph capture, an Nsight Compute export) is checked with before it is opened."""
+    if not exists(path):
+        raise TraceError(path, "no such file or directory")
+    if not is_regular_file(path):  # a FIFO, socket or device: reading it could block forever
+        raise TraceError(path, "not a regular file (a pipe, socket or device)", "Save it to a file first.")
