@@ -261,3 +261,39 @@ def test_malformed_shapes_and_memory_events_are_unknowns_not_errors(tmp_path):
     assert r.findings.flops.counted_ops == 0 and "could not be read" in r.findings.flops.note
     (gpu,) = r.findings.memory.devices  # the events with impossible sizes are dropped, the sane ones kept
     assert gpu.peak_allocated_bytes == 512 and gpu.net_bytes >= 0
+
+
+@pytest.mark.parametrize("setting", ["verdict.idle_pct=NaN", "verdict.idle_pct=nan", "idle.launch_gap_us=inf",
+                                     "idle.launch_gap_us=-inf", "idle.sync_slack_us=-5", "verdict.idle_pct=150",
+                                     "idle.loader_cover=2", "idle.top=0", "idle.top=-3", "collectives.gpus_per_node=0",
+                                     "idle.launch_bound_max_us=1e300", "stragglers.cause_cover=-0.1"])
+def test_a_setting_outside_its_range_is_one_line_and_exit_2(capsys, setting):
+    with pytest.raises(SystemExit) as usage:  # a usage error, before anything is loaded
+        main(["analyze", "any.json", "--set", setting])
+    err = capsys.readouterr().err.strip()
+    assert usage.value.code == 2 and "\n" not in err and repr(setting) in err and "takes a" in err
+
+
+def test_every_parameter_declares_its_range_and_its_default_is_inside_it():
+    from dataclasses import fields
+
+    from traceagent.detect.analysis import AnalysisParams
+    from traceagent.detect.bounds import field_range, out_of_range
+
+    params = AnalysisParams()
+    groups = [params.idle, params.verdict, params.stragglers, *params.detectors.values()]
+    for group in groups:
+        for f in fields(group):
+            value = getattr(group, f.name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                assert field_range(type(group), f.name) is not None, f"{type(group).__name__}.{f.name} has no range"
+                assert out_of_range(type(group), f.name, value) is None
+
+
+def test_a_setting_inside_its_range_still_changes_the_analysis(tmp_path):
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100)
+    b.kernel("gemm", 130, 100)  # a 30 µs gap: launch latency only under a 50 µs launch_gap_us
+    path = b.write(tmp_path / "t.json")
+    causes = traceagent.analyze(path, settings=["idle.launch_gap_us=50"]).ranks[0].findings.idle.by_cause_us
+    assert causes == {"launch_latency": 30.0} != traceagent.analyze(path).ranks[0].findings.idle.by_cause_us

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
+from typing import NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -519,8 +520,16 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (what is wrong, where to read more), exit 2: the usage block
+    above it would bury the line that says what to fix."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` for usage)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="traceagent", description="Find what limits a GPU program from its profiler trace.",
+    parser = _Parser(prog="traceagent", description="Find what limits a GPU program from its profiler trace.",
                                      formatter_class=RichHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..trace.model import Job, Trace, TraceMeta
 from .annotations import detect_annotations
+from .bounds import out_of_range
 from .breakdown import BreakdownResult, detect_breakdown
 from .comm import CommResult, detect_comm
 from .critical_path import detect_critical_path
@@ -94,6 +95,8 @@ def _set_field(params: Any, name: str, text: str, setting: str) -> Any:
             value = text
     except ValueError:
         raise ValueError(f"{setting!r}: {name} takes a {type(current).__name__}, not {text!r}") from None
+    if (wanted := out_of_range(type(params), name, value)) is not None:
+        raise ValueError(f"{setting!r}: {name} takes {wanted}, not {text!r}")
     return replace(params, **{name: value})
 
 

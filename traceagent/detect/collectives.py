@@ -24,6 +24,7 @@ from ..format import size
 from ..text import bounded, visible
 from ..trace.model import Trace
 from . import intervals as iv
+from .bounds import Bandwidth, Count, Micros, Percent
 from .links import Link, link_for
 from .view import pct, us, views_of
 
@@ -70,11 +71,11 @@ class CollectivesParams:
     of the link's peak is bandwidth-bound. exposed_pct: collective time not hidden by compute at or
     above this share asks for overlap. gpus_per_node and nic_gbps: the layout assumed for the link."""
 
-    latency_us: float = 10.0
-    near_peak_pct: float = 50.0
-    exposed_pct: float = 50.0
-    gpus_per_node: int = 8
-    nic_gbps: float = 0.0  # 0: the NIC usual for the GPU (links.py)
+    latency_us: Micros = 10.0
+    near_peak_pct: Percent = 50.0
+    exposed_pct: Percent = 50.0
+    gpus_per_node: Count = 8
+    nic_gbps: Bandwidth = 0.0  # 0: the NIC usual for the GPU (links.py)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 from ..format import of_span
 from . import advice
 from .annotations import AnnotationsResult
+from .bounds import Percent, Share
 from .comm import CommResult
 from .critical_path import CriticalPathResult
 from .flops import FlopsResult
@@ -33,10 +34,10 @@ from .workload import Workload
 
 @dataclass(frozen=True)
 class VerdictParams:
-    idle_pct: float = 15.0  # idle share of the span (device time) that makes idle the limiter
-    comm_pct: float = 10.0  # exposed communication (or waiting for a straggler) share of the span
-    memcpy_pct: float = 10.0  # exposed copy share of the span
-    pageable_share: float = 0.5  # share of copied bytes from pageable memory that names it the cause
+    idle_pct: Percent = 15.0  # idle share of the span (device time) that makes idle the limiter
+    comm_pct: Percent = 10.0  # exposed communication (or waiting for a straggler) share of the span
+    memcpy_pct: Percent = 10.0  # exposed copy share of the span
+    pageable_share: Share = 0.5  # share of copied bytes from pageable memory that names it the cause
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..trace.model import Trace, matches
 from . import intervals as iv
+from .bounds import Micros
 from .view import pct, us
 
 #: what each pause looks like in the Python frames PyTorch's profiler records
@@ -36,7 +37,7 @@ ADVICE = {
 class HostPausesParams:
     """min_idle_us: a kind of pause is reported when the idle device time under it reaches this."""
 
-    min_idle_us: float = 100.0
+    min_idle_us: Micros = 100.0
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..trace.model import Trace, matches
 from . import intervals as iv
+from .bounds import Allowance, Count, Micros, Share
 from .host import (
     LAUNCH_CALLS,
     GapEvidence,
@@ -49,16 +50,16 @@ from .vocabulary import GAP_CAUSES
 
 @dataclass(frozen=True)
 class IdleParams:
-    launch_gap_us: float = 10.0  # shorter gaps between device ops are launch latency
-    sync_slack_us: float = 20.0  # a sync ending this long before a gap still explains it
+    launch_gap_us: Micros = 10.0  # shorter gaps between device ops are launch latency
+    sync_slack_us: Micros = 20.0  # a sync ending this long before a gap still explains it
     # a sync followed by at most this many device ops its own thread launched after it still
     # explains the first gap after them (nonzero, masked_select, unique: sync, then a few kernels)
-    sync_trailing_ops: int = 4
-    sync_trailing_within_us: float = 100.0  # ...when the first of them was launched this soon after it returned
-    loader_cover: float = 0.5  # share of a gap the DataLoader must cover to be its cause
-    host_cover: float = 0.5  # share of a gap host events must cover for `host_other`
-    launch_bound_max_us: float = 1000.0  # longer gaps are not put down to launch cost
-    top: int = 10  # how many gaps to report with evidence
+    sync_trailing_ops: Allowance = 4
+    sync_trailing_within_us: Micros = 100.0  # ...when the first of them was launched this soon after it returned
+    loader_cover: Share = 0.5  # share of a gap the DataLoader must cover to be its cause
+    host_cover: Share = 0.5  # share of a gap host events must cover for `host_other`
+    launch_bound_max_us: Micros = 1000.0  # longer gaps are not put down to launch cost
+    top: Count = 10  # how many gaps to report with evidence
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import pandas as pd
 from ..format import percent
 from ..trace.model import GPU_METRICS, Trace
 from . import intervals as iv
+from .bounds import Count, Percent
 from .kernels import short_name
 from .links import Link, host_link, link_for
 from .memcpy import MemcpyResult
@@ -39,8 +40,8 @@ class InterconnectParams:
     """slow_link_pct: copies under this share of their link's peak get a next step; hot_kernels:
     how many of a GPU's hottest kernels get their SM and tensor activity measured."""
 
-    slow_link_pct: float = 25.0
-    hot_kernels: int = 3
+    slow_link_pct: Percent = 25.0
+    hot_kernels: Count = 3
 
 
 @dataclass(frozen=True)

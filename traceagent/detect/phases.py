@@ -18,6 +18,7 @@ import pandas as pd
 from ..format import duration, shorten
 from ..trace.model import Trace, matches
 from . import intervals as iv
+from .bounds import Percent
 from .flops import COUNTED, op_flops, per_op
 from .graphs import replayed
 from .kernels import short_name
@@ -34,8 +35,8 @@ class PhasesParams:
     launch-bound; graphs_pct: kernel time replayed from graphs at or above this share means the
     phase already uses them."""
 
-    launch_bound_pct: float = 20.0
-    graphs_pct: float = 50.0
+    launch_bound_pct: Percent = 20.0
+    graphs_pct: Percent = 50.0
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..trace.model import Trace
 from . import intervals as iv
+from .bounds import Micros, Percent, Share
 from .breakdown import Breakdown
 from .collectives import moved_bytes
 from .view import device_views, pct, us
@@ -28,9 +29,9 @@ from .vocabulary import GAP_ROOT
 
 @dataclass(frozen=True)
 class StragglerParams:
-    late_tolerance_us: float = 5.0  # a rank counts as last when it enters this much after the next latest
-    straggler_last_pct: float = 50.0  # share of collectives a rank must enter last to be the straggler
-    cause_cover: float = 0.5  # share of its lateness idle gaps must explain to name an idle cause
+    late_tolerance_us: Micros = 5.0  # a rank counts as last when it enters this much after the next latest
+    straggler_last_pct: Percent = 50.0  # share of collectives a rank must enter last to be the straggler
+    cause_cover: Share = 0.5  # share of its lateness idle gaps must explain to name an idle cause
 
 
 _IDLE_BEFORE = "idle_before:"  # + a root cause: lead-up idle columns of a rank's collectives
