@@ -136,3 +136,39 @@ def test_annotate_reads_the_file_it_was_asked_for_even_when_the_cache_knows_it_f
     assert main(["annotate", "../a/t.json", "-o", "out.json"]) == 0
     names = {e["name"] for e in json.loads((b / "out.json").read_text())["traceEvents"]}
     assert "gemm" in names and "not_this_one" not in names
+
+
+def test_sigterm_mid_write_leaves_no_temporary_file_and_the_old_output(tmp_path):
+    trace = small_trace(tmp_path / "t.json")
+    output = tmp_path / "report.md"
+    output.write_text("the old report")
+    # the report is written, then the child is held in fsync until the test terminates it
+    script = ("import os, sys, time\n"
+              "os.fsync = lambda fd: (print('writing', flush=True), time.sleep(60))\n"
+              "from traceagent.cli import main\n"
+              f"sys.exit(main(['report', {str(trace)!r}, '-o', {str(output)!r}]))\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "writing"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # the temporary is there, mid-write
+    child.send_signal(signal.SIGTERM)
+    _, stderr = child.communicate(timeout=30)
+    assert child.returncode == 143 and "terminated" in stderr and "Traceback" not in stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    assert output.read_text() == "the old report"
+
+
+def test_a_later_write_removes_temporaries_of_killed_writers_and_keeps_live_ones(tmp_path):
+    import socket
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    output = tmp_path / "out.json"
+    killed = tmp_path / f".out.json.tmp-{host}-{int(dead.stdout)}-abc123.tmp"  # as SIGKILL mid-write leaves it
+    live = tmp_path / f".out.json.tmp-{host}-{os.getpid()}-def456.tmp"  # a writer running now
+    other = tmp_path / f".other.json.tmp-{host}-{int(dead.stdout)}-abc123.tmp"  # another output's
+    mine = tmp_path / ".out.json.notes.tmp"  # not of our naming
+    for f in (killed, live, other, mine):
+        f.write_bytes(b"x" * 1000)
+    write_atomically(output, "{}")
+    assert not killed.exists() and live.exists() and other.exists() and mine.exists()
+    assert output.read_text() == "{}"

@@ -635,6 +635,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is, so that what it was writing is cleaned up as for Ctrl+C."""
+
+
+@contextmanager
+def _terminate_like_interrupt() -> Iterator[None]:
+    """While a command runs, SIGTERM (a job scheduler's stop, `kill`) unwinds like SIGINT:
+    temporary files are removed and the exit status is 143. The previous handler comes back after."""
+    import signal
+    import threading
+
+    def terminated(signum, frame) -> NoReturn:
+        raise Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .agent.llm import ConfigError
 
@@ -646,13 +670,17 @@ def main(argv: list[str] | None = None) -> int:
         if notice := tracing_notice(dict(os.environ)):
             err.print(f"traceagent: note: {notice}", markup=False)
     try:
-        return args.func(args)
+        with _terminate_like_interrupt():
+            return args.func(args)
     except (TraceError, ConfigError, SchedulerError) as exc:
         err.print(f"traceagent: error: {exc}", markup=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err.print("traceagent: interrupted")
         return 130
+    except Terminated:
+        err.print("traceagent: terminated", markup=False)
+        return 143
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,7 +67,8 @@ def write_atomically(path: str | os.PathLike, data: bytes | str) -> Path:
     replaced). OSError as the system gave it; the temporary file is then removed."""
     target = Path(os.path.realpath(path))
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    _remove_stale_temporaries(target)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=_temporary_prefix(target), suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
@@ -78,6 +81,41 @@ def write_atomically(path: str | os.PathLike, data: bytes | str) -> Path:
             os.unlink(tmp)
         raise
     return target
+
+
+#: a temporary output of another host, whose process cannot be asked, is stale after this long
+_TMP_GRACE_S = 24 * 3600
+
+
+def _temporary_prefix(target: Path) -> str:
+    """`.<name>.tmp-<host>-<pid>-`: hidden, and naming the process that writes it, so a later write
+    to the same output can tell a killed writer's leftover from a live one."""
+    return f".{target.name}.tmp-{socket.gethostname()}-{os.getpid()}-"
+
+
+def _remove_stale_temporaries(target: Path) -> None:
+    """Remove temporaries of `target` left by a writer that was killed (SIGKILL, power loss):
+    only files of our own naming, of this host's dead processes, or a day old from another host."""
+    prefix, host, now = f".{target.name}.tmp-", socket.gethostname(), time.time()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(target.parent):
+            if not (entry.name.startswith(prefix) and entry.name.endswith(".tmp")):
+                continue
+            owner = entry.name[len(prefix):-len(".tmp")]
+            owner_host, pid = _owner(owner)
+            with contextlib.suppress(OSError):
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                if (storage.writer_gone(pid) if owner_host == host
+                        else now - entry.stat(follow_symlinks=False).st_mtime > _TMP_GRACE_S):
+                    os.unlink(entry.path)
+
+
+def _owner(owner: str) -> tuple[str, str]:
+    """(host, pid) from `<host>-<pid>-<random>` (a host name may hold dashes; the random part none)."""
+    rest, _, _random = owner.rpartition("-")
+    host, _, pid = rest.rpartition("-")
+    return host, pid
 
 
 def _mode_for(target: Path) -> int:

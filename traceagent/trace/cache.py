@@ -407,15 +407,7 @@ def _abandoned(name: str, host: str) -> bool:
     """A temporary entry of this host whose process no longer runs."""
     owner = name.rsplit(_TMP, 1)[-1]
     owner_host, _, pid = owner.rpartition("-")
-    if owner_host != host or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # another user's process
-        return False
-    return False
+    return owner_host == host and storage.writer_gone(pid)
 
 
 def clear() -> list[Entry]:

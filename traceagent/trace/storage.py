@@ -187,3 +187,17 @@ def check_file(path: str) -> None:
         raise TraceError(path, "no such file or directory")
     if not is_regular_file(path):  # a FIFO, socket or device: reading it could block forever
         raise TraceError(path, "not a regular file (a pipe, socket or device)", "Save it to a file first.")
+
+
+def writer_gone(pid: str) -> bool:
+    """Whether the process `pid` of this host, which named a temporary file after itself, no
+    longer runs (another user's live process counts as running)."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process
+        return False
+    return False
