@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -164,3 +165,79 @@ def test_a_member_boundary_falling_between_two_reads_loses_nothing(tmp_path, mon
     monkeypatch.setattr(reading, "_INPUT_BLOCK", len(first) + 1)  # the block ends after the 0x1f of the magic
     with open(path, "rb") as f:
         assert reading.TraceStream(f, str(path)).read() == text
+
+
+def run_limited(args: list[str], env_cache, address_space: int) -> tuple[int, str, float, float]:
+    """run_cli under `ulimit -v` (RLIMIT_AS) of `address_space` bytes, as a container or Slurm would cap it."""
+    import resource
+
+    env = {**os.environ, "TRACEAGENT_CACHE_DIR": str(env_cache)}
+    started = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-m", "traceagent", *args], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=env,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space)))
+    stderr = child.stderr.read().decode()
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, stderr, time.monotonic() - started, usage.ru_maxrss * 1024
+
+
+def test_the_bombs_refusal_advice_followed_ends_in_one_line_within_the_memory_limit(tmp_path):
+    bomb = tmp_path / "bomb.json.gz"
+    gzip_bomb(bomb, 10 * GiB, b" ", b'{"traceEvents": [')
+    code, stderr, _, _ = run_cli(["analyze", str(bomb)], tmp_path / "cache")
+    advice = re.search(r"--max-bytes (\S+)\)", stderr).group(1)  # what the refusal tells the user to try
+    code, stderr, seconds, peak = run_limited(["analyze", str(bomb), "--max-bytes", advice], tmp_path / "cache",
+                                              4 * GiB)
+    assert code == 2 and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert str(bomb) in stderr and "half the memory this process may still take" in stderr
+    assert peak < 3 * GiB and seconds < 60
+    print(f"bomb with --max-bytes {advice} under ulimit -v 4G: {seconds:.1f} s, peak {peak / GiB:.2f} GiB")
+
+
+def test_a_2_gib_string_under_a_4_gib_address_space_limit_is_one_line(tmp_path):
+    path = tmp_path / "huge_name.json.gz"
+    head = b'{"traceEvents": [{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "name": "'
+    gzip_bomb(path, 2 * GiB, b"a", head)
+    with open(path, "ab") as f:
+        f.write(gzip.compress(b'"}]}'))
+    code, stderr, seconds, peak = run_limited(["analyze", str(path), "--max-bytes", "20GB"], tmp_path / "cache",
+                                              4 * GiB)
+    assert code == 2 and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert str(path) in stderr and "memory this process may still take" in stderr
+    assert peak < 3 * GiB and seconds < 60
+    print(f"2 GiB string under ulimit -v 4G: {seconds:.1f} s, peak {peak / GiB:.2f} GiB")
+
+
+def test_the_memory_available_reads_cgroup_limits_v1_and_v2(tmp_path):
+    v2 = tmp_path / "v2"
+    (v2 / "job" / "step").mkdir(parents=True)
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "job" / "memory.max").write_text(str(3 * GiB))  # the job's limit, an ancestor's
+    (v2 / "job" / "memory.current").write_text(str(1 * GiB))
+    (v2 / "job" / "step" / "memory.max").write_text("max\n")
+    (v2 / "job" / "step" / "memory.current").write_text(str(GiB // 2))
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/job/step\n")
+    assert reading._cgroup_room(str(proc), str(v2)) == 2 * GiB
+    v1 = tmp_path / "v1"
+    (v1 / "memory" / "slurm").mkdir(parents=True)
+    (v1 / "memory" / "slurm" / "memory.limit_in_bytes").write_text(str(8 * GiB))
+    (v1 / "memory" / "slurm" / "memory.usage_in_bytes").write_text(str(5 * GiB))
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712")  # no limit at the root
+    proc.write_text("4:memory:/slurm\n1:cpu:/\n")
+    assert reading._cgroup_room(str(proc), str(v1)) == 3 * GiB
+    proc.write_text("0::/\n")
+    assert reading._cgroup_room(str(proc), str(tmp_path / "none")) is None
+
+
+def test_the_memory_available_reads_the_address_space_limit():
+    import resource
+
+    script = ("import resource; from traceagent.trace import reading\n"
+              "resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY))\n"
+              "print(reading._rlimit_room(), reading.available_memory())")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    room, available = map(int, done.stdout.split())
+    assert 0 < room < 6 * GiB and available <= room
+    assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY  # this process untouched

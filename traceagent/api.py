@@ -126,6 +126,11 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
         if not contain:
             raise
         return RankFailure(file, f"{exc.problem}. {exc.hint}" if exc.hint else exc.problem)
+    except MemoryError:
+        if not contain:
+            raise
+        return RankFailure(file, "out of memory while it was analysed (the machine's free memory, the cgroup's limit "
+                           "and `ulimit -v` count); analyse it where more memory is free")
     except Exception as exc:  # a bug, not bad input: say so, and analyse the other ranks
         if not contain:
             raise

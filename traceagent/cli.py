@@ -681,6 +681,14 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         err.print("traceagent: terminated", markup=False)
         return 143
+    except MemoryError:
+        from .format import size
+        from .trace.reading import available_memory
+
+        err.print(f"traceagent: error: out of memory (this process may take {size(available_memory())} more now: the "
+                  "machine's free memory, its cgroup and `ulimit -v` all count). Read the trace where more memory is "
+                  "free, or profile fewer steps.", markup=False, soft_wrap=True)
+        return 2
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

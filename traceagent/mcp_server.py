@@ -143,6 +143,8 @@ def build_server(traces: Traces | None = None) -> Server:
             return _error(f"bad arguments: not a regular expression ({exc})")
         except ValueError as exc:  # a setting that names no parameter
             return _error(f"bad arguments: {exc}")
+        except MemoryError:
+            return _error(f"{name} ran out of memory: the trace needs more than this server may take")
         except Exception as exc:  # a bug: one line for the client, never a traceback on the server's stderr
             return _error(f"{name} failed: {type(exc).__name__}: {shorten(str(exc), 300)} (an error in traceagent; "
                           "please report it)")

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 from ..errors import TraceError
 from ..format import size
 from . import storage
+from .chunked import MAX_PIECE_BYTES
 
 #: compressed bytes read at a time (as gzip.GzipFile reads them)
 _INPUT_BLOCK = 128 << 10
@@ -32,23 +33,94 @@ NUL_RUN = b"\0" * 16
 
 
 def available_memory() -> int:
-    """Bytes of memory this machine can give now (MemAvailable on Linux), else half its memory."""
+    """Bytes of memory this process can still take: the least of what the machine has free
+    (MemAvailable), what its cgroup allows (v2 memory.max, v1 memory.limit_in_bytes, less what the
+    group uses: containers, Slurm) and what its rlimits leave (RLIMIT_AS less the address space in
+    use: `ulimit -v`; RLIMIT_DATA likewise). Half the machine's memory where none can be read."""
+    rooms = [room for room in (_meminfo_available(), _cgroup_room(), _rlimit_room()) if room is not None]
+    if not rooms:
+        try:
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+        except (ValueError, OSError, AttributeError):
+            return 8 << 30
+    return max(0, min(rooms))
+
+
+def _meminfo_available(path: str = "/proc/meminfo") -> int | None:
+    return _kib_field(path, b"MemAvailable:")
+
+
+def _kib_field(path: str, name: bytes) -> int | None:
+    """A `Name:  N kB` line of a /proc file, in bytes."""
     try:
-        with open("/proc/meminfo", "rb") as f:
+        with open(path, "rb") as f:
             for line in f:
-                if line.startswith(b"MemAvailable:"):
+                if line.startswith(name):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+def _rlimit_room(status: str = "/proc/self/status") -> int | None:
+    """What RLIMIT_AS and RLIMIT_DATA leave beyond the address space and data this process uses."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    rooms = []
+    for limit, used in ((resource.RLIMIT_AS, b"VmSize:"), (resource.RLIMIT_DATA, b"VmData:")):
+        soft, _ = resource.getrlimit(limit)
+        if soft != resource.RLIM_INFINITY:
+            rooms.append(soft - (_kib_field(status, used) or 0))
+    return min(rooms) if rooms else None
+
+
+def _cgroup_room(proc: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> int | None:
+    """The memory this process's cgroup may still take: its limit (or an ancestor's, the least)
+    less its usage; None without a limit. cgroup v2 (`0::/path`) and v1 (`N:memory:/path`); in a
+    cgroup namespace the group is the mount's root."""
+    try:
+        with open(proc) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        _, controllers, group = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        if controllers == "":
+            rooms.append(_group_room(root, group, "memory.max", "memory.current"))
+        elif "memory" in controllers.split(","):
+            rooms.append(_group_room(os.path.join(root, "memory"), group, "memory.limit_in_bytes",
+                                     "memory.usage_in_bytes"))
+    found = [r for r in rooms if r is not None]
+    return min(found) if found else None
+
+
+def _group_room(mount: str, group: str, limit_file: str, usage_file: str) -> int | None:
+    """The least (limit - usage) over the group's directory and its ancestors under `mount`."""
+    rooms = []
+    parts = [p for p in group.strip("/").split("/") if p]
+    for depth in range(len(parts), -1, -1):
+        directory = os.path.join(mount, *parts[:depth])
+        limit, usage = _number(os.path.join(directory, limit_file)), _number(os.path.join(directory, usage_file))
+        if limit is not None and limit < 1 << 60:  # "max", or v1's page-rounded 2**63: no limit
+            rooms.append(limit - (usage or 0))
+    return min(rooms) if rooms else None
+
+
+def _number(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def default_max_bytes() -> int:
     """The most text one trace file may hold, unless the user says otherwise: the memory
-    available where it is read (its columns take up to about the text's size)."""
+    available to this process where it is read (its columns take up to about the text's size)."""
     return available_memory()
 
 
@@ -60,8 +132,11 @@ class TraceStream:
     def __init__(self, f: BinaryIO, path: str, max_bytes: int | None = None, whole: bool = False) -> None:
         self._f, self.path, self._whole = f, path, whole
         self._explicit = max_bytes is not None
-        # read whole, the text and its decoded events are held at once: half the budget each
-        self.max_bytes = (max_bytes if max_bytes is not None else default_max_bytes()) // (2 if whole else 1)
+        self.max_bytes = max_bytes if max_bytes is not None else default_max_bytes()
+        if whole:
+            # read whole, the text and its decoded events are held at once: half of what memory
+            # allows, whatever the budget (a budget lifts the stream's checks, not the machine's limit)
+            self.max_bytes = min(self.max_bytes, available_memory()) // 2
         start = f.tell()  # a reader of a split file's second half starts mid-file, in plain text
         self.gzipped = start == 0 and f.read(2) == b"\x1f\x8b"
         f.seek(start)
@@ -141,11 +216,15 @@ class TraceStream:
                              "not a trace", "If it is a real trace, give a budget with --max-bytes (e.g. --max-bytes 20GB).")
 
     def _over_budget(self, seen: int) -> TraceError:
-        whose = "the --max-bytes budget" if self._explicit else "the memory available to read it"
         if self._whole:
-            whose = f"half {whose}: a file not in the usual shape is read whole, held twice"
+            return TraceError(self.path, f"the file is not in the usual shape (damaged JSON, or no event "
+                              f"boundary within {size(MAX_PIECE_BYTES)}), so it is read whole and held twice, and "
+                              f"its text passes {size(self.max_bytes)}, half the memory this process may still take "
+                              f"(read {size(seen)} so far)", "If it is a real trace, re-export it or read it on a machine "
+                              "(or under a limit) with more memory; a gzip bomb or a giant string is not a trace.")
+        whose = "the --max-bytes budget" if self._explicit else "the memory this process may still take"
         return TraceError(self.path, f"the trace holds over {size(self.max_bytes)} of text ({whose}; read "
-                          f"{size(seen)} so far)", "Raise --max-bytes if the machine has the memory, or profile fewer "
+                          f"{size(seen)} so far)", "Give --max-bytes if the machine has the memory, or profile fewer "
                           "steps (torch.profiler's schedule with active=1-3).")
 
 
