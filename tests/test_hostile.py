@@ -265,8 +265,8 @@ def test_malformed_shapes_and_memory_events_are_unknowns_not_errors(tmp_path):
 
 @pytest.mark.parametrize("setting", ["verdict.idle_pct=NaN", "verdict.idle_pct=nan", "idle.launch_gap_us=inf",
                                      "idle.launch_gap_us=-inf", "idle.sync_slack_us=-5", "verdict.idle_pct=150",
-                                     "idle.loader_cover=2", "idle.top=0", "idle.top=-3", "collectives.gpus_per_node=0",
-                                     "idle.launch_bound_max_us=1e300", "stragglers.cause_cover=-0.1"])
+                                     "idle.top=0", "idle.top=-3", "collectives.gpus_per_node=0",
+                                     "idle.launch_bound_max_us=1e300", "stragglers.cause_cover=-0.1", "idle.loader_cover=3"])
 def test_a_setting_outside_its_range_is_one_line_and_exit_2(capsys, setting):
     with pytest.raises(SystemExit) as usage:  # a usage error, before anything is loaded
         main(["analyze", "any.json", "--set", setting])
@@ -297,3 +297,54 @@ def test_a_setting_inside_its_range_still_changes_the_analysis(tmp_path):
     path = b.write(tmp_path / "t.json")
     causes = traceagent.analyze(path, settings=["idle.launch_gap_us=50"]).ranks[0].findings.idle.by_cause_us
     assert causes == {"launch_latency": 30.0} != traceagent.analyze(path).ranks[0].findings.idle.by_cause_us
+
+
+def test_a_step_number_beyond_64_bits_is_a_step_without_a_number(tmp_path):
+    b = TraceBuilder()
+    b.op("ProfilerStep#99999999999999999999999", 0, 300)
+    b.op("ProfilerStep#99999999999999999999998", 300, 300)
+    b.kernel("gemm", 50, 100, launch_at=10)
+    b.kernel("gemm", 350, 100, launch_at=310)
+    steps = traceagent.analyze(b.write(tmp_path / "t.json")).ranks[0].findings.steps
+    assert [s.step for s in steps.steps] == [0, 1]  # numbered in order of their start, as unnumbered ranges are
+
+
+def test_thousands_of_zero_length_launches_and_kernels_at_one_instant_analyse(tmp_path, capsys):
+    events = []
+    for i in range(2000):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5,
+                       "dur": 0, "args": {"correlation": i + 1}})
+        events.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 5, "dur": 0,
+                       "args": {"correlation": i + 1, "device": 0, "stream": 7}})
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert main(["analyze", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ranks"][0]["critical_path"] is None and impossible(data) == []
+
+
+def test_an_nsight_export_with_bytes_overwritten_inside_a_name_loads(tmp_path):
+    from conftest import NSYS_BEFORE
+
+    damaged = tmp_path / "damaged.sqlite"
+    data = bytearray(NSYS_BEFORE.read_bytes())
+    at = data.find(b"nvjet_tst")  # a kernel name in StringIds
+    data[at:at + 50] = b"\xff" * 50  # no longer UTF-8
+    damaged.write_bytes(bytes(data))
+    names = set(traceagent.load(damaged).traces[0].gpu["name"])
+    assert any("\ufffd" in n for n in names)  # the damaged name, as replacement characters
+    assert len(names) == len(set(traceagent.load(NSYS_BEFORE).traces[0].gpu["name"]))
+
+
+def test_steps_give_their_start_from_the_traces_first_event_like_every_other_time(tmp_path, capsys):
+    b = TraceBuilder()
+    epoch = 1_600_000_000_000_000.0  # Kineto's ts: µs since the epoch
+    b.op("ProfilerStep#1", epoch + 100, 300)
+    b.kernel("gemm", epoch + 150, 100, launch_at=epoch + 110)
+    b.op("ProfilerStep#2", epoch + 400, 300)
+    b.kernel("gemm", epoch + 450, 100, launch_at=epoch + 410)
+    path = b.write(tmp_path / "t.json")
+    assert main(["analyze", str(path), "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["ranks"][0]["steps"]["steps"]
+    assert [s["start_us"] for s in steps] == [0.0, 300.0]  # the first step starts the trace
+    assert [s["ts_us"] for s in steps] == [epoch + 100, epoch + 400]  # and on the trace's clock, for a viewer

@@ -15,6 +15,8 @@ Micros = Annotated[float, Meta(ge=0, le=1e12)]
 Percent = Annotated[float, Meta(ge=0, le=100)]
 #: a fraction of some whole
 Share = Annotated[float, Meta(ge=0, le=1)]
+#: the share of a gap (or of a lateness) that must be covered for a cause to be named; above 1 never is
+Cover = Annotated[float, Meta(ge=0, le=2)]
 #: how many of something to keep or show (at least one)
 Count = Annotated[int, Meta(ge=1, le=1_000_000)]
 #: how many of something to allow (zero allowed)

@@ -168,7 +168,7 @@ def _previous(group: np.ndarray, t: np.ndarray) -> np.ndarray:
 def detect_critical_path(trace: Trace, hot: list[str]) -> CriticalPathResult | None:
     """The rank's critical path, and which of the `hot` kernels (by total time) are off it."""
     path = critical_path(trace)
-    if path is None:
+    if path is None or not len(path.start):  # e.g. only zero-length device work: no chain to walk
         return None
     dur = path.end - path.start
     part = np.bincount(path.kind, weights=dur, minlength=len(KINDS)).astype(np.int64)

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..trace.model import Trace, matches
 from . import intervals as iv
-from .bounds import Allowance, Count, Micros, Share
+from .bounds import Allowance, Count, Cover, Micros
 from .host import (
     LAUNCH_CALLS,
     GapEvidence,
@@ -56,8 +56,8 @@ class IdleParams:
     # explains the first gap after them (nonzero, masked_select, unique: sync, then a few kernels)
     sync_trailing_ops: Allowance = 4
     sync_trailing_within_us: Micros = 100.0  # ...when the first of them was launched this soon after it returned
-    loader_cover: Share = 0.5  # share of a gap the DataLoader must cover to be its cause
-    host_cover: Share = 0.5  # share of a gap host events must cover for `host_other`
+    loader_cover: Cover = 0.5  # share of a gap the DataLoader must cover to be its cause
+    host_cover: Cover = 0.5  # share of a gap host events must cover for `host_other`
     launch_bound_max_us: Micros = 1000.0  # longer gaps are not put down to launch cost
     top: Count = 10  # how many gaps to report with evidence
 

@@ -15,7 +15,9 @@ from .view import us
 @dataclass(frozen=True)
 class StepRow:
     """One step: host time (its ProfilerStep range), device time (first to last work; None without
-    any), the idle it owns (idle.gap_step_rows) in all and by cause, and its start on the trace clock."""
+    any), the idle it owns (idle.gap_step_rows) in all and by cause, and its start: from the
+    trace's first event like every other time (`start_us`), and on the trace's own clock to find
+    it in a viewer (`ts_us`, as a gap's)."""
 
     step: int
     host_us: float
@@ -23,11 +25,13 @@ class StepRow:
     idle_us: float
     idle_by_cause_us: dict[str, float]
     ts_us: float
+    start_us: float = 0.0
 
     def to_dict(self) -> dict[str, float | None]:
         """Flat, units in the keys: idle_sync_us, idle_dataloader_us, …"""
-        return {"step": self.step, "host_us": self.host_us, "device_us": self.device_us, "idle_us": self.idle_us,
-                **{f"idle_{cause}_us": v for cause, v in self.idle_by_cause_us.items()}, "ts_us": self.ts_us}
+        return {"step": self.step, "start_us": self.start_us, "host_us": self.host_us, "device_us": self.device_us,
+                "idle_us": self.idle_us, **{f"idle_{cause}_us": v for cause, v in self.idle_by_cause_us.items()},
+                "ts_us": self.ts_us}
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
     for cause in by_cause.columns:
         table[f"idle_{cause}_us"] = by_cause[cause].to_numpy()
 
+    origin = trace.origin_ns()
     slowest_row = int(np.argmax(host))
     median = table.drop(columns="step").median()
     diff = (table.drop(columns="step").iloc[slowest_row] - median)
@@ -75,14 +80,15 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
     return StepsResult(
         count=len(steps), mean_us=us(host.mean()), median_us=us(np.median(host)), std_us=us(host.std()),
         min_us=us(host.min()), max_us=us(host.max()), slowest=int(steps["step"].iloc[slowest_row]),
-        steps=[_row(row, us(start)) for row, start in zip(table.head(limit).to_dict("records"), steps["start"].to_numpy())],
+        steps=[_row(row, us(start), us(start - origin)) for row, start
+               in zip(table.head(limit).to_dict("records"), steps["start"].to_numpy())],
         slowest_vs_median=diff,
     )
 
 
-def _row(row: dict, ts_us: float) -> StepRow:
+def _row(row: dict, ts_us: float, start_us: float) -> StepRow:
     device = round(float(row["device_us"]), 3)
     return StepRow(int(row["step"]), round(float(row["host_us"]), 3), None if device != device else device,
                    round(float(row["idle_us"]), 3),
                    {k.removeprefix("idle_").removesuffix("_us"): round(float(v), 3) for k, v in row.items()
-                    if k.startswith("idle_") and k != "idle_us"}, ts_us)
+                    if k.startswith("idle_") and k != "idle_us"}, ts_us, start_us)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..trace.model import Trace
 from . import intervals as iv
-from .bounds import Micros, Percent, Share
+from .bounds import Cover, Micros, Percent
 from .breakdown import Breakdown
 from .collectives import moved_bytes
 from .view import device_views, pct, us
@@ -31,7 +31,7 @@ from .vocabulary import GAP_ROOT
 class StragglerParams:
     late_tolerance_us: Micros = 5.0  # a rank counts as last when it enters this much after the next latest
     straggler_last_pct: Percent = 50.0  # share of collectives a rank must enter last to be the straggler
-    cause_cover: Share = 0.5  # share of its lateness idle gaps must explain to name an idle cause
+    cause_cover: Cover = 0.5  # share of its lateness idle gaps must explain to name an idle cause
 
 
 _IDLE_BEFORE = "idle_before:"  # + a root cause: lead-up idle columns of a rank's collectives

@@ -93,7 +93,11 @@ def device_time_ns(views: list[DeviceView]) -> int:
 
 
 def us(ns: float | int | np.integer) -> float:
-    """ns → µs, rounded to the nanosecond."""
+    """ns → µs, rounded to the nanosecond. Whole nanoseconds are divided as integers first: an
+    epoch time (1.6e18 ns) is past a float's exact range, and float(ns) / 1000 would be off by 0.2 µs."""
+    if isinstance(ns, (int, np.integer)):
+        whole, rest = divmod(int(ns), 1000)
+        return round(whole + rest / 1000.0, 3)
     return round(float(ns) / 1000.0, 3)
 
 

@@ -446,15 +446,21 @@ def serving_phase(name: str) -> tuple[str | None, int | None]:
         return None, None
     if found["sglang"]:
         numbers = dict(re.findall(r"(\w+)=(\d+)", found["args"] or ""))
-        tokens = numbers.get("toks") or numbers.get("bs")
+        tokens = _number(numbers.get("toks") or numbers.get("bs") or "")
         phase = {"EXTEND": "prefill", "PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed"}.get(found["sglang"])
-        return phase, int(tokens) if tokens else None
-    context, generation = int(found["context"]), int(found["generation"])
-    phase = "mixed" if context and generation else "prefill" if context else "decode" if generation else None
-    if found["tokens"]:
-        return phase, int(found["tokens"])
-    tokens = [int(t) for t in (found["context_tokens"], found["generation_tokens"]) if t]
+        return phase, tokens if tokens >= 0 else None
+    context, generation = _number(found["context"]), _number(found["generation"])
+    phase = "mixed" if context > 0 and generation > 0 else "prefill" if context > 0 else "decode" if generation > 0 else None
+    if found["tokens"] and _number(found["tokens"]) >= 0:
+        return phase, _number(found["tokens"])
+    tokens = [_number(t) for t in (found["context_tokens"], found["generation_tokens"]) if t and _number(t) >= 0]
     return phase, sum(tokens) if tokens else None
+
+
+def _number(text: str) -> int:
+    """A step or token number from a range's name, or -1: digits only, and small enough for an
+    int64 column (a name can say ProfilerStep#99999999999999999999999)."""
+    return int(text) if text.isdigit() and len(text) <= 18 else -1
 
 
 def _step_ranges(cpu: pd.DataFrame, pattern: re.Pattern, kinds: tuple[str, ...]) -> pd.DataFrame:
@@ -462,8 +468,8 @@ def _step_ranges(cpu: pd.DataFrame, pattern: re.Pattern, kinds: tuple[str, ...])
     names = [str(n) for n in cpu["name"].cat.categories]
     found = [pattern.match(n) for n in names]
     hit = np.array([m is not None for m in found] + [False])[cpu["name"].cat.codes.to_numpy()]
-    numbers = np.array([int(m.group(1)) if m and m.groups() and m.group(1) and m.group(1).isdigit() else -1
-                        for m in found] + [-1])[cpu["name"].cat.codes.to_numpy()]
+    numbers = np.array([_number(m.group(1)) if m and m.groups() and m.group(1) else -1
+                        for m in found] + [-1], dtype=np.int64)[cpu["name"].cat.codes.to_numpy()]
     rows = hit & cpu["kind"].isin(kinds).to_numpy()
     host = cpu[rows].copy()
     if host.empty:

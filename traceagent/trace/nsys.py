@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
+from ..text import MAX_TEXT_CHARS
 from .model import MAX_COPY_BYTES, MAX_TIME_NS, Trace, TraceMeta
 from .normalize import finish_trace
 
@@ -37,6 +38,7 @@ def load_nsys(path: str) -> Trace:
     """Read one Nsight Systems SQLite export into a Trace (all its processes and devices)."""
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con.text_factory = _text  # damaged bytes in a name are a replacement character, not an error
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
         raise TraceError(path, f"unreadable SQLite file ({exc})", "Re-export it with `nsys export --type sqlite`.") from None
@@ -51,6 +53,19 @@ def load_nsys(path: str) -> Trace:
         raise TraceError(path, f"damaged Nsight export ({exc})", "Re-export it with `nsys export --type sqlite`.") from None
     finally:
         con.close()
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+def _cut(column: str, key: str = "rowid") -> str:
+    """SQL for `column` cut to text.MAX_TEXT_CHARS in SQLite, before any of it reaches Python: a
+    name of hundreds of megabytes would otherwise be copied per row by pandas. A cut one keeps its
+    length and `key` (its row), so two long names stay two."""
+    keep = MAX_TEXT_CHARS - 64
+    return (f"CASE WHEN length({column}) > {MAX_TEXT_CHARS} THEN substr({column}, 1, {keep}) || '…[' || "
+            f"length({column}) || ' characters, id ' || {key} || ']' ELSE {column} END")
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,7 @@ SCHEMA = {
     "CUPTI_ACTIVITY_KIND_RUNTIME": _Table(("start", "end"), ("globalTid", "correlationId", "nameId")),
     "NVTX_EVENTS": _Table(("start", "end", "eventType"), ("text", "textId", "globalTid")),
 }
+_TEXT = {"text"}  # columns holding strings themselves (the rest hold ids into StringIds)
 _NUMERIC = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "globalTid", "bytes", "copyKind",
             "srcKind", "dstKind", "memKind", "eventType", "nameId", "textId", "demangledName", "shortName"}
 
@@ -89,7 +105,8 @@ def _read_table(con: sqlite3.Connection, name: str, warnings: list[str]) -> pd.D
     if missing:
         warnings.append(f"{name} has no {', '.join(missing)} column: its rows were skipped")
         return None
-    columns = ", ".join(c if c in present else f"NULL AS {c}" for c in (*spec.required, *spec.optional))
+    columns = ", ".join((f"{_cut(c)} AS {c}" if c in _TEXT else c) if c in present else f"NULL AS {c}"
+                        for c in (*spec.required, *spec.optional))
     frame = pd.read_sql_query(f"SELECT {columns} FROM {name}", con)
     for column in frame.columns:
         if column in _NUMERIC and not pd.api.types.is_numeric_dtype(frame[column]):  # text or blobs
@@ -111,7 +128,7 @@ def _strings(con: sqlite3.Connection) -> dict:
     """The export's string table; rows damaged into other types are left out (names then read as
     missing, never as bytes)."""
     try:
-        rows = con.execute("SELECT id, value FROM StringIds").fetchall()
+        rows = con.execute(f"SELECT id, {_cut('value', 'id')} FROM StringIds").fetchall()
     except sqlite3.Error:
         return {}
     return {i: v for i, v in rows if type(i) is int and type(v) is str}
@@ -190,7 +207,7 @@ def _gpu_metrics(con: sqlite3.Connection, tables: set[str], warnings: list[str])
     if not {"GPU_METRICS", "TARGET_INFO_GPU_METRICS"} <= tables:
         return None
     try:
-        names = con.execute("SELECT DISTINCT metricId, metricName FROM TARGET_INFO_GPU_METRICS").fetchall()
+        names = con.execute("SELECT DISTINCT metricId, substr(metricName, 1, 256) FROM TARGET_INFO_GPU_METRICS").fetchall()
         keys = {i: key for i, name in names if type(i) is int and type(name) is str
                 for pattern, key in _METRIC_NAMES if pattern.match(name)}
         if not keys:
@@ -288,7 +305,7 @@ def _id_rows(con: sqlite3.Connection, table: str) -> list[tuple[int, str]]:
     """(id, name) rows of a small lookup table whose ids are integers and names text; other rows
     (damage) are left out, and a table without those columns gives none."""
     try:
-        rows = con.execute(f"SELECT id, name FROM {table}").fetchall()
+        rows = con.execute(f"SELECT id, {_cut('name', 'id')} FROM {table}").fetchall()
     except sqlite3.Error:
         return []
     return [(i, n) for i, n in rows if type(i) is int and type(n) is str]
@@ -304,7 +321,8 @@ def _profiler(con: sqlite3.Connection, tables: set[str]) -> str:
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):  # the older exports' name is the second
         if table in tables:
             try:
-                row = con.execute(f"SELECT value FROM {table} WHERE name = 'EXPORT_PRODUCT_VERSION'").fetchone()
+                row = con.execute(f"SELECT substr(value, 1, 256) FROM {table} WHERE name = 'EXPORT_PRODUCT_VERSION'"
+                                  ).fetchone()
             except sqlite3.Error:
                 row = None
             if row and isinstance(row[0], str):
