@@ -241,3 +241,23 @@ def test_the_memory_available_reads_the_address_space_limit():
     room, available = map(int, done.stdout.split())
     assert 0 < room < 6 * GiB and available <= room
     assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY  # this process untouched
+
+
+def test_a_200_mb_kernel_name_in_an_nsight_export_is_cut_before_it_reaches_python(tmp_path):
+    import sqlite3
+
+    from conftest import NSYS_BEFORE
+
+    path = tmp_path / "huge_name.sqlite"
+    path.write_bytes(NSYS_BEFORE.read_bytes())
+    with sqlite3.connect(path) as con:
+        (name_id,) = con.execute("SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()
+        con.execute("UPDATE StringIds SET value = printf('%.*c', 200000000, 'k') WHERE id = ?", (name_id,))
+    assert path.stat().st_size > 200_000_000
+    code, stderr, seconds, peak = run_cli(["analyze", str(path), "--json"], tmp_path / "cache")
+    assert code == 0 and "Traceback" not in stderr
+    assert peak < GiB
+    trace = traceagent.load(path, use_cache=False).traces[0]
+    cut = [n for n in trace.gpu["name"].cat.categories if n.startswith("kkkk")]
+    assert len(cut) == 1 and len(cut[0]) <= MAX_TEXT_CHARS and "[200000000 characters, id" in cut[0]
+    print(f"200 MB name in StringIds: {seconds:.1f} s, peak {peak / GiB:.2f} GiB")
