@@ -102,10 +102,14 @@ class Reply(dict):
 class FakeOpenAIServer:
     """POST /v1/chat/completions answered from a script, streaming as Server-Sent Events."""
 
-    def __init__(self, replies: list[Reply], served: str = "local-model-q4") -> None:
+    def __init__(self, replies: list[Reply], served: str = "local-model-q4", require_key: str | None = None) -> None:
+        """`served`: the model /v1/models names ("{authorization}" in it: the request's Authorization
+        header, as a hostile server would echo it); `require_key`: /v1/models answers 401 without it."""
         self.replies = list(replies)
         self.served = served
+        self.require_key = require_key
         self.requests: list[dict] = []
+        self.model_requests: list[dict] = []  # the headers of each GET /v1/models
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -113,7 +117,14 @@ class FakeOpenAIServer:
                 pass
 
             def do_GET(self) -> None:  # /v1/models, as local servers list what they serve
-                payload = json.dumps({"object": "list", "data": [{"id": server.served, "object": "model"}]}).encode()
+                server.model_requests.append(dict(self.headers))
+                if server.require_key and self.headers.get("Authorization") != f"Bearer {server.require_key}":
+                    self.send_response(401)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                served = server.served.replace("{authorization}", self.headers.get("Authorization", ""))
+                payload = json.dumps({"object": "list", "data": [{"id": served, "object": "model"}]}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))

@@ -330,3 +330,25 @@ def test_an_error_body_that_echoes_the_credentials_is_shown_redacted(model_env, 
     assert "[credentials]" in err
     for secret in ("s3cret-pass", base64.b64encode(b"alice:s3cret-pass").decode(), SECRET):
         assert secret not in err
+
+
+def test_a_server_echoing_credentials_as_its_model_name_or_in_its_answer_never_shows_them(monkeypatch, capsys, tiny):
+    password, key = "pw-secret-4321", "sk-test-echoedkey-0123456789"
+    replies = [Reply.tool("verdict", {}), Reply.text(f"Your key is {key} and the header was Bearer {key}.")]
+    with FakeOpenAIServer(replies, served="echo {authorization}", require_key=key) as server:
+        url = server.url.replace("http://", f"http://alice:{password}@")
+        for name in ("TRACEAGENT_MODEL", "TRACEAGENT_CONFIG"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("TRACEAGENT_CONFIG", "/nonexistent/config.toml")
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        monkeypatch.setenv("OPENAI_API_KEY", key)
+        main(["ask", str(tiny), "why?", "-v"])
+        out, err = capsys.readouterr()
+        assert {k.lower(): v for k, v in server.model_requests[0].items()}["authorization"] == f"Bearer {key}"
+        main(["eval", str(tiny), "--json"])
+        eval_out, eval_err = capsys.readouterr()
+    shown = out + err + eval_out + eval_err
+    assert "echo Bearer [key]" in err and json.loads(eval_out)["model"] == "echo Bearer [key]"  # the server's name, redacted
+    assert "Your key is [key]" in out
+    for secret in (key, password, "alice:"):
+        assert secret not in shown

@@ -13,6 +13,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..text import bounded, visible
+
 DEFAULT_MODEL = "gpt-4o-mini"
 LOCAL_KEY = "not-needed"  # OpenAI-compatible local servers accept any key
 
@@ -37,6 +39,23 @@ class LLMConfig:
     def describe(self) -> str:
         """For headers and logs: the model and where it runs, never the key."""
         return f"{self.model} at {self.shown_url}" if self.base_url else f"{self.model} (OpenAI)"
+
+    @property
+    def client_url(self) -> str | None:
+        """The URL requests go to. With an API key, the key is what authenticates (Bearer): the
+        URL's own `user:password` would replace it (httpx sends it as Basic auth), so it is left
+        out; without one, the URL's credentials are used as given."""
+        if not self.base_url or not self.api_key or self.api_key == LOCAL_KEY:
+            return self.base_url
+        return _USERINFO.sub("", self.base_url)
+
+    @property
+    def longest_secret(self) -> int:
+        """The length of the longest secret `redact` removes by value: a stream holds back this much
+        of its text, so that a secret split across chunks never shows in part."""
+        literal = [self.api_key if self.api_key and self.api_key != LOCAL_KEY else ""]
+        literal += _userinfo_secrets(self.base_url) if self.base_url else []
+        return max(len(s) for s in literal)
 
     def redact(self, text: str) -> str:
         """Remove the key, the credentials of the server's URL, in the clear and as the base64 a
@@ -139,7 +158,10 @@ def load_config(env: dict[str, str] | None = None) -> LLMConfig | None:
     retries = pick("TRACEAGENT_MAX_RETRIES", "max_retries")
     model = pick("TRACEAGENT_MODEL", "model")
     if not model and base_url:  # a local server serves its own model: name it, not an OpenAI model
-        model = served_model(str(base_url), str(key) if key else LOCAL_KEY)
+        server = LLMConfig(base_url=str(base_url), api_key=str(key) if key else LOCAL_KEY)
+        served = served_model(server.client_url or str(base_url), server.api_key or LOCAL_KEY)
+        # the server's words: a hostile one can echo the request's credentials as its model's name
+        model = visible(bounded(server.redact(served), 200)) if served else None
     try:
         return LLMConfig(
             model=str(model or DEFAULT_MODEL),
@@ -179,7 +201,7 @@ def make_chat_model(config: LLMConfig):
     from langchain_openai import ChatOpenAI
     from pydantic import SecretStr
 
-    return ChatOpenAI(model=config.model, base_url=config.base_url,
+    return ChatOpenAI(model=config.model, base_url=config.client_url,
                       api_key=SecretStr(config.api_key) if config.api_key else None,
                       temperature=config.temperature, timeout=config.timeout_s, max_retries=config.max_retries,
                       max_tokens=config.max_tokens,  # type: ignore[call-arg]  # a field whose alias is max_completion_tokens

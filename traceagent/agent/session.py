@@ -24,7 +24,7 @@ from ..detect.vocabulary import LIMITERS, ROOT_CAUSES
 from ..text import visible
 from .claims import ClaimCheck
 from .events import Answer, Cancelled, Event, Failure, Notice, Token, ToolCall, ToolResult
-from .llm import LLMConfig
+from .llm import LLMConfig, redact_secrets
 from .numbers import Sources, stated_numbers, unverified
 from .offline import OfflineAnalyst
 from .prompts import system_prompt
@@ -168,6 +168,7 @@ class Session:
             if trimmed:
                 yield Notice(trimmed)
             reply = StreamedReply()
+            visible_part = ShownText(self.config)
             held = True  # text that may be a tool call written as text is shown only once it is not
             stream = model.astream(messages)
             started = shown = time.monotonic()
@@ -182,13 +183,14 @@ class Session:
                         yield Notice(reply.progress(time.monotonic() - started), progress=True)
                     if held and not ungrounded and not could_be_call(reply.text, self.tools):
                         held = False
-                        yield Token(visible(reply.text, keep_lines=True))  # a model can emit escapes too
-                    elif not held and text:
-                        yield Token(visible(text, keep_lines=True))
+                        if piece := visible_part.upto(reply.text):
+                            yield Token(piece)
+                    elif not held and text and (piece := visible_part.upto(reply.text)):
+                        yield Token(piece)
             except TimeoutError:
                 if reply.text.strip() and not reply.calls and not ungrounded:
-                    if held:
-                        yield Token(visible(reply.text, keep_lines=True))
+                    if piece := visible_part.upto(reply.text, final=True):
+                        yield Token(piece)
                     yield self._answer(reply.text, late + " and was stopped")
                 else:
                     async for event in self._from_detectors(question, late):
@@ -225,8 +227,8 @@ class Session:
                                  "tools")
                     turn += [AIMessage(reply.text), HumanMessage(NUDGE)]
                     continue
-                if held:
-                    yield Token(visible(reply.text, keep_lines=True))
+                if piece := visible_part.upto(reply.text, final=True):
+                    yield Token(piece)
                 answer = self._answer(reply.text, reply.incomplete(config))
                 self.turns.append([*turn, AIMessage(answer.text)])
                 yield answer
@@ -310,7 +312,7 @@ class Session:
 
     def _answer(self, raw: str, incomplete: str | None) -> Answer:
         """The turn's answer: its numbers checked, and warnings about how it was produced."""
-        text = visible(raw, keep_lines=True)
+        text = ShownText(self.config).upto(raw, final=True)
         if not incomplete and not text.strip():
             incomplete = "the model sent an empty answer"
         warnings = []
@@ -392,6 +394,24 @@ class Session:
             else:
                 out += ["", titles[role], "", text]
         return "\n".join(out) + "\n"
+
+
+class ShownText:
+    """What of a model's streamed text may be shown so far: escapes made visible and the server's
+    secrets redacted (LLMConfig.redact: a server can echo the request's credentials), with a tail
+    held back until the text ends, so that a secret split across chunks never shows in part."""
+
+    def __init__(self, config: LLMConfig | None) -> None:
+        self._redact = config.redact if config else redact_secrets
+        self._hold = config.longest_secret if config else 0
+        self._sent = 0
+
+    def upto(self, text: str, final: bool = False) -> str:
+        """The part of `text` (all the reply so far) not yet shown; all of the rest when `final`."""
+        safe = visible(self._redact(text), keep_lines=True)
+        end = len(safe) if final else max(self._sent, len(safe) - self._hold)
+        piece, self._sent = safe[self._sent:end], max(self._sent, end)
+        return piece
 
 
 class StreamedReply:

@@ -453,8 +453,8 @@ def serving_phase(name: str) -> tuple[str | None, int | None]:
     phase = "mixed" if context > 0 and generation > 0 else "prefill" if context > 0 else "decode" if generation > 0 else None
     if found["tokens"] and _number(found["tokens"]) >= 0:
         return phase, _number(found["tokens"])
-    tokens = [_number(t) for t in (found["context_tokens"], found["generation_tokens"]) if t and _number(t) >= 0]
-    return phase, sum(tokens) if tokens else None
+    counts = [_number(t) for t in (found["context_tokens"], found["generation_tokens"]) if t and _number(t) >= 0]
+    return phase, sum(counts) if counts else None
 
 
 def _number(text: str) -> int:
