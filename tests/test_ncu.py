@@ -135,3 +135,18 @@ def test_the_chat_app_loads_the_export_with_its_trace():
     trace = DATA / "tracelens" / "b200_eager_trace.json.gz"
     analysis, _, _ = load_in_child(str(trace), None, True, kernels=str(REAL))  # in a child process, as the app does
     assert analysis.kernel_profiles is not None and analysis.kernel_profiles.kernels[0].bound == "latency"
+
+
+@pytest.mark.parametrize("command", [["kernels"], ["analyze", "TRACE", "--kernels"]])
+def test_an_export_too_large_to_be_one_says_so_in_the_words_of_an_export(tmp_path, capsys, command):
+    huge = tmp_path / "ncu.csv"
+    with open(huge, "wb") as f:
+        f.write(b'"ID","Kernel Name"\n')
+        f.truncate(300 << 20)  # sparse: the size is what is checked, before a byte is read
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 10)
+    trace = b.write(tmp_path / "t.json")
+    assert main([str(trace) if word == "TRACE" else word for word in command] + [str(huge)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(huge) in err and "Nsight Compute export" in err and "--kernel-name" in err
+    assert "--max-bytes" not in err and "trace" not in err.replace(str(tmp_path), "").removeprefix("traceagent")

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import TraceError
+from ..format import size
 from ..text import bounded, visible
 from . import reading, storage
 
@@ -77,7 +78,10 @@ def load_ncu(path: str) -> list[KernelLaunch]:
     path = storage.as_local(path)
     storage.check_file(path)  # a pipe or a device would block or read forever
     try:
-        raw, _ = reading.read_text(path, MAX_CSV_BYTES)
+        raw, _ = reading.read_text(path, MAX_CSV_BYTES, too_large=lambda limit, seen: TraceError(
+            path, f"over {size(limit)} of text (read {size(seen)} so far): an Nsight Compute export of a few kernels "
+            "is a few megabytes", "Export only the kernels you need: ncu --kernel-name regex:NAME --launch-count 3 "
+            "--csv --page details --log-file out.csv ..."))
     except OSError as exc:
         raise TraceError(path, f"cannot be read: {exc.strerror or exc}", "Check the path of the ncu export.") from None
     text = raw.decode("utf-8", errors="replace")

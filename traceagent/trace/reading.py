@@ -13,6 +13,7 @@ import io
 import os
 import re
 import zlib
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from ..errors import TraceError
@@ -129,8 +130,9 @@ class TraceStream:
     as it is read: TraceError past `max_bytes`, past MAX_RATIO (a gzip, unless `max_bytes` was the
     user's), or at a run of NUL bytes. `cut_short` says whether a gzip ended early."""
 
-    def __init__(self, f: BinaryIO, path: str, max_bytes: int | None = None, whole: bool = False) -> None:
-        self._f, self.path, self._whole = f, path, whole
+    def __init__(self, f: BinaryIO, path: str, max_bytes: int | None = None, whole: bool = False,
+                 too_large: Callable[[int, int], TraceError] | None = None) -> None:
+        self._f, self.path, self._whole, self._too_large = f, path, whole, too_large
         self._explicit = max_bytes is not None
         self.max_bytes = max_bytes if max_bytes is not None else default_max_bytes()
         if whole:
@@ -216,6 +218,8 @@ class TraceStream:
                              "not a trace", "If it is a real trace, give a budget with --max-bytes (e.g. --max-bytes 20GB).")
 
     def _over_budget(self, seen: int) -> TraceError:
+        if self._too_large is not None:  # a file that is not a trace says what it is
+            return self._too_large(self.max_bytes, seen)
         if self._whole:
             return TraceError(self.path, f"the file is not in the usual shape (damaged JSON, or no event "
                               f"boundary within {size(MAX_PIECE_BYTES)}), so it is read whole and held twice, and "
@@ -228,12 +232,14 @@ class TraceStream:
                           "steps (torch.profiler's schedule with active=1-3).")
 
 
-def read_text(path: str, max_bytes: int | None = None) -> tuple[bytes, list[str]]:
+def read_text(path: str, max_bytes: int | None = None,
+              too_large: Callable[[int, int], TraceError] | None = None) -> tuple[bytes, list[str]]:
     """The file's whole text (gunzipped), within the budget; a gzip cut short yields what it
     holds, with a warning. The whole-file reader keeps the text and its decoded events at once,
-    so it may take half the budget."""
+    so it may take half the budget. `too_large(limit, read)`: the error for a file past it, where
+    the file is not a trace (the default speaks of traces and their flags)."""
     with storage.open_binary(path) as f:
-        stream = TraceStream(f, path, max_bytes, whole=True)
+        stream = TraceStream(f, path, max_bytes, whole=True, too_large=too_large)
         parts = []
         while block := stream.read(_INPUT_BLOCK * 32):
             parts.append(block)
