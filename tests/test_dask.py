@@ -261,3 +261,6 @@ def test_a_rank_whose_worker_dies_every_time_is_a_failed_rank_and_the_job_goes_o
     failed = data["trace"]["failed_ranks"]
     assert [f["file"] for f in failed] == [doomed] and "worker analysing it died, once" in failed[0]["error"]
     assert len(data["ranks"]) == RANKS - 1 and "Traceback" not in done.stderr
+    # one line for the failed rank, and none of Dask's own log lines (distributed.nanny - WARNING - …)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and doomed in lines[0] and "distributed." not in done.stderr, done.stderr

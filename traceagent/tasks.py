@@ -165,7 +165,7 @@ def _connect(scheduler: str, tasks: int):
             settings = {_WORKER_ENVIRON: _worker_environ(), _START_METHOD: method}
             with dask.config.set(settings), _without_dasks_trim_setting(), _frozen_heap(method):
                 cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0", silence_logs=logging.ERROR)
+                                       dashboard_address=":0", silence_logs=logging.CRITICAL)
         except (RuntimeError, OSError) as exc:
             raise _NoLocalCluster(str(exc)) from None
         return Client(cluster, set_as_default=False), cluster
