@@ -97,3 +97,32 @@ def test_the_server_refuses_urls_by_default_and_survives_hostile_traces(tmp_path
     assert bad_regex.is_error and "not a regular expression" in bad_regex.content[0].text
     assert not good.is_error  # the same server, still serving
     assert "Traceback" not in (tmp_path / "stderr.txt").read_text()
+
+
+def test_malformed_lines_get_json_rpc_errors_and_a_huge_path_is_echoed_within_bounds(tmp_path):
+    import subprocess
+
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+    huge = "/tmp/" + "x" * 1_000_000 + ".json"
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "open_trace",
+                                                                         "arguments": {"path": huge}}}
+    lines = ["this is not json", '{"jsonrpc": "2.0", "method": 7}', json.dumps(initialize),
+             json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}), json.dumps(call)]
+    server = subprocess.Popen([sys.executable, "-m", "traceagent", "mcp"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        server.stdin.write("\n".join(lines) + "\n")
+        server.stdin.flush()
+        answers = [json.loads(server.stdout.readline()) for _ in range(4)]
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)
+    parse, invalid, initialized, opened = answers
+    assert parse["error"]["code"] == -32700 and parse["id"] is None
+    assert invalid["error"]["code"] == -32600 and invalid["id"] is None
+    assert initialized["id"] == 1 and "result" in initialized
+    assert opened["id"] == 2 and opened["result"]["isError"]
+    message = json.loads(opened["result"]["content"][0]["text"])["error"]
+    assert len(message) < 1000 and "1,000,010 characters" in message and "longer than any file system allows" in message
+    assert "Traceback" not in server.stderr.read()
