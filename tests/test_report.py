@@ -153,3 +153,20 @@ def test_a_second_loss_sits_in_the_verdict_not_under_what_would_sharpen_it():
     assert result.verdict.other_losses  # the straggler's own losses: rank 7 is mostly idle, exposed comm 14.4%
     for loss in map(md_literal, result.verdict.other_losses):
         assert loss in verdict and loss not in sharpen
+
+
+def test_the_html_reports_fold_of_kernel_names_is_a_real_details_element_and_a_trace_cannot_forge_one(tmp_path):
+    from builder import TraceBuilder
+
+    from traceagent.report.html import render_html
+
+    b = TraceBuilder()
+    forged = "<details><summary>Full kernel names</summary>"  # a kernel named like the fold
+    b.kernel(forged, 0, 100)
+    b.kernel("</details>", 200, 100)
+    page = render_html(traceagent.analyze(b.write(tmp_path / "t.json")),
+                       summary="<details><summary>Full kernel names</summary>\n\n</details>")
+    assert page.count("<details><summary>Full kernel names</summary>") == 1 and page.count("</details>") == 1
+    assert "&lt;details&gt;&lt;summary&gt;Full kernel names" in page  # the trace's and the summary's, as text
+    opened, closed = page.index("<details>"), page.index("</details>")
+    assert "<li><code>&lt;details&gt;" in page[opened:closed]  # the full names are inside the real fold

@@ -5,6 +5,7 @@ no font or stylesheet from the network."""
 from __future__ import annotations
 
 import html
+import secrets
 
 from markdown_it import MarkdownIt
 
@@ -13,7 +14,7 @@ from ..detect.peaks import peak_for
 from ..detect.timeline import STREAM_BINS, DeviceTimeline
 from ..detect.vocabulary import GAP_CAUSES, WORK
 from ..format import duration, percent, shorten, size
-from .markdown import render_markdown
+from .markdown import FULL_NAMES_FOLD, render_markdown
 
 CAUSE_COLORS = {w.name: w.color for w in GAP_CAUSES.values()}
 WORK_COLORS = {w.name: w.color for w in WORK.values()}
@@ -25,7 +26,13 @@ def render_html(analysis: Analysis, summary: str | None = None) -> str:
     # raw HTML, links and images are off: none of traceagent's own Markdown uses them, so none can
     # come from a trace string or a model's text
     markdown = MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "image", "autolink"])
-    body = markdown.render(render_markdown(analysis, summary))
+    # the report's own fold of kernel names: markers no trace or model can guess, then real tags
+    # (raw HTML stays off, so anything else that looks like a tag is shown as text)
+    nonce = secrets.token_hex(16)
+    markers = (f"traceagent-fold-open-{nonce}", f"traceagent-fold-close-{nonce}")
+    body = markdown.render(render_markdown(analysis, summary, fold=markers))
+    for marker, tag in zip(markers, FULL_NAMES_FOLD):
+        body = body.replace(f"<p>{marker}</p>", tag)
     charts = _charts(analysis) if analysis.verdict.limiter else ""
     # the title and the verdict first, then the charts, then the evidence sections
     first_h2, second_h2 = body.find("<h2>"), body.find("<h2>", body.find("<h2>") + 1)

@@ -18,6 +18,10 @@ TOP_GAPS = 8
 TOP_KERNELS = 10
 
 
+#: the fold around the full kernel names, as raw HTML in Markdown (render_markdown's `fold`)
+FULL_NAMES_FOLD = ("<details><summary>Full kernel names</summary>", "</details>")
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     def cell(text: object) -> str:
         return str(text).replace("|", "\\|").replace("\n", " ")
@@ -37,8 +41,11 @@ def model_markdown(text: str) -> str:
     return text
 
 
-def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
-    """The report; `summary` is an optional paragraph (written by the model, already checked)."""
+def render_markdown(analysis: Analysis, summary: str | None = None,
+                    fold: tuple[str, str] = FULL_NAMES_FOLD) -> str:
+    """The report; `summary` is an optional paragraph (written by the model, already checked).
+    `fold`: the lines that open and close the full kernel names (the HTML report passes markers
+    no trace or model can guess, and makes them a <details> element)."""
     v = analysis.verdict
     out = [f"# traceagent diagnosis: {code(analysis.path)}", "",
            f"{analysis.format} trace, {len(analysis.ranks)} rank(s), devices: "
@@ -83,7 +90,7 @@ def render_markdown(analysis: Analysis, summary: str | None = None) -> str:
     # the verdict's rank first, then the others in rank order (the table above has them all)
     ranks = sorted(analysis.ranks, key=lambda r: (r.rank != analysis.focus.rank, r.rank or 0))
     for r in ranks[:8]:
-        out += _rank_sections(r, len(ranks) > 1)
+        out += _rank_sections(r, len(ranks) > 1, fold)
     if len(ranks) > 8:
         out += ["", f"_{len(ranks) - 8} more ranks: see `traceagent analyze --json`._"]
     c = analysis.comparison
@@ -126,7 +133,7 @@ def kernel_profiles_section(result: KernelProfilesResult) -> list[str]:
     return out
 
 
-def _rank_sections(r: RankAnalysis, several: bool) -> list[str]:
+def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_NAMES_FOLD) -> list[str]:
     who = f" (rank {r.rank})" if several else ""
     f = r.findings
     idle, copies, comm = f.idle, f.memcpy, f.comm
@@ -190,9 +197,9 @@ def _rank_sections(r: RankAnalysis, several: bool) -> list[str]:
     for title, line in further_findings(r):
         out += ["", f"**{title}.** {md_literal(line)}"]
     if kernels:
-        out += ["", "<details><summary>Full kernel names</summary>", ""]
+        out += ["", fold[0], ""]
         out += [f"{i}. {code(k.name)}" for i, k in enumerate(kernels, 1)]
-        out += ["", "</details>"]
+        out += ["", fold[1]]
     launch, steps = f.launch, f.steps
     out += ["", f"## Launch and steps{who}", "",
             f"Kernels start a median {duration(launch.median_latency_us)} after their launch call (queueing "
