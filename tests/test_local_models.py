@@ -272,3 +272,20 @@ def test_the_eval_table_counts_the_models_answers_apart_from_the_detectors(model
     assert "scripted: 0 of the 0 answers the model wrote agree with the detectors; 6 of 6 answered from the detectors" \
         in words
     assert len(re.findall(r"│ detectors\s+│ yes", out)) == 6  # answered by, agrees: on each row's first line
+
+
+def test_eval_against_a_server_that_never_finishes_costs_one_deadline_not_six(model_env, capsys):
+    import time
+
+    from traceagent.cli import main
+
+    replies = [Reply.keepalive(30)] * 6  # keep-alive comments only: never a word
+    with FakeOpenAIServer(replies) as server:
+        model_env(server.url, deadline=1)
+        started = time.monotonic()
+        assert main(["eval", str(RESNET_NW0), "--json"]) == 0
+        seconds = time.monotonic() - started
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert len(server.requests) == 1 and seconds < 6  # one deadline of 1 s, then the detectors alone
+    assert [r["answered_by"] for r in rows] == ["detectors"] * 6 and all(r["agrees"] for r in rows)
+    assert all(any("the server sent nothing within the deadline" in f for f in r["flagged"]) for r in rows[1:])

@@ -105,10 +105,14 @@ QUESTIONS = [
 async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext], Session],
                    questions: list[Question] = QUESTIONS, on_result: Callable[[Result], None] | None = None
                    ) -> list[Result]:
-    """Each question in a new conversation; the results in order."""
+    """Each question in a new conversation; the results in order. Once the server has sent nothing
+    at all within a question's deadline, the questions after it go to the detectors alone (said
+    in each result): a server that never answers costs one deadline, not one per question."""
     results = []
+    silent: str | None = None
     for q in questions:
-        session = make_session(AnalysisContext(analysis, analysis if q.compare else None))
+        ctx = AnalysisContext(analysis, analysis if q.compare else None)
+        session = make_session(ctx) if silent is None else Session(ctx, None, None)
         cause = analysis.verdict.root_cause
         text = q.text.format(cause=ROOT_CAUSES[cause].label if cause in ROOT_CAUSES else "data loading")
         result = Result(text)
@@ -123,6 +127,8 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
             elif isinstance(event, Failure) and event.kind in ("connection", "timeout", "rate_limit", "auth", "server"):
                 result.flagged.append(event.message)
                 result.why = "the server failed"
+                if event.kind in ("connection", "timeout") and silent is None:
+                    silent = f"not asked: the server could not be reached or timed out on {text!r}"
             elif isinstance(event, Answer):
                 result.answer = event.text
                 result.answered_by = "model" if result.answered_by == "nobody" else result.answered_by
@@ -130,6 +136,11 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
                 result.flagged += [*unverified, *(w for w in event.warnings if not w.endswith("answered instead"))]
                 if event.incomplete:
                     result.flagged.append(f"incomplete: {event.incomplete}")
+        if session.model is None and silent is not None:
+            result.answered_by = "detectors"
+            result.flagged.append(silent)
+        elif session.silent_past_deadline:
+            silent = f"not asked: the server sent nothing within the deadline on {text!r}"
         result.seconds = round(time.monotonic() - started, 1)
         result.rounds = session.rounds
         if result.answer and not result.why:

@@ -70,6 +70,7 @@ class Session:
         self._tool_results = 0
         self._turn_results = 0
         self.rounds = 0  # the model requests of the last answer
+        self.silent_past_deadline = False  # the last answer's server sent nothing before the deadline
         ctx.sources = self._sources()
 
     @property
@@ -154,6 +155,7 @@ class Session:
         model = self.model
         assert model is not None  # ask() comes here only with a model
         self.rounds = 0
+        self.silent_past_deadline = False
         nudged = False
         for round_number in range(1, self.max_tool_rounds + 1):
             self.rounds = round_number
@@ -188,6 +190,7 @@ class Session:
                     elif not held and text and (piece := visible_part.upto(reply.text)):
                         yield Token(piece)
             except TimeoutError:
+                self.silent_past_deadline = not reply.text.strip() and not reply.calls
                 if reply.text.strip() and not reply.calls and not ungrounded:
                     if piece := visible_part.upto(reply.text, final=True):
                         yield Token(piece)
