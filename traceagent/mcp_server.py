@@ -195,7 +195,6 @@ async def answer_malformed(read, forward, write) -> None:
     """Pass the client's messages on; a line that is not JSON, or not a JSON-RPC message, is
     answered at once with JSON-RPC's parse error (-32700) or invalid request (-32600), where it
     would otherwise pass unanswered and leave the client waiting."""
-    import mcp_types
     from mcp.shared.message import SessionMessage
 
     async with forward:
@@ -205,7 +204,7 @@ async def answer_malformed(read, forward, write) -> None:
                 continue
             errors = item.errors() if hasattr(item, "errors") else []
             parse = any(e.get("type") == "json_invalid" for e in errors)
-            error = mcp_types.ErrorData(code=mcp_types.PARSE_ERROR if parse else mcp_types.INVALID_REQUEST,
+            error = types.ErrorData(code=types.PARSE_ERROR if parse else types.INVALID_REQUEST,
                                         message="Parse error: the line is not JSON" if parse
                                         else "Invalid Request: not a JSON-RPC 2.0 message")
-            await write.send(SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
+            await write.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
