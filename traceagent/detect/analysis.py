@@ -112,15 +112,16 @@ class DeviceFindings:
     steps: StepsResult | None  # idle per step from this GPU's gaps
 
 
-def device_findings(trace: Trace, findings: Findings, params: IdleParams) -> dict[int, DeviceFindings]:
-    """Each GPU's findings; a rank with one GPU has the rank's."""
+def device_findings(trace: Trace, findings: Findings, params: IdleParams,
+                    gaps: pd.DataFrame) -> dict[int, DeviceFindings]:
+    """Each GPU's findings; a rank with one GPU has the rank's. `gaps`: the rank's gap table."""
     devices = sorted(int(d) for d in findings.idle.devices)
     if len(devices) == 1:
         f = findings
         return {devices[0]: DeviceFindings(f.memcpy, f.comm, f.kernels, f.launch, f.steps)}
     return {d: DeviceFindings(detect_memcpy(trace, device=d), detect_comm(trace, device=d),
                               detect_hot_kernels(trace, device=d), detect_launch(trace, device=d),
-                              detect_steps(trace, params=params, device=d))
+                              detect_steps(trace, params=params, device=d, gaps=gaps))
             for d in devices}
 
 
@@ -316,8 +317,9 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
                   source: EventSource | None = None) -> RankAnalysis:
     """Every detector on one rank, and its verdict."""
     idle_params = params.idle
-    idle, copies, comm = detect_idle(trace, idle_params), detect_memcpy(trace), detect_comm(trace)
-    kernels, steps = detect_hot_kernels(trace), detect_steps(trace, params=idle_params)
+    gaps = trace_gaps(trace, idle_params)  # the rank's one gap table: every detector that reads gaps reads this
+    idle, copies, comm = detect_idle(trace, idle_params, gaps), detect_memcpy(trace), detect_comm(trace)
+    kernels, steps = detect_hot_kernels(trace), detect_steps(trace, params=idle_params, gaps=gaps)
     path = detect_critical_path(trace, [k.name for k in kernels.top])
     findings = Findings(
         idle=idle, memcpy=copies, comm=comm, kernels=kernels, launch=detect_launch(trace), steps=steps,
@@ -326,7 +328,7 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
         critical_path=path,
     )
     verdict = replace(diagnose(findings, params.verdict), rank=trace.meta.rank)
-    breakdown, gaps = detect_breakdown(trace), trace_gaps(trace, idle_params)
+    breakdown = detect_breakdown(trace, gaps)
     findings = replace(findings, flops=detect_flops(trace, breakdown.total.span_us, len(breakdown.devices)),
                        memory=detect_memory(trace, gaps), graphs=detect_graphs(trace),
                        annotations=detect_annotations(trace, gaps, breakdown.total.busy_us),
@@ -335,7 +337,7 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
                         rank_timeline(trace, gaps, breakdown.total), counts=trace.counts(),
                         streams=sorted(int(s) for s in trace.gpu["stream"].unique()),
                         step_numbers=[int(s) for s in trace.steps["step"]],
-                        pictures=detect_timeline(trace, gaps), by_device=device_findings(trace, findings, idle_params),
+                        pictures=detect_timeline(trace, gaps), by_device=device_findings(trace, findings, idle_params, gaps),
                         source=source, loaded=trace,
                         kept_gaps=gaps)
 

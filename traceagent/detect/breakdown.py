@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import pandas as pd
 
 from ..trace.model import Trace
 from . import intervals as iv
+from .idle import idle_by, trace_gaps
 from .view import DeviceView, device_views, pct, us, wall_span_ns
 from .vocabulary import WORK
 
@@ -51,13 +53,20 @@ class Breakdown:
         return Breakdown(**sums)
 
 
-def window_breakdowns(view: DeviceView, lo: np.ndarray, hi: np.ndarray) -> list[Breakdown]:
+def window_breakdowns(view: DeviceView, lo: np.ndarray, hi: np.ndarray,
+                      owned_idle: np.ndarray | None = None) -> list[Breakdown]:
     """Breakdowns of one device over many windows [lo, hi) at once: one prefix-sum query per
-    class of work, so a thousand steps cost about what one does."""
-    span = np.maximum(hi - lo, 0)
+    class of work, so a thousand steps cost about what one does. With `owned_idle` (ns per
+    window: the idle the gap table gives each step, idle.idle_by), idle is that and the span is
+    busy plus it, so a step's idle is the same number here as everywhere else."""
     part = {name: iv.covered(getattr(view, name), lo, hi)
             for name in ("busy", "compute", "comm", "exposed_comm", "memcpy", "memset")}
-    idle = span - part["busy"]
+    if owned_idle is None:
+        span = np.maximum(hi - lo, 0)
+        idle = span - part["busy"]
+    else:
+        idle = owned_idle.astype(np.int64)
+        span = part["busy"] + idle
     return [Breakdown(
         span_us=us(span[i]), device_time_us=us(span[i]), busy_us=us(part["busy"][i]),
         busy_pct=pct(part["busy"][i], span[i]), idle_us=us(idle[i]),
@@ -117,15 +126,21 @@ def exclusive_work(view: DeviceView) -> dict[str, int]:
     return split
 
 
-def detect_breakdown(trace: Trace) -> BreakdownResult:
-    """Span, busy, idle and the class split for every device, and per step on its device range."""
+def detect_breakdown(trace: Trace, gaps: pd.DataFrame | None = None) -> BreakdownResult:
+    """Span, busy, idle and the class split for every device, and per step: its work over its
+    device range, and as idle the gaps it owns (the rank's gap table, `gaps`: idle.idle_by), so a
+    step's span on a device is its busy time plus its idle."""
     views = device_views(trace)
     per_device = {v.device: window_breakdown(v) for v in views}
+    gaps = trace_gaps(trace) if gaps is None else gaps
+    owned = idle_by(gaps[gaps["step_row"] >= 0], ["step_row", "device"])
     steps = []
-    ranged = trace.steps.dropna(subset=["gpu_start", "gpu_end"])
+    rows = np.flatnonzero(trace.steps["gpu_start"].notna().to_numpy() & trace.steps["gpu_end"].notna().to_numpy())
+    ranged = trace.steps.iloc[rows]
     lo, hi = ranged["gpu_start"].to_numpy(np.int64), ranged["gpu_end"].to_numpy(np.int64)
     for view in views:
-        for step, b in zip(ranged["step"], window_breakdowns(view, lo, hi)):
+        idle = np.array([owned.get((row, view.device), 0) for row in rows], dtype=np.int64)
+        for step, b in zip(ranged["step"], window_breakdowns(view, lo, hi, idle)):
             steps.append(StepBreakdown(int(step), view.device, b))
     total = Breakdown.total(list(per_device.values()), us(wall_span_ns(views))) if per_device else Breakdown(*([0.0] * 11))
     exclusive = {name: 0 for name in WORK}

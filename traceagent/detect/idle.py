@@ -23,7 +23,6 @@ holds, in this order:
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -134,17 +133,11 @@ class IdleResult:
         return self.by_cause_pct.get(cause, 0.0)
 
 
-_GAPS: weakref.WeakKeyDictionary[DeviceView, dict] = weakref.WeakKeyDictionary()
-
-
 def classify_gaps(trace: Trace, view: DeviceView, params: IdleParams = IdleParams()) -> pd.DataFrame:
     """Every gap on one device with its cause: columns start, end, dur, cause, sync (row label
     in trace.cpu of the sync call, or -1), next_op (position in view.work of the op after it).
-    Memoized per device view and parameters: the idle, steps and timeline code all ask."""
-    cached = _GAPS.setdefault(view, {})
-    if params not in cached:
-        cached[params] = _classify_gaps(trace, view, params)
-    return cached[params].copy()
+    trace_gaps builds the rank's one gap table from these; detectors read that table."""
+    return _classify_gaps(trace, view, params)
 
 
 def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.DataFrame:
@@ -264,13 +257,24 @@ def gap_host_activity(trace: Trace, gap) -> GapHost:
 
 
 def trace_gaps(trace: Trace, params: IdleParams = IdleParams()) -> pd.DataFrame:
-    """The classified gaps of every device, one frame, with a `device` column and the `step`
-    (number, -1 for none) each belongs to (gap_step_rows: the one rule)."""
+    """The rank's one gap table: the classified gaps of every device, with a `device` column, the
+    `step_row` (row in trace.steps, -1 for none) each belongs to by gap_step_rows' rule, and that
+    step's number (`step`, -1 for none). The analysis builds it once and hands it to every
+    detector that reads gaps (never recomputed behind a memo)."""
     frames = [classify_gaps(trace, view, params).assign(device=view.device) for view in device_views(trace)]
     gaps = pd.concat(frames, ignore_index=True) if frames else _no_gaps()
     rows = gap_step_rows(trace, gaps["start"].to_numpy(np.int64))
     numbers = np.append(trace.steps["step"].to_numpy(np.int64), -1)  # row -1: no step
-    return gaps.assign(step=numbers[rows])
+    return gaps.assign(step_row=rows, step=numbers[rows])
+
+
+def idle_by(gaps: pd.DataFrame, keys: list[str], causes: bool = False) -> pd.Series:
+    """Idle ns of the gap table grouped by its columns `keys` (step, device, cause, or a column a
+    caller assigned: a phase, a window, a range), and by cause too with `causes`. The one answer to
+    "how much idle in each step, phase, window or range": each gap counts once, whole, where its
+    row says (for steps: gap_step_rows' rule), so the parts add up to the idle they split."""
+    by = [*keys, "cause"] if causes else keys
+    return gaps.groupby(by, sort=True)["dur"].sum() if len(gaps) else pd.Series(dtype="int64")
 
 
 def gap_step_rows(trace: Trace, starts: np.ndarray) -> np.ndarray:
@@ -294,12 +298,13 @@ def gap_step_rows(trace: Trace, starts: np.ndarray) -> np.ndarray:
     return np.where(valid, order[np.clip(owner, 0, ranged - 1)], -1).astype(np.int64)
 
 
-def detect_idle(trace: Trace, params: IdleParams = IdleParams()) -> IdleResult:
-    """Idle time on every device, split by cause, with the largest gaps and their evidence."""
+def detect_idle(trace: Trace, params: IdleParams = IdleParams(), gaps: pd.DataFrame | None = None) -> IdleResult:
+    """Idle time on every device, split by cause, with the largest gaps and their evidence.
+    `gaps`: the rank's gap table (trace_gaps), computed once by the analysis."""
     origin = trace.origin_ns()
     views = device_views(trace)
     span = device_time_ns(views)
-    gaps = trace_gaps(trace, params)
+    gaps = trace_gaps(trace, params) if gaps is None else gaps
     idle = int(gaps["dur"].sum())
     by_cause = gaps.groupby("cause")["dur"].agg(["sum", "size"])
     by_cause_us = {c: us(by_cause.loc[c, "sum"]) for c in GAP_CAUSES if c in by_cause.index}

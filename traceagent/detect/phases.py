@@ -99,14 +99,15 @@ def _windows(steps: pd.DataFrame) -> iv.Intervals:
 def _phase(trace: Trace, gaps: pd.DataFrame, phase: str, steps: pd.DataFrame, kernels: pd.DataFrame,
            in_graph: np.ndarray, params: PhasesParams) -> Phase:
     windows = _windows(steps)
-    device_ns = busy_ns = 0
-    for view in views_of(trace):
-        clipped = iv.intersect(windows, iv.union(np.array([view.span[0]]), np.array([view.span[1]])))
-        device_ns += iv.length(clipped)
-        busy_ns += iv.length(iv.intersect(view.busy, clipped))
-    gap_union = gaps[gaps["cause"].isin(LAUNCH_CAUSES).to_numpy()]
-    launch_ns = iv.length(iv.intersect(iv.union(gap_union["start"].to_numpy(np.int64),
-                                                gap_union["end"].to_numpy(np.int64)), windows))
+    # the phase's time on its GPUs: the work over its steps' device ranges, and as idle the gaps
+    # its steps own (idle.idle_by on the rank's gap table: the same idle as each step's)
+    ranged = steps.dropna(subset=["gpu_start", "gpu_end"])
+    device_windows = iv.union(ranged["gpu_start"].to_numpy(np.int64), ranged["gpu_end"].to_numpy(np.int64))
+    busy_ns = sum(iv.length(iv.intersect(view.busy, device_windows)) for view in views_of(trace))
+    owned = gaps[gaps["step_row"].isin(trace.steps.index.get_indexer(steps.index)).to_numpy()]
+    idle_ns = int(owned["dur"].sum())
+    launch_ns = int(owned[owned["cause"].isin(LAUNCH_CAUSES).to_numpy()]["dur"].sum())
+    device_ns = busy_ns + idle_ns
     start = kernels["start"].to_numpy(np.int64)
     inside = iv.covered(windows, start, start + 1) > 0  # kernels that start in the phase
     dur = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
@@ -125,7 +126,7 @@ def _phase(trace: Trace, gaps: pd.DataFrame, phase: str, steps: pd.DataFrame, ke
     return Phase(
         phase=phase, steps=len(steps), tokens=int(tokens.sum()) if len(tokens) else None,
         mean_step_us=us((steps["end"] - steps["start"]).mean()), device_us=us(device_ns),
-        busy_pct=pct(busy_ns, device_ns), idle_pct=pct(device_ns - busy_ns, device_ns), launch_idle_pct=launch_pct,
+        busy_pct=pct(busy_ns, device_ns), idle_pct=pct(idle_ns, device_ns), launch_idle_pct=launch_pct,
         graph_kernel_pct=graph_pct, launch_bound=launch_bound, gflop=gflop,
         tflops=round(tflops, 3) if tflops is not None else None,
         mfu_pct=round(100.0 * tflops / rate, 2) if tflops is not None and rate else None,

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .idle import IdleParams, gap_step_rows, trace_gaps
+from .idle import IdleParams, idle_by, trace_gaps
 from .view import us
 
 
@@ -51,9 +51,10 @@ class StepsResult:
 
 
 def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(),
-                 device: int | None = None) -> StepsResult | None:
+                 device: int | None = None, gaps: pd.DataFrame | None = None) -> StepsResult | None:
     """None when the trace has no steps (no ProfilerStep#N ranges). Idle per step counts the
-    gaps of every device, or of one."""
+    gaps of every device, or of one, each in the step that owns it (idle.idle_by over the rank's
+    gap table, `gaps`)."""
     steps = trace.steps
     if steps.empty:
         return None
@@ -61,13 +62,12 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
     table = pd.DataFrame({"step": steps["step"].to_numpy(), "host_us": host / 1000.0,
                           "device_us": ((steps["gpu_end"] - steps["gpu_start"]).astype("float64") / 1000.0).to_numpy()})
     # idle by cause per step, by the one rule of which step owns a gap (idle.gap_step_rows)
-    gaps = trace_gaps(trace, params)
+    gaps = trace_gaps(trace, params) if gaps is None else gaps
     if device is not None:
         gaps = gaps[gaps["device"] == device]
-    rows = gap_step_rows(trace, gaps["start"].to_numpy(np.int64))
-    assigned = gaps[rows >= 0].assign(row=rows[rows >= 0])
-    by_cause = assigned.pivot_table(index="row", columns="cause", values="dur", aggfunc="sum", fill_value=0) / 1000.0
-    by_cause = by_cause.reindex(range(len(steps)), fill_value=0.0)
+    owned = idle_by(gaps[gaps["step_row"] >= 0], ["step_row"], causes=True)
+    by_cause = (owned.unstack("cause", fill_value=0) if len(owned) else pd.DataFrame(index=pd.Index([], name="step_row")))
+    by_cause = by_cause.reindex(range(len(steps)), fill_value=0).astype("float64") / 1000.0
     table["idle_us"] = by_cause.sum(axis=1).to_numpy()
     for cause in by_cause.columns:
         table[f"idle_{cause}_us"] = by_cause[cause].to_numpy()
