@@ -77,9 +77,10 @@ def test_a_graph_whose_kernels_never_run_eagerly_leaves_them_without_an_op(tmp_p
 
 
 def test_the_chat_loads_a_capture_in_its_child_process_as_analyze_does():
+    from traceagent.request import AnalyzeRequest
     from traceagent.tui.loader import load_in_child
 
-    analysis, _, _ = load_in_child(str(EXECUTION), None, True, graph_capture=str(CAPTURE))
+    analysis, _, _ = load_in_child(AnalyzeRequest(str(EXECUTION), graph_capture=str(CAPTURE)))
     expected = traceagent.analyze(EXECUTION, graph_capture=CAPTURE).focus.findings.kernels.top
     assert [(k.name, k.op, k.op_from) for k in analysis.focus.findings.kernels.top] == \
         [(k.name, k.op, k.op_from) for k in expected]

@@ -130,10 +130,11 @@ def test_a_malformed_export_is_one_line_and_exit_2(tmp_path, capsys, content, sa
 
 
 def test_the_chat_app_loads_the_export_with_its_trace():
+    from traceagent.request import AnalyzeRequest
     from traceagent.tui.loader import load_in_child
 
     trace = DATA / "tracelens" / "b200_eager_trace.json.gz"
-    analysis, _, _ = load_in_child(str(trace), None, True, kernels=str(REAL))  # in a child process, as the app does
+    analysis, _, _ = load_in_child(AnalyzeRequest(str(trace), kernels=str(REAL)))  # in a child process, as the app does
     assert analysis.kernel_profiles is not None and analysis.kernel_profiles.kernels[0].bound == "latency"
 
 

@@ -70,7 +70,7 @@ def test_the_walk_finds_a_cycle_when_there_is_one(tmp_path):
 
 @pytest.mark.parametrize("layer, must_not_import", [
     ("traceagent.trace", ("traceagent.detect", "traceagent.agent", "traceagent.report", "traceagent.tui",
-                          "traceagent.cli")),
+                          "traceagent.cli", "traceagent.tasks", "traceagent.api", "traceagent.request")),
     ("traceagent.detect", ("traceagent.agent", "traceagent.report", "traceagent.tui", "traceagent.cli",
                            "traceagent.trace.load", "traceagent.trace.kineto", "traceagent.trace.nsys")),
     ("traceagent.agent", ("traceagent.report", "traceagent.tui", "traceagent.cli")),
@@ -137,3 +137,34 @@ def test_the_system_prompt_states_the_four_limiters():
     assert "$vocabulary" in text and "three" not in text
     prompt = vocabulary.as_prompt()
     assert all(f"`{name}`" in prompt for name in vocabulary.LIMITERS) and len(vocabulary.LIMITERS) == 4
+
+
+def test_an_analysis_option_is_named_in_one_place_per_interface():
+    """The options travel as one AnalyzeRequest: the chat app and its loader never name one."""
+    for module in ("tui/app.py", "tui/loader.py"):
+        text = (PACKAGE / module).read_text()
+        assert not any(option in text for option in ("graph_capture", "max_bytes", "kernels=", "settings="))
+    cli = (PACKAGE / "cli.py").read_text()
+    assert cli.count("AnalyzeRequest(") == 1  # request_of: the command line's one place
+
+
+def test_the_chat_apps_loader_receives_one_request_object(monkeypatch):
+    import pickle
+    import subprocess
+
+    from traceagent.request import AnalyzeRequest
+    from traceagent.tui import loader
+
+    sent = []
+
+    def child(command, input, capture_output):
+        sent.append((command, pickle.loads(input)))
+        return subprocess.CompletedProcess(command, 0, pickle.dumps(("analysis", None, None)), b"")
+
+    monkeypatch.setattr(loader.subprocess, "run", child)
+    request = AnalyzeRequest("t.json", steps=r"step_(\d+)", settings=("idle.top=3",), graph_capture="cap.json")
+    assert loader.load_in_child(request, request.of_other("u.json")) == ("analysis", None, None)
+    (command, (received, compare)), = sent
+    assert command[-1] == "traceagent.tui.loader"  # no options as argv values
+    assert received == request and received.pattern.pattern == r"step_(\d+)"
+    assert compare.source == "u.json" and compare.graph_capture is None and compare.settings == ("idle.top=3",)

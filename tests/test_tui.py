@@ -13,6 +13,7 @@ from conftest import RESNET_NW0, RESNET_NW4, analyzed
 from fakes import ScriptedChatModel, tool_call
 from langchain_core.messages import AIMessage
 
+from traceagent.request import AnalyzeRequest
 from traceagent.tui.app import TraceAgentApp
 from traceagent.tui.screens import HelpScreen
 from traceagent.tui.widgets.conversation import AnswerBlock, Conversation, ErrorMessage, NoteMessage, ToolBlock, UserMessage
@@ -236,7 +237,7 @@ class GatedApp(TraceAgentApp):
 
 def test_ui_answers_keys_while_the_trace_loads_and_queues_the_question():
     async def run():
-        app = GatedApp(str(RESNET_NW0), use_cache=False)
+        app = GatedApp(AnalyzeRequest(str(RESNET_NW0), use_cache=False))
         GatedApp.gate.clear()
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press(*"summ")

@@ -1,11 +1,10 @@
 """traceagent: find what limits a GPU program from its profiler trace."""
 
-from .api import analyze
+from .api import analyze, load
 from .detect.analysis import Analysis, AnalysisParams, RankAnalysis
 from .detect.diagnose import Verdict, VerdictParams
 from .detect.idle import IdleParams
 from .errors import TraceError
-from .trace.load import load
 from .trace.model import Job, Trace
 
 __all__ = ["Analysis", "AnalysisParams", "IdleParams", "Job", "RankAnalysis", "Trace", "TraceError", "Verdict",

@@ -19,7 +19,6 @@ from .detect.analysis import (
     AnalysisParams,
     RankAnalysis,
     RankFailure,
-    analyze_job,
     analyze_trace,
     joined_on,
     reduce_job,
@@ -29,10 +28,11 @@ from .detect.idle import IdleParams
 from .detect.kernel_profiles import KernelProfilesResult, joined, profiles
 from .detect.stragglers import StragglerParams
 from .errors import TraceError
-from .tasks import run_per_file, scheduler_for
+from .request import AnalyzeRequest
+from .tasks import Progress, run_per_file, scheduler_for
 from .trace import cache, storage
 from .trace.load import RankSource, file_key, load_file, load_file_keyed, numbered, resolve
-from .trace.model import Job
+from .trace.model import Job, Trace
 from .trace.ncu import load_ncu
 from .trace.normalize import as_analysed, capture_ops, split_ranks
 
@@ -58,23 +58,40 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
     `kernels` is an Nsight Compute CSV export (`ncu --csv --page details` or `raw`): its kernels
     are read and joined to the trace's (`Analysis.kernel_profiles`). `graph_capture` is a trace of
     CUDA-graph capture (vLLM writes them apart): kernels replayed from graphs take its ops.
+    The options are one AnalyzeRequest (traceagent.request), which `run` takes whole.
     """
-    profiled = read_kernel_profiles(kernels) if kernels is not None else None  # a bad export fails before the work
-    captured = capture_ops(load_file(str(graph_capture), use_cache, max_bytes)) if graph_capture is not None else None
+    request = AnalyzeRequest.of(source, steps=steps, settings=settings, kernels=kernels, graph_capture=graph_capture,
+                                max_bytes=max_bytes, scheduler=scheduler, use_cache=use_cache)
     params = AnalysisParams(idle=idle or IdleParams(), verdict=verdict or VerdictParams(),
-                            stragglers=stragglers or StragglerParams()).with_settings(list(settings))
-    pattern = re.compile(steps) if isinstance(steps, str) else steps
-    if isinstance(source, Job):
-        job = replace(source, traces=[as_analysed(t, pattern, captured) for t in source.traces])
-        return _with_profiles(analyze_job(job, params), profiled)
-    sources = resolve(source)
+                            stragglers=stragglers or StragglerParams())
+    return run(request, progress=progress, params=params)
+
+
+def run(request: AnalyzeRequest, progress: Callable[[int, int, str], None] | None = None,
+        params: AnalysisParams | None = None) -> Analysis:
+    """The analysis a request asks for (`analyze` with the options as one object). `params`: the
+    thresholds before the request's settings are applied (default: every detector's defaults)."""
+    profiled = read_kernel_profiles(request.kernels) if request.kernels is not None else None  # fails before the work
+    captured = (capture_ops(load_file(request.graph_capture, request.use_cache, request.max_bytes))
+                if request.graph_capture is not None else None)
+    params = (params or AnalysisParams()).with_settings(list(request.settings))
+    pattern = request.pattern
+    if isinstance(request.source, Job):  # one kind of source: each rank analysed as a rank file's would be
+        job = request.source
+        each = [_analyze_loaded(trace, params, pattern, captured, contain=len(job.traces) > 1) for trace in job.traces]
+        lost = [r for r in each if isinstance(r, RankFailure)]
+        done = [r for r in each if not isinstance(r, RankFailure)]
+        if not done:
+            raise TraceError(job.path, f"no rank could be analysed; the first: {lost[0].error}")
+        return _with_profiles(reduce_job(job.path, done, params, lost), profiled)
+    sources = resolve(request.source)
     path, files, notes = sources.path, sources.files, sources.notes
-    where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in files])
+    where = scheduler_for(request.scheduler, [storage.size_and_version(f)[0] for f in files])
     contain = len(files) > 1
     results = run_per_file(analyze_file, files, scheduler=where, progress=progress, name=storage.name, params=params,
                            lost=RankFailure if contain else None,
-                           steps=pattern, use_cache=use_cache, keep_events=where is None, contain=contain,
-                           max_bytes=max_bytes, captured=captured)
+                           steps=pattern, use_cache=request.use_cache, keep_events=where is None, contain=contain,
+                           max_bytes=request.max_bytes, captured=captured)
     failed = [*(RankFailure(f, why) for f, why in sources.unreadable), *(r for r in results if isinstance(r, RankFailure))]
     analysed = [(file, result) for file, result in zip(files, results) if not isinstance(result, RankFailure)]
     if not any(result for _, result in analysed):
@@ -84,6 +101,54 @@ def analyze(source: str | os.PathLike | Sequence[str | os.PathLike] | Job, *, id
         r.meta.warnings.extend(notes)
         ranks.append(r if r.rank == n else r.with_rank(n))
     return _with_profiles(reduce_job(path, ranks, params, failed), profiled)
+
+
+def _analyze_loaded(trace: Trace, params: AnalysisParams, steps: re.Pattern | None, captured: dict[str, str] | None,
+                    contain: bool) -> RankAnalysis | RankFailure:
+    """One rank of a Job in memory; with `contain`, a rank that fails is a RankFailure, as a rank file's is."""
+    try:
+        return analyze_trace(as_analysed(trace, steps, captured), params)
+    except Exception as exc:
+        if not contain:
+            raise
+        return RankFailure(trace.meta.path or f"rank {trace.meta.rank}", f"{type(exc).__name__}: {exc}")
+
+
+def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: bool = True,
+         progress: Progress | None = None, scheduler: str | None = None, max_bytes: int | None = None) -> Job:
+    """Load a trace file, a directory of per-rank traces, a glob or a list of files into a Job
+    (one Trace per rank), every rank in this process's memory. `traceagent.analyze` does not need
+    this: it analyses rank by rank and keeps only the results."""
+    sources = resolve(source)
+    path, files = sources.path, sources.files
+    notes = [*sources.notes, *(f"{storage.name(f)}: {why} (skipped)" for f, why in sources.unreadable)]
+    loaded = _load_files(files, use_cache, progress, scheduler, max_bytes)
+    # a merged multi-rank file becomes its ranks (each already knows its rank)
+    traces = []
+    for trace, rank in numbered(path, [(file, split_ranks(trace)) for file, trace in zip(files, loaded)],
+                                lambda t: t.meta):
+        trace.meta.warnings.extend(notes)
+        trace.meta.rank = rank
+        traces.append(trace)
+    return Job(path=path, traces=sorted(traces, key=lambda t: t.meta.rank if t.meta.rank is not None else -1))
+
+
+def _load_files(files: list[str], use_cache: bool, progress: Progress | None, scheduler: str | None,
+                max_bytes: int | None) -> list[Trace]:
+    """Cached files are read here (Arrow files are fast, and pickling frames back from a worker would
+    cost more than reading them); the rest are parsed where `scheduler` says (tasks.scheduler_for)."""
+    traces: list[Trace | None] = [cache.read(cache.key(f)) if use_cache else None for f in files]
+    missing = [f for f, t in zip(files, traces) if t is None]
+    where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in missing])
+    parsed = iter(run_per_file(load_file, missing, scheduler=where, progress=progress, name=storage.name,
+                               lost=_worker_died, use_cache=use_cache, max_bytes=max_bytes))
+    return [t if t is not None else next(parsed) for t in traces]
+
+
+def _worker_died(file: str, why: str) -> Trace:
+    """A Job holds every rank: one whose worker died ends the load (traceagent.analyze goes on without it)."""
+    raise TraceError(file, why, "Analyse the job with traceagent.analyze, which reports the rank and goes on, or "
+                     "load this file on its own to see what ends its worker.")
 
 
 def read_kernel_profiles(path: str | os.PathLike) -> KernelProfilesResult:

@@ -22,12 +22,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich_argparse import RichHelpFormatter
 
-from . import __version__
-from .api import analyze, read_kernel_profiles
+from . import __version__, api
+from .api import read_kernel_profiles
 from .detect.analysis import Analysis
 from .errors import SchedulerError, TraceError
 from .format import duration
 from .report.terminal import print_analysis
+from .request import AnalyzeRequest
 from .trace import storage
 from .trace.load import resolve
 
@@ -84,13 +85,20 @@ def _progress_bar() -> Iterator:
         bar.stop()
 
 
-def analyze_path(path: str, args: argparse.Namespace) -> Analysis:
-    """Analyze with a progress bar on a terminal, with the options every command shares (--no-cache,
-    --steps, --scheduler); a line on stderr for each rank file that failed."""
+def request_of(args: argparse.Namespace, path: str | None = None) -> AnalyzeRequest:
+    """The one AnalyzeRequest a command's flags ask for (of `path`, default the command's trace):
+    the only place the command line names an analysis option."""
+    steps = getattr(args, "steps", None)
+    return AnalyzeRequest(path or args.path, steps=steps.pattern if steps is not None else None,
+                          settings=tuple(args.settings or ()), kernels=getattr(args, "kernels", None),
+                          graph_capture=getattr(args, "graph_capture", None), max_bytes=args.max_bytes,
+                          scheduler=args.scheduler, use_cache=not args.no_cache)
+
+
+def run_request(request: AnalyzeRequest) -> Analysis:
+    """Analyze with a progress bar on a terminal; a line on stderr for each rank file that failed."""
     with _progress_bar() as progress:
-        result = analyze(path, use_cache=not args.no_cache, steps=getattr(args, "steps", None), progress=progress,
-                         scheduler=args.scheduler, max_bytes=args.max_bytes, settings=args.settings or (),
-                         kernels=getattr(args, "kernels", None), graph_capture=getattr(args, "graph_capture", None))
+        result = api.run(request, progress=progress)
     for failure in result.failed:
         err.print(f"traceagent: warning: {failure.file}: {failure.error} (skipped; the other ranks were analysed)",
                   markup=False)
@@ -149,7 +157,7 @@ def info_dict(analysis: Analysis) -> dict:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    analysis = analyze_path(args.path, args)
+    analysis = run_request(request_of(args))
     if args.json:
         print_json(info_dict(analysis))
         return 0
@@ -177,7 +185,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    result = analyze_path(args.path, args)
+    result = run_request(request_of(args))
     if getattr(args, "json", False):
         print_json(result.to_dict())
     else:
@@ -233,10 +241,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             err.print("traceagent: error: --llm needs a model: set OPENAI_API_KEY, or OPENAI_BASE_URL for a local "
                       "server (the report without --llm needs none)", markup=False)
             return 2
-    target = args.output
+    target, request = args.output, request_of(args)
     if target:
-        check_output(target, args.path, side_inputs=(args.kernels, args.graph_capture))
-    result = analyze_path(args.path, args)
+        check_output(target, args.path, side_inputs=request.inputs)
+    result = run_request(request)
     if args.llm:
         summary = llm_summary(result, config)
         if summary is None:
@@ -310,8 +318,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .detect.diff import diff
     from .report.markdown import render_diff_markdown
 
-    before = analyze_path(args.before, args)
-    after = analyze_path(args.after, args)
+    before = run_request(request_of(args, args.before))
+    after = run_request(request_of(args, args.after))
     result = diff(before, after)
     if args.json:
         print_json(result.to_dict())
@@ -335,8 +343,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from .agent.tools import AnalysisContext
 
     config = load_config()
-    analysis = analyze_path(args.path, args)
-    other = analyze_path(args.compare, args) if args.compare else None
+    request = request_of(args)
+    analysis = run_request(request)
+    other = run_request(request.of_other(args.compare)) if args.compare else None
     session = Session(AnalysisContext(analysis, other), make_chat_model(config) if config else None, config)
     if args.verbose:
         err.print(session.describe_model(), style="dim", markup=False)
@@ -390,7 +399,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         err.print("traceagent: error: eval needs a model server: --base-url URL (or OPENAI_BASE_URL / OPENAI_API_KEY)",
                   markup=False)
         return 2
-    analysis = analyze_path(args.path or example_trace(), args)
+    analysis = run_request(request_of(args, args.path or example_trace()))
     err.print(f"traceagent eval: {config.describe()} on {analysis.path}", markup=False)
 
     def shown(r: Result) -> None:
@@ -423,15 +432,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from .tui.app import TraceAgentApp
 
     config = load_config()
-    for path in (args.path, getattr(args, "compare", None), getattr(args, "graph_capture", None)):
+    request = request_of(args)
+    compare = request.of_other(args.compare) if getattr(args, "compare", None) else None
+    for path in (args.path, getattr(args, "compare", None), request.graph_capture):
         if path:
             resolve(path)  # a missing path is one line and exit 2 here, not an error inside the app
-    if kernels := getattr(args, "kernels", None):
-        read_kernel_profiles(kernels)  # likewise a bad Nsight Compute export
-    app = TraceAgentApp(args.path, compare=getattr(args, "compare", None),
-                        model=make_chat_model(config) if config else None, config=config, use_cache=not args.no_cache,
-                        steps=args.steps.pattern if args.steps else None, max_bytes=args.max_bytes,
-                        settings=args.settings or (), kernels=kernels, graph_capture=getattr(args, "graph_capture", None))
+    if request.kernels:
+        read_kernel_profiles(request.kernels)  # likewise a bad Nsight Compute export
+    app = TraceAgentApp(request, compare=compare, model=make_chat_model(config) if config else None, config=config)
     app.run()
     return app.return_code or 0
 
@@ -450,7 +458,7 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     from .report.annotate import annotate
 
     files = check_output(args.output, args.path).files
-    result = analyze_path(args.path, args)
+    result = run_request(request_of(args))
     try:
         added = annotate(result, storage.absolute(files[0]), args.output, args.max_bytes)
     except OSError as exc:

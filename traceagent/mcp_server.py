@@ -23,10 +23,10 @@ from pydantic import Field, ValidationError
 
 from . import __version__
 from .agent.tools import AnalysisContext, ToolInputError, build_tools, dumps, overview, tool_schemas
-from .api import analyze
-from .detect.analysis import Analysis
+from .api import run
 from .errors import TraceError
 from .format import shorten
+from .request import AnalyzeRequest
 from .trace import storage
 
 INSTRUCTIONS = """traceagent reads GPU profiler traces (PyTorch Profiler/Kineto JSON, one per rank or a
@@ -84,10 +84,9 @@ class Traces:
             if given and storage.is_url(given) and not self.allow_remote and not given.startswith("file://"):
                 raise TraceError(given, "a URL, and this server opens local paths only",
                                  "Give a local path, or start the server with `traceagent mcp --allow-remote`.")
-        def one(source: str, profiled: str | None = None, captured: str | None = None) -> Analysis:
-            return analyze(source, steps=steps, settings=settings or (), kernels=profiled, graph_capture=captured)
-
-        ctx = AnalysisContext(one(path, kernels, graph_capture), one(compare) if compare else None)
+        request = AnalyzeRequest(path, steps=steps, settings=tuple(settings or ()), kernels=kernels,
+                                 graph_capture=graph_capture)
+        ctx = AnalysisContext(run(request), run(request.of_other(compare)) if compare else None)
         key = path if not compare else f"{path} vs {compare}"
         self.opened[key], self.current = ctx, key
         self.tools = {t.name: t for t in build_tools(ctx)}

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Job, Trace, TraceMeta
+from ..trace.model import Trace, TraceMeta
 from .annotations import detect_annotations
 from .bounds import out_of_range
 from .breakdown import BreakdownResult, detect_breakdown
@@ -340,11 +340,6 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
                         pictures=detect_timeline(trace, gaps), by_device=device_findings(trace, findings, idle_params, gaps),
                         source=source, loaded=trace,
                         kept_gaps=gaps)
-
-
-def analyze_job(job: Job, params: AnalysisParams = AnalysisParams()) -> Analysis:
-    """Analyze every rank of a loaded job in this process and compare them (see `reduce_job`)."""
-    return reduce_job(job.path, [analyze_trace(t, params) for t in job.traces], params)
 
 
 def reduce_job(path: str, ranks: list[RankAnalysis], params: AnalysisParams,

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import TraceError
-from ..tasks import Progress, run_per_file, scheduler_for
 from . import cache, storage
 from .kineto import load_kineto
-from .model import Job, Trace, TraceMeta
+from .model import Trace, TraceMeta
 from .normalize import as_analysed, split_ranks
 from .nsys import load_nsys
 
@@ -217,49 +216,12 @@ def _unreadable_text(unreadable: list[Unreadable]) -> str:
     return f" that can be read ({len(unreadable)} cannot: {shown})" if unreadable else ""
 
 
-def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: bool = True,
-         progress: Progress | None = None, scheduler: str | None = None, max_bytes: int | None = None) -> Job:
-    """Load a trace file, a directory of per-rank traces, a glob or a list of files into a Job
-    (one Trace per rank), every rank in this process's memory. `traceagent.analyze` does not need
-    this: it analyses rank by rank and keeps only the results."""
-    sources = resolve(source)
-    path, files = sources.path, sources.files
-    notes = [*sources.notes, *(f"{storage.name(f)}: {why} (skipped)" for f, why in sources.unreadable)]
-    loaded = _load_files(files, use_cache, progress, scheduler, max_bytes)
-    # a merged multi-rank file becomes its ranks (each already knows its rank)
-    traces = []
-    for trace, rank in numbered(path, [(file, split_ranks(trace)) for file, trace in zip(files, loaded)],
-                                lambda t: t.meta):
-        trace.meta.warnings.extend(notes)
-        trace.meta.rank = rank
-        traces.append(trace)
-    return Job(path=path, traces=sorted(traces, key=lambda t: t.meta.rank if t.meta.rank is not None else -1))
-
-
 def numbered(path: str, per_file: list[tuple[str, list[T]]], meta: Callable[[T], TraceMeta]) -> list[tuple[T, int]]:
     """Each rank of each file (a Trace, or its analysis) with its rank number in the job
     (assign_ranks): the one rule `load` and `traceagent.analyze` share."""
     ranks = [(file, rank) for file, found in per_file for rank in found]
     return list(zip([rank for _, rank in ranks],
                     assign_ranks(path, [file for file, _ in ranks], [meta(rank) for _, rank in ranks])))
-
-
-def _load_files(files: list[str], use_cache: bool, progress: Progress | None, scheduler: str | None,
-                max_bytes: int | None) -> list[Trace]:
-    """Cached files are read here (Arrow files are fast, and pickling frames back from a worker would
-    cost more than reading them); the rest are parsed where `scheduler` says (tasks.scheduler_for)."""
-    traces: list[Trace | None] = [cache.read(cache.key(f)) if use_cache else None for f in files]
-    missing = [f for f, t in zip(files, traces) if t is None]
-    where = scheduler_for(scheduler, [storage.size_and_version(f)[0] for f in missing])
-    parsed = iter(run_per_file(load_file, missing, scheduler=where, progress=progress, name=storage.name,
-                               lost=_worker_died, use_cache=use_cache, max_bytes=max_bytes))
-    return [t if t is not None else next(parsed) for t in traces]
-
-
-def _worker_died(file: str, why: str) -> Trace:
-    """A Job holds every rank: one whose worker died ends the load (traceagent.analyze goes on without it)."""
-    raise TraceError(file, why, "Analyse the job with traceagent.analyze, which reports the rank and goes on, or "
-                     "load this file on its own to see what ends its worker.")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ model) in workers so the UI stays responsive."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from ..detect.analysis import Analysis
 from ..detect.diff import diff
 from ..errors import TraceError
 from ..outputs import write_atomically
+from ..request import AnalyzeRequest
 from .loader import load_in_child
 from .screens import HelpScreen
 from .widgets.conversation import Conversation
@@ -50,17 +51,17 @@ class TraceAgentApp(App):
         Binding("ctrl+q", "quit", "Quit"),
     ]
 
-    def __init__(self, path: str, compare: str | None = None, model=None, config=None, use_cache: bool = True,
-                 save_dir: str | Path = ".", steps: str | None = None, max_bytes: int | None = None,
-                 settings: Sequence[str] = (), kernels: str | None = None, graph_capture: str | None = None) -> None:
+    def __init__(self, request: AnalyzeRequest | str, compare: AnalyzeRequest | str | None = None, model=None,
+                 config=None, save_dir: str | Path = ".") -> None:
+        """`request`: the analysis to open (a path: with every default); `compare`: a second one (a
+        path: with the first's options, request.of_other)."""
         super().__init__()
-        self.path, self.compare, self.model, self.config = path, compare, model, config
-        self.steps = steps  # --steps REGEX
-        self.max_bytes = max_bytes  # --max-bytes
-        self.settings = list(settings)  # --set
-        self.kernels = kernels  # --kernels: an Nsight Compute export
-        self.graph_capture = graph_capture  # --graph-capture: a trace of the CUDA-graph capture
-        self.use_cache = use_cache
+        self.request = request if isinstance(request, AnalyzeRequest) else AnalyzeRequest(request)
+        self.compare_request = (compare if isinstance(compare, AnalyzeRequest) or compare is None
+                                else self.request.of_other(compare))
+        self.path = str(self.request.source)
+        self.compare = str(self.compare_request.source) if self.compare_request is not None else None
+        self.model, self.config = model, config
         self.save_dir = Path(save_dir)
         self.session: Session | None = None
         self.analysis: Analysis | None = None
@@ -68,8 +69,8 @@ class TraceAgentApp(App):
         self._model_title = "offline analyst: no LLM configured" if model is None else (
             config.describe() if config else "LLM")
         self.sub_title = self._model_title
-        if compare:  # the header says both traces are loaded
-            self.title = f"traceagent · {Path(path).name} vs {Path(compare).name}"
+        if self.compare:  # the header says both traces are loaded
+            self.title = f"traceagent · {Path(self.path).name} vs {Path(self.compare).name}"
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -111,8 +112,7 @@ class TraceAgentApp(App):
     def _load_and_analyze(self):
         """In a worker thread that waits on a child process (see tui/loader.py): the UI's
         interpreter never parses."""
-        return load_in_child(self.path, self.compare, self.use_cache, self.steps, self.max_bytes, self.settings,
-                             self.kernels, self.graph_capture)
+        return load_in_child(self.request, self.compare_request)
 
     # -- asking ---------------------------------------------------------------------------------
 
