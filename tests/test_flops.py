@@ -24,9 +24,10 @@ def shapes(dims: list, types: str = BF16, concrete: list | None = None) -> str:
 
 @pytest.mark.parametrize("name, dims, concrete, expected", [
     ("aten::mm", [[64, 128], [128, 256]], None, 2 * 64 * 128 * 256),
-    ("aten::addmm", [[256], [64, 128], [128, 256], [], []], None, 2 * 64 * 128 * 256),
+    # addmm and baddbmm: the product, and the bias added to each of the M·N outputs
+    ("aten::addmm", [[256], [64, 128], [128, 256], [], []], None, 2 * 64 * 128 * 256 + 64 * 256),
     ("aten::bmm", [[8, 64, 128], [8, 128, 32]], None, 2 * 8 * 64 * 128 * 32),
-    ("aten::baddbmm", [[8, 64, 32], [8, 64, 128], [8, 128, 32]], None, 2 * 8 * 64 * 128 * 32),
+    ("aten::baddbmm", [[8, 64, 32], [8, 64, 128], [8, 128, 32]], None, 2 * 8 * 64 * 128 * 32 + 8 * 64 * 32),
     # attention: QKᵀ and AV, each 2·B·H·L·S·E; the backward twice the forward
     ("aten::_scaled_dot_product_flash_attention", [[2, 4, 16, 8], [2, 4, 32, 8], [2, 4, 32, 8]], None,
      2 * (2 * 2 * 4 * 16 * 32 * 8)),
@@ -40,6 +41,44 @@ def shapes(dims: list, types: str = BF16, concrete: list | None = None) -> str:
 ])
 def test_flops_by_hand(name, dims, concrete, expected):
     assert op_flops(name, shapes(dims, concrete=concrete)) == (expected, "bf16")
+
+
+# causal attention: (query, key, value, dropout_p, is_causal, return_debug_mask, scale) for flash,
+# is_causal sixth for efficient and cudnn, twelfth for flash's backward; a square mask keeps half
+FLASH, EFFICIENT = "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention"
+SQUARE = [[2, 4, 32, 8], [2, 4, 32, 8], [2, 4, 32, 8]]
+FULL = 2 * (2 * 2 * 4 * 32 * 32 * 8)
+
+
+@pytest.mark.parametrize("name, dims, concrete, expected", [
+    (FLASH, SQUARE, ["", "", "", "0.", "True", "False", "0.125"], FULL / 2),
+    (FLASH, SQUARE, ["", "", "", "0.", "False", "False", "0.125"], FULL),
+    (FLASH, SQUARE, None, FULL),  # not recorded: the whole matrix
+    (EFFICIENT, SQUARE + [[], [], [], [], []], ["", "", "", "", "True", "0.", "True", "0.125"], FULL / 2),
+    (EFFICIENT, SQUARE + [[], [], [], [], []], ["", "", "", "", "True", "0.", "False", "0.125"], FULL),
+    ("aten::_scaled_dot_product_flash_attention_backward", [[2, 4, 32, 8]] + SQUARE,
+     [""] * 11 + ["True", "", "", "0.125"], 2 * FULL / 2),
+    # 4 queries against 32 keys, top-left aligned as PyTorch's tril: rows keep 1, 2, 3, 4 keys of 32
+    (FLASH, [[2, 4, 4, 8], [2, 4, 32, 8], [2, 4, 32, 8]], ["", "", "", "0.", "True", "False", "0.125"],
+     2 * (2 * 2 * 4 * 4 * 32 * 8) * (1 + 2 + 3 + 4) / (4 * 32)),
+])
+def test_causal_attention_counts_only_the_scores_it_computes(name, dims, concrete, expected):
+    assert op_flops(name, shapes(dims, concrete=concrete)) == (pytest.approx(expected), "bf16")
+
+
+def test_sdpa_flops_per_call_on_the_qwen_trace_equal_tracelens_rule_read_from_the_raw_json():
+    # TraceLens's SDPA model (perf_model.SDPA.flops_func): 2·B·H·L·S·(Eqk + Ev), halved when causal
+    # and L == S. Worked out here from the raw events' shapes and is_causal, not from either tool.
+    raw = json.loads(gzip.decompress(H100_QWEN.read_bytes()))["traceEvents"]
+    calls = [e["args"] for e in raw if e.get("name") == "aten::_scaled_dot_product_flash_attention"]
+    assert calls and all(a["Concrete Inputs"][4] == "True" for a in calls)  # the model attends causally
+    per_call = []
+    for a in calls:
+        (b, h, length, e), (_, _, keys, _), (_, _, _, ev) = a["Input Dims"][:3]
+        per_call.append(2 * b * h * length * keys * (e + ev) / (2 if length == keys else 1))
+    sdpa = next(o for o in analyzed(H100_QWEN).ranks[0].findings.flops.by_op
+                if o.name == "aten::_scaled_dot_product_flash_attention")
+    assert sdpa.count == len(calls) and sdpa.gflop == pytest.approx(sum(per_call) / 1e9, abs=1e-3)
 
 
 def test_what_cannot_be_counted_is_none():

@@ -1,8 +1,9 @@
 """FLOPs and achieved throughput from recorded shapes (record_shapes=True), and MFU against the
 GPU's peak for the op's data type (peaks.py); bytes moved, for the roofline.
 
-Counted: the matmul family (mm, addmm, bmm, baddbmm: 2·M·K·N per product), scaled-dot-product
-attention (4·B·H·L·S·E forward, twice that backward), convolution forward when the trace records
+Counted: the matmul family (mm, addmm, bmm, baddbmm: 2·M·K·N per product, and M·N for the bias
+addmm and baddbmm add), scaled-dot-product attention (4·B·H·L·S·E forward, twice that backward;
+half of it with is_causal=True on a square score matrix), convolution forward when the trace records
 stride/padding/dilation (Concrete Inputs) and convolution backward (twice the forward, its output
 shape read from the incoming gradient). Wrappers (linear, matmul, conv2d) are not counted, so
 nothing is counted twice. An op's device time is that of the kernels launched inside it on its
@@ -191,24 +192,50 @@ def _elements(op: str, dims: list, concrete: list | None) -> float | None:
     return None
 
 
+#: where each attention op takes `is_causal` among its inputs (PyTorch's schemas), so that its
+#: recorded Concrete Inputs say whether half the score matrix is masked out
+_CAUSAL_ARG = {
+    "_scaled_dot_product_flash_attention": 4, "_scaled_dot_product_flash_attention_for_cpu": 4,
+    "_scaled_dot_product_efficient_attention": 6, "_scaled_dot_product_cudnn_attention": 6,
+    "_scaled_dot_product_fused_attention_overrideable": 5,
+    "_scaled_dot_product_flash_attention_backward": 11, "_scaled_dot_product_flash_attention_for_cpu_backward": 7,
+    "_scaled_dot_product_efficient_attention_backward": 11, "_scaled_dot_product_cudnn_attention_backward": 14,
+    "_scaled_dot_product_fused_attention_overrideable_backward": 13,
+}
+
+
+def causal_share(op: str, concrete: list | None, length: int, keys: int) -> float:
+    """The share of the L×S score matrix an attention op computes: 1, or for `is_causal=True`
+    (read from its Concrete Inputs) the lower triangle PyTorch keeps (`tril`, aligned top-left):
+    one half for a square one, as FlashAttention's and TraceLens's FLOP counts take it, and row i's
+    min(i+1, S) keys otherwise."""
+    at = _CAUSAL_ARG.get(op)
+    if at is None or not concrete or len(concrete) <= at or str(concrete[at]).strip().lower() != "true":
+        return 1.0
+    if length == keys:
+        return 0.5
+    kept = length * (length + 1) / 2 if length <= keys else keys * (keys + 1) / 2 + (length - keys) * keys
+    return kept / (length * keys)
+
+
 def _flops(op: str, dims: list, concrete: list | None) -> float | None:
     if op == "mm":
         (m, k), (_, n) = dims[0], dims[1]
         return 2.0 * m * k * n
-    if op == "addmm":
+    if op == "addmm":  # bias + mat1 @ mat2: the product, and the bias added to each output element
         (m, k), (_, n) = dims[1], dims[2]
-        return 2.0 * m * k * n
+        return 2.0 * m * k * n + m * n
     if op == "bmm":
         (b, m, k), (_, _, n) = dims[0], dims[1]
         return 2.0 * b * m * k * n
     if op == "baddbmm":
         (b, m, k), (_, _, n) = dims[1], dims[2]
-        return 2.0 * b * m * k * n
+        return 2.0 * b * m * k * n + b * m * n
     if op.startswith("_scaled_dot_product_"):
         q, k, v = (dims[1], dims[2], dims[3]) if op.endswith("_backward") else (dims[0], dims[1], dims[2])
         b, h, length, e = q
         s, ev = k[-2], v[-1]
-        forward = 2.0 * b * h * length * s * e + 2.0 * b * h * length * s * ev
+        forward = (2.0 * b * h * length * s * e + 2.0 * b * h * length * s * ev) * causal_share(op, concrete, length, s)
         return 2 * forward if op.endswith("_backward") else forward
     if op == "convolution_backward":  # (grad_output, input, weight, ...): the output's shape is known
         out, weight = dims[0], dims[2]
