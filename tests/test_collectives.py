@@ -12,7 +12,7 @@ import pytest
 from builder import TraceBuilder
 
 import traceagent
-from traceagent.detect.collectives import detect_collectives
+from traceagent.detect.collectives import CollectivesParams, detect_collectives
 from traceagent.detect.diff import diff
 from traceagent.report.markdown import render_diff_markdown, render_markdown
 from traceagent.schema import SCHEMAS
@@ -78,14 +78,22 @@ def test_every_bandwidth_share_says_the_link_it_assumed():
     assert len(shares) == 2 and all(says_assumption(line) for line in shares)  # the table's row and the sentence
 
 
-def test_a_group_across_nodes_is_measured_against_the_network(tmp_path):
+def test_a_16_rank_two_node_all_reduce_is_measured_against_one_gpus_share_of_the_nics(tmp_path):
     b = TraceBuilder(H100)
-    b.collective(0, 1000, 64 << 20, ranks=list(range(16)))
+    b.collective(0, 40_000, 500_000_000, ranks=list(range(16)))  # 1 GB of bf16 in 40 ms, 16 ranks on 2 nodes
     result = detect_collectives(b.load(tmp_path))
-    link = result.links[0]
-    # 8 GPUs per node, one 400 Gb/s NIC each: the node's NICs together carry 8 × 50 GB/s
-    assert link.kind.startswith("network") and link.peak_gbps == 400.0
-    assert "across 2 nodes" in link.assumption
+    (row,), link = result.rows, result.links[0]
+    # by hand: algbw = 1e9 B / 40 ms = 25 GB/s; busbw = 25 × 2(16-1)/16 = 46.875 GB/s; one GPU's
+    # share of its node's NICs (8 GPUs, one 400 Gb/s NIC each) is 400 / 8 = 50 GB/s: 93.75% of peak
+    assert (row.algbw_gbps, row.busbw_gbps) == (pytest.approx(25.0), pytest.approx(46.875))
+    assert link.kind.startswith("network") and link.peak_gbps == 50.0 and row.peak_pct == pytest.approx(93.75)
+    assert "across 2 nodes" in link.assumption and "8 NICs per node (one per GPU assumed)" in link.assumption
+    assert result.bound == "bandwidth" and result.peak_pct == pytest.approx(93.75)
+    # the NICs per node and their rate are separate settings, and both are said
+    params = CollectivesParams(nics_per_node=4, nic_gbps=800)
+    link = detect_collectives(b.load(tmp_path, "again.json"), params).links[0]
+    assert link.peak_gbps == 50.0 and "4 NICs per node (given)" in link.assumption and "800 Gb/s each (given)" in \
+        link.assumption
 
 
 def test_kernels_without_a_payload_are_counted_not_guessed(tmp_path):

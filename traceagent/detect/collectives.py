@@ -24,7 +24,7 @@ from ..format import size
 from ..text import bounded, visible
 from ..trace.model import Trace
 from . import intervals as iv
-from .bounds import Bandwidth, Count, Micros, Percent
+from .bounds import Allowance, Bandwidth, Count, Micros, Percent
 from .links import Link, link_for
 from .view import pct, us, views_of
 
@@ -69,13 +69,15 @@ class CollectivesParams:
     """latency_us: a message is small when its link would move it in less than this at peak
     (NCCL's per-call latency is about 5-30 µs). near_peak_pct: bus bandwidth at or above this share
     of the link's peak is bandwidth-bound. exposed_pct: collective time not hidden by compute at or
-    above this share asks for overlap. gpus_per_node and nic_gbps: the layout assumed for the link."""
+    above this share asks for overlap. gpus_per_node, nics_per_node and nic_gbps: the layout
+    assumed for the link; across nodes a GPU's peak is its share of the node's NICs."""
 
     latency_us: Micros = 10.0
     near_peak_pct: Percent = 50.0
     exposed_pct: Percent = 50.0
     gpus_per_node: Count = 8
-    nic_gbps: Bandwidth = 0.0  # 0: the NIC usual for the GPU (links.py)
+    nic_gbps: Bandwidth = 0.0  # each NIC's line rate; 0: the NIC usual for the GPU (links.py)
+    nics_per_node: Allowance = 0  # 0: one NIC per GPU
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,8 @@ def detect_collectives(trace: Trace, params: CollectivesParams = CollectivesPara
             link_code.append(-1)
             continue
         if (layout := (p.ranks, p.group_size)) not in by_layout:
-            chosen = link_for(device_name, list(p.ranks), p.group_size, params.gpus_per_node, params.nic_gbps or None)
+            chosen = link_for(device_name, list(p.ranks), p.group_size, params.gpus_per_node, params.nic_gbps or None,
+                              params.nics_per_node or None)
             if chosen not in links:
                 links.append(chosen)
             by_layout[layout] = links.index(chosen)

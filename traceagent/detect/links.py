@@ -13,7 +13,7 @@ from dataclasses import dataclass
 class Link:
     """The link a process group's collectives are assumed to cross."""
 
-    kind: str  # "NVLink 4", "PCIe Gen4 x16", "Infinity Fabric (xGMI)", "network: 8 × 400 Gb/s NICs"
+    kind: str  # "NVLink 4", "PCIe Gen4 x16", "Infinity Fabric (xGMI)", "network: 8 × 400 Gb/s NICs per node, 50 GB/s per GPU"
     peak_gbps: float  # GB/s (10^9 bytes/s), per GPU, per direction: what busbw is compared with
     source: str
     assumption: str  # why this link: the GPU's name, the group's layout, what was assumed
@@ -101,10 +101,13 @@ def shares_node(ranks: list[int], gpus_per_node: int) -> bool:
 
 
 def link_for(device_name: str, ranks: list[int] | None, group_size: int, gpus_per_node: int = 8,
-             nic_gbps: float | None = None) -> Link:
-    """The link a group's collectives cross: the GPU's own scale-up link when its ranks share a
-    node, else the network (one NIC per GPU: NCCL's inter-node bus bandwidth is bounded by the
-    node's NICs together). A group without its ranks listed is assumed to fit in a node if it can."""
+             nic_gbps: float | None = None, nics_per_node: int | None = None) -> Link:
+    """The link a group's collectives cross, as one GPU's peak (what a rank's bus bandwidth is
+    compared with): the GPU's own scale-up link when its ranks share a node; else its share of
+    the node's NICs (nccl-tests' inter-node busbw per GPU is bounded by them: with one NIC per
+    GPU, one NIC's line rate). `nics_per_node` (default: one per GPU) and `nic_gbps` (default:
+    the GPU family's usual NIC) are separate, and both are said. A group without its ranks listed
+    is assumed to fit in a node if it can."""
     row = _row(device_name)
     gpu = device_name or "an unnamed GPU"
     if ranks:
@@ -118,9 +121,12 @@ def link_for(device_name: str, ranks: list[int] | None, group_size: int, gpus_pe
     if within:
         return Link(row.scale_up, row.scale_up_gbps, row.source, f"{gpu}; {layout}; {per_node}")
     gbps = nic_gbps or row.nic_gbps
-    nic = f"{gbps:g} Gb/s per GPU ({'given' if nic_gbps else row.nic_source})"
-    return Link(f"network: {gpus_per_node} × {gbps:g} Gb/s NICs", gpus_per_node * gbps / 8, _NIC_SOURCE,
-                f"{gpu}; {layout}; {per_node}; one NIC of {nic}")
+    nics = nics_per_node or gpus_per_node
+    share = nics * gbps / 8 / gpus_per_node  # GB/s of the node's NICs for each of its GPUs
+    nic = f"{gbps:g} Gb/s each ({'given' if nic_gbps else row.nic_source})"
+    count = f"{nics} NICs per node ({'given' if nics_per_node else 'one per GPU assumed'})"
+    return Link(f"network: {nics} × {gbps:g} Gb/s NICs per node, {share:g} GB/s per GPU", share, _NIC_SOURCE,
+                f"{gpu}; {layout}; {per_node}; {count} of {nic}: each GPU's share is {share:g} GB/s")
 
 
 def _span(ranks: list[int]) -> str:
