@@ -113,6 +113,7 @@ def collective_waiting(files: dict[int, Path], tolerance_ns: int = 5000) -> dict
         offset[rank] = int(diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2)
     waiting = {rank: 0 for rank in ranks}
     last = {rank: 0 for rank in ranks}
+    caused = {rank: 0.0 for rank in ranks}
     for k in keys:
         entry = {rank: per_rank[rank][k][0] - offset[rank] for rank in ranks}
         latest = max(entry.values())
@@ -122,4 +123,12 @@ def collective_waiting(files: dict[int, Path], tolerance_ns: int = 5000) -> dict
         ordered = sorted(entry.values())
         if ordered[-1] - ordered[-2] > tolerance_ns:
             last[max(entry, key=entry.get)] += 1
-    return {"matched": len(keys), "waiting_us": {r: w / 1000 for r, w in waiting.items()}, "last": last}
+        # the waiting each rank causes: each stretch between two entries, waited by the ranks already
+        # in, shared equally by the ranks not yet in
+        arrivals = sorted(ranks, key=lambda r: entry[r])
+        for k in range(1, len(arrivals)):
+            stretch = entry[arrivals[k]] - entry[arrivals[k - 1]]
+            for late in arrivals[k:]:
+                caused[late] += k * stretch / (len(arrivals) - k)
+    return {"matched": len(keys), "waiting_us": {r: w / 1000 for r, w in waiting.items()}, "last": last,
+            "caused_us": {r: c / 1000 for r, c in caused.items()}}

@@ -54,9 +54,9 @@ FULL = 2 * (2 * 2 * 4 * 32 * 32 * 8)
     (FLASH, SQUARE, ["", "", "", "0.", "True", "False", "0.125"], FULL / 2),
     (FLASH, SQUARE, ["", "", "", "0.", "False", "False", "0.125"], FULL),
     (FLASH, SQUARE, None, FULL),  # not recorded: the whole matrix
-    (EFFICIENT, SQUARE + [[], [], [], [], []], ["", "", "", "", "True", "0.", "True", "0.125"], FULL / 2),
-    (EFFICIENT, SQUARE + [[], [], [], [], []], ["", "", "", "", "True", "0.", "False", "0.125"], FULL),
-    ("aten::_scaled_dot_product_flash_attention_backward", [[2, 4, 32, 8]] + SQUARE,
+    (EFFICIENT, [*SQUARE, [], [], [], [], []], ["", "", "", "", "True", "0.", "True", "0.125"], FULL / 2),
+    (EFFICIENT, [*SQUARE, [], [], [], [], []], ["", "", "", "", "True", "0.", "False", "0.125"], FULL),
+    ("aten::_scaled_dot_product_flash_attention_backward", [[2, 4, 32, 8], *SQUARE],
      [""] * 11 + ["True", "", "", "0.125"], 2 * FULL / 2),
     # 4 queries against 32 keys, top-left aligned as PyTorch's tril: rows keep 1, 2, 3, 4 keys of 32
     (FLASH, [[2, 4, 4, 8], [2, 4, 32, 8], [2, 4, 32, 8]], ["", "", "", "0.", "True", "False", "0.125"],

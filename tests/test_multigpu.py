@@ -188,7 +188,9 @@ def test_dlrm_waiting_matches_a_hand_computation():
     for row in c.ranks:
         assert row.waiting_us == pytest.approx(expected["waiting_us"][row.rank], abs=0.01)
         assert row.last_count == expected["last"][row.rank]
-    assert c.straggler == max(expected["last"], key=expected["last"].get)
+        assert row.caused_waiting_us == pytest.approx(expected["caused_us"][row.rank], abs=0.01)
+    # the rank that causes the most waiting (a third of it or more) is the straggler: rank 7, also last most often
+    assert c.straggler == max(expected["caused_us"], key=expected["caused_us"].get) == 7
 
 
 # -- loading multi-rank data ---------------------------------------------------------------------
@@ -288,3 +290,34 @@ def test_the_straggler_verdict_names_the_users_code_that_held_the_late_rank(tmp_
     assert (v.root_cause, v.evidence["straggler_rank"], v.evidence["straggler_cause"]) == ("straggler", 2, "host_other")
     assert v.evidence["python"] == "preprocess.py(12): augment"
     assert "delayed by other host work (at preprocess.py(12): augment)" in v.headline
+
+
+def test_a_rank_late_into_one_collective_per_step_is_the_straggler_by_the_waiting_it_causes(tmp_path):
+    # 8 ranks, 6 steps of 14 all-reduces (84); rank 3 enters each step's first all-reduce 1.5 ms
+    # late; in the others one rank, in turn, is 20 µs last. Rank 3 is last in 6 + 2 of 84 (under
+    # half), yet by hand it causes 6 × 7 × 1500 µs = 63 ms of waiting (plus its turns' 20 µs).
+    ranks, steps, per_step, lag, jitter = 8, 6, 14, 1500.0, 20.0
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in range(ranks):
+        b = TraceBuilder(distributedInfo={"rank": rank, "world_size": ranks})
+        t = 0.0
+        for step in range(steps):
+            for k in range(per_step):
+                n = step * per_step + k
+                late = (lag if rank == 3 and k == 0 else 0.0) + (jitter if k and n % ranks == rank else 0.0)
+                everyone_in = t + (lag if k == 0 else jitter)
+                b.kernel("volta_sgemm_128x64_nn", t, 50, launch_at=t - 5)  # compute before each
+                entry = t + 50 + late
+                b.kernel(ALLREDUCE, entry, everyone_in + 50 + COMM - entry, launch_at=entry - 5)
+                t = everyone_in + 50 + COMM + 10
+        b.write(job / f"rank{rank}.json")
+    c = traceagent.analyze(job).comparison
+    rows = {r.rank: r for r in c.ranks}
+    assert c.matched == steps * per_step and rows[3].last_count < c.matched / 2
+    assert c.straggler == 3
+    turns = sum(1 for n in range(steps * per_step) if n % per_step and n % ranks == 3)
+    assert rows[3].caused_waiting_us == pytest.approx(steps * 7 * lag + turns * 7 * jitter, abs=0.01)
+    others = sum(r.caused_waiting_us for rank, r in rows.items() if rank != 3)
+    assert c.caused_waiting_pct == pytest.approx(100 * rows[3].caused_waiting_us / (rows[3].caused_waiting_us + others),
+                                                 abs=0.01)

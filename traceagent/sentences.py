@@ -38,14 +38,15 @@ def straggler_sentence(comparison: RankComparison) -> str:
     """The cross-rank comparison in one sentence (two where collectives record their sizes)."""
     c = comparison
     if c.straggler is None:
-        text = (f"No rank is consistently last into the {c.matched} matched collectives (at most "
-                f"{c.straggler_last_pct:.0f}% by one rank): no straggler.")
+        text = (f"No rank causes most of the waiting in the {c.matched} matched collectives (at most "
+                f"{c.caused_waiting_pct:.0f}% by one rank): no straggler.")
     else:
         cause = c.straggler_cause
-        text = (f"Rank {c.straggler} enters {c.straggler_last_pct:.0f}% of the "
-                f"{c.matched} matched collectives last ({'busy computing' if cause == 'hot_kernel' else cause}"
-                f" before them); the other ranks wait {duration(c.others_waiting_us)} for it in all, "
-                f"{c.others_exposed_waiting_pct:.1f}% of their device time with no compute beside it.")
+        text = (f"Rank {c.straggler} causes {c.caused_waiting_pct:.0f}% of the ranks' waiting in the {c.matched} "
+                f"matched collectives, entering {c.straggler_last_pct:.0f}% of them last "
+                f"({'busy computing' if cause == 'hot_kernel' else cause} before them); the other ranks wait "
+                f"{duration(c.others_waiting_us)} for it in all, {c.others_exposed_waiting_pct:.1f}% of their device "
+                "time with no compute beside it.")
     if c.busbw_gbps is not None and c.busbw_without_waiting_gbps is not None:
         text += (f" Over the {c.payload_matched} matched collectives with recorded sizes, every rank's bus bandwidth "
                  f"is {c.busbw_gbps:.1f} GB/s over their kernel time and {c.busbw_without_waiting_gbps:.1f} GB/s "

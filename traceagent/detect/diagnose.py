@@ -314,6 +314,7 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
         what += f" (at {where})"
     saving = straggler_saving(comparison, late.steps)
     evidence = {"straggler_rank": rank, "straggler_cause": cause, "last_pct": comparison.straggler_last_pct,
+                "caused_waiting_pct": comparison.caused_waiting_pct,
                 "matched_collectives": comparison.matched, "others_waiting_us": comparison.others_waiting_us,
                 "others_exposed_waiting_pct": comparison.others_exposed_waiting_pct,
                 "lateness_by_cause_us": comparison.straggler_cause_us, "rank": rank}
@@ -321,9 +322,9 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
         evidence["python"] = where
     return Verdict(
         limiter, "straggler",
-        f"Rank {rank} is the straggler: it enters {comparison.straggler_last_pct:.0f}% of collectives last, "
-        f"delayed by {what}; the other ranks wait for it {comparison.others_exposed_waiting_pct:.1f}% of their "
-        "device time",
+        f"Rank {rank} is the straggler: it causes {comparison.caused_waiting_pct:.0f}% of the ranks' waiting in "
+        f"collectives (last into {comparison.straggler_last_pct:.0f}% of them), delayed by {what}; the other ranks "
+        f"wait for it {comparison.others_exposed_waiting_pct:.1f}% of their device time",
         f"Collectives cannot finish before every rank joins, so the other ranks sit inside them while rank {rank} "
         f"is still busy with {what}: their waiting is rank {rank}'s cost, not slow communication.",
         f"Look at rank {rank} first (`traceagent analyze` on its trace). " + _STRAGGLER_STEPS[cause],

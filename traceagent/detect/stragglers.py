@@ -30,7 +30,9 @@ from .vocabulary import GAP_ROOT
 @dataclass(frozen=True)
 class StragglerParams:
     late_tolerance_us: Micros = 5.0  # a rank counts as last when it enters this much after the next latest
-    straggler_last_pct: Percent = 50.0  # share of collectives a rank must enter last to be the straggler
+    # share of all ranks' waiting a rank must cause to be the straggler (_caused_waiting: a rank late
+    # once per step, by a lot, counts however rarely it is last); with 8 ranks a fair share is 12.5%
+    straggler_waiting_pct: Percent = 30.0
     cause_cover: Cover = 0.5  # share of its lateness idle gaps must explain to name an idle cause
 
 
@@ -110,6 +112,7 @@ class RankCollectives:
     communication_us: float  # communication proper: comm_us − waiting_us
     last_count: int  # collectives this rank entered last (by more than late_tolerance_us)
     late_by_us: float  # summed margin by which it was last
+    caused_waiting_us: float  # the others' waiting it caused: its margin × the ranks that waited, summed
     compute_us: float
     device_time_us: float
 
@@ -128,12 +131,13 @@ class RankComparison:
 
     matched: int  # collectives matched on every rank
     ranks: list[RankCollectives]
-    straggler: int | None  # the rank that enters last in at least straggler_last_pct of collectives
-    straggler_last_pct: float  # share of matched collectives it entered last
+    straggler: int | None  # the rank that causes at least straggler_waiting_pct of all waiting
+    straggler_last_pct: float  # share of matched collectives it (or, with none, the rank most often last) entered last
     straggler_cause: str | None  # a vocabulary.ROOT_CAUSES name: what delayed it (hot_kernel: busy computing)
     straggler_cause_us: dict[str, float] = field(default_factory=dict)  # what it did beyond the others, by cause
     others_waiting_us: float = 0.0  # waiting on every other rank: the straggler's cost
     others_exposed_waiting_pct: float = 0.0  # of the other ranks' device time, not hidden by compute
+    caused_waiting_pct: float = 0.0  # of all ranks' waiting, the share the straggler (or the rank causing most) caused
     # matched collectives with a recorded payload, every rank: bus bandwidth (nccl-tests', see
     # collectives.py) over their kernel time, and over communication proper (after the last rank entered)
     payload_matched: int = 0
@@ -184,17 +188,19 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
     busbw, without_waiting = _bus_bandwidth(moved[:, payload], (end - start)[:, payload],
                                             (end - start - waiting)[:, payload])
     n_payload = int(payload.sum())
+    caused = _caused_waiting(entry)
     rows = []
     for i, r in enumerate(ranks):
         exposed = _exposed_waiting(r, matched[i], waiting[i])
         rows.append(_row(r, int((end[i] - start[i]).sum()), int(waiting[i].sum()), exposed,
-                         int((last == i).sum()), float(margin[last == i].sum())))
+                         int((last == i).sum()), float(margin[last == i].sum()), float(caused[i])))
     counts = np.bincount(last[last >= 0], minlength=len(ranks))
-    s = int(counts.argmax())
-    last_pct = pct(counts[s], len(keys))
-    if last_pct < params.straggler_last_pct:
+    total_waiting = float((last_entry - entry).sum())  # what _caused_waiting shares out
+    s = int(caused.argmax()) if caused.any() else int(counts.argmax())
+    last_pct, caused_pct = pct(counts[s], len(keys)), pct(caused[s], total_waiting)
+    if not caused.any() or caused_pct < params.straggler_waiting_pct:
         return RankComparison(len(keys), rows, None, last_pct, None, payload_matched=n_payload, busbw_gbps=busbw,
-                              busbw_without_waiting_gbps=without_waiting)
+                              busbw_without_waiting_gbps=without_waiting, caused_waiting_pct=caused_pct)
     cause, by_cause = _straggler_cause(matched, last == s, s, params)
     others = [row for row in rows if row.rank != ranks[s].rank]
     return RankComparison(
@@ -202,8 +208,26 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
         straggler_cause_us=by_cause, others_waiting_us=round(sum(o.waiting_us for o in others), 3),
         others_exposed_waiting_pct=pct(sum(o.exposed_waiting_us for o in others),
                                        sum(o.device_time_us for o in others)),
-        payload_matched=n_payload, busbw_gbps=busbw, busbw_without_waiting_gbps=without_waiting,
+        caused_waiting_pct=caused_pct, payload_matched=n_payload, busbw_gbps=busbw, busbw_without_waiting_gbps=without_waiting,
     )
+
+
+def _caused_waiting(entry: np.ndarray) -> np.ndarray:
+    """The waiting each rank causes the others, summed over collectives (ns; ranks × collectives of
+    entry times in). In each collective, between the k-th and the (k+1)-th entry the k ranks already
+    in wait, and the ranks not yet in share the blame equally; so a rank late once per step, by a
+    lot, is blamed for that whole stretch, however rarely it is last. The parts add up to all the
+    ranks' waiting."""
+    n = entry.shape[0]
+    order = np.argsort(entry, axis=0, kind="stable")
+    ordered = np.take_along_axis(entry, order, axis=0)
+    k = np.arange(1, n, dtype=np.float64)[:, None]
+    # differences of int64 ns first: epoch times (1.6e18 ns) are past a float's exact range
+    share = k * np.diff(ordered, axis=0).astype(np.float64) / (n - k)  # the stretch before the (k+1)-th entry
+    by_position = np.vstack([np.zeros((1, entry.shape[1])), np.cumsum(share, axis=0)])
+    caused = np.zeros(n)
+    np.add.at(caused, order.ravel(), by_position.ravel())
+    return caused
 
 
 def _bus_bandwidth(moved: np.ndarray, kernel_ns: np.ndarray, proper_ns: np.ndarray) -> tuple[float | None, float | None]:
@@ -215,11 +239,12 @@ def _bus_bandwidth(moved: np.ndarray, kernel_ns: np.ndarray, proper_ns: np.ndarr
     return (round(total / kernel, 3) if kernel else None), round(total / proper, 3)
 
 
-def _row(r: RankTimeline, comm: int, waiting: int, exposed: int, last: int, late_by: float) -> RankCollectives:
+def _row(r: RankTimeline, comm: int, waiting: int, exposed: int, last: int, late_by: float,
+         caused: float = 0.0) -> RankCollectives:
     # a trace that names no rank is rank 0 (DESIGN: never "no rank"), as assign_ranks numbers it
     return RankCollectives(rank=r.rank if r.rank is not None else 0, comm_us=us(comm), waiting_us=us(waiting),
                            exposed_waiting_us=us(exposed), communication_us=us(comm - waiting), last_count=last,
-                           late_by_us=us(late_by), compute_us=r.breakdown.compute_us,
+                           late_by_us=us(late_by), caused_waiting_us=us(caused), compute_us=r.breakdown.compute_us,
                            device_time_us=r.breakdown.device_time_us)
 
 
