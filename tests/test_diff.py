@@ -62,3 +62,32 @@ def test_a_job_compared_with_itself_keeps_its_straggler_and_says_its_scope():
     step = d.metrics[0]
     assert step.name == "step time (mean over 8 ranks)"
     assert step.before == pytest.approx(sum(r.findings.steps.mean_us for r in job.ranks) / 8)
+
+
+def test_a_slower_after_trace_says_slower_did_not_help_and_what_grew(tmp_path, capsys):
+    from builder import TraceBuilder
+
+    import traceagent
+
+    def job(name: str, loader_us: float):
+        # 4 steps of 1000 µs of kernels; before each, the DataLoader holds the host `loader_us`
+        b = TraceBuilder()
+        t = 0.0
+        for step in range(4):
+            b.op(f"ProfilerStep#{step}", t, loader_us + 1000)
+            b.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, loader_us, cat="user_annotation")
+            b.kernel("gemm", t + loader_us, 1000, launch_at=t + loader_us - 5)
+            t += loader_us + 1000
+        return traceagent.analyze(b.write(tmp_path / name))
+
+    before, after = job("before.json", 200.0), job("after.json", 1400.0)  # the change made loading slower
+    d = diff(before, after)
+    # by hand: steps of 1200 µs become 2400 µs: 100% slower; data loading idle grows from 200/1200 of the time
+    assert d.slower_pct == pytest.approx(100.0) and not d.helped
+    assert "slower by 100.0%: the change did not help" in d.headline and "faster" not in d.headline.split(";")[1]
+    assert d.grew.startswith("idle: dataloader")
+    if d.prediction:
+        assert not d.prediction["within_estimate"] and "slower" in d.prediction["sentence"]
+    assert main(["diff", str(tmp_path / "before.json"), str(tmp_path / "after.json")]) == 0
+    out = capsys.readouterr().out
+    assert "slower" in out and "did not help" in out and "-100" not in out

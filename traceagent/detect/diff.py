@@ -128,8 +128,9 @@ class DiffResult:
     notes: list[str] = field(default_factory=list)
     prediction: Prediction | None = None
     collectives: CollectivesChange | None = None  # when both traces record collective payloads
-    helped: bool = False  # faster by at least noise_pct, or the root cause gone
+    helped: bool = False  # faster by at least noise_pct, or the root cause gone without getting slower
     noise_pct: float = NOISE_PCT  # a smaller change in step time (or span) is run-to-run noise
+    grew: str | None = None  # when the after trace is slower: what grew most, in words
 
     def to_dict(self) -> dict:
         d = {"schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -249,6 +250,9 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
                 f"{' (gone)' if gone else ''}; {time_word} {duration(b[key])} → {duration(a[key])} ({slower:+.1f}%)")
     notes = [] if basis == "step" else ["One of the traces has no steps: time is compared over the whole span."]
     prediction = _prediction(before, basis, -slower)
+    grew = _grew_most(metrics) if slower >= NOISE_PCT else None
+    if slower >= NOISE_PCT:  # worse: said first, never as "-N% faster"
+        headline += f"; slower by {slower:.1f}%: the change did not help" + (f" ({grew} grew most)" if grew else "")
     if prediction:
         headline += f"; {prediction['sentence']}"
     collectives = _collectives(before, after)
@@ -261,8 +265,22 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
                         headline=v_after.headline),
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
         kernels=kernels, headline=headline, notes=notes, prediction=prediction, collectives=collectives,
-        helped=-slower >= NOISE_PCT or root_cause["gone"],
+        helped=-slower >= NOISE_PCT or (root_cause["gone"] and slower < NOISE_PCT), grew=grew,
     )
+
+
+def _grew_most(metrics: list[Metric]) -> str | None:
+    """The loss that grew most from before to after, in words: a cause of idle, exposed copies or
+    communication (points of the time), or compute per step (its share of the before time)."""
+    grown: list[tuple[float, str]] = []
+    for m in metrics:
+        if m.before is None or m.after is None or m.after <= m.before:
+            continue
+        if m.name.startswith(("idle: ", "exposed")):
+            grown.append((m.after - m.before, f"{m.name} (+{m.after - m.before:.1f} points)"))
+        elif m.name.startswith("compute") and m.before:
+            grown.append((100 * (m.after - m.before) / m.before, f"{m.name} (+{100 * (m.after - m.before) / m.before:.1f}%)"))
+    return max(grown)[1] if grown else None
 
 
 def _prediction(before: Analysis, basis: str, measured_pct: float) -> Prediction | None:
@@ -273,11 +291,14 @@ def _prediction(before: Analysis, basis: str, measured_pct: float) -> Prediction
         return None
     predicted = saving.step_pct if basis == "step" and saving.step_pct is not None else saving.pct
     what = "step time" if basis == "step" else "the span"
-    within = measured_pct <= predicted + 0.05  # an upper bound holds when the gain does not exceed it
+    # an upper bound holds when the gain does not exceed it; a slower after trace is no gain at all
+    within = -NOISE_PCT < measured_pct <= predicted + 0.05
     measured_pct = round(measured_pct, 2) + 0.0  # + 0.0: no "-0.0%" for a trace compared with itself
+    measured = (f"measured {round(measured_pct, 1) + 0.0:.1f}% faster" if measured_pct >= 0
+                else f"measured {-measured_pct:.1f}% slower")
     return Prediction(cause=saving.root_cause, predicted_up_to_pct=predicted, measured_pct=measured_pct,
                       basis=basis, within_estimate=within,
-                      sentence=f"predicted up to {predicted:.1f}% of {what}, measured {round(measured_pct, 1) + 0.0:.1f}%")
+                      sentence=f"predicted up to {predicted:.1f}% of {what}, {measured}")
 
 
 def _collectives_side(a: Analysis) -> CollectivesSide | None:

@@ -253,10 +253,18 @@ def render_diff_markdown(d: DiffResult) -> str:
         out.append(f"The before trace's root cause, {rc['what']}, is {status}: "
                    f"{percent(rc['before_pct'])} → {percent(rc['after_pct'])}.")
     if p := d.prediction:
-        held = ("within the estimate (it is an upper bound)" if p["within_estimate"]
-                else "more than estimated: something besides the root cause changed too")
+        if p["measured_pct"] <= -d.noise_pct:
+            outcome = (f"the after trace is {percent(-p['measured_pct'])} slower: the change did not help"
+                       + (f"; {md_literal(d.grew)} grew most" if d.grew else ""))
+        else:
+            held = ("within the estimate (it is an upper bound)" if p["within_estimate"]
+                    else "more than estimated: something besides the root cause changed too")
+            outcome = f"the after trace is {percent(p['measured_pct'])} faster, {held}"
         out += ["", f"The before trace's verdict predicted fixing it would save up to {percent(p['predicted_up_to_pct'])}; "
-                    f"the after trace is {percent(p['measured_pct'])} faster, {held}."]
+                    f"{outcome}."]
+    elif d.slower_pct >= d.noise_pct:
+        out += ["", f"The after trace is {percent(d.slower_pct)} slower: the change did not help"
+                    + (f"; {md_literal(d.grew)} grew most." if d.grew else ".")]
     out += ["", _table(["metric", "before", "after", "change"],
                        [[m.name, _value(m.unit, m.before), _value(m.unit, m.after), _change(m)] for m in d.metrics])]
     if d.kernels:
