@@ -101,9 +101,10 @@ def test_a_sync_followed_by_a_few_small_kernels_is_still_a_sync(tmp_path):
     assert (site.call, site.op, site.count, site.idle_us) == ("cudaStreamSynchronize", "aten::nonzero", 2, 296.0)
 
 
-def test_kernels_another_thread_launched_after_a_sync_leave_the_next_gap_to_host_work(tmp_path):
-    # the same shape, but the two kernels after the sync come from another thread: the sync's
-    # thread did not launch them, so the 276 µs gap is not the sync's
+def test_kernels_another_thread_launched_after_a_sync_do_not_end_its_wait(tmp_path):
+    # the same shape, but the two kernels after the sync come from another thread: launched once
+    # the device was idle, they queue nothing, so the host is still behind and the 276 µs gap is
+    # still the sync's (the drain ends only when work is queued again)
     b = TraceBuilder()
     b.kernel("reduce_kernel", 0, 100, launch_at=0, launch_dur=1)
     b.op("aten::nonzero", 20, 380)
@@ -115,7 +116,7 @@ def test_kernels_another_thread_launched_after_a_sync_leave_the_next_gap_to_host
             event["tid"] = 999
     b.kernel("gemm", 410, 90, launch_at=400, launch_dur=5)
     r = analyze(b.write(tmp_path / "other_thread.json")).ranks[0]
-    assert dict(zip(r.gaps["dur"] // 1000, r.gaps["cause"]))[276] == "host_other"
+    assert dict(zip(r.gaps["dur"] // 1000, r.gaps["cause"]))[276] == "sync"
 
 
 def test_on_an_nsight_export_a_masked_select_sync_with_trailing_kernels_is_named_by_its_nvtx_range(tmp_path):
@@ -144,7 +145,8 @@ def test_on_an_nsight_export_a_masked_select_sync_with_trailing_kernels_is_named
     con.execute(runtime, (start + 1000, end + 5000, thread, 900000, sync_id))
     returned = end + 5000
     for n, (launch_at, runs_at) in enumerate(((returned + 10_000, returned + 15_000),
-                                              (returned + 20_000, returned + 25_000))):
+                                              (returned + 20_000, returned + 25_000),
+                                              (returned + 30_000, returned + 38_000))):
         con.execute(runtime, (launch_at, launch_at + 3000, thread, 900001 + n, launch_id))
         columns = [r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
         copied = ", ".join("?" if c in ("start", "end", "correlationId") else c for c in columns)
@@ -160,8 +162,87 @@ def test_on_an_nsight_export_a_masked_select_sync_with_trailing_kernels_is_named
     con.close()
     r = analyze(copy, use_cache=False).ranks[0]
     after = r.gaps[r.gaps["start"] == returned + 27_000].iloc[0]  # from the second trailing kernel's end
-    assert after["cause"] == "sync" and after["dur"] >= 10_000  # a long gap, not launch latency
-    without = analyze(copy, use_cache=False, settings=["idle.sync_trailing_ops=0"]).ranks[0]
-    assert without.gaps[without.gaps["start"] == returned + 27_000].iloc[0]["cause"] != "sync"  # the rule did it
+    assert after["cause"] == "sync" and after["dur"] == 11_000  # to the third, launched late too: still the wait's
     site = r.findings.idle.sync_sites[0]
     assert (site.call, site.op) == ("cudaStreamSynchronize", "aten::masked_select")
+
+
+def _metrics_loop(b: TraceBuilder, t0: float, classes: int) -> float:
+    """A per-class metrics loop after a forward pass, as `for c in classes: acc[c] = (pred == c).sum().item()`:
+    per class, three 2 µs kernels launched 15 µs apart at metrics.py(13), then `.item()` at
+    metrics.py(14) (cudaMemcpyAsync, its 2 µs copy, cudaStreamSynchronize), then 20 µs of Python
+    at metrics.py(15). Returns when the loop ends."""
+    t = t0
+    for _ in range(classes):
+        b.python("metrics.py(13): per_class", t, 45)
+        for k in range(3):
+            b.kernel("eq_sum_kernel", max(t + 15 * k + 10, b.busy_until), 2, launch_at=t + 15 * k, launch_dur=15)
+            b.busy_until = max(t + 15 * k + 10, b.busy_until) + 2
+        b.python("metrics.py(14): per_class", t + 45, 15)
+        b.op("aten::item", t + 45, 15)
+        copy_at = max(t + 55, b.busy_until)
+        b._device("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", copy_at, 2, 7, t + 45, 5, "cudaMemcpyAsync", bytes=8)
+        b.busy_until = copy_at + 2
+        returned = max(t + 60, copy_at + 3)
+        b.runtime("cudaStreamSynchronize", t + 50, returned - (t + 50))
+        b.python("metrics.py(15): per_class", returned, 20)
+        t = returned + 20
+    return t
+
+
+def test_a_per_class_item_loop_is_a_sync_not_launch_overhead_and_names_both_lines(tmp_path):
+    # a 1000 µs forward kernel, then 6 classes; the first class's kernels queue behind the forward
+    # pass and its copy ends at 1008, its wait returns at 1009. By hand, after each wait: the wait's
+    # gap to the next class's first kernel (31 µs after the first wait: 1008-1039; 33 µs after the
+    # others: the copy ends 3 µs before the wait returns, then 20 µs of Python and 10 µs of launch),
+    # then 13 µs before each of its next two kernels and 13 µs before its copy (2 µs ops launched 15 µs
+    # apart: launch-bound). After the last wait, 33 µs to the next step's kernel. Before this rule
+    # the 13 µs gaps read as launch overhead (39 µs a class against the wait's 33): now every gap
+    # until the host queues work again is the wait's: 70 + 4 × 72 + 33 = 391 µs.
+    b = TraceBuilder()
+    b.busy_until = 0.0
+    b.op("ProfilerStep#1", 0, 2000)
+    b.kernel("gemm", 0, 1000, launch_at=0)
+    b.busy_until = 1000.0
+    end = _metrics_loop(b, 100.0, 6)
+    b.kernel("gemm", end + 10, 300, launch_at=end)  # the next step's work
+    analysis = analyze(b.write(tmp_path / "metrics_loop.json"))
+    idle = analysis.ranks[0].findings.idle
+    gaps = analysis.ranks[0].gaps
+    long = gaps[gaps["dur"] >= 10_000]
+    assert set(long["cause"]) == {"sync"} and "launch_overhead" not in idle.by_cause_us
+    assert idle.by_cause_us == {"sync": 391.0}
+    v = analysis.verdict
+    assert (v.limiter, v.root_cause) == ("idle", "sync")
+    # the wait's line, and the host work it exposed that holds the most idle: the Python after each
+    # `.item()` (line 15: 31 + 4 × 33 + 33 µs at the gaps' middles) over the launches (line 13: 2 × 13 a class)
+    assert v.evidence["python"] == "metrics.py(14): per_class" and v.evidence["after"] == "metrics.py(15): per_class"
+    assert "metrics.py(14)" in v.hypothesis and "metrics.py(15)" in v.hypothesis
+
+
+def test_a_cpu_copy_then_milliseconds_of_bookkeeping_is_a_sync_with_both_lines(tmp_path):
+    # predictions 0-500 µs; `.cpu()` at eval.py(30) copies them (500-520) and returns at 525; then
+    # 3 ms of Python bookkeeping at eval.py(31), which sends a small tensor to the GPU at 1500
+    # (copy 1510-1512); the next kernel is launched at 3530 (3540-4000). By hand: gaps 520-1510
+    # (990 µs: the wait returned inside it) and 1512-3540 (2028 µs: the host never queued work
+    # again since the wait, so it is the wait's too, not "other host work")
+    b = TraceBuilder()
+    b.op("ProfilerStep#1", 0, 4000)
+    b.kernel("logits_gemm", 0, 500, launch_at=0)
+    b.python("eval.py(30): evaluate", 480, 46)
+    b.op("aten::_to_copy", 485, 40)
+    b.runtime("cudaMemcpyAsync", 486, 4)
+    b._device("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 500, 20, 7, None, 0, "", bytes=4 << 20)
+    b.runtime("cudaStreamSynchronize", 490, 35)
+    b.python("eval.py(31): evaluate", 526, 3000)
+    b.runtime("cudaMemcpyAsync", 1500, 6, correlation=None)
+    b._device("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 1510, 2, 7, 1500, 6, "cudaMemcpyAsync", bytes=64)
+    b.kernel("next_step_gemm", 3540, 460, launch_at=3530)
+    analysis = analyze(b.write(tmp_path / "cpu_then_bookkeeping.json"))
+    idle = analysis.ranks[0].findings.idle
+    assert idle.by_cause_us == {"sync": 990.0 + 2028.0}
+    v = analysis.verdict
+    assert (v.limiter, v.root_cause) == ("idle", "sync")
+    assert v.evidence["python"] == "eval.py(30): evaluate" and v.evidence["after"] == "eval.py(31): evaluate"
+    top = idle.top_gaps[0]
+    assert top.cause == "sync" and top.evidence["after"] == "eval.py(31): evaluate"

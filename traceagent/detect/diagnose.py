@@ -192,9 +192,15 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
         if site:
             where = f" {site.call}" + (f" under {site.op}" if site.op else "") + (f" at {site.python}" if site.python else "")
             evidence.update({"sync_call": site.call, "op": site.op, "python": site.python, "sync_count": site.count})
+            if site.after:  # the host work the wait exposed: the second place to look
+                where += f", then works at {site.after} before it queues more"
+                evidence["after"] = site.after
         kind = blocking(site.call if site else None)  # the fix depends on what blocked: a read-back, the allocator…
         evidence["sync_kind"] = kind.kind
         step = (f"Remove the wait{f' at {site.python}' if site and site.python else ''}: {kind.fix}.")
+        if site and site.after:
+            step += (f" The host work at {site.after} that follows it shows only because of the wait: once the "
+                     "value stays on the device, that work overlaps the GPU's.")
         if not f.has_python_frames:
             step += " Re-profile with with_stack=True to get the Python line."
         return Verdict("idle", root, f"{head}, mostly after host synchronizations ({cause_pct:.1f}% {_of(f)})",

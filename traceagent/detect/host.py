@@ -172,6 +172,7 @@ class GapEvidence(TypedDict, total=False):
     op: str | None
     inner_op: str | None
     python: str | None
+    after: str | None  # a sync gap: the user's line the host was in once the wait returned
     thread: dict | None
     host: list[HostEventJSON]
     other_threads: list[dict]

@@ -11,9 +11,11 @@ holds, in this order:
    was already waiting when the gap began and returned inside it or up to `sync_slack_us` before
    it (one made once the GPU was idle waited for nothing); the evidence names the op and the
    user's Python line above it (`aten::item` at `train.py(42)`), the verdict the fix for its kind.
-   Also the first long gap after a blocking call whose thread launched a few ops right after it
-   returned (`sync_trailing_ops`, `sync_trailing_within_us`): nonzero, masked_select and unique
-   sync, launch a kernel or two, and the GPU drains.
+   Also every gap after a blocking call until the host has queued work again: the call drained
+   the device, and while each device op after it was launched only once the one before it had
+   ended (the host behind, the queue empty), the gaps between them are the wait's, whatever small
+   launches (a per-class `.item()` loop's kernels) or host work (bookkeeping after a `.cpu()`)
+   came between; the evidence names the wait's line and the host work's.
 3. `launch_overhead`: the host issued the next kernel only during the gap, with a launch call,
    that kernel ran shorter than its launch call, and the gap is at most `launch_bound_max_us`:
    the host cannot launch fast enough. (Longer waits are host work, not launch cost.)
@@ -30,7 +32,7 @@ import pandas as pd
 
 from ..trace.model import Trace, matches
 from . import intervals as iv
-from .bounds import Allowance, Count, Cover, Micros
+from .bounds import Count, Cover, Micros
 from .host import (
     LAUNCH_CALLS,
     GapEvidence,
@@ -53,8 +55,6 @@ class IdleParams:
     sync_slack_us: Micros = 20.0  # a sync ending this long before a gap still explains it
     # a sync followed by at most this many device ops its own thread launched after it still
     # explains the first gap after them (nonzero, masked_select, unique: sync, then a few kernels)
-    sync_trailing_ops: Allowance = 4
-    sync_trailing_within_us: Micros = 100.0  # ...when the first of them was launched this soon after it returned
     loader_cover: Cover = 0.5  # share of a gap the DataLoader must cover to be its cause
     host_cover: Cover = 0.5  # share of a gap host events must cover for `host_other`
     launch_bound_max_us: Micros = 1000.0  # longer gaps are not put down to launch cost
@@ -83,6 +83,9 @@ class SyncSite:
     python: str | None
     count: int
     idle_us: float
+    # the user's line the launching thread was in during those gaps, once the wait had returned (the
+    # host work the wait exposed: a per-class loop, bookkeeping after a `.cpu()`), where it is another
+    after: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -154,6 +157,14 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     cause[is_loader] = "dataloader"
     undecided &= ~is_loader
 
+    # the device op right after each gap, and the host call that launched it
+    work_start = view.work["start"].to_numpy(np.int64)
+    next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
+    calls = calls_by_correlation(trace)
+    corr = view.work["correlation"].to_numpy()[next_op]
+    launch_start = pd.Series(corr).map(calls["start"]).to_numpy(dtype=float)
+    launch_dur = (pd.Series(corr).map(calls["end"]) - pd.Series(corr).map(calls["start"])).to_numpy(dtype=float)
+
     syncs = sync_calls(trace)
     sync_label = np.full(n, -1, dtype=np.int64)
     if len(syncs):
@@ -169,18 +180,11 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
         sync_label[is_sync] = syncs.index.to_numpy()[first[is_sync]]
         cause[is_sync] = "sync"
         undecided &= ~is_sync
-        trailing = _after_trailing_ops(trace, view, syncs, g_start, long, undecided & long, params)
-        sync_label[trailing >= 0] = trailing[trailing >= 0]
-        cause[trailing >= 0] = "sync"
-        undecided &= trailing < 0
+        drained = _drained_by_sync(trace, view, syncs, g_start, next_op, undecided & long, params)
+        sync_label[drained >= 0] = drained[drained >= 0]
+        cause[drained >= 0] = "sync"
+        undecided &= drained < 0
 
-    # the device op right after each gap, and the host call that launched it
-    work_start = view.work["start"].to_numpy(np.int64)
-    next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
-    calls = calls_by_correlation(trace)
-    corr = view.work["correlation"].to_numpy()[next_op]
-    launch_start = pd.Series(corr).map(calls["start"]).to_numpy(dtype=float)
-    launch_dur = (pd.Series(corr).map(calls["end"]) - pd.Series(corr).map(calls["start"])).to_numpy(dtype=float)
     is_launch_call = pd.Series(corr).map(pd.Series(matches(calls["name"], LAUNCH_CALLS), index=calls.index)).eq(True)
     op_dur = (view.work["end"].to_numpy() - work_start)[next_op]
     late_launch = ~np.isnan(launch_start) & (launch_start >= g_start)
@@ -198,13 +202,13 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
                          "sync": sync_label, "next_op": next_op})
 
 
-def _after_trailing_ops(trace: Trace, view: DeviceView, syncs: pd.DataFrame, g_start: np.ndarray,
-                        long: np.ndarray, candidates: np.ndarray, params: IdleParams) -> np.ndarray:
-    """For each candidate gap, the label (in trace.cpu) of the blocking call it follows through a few
-    device ops, or -1: the last blocking call that returned before the gap, after which the only
-    device work was at most `sync_trailing_ops` ops that the call's own thread launched after it
-    returned, and no other long gap came between. `nonzero` syncs, then launches two small kernels,
-    then the GPU drains: that gap is the sync's, not host work."""
+def _drained_by_sync(trace: Trace, view: DeviceView, syncs: pd.DataFrame, g_start: np.ndarray, next_op: np.ndarray,
+                     candidates: np.ndarray, params: IdleParams) -> np.ndarray:
+    """For each candidate gap, the label (in trace.cpu) of the blocking call whose wait it still
+    belongs to, or -1: the last call of the launching process that returned before the gap, after
+    which the device had drained, and every device op from then up to the one ending the gap was
+    launched only once the device had run out of work (the host never got ahead again). Until the
+    host queues work again, the gaps are the wait's, whatever it launched or did in between."""
     found = np.full(len(g_start), -1, dtype=np.int64)
     ends = syncs["end"].to_numpy(np.int64)
     work = view.work
@@ -213,25 +217,24 @@ def _after_trailing_ops(trace: Trace, view: DeviceView, syncs: pd.DataFrame, g_s
     slack = int(params.sync_slack_us * 1000)
     launch = calls_by_correlation(trace).reindex(work["correlation"].to_numpy())
     known = launch["start"].notna().to_numpy()
-    pid, tid = (launch[c].fillna(-1).to_numpy().astype(np.int64) for c in ("pid", "tid"))  # exact: int64, not float
-    thread = np.where(known, pid * (1 << 32) + tid, -1)
     launched_at = launch["start"].fillna(-1).to_numpy(np.int64)
-    changes = np.concatenate([[0], np.cumsum(thread[1:] != thread[:-1])])  # thread changes up to each op
-    work_start = work["start"].to_numpy(np.int64)
+    pid = launch["pid"].fillna(-1).to_numpy().astype(np.int64)
+    work_start, work_end = work["start"].to_numpy(np.int64), work["end"].to_numpy(np.int64)
+    busy_until = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(work_end)[:-1]])  # before each op
+    # an op launched while the device still had work before it: the host was ahead, work was queued
+    queued = ~known | (launched_at < busy_until)
+    queued_before = np.concatenate([[0], np.cumsum(queued)])
     gap = np.flatnonzero(candidates)
-    last = np.searchsorted(ends, g_start[gap] - slack, side="left") - 1  # the last call that returned before
+    last = np.searchsorted(ends, g_start[gap], side="right") - 1  # the last call that returned before the gap
     ok = last >= 0
     gap, last = gap[ok], last[ok]
-    lo = np.searchsorted(work_start, ends[last], side="left")  # the ops that started after it returned
-    hi = np.searchsorted(work_start, g_start[gap], side="left")
-    count = hi - lo
-    first = np.clip(lo, 0, len(work) - 1)
-    sync_thread = (syncs["pid"].to_numpy(np.int64) * (1 << 32) + syncs["tid"].to_numpy(np.int64))[last]
-    same_thread = (thread[first] == sync_thread) & (changes[np.clip(hi - 1, 0, None)] == changes[first])
-    long_starts = g_start[long]  # the trailing ops ran back to back: no other long gap since the call returned
-    between = np.searchsorted(long_starts, g_start[gap], side="left") - np.searchsorted(long_starts, ends[last])
-    soon = (launched_at[first] >= ends[last]) & (launched_at[first] - ends[last] <= params.sync_trailing_within_us * 1000)
-    ok = (count >= 1) & (count <= params.sync_trailing_ops) & same_thread & soon & (between == 0)
+    returned = ends[last]
+    lo = np.searchsorted(work_start, returned, side="left")  # the ops that started after it returned
+    hi = next_op[gap] + 1  # ... up to and including the one that ends the gap
+    drained_then = busy_until[np.clip(lo, 0, len(work) - 1)] <= returned + slack  # it waited for all the work
+    same_process = pid[np.clip(hi - 1, 0, None)] == syncs["pid"].to_numpy(np.int64)[last]
+    never_ahead = (queued_before[np.clip(hi, 0, len(work))] - queued_before[np.clip(lo, 0, len(work))]) == 0
+    ok = (lo < hi) & drained_then & same_process & never_ahead
     found[gap[ok]] = syncs.index.to_numpy()[last[ok]]
     return found
 
@@ -367,25 +370,54 @@ def _no_gaps() -> pd.DataFrame:
 
 
 def _sync_details(trace: Trace, sync_gaps: pd.DataFrame) -> pd.DataFrame:
-    """Per sync gap (same index): the call, the op the user called, the innermost op, the line."""
-    columns = ["call", "op", "inner_op", "python", "dur"]
+    """Per sync gap (same index): the call, the op the user called, the innermost op, the line,
+    and the user's line the launching thread was in at the gap's middle (`after`: the host work
+    the wait exposed), vectorized over gaps."""
+    columns = ["call", "op", "inner_op", "python", "after", "dur"]
     if sync_gaps.empty:
         return pd.DataFrame(columns=columns)
     calls = trace.cpu.loc[sync_gaps["sync"].to_numpy()]
     inner, outer = op_above(trace, calls)
+    python = python_line_above(trace, calls)
     return pd.DataFrame({"call": calls["name"].astype(str).to_numpy(),
                          "op": [o or i for o, i in zip(outer, inner)], "inner_op": inner,
-                         "python": python_line_above(trace, calls), "dur": sync_gaps["dur"].to_numpy()},
-                        index=sync_gaps.index)
+                         "python": python, "after": _line_during(trace, sync_gaps),
+                         "dur": sync_gaps["dur"].to_numpy()}, index=sync_gaps.index)
+
+
+def _line_during(trace: Trace, gaps: pd.DataFrame) -> np.ndarray:
+    """The user's innermost line on the thread that launched the work ending each gap, at the
+    gap's middle (None where the trace has no frames or no launch)."""
+    found = np.full(len(gaps), None, dtype=object)
+    calls = calls_by_correlation(trace)
+    for view in device_views(trace):
+        mine = np.flatnonzero(gaps["device"].to_numpy() == view.device)
+        if not len(mine):
+            continue
+        launch = calls.reindex(view.work["correlation"].to_numpy()[gaps["next_op"].to_numpy()[mine]])
+        known = launch["pid"].notna().to_numpy()
+        if not known.any():
+            continue
+        middle = ((gaps["start"].to_numpy(np.int64) + gaps["end"].to_numpy(np.int64)) // 2)[mine]
+        at = pd.DataFrame({"pid": launch["pid"].to_numpy()[known].astype(np.int64),
+                           "tid": launch["tid"].to_numpy()[known].astype(np.int64), "start": middle[known]})
+        found[mine[known]] = python_line_above(trace, at)
+    return found
 
 
 def _sync_sites(details: pd.DataFrame, top: int = 10) -> list[SyncSite]:
-    """Sync gaps grouped by (call, op, line), largest idle first."""
+    """Sync gaps grouped by (call, op, line), largest idle first; each with the other line the
+    host was in during most of its idle, if any."""
     if details.empty:
         return []
-    grouped = details.fillna({"op": "", "python": ""}).groupby(["call", "op", "python"])["dur"].agg(["size", "sum"])
+    filled = details.fillna({"op": "", "python": "", "after": ""})
+    grouped = filled.groupby(["call", "op", "python"])["dur"].agg(["size", "sum"])
     grouped = grouped.sort_values("sum", ascending=False).head(top)
-    return [SyncSite(call, op or None, py or None, int(r["size"]), us(r["sum"]))
+    elsewhere = filled[(filled["after"] != "") & (filled["after"] != filled["python"])]
+    after = (elsewhere.groupby(["call", "op", "python", "after"])["dur"].sum().reset_index()
+             .sort_values("dur", ascending=False, kind="stable").drop_duplicates(["call", "op", "python"])
+             .set_index(["call", "op", "python"])["after"])
+    return [SyncSite(call, op or None, py or None, int(r["size"]), us(r["sum"]), after.get((call, op, py)))
             for (call, op, py), r in grouped.iterrows()]
 
 
@@ -400,6 +432,8 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
         d = details.loc[gap.Index]
         evidence = GapEvidence(sync_call=_text(d["call"]), op=_text(d["op"]), inner_op=_text(d["inner_op"]),
                                python=_text(d["python"]))
+        if (after := _text(d["after"])) and after != evidence.get("python"):
+            evidence["after"] = after  # the host work the wait exposed
     elif gap.cause != "launch_latency":  # a host-side cause: what the launching thread was doing
         evidence = gap_host_activity(trace, gap).to_dict()
     return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,
