@@ -40,9 +40,12 @@ from .workload import detect_workload
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
 #: major number changes when a key is removed or changes meaning, the minor when keys are added. A
 #: registered detector adds its key and says in which version (registry.Detector.since). 1.3: the
-#: annotations' idle_ranges (idle_us and share_of_idle_pct on each range), the idle parameters
-#: sync_trailing_ops and sync_trailing_within_us, a launch-bound op's range.
-SCHEMA_VERSION = max(["1.3", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
+#: annotations' idle_ranges (idle_us and share_of_idle_pct on each range), a launch-bound op's
+#: range. 2.0: the idle parameters sync_trailing_ops and sync_trailing_within_us are gone (a wait
+#: owns the gaps until work is queued again); the straggler parameter is straggler_waiting_pct;
+#: added: steps[].start_us, sync_sites[].after, comparison caused_waiting_pct and each rank's
+#: caused_waiting_us, collectives.nics_per_node, diff's grew.
+SCHEMA_VERSION = max(["2.0", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 
 @dataclass(frozen=True)
