@@ -182,3 +182,27 @@ def test_roofline_side_and_memory_bandwidth_on_a_hand_built_trace(tmp_path):
     assert (add.name, add.gbytes, add.gpu_us) == ("aten::add", round(6 * 1024**2 / 1e9, 3), 10.0)
     assert add.achieved_gbps == round(6 * 1024**2 / 10_000, 1)
     assert add.memory_peak_pct == round(100 * (6 * 1024**2 / 10_000) / 3350, 2)
+
+
+def test_two_gemm_shapes_of_which_one_is_slow_by_hand(tmp_path):
+    from traceagent.detect.shapes import detect_shapes, shapes_sentence
+
+    # 4 calls of a 1024³ bf16 matmul in 10 µs each (2·1024³ FLOP / 10 µs = 214.7 TFLOP/s), and 4 calls
+    # of 1024×1000×1024 in 20 µs each (2·1024·1000·1024 / 20 µs = 104.9 TFLOP/s: 48.8% of the best)
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    t = 0.0
+    for k, (kdim, dur) in enumerate([(1024, 10.0), (1000, 20.0)] * 4):
+        op = b.op("aten::mm", t, dur + 10)
+        op["args"] |= {"Input Dims": [[1024, kdim], [kdim, 1024]], "Input type": ["c10::BFloat16"] * 2}
+        b.kernel(f"sm90_gemm_{k}", t + 8, dur, launch_at=t + 2)
+        t += dur + 20
+    result = detect_shapes(b.load(tmp_path))
+    fast, slow = (next(r for r in result.rows if r.shape == f"M=1024 K={k} N=1024") for k in (1024, 1000))
+    assert (fast.calls, fast.gpu_us, slow.calls, slow.gpu_us) == (4, 40.0, 4, 80.0)
+    assert fast.tflops == pytest.approx(2 * 1024**3 / 10e-6 / 1e12, abs=1e-3) and not fast.slow
+    assert slow.tflops == pytest.approx(2 * 1024 * 1000 * 1024 / 20e-6 / 1e12, abs=1e-3)
+    assert slow.slow and slow.of_best_pct == pytest.approx(100 * 1000 / 1024 / 2, abs=0.01)
+    # what it loses: 80 µs, against the time its FLOPs take at the fast shape's rate (4 × 10 × 1000/1024 µs)
+    assert slow.lost_us == pytest.approx(80 - 40 * 1000 / 1024, abs=0.001)
+    assert slow.mfu_pct == pytest.approx(100 * slow.tflops / 989.5, abs=0.01)
+    assert result.slow == [slow] and "M=1024 K=1000 N=1024" in shapes_sentence(result)

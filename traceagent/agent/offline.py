@@ -21,6 +21,7 @@ from ..detect.diagnose import Verdict
 from ..detect.interconnect import interconnect_sentence
 from ..detect.kernel_profiles import profile_sentence, same_kernel
 from ..detect.kernels import short_name
+from ..detect.shapes import shapes_sentence
 from ..detect.steps import StepRow
 from ..detect.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..format import duration, of_span, percent, shorten, size
@@ -106,6 +107,7 @@ class OfflineAnalyst:
                                   self._communication),
             "critical_path": Plan(lambda q, at: [("critical_path", at)], self._critical_path),
             "phases": Plan(lambda q, at: [("phases", at), ("verdict", at)], self._phases),
+            "shapes": Plan(lambda q, at: [("shapes", at)], self._shapes),
             "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                  self._communication),
             "straggler": Plan(lambda q, at: [("communication", at)], self._straggler),
@@ -432,6 +434,20 @@ class OfflineAnalyst:
                 lines.append(f"  {p.next_step}.")
         lines.append(f"\nOverall: {verdict.verdict.headline}.")
         return "\n".join(lines)
+
+    def _shapes(self, q: Question, answer: DetectorAnswer) -> str:
+        if answer.result is None:
+            return (_unavailable(answer.unavailable, "per-shape matmul and attention times") if answer.unavailable
+                    else "This trace has no matmul, convolution or attention ops with recorded shapes.")
+        result = answer.result
+        lines = [f"{self._who(answer.scope)}By shape (each op's calls at one shape and dtype):"]
+        for r in result.rows[:5]:
+            lines.append(f"- `{r.op}` {r.shape} ({r.dtype}): {r.calls} calls, {duration(r.gpu_us)}, "
+                         f"{r.tflops:g} TFLOP/s (calls from {r.min_tflops:g} to {r.max_tflops:g})"
+                         + (f", MFU {percent(r.mfu_pct)}" if r.mfu_pct is not None else "")
+                         + (f"; **slow**: {percent(r.of_best_pct)} of its op's best shape" if r.slow else "") + ".")
+        sentence = shapes_sentence(result)
+        return "\n".join([*lines, "", sentence] if sentence else lines)
 
     def _straggler(self, q: Question, answer: CommAnswer) -> str:
         ranks = answer.comparison

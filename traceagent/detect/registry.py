@@ -23,6 +23,7 @@ from .host_pauses import HostPausesParams, HostPausesResult, detect_host_pauses,
 from .interconnect import InterconnectParams, InterconnectResult, detect_interconnect, interconnect_sentence
 from .memcpy import MemcpyResult
 from .phases import PhasesParams, PhasesResult, detect_phases, phases_sentence
+from .shapes import ShapesParams, ShapesResult, detect_shapes, shapes_sentence
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,13 @@ DETECTORS: tuple[Detector, ...] = (
              interconnect_sentence, since="1.4",
              needs=("the trace has no copies between host and device or between GPUs, and no GPU metrics",
                     "for link utilisation, profile with nsys --gpu-metrics-devices=all and export to SQLite")),
+    Detector("shapes", "Shapes", "Matmul, convolution and attention per unique shape (M×K×N, the attention dims, "
+             "the convolution's input and weight) and dtype: calls, device time, achieved TFLOP/s (all calls, the "
+             "slowest, the fastest), TB/s, MFU, and which shapes run at under half their op's best shape (slow, "
+             "with the time they lose).",
+             ShapesParams(), ShapesResult, lambda i, p: detect_shapes(i.trace, p), shapes_sentence, since="2.0",
+             needs=("no matmul, convolution or attention op has recorded shapes and device time",
+                    "profile with torch.profiler.profile(record_shapes=True)")),
     Detector("phases", "Inference phases", "An inference server's steps (SGLang step[EXTEND/DECODE …], vLLM "
              "execute_N_context_C(…)_generation_G(…)) split into prefill, decode and mixed: per phase the steps and "
              "tokens, busy and idle time, launch gaps, the share of kernel time replayed from CUDA graphs, whether it "
