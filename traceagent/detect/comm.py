@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ..trace.model import Trace
 from . import intervals as iv
+from .streams import SharedStream, shared_streams
 from .view import device_time_ns, on_device, pct, us, views_of
 
 
@@ -30,6 +31,8 @@ class CommResult:
     exposed_pct: float  # exposed over device time: what hiding it would save at most
     exposed_of_comm_pct: float  # exposed over comm time: how much of communication is not hidden
     top: list[Collective]  # the collectives taking the most time
+    # streams where collectives take turns with compute kernels: no overlap is possible there
+    shared_streams: list[SharedStream] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -51,4 +54,5 @@ def detect_comm(trace: Trace, top: int = 5, device: int | None = None) -> CommRe
         kernels=len(kernels), comm_us=us(comm), share_pct=pct(comm, span), exposed_us=us(exposed),
         exposed_pct=pct(exposed, span), exposed_of_comm_pct=pct(exposed, comm),
         top=[Collective(name=str(n), count=int(r["size"]), total_us=us(r["sum"])) for n, r in by_name.iterrows()],
+        shared_streams=[s for s in shared_streams(trace) if device is None or s.device == device],
     )

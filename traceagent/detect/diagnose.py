@@ -28,6 +28,7 @@ from .memory import MemoryResult
 from .savings import Saving, saving_for, straggler_saving
 from .steps import StepsResult
 from .stragglers import RankComparison
+from .streams import SHARED_FIX
 from .vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES, blocking, gap_causes_of
 from .workload import Workload
 
@@ -242,9 +243,20 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
 
 def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
     comm = f.comm
-    evidence = {"comm_us": comm.comm_us, "comm_share_pct": comm.share_pct, "exposed_us": comm.exposed_us,
-                "exposed_pct": comm.exposed_pct, "exposed_of_comm_pct": comm.exposed_of_comm_pct,
-                "top_collective": comm.top[0]["name"] if comm.top else None}
+    evidence: dict[str, Any] = {"comm_us": comm.comm_us, "comm_share_pct": comm.share_pct,
+                                "exposed_us": comm.exposed_us, "exposed_pct": comm.exposed_pct,
+                                "exposed_of_comm_pct": comm.exposed_of_comm_pct,
+                                "top_collective": comm.top[0]["name"] if comm.top else None}
+    if comm.shared_streams:  # overlap is impossible where they take turns on one stream: say that first
+        s = comm.shared_streams[0]
+        evidence["shared_stream"] = {"device": s.device, "stream": s.stream, "collectives": s.collectives,
+                                     "compute_kernels": s.compute_kernels}
+        return Verdict("communication", "communication",
+                       f"Communication is exposed for {comm.exposed_pct:.1f}% {_of(f)}: GPU {s.device} stream "
+                       f"{s.stream} runs both collectives and compute, so they cannot overlap",
+                       f"Collectives and compute kernels take turns on GPU {s.device} stream {s.stream}: kernels on one "
+                       "stream run in order, so no compute can hide that communication, however the code is written.",
+                       f"Put the collectives on a stream of their own: {SHARED_FIX}.", evidence, also)
     return Verdict("communication", "communication",
                    f"Communication is exposed for {comm.exposed_pct:.1f}% {_of(f)} "
                    f"({comm.exposed_of_comm_pct:.0f}% of collective time is not hidden by compute)",

@@ -24,6 +24,7 @@ from .interconnect import InterconnectParams, InterconnectResult, detect_interco
 from .memcpy import MemcpyResult
 from .phases import PhasesParams, PhasesResult, detect_phases, phases_sentence
 from .shapes import ShapesParams, ShapesResult, detect_shapes, shapes_sentence
+from .streams import StreamsParams, StreamsResult, detect_streams, streams_sentence
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,12 @@ DETECTORS: tuple[Detector, ...] = (
              ShapesParams(), ShapesResult, lambda i, p: detect_shapes(i.trace, p), shapes_sentence, since="2.0",
              needs=("no matmul, convolution or attention op has recorded shapes and device time",
                     "profile with torch.profiler.profile(record_shapes=True)")),
+    Detector("streams", "Streams", "Each GPU stream over its own span: ops, busy and idle time, the idle split into "
+             "host wait (the next op launched only after the stream emptied), kernel wait (queued ops' own overhead) "
+             "and other wait (another stream, an event); and streams where collectives and compute take turns, "
+             "which cannot overlap (with the fix).",
+             StreamsParams(), StreamsResult, lambda i, p: detect_streams(i.trace, p), streams_sentence, since="2.0",
+             needs=("the trace has no device work", "profile with CUDA (or ROCm) activities on")),
     Detector("phases", "Inference phases", "An inference server's steps (SGLang step[EXTEND/DECODE …], vLLM "
              "execute_N_context_C(…)_generation_G(…)) split into prefill, decode and mixed: per phase the steps and "
              "tokens, busy and idle time, launch gaps, the share of kernel time replayed from CUDA graphs, whether it "

@@ -1,0 +1,60 @@
+"""Per stream: each stream's idle split into host wait, kernel wait and other wait (as HTA's
+idle-time breakdown), and streams where collectives and compute take turns (nsys-ai's rule),
+said in the verdict with the fix. Traces built here; every number worked out by hand."""
+
+from __future__ import annotations
+
+import json
+
+from builder import TraceBuilder
+
+from traceagent import analyze
+from traceagent.agent.tools import AnalysisContext, build_tools
+from traceagent.detect.streams import detect_streams, streams_sentence
+
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def test_each_streams_idle_split_into_host_kernel_and_other_wait_by_hand(tmp_path):
+    # stream 7: gemm 10-110 (launched at 0); gemm 110-310 (queued at 5, no stretch); then the stream
+    # empties: gemm launched at 400 runs 410-510 (host wait 310-410: 100 µs); gemm queued at 420
+    # runs 515-600 (5 µs, under kernel_wait_us: kernel wait); gemm queued at 430 runs 650-700
+    # (queued but 50 µs: other wait). Span 10-700 = 690 µs, busy 535 µs, idle 155 µs.
+    # stream 9: one kernel 200-250: busy all its span.
+    b = TraceBuilder()
+    for launch, start, dur in ((0, 10, 100), (5, 110, 200), (400, 410, 100), (420, 515, 85), (430, 650, 50)):
+        b.kernel("gemm", start, dur, launch_at=launch)
+    b.kernel("side_kernel", 200, 50, stream=9, launch_at=150)
+    result = detect_streams(b.load(tmp_path))
+    seven = next(r for r in result.rows if r.stream == 7)
+    assert (seven.ops, seven.span_us, seven.busy_us, seven.idle_us) == (5, 690.0, 535.0, 155.0)
+    assert (seven.host_wait_us, seven.kernel_wait_us, seven.other_wait_us) == (100.0, 5.0, 50.0)
+    nine = next(r for r in result.rows if r.stream == 9)
+    assert (nine.busy_us, nine.idle_us, nine.busy_of_span_pct) == (50.0, 0.0, 100.0)
+    assert result.shared == [] and (result.host_wait_us, result.kernel_wait_us, result.other_wait_us) == (100.0, 5.0, 50.0)
+    assert "most waits for the host (host wait) (100 µs)" in streams_sentence(result).replace("100.0 µs", "100 µs")
+
+
+def test_nccl_on_the_compute_stream_is_said_with_the_fix(tmp_path):
+    # stream 7 runs gemm 0-100, all-reduce 100-400, gemm 400-500, all-reduce 500-800, all queued:
+    # 600 µs of communication no compute can hide (75% of the span), because both share the stream
+    b = TraceBuilder()
+    for k, (name, start, dur) in enumerate(((("gemm", 0, 100)), (ALLREDUCE, 100, 300), ("gemm", 400, 100),
+                                            (ALLREDUCE, 500, 300))):
+        b.kernel(name, start, dur, launch_at=k)
+    analysis = analyze(b.write(tmp_path / "shared.json"))
+    (shared,) = analysis.ranks[0].findings.comm.shared_streams
+    assert (shared.device, shared.stream, shared.collectives, shared.compute_kernels, shared.comm_us) == (0, 7, 2, 2, 600.0)
+    v = analysis.verdict
+    assert (v.limiter, v.root_cause) == ("communication", "communication")
+    assert "stream 7 runs both collectives and compute" in v.headline and "stream of their own" in v.next_step
+    assert v.evidence["shared_stream"]["stream"] == 7
+    tool = {t.name: t for t in build_tools(AnalysisContext(analysis))}["streams"]
+    assert json.loads(tool.invoke({}))["shared"][0]["stream"] == 7
+
+
+def test_collectives_on_their_own_stream_are_not_shared(tmp_path):
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, launch_at=0)
+    b.kernel(ALLREDUCE, 20, 300, stream=20, launch_at=1)
+    assert analyze(b.write(tmp_path / "own.json")).ranks[0].findings.comm.shared_streams == []
