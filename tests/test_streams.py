@@ -58,3 +58,24 @@ def test_collectives_on_their_own_stream_are_not_shared(tmp_path):
     b.kernel("gemm", 0, 100, launch_at=0)
     b.kernel(ALLREDUCE, 20, 300, stream=20, launch_at=1)
     assert analyze(b.write(tmp_path / "own.json")).ranks[0].findings.comm.shared_streams == []
+
+
+def test_a_full_launch_queue_blocks_the_host_by_hand(tmp_path):
+    from traceagent.detect.launch_queue import LaunchQueueParams, detect_launch_queue, launch_queue_sentence
+
+    # 12 kernels of 100 µs back to back (kernel i runs 100·i to 100·(i+1)) and a queue that holds 5.
+    # One host thread launches them: launches 0-4 at t = 0..4, 1 µs each (queued at 1..5); launch 5
+    # is called at 5 with 5 queued and blocks until kernel 0 ends at 100 (95 µs); launch i ≥ 6 is
+    # called at 100·(i-5) with 5 queued and blocks until 100·(i-4) (100 µs each). By hand: at most
+    # 5 queued, and 95 + 6 × 100 = 695 µs blocked on a full queue.
+    b = TraceBuilder()
+    for i in range(12):
+        call = i if i < 6 else 100 * (i - 5)
+        returns = call + 1 if i < 5 else 100 * (i - 4)
+        b.kernel("gemm", 100 * i, 100, launch_at=call, launch_dur=returns - call)
+    result = detect_launch_queue(b.load(tmp_path), LaunchQueueParams(full_at=5))
+    (stream,) = result.streams
+    assert (stream.launches, stream.max_queue) == (12, 5)
+    assert stream.blocked_us == 695.0 and result.blocked_us == 695.0
+    assert len(stream.curve) == 64 and stream.curve[0][1] == 1 and stream.curve[-1][1] == 0
+    assert "blocked in launch calls on a full queue" in launch_queue_sentence(result)

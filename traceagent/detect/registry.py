@@ -21,6 +21,7 @@ from .breakdown import BreakdownResult
 from .collectives import CollectivesParams, CollectivesResult, collectives_sentence, detect_collectives
 from .host_pauses import HostPausesParams, HostPausesResult, detect_host_pauses, host_pauses_sentence
 from .interconnect import InterconnectParams, InterconnectResult, detect_interconnect, interconnect_sentence
+from .launch_queue import LaunchQueueParams, LaunchQueueResult, detect_launch_queue, launch_queue_sentence
 from .memcpy import MemcpyResult
 from .phases import PhasesParams, PhasesResult, detect_phases, phases_sentence
 from .shapes import ShapesParams, ShapesResult, detect_shapes, shapes_sentence
@@ -88,6 +89,13 @@ DETECTORS: tuple[Detector, ...] = (
              "which cannot overlap (with the fix).",
              StreamsParams(), StreamsResult, lambda i, p: detect_streams(i.trace, p), streams_sentence, since="2.0",
              needs=("the trace has no device work", "profile with CUDA (or ROCm) activities on")),
+    Detector("launch_queue", "Launch queue", "Per stream, the launched ops not yet finished over time (the most, "
+             "the time-weighted mean, a curve), and the host time spent blocked in launch calls on a full queue (the "
+             "GPU, not the host, then sets the pace).",
+             LaunchQueueParams(), LaunchQueueResult, lambda i, p: detect_launch_queue(i.trace, p),
+             launch_queue_sentence, since="2.0",
+             needs=("no device op's launch call is in the trace",
+                    "profile with CPU and CUDA activities, so that launch calls link to their kernels")),
     Detector("phases", "Inference phases", "An inference server's steps (SGLang step[EXTEND/DECODE …], vLLM "
              "execute_N_context_C(…)_generation_G(…)) split into prefill, decode and mixed: per phase the steps and "
              "tokens, busy and idle time, launch gaps, the share of kernel time replayed from CUDA graphs, whether it "
