@@ -91,3 +91,39 @@ def test_a_slower_after_trace_says_slower_did_not_help_and_what_grew(tmp_path, c
     assert main(["diff", str(tmp_path / "before.json"), str(tmp_path / "after.json")]) == 0
     out = capsys.readouterr().out
     assert "slower" in out and "did not help" in out and "-100" not in out
+
+
+def test_a_range_that_regresses_is_first_in_diff_and_its_gate_fails(tmp_path, capsys):
+    from builder import TraceBuilder
+
+    import traceagent
+
+    def job(name: str, forward_us: float):
+        # 3 steps: record_function "forward" launches a kernel for `forward_us`, "optimizer" for 200 µs
+        b = TraceBuilder()
+        t = 0.0
+        for step in range(3):
+            b.op(f"ProfilerStep#{step}", t, forward_us + 220)
+            b.op("forward", t, forward_us, cat="user_annotation")
+            b.kernel("fwd_gemm", t + 5, forward_us - 10, launch_at=t + 1)
+            b.op("optimizer", t + forward_us + 10, 200, cat="user_annotation")
+            b.kernel("adam", t + forward_us + 15, 180, launch_at=t + forward_us + 11)
+            t += forward_us + 220
+        return b.write(tmp_path / name)
+
+    before, after = job("before.json", 500.0), job("after.json", 800.0)
+    d = diff(traceagent.analyze(before), traceagent.analyze(after))
+    first = d.ranges[0]
+    # by hand, per step: forward 500 → 800 µs of host time (+60%), 490 → 790 µs of its kernel; optimizer unchanged
+    assert (first["name"], first["before_host_us"], first["after_host_us"], first["change_pct"]) == \
+        ("forward", 500.0, 800.0, 60.0)
+    assert (first["before_gpu_us"], first["after_gpu_us"]) == (490.0, 790.0)
+    optimizer = next(r for r in d.ranges if r["name"] == "optimizer")
+    assert optimizer["change_pct"] == 0.0
+    assert main(["diff", str(before), str(after), "--gate", "optim:5"]) == 0  # the optimizer did not grow
+    capsys.readouterr()
+    assert main(["diff", str(before), str(after), "--gate", "forw:50", "--gate", "optim:5"]) == 1
+    err = capsys.readouterr().err
+    assert "range 'forward' is 60.0% slower (limit 50% for 'forw')" in err and "optimizer" not in err
+    with pytest.raises(SystemExit):
+        main(["diff", str(before), str(after), "--gate", "forward"])  # no percentage: a usage error

@@ -213,6 +213,17 @@ def failed_gates(result: Analysis, gates: list[tuple[str, float | None]]) -> int
     return crossed
 
 
+def range_gate(text: str) -> tuple[re.Pattern, float]:
+    """--gate REGEX:PCT (the last colon splits: a regex may hold colons, as in aten::mm)."""
+    pattern, _, limit = text.rpartition(":")
+    try:
+        return re.compile(pattern), float(limit)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"{pattern!r} is not a regular expression ({exc})") from None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected REGEX:PCT, e.g. 'forward:10', not {text!r}") from None
+
+
 def fail_gate(text: str) -> tuple[str, float | None]:
     """--fail-on NAME[:PCT]: a limiter, root cause or gap cause, and a percentage."""
     from .detect.vocabulary import GAP_CAUSES, LIMITERS, ROOT_CAUSES
@@ -315,7 +326,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .detect.diff import diff
+    from .detect.diff import diff, ranges_over
     from .report.markdown import render_diff_markdown
 
     before = run_request(request_of(args, args.before))
@@ -326,11 +337,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
     else:
         from rich.markdown import Markdown
         out.print(Markdown(render_diff_markdown(result)))
+    crossed = 0
     if args.fail_if_slower is not None and result.slower_pct > args.fail_if_slower:
         err.print(f"traceagent: after is {result.slower_pct:.1f}% slower than before "
                   f"(limit {args.fail_if_slower:g}%)", markup=False)
-        return 1
-    return 0
+        crossed = 1
+    for line in ranges_over(result, args.gate or []):
+        err.print(f"traceagent: {line}", markup=False)
+        crossed = 1
+    return crossed
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -594,6 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("after", help="trace (or rank directory) after the change")
     compare.add_argument("--fail-if-slower", type=float, metavar="PCT",
                          help="exit 1 when the step time (or span) grew by more than PCT percent")
+    compare.add_argument("--gate", type=range_gate, action="append", metavar="REGEX:PCT",
+                         help="exit 1 when a record_function / NVTX range whose name matches REGEX grew by more than "
+                              "PCT percent of its host time per step; repeatable")
     ask = add("ask", cmd_ask, "ask one question about a trace (an LLM if configured, else the offline analyst)")
     ask.add_argument("question")
     ask.add_argument("--compare", metavar="OTHER", help="a second trace (after a change) to compare with")

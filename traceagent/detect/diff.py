@@ -6,6 +6,7 @@ the mean step (when both traces have steps; the span otherwise).
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
@@ -90,6 +91,18 @@ class KernelChange(TypedDict):
     after_share_pct: float | None
 
 
+class RangeChange(TypedDict):
+    """One record_function / NVTX range in both traces: host time and the device time of the kernels
+    launched inside it, per step (or per trace), and the change of its host time."""
+
+    name: str
+    before_host_us: float | None
+    after_host_us: float | None
+    before_gpu_us: float | None
+    after_gpu_us: float | None
+    change_pct: float | None  # of its host time: + slower
+
+
 class CollectivesSide(TypedDict):
     """One trace's collectives with a recorded payload, every rank added up."""
 
@@ -131,6 +144,7 @@ class DiffResult:
     helped: bool = False  # faster by at least noise_pct, or the root cause gone without getting slower
     noise_pct: float = NOISE_PCT  # a smaller change in step time (or span) is run-to-run noise
     grew: str | None = None  # when the after trace is slower: what grew most, in words
+    ranges: list[RangeChange] = field(default_factory=list)  # in both traces, the most grown first
 
     def to_dict(self) -> dict:
         d = {"schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -245,6 +259,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
             new.append(f"idle from {cause} grew by {grown:.1f} points of the span")
 
     kernels = _kernels(before, after, per(b), per(a), top)
+    ranges = _ranges(before, after, per(b), per(a), top)
     time_word = "step time" if basis == "step" else "span"
     headline = (f"{words}: {percent(share_before)} → {percent(share_after)}"
                 f"{' (gone)' if gone else ''}; {time_word} {duration(b[key])} → {duration(a[key])} ({slower:+.1f}%)")
@@ -265,8 +280,44 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
                         headline=v_after.headline),
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
         kernels=kernels, headline=headline, notes=notes, prediction=prediction, collectives=collectives,
-        helped=-slower >= NOISE_PCT or (root_cause["gone"] and slower < NOISE_PCT), grew=grew,
+        helped=-slower >= NOISE_PCT or (root_cause["gone"] and slower < NOISE_PCT), grew=grew, ranges=ranges,
     )
+
+
+def _ranges(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[RangeChange]:
+    """The annotated ranges either analysis kept (by device time or by the idle under them), side by
+    side per step (or per trace), those whose host time grew most first."""
+    def totals(a: Analysis, per: int) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}
+        for r in a.ranks:
+            kept = r.findings.annotations
+            for rng in {x.name: x for x in [*(kept.ranges if kept else []), *(kept.idle_ranges if kept else [])]}.values():
+                host, gpu = out.get(rng.name, (0.0, 0.0))
+                out[rng.name] = (host + rng.host_us / per, gpu + rng.gpu_us / per)
+        return out
+
+    tb, ta = totals(before, per_b), totals(after, per_a)
+    rows = []
+    for name in set(tb) | set(ta):
+        b, a = tb.get(name), ta.get(name)
+        change = pct(a[0] - b[0], b[0]) if a and b and b[0] else None
+        rows.append(RangeChange(name=name, before_host_us=round(b[0], 3) if b else None,
+                                after_host_us=round(a[0], 3) if a else None, before_gpu_us=round(b[1], 3) if b else None,
+                                after_gpu_us=round(a[1], 3) if a else None, change_pct=change))
+    grown = lambda r: (r["after_host_us"] or 0.0) - (r["before_host_us"] or 0.0)  # noqa: E731
+    return sorted(rows, key=lambda r: (-grown(r), r["name"]))[:top]
+
+
+def ranges_over(result: DiffResult, gates: list[tuple[re.Pattern, float]]) -> list[str]:
+    """For `diff --gate REGEX:PCT`: a line for each range matching a gate whose host time per step
+    grew by more than its percentage."""
+    crossed = []
+    for pattern, limit in gates:
+        for r in result.ranges:
+            if pattern.search(r["name"]) and r["change_pct"] is not None and r["change_pct"] > limit:
+                crossed.append(f"range {r['name']!r} is {r['change_pct']:.1f}% slower (limit {limit:g}% for "
+                               f"{pattern.pattern!r})")
+    return crossed
 
 
 def _grew_most(metrics: list[Metric]) -> str | None:

@@ -243,6 +243,10 @@ def _collectives_table(c: CollectivesResult | None) -> list[str]:
             "", "  \n".join(links), "", f"Message sizes: {sizes}.{missing}"]
 
 
+def _maybe(value: float | None) -> str:
+    return duration(value) if value is not None else "-"
+
+
 def render_diff_markdown(d: DiffResult) -> str:
     rc = d.root_cause
     out = ["# traceagent diff", "", f"Before: {code(d.before['path'])} ({d.before['limiter']}/{d.before['root_cause']})  ",
@@ -275,6 +279,13 @@ def render_diff_markdown(d: DiffResult) -> str:
                          f"{percent(k['before_share_pct'])} → {percent(k['after_share_pct'])}",
                          f"{k['before_count'] or 0} → {k['after_count'] or 0}"]
                         for k in d.kernels])]
+    if d.ranges:
+        per = "per step" if d.time_basis == "step" else "in the trace"
+        out += ["", f"Ranges (record_function / NVTX, {per}; the most grown first):", "",
+                _table(["range", "host before", "host after", "change", "GPU before", "GPU after"],
+                       [[code(shorten(r["name"], 50)), _maybe(r["before_host_us"]), _maybe(r["after_host_us"]),
+                         f"{r['change_pct']:+.1f}%" if r["change_pct"] is not None else "-",
+                         _maybe(r["before_gpu_us"]), _maybe(r["after_gpu_us"])] for r in d.ranges])]
     out += ["", "New problems:" if d.new_problems else "No new problems."]
     out += [f"- {md_literal(p)}" for p in d.new_problems]
     out += [f"\n_{n}_" for n in d.notes]
