@@ -12,7 +12,7 @@ from builder import TraceBuilder
 from conftest import DATA, NSYS_BEFORE, RESNET_NW0
 
 import traceagent
-from traceagent.detect.critical_path import KINDS, critical_path
+from traceagent.detect.critical_path import KINDS, critical_path, critical_path_sentence
 from traceagent.report.annotate import annotate
 
 
@@ -90,3 +90,20 @@ def test_a_path_kernel_is_timed_as_the_raw_trace_has_it():
         raw = [e for e in json.load(f)["traceEvents"] if e.get("cat") in ("Kernel", "kernel") and e["name"] == top.name]
     assert top.total_us == pytest.approx(sum(e["dur"] for e in raw), abs=0.01)
     assert 0 < top.on_path_us <= top.total_us
+
+
+def test_the_host_ops_on_the_path_are_named(tmp_path):
+    # one thread: aten::empty 0-80 (host work, no launch), aten::relu 80-100 launching at 85-95 a
+    # kernel that runs 100-110; then aten::empty 110-190, aten::relu 190-210 launching at 195-205 a
+    # kernel 210-220. The path, walked back from the last kernel to the first device work (100):
+    # that kernel, its launch 195-205 (inside relu: 10 µs), and the host work since the path's start
+    # 100-195. Read at 8 points (each 95/8 µs): 105.9 is in no op, the other 7 in aten::empty.
+    b = TraceBuilder()
+    for t in (0, 110):
+        b.op("aten::empty", t, 80)
+        b.op("aten::relu", t + 80, 20)
+        b.kernel("relu_kernel", t + 100, 10, launch_at=t + 85, launch_dur=10)
+    path = traceagent.analyze(b.write(tmp_path / "host_ops.json")).ranks[0].findings.critical_path
+    assert [(h.name, h.on_path_us) for h in path.host_ops] == [("aten::empty", 7 * 95 / 8), ("aten::relu", 10.0)]
+    assert path.host_ops[0].share_of_host_pct == round(100 * 7 * 95 / 8 / 105, 2)
+    assert "its host time is in aten::empty" in critical_path_sentence(path)

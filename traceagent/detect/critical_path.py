@@ -18,13 +18,14 @@ is found beforehand with array operations.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from ..format import duration
 from ..trace.model import Trace, matches
+from ..trace.normalize import innermost_enclosing
 from .kernels import short_name
 from .view import pct, us
 from .vocabulary import BLOCKING_NAME
@@ -43,6 +44,15 @@ class PathKernel:
 
 
 @dataclass(frozen=True)
+class PathHostOp:
+    """An op (aten::empty, cudnn_batch_norm…) whose host time, its calls' and between them, is on the path."""
+
+    name: str
+    on_path_us: float
+    share_of_host_pct: float  # of the path's host calls and host work
+
+
+@dataclass(frozen=True)
 class CriticalPathResult:
     """The rank's critical path, from its first dependency to the end of its last device work."""
 
@@ -58,6 +68,7 @@ class CriticalPathResult:
     events: int  # events on the path
     kernels: list[PathKernel]  # the kernels with the most time on the path
     off_path: list[str]  # hot kernels (by total time, short names, each once) with no instance on the path
+    host_ops: list[PathHostOp] = field(default_factory=list)  # the host ops the path's host time was spent in
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -77,6 +88,7 @@ class Path:
     event: np.ndarray  # the event: a row of the device ops (device), of the host calls (host_call); -1 for gaps
     device_names: pd.Categorical  # the device ops' names, by row
     call_names: pd.Categorical
+    thread: np.ndarray  # a host segment's thread (pid << 32 | tid; the call it is or precedes), -1 on the device
 
     def names(self) -> list[str]:
         """Each segment's name ("" for gaps): for the path's events only."""
@@ -131,17 +143,21 @@ def critical_path(trace: Trace) -> Path | None:
     pred = np.concatenate([pred, np.where(gpu_set, waited, prev_call)])
 
     first_device = int(d_start.min())
+    call_thread = calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64)
     nodes = _walk(pred.tolist(), end.tolist(), int(np.argmax(d_end)), first_device)
     follows = pred[nodes]
     at = np.maximum(np.where(follows >= 0, end[np.maximum(follows, 0)], start[nodes]), first_device)
     on_device = nodes < n_dev
     gap = at < start[nodes]  # the time between: a wait on the device, or host work on a thread
+    thread = np.where(on_device, -1, call_thread[np.clip(nodes - n_dev, 0, max(len(call_thread) - 1, 0))]
+                      if len(call_thread) else -1)
     return Path(
         kind=np.concatenate([np.where(on_device, 0, 1), np.where(on_device, 3, 2)[gap]]).astype(np.int8),
         start=np.concatenate([np.maximum(start[nodes], at), at[gap]]),
         end=np.concatenate([end[nodes], start[nodes][gap]]),
         event=np.concatenate([np.where(on_device, nodes, nodes - n_dev), np.full(int(gap.sum()), -1)]),
-        device_names=gpu["name"].array, call_names=calls["name"].array)
+        device_names=gpu["name"].array, call_names=calls["name"].array,
+        thread=np.concatenate([thread, thread[gap]]).astype(np.int64))
 
 
 def _walk(pred: list[int], end: list[int], node: int, floor: int) -> np.ndarray:
@@ -192,12 +208,41 @@ def detect_critical_path(trace: Trace, hot: list[str]) -> CriticalPathResult | N
     rows = sorted((PathKernel(categories[i], short_name(categories[i]), us(on_path[i]), int(count[i]), us(totals[i]),
                               us(on_path[i] / 2)) for i in wanted), key=lambda k: -k.on_path_us)
     length = int(path.end.max() - path.start.min())
+    host_ops = _host_ops(trace, path, dur)
     return CriticalPathResult(
         length_us=us(length), device_us=us(part[0]), host_call_us=us(part[1]), host_work_us=us(part[2]),
         wait_us=us(part[3]), device_pct=pct(part[0], length), host_call_pct=pct(part[1], length),
         host_work_pct=pct(part[2], length), wait_pct=pct(part[3], length), events=int((path.event >= 0).sum()),
         kernels=rows,
-        off_path=list(dict.fromkeys(short_name(n) for n in hot if n not in index or not kernel_on_path[index[n]])))
+        off_path=list(dict.fromkeys(short_name(n) for n in hot if n not in index or not kernel_on_path[index[n]])),
+        host_ops=host_ops)
+
+
+#: points at which each host segment of the path is read: its time is split among the ops there
+_SAMPLES = 8
+
+
+def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list[PathHostOp]:
+    """The innermost op on its thread at evenly spaced points of each host segment of the path (a
+    call, or the host work before one), its time split among them and summed by op name: HTA's
+    named host nodes (`aten::empty`, `cudnn_batch_norm`) where the path says host work."""
+    host = np.flatnonzero((path.kind == 1) | (path.kind == 2))
+    ops = trace.cpu[(trace.cpu["kind"] == "op").to_numpy()].reset_index(drop=True)
+    if not len(host) or ops.empty:
+        return []
+    thread = np.repeat(path.thread[host], _SAMPLES)
+    fraction = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
+    at_time = (path.start[host][:, None] + dur[host][:, None] * fraction[None, :]).astype(np.int64).ravel()
+    at = innermost_enclosing(ops, thread >> 32, thread & 0xFFFFFFFF, at_time)
+    named = at >= 0
+    if not named.any():
+        return []
+    codes = ops["name"].cat.codes.to_numpy()[at[named]]
+    share = np.repeat(dur[host] / _SAMPLES, _SAMPLES)[named]
+    time = np.bincount(codes, weights=share, minlength=len(ops["name"].cat.categories))
+    whole = float(dur[host].sum())
+    best = np.argsort(-time, kind="stable")[:top]
+    return [PathHostOp(str(ops["name"].cat.categories[i]), us(time[i]), pct(time[i], whole)) for i in best if time[i] > 0]
 
 
 def critical_path_sentence(result: CriticalPathResult) -> str | None:
@@ -211,4 +256,6 @@ def critical_path_sentence(result: CriticalPathResult) -> str | None:
     if result.off_path:
         text += (f"; not on it: {', '.join(result.off_path[:3])} (other work hides them: "
                  "faster, they save nothing)")
+    if result.host_ops:
+        text += "; its host time is in " + ", ".join(f"{h.name} {duration(h.on_path_us)}" for h in result.host_ops[:3])
     return text + "."
