@@ -24,8 +24,9 @@ def _check(analysis: traceagent.Analysis) -> int:
         by_step = {row["step"]: row["idle_us"] for row in data["steps"]["steps"]}
         breakdown: dict[int, float] = {}
         for row in data["breakdown"]["steps"]:
-            breakdown[row["step"]] = breakdown.get(row["step"], 0.0) + row["idle_us"]
-            assert row["span_us"] == pytest.approx(row["busy_us"] + row["idle_us"], abs=0.002)
+            b = row["breakdown"]
+            breakdown[row["step"]] = breakdown.get(row["step"], 0.0) + b["idle_us"]
+            assert b["span_us"] == pytest.approx(b["busy_us"] + b["idle_us"], abs=0.002)
         for step, idle in by_step.items():
             assert breakdown.get(step, 0.0) == pytest.approx(idle, abs=0.002 * len(rank.devices)), f"step {step}"
             if len(rank.devices) > 1:  # each GPU's own step table adds up to the rank's

@@ -8,7 +8,7 @@ from importlib import resources
 
 import jsonschema
 import pytest
-from conftest import B200, CPU_ONLY, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
+from conftest import B200, CPU_ONLY, DATA, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
 
 from traceagent.cli import main
 from traceagent.detect.analysis import SCHEMA_VERSION
@@ -52,3 +52,40 @@ def test_traceagent_schema_prints_what_the_wheel_ships(capsys):
         printed = json.loads(capsys.readouterr().out)
         shipped = json.loads((resources.files("traceagent") / "schemas" / f"{which}.schema.json").read_text())
         assert printed == shipped, f"regenerate: traceagent schema {which} > traceagent/schemas/{which}.schema.json"
+
+
+ALL_TRACES = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json.gz", ".sqlite"))) + [DLRM_8RANK]
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: str(p.relative_to(DATA)))
+def test_analyze_and_diff_json_validate_with_no_key_the_schema_does_not_describe(path):
+    # the schemas are closed (additionalProperties: false on every object with named properties), so
+    # any key the output has and the schema lacks is an error here
+    data = json.loads(json.dumps(analyzed(path).to_dict()))
+    assert [f"{list(e.absolute_path)}: {e.message[:200]}" for e in validator("analyze").iter_errors(data)] == []
+    compared = json.loads(json.dumps(diff(analyzed(RESNET_NW0), analyzed(path)).to_dict()))
+    assert [f"{list(e.absolute_path)}: {e.message[:200]}" for e in validator("diff").iter_errors(compared)] == []
+
+
+def open_objects(schema, path: str = "") -> list[str]:
+    """Where a schema admits keys it does not name: an object without properties whose other keys
+    are not typed (free-form), or an empty schema (anything)."""
+    found = []
+    if isinstance(schema, dict):
+        if schema == {} or (schema.get("type") == "object" and "properties" not in schema
+                            and schema.get("additionalProperties") in (None, True, {})):
+            found.append(path or "/")
+        if "properties" in schema and schema.get("additionalProperties") is not False:
+            found.append(f"{path} (not closed)")
+        for key, value in schema.items():
+            found += open_objects(value, f"{path}/{key}")
+    elif isinstance(schema, list):
+        for i, value in enumerate(schema):
+            found += open_objects(value, f"{path}/{i}")
+    return found
+
+
+def test_no_part_of_either_schema_is_free_form():
+    for which in SCHEMAS:
+        assert open_objects(SCHEMAS[which]()) == [], which
+    assert open_objects({"type": "object"}) and open_objects({"properties": {"a": {}}})  # the finder finds them

@@ -69,7 +69,7 @@ def test_each_step_is_compared_with_the_median_step():
     assert {row["step"] for row in data["steps"]} == set(steps)
     for row in data["steps"]:
         assert row["vs_median_pct"] == pytest.approx((steps[row["step"]] / median - 1) * 100, abs=0.01)
-        owned = sum(v for k, v in row.items() if k.startswith("idle_") and k != "idle_us")
+        owned = sum(row["idle_by_cause_us"].values())
         assert owned == pytest.approx(row["idle_us"], abs=0.01)  # the gaps a step owns, by cause
 
 
@@ -160,7 +160,7 @@ def test_the_gaps_of_a_step_are_the_ones_steps_gives_it(tmp_path):
     tools = {t.name: t for t in build_tools(AnalysisContext(analyze(b.write(tmp_path / "t.json"))))}
     steps = json.loads(tools["steps"].invoke({}))
     step2 = next(s for s in steps["steps"] if s["step"] == 2)
-    assert step2["idle_us"] == 2000.0 and step2["idle_dataloader_us"] == 2000.0
+    assert step2["idle_us"] == 2000.0 and step2["idle_by_cause_us"]["dataloader"] == 2000.0
     gaps = json.loads(tools["idle_gaps"].invoke({"step": 2}))
     assert gaps["matching_gaps"] == 1 and gaps["matching_idle_us"] == step2["idle_us"]
     assert gaps["top_gaps"][0]["cause"] == "dataloader"

@@ -15,13 +15,13 @@ from typing_extensions import TypedDict  # pydantic reads these on Python < 3.12
 
 from .detect.analysis import SCHEMA_VERSION
 from .detect.annotations import AnnotationsResult
-from .detect.breakdown import Breakdown
+from .detect.breakdown import Breakdown, StepBreakdown
 from .detect.comm import CommResult
 from .detect.critical_path import CriticalPathResult
-from .detect.diagnose import Verdict
+from .detect.diagnose import Verdict, VerdictParams
 from .detect.diff import DiffResult
 from .detect.flops import FlopsResult
-from .detect.idle import DeviceIdle, IdleParams, SyncSite
+from .detect.idle import DeviceIdle, Gap, IdleParams, LaunchBound, SyncSite
 from .detect.kernel_profiles import KernelProfilesResult
 from .detect.kernels import HotKernel
 from .detect.launch import LaunchResult
@@ -29,7 +29,8 @@ from .detect.memcpy import MemcpyResult
 from .detect.memory import MemoryResult
 from .detect.registry import DETECTORS
 from .detect.savings import Saving
-from .detect.stragglers import RankCollectives, StragglerParams
+from .detect.steps import StepsResult
+from .detect.stragglers import RankComparison, StragglerParams
 from .detect.workload import Workload
 
 
@@ -52,7 +53,7 @@ class TraceInfo(TypedDict):
 
 class Params(TypedDict):
     idle: IdleParams
-    verdict: dict[str, Any]
+    verdict: VerdictParams
     stragglers: StragglerParams
 
 
@@ -60,8 +61,16 @@ class BreakdownJSON(TypedDict):
     """A rank's breakdown: the fields of Breakdown for all its GPUs, and these."""
 
     devices: dict[str, Breakdown]
-    steps: list[dict[str, Any]]
+    steps: list[StepBreakdown]
     exclusive_us: dict[str, float]
+
+
+class NoSteps(TypedDict):
+    """A rank whose trace marks no steps."""
+
+    count: int
+    mean_us: None
+    max_us: None
 
 
 class IdleJSON(TypedDict):
@@ -75,6 +84,9 @@ class IdleJSON(TypedDict):
     by_cause_count: dict[str, int]
     devices: dict[str, DeviceIdle]
     sync_sites: list[SyncSite]
+    top_gaps: list[Gap]
+    has_python_frames: bool
+    launch_bound: list[LaunchBound]
 
 
 class KernelCounts(TypedDict):
@@ -99,7 +111,7 @@ class RankJSON(TypedDict):
     graphs: GraphsJSON | None
     critical_path: CriticalPathResult | None
     annotations: AnnotationsResult | None
-    steps: dict[str, Any]
+    steps: StepsResult | NoSteps
     workload: Workload
     savings: list[Saving]
     verdict: Verdict
@@ -116,19 +128,13 @@ class GraphsJSON(TypedDict):
     used: bool
 
 
-class ComparisonJSON(TypedDict):
-    matched: int
-    ranks: list[RankCollectives]
-    straggler: int | None
-
-
 class AnalysisJSON(TypedDict):
     """`traceagent analyze --json`."""
 
     schema_version: str
     trace: TraceInfo
     ranks: list[RankJSON]
-    comparison: ComparisonJSON | None
+    comparison: RankComparison | None
     verdict: Verdict
     kernel_profiles: KernelProfilesResult | None  # analyze --kernels ncu.csv
 
@@ -150,6 +156,20 @@ def _schema(kind: type, title: str) -> dict:
     schema = TypeAdapter(kind).json_schema(mode="serialization")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,
             "x-schema-version": SCHEMA_VERSION, **schema}
+
+
+def closed(schema: Any) -> Any:
+    """Every object with named properties admits no others (additionalProperties: false): a key the
+    schema does not describe is an error, so the schema cannot fall behind the output unnoticed.
+    Maps (dict[str, X], described by additionalProperties alone) stay maps."""
+    if isinstance(schema, dict):
+        out = {k: closed(v) for k, v in schema.items()}
+        if "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [closed(v) for v in schema]
+    return schema
 
 
 def _definition(kind: type) -> dict:
@@ -188,4 +208,4 @@ def diff_schema() -> dict:
     return schema
 
 
-SCHEMAS = {"analyze": analysis_schema, "diff": diff_schema}
+SCHEMAS = {"analyze": lambda: closed(analysis_schema()), "diff": lambda: closed(diff_schema())}

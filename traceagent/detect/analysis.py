@@ -21,7 +21,7 @@ from .bounds import out_of_range
 from .breakdown import BreakdownResult, detect_breakdown
 from .comm import CommResult, detect_comm
 from .critical_path import detect_critical_path
-from .diagnose import Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
+from .diagnose import Evidence, Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
 from .flops import detect_flops
 from .graphs import detect_graphs
 from .idle import IdleParams, detect_idle, trace_gaps
@@ -373,8 +373,8 @@ def _job_verdict(ranks: list[RankAnalysis], comparison: RankComparison | None, p
     limiter = max(counts, key=counts.__getitem__)
     chosen = max((r for r in active if r.verdict.limiter == limiter), key=lambda r: _loss(r, limiter))
     v = chosen.verdict
-    evidence = {**v.evidence, "rank": chosen.rank,
-                "limiter_by_rank": {str(r.rank): r.verdict.limiter for r in ranks}}
+    evidence = v.evidence.copy()
+    evidence.update(Evidence(rank=chosen.rank, limiter_by_rank={str(r.rank): r.verdict.limiter for r in ranks}))
     return replace(v, headline=f"{v.headline} (rank {chosen.rank}; {counts[limiter]} of {len(ranks)} ranks share "
                                "this limiter)", evidence=evidence)
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ..trace.model import Trace
 from . import intervals as iv
@@ -77,11 +78,23 @@ class AnnotatedRange:
         return asdict(self)
 
 
+class RangeGpu(TypedDict):
+    name: str
+    gpu_us: float
+
+
+class StepRanges(TypedDict):
+    """One step's ranges with the most device time launched inside them."""
+
+    step: int
+    ranges: list[RangeGpu]
+
+
 @dataclass(frozen=True)
 class AnnotationsResult:
     distinct: int  # names
     ranges: list[AnnotatedRange]  # the top by GPU time, and every range over min_share_pct of busy time
-    per_step: list[dict] = field(default_factory=list)  # each step's top ranges by GPU time: step, ranges
+    per_step: list[StepRanges] = field(default_factory=list)  # each step's top ranges by GPU time
     # by the device idle time under them: a range with no GPU work while the GPU waits (post-processing,
     # logging, a checkpoint) is a finding too; the top by idle, and every range over min_share_pct of idle
     idle_ranges: list[AnnotatedRange] = field(default_factory=list)
@@ -119,7 +132,7 @@ def detect_annotations(trace: Trace, gaps: pd.DataFrame, busy_us: float, top: in
     return AnnotationsResult(len(table), ranked("gpu_us", busy_us), per_step, ranked("idle_us", idle_total_us))
 
 
-def _per_step(steps: pd.DataFrame, instances: pd.DataFrame, top: int, steps_shown: int = 25) -> list[dict]:
+def _per_step(steps: pd.DataFrame, instances: pd.DataFrame, top: int, steps_shown: int = 25) -> list[StepRanges]:
     """For each step (host range), the annotated ranges that started in it with the most GPU time."""
     steps = steps.sort_values("start")
     ranges = instances[~instances["name"].isin(set(steps["name"].astype(str)))]  # not the steps themselves
@@ -133,5 +146,5 @@ def _per_step(steps: pd.DataFrame, instances: pd.DataFrame, top: int, steps_show
     out = []
     for step, group in frame.groupby("step", sort=True):
         sums = group.groupby("name")["gpu_ns"].sum().nlargest(top)
-        out.append({"step": int(step), "ranges": [{"name": n, "gpu_us": us(v)} for n, v in sums.items()]})
+        out.append(StepRanges(step=int(step), ranges=[RangeGpu(name=str(n), gpu_us=us(v)) for n, v in sums.items()]))
     return out[:steps_shown]

@@ -90,7 +90,7 @@ class StepBreakdown:
     breakdown: Breakdown
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "device": self.device, **self.breakdown.to_dict()}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
+
 from ..format import of_span
 from . import advice
 from .annotations import AnnotationsResult
@@ -20,7 +22,7 @@ from .comm import CommResult
 from .critical_path import CriticalPathResult
 from .flops import FlopsResult
 from .graphs import GraphsResult
-from .idle import IdleResult
+from .idle import IdleResult, LaunchBound
 from .kernels import KernelsResult
 from .launch import LaunchResult
 from .memcpy import MemcpyResult
@@ -41,6 +43,77 @@ class VerdictParams:
     pageable_share: Share = 0.5  # share of copied bytes from pageable memory that names it the cause
 
 
+class SharedStreamEvidence(TypedDict):
+    device: int
+    stream: int
+    collectives: int
+    compute_kernels: int
+
+
+class Evidence(TypedDict, total=False):
+    """What a verdict rests on: the keys of its limiter's kind (any subset), each always meaning the
+    same thing. Idle: the idle and the gap cause(s) the root cause adds up; a sync's call, op, line
+    and the line after it; launch statistics; the host events and line of the largest gap.
+    Communication, copies, compute, a straggler: their own figures. A job's verdict adds the rank
+    it was drawn from and each rank's limiter."""
+
+    # idle
+    idle_pct: float
+    idle_us: float
+    span_us: float
+    cause: str
+    cause_us: float
+    cause_pct: float
+    cause_gaps: int
+    gap_causes: dict[str, float]
+    dataloader: str | None  # the DataLoader seen: multi_process, single_process
+    sync_call: str
+    op: str | None
+    python: str | None  # the user's line: of a sync, of the largest gap's host work, of a straggler's delay
+    after: str  # a sync's: the user's line the host worked at once the wait returned
+    sync_count: int
+    sync_kind: str
+    short_kernel_pct: float
+    median_kernel_us: float | None
+    median_launch_us: float | None
+    launch_bound: list[LaunchBound]
+    launches_by_call: dict[str, int]
+    host_events: list[str]
+    # communication
+    comm_us: float
+    comm_share_pct: float
+    exposed_us: float
+    exposed_pct: float
+    exposed_of_comm_pct: float
+    top_collective: str | None
+    shared_stream: SharedStreamEvidence
+    # copies
+    memcpy_share_pct: float
+    bytes: int
+    pageable_count: int
+    pageable_bytes: int
+    by_kind_gbps: dict[str, float | None]
+    side_stream_bytes: int
+    # compute
+    kernel: str
+    short_name: str
+    kernel_share_of_busy_pct: float
+    kernel_total_us: float
+    kernel_count: int
+    # a straggler
+    straggler_rank: int | None
+    straggler_cause: str
+    last_pct: float
+    caused_waiting_pct: float
+    matched_collectives: int
+    others_waiting_us: float
+    others_exposed_waiting_pct: float
+    lateness_by_cause_us: dict[str, float]
+    # a job
+    rank: int | None
+    limiter_by_rank: dict[str, str | None]
+
+
 @dataclass(frozen=True)
 class Verdict:
     limiter: str | None  # a vocabulary.LIMITERS name; None when there is no device activity
@@ -48,7 +121,7 @@ class Verdict:
     headline: str
     hypothesis: str
     next_step: str
-    evidence: dict = field(default_factory=dict)
+    evidence: Evidence = field(default_factory=lambda: Evidence())
     also: list[str] = field(default_factory=list)  # what would sharpen the diagnosis
     other_losses: list[str] = field(default_factory=list)  # losses besides the limiter over their threshold
     rank: int | None = None  # the rank it is about (None: no device activity anywhere)
@@ -175,9 +248,9 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     cause = causes[0]
     cause_us = round(sum(idle.by_cause_us[c] for c in causes), 3)
     cause_pct = round(sum(idle.cause_pct(c) for c in causes), 2)
-    evidence = {"idle_pct": idle.idle_pct, "idle_us": idle.idle_us, "span_us": idle.span_us,
-                "cause": cause, "cause_us": cause_us, "cause_pct": cause_pct,
-                "cause_gaps": sum(idle.by_cause_count.get(c, 0) for c in causes)}
+    evidence = Evidence(idle_pct=idle.idle_pct, idle_us=idle.idle_us, span_us=idle.span_us, cause=cause,
+                        cause_us=cause_us, cause_pct=cause_pct,
+                        cause_gaps=sum(idle.by_cause_count.get(c, 0) for c in causes))
     if len(causes) > 1:  # which gap causes the root cause's share adds up
         evidence["gap_causes"] = {c: idle.cause_pct(c) for c in causes}
     head = (f"GPU idle {idle.idle_pct:.1f}% of the time" if len(idle.devices) <= 1
@@ -243,14 +316,13 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
 
 def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
     comm = f.comm
-    evidence: dict[str, Any] = {"comm_us": comm.comm_us, "comm_share_pct": comm.share_pct,
-                                "exposed_us": comm.exposed_us, "exposed_pct": comm.exposed_pct,
-                                "exposed_of_comm_pct": comm.exposed_of_comm_pct,
-                                "top_collective": comm.top[0]["name"] if comm.top else None}
+    evidence = Evidence(comm_us=comm.comm_us, comm_share_pct=comm.share_pct, exposed_us=comm.exposed_us,
+                        exposed_pct=comm.exposed_pct, exposed_of_comm_pct=comm.exposed_of_comm_pct,
+                        top_collective=comm.top[0]["name"] if comm.top else None)
     if comm.shared_streams:  # overlap is impossible where they take turns on one stream: say that first
         s = comm.shared_streams[0]
-        evidence["shared_stream"] = {"device": s.device, "stream": s.stream, "collectives": s.collectives,
-                                     "compute_kernels": s.compute_kernels}
+        evidence["shared_stream"] = SharedStreamEvidence(device=s.device, stream=s.stream, collectives=s.collectives,
+                                                         compute_kernels=s.compute_kernels)
         return Verdict("communication", "communication",
                        f"Communication is exposed for {comm.exposed_pct:.1f}% {_of(f)}: GPU {s.device} stream "
                        f"{s.stream} runs both collectives and compute, so they cannot overlap",
@@ -270,10 +342,9 @@ def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
 
 def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
     copies = f.memcpy
-    evidence = {"memcpy_share_pct": copies.share_pct, "exposed_pct": copies.exposed_pct,
-                "exposed_us": copies.exposed_us, "bytes": copies.bytes, "pageable_count": copies.pageable_count,
-                "pageable_bytes": copies.pageable_bytes,
-                "by_kind_gbps": {k: v.gbps for k, v in copies.by_kind.items()}}
+    evidence = Evidence(memcpy_share_pct=copies.share_pct, exposed_pct=copies.exposed_pct, exposed_us=copies.exposed_us,
+                        bytes=copies.bytes, pageable_count=copies.pageable_count, pageable_bytes=copies.pageable_bytes,
+                        by_kind_gbps={k: v.gbps for k, v in copies.by_kind.items()})
     evidence["side_stream_bytes"] = copies.side_stream_bytes
     if copies.bytes and copies.pageable_bytes / copies.bytes >= params.pageable_share:
         hypothesis, step = advice.pageable_copies(copies)
@@ -289,11 +360,11 @@ def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
 def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
     kernels = f.kernels
     top = kernels.top[0] if kernels.top else None
-    evidence: dict[str, Any] = {"idle_pct": f.idle.idle_pct}
+    evidence = Evidence(idle_pct=f.idle.idle_pct)
     if top is None:
         return Verdict("compute", "hot_kernel", "The device is busy, but the trace names no kernels", "", "", evidence, also)
-    evidence.update({"kernel": top.name, "short_name": top.short_name, "kernel_share_of_busy_pct": top.share_of_busy_pct,
-                     "kernel_total_us": top.total_us, "kernel_count": top.count})
+    evidence.update(Evidence(kernel=top.name, short_name=top.short_name, kernel_share_of_busy_pct=top.share_of_busy_pct,
+                             kernel_total_us=top.total_us, kernel_count=top.count))
     return Verdict("compute", "hot_kernel",
                    f"{_busy(f)}; the top kernel, {top.short_name}, "
                    f"takes {top.share_of_busy_pct:.1f}% of busy time",
@@ -331,11 +402,11 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
     if where:
         what += f" (at {where})"
     saving = straggler_saving(comparison, late.steps)
-    evidence = {"straggler_rank": rank, "straggler_cause": cause, "last_pct": comparison.straggler_last_pct,
-                "caused_waiting_pct": comparison.caused_waiting_pct,
-                "matched_collectives": comparison.matched, "others_waiting_us": comparison.others_waiting_us,
-                "others_exposed_waiting_pct": comparison.others_exposed_waiting_pct,
-                "lateness_by_cause_us": comparison.straggler_cause_us, "rank": rank}
+    evidence = Evidence(straggler_rank=rank, straggler_cause=cause, last_pct=comparison.straggler_last_pct,
+                        caused_waiting_pct=comparison.caused_waiting_pct, matched_collectives=comparison.matched,
+                        others_waiting_us=comparison.others_waiting_us,
+                        others_exposed_waiting_pct=comparison.others_exposed_waiting_pct,
+                        lateness_by_cause_us=comparison.straggler_cause_us, rank=rank)
     if where:
         evidence["python"] = where
     return Verdict(

@@ -164,6 +164,21 @@ class HostEventJSON(TypedDict):
     depth: int
 
 
+class ThreadId(TypedDict):
+    pid: int
+    tid: int
+
+
+class OtherThreadEvent(TypedDict):
+    """Context from a thread that did not launch the work: its busiest event over the gap."""
+
+    name: str
+    kind: str
+    overlap_us: float
+    pid: int
+    tid: int
+
+
 class GapEvidence(TypedDict, total=False):
     """What a gap's evidence says: the blocking call, its op and line (a sync), or what the
     launching thread was in (GapHost.to_dict)."""
@@ -173,9 +188,9 @@ class GapEvidence(TypedDict, total=False):
     inner_op: str | None
     python: str | None
     after: str | None  # a sync gap: the user's line the host was in once the wait returned
-    thread: dict | None
+    thread: ThreadId | None
     host: list[HostEventJSON]
-    other_threads: list[dict]
+    other_threads: list[OtherThreadEvent]
 
 
 @dataclass(frozen=True)
@@ -281,10 +296,10 @@ def launching_threads(trace: Trace) -> pd.DataFrame:
 class GapHost:
     """What the host was doing over one idle gap, read on the thread that launches device work."""
 
-    thread: dict | None  # {"pid", "tid"} of the launching thread (None: the trace has no launches)
+    thread: ThreadId | None  # of the launching thread (None: the trace has no launches)
     host: list[HostEvent]  # on that thread: what spans the gap, innermost first, then its parents
     python: str | None  # the innermost frame of the user's own code spanning the gap ("train.py(42): main")
-    other_threads: list[dict]  # context only, never the headline: other threads' busiest events
+    other_threads: list[OtherThreadEvent]  # context only, never the headline: other threads' busiest events
 
     def to_dict(self) -> GapEvidence:
         return {"thread": self.thread, "host": [h.to_dict() for h in self.host], "python": self.python,
@@ -302,7 +317,7 @@ def gap_host(trace: Trace, lo: int, hi: int, thread: tuple[int, int] | None = No
     columns = _host_columns(trace)
     inside = columns.window(lo, hi)
     if thread is None or not len(inside):
-        return GapHost(None if thread is None else {"pid": thread[0], "tid": thread[1]}, [], None, [])
+        return GapHost(None if thread is None else ThreadId(pid=thread[0], tid=thread[1]), [], None, [])
     on_thread = (columns.pid[inside] == thread[0]) & (columns.tid[inside] == thread[1])
     mine = columns.overlaps(inside[on_thread], lo, hi)
     spanning = np.flatnonzero(mine.overlap >= span_share * (hi - lo))
@@ -314,7 +329,7 @@ def gap_host(trace: Trace, lo: int, hi: int, thread: tuple[int, int] | None = No
     deepest = max(reversed(user), key=lambda i: mine.depth[i], default=None)  # of equals, the last in name order
     python = None if deepest is None else str(mine.name[deepest])
     others = columns.overlaps(inside[~on_thread], lo, hi)
-    context = [{"name": others.name[i], "kind": others.kind[i], "overlap_us": us(others.overlap[i]),
-                "pid": int(others.pid[i]), "tid": int(others.tid[i])}
+    context = [OtherThreadEvent(name=str(others.name[i]), kind=str(others.kind[i]), overlap_us=us(others.overlap[i]),
+                                pid=int(others.pid[i]), tid=int(others.tid[i]))
                for i in np.lexsort((-others.depth, -others.overlap))[:2]]  # of equal times, the innermost
-    return GapHost({"pid": thread[0], "tid": thread[1]}, host, python, context)
+    return GapHost(ThreadId(pid=thread[0], tid=thread[1]), host, python, context)

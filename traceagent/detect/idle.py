@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pandas as pd
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ..trace.model import Trace, matches
 from . import intervals as iv
@@ -91,6 +92,16 @@ class SyncSite:
         return asdict(self)
 
 
+class LaunchBound(TypedDict):
+    """An op (and its launch API) whose kernels ended launch-bound gaps, with the range holding most of them."""
+
+    op: str
+    launch_call: str
+    gaps: int
+    idle_us: float
+    range: str | None
+
+
 @dataclass(frozen=True)
 class DeviceIdle:
     """Idle time on one device, over its own span."""
@@ -122,7 +133,7 @@ class IdleResult:
     sync_sites: list[SyncSite]
     has_python_frames: bool
     devices: dict[int, DeviceIdle] = field(default_factory=dict)
-    launch_bound: list[dict] = field(default_factory=list)  # op, launch_call, gaps, idle_us: who launched too slowly
+    launch_bound: list[LaunchBound] = field(default_factory=list)  # who launched too slowly
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -332,7 +343,7 @@ def detect_idle(trace: Trace, params: IdleParams = IdleParams(), gaps: pd.DataFr
     )
 
 
-def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[dict]:
+def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[LaunchBound]:
     """The ops (and launch APIs) whose kernels ended launch-bound gaps, by idle time, each with the
     record_function / NVTX range that holds most of its idle (`Optimizer.step#AdamW.step`: the
     op alone, `aten::add_`, does not say it is the optimizer)."""
@@ -359,8 +370,8 @@ def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[dict]:
     for (op, call), r in table.head(top).iterrows():
         held = by_range.loc[(op, call)]
         name = held.idxmax()
-        out.append({"op": op, "launch_call": call, "gaps": int(r["size"]), "idle_us": us(r["sum"]),
-                    "range": name or None})
+        out.append(LaunchBound(op=str(op), launch_call=str(call), gaps=int(r["size"]), idle_us=us(r["sum"]),
+                               range=name or None))
     return out
 
 

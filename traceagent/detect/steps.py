@@ -27,11 +27,8 @@ class StepRow:
     ts_us: float
     start_us: float = 0.0
 
-    def to_dict(self) -> dict[str, float | None]:
-        """Flat, units in the keys: idle_sync_us, idle_dataloader_us, …"""
-        return {"step": self.step, "start_us": self.start_us, "host_us": self.host_us, "device_us": self.device_us,
-                "idle_us": self.idle_us, **{f"idle_{cause}_us": v for cause, v in self.idle_by_cause_us.items()},
-                "ts_us": self.ts_us}
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,7 @@ class StepsResult:
     slowest_vs_median: dict[str, float]  # what the slowest step spent more time on than the median step (idle_*_us)
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"steps": [row.to_dict() for row in self.steps]}
+        return asdict(self)
 
 
 def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(),

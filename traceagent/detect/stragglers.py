@@ -115,14 +115,10 @@ class RankCollectives:
     caused_waiting_us: float  # the others' waiting it caused: its margin × the ranks that waited, summed
     compute_us: float
     device_time_us: float
-
-    @property
-    def exposed_waiting_pct(self) -> float:
-        """The share people quote: this rank's exposed waiting over its own device time."""
-        return pct(self.exposed_waiting_us, self.device_time_us)
+    exposed_waiting_pct: float = 0.0  # the share people quote: its exposed waiting over its own device time
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"exposed_waiting_pct": self.exposed_waiting_pct}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -145,9 +141,7 @@ class RankComparison:
     busbw_without_waiting_gbps: float | None = None
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["ranks"] = [r.to_dict() for r in self.ranks]
-        return d
+        return asdict(self)
 
 
 def _collectives(trace: Trace) -> pd.DataFrame:
@@ -245,7 +239,8 @@ def _row(r: RankTimeline, comm: int, waiting: int, exposed: int, last: int, late
     return RankCollectives(rank=r.rank if r.rank is not None else 0, comm_us=us(comm), waiting_us=us(waiting),
                            exposed_waiting_us=us(exposed), communication_us=us(comm - waiting), last_count=last,
                            late_by_us=us(late_by), caused_waiting_us=us(caused), compute_us=r.breakdown.compute_us,
-                           device_time_us=r.breakdown.device_time_us)
+                           device_time_us=r.breakdown.device_time_us,
+                           exposed_waiting_pct=pct(us(exposed), r.breakdown.device_time_us))
 
 
 def _exposed_waiting(r: RankTimeline, collectives: pd.DataFrame, waiting: np.ndarray) -> int:
