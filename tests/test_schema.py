@@ -8,7 +8,19 @@ from importlib import resources
 
 import jsonschema
 import pytest
-from conftest import B200, CPU_ONLY, DATA, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
+from conftest import (
+    B200,
+    CPU_ONLY,
+    DATA,
+    DLRM_8RANK,
+    MI300,
+    NCCL_A100,
+    NSYS_AFTER,
+    NSYS_BEFORE,
+    RESNET_NW0,
+    RESNET_NW4,
+    analyzed,
+)
 
 from traceagent.cli import main
 from traceagent.detect.analysis import SCHEMA_VERSION
@@ -54,7 +66,7 @@ def test_traceagent_schema_prints_what_the_wheel_ships(capsys):
         assert printed == shipped, f"regenerate: traceagent schema {which} > traceagent/schemas/{which}.schema.json"
 
 
-ALL_TRACES = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json.gz", ".sqlite"))) + [DLRM_8RANK]
+ALL_TRACES = [*sorted(p for p in DATA.rglob("*") if p.name.endswith((".json.gz", ".sqlite"))), DLRM_8RANK]
 
 
 @pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: str(p.relative_to(DATA)))
