@@ -207,3 +207,24 @@ def test_a_fork_that_fails_is_replaced_by_reading_here(split, tmp_path, monkeypa
     path = plain(tmp_path, ALEXNET)  # small: what matters is the child, not the size
     assert_same(kineto._trace(path, *kineto._read_in_pieces(path)), whole(path))
     assert pids(split) == [PARENT]
+
+
+@pytest.mark.parametrize("source", [RESNET_NW0, B200, NCCL_A100], ids=lambda p: p.name[:24])
+def test_a_gzip_is_split_between_two_readers_each_inflating_its_half_and_equals_the_whole_file(source, split,
+                                                                                                tmp_path):
+    # the shared traces are gzips themselves: each reader inflates from the start, the child drops
+    # the text before the boundary the parent found from the gzip's own text size (ISIZE)
+    read = kineto._read_in_pieces(str(source))
+    assert pids(split) != [PARENT] and len(pids(split)) == 1
+    assert_same(kineto._trace(str(source), *read), whole(plain(tmp_path, source)))
+
+
+def test_a_bomb_is_refused_in_the_gzips_second_half_too(split, tmp_path):
+    from test_bounded_reads import GiB, gzip_bomb
+
+    from traceagent.errors import TraceError
+
+    bomb = tmp_path / "bomb.json.gz"
+    gzip_bomb(bomb, 2 * GiB, b" ", b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1}, ')
+    with pytest.raises((TraceError, chunked.NotChunkable)):
+        kineto._read_in_pieces(str(bomb))

@@ -31,7 +31,7 @@ RETRIES = 8
 #: a cut whose `}`, blanks and comma straddle the end of what was read before is searched this far
 #: back (a longer run of blanks between two events sends the file to the whole-file reader)
 _OVERLAP = 1 << 16
-_BOUNDARY = re.compile(rb"\}\s*(,)\s*\{")
+BOUNDARY = re.compile(rb"\}\s*(,)\s*\{")
 _BLANK = b" \t\r\n"
 
 
@@ -84,7 +84,7 @@ def boundary_after(f: BinaryIO, offset: int, window: int = 1 << 20) -> int | Non
     file can be split between two readers. Only a candidate: the reader that ends there proves it
     (a comma inside a string or a nested value leaves that reader's last piece undecodable)."""
     text = os.pread(f.fileno(), window, offset)
-    found = _BOUNDARY.search(text)
+    found = BOUNDARY.search(text)
     return offset + found.start(1) if found else None
 
 
@@ -148,7 +148,7 @@ def _cuts(buf: bytes | bytearray, floor: int = 0) -> Iterator[int]:
     end = len(buf)
     while True:
         start = max(floor, end - window)
-        commas = [m.start(1) for m in _BOUNDARY.finditer(buf, start, end)]
+        commas = [m.start(1) for m in BOUNDARY.finditer(buf, start, end)]
         yield from reversed(commas)
         if start == floor:
             return

@@ -468,14 +468,14 @@ def _read_in_pieces(path: str, max_bytes: int | None = None) -> _Read:
     not handle."""
     with storage.open_binary(path) as f:
         stream = reading.TraceStream(f, path, max_bytes)
-        stop = None if stream.gzipped else _split_point(f)
+        stop = _gzip_split_point(path, f, max_bytes) if stream.gzipped else _split_point(f)
         head, reopen, pieces = chunked.read_array(stream, "traceEvents", _decode_piece, _decode_last_piece, stop=stop)
         try:
             doc = msgspec.json.decode(head, type=_Document) if head is not None else _Document()
         except msgspec.DecodeError:  # "traceEvents" was not the top-level key
             raise chunked.NotChunkable("traceEvents is not a top-level key") from None
         strings: dict[tuple[str, str], _Strings] = defaultdict(_Strings)
-        tail = forked.Forked(_columns_after, path, stop + 1, reopen) if stop is not None else None
+        tail = forked.Forked(_columns_after, path, stop + 1, reopen, max_bytes) if stop is not None else None
         try:
             started = time.monotonic()
             parts, skipped, events, after = _columns(pieces, strings)
@@ -483,7 +483,7 @@ def _read_in_pieces(path: str, max_bytes: int | None = None) -> _Read:
                 try:  # a child that has not answered by then never will (a lock held at the fork)
                     more = tail.result(timeout=CHILD_GRACE_S + 3 * (time.monotonic() - started))
                 except forked.ChildFailed:
-                    more = _columns_after(path, stop + 1, reopen)
+                    more = _columns_after(path, stop + 1, reopen, max_bytes)
                 more_parts, their_strings, more_skipped, more_events, after = more
                 parts += _with_codes_of(strings, more_parts, their_strings)
                 skipped, events = skipped + more_skipped, events + more_events
@@ -519,6 +519,29 @@ def _split_point(f) -> int | None:
     return chunked.boundary_after(f, int(size * 0.52))
 
 
+def _gzip_split_point(path: str, f, max_bytes: int | None) -> int | None:
+    """The byte of text where a large local gzip is split between two readers, or None. Each half
+    is inflated by its own reader (ISA-L inflates the half it skips in a few tens of ms), so a
+    gzip is read by two processes as a plain file is. Its text size is the gzip's own record of it
+    (ISIZE, the length mod 4 GiB of its last member: only where the split falls)."""
+    try:
+        compressed = os.fstat(f.fileno()).st_size
+        isize = int.from_bytes(os.pread(f.fileno(), 4, compressed - 4), "little")
+    except (AttributeError, OSError, ValueError):  # not a local file
+        return None
+    text = isize if isize > compressed else compressed * 12  # a wrapped ISIZE: a typical ratio instead
+    if text < SPLIT_BYTES or not forked.fork_is_safe():
+        return None
+    with storage.open_binary(path) as again:
+        stream = reading.TraceStream(again, path, max_bytes)
+        at = int(text * 0.52)
+        if reading.skip(stream, at) < at:
+            return None
+        window = stream.read(1 << 20)
+    found = chunked.BOUNDARY.search(window)
+    return at + found.start(1) if found else None
+
+
 def _columns(pieces: Iterator[tuple], strings: dict[tuple[str, str], _Strings]) -> tuple[list, int, int, dict]:
     """Each piece's columns: (batches' columns, entries that are not objects, entries, the
     document's keys after the array where the last piece had them)."""
@@ -533,14 +556,21 @@ def _columns(pieces: Iterator[tuple], strings: dict[tuple[str, str], _Strings]) 
     return parts, skipped, events, after
 
 
-def _columns_after(path: str, offset: int, reopen: bytes) -> tuple[list, dict[tuple[str, str], list], int, int, dict]:
-    """The columns of the events from byte `offset` (just after a boundary) to the end, with
-    their own string dictionaries (as lists, in code order); the rest as _columns gives it. The
-    second half of a split file: in the child, or here if it failed."""
+def _columns_after(path: str, offset: int, reopen: bytes,
+                   max_bytes: int | None = None) -> tuple[list, dict[tuple[str, str], list], int, int, dict]:
+    """The columns of the events from byte `offset` of the text (just after a boundary) to the end,
+    with their own string dictionaries (as lists, in code order); the rest as _columns gives it.
+    The second half of a split file: in the child, or here if it failed. A gzip is inflated from
+    its start with every check of the stream reader (budget, bomb ratio, NUL runs) up to there."""
     strings: dict[tuple[str, str], _Strings] = defaultdict(_Strings)
     with storage.open_binary(path) as f:
-        f.seek(offset)
-        stream = reading.TraceStream(f, path, max_bytes=1 << 62)  # the size was checked before the split
+        if f.read(2) == b"\x1f\x8b":
+            f.seek(0)
+            stream = reading.TraceStream(f, path, max_bytes)
+            reading.skip(stream, offset)
+        else:
+            f.seek(offset)
+            stream = reading.TraceStream(f, path, max_bytes=1 << 62)  # the size was checked before the split
         parts, skipped, events, after = _columns(chunked.read_rest(stream, reopen, _decode_piece, _decode_last_piece),
                                                  strings)
     return parts, {key: known.values() for key, known in strings.items()}, skipped, events, after
