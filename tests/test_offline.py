@@ -146,6 +146,11 @@ TABLE = [
     ("B", "Which annotation ranges take the most GPU time?", "annotations", {}, lambda c: ["execute_context_1"]),
     ("B", "Is memory a problem?", "memory", {}, lambda c: ["profile_memory=True"]),
     ("R", "Is memory a problem?", "memory", {}, lambda c: ["**No sign of a memory problem:**", "per step"]),
+    # what fixing a cause would save: the one named, else the verdict's, with the others after it
+    ("R", "How much would fixing the top cause save?", "saving", {},
+     lambda c: [f"**{c.analysis.verdict.saving.sentence()}**", "upper bounds", "traceagent diff"]),
+    ("R", "how much would removing the syncs save?", "saving", {},
+     lambda c: [f"**{next(s for s in c.analysis.focus.findings.savings if s.root_cause == 'sync').sentence()}**"]),
     ("G", "Would CUDA graphs help?", "launch", {},
      lambda c: [f"**It already uses them:** {focus(c).findings.graphs.launches} graph replays"]),
     ("N", "Which NVTX range takes the most GPU time?", "annotations", {},

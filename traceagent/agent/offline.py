@@ -90,6 +90,7 @@ class OfflineAnalyst:
         return {
             "idle": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | _min(q))], self._idle),
             "optimize_first": Plan(lambda q, at: [("verdict", at)], self._optimize_first),
+            "saving": Plan(lambda q, at: [("verdict", at)], self._saving),
             "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)], self._bound),
             "slow_kernel": Plan(lambda q, at: [("hot_kernels", at | {"order_by": "mean", "top": 5}),
                                                ("hot_kernels", at | {"top": 3}), ("kernel_profiles", {})],
@@ -221,6 +222,27 @@ class OfflineAnalyst:
         if len(savings) > 1:
             lines += ["", "Then, by what fixing each would save at most:"]
             lines += [f"{i}. {s.sentence()}" for i, s in enumerate(savings[1:5], 2)]
+        return "\n".join(lines)
+
+    def _saving(self, q: Question, verdict: VerdictAnswer) -> str:
+        """What fixing a cause would save: the one the question names (by the vocabulary's words for
+        each cause), else the verdict's root cause; the others after it, largest first."""
+        v, savings = verdict.verdict, verdict.savings
+        if not savings:
+            return f"**{v.headline}.** No finding here has a saving to state: {v.next_step}"
+        asked = next((s for s in savings if _names_cause(q.text, s.root_cause)), None)
+        first = asked or next((s for s in savings if s.root_cause == v.root_cause), savings[0])
+        lines = [f"**{first.sentence()}**"]
+        if first.per_step_us is not None:
+            lines.append(f"That is at most {duration(first.per_step_us)} per step, "
+                         f"{duration(first.upper_bound_us)} over the trace.")
+        lines += ["", "These are upper bounds: work that other work hides saves nothing when removed. To measure the "
+                      "real saving, make the change, re-profile, and compare: `traceagent diff before.json after.json` "
+                      "puts the measured change beside this estimate."]
+        others = [s for s in savings if s is not first][:4]
+        if others:
+            lines += ["", "The other findings, by what fixing each would save at most:"]
+            lines += [f"- {s.sentence()}" for s in others]
         return "\n".join(lines)
 
     def _bound(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer) -> str:
@@ -712,6 +734,18 @@ class OfflineAnalyst:
             lead = "I did not recognize that question, so here is the trace in short:"
         return "\n".join([lead, "", self._summary(q, overview, verdict), "",
                           "Without a model I can answer: " + "; ".join(f"“{c}”" for c in CANNED_QUESTIONS) + "."])
+
+
+#: how questions name root causes that are not gap causes (those have their own words: vocabulary.Word.said)
+_OTHER_CAUSE_WORDS = {"pageable_memcpy": r"pageable|pin(?:ned|_memory)", "memcpy": r"\bcop(?:y|ies)\b|memcpy|transfer",
+                      "communication": r"communicat|nccl|rccl|collective|all-?reduce|all-?gather",
+                      "straggler": r"straggler|slow(?:est)? rank|late rank", "hot_kernel": r"\bkernel|gemm|matmul|compute"}
+
+
+def _names_cause(text: str, root: str) -> bool:
+    """Whether a question names a root cause, in the vocabulary's words for it."""
+    pattern = GAP_CAUSES[root].said if root in GAP_CAUSES and GAP_CAUSES[root].said else _OTHER_CAUSE_WORDS.get(root)
+    return bool(pattern and re.search(pattern, text, re.I))
 
 
 def _yes_no(q: Question) -> bool:

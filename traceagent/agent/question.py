@@ -36,6 +36,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
               r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)"),
     ("profile_next", r"\b(?:profile next|what (?:should|do|can) i profile|how (?:do|should|can) i profile|which profiler|"
                      r"nsight|\bncu\b|\bnsys\b|measure next|dig deeper|more detail|what (?:else )?to measure)"),
+    ("saving", r"\bhow much (?:\w+ ){0,8}?(?:would|could|will|can|might|does|do)\b.{0,80}\b(?:save|gain|buy|win|cut|"
+               r"speed|faster)|\bhow much (?:faster|time)\b.{0,60}\b(?:fix|remov|if)|\bwhat (?:would|could) "
+               r"(?:fixing|removing|getting rid of)\b.{0,60}\b(?:save|gain|buy)|\bwhat(?:'s| is) the (?:potential |expected )?"
+               r"(?:saving|gain|speed-?up)"),
     ("optimize_first", r"\b(?:optimi[sz]e first|first thing|where (?:do|should|to) (?:i )?start|biggest (?:win|gain|saving)|"
                        r"priorit|most impact|fix first|what (?:should|do|can) i (?:fix|optimi[sz]e|change|do)|"
                        r"how (?:do|can|to) (?:i )?(?:fix|speed|make it faster)|what would (?:it )?save)"),
