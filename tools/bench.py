@@ -287,6 +287,24 @@ def dask_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def detector_shares(path: Path) -> str:
+    """Each detector's time and share of one rank's analysis (traceagent.detect.timing), in a fresh
+    process: where the analysis time goes."""
+    code = ("import json, sys, time\nfrom traceagent.detect.analysis import analyze_trace\n"
+            "from traceagent.detect.timing import collect\nfrom traceagent.trace.load import load_file\n"
+            "trace = load_file(sys.argv[1], use_cache=False)\nwith collect() as times:\n"
+            "    t0 = time.perf_counter(); analyze_trace(trace); total = time.perf_counter() - t0\n"
+            "print(json.dumps({'total': total, 'times': times}))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout)
+    total = result["total"]
+    rows = [f"analysis of {path.name}: {total:.3f} s (each detector's own time; the rest is the verdict and glue)",
+            f"{'detector':<16} {'seconds':>8} {'share':>7}"]
+    for name, seconds in sorted(result["times"].items(), key=lambda kv: -kv[1]):
+        rows.append(f"{name:<16} {seconds:>8.3f} {100 * seconds / total:>6.1f}%")
+    return "\n".join(rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", nargs="*", default=["10MB", "100MB", "1GB"])
@@ -303,7 +321,12 @@ def main() -> int:
                         help="rank counts of synthetic jobs with a planted straggler to analyse on a LocalCluster "
                              "(32 64 256); only these run when given")
     parser.add_argument("--rank-size", default="20MB", help="each rank's size in the --dask-ranks jobs")
+    parser.add_argument("--detectors", type=Path, help="print each detector's share of the analysis of this trace "
+                                                       "(loaded first, not timed) and stop")
     args = parser.parse_args()
+    if args.detectors:
+        print(detector_shares(args.detectors))
+        return 0
     args.workdir.mkdir(parents=True, exist_ok=True)
     check = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True)
     if check.returncode != 0:

@@ -35,6 +35,7 @@ from .savings import estimate_savings
 from .steps import StepsResult, detect_steps
 from .stragglers import RankComparison, RankTimeline, StragglerParams, compare_ranks, rank_timeline
 from .timeline import TimelineResult, detect_timeline
+from .timing import timed
 from .workload import detect_workload
 
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
@@ -320,29 +321,32 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
                   source: EventSource | None = None) -> RankAnalysis:
     """Every detector on one rank, and its verdict."""
     idle_params = params.idle
-    gaps = trace_gaps(trace, idle_params)  # the rank's one gap table: every detector that reads gaps reads this
-    idle, copies, comm = detect_idle(trace, idle_params, gaps), detect_memcpy(trace), detect_comm(trace)
-    kernels, steps = detect_hot_kernels(trace), detect_steps(trace, params=idle_params, gaps=gaps)
-    path = detect_critical_path(trace, [k.name for k in kernels.top])
+    gaps = timed("gaps", lambda: trace_gaps(trace, idle_params))  # the one gap table: every detector reads it
+    idle = timed("idle", lambda: detect_idle(trace, idle_params, gaps))
+    copies, comm = timed("memcpy", lambda: detect_memcpy(trace)), timed("comm", lambda: detect_comm(trace))
+    kernels = timed("kernels", lambda: detect_hot_kernels(trace))
+    steps = timed("steps", lambda: detect_steps(trace, params=idle_params, gaps=gaps))
+    path = timed("critical_path", lambda: detect_critical_path(trace, [k.name for k in kernels.top]))
     findings = Findings(
-        idle=idle, memcpy=copies, comm=comm, kernels=kernels, launch=detect_launch(trace), steps=steps,
-        has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,
-        workload=detect_workload(trace), savings=estimate_savings(idle, copies, comm, kernels, steps, path),
-        critical_path=path,
+        idle=idle, memcpy=copies, comm=comm, kernels=kernels, launch=timed("launch", lambda: detect_launch(trace)),
+        steps=steps, has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,
+        workload=timed("workload", lambda: detect_workload(trace)),
+        savings=estimate_savings(idle, copies, comm, kernels, steps, path), critical_path=path,
     )
     verdict = replace(diagnose(findings, params.verdict), rank=trace.meta.rank)
-    breakdown = detect_breakdown(trace, gaps)
-    findings = replace(findings, flops=detect_flops(trace, breakdown.total.span_us, len(breakdown.devices)),
-                       memory=detect_memory(trace, gaps), graphs=detect_graphs(trace),
-                       annotations=detect_annotations(trace, gaps, breakdown.total.busy_us),
-                       extra=run_all(Inputs(trace, gaps, breakdown, copies), params.detectors))
-    return RankAnalysis(trace.meta.rank, params, trace.meta, breakdown, findings, verdict,
-                        rank_timeline(trace, gaps, breakdown.total), counts=trace.counts(),
-                        streams=sorted(int(s) for s in trace.gpu["stream"].unique()),
-                        step_numbers=[int(s) for s in trace.steps["step"]],
-                        pictures=detect_timeline(trace, gaps), by_device=device_findings(trace, findings, idle_params, gaps),
-                        source=source, loaded=trace,
-                        kept_gaps=gaps)
+    breakdown = timed("breakdown", lambda: detect_breakdown(trace, gaps))
+    findings = replace(
+        findings, flops=timed("flops", lambda: detect_flops(trace, breakdown.total.span_us, len(breakdown.devices))),
+        memory=timed("memory", lambda: detect_memory(trace, gaps)), graphs=timed("graphs", lambda: detect_graphs(trace)),
+        annotations=timed("annotations", lambda: detect_annotations(trace, gaps, breakdown.total.busy_us)),
+        extra=run_all(Inputs(trace, gaps, breakdown, copies), params.detectors))
+    timeline = timed("stragglers", lambda: rank_timeline(trace, gaps, breakdown.total))
+    pictures = timed("timeline", lambda: detect_timeline(trace, gaps))
+    by_device = timed("per_gpu", lambda: device_findings(trace, findings, idle_params, gaps))
+    return RankAnalysis(trace.meta.rank, params, trace.meta, breakdown, findings, verdict, timeline,
+                        counts=trace.counts(), streams=sorted(int(s) for s in trace.gpu["stream"].unique()),
+                        step_numbers=[int(s) for s in trace.steps["step"]], pictures=pictures, by_device=by_device,
+                        source=source, loaded=trace, kept_gaps=gaps)
 
 
 def reduce_job(path: str, ranks: list[RankAnalysis], params: AnalysisParams,

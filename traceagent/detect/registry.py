@@ -11,6 +11,7 @@ kernels, launches, steps) are wired in analysis.py, since each feeds the next.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from .memcpy import MemcpyResult
 from .phases import PhasesParams, PhasesResult, detect_phases, phases_sentence
 from .shapes import ShapesParams, ShapesResult, detect_shapes, shapes_sentence
 from .streams import StreamsParams, StreamsResult, detect_streams, streams_sentence
+from .timing import timed
 
 
 @dataclass(frozen=True)
@@ -110,4 +112,4 @@ DETECTORS: tuple[Detector, ...] = (
 def run_all(inputs: Inputs, params: dict[str, Any]) -> dict[str, Any]:
     """Every registered detector's result (None where the trace cannot say), by name; `params`
     holds each one's parameters by name (the default where absent)."""
-    return {d.name: d.run(inputs, params.get(d.name, d.params)) for d in DETECTORS}
+    return {d.name: timed(d.name, partial(d.run, inputs, params.get(d.name, d.params))) for d in DETECTORS}
