@@ -8,7 +8,7 @@ import pytest
 from builder import TraceBuilder
 
 from traceagent import analyze
-from traceagent.detect.vocabulary import BLOCKING, blocking
+from traceagent.detect.core.vocabulary import BLOCKING, blocking
 
 
 def test_a_rocm_item_through_hip_memcpy_with_stream_is_a_sync_with_its_line(tmp_path):

@@ -12,8 +12,8 @@ import pytest
 from builder import TraceBuilder
 
 import traceagent
-from traceagent.detect.collectives import CollectivesParams, detect_collectives
-from traceagent.detect.diff import diff
+from traceagent.detect.compare.diff import diff
+from traceagent.detect.detectors.collectives import CollectivesParams, detect_collectives
 from traceagent.report.markdown import render_diff_markdown, render_markdown
 from traceagent.schema import SCHEMAS
 

@@ -12,7 +12,7 @@ from builder import TraceBuilder
 from conftest import DATA, NSYS_BEFORE, RESNET_NW0
 
 import traceagent
-from traceagent.detect.critical_path import KINDS, critical_path, critical_path_sentence
+from traceagent.detect.verdict.critical_path import KINDS, critical_path, critical_path_sentence
 from traceagent.report.annotate import annotate
 
 

@@ -7,12 +7,12 @@ import pytest
 from builder import TraceBuilder
 
 from traceagent.detect.analysis import analyze_trace
-from traceagent.detect.breakdown import detect_breakdown
-from traceagent.detect.comm import detect_comm
-from traceagent.detect.diagnose import VerdictParams, _verdict_for
-from traceagent.detect.idle import detect_idle
-from traceagent.detect.kernels import detect_hot_kernels, short_name
-from traceagent.detect.memcpy import detect_memcpy
+from traceagent.detect.detectors.breakdown import detect_breakdown
+from traceagent.detect.detectors.comm import detect_comm
+from traceagent.detect.detectors.idle import detect_idle
+from traceagent.detect.detectors.kernels import detect_hot_kernels, short_name
+from traceagent.detect.detectors.memcpy import detect_memcpy
+from traceagent.detect.verdict.diagnose import VerdictParams, _verdict_for
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
@@ -235,7 +235,7 @@ def test_host_overlaps_per_thread_match_a_pandas_groupby(window):
     import pandas as pd
     from conftest import RESNET_NW0
 
-    from traceagent.detect.host import _host_columns
+    from traceagent.detect.core.host import _host_columns
     from traceagent.trace.load import load_file
 
     trace = load_file(str(RESNET_NW0))

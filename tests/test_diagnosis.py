@@ -180,7 +180,7 @@ def test_steps_named_by_the_user(tmp_path, capsys):
 def test_every_finding_carries_its_saving(capsys):
     assert main(["analyze", str(RESNET_NW0), "--json"]) == 0
     rank = json.loads(capsys.readouterr().out)["ranks"][0]
-    from traceagent.detect.vocabulary import GAP_CAUSES, GAP_ROOT
+    from traceagent.detect.core.vocabulary import GAP_CAUSES, GAP_ROOT
 
     for cause, idle_us in rank["idle"]["by_cause_us"].items():  # a gap removed saves at most its length
         (mine,) = [s for s in rank["savings"] if GAP_CAUSES[cause].label in s["finding"]]

@@ -8,7 +8,7 @@ import pytest
 from conftest import RESNET_NW0, RESNET_NW4, analyzed
 
 from traceagent.cli import main
-from traceagent.detect.diff import diff
+from traceagent.detect.compare.diff import diff
 
 
 @pytest.fixture(scope="module")

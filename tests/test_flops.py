@@ -11,8 +11,8 @@ from builder import TraceBuilder
 from conftest import DATA, analyzed
 
 from traceagent import analyze
-from traceagent.detect.flops import op_bytes, op_flops
-from traceagent.detect.peaks import _PEAKS, peak_for
+from traceagent.detect.core.peaks import _PEAKS, peak_for
+from traceagent.detect.detectors.flops import op_bytes, op_flops
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 BF16 = '"c10::BFloat16"'
@@ -185,7 +185,7 @@ def test_roofline_side_and_memory_bandwidth_on_a_hand_built_trace(tmp_path):
 
 
 def test_two_gemm_shapes_of_which_one_is_slow_by_hand(tmp_path):
-    from traceagent.detect.shapes import detect_shapes, shapes_sentence
+    from traceagent.detect.detectors.shapes import detect_shapes, shapes_sentence
 
     # 4 calls of a 1024³ bf16 matmul in 10 µs each (2·1024³ FLOP / 10 µs = 214.7 TFLOP/s), and 4 calls
     # of 1024×1000×1024 in 20 µs each (2·1024·1000·1024 / 20 µs = 104.9 TFLOP/s: 48.8% of the best)

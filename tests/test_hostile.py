@@ -278,7 +278,7 @@ def test_every_parameter_declares_its_range_and_its_default_is_inside_it():
     from dataclasses import fields
 
     from traceagent.detect.analysis import AnalysisParams
-    from traceagent.detect.bounds import field_range, out_of_range
+    from traceagent.detect.core.bounds import field_range, out_of_range
 
     params = AnalysisParams()
     groups = [params.idle, params.verdict, params.stragglers, *params.detectors.values()]

@@ -5,7 +5,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceagent.detect import intervals as iv
+from traceagent.detect.core import intervals as iv
 from traceagent.trace.normalize import innermost_enclosing
 
 

@@ -13,8 +13,8 @@ from traceagent.agent.offline import CANNED_QUESTIONS
 from traceagent.agent.question import understand
 from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
-from traceagent.detect.diff import diff
-from traceagent.detect.kernels import detect_hot_kernels
+from traceagent.detect.compare.diff import diff
+from traceagent.detect.detectors.kernels import detect_hot_kernels
 from traceagent.format import duration, percent
 
 TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", None),

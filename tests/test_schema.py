@@ -24,7 +24,7 @@ from conftest import (
 
 from traceagent.cli import main
 from traceagent.detect.analysis import SCHEMA_VERSION
-from traceagent.detect.diff import diff
+from traceagent.detect.compare.diff import diff
 from traceagent.schema import SCHEMAS
 
 

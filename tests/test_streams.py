@@ -10,7 +10,7 @@ from builder import TraceBuilder
 
 from traceagent import analyze
 from traceagent.agent.tools import AnalysisContext, build_tools
-from traceagent.detect.streams import detect_streams, streams_sentence
+from traceagent.detect.detectors.streams import detect_streams, streams_sentence
 
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
@@ -61,7 +61,7 @@ def test_collectives_on_their_own_stream_are_not_shared(tmp_path):
 
 
 def test_a_full_launch_queue_blocks_the_host_by_hand(tmp_path):
-    from traceagent.detect.launch_queue import LaunchQueueParams, detect_launch_queue, launch_queue_sentence
+    from traceagent.detect.detectors.launch_queue import LaunchQueueParams, detect_launch_queue, launch_queue_sentence
 
     # 12 kernels of 100 µs back to back (kernel i runs 100·i to 100·(i+1)) and a queue that holds 5.
     # One host thread launches them: launches 0-4 at t = 0..4, 1 µs each (queued at 1..5); launch 5

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from traceagent.detect import vocabulary
+from traceagent.detect.core import vocabulary
 
 PACKAGE = Path(__file__).parents[1] / "traceagent"
 
@@ -73,6 +73,14 @@ def test_the_walk_finds_a_cycle_when_there_is_one(tmp_path):
                           "traceagent.cli", "traceagent.tasks", "traceagent.api", "traceagent.request")),
     ("traceagent.detect", ("traceagent.agent", "traceagent.report", "traceagent.tui", "traceagent.cli",
                            "traceagent.trace.load", "traceagent.trace.kineto", "traceagent.trace.nsys")),
+    # inside detect/: the views and tables, then the detectors, then the verdict and its consumers,
+    # then the comparison; the runner (analysis, registry) above them all
+    ("traceagent.detect.core", ("traceagent.detect.detectors", "traceagent.detect.verdict", "traceagent.detect.compare",
+                                "traceagent.detect.analysis", "traceagent.detect.registry")),
+    ("traceagent.detect.detectors", ("traceagent.detect.verdict", "traceagent.detect.compare",
+                                     "traceagent.detect.analysis", "traceagent.detect.registry")),
+    ("traceagent.detect.verdict", ("traceagent.detect.compare", "traceagent.detect.analysis",
+                                   "traceagent.detect.registry")),
     ("traceagent.agent", ("traceagent.report", "traceagent.tui", "traceagent.cli")),
     ("traceagent.report", ("traceagent.agent", "traceagent.tui", "traceagent.cli")),
 ])

@@ -15,8 +15,8 @@ from rawtrace import events
 
 from traceagent import analyze
 from traceagent.agent.tools import MAX_STRING, AnalysisContext, ToolInputError, build_tools
-from traceagent.detect.view import pct
-from traceagent.detect.vocabulary import GAP_CAUSES
+from traceagent.detect.core.view import pct
+from traceagent.detect.core.vocabulary import GAP_CAUSES
 
 
 def tools_of(path, other=None) -> dict:

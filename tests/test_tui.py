@@ -297,7 +297,7 @@ def test_every_rank_is_listed_and_the_view_switches_between_them():
     from conftest import DLRM_8RANK
     from textual.widgets import OptionList, Select, Static
 
-    from traceagent.detect.view import device_views
+    from traceagent.detect.core.view import device_views
     from traceagent.tui.widgets.timeline import Timeline
 
     analysis = analyzed(DLRM_8RANK)

@@ -288,10 +288,10 @@ def dask_table(rows: list[dict]) -> str:
 
 
 def detector_shares(path: Path) -> str:
-    """Each detector's time and share of one rank's analysis (traceagent.detect.timing), in a fresh
+    """Each detector's time and share of one rank's analysis (traceagent.detect.core.timing), in a fresh
     process: where the analysis time goes."""
     code = ("import json, sys, time\nfrom traceagent.detect.analysis import analyze_trace\n"
-            "from traceagent.detect.timing import collect\nfrom traceagent.trace.load import load_file\n"
+            "from traceagent.detect.core.timing import collect\nfrom traceagent.trace.load import load_file\n"
             "trace = load_file(sys.argv[1], use_cache=False)\nwith collect() as times:\n"
             "    t0 = time.perf_counter(); analyze_trace(trace); total = time.perf_counter() - t0\n"
             "print(json.dumps({'total': total, 'times': times}))\n")

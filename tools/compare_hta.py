@@ -27,8 +27,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import traceagent
-from traceagent.detect import intervals as iv
-from traceagent.detect.breakdown import detect_breakdown
+from traceagent.detect.core import intervals as iv
+from traceagent.detect.detectors.breakdown import detect_breakdown
 
 
 def run_hta(path: str) -> dict:

@@ -2,8 +2,8 @@
 
 from .api import analyze, load
 from .detect.analysis import Analysis, AnalysisParams, RankAnalysis
-from .detect.diagnose import Verdict, VerdictParams
-from .detect.idle import IdleParams
+from .detect.detectors.idle import IdleParams
+from .detect.verdict.diagnose import Verdict, VerdictParams
 from .errors import TraceError
 from .trace.model import Job, Trace
 

@@ -23,10 +23,10 @@ from .detect.analysis import (
     joined_on,
     reduce_job,
 )
-from .detect.diagnose import VerdictParams
-from .detect.idle import IdleParams
-from .detect.kernel_profiles import KernelProfilesResult, joined, profiles
-from .detect.stragglers import StragglerParams
+from .detect.detectors.idle import IdleParams
+from .detect.detectors.kernel_profiles import KernelProfilesResult, joined, profiles
+from .detect.detectors.stragglers import StragglerParams
+from .detect.verdict.diagnose import VerdictParams
 from .errors import TraceError
 from .request import AnalyzeRequest
 from .tasks import Progress, run_per_file, scheduler_for

@@ -196,7 +196,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def failed_gates(result: Analysis, gates: list[tuple[str, float | None]]) -> int:
     """1 (after a line per gate) when a --fail-on gate is crossed: NAME:PCT when its share of the
     job's device time passes PCT; NAME alone when the verdict names it."""
-    from .detect.diff import job_share
+    from .detect.compare.diff import job_share
 
     crossed = 0
     v = result.verdict
@@ -226,7 +226,7 @@ def range_gate(text: str) -> tuple[re.Pattern, float]:
 
 def fail_gate(text: str) -> tuple[str, float | None]:
     """--fail-on NAME[:PCT]: a limiter, root cause or gap cause, and a percentage."""
-    from .detect.vocabulary import GAP_CAUSES, LIMITERS, ROOT_CAUSES
+    from .detect.core.vocabulary import GAP_CAUSES, LIMITERS, ROOT_CAUSES
 
     name, _, limit = text.partition(":")
     names = list(dict.fromkeys([*LIMITERS, *ROOT_CAUSES, *GAP_CAUSES]))
@@ -326,7 +326,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .detect.diff import diff, ranges_over
+    from .detect.compare.diff import diff, ranges_over
     from .report.markdown import render_diff_markdown
 
     before = run_request(request_of(args, args.before))

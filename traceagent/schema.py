@@ -14,24 +14,24 @@ from pydantic import TypeAdapter
 from typing_extensions import TypedDict  # pydantic reads these on Python < 3.12
 
 from .detect.analysis import SCHEMA_VERSION
-from .detect.annotations import AnnotationsResult
-from .detect.breakdown import Breakdown, StepBreakdown
-from .detect.comm import CommResult
-from .detect.critical_path import CriticalPathResult
-from .detect.diagnose import Verdict, VerdictParams
-from .detect.diff import DiffResult
-from .detect.flops import FlopsResult
-from .detect.idle import DeviceIdle, Gap, IdleParams, LaunchBound, SyncSite
-from .detect.kernel_profiles import KernelProfilesResult
-from .detect.kernels import HotKernel
-from .detect.launch import LaunchResult
-from .detect.memcpy import MemcpyResult
-from .detect.memory import MemoryResult
+from .detect.compare.diff import DiffResult
+from .detect.detectors.annotations import AnnotationsResult
+from .detect.detectors.breakdown import Breakdown, StepBreakdown
+from .detect.detectors.comm import CommResult
+from .detect.detectors.flops import FlopsResult
+from .detect.detectors.idle import DeviceIdle, Gap, IdleParams, LaunchBound, SyncSite
+from .detect.detectors.kernel_profiles import KernelProfilesResult
+from .detect.detectors.kernels import HotKernel
+from .detect.detectors.launch import LaunchResult
+from .detect.detectors.memcpy import MemcpyResult
+from .detect.detectors.memory import MemoryResult
+from .detect.detectors.steps import StepsResult
+from .detect.detectors.stragglers import RankComparison, StragglerParams
+from .detect.detectors.workload import Workload
 from .detect.registry import DETECTORS
-from .detect.savings import Saving
-from .detect.steps import StepsResult
-from .detect.stragglers import RankComparison, StragglerParams
-from .detect.workload import Workload
+from .detect.verdict.critical_path import CriticalPathResult
+from .detect.verdict.diagnose import Verdict, VerdictParams
+from .detect.verdict.savings import Saving
 
 
 class FailedRank(TypedDict):

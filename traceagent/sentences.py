@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .detect.analysis import RankAnalysis
-from .detect.annotations import AnnotationsResult
-from .detect.critical_path import critical_path_sentence
-from .detect.flops import FlopsResult
-from .detect.graphs import GraphsResult
-from .detect.idle import Gap
-from .detect.memory import DeviceMemory, MemoryResult
+from .detect.detectors.annotations import AnnotationsResult
+from .detect.detectors.flops import FlopsResult
+from .detect.detectors.graphs import GraphsResult
+from .detect.detectors.idle import Gap
+from .detect.detectors.memory import DeviceMemory, MemoryResult
+from .detect.detectors.stragglers import RankComparison
 from .detect.registry import DETECTORS
-from .detect.stragglers import RankComparison
+from .detect.verdict.critical_path import critical_path_sentence
 from .format import duration, percent, scope, shorten, size
 
 

@@ -10,23 +10,23 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict
 
-from ..detect.annotations import AnnotationsResult
-from ..detect.breakdown import Breakdown
-from ..detect.comm import CommResult
-from ..detect.diagnose import Verdict
-from ..detect.diff import DiffResult
-from ..detect.flops import FlopsResult, KernelFlops
-from ..detect.graphs import GraphsResult
-from ..detect.host import GapHost, HostEvent
-from ..detect.idle import SyncSite
-from ..detect.kernel_profiles import KernelProfile, KernelProfilesResult
-from ..detect.kernels import HotKernel, KernelsResult, short_name
-from ..detect.launch import LaunchResult
-from ..detect.memcpy import MemcpyResult
-from ..detect.memory import DeviceMemory, MemoryResult
-from ..detect.savings import Saving
-from ..detect.steps import StepRow, StepsResult
-from ..detect.stragglers import RankComparison
+from ..detect.compare.diff import DiffResult
+from ..detect.core.host import GapHost, HostEvent
+from ..detect.detectors.annotations import AnnotationsResult
+from ..detect.detectors.breakdown import Breakdown
+from ..detect.detectors.comm import CommResult
+from ..detect.detectors.flops import FlopsResult, KernelFlops
+from ..detect.detectors.graphs import GraphsResult
+from ..detect.detectors.idle import SyncSite
+from ..detect.detectors.kernel_profiles import KernelProfile, KernelProfilesResult
+from ..detect.detectors.kernels import HotKernel, KernelsResult, short_name
+from ..detect.detectors.launch import LaunchResult
+from ..detect.detectors.memcpy import MemcpyResult
+from ..detect.detectors.memory import DeviceMemory, MemoryResult
+from ..detect.detectors.steps import StepRow, StepsResult
+from ..detect.detectors.stragglers import RankComparison
+from ..detect.verdict.diagnose import Verdict
+from ..detect.verdict.savings import Saving
 
 if TYPE_CHECKING:
     from ..detect.analysis import Analysis, RankAnalysis

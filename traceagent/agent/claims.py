@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from functools import cached_property
 
-from ..detect.diff import DiffResult, diff
-from ..detect.vocabulary import GAP_ROOT, ROOT_CAUSES
+from ..detect.compare.diff import DiffResult, diff
+from ..detect.core.vocabulary import GAP_ROOT, ROOT_CAUSES
 from ..format import percent
 from .numbers import CAUSE_MENTION
 from .tools import AnalysisContext

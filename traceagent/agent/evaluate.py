@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from ..detect.analysis import Analysis
-from ..detect.kernels import short_name
-from ..detect.vocabulary import GAP_ROOT, ROOT_CAUSES
+from ..detect.core.vocabulary import GAP_ROOT, ROOT_CAUSES
+from ..detect.detectors.kernels import short_name
 from .claims import DID_NOT_HELP, HELPED
 from .events import Answer, Failure, Notice, ToolCall
 from .numbers import CAUSE_MENTION, stated_numbers

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..detect.vocabulary import GAP_CAUSES
+from ..detect.core.vocabulary import GAP_CAUSES
 
 # unit → (quantity, scales to the quantity's base unit: µs, %, GB/s, bytes, ×, FLOP/s, count)
 _BYTE_SCALES = {"K": (1e3, 2**10), "M": (1e6, 2**20), "G": (1e9, 2**30), "T": (1e12, 2**40)}

@@ -15,15 +15,15 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from ..detect.collectives import CollectivesResult, collectives_sentence
-from ..detect.critical_path import critical_path_sentence
-from ..detect.diagnose import Verdict
-from ..detect.interconnect import interconnect_sentence
-from ..detect.kernel_profiles import profile_sentence, same_kernel
-from ..detect.kernels import short_name
-from ..detect.shapes import shapes_sentence
-from ..detect.steps import StepRow
-from ..detect.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
+from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
+from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
+from ..detect.detectors.interconnect import interconnect_sentence
+from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
+from ..detect.detectors.kernels import short_name
+from ..detect.detectors.shapes import shapes_sentence
+from ..detect.detectors.steps import StepRow
+from ..detect.verdict.critical_path import critical_path_sentence
+from ..detect.verdict.diagnose import Verdict
 from ..format import duration, of_span, percent, shorten, size
 from ..sentences import device_lines, memory_peak, straggler_sentence
 from ..trace.model import GPU_METRICS
@@ -736,15 +736,9 @@ class OfflineAnalyst:
                           "Without a model I can answer: " + "; ".join(f"“{c}”" for c in CANNED_QUESTIONS) + "."])
 
 
-#: how questions name root causes that are not gap causes (those have their own words: vocabulary.Word.said)
-_OTHER_CAUSE_WORDS = {"pageable_memcpy": r"pageable|pin(?:ned|_memory)", "memcpy": r"\bcop(?:y|ies)\b|memcpy|transfer",
-                      "communication": r"communicat|nccl|rccl|collective|all-?reduce|all-?gather",
-                      "straggler": r"straggler|slow(?:est)? rank|late rank", "hot_kernel": r"\bkernel|gemm|matmul|compute"}
-
-
 def _names_cause(text: str, root: str) -> bool:
     """Whether a question names a root cause, in the vocabulary's words for it."""
-    pattern = GAP_CAUSES[root].said if root in GAP_CAUSES and GAP_CAUSES[root].said else _OTHER_CAUSE_WORDS.get(root)
+    pattern = (GAP_CAUSES[root].said if root in GAP_CAUSES else "") or (ROOT_CAUSES[root].said if root in ROOT_CAUSES else "")
     return bool(pattern and re.search(pattern, text, re.I))
 
 

@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from ..detect.vocabulary import as_prompt
+from ..detect.core.vocabulary import as_prompt
 from ..sentences import device_lines
 from .tools import AnalysisContext
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from ..detect.vocabulary import LIMITERS, ROOT_CAUSES
+from ..detect.core.vocabulary import LIMITERS, ROOT_CAUSES
 from ..text import visible
 from .claims import ClaimCheck
 from .events import Answer, Cancelled, Event, Failure, Notice, Token, ToolCall, ToolResult

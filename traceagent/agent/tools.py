@@ -24,13 +24,13 @@ from langchain_core.tools.base import create_schema_from_function
 from pydantic import BaseModel, Field
 
 from ..detect.analysis import Analysis, RankAnalysis, joined_on, json_safe
-from ..detect.annotations import detect_annotations
-from ..detect.diff import diff
-from ..detect.host import calls_by_correlation, host_events_in, kernel_python_lines
-from ..detect.idle import DeviceIdle, IdleResult, gap_host_activity
+from ..detect.compare.diff import diff
+from ..detect.core.host import calls_by_correlation, host_events_in, kernel_python_lines
+from ..detect.core.view import on_device, us
+from ..detect.core.vocabulary import GAP_CAUSES
+from ..detect.detectors.annotations import detect_annotations
+from ..detect.detectors.idle import DeviceIdle, IdleResult, gap_host_activity
 from ..detect.registry import DETECTORS, Detector
-from ..detect.view import on_device, us
-from ..detect.vocabulary import GAP_CAUSES
 from ..trace.model import matches
 from .answers import (
     MAX_ITEMS,

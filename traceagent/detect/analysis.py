@@ -16,27 +16,27 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, TraceMeta
-from .annotations import detect_annotations
-from .bounds import out_of_range
-from .breakdown import BreakdownResult, detect_breakdown
-from .comm import CommResult, detect_comm
-from .critical_path import detect_critical_path
-from .diagnose import Evidence, Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
-from .flops import detect_flops
-from .graphs import detect_graphs
-from .idle import IdleParams, detect_idle, trace_gaps
-from .kernel_profiles import KernelProfilesResult, joined
-from .kernels import KernelsResult, detect_hot_kernels
-from .launch import LaunchResult, detect_launch
-from .memcpy import MemcpyResult, detect_memcpy
-from .memory import detect_memory
+from .core.bounds import out_of_range
+from .core.timing import timed
+from .detectors.annotations import detect_annotations
+from .detectors.breakdown import BreakdownResult, detect_breakdown
+from .detectors.comm import CommResult, detect_comm
+from .detectors.flops import detect_flops
+from .detectors.graphs import detect_graphs
+from .detectors.idle import IdleParams, detect_idle, trace_gaps
+from .detectors.kernel_profiles import KernelProfilesResult, joined
+from .detectors.kernels import KernelsResult, detect_hot_kernels
+from .detectors.launch import LaunchResult, detect_launch
+from .detectors.memcpy import MemcpyResult, detect_memcpy
+from .detectors.memory import detect_memory
+from .detectors.steps import StepsResult, detect_steps
+from .detectors.stragglers import RankComparison, RankTimeline, StragglerParams, compare_ranks, rank_timeline
+from .detectors.timeline import TimelineResult, detect_timeline
+from .detectors.workload import detect_workload
 from .registry import DETECTORS, Inputs, run_all
-from .savings import estimate_savings
-from .steps import StepsResult, detect_steps
-from .stragglers import RankComparison, RankTimeline, StragglerParams, compare_ranks, rank_timeline
-from .timeline import TimelineResult, detect_timeline
-from .timing import timed
-from .workload import detect_workload
+from .verdict.critical_path import detect_critical_path
+from .verdict.diagnose import Evidence, Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
+from .verdict.savings import estimate_savings
 
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
 #: major number changes when a key is removed or changes meaning, the minor when keys are added. A

@@ -11,23 +11,23 @@ kernels, launches, steps) are wired in analysis.py, since each feeds the next.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pandas as pd
 
 from ..trace.model import Trace
-from .breakdown import BreakdownResult
-from .collectives import CollectivesParams, CollectivesResult, collectives_sentence, detect_collectives
-from .host_pauses import HostPausesParams, HostPausesResult, detect_host_pauses, host_pauses_sentence
-from .interconnect import InterconnectParams, InterconnectResult, detect_interconnect, interconnect_sentence
-from .launch_queue import LaunchQueueParams, LaunchQueueResult, detect_launch_queue, launch_queue_sentence
-from .memcpy import MemcpyResult
-from .phases import PhasesParams, PhasesResult, detect_phases, phases_sentence
-from .shapes import ShapesParams, ShapesResult, detect_shapes, shapes_sentence
-from .streams import StreamsParams, StreamsResult, detect_streams, streams_sentence
-from .timing import timed
+from .core.timing import timed
+from .detectors.breakdown import BreakdownResult
+from .detectors.collectives import CollectivesParams, CollectivesResult, collectives_sentence, detect_collectives
+from .detectors.host_pauses import HostPausesParams, HostPausesResult, detect_host_pauses, host_pauses_sentence
+from .detectors.interconnect import InterconnectParams, InterconnectResult, detect_interconnect, interconnect_sentence
+from .detectors.launch_queue import LaunchQueueParams, LaunchQueueResult, detect_launch_queue, launch_queue_sentence
+from .detectors.memcpy import MemcpyResult
+from .detectors.phases import PhasesParams, PhasesResult, detect_phases, phases_sentence
+from .detectors.shapes import ShapesParams, ShapesResult, detect_shapes, shapes_sentence
+from .detectors.streams import StreamsParams, StreamsResult, detect_streams, streams_sentence
 
 
 @dataclass(frozen=True)

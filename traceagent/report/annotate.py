@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 
 from ..detect.analysis import Analysis, RankAnalysis, json_safe
-from ..detect.critical_path import KINDS, critical_path
-from ..detect.idle import gap_host_activity
-from ..detect.view import views_of
+from ..detect.core.view import views_of
+from ..detect.detectors.idle import gap_host_activity
+from ..detect.verdict.critical_path import KINDS, critical_path
 from ..errors import TraceError
 from ..outputs import write_atomically
 from ..trace import kineto, reading

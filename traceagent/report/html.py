@@ -10,9 +10,9 @@ import secrets
 from markdown_it import MarkdownIt
 
 from ..detect.analysis import Analysis
-from ..detect.peaks import peak_for
-from ..detect.timeline import STREAM_BINS, DeviceTimeline
-from ..detect.vocabulary import GAP_CAUSES, WORK
+from ..detect.core.peaks import peak_for
+from ..detect.core.vocabulary import GAP_CAUSES, WORK
+from ..detect.detectors.timeline import STREAM_BINS, DeviceTimeline
 from ..format import duration, percent, shorten, size
 from .markdown import FULL_NAMES_FOLD, render_markdown
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 from ..detect.analysis import Analysis, RankAnalysis
-from ..detect.collectives import CollectivesResult
-from ..detect.diff import DiffResult
-from ..detect.kernel_profiles import SOL_PCT, KernelProfilesResult, profile_sentence
-from ..detect.kernels import short_name
+from ..detect.compare.diff import DiffResult
+from ..detect.detectors.collectives import CollectivesResult
+from ..detect.detectors.kernel_profiles import SOL_PCT, KernelProfilesResult, profile_sentence
+from ..detect.detectors.kernels import short_name
 from ..format import duration, of_span, percent, scope, shorten, size
 from ..sentences import further_findings, gap_evidence, straggler_sentence
 from ..text import code, md_literal, visible

@@ -11,8 +11,8 @@ from rich.panel import Panel
 from rich.table import Column, Table
 
 from ..detect.analysis import Analysis, RankAnalysis
-from ..detect.kernel_profiles import KernelProfilesResult, profile_sentence
-from ..detect.kernels import short_name
+from ..detect.detectors.kernel_profiles import KernelProfilesResult, profile_sentence
+from ..detect.detectors.kernels import short_name
 from ..format import duration, of_span, percent, shorten, size
 from ..sentences import further_findings, gap_evidence, straggler_sentence
 

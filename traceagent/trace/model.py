@@ -42,7 +42,7 @@ GPU_COLUMNS: dict[str, str] = {
     # launches it outside graphs); missing: no op found
     "rank": "int32",  # merged multi-rank files: the rank that recorded it; -1 in a one-rank file
     # NCCL/RCCL kernels whose trace records their payload: a JSON object {"name", "in_nelems",
-    # "out_nelems", "group_size", "dtype", "group", "group_ranks"} as written (detect/collectives.py)
+    # "out_nelems", "group_size", "dtype", "group", "group_ranks"} as written (detect/detectors/collectives.py)
     "collective": "category",
 }
 

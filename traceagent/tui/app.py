@@ -21,7 +21,7 @@ from ..agent.offline import CANNED_QUESTIONS
 from ..agent.session import Session
 from ..agent.tools import AnalysisContext
 from ..detect.analysis import Analysis
-from ..detect.diff import diff
+from ..detect.compare.diff import diff
 from ..errors import TraceError
 from ..outputs import write_atomically
 from ..request import AnalyzeRequest

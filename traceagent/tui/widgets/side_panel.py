@@ -11,8 +11,8 @@ from textual.widgets import Markdown, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from ...detect.analysis import Analysis, RankAnalysis
-from ...detect.diagnose import Verdict
-from ...detect.diff import DiffResult
+from ...detect.compare.diff import DiffResult
+from ...detect.verdict.diagnose import Verdict
 from ...format import duration, percent, shorten
 from ...sentences import device_lines
 from ...text import code

@@ -9,8 +9,8 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ...detect.analysis import RankAnalysis
-from ...detect.timeline import DeviceTimeline
-from ...detect.vocabulary import GAP_CAUSES
+from ...detect.core.vocabulary import GAP_CAUSES
+from ...detect.detectors.timeline import DeviceTimeline
 
 _SHADES = " ▁▂▃▄▅▆▇█"
 

@@ -1,0 +1,414 @@
+"""Before and after: did the change help, did the old root cause go away, did anything new appear.
+
+Traces cover different lengths of time, so losses are compared as shares of the span and time as
+the mean step (when both traces have steps; the span otherwise).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
+
+from ...format import duration, percent, size
+from ..analysis import SCHEMA_VERSION, Analysis
+from ..core.view import pct
+from ..core.vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
+from ..detectors.collectives import CollectivesParams, CollectivesResult, classify
+
+# a root cause below this share of the span (or of copied bytes) counts as gone
+GONE_BELOW_PCT = 2.0
+# a loss that grows by this many points of the span is a new problem
+NEW_PROBLEM_POINTS = 5.0
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str  # "us" or "pct"
+    before: float | None
+    after: float | None
+
+    @property
+    def change(self) -> float | None:
+        if self.before is None or self.after is None:
+            return None
+        return round(self.after - self.before, 3)
+
+    @property
+    def change_pct(self) -> float | None:
+        if self.unit != "us" or not self.before or self.after is None:
+            return None
+        return pct(self.after - self.before, self.before)
+
+    def to_dict(self) -> dict:
+        """Units in the keys: before_us / after_us / change_us, or before_pct / after_pct / change_points."""
+        if self.unit == "us":
+            return {"name": self.name, "before_us": self.before, "after_us": self.after, "change_us": self.change,
+                    "change_pct": self.change_pct}
+        return {"name": self.name, "before_pct": self.before, "after_pct": self.after, "change_points": self.change}
+
+
+class TraceSide(TypedDict):
+    path: str
+    limiter: str | None
+    root_cause: str | None
+    headline: str
+
+
+class RootCauseChange(TypedDict):
+    """The before verdict's root cause: its share before and after, and whether it is gone."""
+
+    cause: str | None
+    what: str
+    before_pct: float
+    after_pct: float
+    gone: bool
+
+
+class Prediction(TypedDict):
+    """The before verdict's saving estimate against the measured change."""
+
+    cause: str
+    predicted_up_to_pct: float
+    measured_pct: float
+    basis: str
+    within_estimate: bool
+    sentence: str
+
+
+class KernelChange(TypedDict):
+    """One kernel in both traces: time per step (or per trace), calls, share of its trace's kernel time."""
+
+    name: str
+    short_name: str
+    before_us: float | None
+    before_count: int | None
+    before_share_pct: float | None
+    after_us: float | None
+    after_count: int | None
+    after_share_pct: float | None
+
+
+class RangeChange(TypedDict):
+    """One record_function / NVTX range in both traces: host time and the device time of the kernels
+    launched inside it, per step (or per trace), and the change of its host time."""
+
+    name: str
+    before_host_us: float | None
+    after_host_us: float | None
+    before_gpu_us: float | None
+    after_gpu_us: float | None
+    change_pct: float | None  # of its host time: + slower
+
+
+class CollectivesSide(TypedDict):
+    """One trace's collectives with a recorded payload, every rank added up."""
+
+    calls: int
+    calls_per_step: float | None  # per rank
+    mean_bytes: int  # per call
+    busbw_gbps: float  # time-weighted
+    peak_pct: float  # of the assumed links' peak (each rank's own `links`)
+    small_time_pct: float
+    exposed_of_comm_pct: float
+    bound: str  # bandwidth, latency, below_peak (collectives.classify)
+
+
+class CollectivesChange(TypedDict):
+    """Collectives before and after: fewer and larger, faster, overlapped?"""
+
+    before: CollectivesSide
+    after: CollectivesSide
+    sentence: str
+
+
+NOISE_PCT = 2.0  # a step-time (or span) change smaller than this is run-to-run noise, not an effect
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    before: TraceSide
+    after: TraceSide
+    time_basis: str  # "step" or "span"
+    slower_pct: float  # + slower, − faster: mean step time (or span) change
+    metrics: list[Metric]
+    root_cause: RootCauseChange
+    new_problems: list[str]
+    kernels: list[KernelChange]  # top kernels side by side, per step (or per trace)
+    headline: str
+    notes: list[str] = field(default_factory=list)
+    prediction: Prediction | None = None
+    collectives: CollectivesChange | None = None  # when both traces record collective payloads
+    helped: bool = False  # faster by at least noise_pct, or the root cause gone without getting slower
+    noise_pct: float = NOISE_PCT  # a smaller change in step time (or span) is run-to-run noise
+    grew: str | None = None  # when the after trace is slower: what grew most, in words
+    ranges: list[RangeChange] = field(default_factory=list)  # in both traces, the most grown first
+
+    def to_dict(self) -> dict:
+        d = {"schema_version": SCHEMA_VERSION, **asdict(self)}
+        d["metrics"] = [m.to_dict() for m in self.metrics]
+        return d
+
+
+def _summary(a: Analysis) -> dict:
+    """Job-level figures: percentages over the device time of every GPU of every rank, step means
+    averaged over ranks, the job's span from first to last activity on any rank."""
+    ranks = a.ranks
+    span = sum(r.findings.idle.device_time_us for r in ranks)  # device time: the denominator
+    causes: dict[str, float] = {}
+    for r in ranks:
+        for cause, us in r.findings.idle.by_cause_us.items():
+            causes[cause] = causes.get(cause, 0.0) + us
+    steps = [r.findings.steps.mean_us for r in ranks if r.findings.steps]
+    busy = sum(r.breakdown.total.busy_us for r in ranks)
+    copies_bytes = sum(r.findings.memcpy.bytes for r in ranks)
+    return {
+        "span_us": span,
+        "wall_span_us": max((r.breakdown.total.span_us for r in ranks), default=0.0),
+        "straggler_pct": a.comparison.others_exposed_waiting_pct if a.comparison else 0.0,
+        "busy_pct": pct(busy, span),
+        "idle_pct": pct(span - busy, span),
+        "cause_pct": {c: pct(v, span) for c, v in causes.items()},
+        "step_us": sum(steps) / len(steps) if len(steps) == len(ranks) and steps else None,
+        "compute_us": sum(r.breakdown.total.compute_us for r in ranks),
+        "memcpy_exposed_pct": pct(sum(r.findings.memcpy.exposed_us for r in ranks), span),
+        "pageable_pct": pct(sum(r.findings.memcpy.pageable_bytes for r in ranks), copies_bytes),
+        "comm_exposed_pct": pct(sum(r.findings.comm.exposed_us for r in ranks), span),
+        "steps": sum(r.findings.steps.count for r in ranks if r.findings.steps),
+    }
+
+
+def job_share(a: Analysis, name: str) -> float:
+    """A limiter's, root cause's or gap cause's share of the job's device time, as `diff`
+    measures it (pageable copies: their share of copied bytes; a hot kernel: the verdict's, else
+    the top one)."""
+    s = _summary(a)
+    if name == "idle":
+        return s["idle_pct"]
+    if name == "compute":
+        return s["busy_pct"]
+    if name == "data_movement":
+        return s["memcpy_exposed_pct"]
+    if name in GAP_CAUSES:
+        return s["cause_pct"].get(name, 0.0)
+    top = a.focus.findings.kernels.top
+    return _cause_share(s, a, name, a.verdict.evidence.get("kernel") or (top[0].name if top else None))
+
+
+def _cause_share(s: dict, a: Analysis, root: str | None, kernel: str | None = None) -> float:
+    """How big a root cause is in trace `a` (summarized in `s`), in its own unit (share of span,
+    or for pageable copies the share of copied bytes); a hot kernel is named by `kernel`."""
+    if gaps := gap_causes_of(root or ""):
+        return round(sum(s["cause_pct"].get(c, 0.0) for c in gaps), 2)
+    if root == "pageable_memcpy":
+        return s["pageable_pct"]
+    if root == "memcpy":
+        return s["memcpy_exposed_pct"]
+    if root == "communication":
+        return s["comm_exposed_pct"]
+    if root == "straggler":  # the others' waiting for it, over their device time
+        return s["straggler_pct"]
+    if root == "hot_kernel":  # that kernel's time in this trace, over this trace's span
+        total = sum(k.total_us for r in a.ranks for k in r.findings.kernels.top if k.name == kernel)
+        return pct(total, s["span_us"])
+    return 0.0
+
+
+def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
+    b, a = _summary(before), _summary(after)
+    basis = "step" if b["step_us"] and a["step_us"] else "span"
+    key = "step_us" if basis == "step" else "wall_span_us"
+    slower = pct(a[key] - b[key], b[key])
+    per = (lambda s: max(s["steps"], 1)) if basis == "step" else (lambda s: 1)
+    # several ranks: step figures are means over ranks, shares are over every GPU's device time
+    over = f" (mean over {len(before.ranks)} ranks)" if len(before.ranks) > 1 else ""
+    of = " (of device time)" if len(before.ranks) > 1 or b["span_us"] != b["wall_span_us"] else ""
+
+    metrics = [
+        Metric(f"step time{over or ' (mean)'}" if basis == "step" else "span", "us", b[key], a[key]),
+        Metric(f"busy{of}", "pct", b["busy_pct"], a["busy_pct"]),
+        Metric(f"idle{of}", "pct", b["idle_pct"], a["idle_pct"]),
+        Metric(f"compute per step{over}" if basis == "step" else "compute", "us",
+               round(b["compute_us"] / per(b), 3), round(a["compute_us"] / per(a), 3)),
+        Metric("exposed copies", "pct", b["memcpy_exposed_pct"], a["memcpy_exposed_pct"]),
+        Metric("exposed communication", "pct", b["comm_exposed_pct"], a["comm_exposed_pct"]),
+    ]
+    for cause in sorted(set(b["cause_pct"]) | set(a["cause_pct"])):
+        metrics.append(Metric(f"idle: {cause}", "pct", b["cause_pct"].get(cause, 0.0), a["cause_pct"].get(cause, 0.0)))
+
+    root = before.verdict.root_cause
+    kernel = before.verdict.evidence.get("kernel")
+    share_before, share_after = _cause_share(b, before, root, kernel), _cause_share(a, after, root, kernel)
+    gone = root is not None and share_after < GONE_BELOW_PCT
+    words = ROOT_CAUSES[root].measure if root in ROOT_CAUSES else (root or "")
+    root_cause = RootCauseChange(cause=root, what=words, before_pct=share_before, after_pct=share_after, gone=gone)
+
+    new = []
+    v_after = after.verdict
+    if v_after.root_cause and v_after.root_cause != root:
+        kernel_after = v_after.evidence.get("kernel")
+        grown = (_cause_share(a, after, v_after.root_cause, kernel_after)
+                 - _cause_share(b, before, v_after.root_cause, kernel_after))
+        if grown >= NEW_PROBLEM_POINTS or not gone:
+            new.append(f"the after trace's limiter is now {v_after.limiter}/{v_after.root_cause}: {v_after.headline}")
+    for cause in a["cause_pct"]:
+        grown = a["cause_pct"][cause] - b["cause_pct"].get(cause, 0.0)
+        if grown >= NEW_PROBLEM_POINTS:
+            new.append(f"idle from {cause} grew by {grown:.1f} points of the span")
+
+    kernels = _kernels(before, after, per(b), per(a), top)
+    ranges = _ranges(before, after, per(b), per(a), top)
+    time_word = "step time" if basis == "step" else "span"
+    headline = (f"{words}: {percent(share_before)} → {percent(share_after)}"
+                f"{' (gone)' if gone else ''}; {time_word} {duration(b[key])} → {duration(a[key])} ({slower:+.1f}%)")
+    notes = [] if basis == "step" else ["One of the traces has no steps: time is compared over the whole span."]
+    prediction = _prediction(before, basis, -slower)
+    grew = _grew_most(metrics) if slower >= NOISE_PCT else None
+    if slower >= NOISE_PCT:  # worse: said first, never as "-N% faster"
+        headline += f"; slower by {slower:.1f}%: the change did not help" + (f" ({grew} grew most)" if grew else "")
+    if prediction:
+        headline += f"; {prediction['sentence']}"
+    collectives = _collectives(before, after)
+    if collectives:
+        notes.append(collectives["sentence"])
+    return DiffResult(
+        before=TraceSide(path=before.path, limiter=before.verdict.limiter, root_cause=root,
+                         headline=before.verdict.headline),
+        after=TraceSide(path=after.path, limiter=v_after.limiter, root_cause=v_after.root_cause,
+                        headline=v_after.headline),
+        time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
+        kernels=kernels, headline=headline, notes=notes, prediction=prediction, collectives=collectives,
+        helped=-slower >= NOISE_PCT or (root_cause["gone"] and slower < NOISE_PCT), grew=grew, ranges=ranges,
+    )
+
+
+def _ranges(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[RangeChange]:
+    """The annotated ranges either analysis kept (by device time or by the idle under them), side by
+    side per step (or per trace), those whose host time grew most first."""
+    def totals(a: Analysis, per: int) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}
+        for r in a.ranks:
+            kept = r.findings.annotations
+            for rng in {x.name: x for x in [*(kept.ranges if kept else []), *(kept.idle_ranges if kept else [])]}.values():
+                host, gpu = out.get(rng.name, (0.0, 0.0))
+                out[rng.name] = (host + rng.host_us / per, gpu + rng.gpu_us / per)
+        return out
+
+    tb, ta = totals(before, per_b), totals(after, per_a)
+    rows = []
+    for name in set(tb) | set(ta):
+        b, a = tb.get(name), ta.get(name)
+        change = pct(a[0] - b[0], b[0]) if a and b and b[0] else None
+        rows.append(RangeChange(name=name, before_host_us=round(b[0], 3) if b else None,
+                                after_host_us=round(a[0], 3) if a else None, before_gpu_us=round(b[1], 3) if b else None,
+                                after_gpu_us=round(a[1], 3) if a else None, change_pct=change))
+    grown = lambda r: (r["after_host_us"] or 0.0) - (r["before_host_us"] or 0.0)  # noqa: E731
+    return sorted(rows, key=lambda r: (-grown(r), r["name"]))[:top]
+
+
+def ranges_over(result: DiffResult, gates: list[tuple[re.Pattern, float]]) -> list[str]:
+    """For `diff --gate REGEX:PCT`: a line for each range matching a gate whose host time per step
+    grew by more than its percentage."""
+    crossed = []
+    for pattern, limit in gates:
+        for r in result.ranges:
+            if pattern.search(r["name"]) and r["change_pct"] is not None and r["change_pct"] > limit:
+                crossed.append(f"range {r['name']!r} is {r['change_pct']:.1f}% slower (limit {limit:g}% for "
+                               f"{pattern.pattern!r})")
+    return crossed
+
+
+def _grew_most(metrics: list[Metric]) -> str | None:
+    """The loss that grew most from before to after, in words: a cause of idle, exposed copies or
+    communication (points of the time), or compute per step (its share of the before time)."""
+    grown: list[tuple[float, str]] = []
+    for m in metrics:
+        if m.before is None or m.after is None or m.after <= m.before:
+            continue
+        if m.name.startswith(("idle: ", "exposed")):
+            grown.append((m.after - m.before, f"{m.name} (+{m.after - m.before:.1f} points)"))
+        elif m.name.startswith("compute") and m.before:
+            grown.append((100 * (m.after - m.before) / m.before, f"{m.name} (+{100 * (m.after - m.before) / m.before:.1f}%)"))
+    return max(grown)[1] if grown else None
+
+
+def _prediction(before: Analysis, basis: str, measured_pct: float) -> Prediction | None:
+    """'predicted up to 27.2%, measured 20.1%': the before verdict's saving (an upper bound, of
+    step time or of the span) next to how much faster the after trace is on the same basis."""
+    saving = before.verdict.saving
+    if not saving:
+        return None
+    predicted = saving.step_pct if basis == "step" and saving.step_pct is not None else saving.pct
+    what = "step time" if basis == "step" else "the span"
+    # an upper bound holds when the gain does not exceed it; a slower after trace is no gain at all
+    within = -NOISE_PCT < measured_pct <= predicted + 0.05
+    measured_pct = round(measured_pct, 2) + 0.0  # + 0.0: no "-0.0%" for a trace compared with itself
+    measured = (f"measured {round(measured_pct, 1) + 0.0:.1f}% faster" if measured_pct >= 0
+                else f"measured {-measured_pct:.1f}% slower")
+    return Prediction(cause=saving.root_cause, predicted_up_to_pct=predicted, measured_pct=measured_pct,
+                      basis=basis, within_estimate=within,
+                      sentence=f"predicted up to {predicted:.1f}% of {what}, {measured}")
+
+
+def _collectives_side(a: Analysis) -> CollectivesSide | None:
+    found: list[CollectivesResult] = [r.findings.extra["collectives"] for r in a.ranks
+                                      if r.findings.extra.get("collectives") is not None]
+    if not found:
+        return None
+    time = sum(c.time_us for c in found) or 1.0
+    per_step = [c.calls_per_step for c in found if c.calls_per_step is not None]
+
+    def weighted(field: str) -> float:
+        return round(sum(getattr(c, field) * c.time_us for c in found) / time, 2)
+
+    peak, small = weighted("peak_pct"), weighted("small_time_pct")
+    calls = sum(c.calls for c in found)
+    return CollectivesSide(
+        calls=calls, calls_per_step=round(sum(per_step) / len(per_step), 2) if per_step else None,
+        mean_bytes=sum(c.bytes for c in found) // max(calls, 1), busbw_gbps=weighted("busbw_gbps"), peak_pct=peak,
+        small_time_pct=small, exposed_of_comm_pct=weighted("exposed_of_comm_pct"),
+        bound=classify(peak, small, a.focus.params.detectors.get("collectives", CollectivesParams())))
+
+
+def _collectives(before: Analysis, after: Analysis) -> CollectivesChange | None:
+    """'collectives: 200 → 1 calls of 1.0 MB → 209.7 MB; latency-bound → bandwidth-bound; …'"""
+    b, a = _collectives_side(before), _collectives_side(after)
+    if b is None or a is None:
+        return None
+    words = {"bandwidth": "bandwidth-bound", "latency": "latency-bound", "below_peak": "below the link's peak"}
+    calls = (f"{b['calls_per_step']:g} → {a['calls_per_step']:g} per step" if b["calls_per_step"] is not None
+             and a["calls_per_step"] is not None else f"{b['calls']} → {a['calls']}")
+    sentence = (f"Collectives: {calls}, {size(b['mean_bytes'])} → {size(a['mean_bytes'])} each; "
+                f"{words[b['bound']]} → {words[a['bound']]} (bus bandwidth {b['busbw_gbps']:.1f} → "
+                f"{a['busbw_gbps']:.1f} GB/s, {percent(b['peak_pct'])} → {percent(a['peak_pct'])} of the assumed "
+                f"link's peak); not hidden by compute: {percent(b['exposed_of_comm_pct'])} → "
+                f"{percent(a['exposed_of_comm_pct'])} of collective time.")
+    return CollectivesChange(before=b, after=a, sentence=sentence)
+
+
+def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[KernelChange]:
+    """The top kernels of both traces side by side: time per step (or per trace), calls in the
+    whole trace, and the share of each trace's own kernel time (never the other trace's)."""
+    def totals(a: Analysis, per: int) -> tuple[dict[str, dict], float]:
+        out: dict[str, dict] = {}
+        for r in a.ranks:
+            for k in r.findings.kernels.top:
+                row = out.setdefault(k.name, {"short_name": k.short_name, "us": 0.0, "count": 0})
+                row["us"] += k.total_us / per
+                row["count"] += k.count
+        return out, sum(r.findings.kernels.total_us for r in a.ranks) / per
+
+    (tb, all_b), (ta, all_a) = totals(before, per_b), totals(after, per_a)
+    names = sorted(set(tb) | set(ta), key=lambda n: -max(tb.get(n, {"us": 0})["us"], ta.get(n, {"us": 0})["us"]))[:top]
+    rows = []
+    for n in names:
+        b, a = tb.get(n), ta.get(n)
+        rows.append(KernelChange(
+            name=n, short_name=(b or ta[n])["short_name"],
+            before_us=round(b["us"], 3) if b else None, before_count=b["count"] if b else None,
+            before_share_pct=pct(b["us"], all_b) if b else None,
+            after_us=round(a["us"], 3) if a else None, after_count=a["count"] if a else None,
+            after_share_pct=pct(a["us"], all_a) if a else None))
+    return rows

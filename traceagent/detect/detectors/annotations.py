@@ -1,0 +1,150 @@
+"""User annotations (record_function, NVTX ranges): how much GPU work each named range launched."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
+
+from ...trace.model import Trace
+from ..core import intervals as iv
+from ..core.host import kernel_launches
+from ..core.view import on_device, pct, us
+
+
+def launched_gpu_ns(trace: Trace, ranges: pd.DataFrame, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """For each host range (rows with tid, start, end): the device ns and the number of the
+    kernels whose launch call lies inside it on its thread (on every GPU, or one)."""
+    gpu_ns = np.zeros(len(ranges))
+    count = np.zeros(len(ranges))
+    if ranges.empty:
+        return gpu_ns, count
+    launched = on_device(kernel_launches(trace), device)
+    for tid, group in launched.groupby("tid"):  # one pass per launching thread, not per range
+        order = np.argsort(group["start_call"].to_numpy())
+        at = group["start_call"].to_numpy()[order]
+        cum = np.concatenate([[0], np.cumsum((group["end"] - group["start"]).to_numpy()[order])])
+        mine = (ranges["tid"] == tid).to_numpy()
+        lo = np.searchsorted(at, ranges["start"].to_numpy()[mine], side="left")
+        hi = np.searchsorted(at, ranges["end"].to_numpy()[mine], side="right")
+        gpu_ns[mine] += cum[hi] - cum[lo]
+        count[mine] += hi - lo
+    return gpu_ns, count
+
+
+def range_instances(trace: Trace, device: int | None = None, gaps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every annotation range: name, start, host ns, the device ns and count of the kernels
+    launched inside it on its thread (on every GPU, or one), and the device idle ns while it ran
+    (from `gaps`)."""
+    cpu = trace.cpu
+    ranges = cpu[cpu["kind"] == "annotation"]
+    gpu_ns, count = launched_gpu_ns(trace, ranges, device)
+    idle_ns = np.zeros(len(ranges))
+    if gaps is not None and len(gaps) and len(ranges):
+        chosen = gaps if device is None else gaps[gaps["device"] == device]
+        idle = iv.union(chosen["start"].to_numpy(np.int64), chosen["end"].to_numpy(np.int64))
+        idle_ns = iv.covered(idle, ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64))
+    return pd.DataFrame({"name": ranges["name"].astype(str).to_numpy(), "start": ranges["start"].to_numpy(np.int64),
+                         "host_ns": (ranges["end"] - ranges["start"]).to_numpy(), "gpu_ns": gpu_ns, "kernels": count,
+                         "idle_ns": idle_ns})
+
+
+def annotation_table(instances: pd.DataFrame) -> pd.DataFrame:
+    """Per annotation name: instances, host ns, GPU µs, kernels and idle µs (see range_instances)."""
+    columns = ["name", "count", "host_ns", "gpu_us", "kernels", "idle_us"]
+    if instances.empty:
+        return pd.DataFrame(columns=columns)
+    grouped = instances.groupby("name").agg(count=("host_ns", "size"), host_ns=("host_ns", "sum"),
+                                            gpu_ns=("gpu_ns", "sum"), kernels=("kernels", "sum"),
+                                            idle_ns=("idle_ns", "sum")).reset_index()
+    return grouped.assign(gpu_us=grouped["gpu_ns"] / 1000.0, idle_us=grouped["idle_ns"] / 1000.0)[columns]
+
+
+@dataclass(frozen=True)
+class AnnotatedRange:
+    name: str
+    count: int
+    host_us: float
+    gpu_us: float  # device time of the kernels launched inside it
+    kernels: int
+    share_of_busy_pct: float  # that device time over the rank's busy time
+    idle_pct: float  # device idle time while it ran, over its host time
+    idle_us: float = 0.0  # device idle time while it ran
+    share_of_idle_pct: float = 0.0  # that idle time over the rank's idle time
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RangeGpu(TypedDict):
+    name: str
+    gpu_us: float
+
+
+class StepRanges(TypedDict):
+    """One step's ranges with the most device time launched inside them."""
+
+    step: int
+    ranges: list[RangeGpu]
+
+
+@dataclass(frozen=True)
+class AnnotationsResult:
+    distinct: int  # names
+    ranges: list[AnnotatedRange]  # the top by GPU time, and every range over min_share_pct of busy time
+    per_step: list[StepRanges] = field(default_factory=list)  # each step's top ranges by GPU time
+    # by the device idle time under them: a range with no GPU work while the GPU waits (post-processing,
+    # logging, a checkpoint) is a finding too; the top by idle, and every range over min_share_pct of idle
+    idle_ranges: list[AnnotatedRange] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"distinct": self.distinct, "ranges": [r.to_dict() for r in self.ranges], "per_step": self.per_step,
+                "idle_ranges": [r.to_dict() for r in self.idle_ranges]}
+
+
+def detect_annotations(trace: Trace, gaps: pd.DataFrame, busy_us: float, top: int = 10,
+                       device: int | None = None, name_filter: str | None = None,
+                       min_share_pct: float = 5.0) -> AnnotationsResult:
+    """record_function / NVTX ranges by name: the top by GPU time launched inside them, and the
+    top by device idle time while they ran; either way, every range over `min_share_pct` of the
+    rank's busy (or idle) time is kept."""
+    instances = range_instances(trace, device, gaps)
+    table = annotation_table(instances)
+    per_step = _per_step(trace.steps, instances, top=3) if not name_filter else []
+    if name_filter:
+        table = table[table["name"].str.contains(name_filter, case=False, regex=False)]
+    chosen = (gaps if device is None else gaps[gaps["device"] == device]) if len(gaps) else gaps
+    idle_total_us = float(chosen["dur"].sum()) / 1000.0 if len(chosen) else 0.0
+
+    def ranked(column: str, whole_us: float) -> list[AnnotatedRange]:
+        if not len(table):
+            return []
+        share = 100.0 * table[column] / whole_us if whole_us else table[column] * 0.0
+        rows = table[(table[column] > 0) & ((table[column].rank(ascending=False, method="first") <= top)
+                                            | (share >= min_share_pct))].sort_values(column, ascending=False)
+        return [AnnotatedRange(str(t.name), int(t.count), us(t.host_ns), round(float(t.gpu_us), 3), int(t.kernels),
+                               pct(float(t.gpu_us), busy_us), pct(float(t.idle_us), t.host_ns / 1000.0),
+                               round(float(t.idle_us), 3), pct(float(t.idle_us), idle_total_us))
+                for t in rows.itertuples()]
+
+    return AnnotationsResult(len(table), ranked("gpu_us", busy_us), per_step, ranked("idle_us", idle_total_us))
+
+
+def _per_step(steps: pd.DataFrame, instances: pd.DataFrame, top: int, steps_shown: int = 25) -> list[StepRanges]:
+    """For each step (host range), the annotated ranges that started in it with the most GPU time."""
+    steps = steps.sort_values("start")
+    ranges = instances[~instances["name"].isin(set(steps["name"].astype(str)))]  # not the steps themselves
+    if steps.empty or ranges.empty:
+        return []
+    starts = ranges["start"].to_numpy(np.int64)
+    slot = np.searchsorted(steps["start"].to_numpy(np.int64), starts, side="right") - 1
+    inside = (slot >= 0) & (starts < steps["end"].to_numpy(np.int64)[np.clip(slot, 0, None)])
+    frame = pd.DataFrame({"step": steps["step"].to_numpy()[np.clip(slot, 0, None)][inside],
+                          "name": ranges["name"].to_numpy()[inside], "gpu_ns": ranges["gpu_ns"].to_numpy()[inside]})
+    out = []
+    for step, group in frame.groupby("step", sort=True):
+        sums = group.groupby("name")["gpu_ns"].sum().nlargest(top)
+        out.append(StepRanges(step=int(step), ranges=[RangeGpu(name=str(n), gpu_us=us(v)) for n, v in sums.items()]))
+    return out[:steps_shown]

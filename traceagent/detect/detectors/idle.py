@@ -1,0 +1,452 @@
+"""Idle gaps on the device and their causes: what the host was doing while the GPU waited.
+
+A gap shorter than `launch_gap_us` is launch latency. A longer one gets the first cause that
+holds, in this order:
+
+1. `dataloader`: DataLoader/DataPipe `__next__` covers at least `loader_cover` of the gap. Put
+   before `sync` (DESIGN.md lists sync first) because a sync that precedes a loader-bound gap
+   is not what to fix: without it the host would still be loading the batch the next kernels need.
+2. `sync`: a call that waits for the GPU (vocabulary.BLOCKING_CALLS: synchronizes, synchronous
+   copies such as `.item()`'s, the allocator's cudaFree and pinned allocations, on CUDA and HIP)
+   was already waiting when the gap began and returned inside it or up to `sync_slack_us` before
+   it (one made once the GPU was idle waited for nothing); the evidence names the op and the
+   user's Python line above it (`aten::item` at `train.py(42)`), the verdict the fix for its kind.
+   Also every gap after a blocking call until the host has queued work again: the call drained
+   the device, and while each device op after it was launched only once the one before it had
+   ended (the host behind, the queue empty), the gaps between them are the wait's, whatever small
+   launches (a per-class `.item()` loop's kernels) or host work (bookkeeping after a `.cpu()`)
+   came between; the evidence names the wait's line and the host work's.
+3. `launch_overhead`: the host issued the next kernel only during the gap, with a launch call,
+   that kernel ran shorter than its launch call, and the gap is at most `launch_bound_max_us`:
+   the host cannot launch fast enough. (Longer waits are host work, not launch cost.)
+4. `host_other`: host events cover at least half of the gap (the evidence names them).
+5. `no_host_activity`: nothing traced on the host (untraced Python, I/O, another process).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
+
+from ...trace.model import Trace, matches
+from ..core import intervals as iv
+from ..core.bounds import Count, Cover, Micros
+from ..core.host import (
+    LAUNCH_CALLS,
+    GapEvidence,
+    GapHost,
+    calls_by_correlation,
+    gap_host,
+    host_union,
+    op_above,
+    python_line_above,
+    range_above,
+    sync_calls,
+)
+from ..core.view import DeviceView, device_time_ns, device_views, pct, us, wall_span_ns
+from ..core.vocabulary import GAP_CAUSES
+
+
+@dataclass(frozen=True)
+class IdleParams:
+    launch_gap_us: Micros = 10.0  # shorter gaps between device ops are launch latency
+    sync_slack_us: Micros = 20.0  # a sync ending this long before a gap still explains it
+    # a sync followed by at most this many device ops its own thread launched after it still
+    # explains the first gap after them (nonzero, masked_select, unique: sync, then a few kernels)
+    loader_cover: Cover = 0.5  # share of a gap the DataLoader must cover to be its cause
+    host_cover: Cover = 0.5  # share of a gap host events must cover for `host_other`
+    launch_bound_max_us: Micros = 1000.0  # longer gaps are not put down to launch cost
+    top: Count = 10  # how many gaps to report with evidence
+
+
+@dataclass(frozen=True)
+class Gap:
+    device: int
+    start_us: float  # from the trace's first event
+    dur_us: float
+    cause: str
+    evidence: GapEvidence = field(default_factory=lambda: GapEvidence())
+    ts_us: float = 0.0  # the start on the trace's own clock (µs, as Kineto writes ts): to find it in a viewer
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SyncSite:
+    """Where synchronizations stalled the device: the call, the op and the Python line."""
+
+    call: str
+    op: str | None
+    python: str | None
+    count: int
+    idle_us: float
+    # the user's line the launching thread was in during those gaps, once the wait had returned (the
+    # host work the wait exposed: a per-class loop, bookkeeping after a `.cpu()`), where it is another
+    after: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class LaunchBound(TypedDict):
+    """An op (and its launch API) whose kernels ended launch-bound gaps, with the range holding most of them."""
+
+    op: str
+    launch_call: str
+    gaps: int
+    idle_us: float
+    range: str | None
+
+
+@dataclass(frozen=True)
+class DeviceIdle:
+    """Idle time on one device, over its own span."""
+
+    span_us: float
+    idle_us: float
+    idle_pct: float  # of the device's span
+    by_cause_us: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class IdleResult:
+    """Idle time on one rank. With one device span_us and device_time_us are its span; with
+    several, span_us is the rank's wall span and idle and its percentages are over device time
+    (the devices' spans added up). `devices` has each device over its own span."""
+
+    idle_us: float
+    span_us: float
+    device_time_us: float
+    idle_pct: float  # of device time
+    gaps: int  # gaps of any length
+    by_cause_us: dict[str, float]
+    by_cause_pct: dict[str, float]  # each cause's idle time as a share of device time
+    by_cause_count: dict[str, int]
+    top_gaps: list[Gap]
+    sync_sites: list[SyncSite]
+    has_python_frames: bool
+    devices: dict[int, DeviceIdle] = field(default_factory=dict)
+    launch_bound: list[LaunchBound] = field(default_factory=list)  # who launched too slowly
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["devices"] = {str(k): v.to_dict() for k, v in self.devices.items()}
+        d["top_gaps"] = [g.to_dict() for g in self.top_gaps]
+        d["sync_sites"] = [s.to_dict() for s in self.sync_sites]
+        return d
+
+    def cause_pct(self, cause: str) -> float:
+        """A cause's idle time as a share of device time."""
+        return self.by_cause_pct.get(cause, 0.0)
+
+
+def classify_gaps(trace: Trace, view: DeviceView, params: IdleParams = IdleParams()) -> pd.DataFrame:
+    """Every gap on one device with its cause: columns start, end, dur, cause, sync (row label
+    in trace.cpu of the sync call, or -1), next_op (position in view.work of the op after it).
+    trace_gaps builds the rank's one gap table from these; detectors read that table."""
+    return _classify_gaps(trace, view, params)
+
+
+def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.DataFrame:
+    g_start, g_end = iv.gaps(view.busy)
+    dur = g_end - g_start
+    n = len(dur)
+    cause = np.full(n, "launch_latency", dtype=object)
+    long = dur >= params.launch_gap_us * 1000
+    undecided = long.copy()
+
+    loader = host_union(trace, ("dataloader",))
+    loader_share = iv.covered(loader, g_start, g_end) / np.maximum(dur, 1)
+    is_loader = undecided & (loader_share >= params.loader_cover)
+    cause[is_loader] = "dataloader"
+    undecided &= ~is_loader
+
+    # the device op right after each gap, and the host call that launched it
+    work_start = view.work["start"].to_numpy(np.int64)
+    next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
+    calls = calls_by_correlation(trace)
+    corr = view.work["correlation"].to_numpy()[next_op]
+    launch_start = pd.Series(corr).map(calls["start"]).to_numpy(dtype=float)
+    launch_dur = (pd.Series(corr).map(calls["end"]) - pd.Series(corr).map(calls["start"])).to_numpy(dtype=float)
+
+    syncs = sync_calls(trace)
+    sync_label = np.full(n, -1, dtype=np.int64)
+    if len(syncs):
+        ends, starts = syncs["end"].to_numpy(np.int64), syncs["start"].to_numpy(np.int64)
+        slack = int(params.sync_slack_us * 1000)
+        first = np.searchsorted(ends, g_start - slack, side="left")
+        ok = first < len(ends)
+        # it returned inside the gap (or just before it), and it was already waiting when the GPU
+        # ran dry: a blocking call made once the GPU was idle (a pinned allocation while the host
+        # initialises cuDNN) waited for nothing, and did not cause the gap
+        ok[ok] = (ends[first[ok]] <= g_end[ok]) & (starts[first[ok]] < g_start[ok])
+        is_sync = undecided & ok
+        sync_label[is_sync] = syncs.index.to_numpy()[first[is_sync]]
+        cause[is_sync] = "sync"
+        undecided &= ~is_sync
+        drained = _drained_by_sync(trace, view, syncs, g_start, next_op, undecided & long, params)
+        sync_label[drained >= 0] = drained[drained >= 0]
+        cause[drained >= 0] = "sync"
+        undecided &= drained < 0
+
+    is_launch_call = pd.Series(corr).map(pd.Series(matches(calls["name"], LAUNCH_CALLS), index=calls.index)).eq(True)
+    op_dur = (view.work["end"].to_numpy() - work_start)[next_op]
+    late_launch = ~np.isnan(launch_start) & (launch_start >= g_start)
+    is_launch = (undecided & late_launch & is_launch_call.to_numpy(dtype=bool) & (op_dur < launch_dur)
+                 & (dur <= params.launch_bound_max_us * 1000))
+    cause[is_launch] = "launch_overhead"
+    undecided &= ~is_launch
+
+    host = host_union(trace, ("op", "python", "runtime", "driver", "annotation"))
+    host_share = iv.covered(host, g_start, g_end) / np.maximum(dur, 1)
+    cause[undecided & (host_share >= params.host_cover)] = "host_other"
+    cause[undecided & (host_share < params.host_cover)] = "no_host_activity"
+    # cause stays an object column: pandas 3 would infer Arrow strings, slower to compare and group
+    return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": pd.Series(cause, dtype=object),
+                         "sync": sync_label, "next_op": next_op})
+
+
+def _drained_by_sync(trace: Trace, view: DeviceView, syncs: pd.DataFrame, g_start: np.ndarray, next_op: np.ndarray,
+                     candidates: np.ndarray, params: IdleParams) -> np.ndarray:
+    """For each candidate gap, the label (in trace.cpu) of the blocking call whose wait it still
+    belongs to, or -1: the last call of the launching process that returned before the gap, after
+    which the device had drained, and every device op from then up to the one ending the gap was
+    launched only once the device had run out of work (the host never got ahead again). Until the
+    host queues work again, the gaps are the wait's, whatever it launched or did in between."""
+    found = np.full(len(g_start), -1, dtype=np.int64)
+    ends = syncs["end"].to_numpy(np.int64)
+    work = view.work
+    if not candidates.any() or not len(ends) or not len(work):
+        return found
+    slack = int(params.sync_slack_us * 1000)
+    launch = calls_by_correlation(trace).reindex(work["correlation"].to_numpy())
+    known = launch["start"].notna().to_numpy()
+    launched_at = launch["start"].fillna(-1).to_numpy(np.int64)
+    pid = launch["pid"].fillna(-1).to_numpy().astype(np.int64)
+    work_start, work_end = work["start"].to_numpy(np.int64), work["end"].to_numpy(np.int64)
+    busy_until = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(work_end)[:-1]])  # before each op
+    # an op launched while the device still had work before it: the host was ahead, work was queued
+    queued = ~known | (launched_at < busy_until)
+    queued_before = np.concatenate([[0], np.cumsum(queued)])
+    gap = np.flatnonzero(candidates)
+    last = np.searchsorted(ends, g_start[gap], side="right") - 1  # the last call that returned before the gap
+    ok = last >= 0
+    gap, last = gap[ok], last[ok]
+    returned = ends[last]
+    lo = np.searchsorted(work_start, returned, side="left")  # the ops that started after it returned
+    hi = next_op[gap] + 1  # ... up to and including the one that ends the gap
+    drained_then = busy_until[np.clip(lo, 0, len(work) - 1)] <= returned + slack  # it waited for all the work
+    same_process = pid[np.clip(hi - 1, 0, None)] == syncs["pid"].to_numpy(np.int64)[last]
+    never_ahead = (queued_before[np.clip(hi, 0, len(work))] - queued_before[np.clip(lo, 0, len(work))]) == 0
+    ok = (lo < hi) & drained_then & same_process & never_ahead
+    found[gap[ok]] = syncs.index.to_numpy()[last[ok]]
+    return found
+
+
+def gap_launcher(trace: Trace, device: int, next_op: int) -> tuple[int, int] | None:
+    """The (pid, tid) that launched the device op ending a gap: the thread whose work the GPU
+    waited for. None when that op has no launch call in the trace."""
+    view = next((v for v in device_views(trace) if v.device == device), None)
+    if view is None or not 0 <= next_op < len(view.work):
+        return None
+    calls = calls_by_correlation(trace)
+    corr = int(view.work["correlation"].iloc[next_op])
+    if corr < 0 or corr not in calls.index:
+        return None
+    call = calls.loc[corr]
+    return int(call["pid"]), int(call["tid"])
+
+
+def gap_host_activity(trace: Trace, gap) -> GapHost:
+    """What the thread that launched the work after a gap (a row of trace_gaps) was doing during
+    it: the evidence the largest gaps carry, in the analysis, the tools and annotate alike."""
+    return gap_host(trace, int(gap.start), int(gap.end), gap_launcher(trace, int(gap.device), int(gap.next_op)))
+
+
+def trace_gaps(trace: Trace, params: IdleParams = IdleParams()) -> pd.DataFrame:
+    """The rank's one gap table: the classified gaps of every device, with a `device` column, the
+    `step_row` (row in trace.steps, -1 for none) each belongs to by gap_step_rows' rule, and that
+    step's number (`step`, -1 for none). The analysis builds it once and hands it to every
+    detector that reads gaps (never recomputed behind a memo)."""
+    frames = [classify_gaps(trace, view, params).assign(device=view.device) for view in device_views(trace)]
+    gaps = pd.concat(frames, ignore_index=True) if frames else _no_gaps()
+    rows = gap_step_rows(trace, gaps["start"].to_numpy(np.int64))
+    numbers = np.append(trace.steps["step"].to_numpy(np.int64), -1)  # row -1: no step
+    return gaps.assign(step_row=rows, step=numbers[rows])
+
+
+def idle_by(gaps: pd.DataFrame, keys: list[str], causes: bool = False) -> pd.Series:
+    """Idle ns of the gap table grouped by its columns `keys` (step, device, cause, or a column a
+    caller assigned: a phase, a window, a range), and by cause too with `causes`. The one answer to
+    "how much idle in each step, phase, window or range": each gap counts once, whole, where its
+    row says (for steps: gap_step_rows' rule), so the parts add up to the idle they split."""
+    by = [*keys, "cause"] if causes else keys
+    return gaps.groupby(by, sort=True)["dur"].sum() if len(gaps) else pd.Series(dtype="int64")
+
+
+def gap_step_rows(trace: Trace, starts: np.ndarray) -> np.ndarray:
+    """The row in trace.steps of the step each gap (by its start) belongs to, -1 for none. A gap
+    inside a step's device range is that step's; one before a step's first device work is the
+    step that comes next (the stall between two steps is the next step's: it waited for its data),
+    so every idle nanosecond of a step's range belongs to it. Steps, the tools, reports and
+    annotations all read this rule, through trace_gaps' `step` column or here."""
+    steps = trace.steps
+    lo = steps["gpu_start"].astype("float64").to_numpy()
+    hi = steps["gpu_end"].astype("float64").to_numpy()
+    order = np.argsort(np.nan_to_num(lo, nan=np.inf), kind="stable")
+    ranged = int(np.isfinite(lo).sum())  # steps with device work, first in `order`
+    if not ranged or not len(starts):
+        return np.full(len(starts), -1, dtype=np.int64)
+    start = starts.astype(float)
+    slot = np.searchsorted(lo[order][:ranged], start, side="right") - 1
+    inside = (slot >= 0) & (start < hi[order[np.clip(slot, 0, None)]])
+    owner = np.where(inside, slot, slot + 1)  # not inside one: the step that comes next owns it
+    valid = (owner >= 0) & (owner < ranged)
+    return np.where(valid, order[np.clip(owner, 0, ranged - 1)], -1).astype(np.int64)
+
+
+def detect_idle(trace: Trace, params: IdleParams = IdleParams(), gaps: pd.DataFrame | None = None) -> IdleResult:
+    """Idle time on every device, split by cause, with the largest gaps and their evidence.
+    `gaps`: the rank's gap table (trace_gaps), computed once by the analysis."""
+    origin = trace.origin_ns()
+    views = device_views(trace)
+    span = device_time_ns(views)
+    gaps = trace_gaps(trace, params) if gaps is None else gaps
+    idle = int(gaps["dur"].sum())
+    by_cause = gaps.groupby("cause")["dur"].agg(["sum", "size"])
+    by_cause_us = {c: us(by_cause.loc[c, "sum"]) for c in GAP_CAUSES if c in by_cause.index}
+    by_cause_count = {c: int(by_cause.loc[c, "size"]) for c in GAP_CAUSES if c in by_cause.index}
+
+    details = _sync_details(trace, gaps[gaps["sync"] >= 0])
+    top = gaps.nlargest(params.top, "dur")
+    top_gaps = [_evidence(trace, row, origin, details) for row in top.itertuples()]
+    devices = {}
+    for view in views:
+        mine = gaps[gaps["device"] == view.device]
+        device_idle = int(mine["dur"].sum())
+        causes = mine.groupby("cause")["dur"].sum()
+        devices[view.device] = DeviceIdle(us(view.span_ns), us(device_idle), pct(device_idle, view.span_ns),
+                                          {c: us(causes[c]) for c in GAP_CAUSES if c in causes.index})
+    return IdleResult(
+        idle_us=us(idle), span_us=us(wall_span_ns(views)), device_time_us=us(span), idle_pct=pct(idle, span),
+        gaps=len(gaps), devices=devices, launch_bound=_launch_bound(trace, gaps),
+        by_cause_us=by_cause_us, by_cause_pct={c: pct(by_cause.loc[c, "sum"], span) for c in by_cause_us},
+        by_cause_count=by_cause_count, top_gaps=top_gaps,
+        sync_sites=_sync_sites(details), has_python_frames=trace.meta.has_python_frames,
+    )
+
+
+def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[LaunchBound]:
+    """The ops (and launch APIs) whose kernels ended launch-bound gaps, by idle time, each with the
+    record_function / NVTX range that holds most of its idle (`Optimizer.step#AdamW.step`: the
+    op alone, `aten::add_`, does not say it is the optimizer)."""
+    bound = gaps[gaps["cause"] == "launch_overhead"]
+    if bound.empty:
+        return []
+    calls = calls_by_correlation(trace)
+    rows = []
+    for view in device_views(trace):
+        mine = bound[bound["device"] == view.device]
+        work = view.work.iloc[mine["next_op"].to_numpy()]
+        launch = calls.reindex(work["correlation"].to_numpy())
+        known = launch["start"].notna().to_numpy()
+        names = np.full(len(launch), None, dtype=object)
+        names[known] = range_above(trace, launch[known].astype({"pid": np.int64, "tid": np.int64, "start": np.int64}))
+        rows.append(pd.DataFrame({"op": work["op"].astype(object).fillna("(no op)").to_numpy(),
+                                  "launch_call": launch["name"].astype(object).fillna("-").to_numpy(),
+                                  "range": pd.Series(names, dtype=object).fillna("").to_numpy(),
+                                  "dur": mine["dur"].to_numpy()}))
+    every = pd.concat(rows)
+    table = every.groupby(["op", "launch_call"])["dur"].agg(["size", "sum"]).sort_values("sum", ascending=False)
+    by_range = every.groupby(["op", "launch_call", "range"])["dur"].sum()
+    out = []
+    for (op, call), r in table.head(top).iterrows():
+        held = by_range.loc[(op, call)]
+        name = held.idxmax()
+        out.append(LaunchBound(op=str(op), launch_call=str(call), gaps=int(r["size"]), idle_us=us(r["sum"]),
+                               range=name or None))
+    return out
+
+
+def _no_gaps() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("start", "end", "dur", "sync", "next_op", "device")}
+                        | {"cause": pd.Series(dtype=object)})
+
+
+def _sync_details(trace: Trace, sync_gaps: pd.DataFrame) -> pd.DataFrame:
+    """Per sync gap (same index): the call, the op the user called, the innermost op, the line,
+    and the user's line the launching thread was in at the gap's middle (`after`: the host work
+    the wait exposed), vectorized over gaps."""
+    columns = ["call", "op", "inner_op", "python", "after", "dur"]
+    if sync_gaps.empty:
+        return pd.DataFrame(columns=columns)
+    calls = trace.cpu.loc[sync_gaps["sync"].to_numpy()]
+    inner, outer = op_above(trace, calls)
+    python = python_line_above(trace, calls)
+    return pd.DataFrame({"call": calls["name"].astype(str).to_numpy(),
+                         "op": [o or i for o, i in zip(outer, inner)], "inner_op": inner,
+                         "python": python, "after": _line_during(trace, sync_gaps),
+                         "dur": sync_gaps["dur"].to_numpy()}, index=sync_gaps.index)
+
+
+def _line_during(trace: Trace, gaps: pd.DataFrame) -> np.ndarray:
+    """The user's innermost line on the thread that launched the work ending each gap, at the
+    gap's middle (None where the trace has no frames or no launch)."""
+    found = np.full(len(gaps), None, dtype=object)
+    calls = calls_by_correlation(trace)
+    for view in device_views(trace):
+        mine = np.flatnonzero(gaps["device"].to_numpy() == view.device)
+        if not len(mine):
+            continue
+        launch = calls.reindex(view.work["correlation"].to_numpy()[gaps["next_op"].to_numpy()[mine]])
+        known = launch["pid"].notna().to_numpy()
+        if not known.any():
+            continue
+        middle = ((gaps["start"].to_numpy(np.int64) + gaps["end"].to_numpy(np.int64)) // 2)[mine]
+        at = pd.DataFrame({"pid": launch["pid"].to_numpy()[known].astype(np.int64),
+                           "tid": launch["tid"].to_numpy()[known].astype(np.int64), "start": middle[known]})
+        found[mine[known]] = python_line_above(trace, at)
+    return found
+
+
+def _sync_sites(details: pd.DataFrame, top: int = 10) -> list[SyncSite]:
+    """Sync gaps grouped by (call, op, line), largest idle first; each with the other line the
+    host was in during most of its idle, if any."""
+    if details.empty:
+        return []
+    filled = details.fillna({"op": "", "python": "", "after": ""})
+    grouped = filled.groupby(["call", "op", "python"])["dur"].agg(["size", "sum"])
+    grouped = grouped.sort_values("sum", ascending=False).head(top)
+    elsewhere = filled[(filled["after"] != "") & (filled["after"] != filled["python"])]
+    after = (elsewhere.groupby(["call", "op", "python", "after"])["dur"].sum().reset_index()
+             .sort_values("dur", ascending=False, kind="stable").drop_duplicates(["call", "op", "python"])
+             .set_index(["call", "op", "python"])["after"])
+    return [SyncSite(call, op or None, py or None, int(r["size"]), us(r["sum"]), after.get((call, op, py)))
+            for (call, op, py), r in grouped.iterrows()]
+
+
+def _text(value: object) -> str | None:
+    """A string column's value, None where it is missing (NaN)."""
+    return value if isinstance(value, str) else None
+
+
+def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
+    evidence = GapEvidence()
+    if gap.cause == "sync" and gap.Index in details.index:
+        d = details.loc[gap.Index]
+        evidence = GapEvidence(sync_call=_text(d["call"]), op=_text(d["op"]), inner_op=_text(d["inner_op"]),
+                               python=_text(d["python"]))
+        if (after := _text(d["after"])) and after != evidence.get("python"):
+            evidence["after"] = after  # the host work the wait exposed
+    elif gap.cause != "launch_latency":  # a host-side cause: what the launching thread was doing
+        evidence = gap_host_activity(trace, gap).to_dict()
+    return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,
+               ts_us=us(gap.start),
+               evidence=evidence)

@@ -1,0 +1,108 @@
+"""Hot kernels: device kernels grouped by name and ranked by total time."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from ...trace.model import Trace, matches
+from ..core import intervals as iv
+from ..core.view import on_device, pct, us, views_of
+
+
+def short_name(name: str) -> str:
+    """A readable kernel name: no return type, template arguments, parameters or namespaces.
+    'void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)' → 'vectorized_elementwise_kernel'."""
+    text = re.sub(r"^(void|__global__)\s+", "", name.strip())
+    text = _strip_bracketed(text, "(", ")")
+    text = _strip_bracketed(text, "<", ">")
+    text = text.strip().split(" ")[-1] if " " in text.strip() else text.strip()
+    return text.split("::")[-1] or name[:60]
+
+
+def _strip_bracketed(text: str, open_: str, close: str) -> str:
+    out, depth = [], 0
+    for ch in text:  # a kernel name, not a per-event loop
+        if ch == open_:
+            depth += 1
+        elif ch == close and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+def _running_ns(kernels: pd.DataFrame) -> dict[str, int]:
+    """Per kernel name, the time at least one instance ran (per device, added up): the share of
+    busy time can then never pass 100% when instances overlap on several streams."""
+    out: dict[str, int] = {}
+    for (name, _), rows in kernels.groupby(["name", "device"], observed=True):  # top names only
+        span = iv.union(rows["start"].to_numpy(), rows["end"].to_numpy())
+        out[name] = out.get(name, 0) + iv.length(span)
+    return out
+
+
+@dataclass(frozen=True)
+class HotKernel:
+    name: str  # as the trace has it (demangled)
+    short_name: str
+    count: int
+    total_us: float
+    share_of_busy_pct: float  # the time any instance ran (instances on several streams count once), of busy time
+    mean_us: float
+    median_us: float
+    max_us: float
+    op: str | None  # the op that launched it most often
+    is_comm: bool
+    saving_2x_us: float = 0.0  # what making it 2× faster would save at most: half its time
+    op_from: str | None = None  # how its op was found (model.GPU_COLUMNS["op_from"]): launch, capture, kernel name
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelsResult:
+    kernels: int
+    distinct: int
+    total_us: float
+    top: list[HotKernel]
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "top": [k.to_dict() for k in self.top]}
+
+
+ORDERS = {"total": "sum", "mean": "mean", "max": "max", "count": "size"}
+
+
+def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = None,
+                       device: int | None = None, order: str = "total") -> KernelsResult:
+    """The kernels taking the most device time (on every device, or one), or the longest per
+    call (`order` mean or max) or most launched (count); `name_filter` keeps names containing it."""
+    kernels = on_device(trace.gpu, device)
+    kernels = kernels[kernels["kind"] == "kernel"]
+    if name_filter:
+        kernels = kernels[matches(kernels["name"], re.compile(re.escape(name_filter), re.IGNORECASE))]
+    busy = sum(iv.length(v.busy) for v in views_of(trace, device))
+    if kernels.empty:
+        return KernelsResult(0, 0, 0.0, [])
+    dur = kernels["end"] - kernels["start"]
+    table = pd.DataFrame({"name": kernels["name"], "dur": dur, "is_comm": kernels["is_comm"]})
+    stats = table.groupby("name", observed=True)["dur"].agg(["size", "sum", "mean", "median", "max"])
+    stats = stats.sort_values(ORDERS[order], ascending=False, kind="stable")
+    chosen = stats.head(top)
+    launched = kernels[kernels["name"].isin(chosen.index)]
+    # the op that launched each chosen kernel most often (a few names: per-group work is bounded)
+    pairs = launched.groupby(["name", "op", "op_from"], observed=True).size().sort_values(ascending=False)
+    ops = {name: (op, source) for name, op, source in reversed(pairs.index.tolist())}
+    comm = table.groupby("name", observed=True)["is_comm"].any()
+    running = _running_ns(launched)
+    rows = [HotKernel(
+        name=name, short_name=short_name(name), count=int(r["size"]), total_us=us(r["sum"]),
+        share_of_busy_pct=pct(running[name], busy), mean_us=us(r["mean"]), median_us=us(r["median"]), max_us=us(r["max"]),
+        op=ops[name][0] if name in ops else None, is_comm=bool(comm[name]),
+        saving_2x_us=us(r["sum"] / 2), op_from=ops[name][1] if name in ops else None,
+    ) for name, r in chosen.iterrows()]
+    return KernelsResult(kernels=len(kernels), distinct=len(stats), total_us=us(dur.sum()), top=rows)

@@ -1,0 +1,48 @@
+"""Launch: how long device work waits after its launch call, and how many kernels run shorter
+than the call that launched them (the sign of a launch-bound program)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ...trace.model import Trace, matches
+from ..core.host import LAUNCH_CALLS, kernel_launches
+from ..core.view import on_device, pct, us
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    kernels: int  # kernels linked to their launch call
+    median_latency_us: float  # launch call start → kernel start
+    p90_latency_us: float
+    median_launch_us: float  # duration of the launch call itself
+    median_kernel_us: float
+    short_kernel_pct: float  # kernels shorter than their launch call
+    by_call: dict[str, int]  # launches per API (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch...)
+    before_launch_pct: float = 0.0  # kernels that start before their launch call: host and device clocks disagree
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:
+    """Launch statistics of the kernels of every GPU, or of one."""
+    linked = on_device(kernel_launches(trace), device)
+    linked = linked[matches(linked["name_call"], LAUNCH_CALLS)]
+    if linked.empty:
+        return LaunchResult(0, 0.0, 0.0, 0.0, 0.0, 0.0, {})
+    latency = (linked["start"] - linked["start_call"]).to_numpy()
+    # a kernel cannot start before it is launched: such pairs measure clock skew, not latency
+    skewed = latency < 0
+    measured = latency[~skewed] if (~skewed).any() else np.zeros(1, dtype=np.int64)
+    call_dur = (linked["end_call"] - linked["start_call"]).to_numpy()
+    kernel_dur = (linked["end"] - linked["start"]).to_numpy()
+    by_call = linked["name_call"].astype(object).value_counts()  # not str: pandas 3 would build Arrow strings
+    return LaunchResult(
+        kernels=len(linked), median_latency_us=us(np.median(measured)), p90_latency_us=us(np.percentile(measured, 90)),
+        median_launch_us=us(np.median(call_dur)), median_kernel_us=us(np.median(kernel_dur)),
+        short_kernel_pct=pct((kernel_dur < call_dur).sum(), len(linked)),
+        by_call={str(k): int(v) for k, v in by_call.items()}, before_launch_pct=pct(int(skewed.sum()), len(linked)),
+    )

@@ -1,0 +1,119 @@
+"""The launch queue (as HTA's queue-length analysis): per stream, how many launched ops had not yet
+finished over time, and how long the host sat blocked in launch calls because the queue was full.
+
+A CUDA stream holds about a thousand pending launches; past that a launch call blocks until one
+finishes. A host blocked on a full queue is ahead of the GPU: the GPU, not the host, sets the
+pace, and launch-side fixes (CUDA graphs, fewer launches) buy nothing there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...format import duration
+from ...trace.model import Trace
+from ..core.bounds import Count
+from ..core.host import calls_by_correlation
+from ..core.view import us
+
+#: points of each stream's queue-length curve
+SAMPLES = 64
+
+
+@dataclass(frozen=True)
+class LaunchQueueParams:
+    """full_at: a queue this long is full (a launch then blocks until an op finishes; CUDA's limit is
+    about 1,024 pending launches). top: how many streams to list."""
+
+    full_at: Count = 1000
+    top: Count = 8
+
+
+@dataclass(frozen=True)
+class StreamQueue:
+    """One stream's queue of launched, unfinished ops."""
+
+    device: int
+    stream: int
+    launches: int  # ops on it whose launch call is in the trace
+    max_queue: int
+    mean_queue: float  # time-weighted, from its first launch to its last op's end
+    full_us: float  # time the queue was at or above full_at
+    blocked_us: float  # host time in launch calls made while it was full
+    curve: list[tuple[float, int]]  # (µs from the trace's start, ops queued) at SAMPLES points
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LaunchQueueResult:
+    full_at: int
+    streams: list[StreamQueue]  # largest queue first
+    blocked_us: float  # every stream's
+    max_queue: int
+
+    def to_dict(self) -> dict:
+        return {"full_at": self.full_at, "streams": [s.to_dict() for s in self.streams], "blocked_us": self.blocked_us,
+                "max_queue": self.max_queue}
+
+
+def detect_launch_queue(trace: Trace, params: LaunchQueueParams = LaunchQueueParams()) -> LaunchQueueResult | None:
+    """None when no device op's launch call is in the trace."""
+    work = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]
+    calls = calls_by_correlation(trace)
+    if work.empty or calls.empty:
+        return None
+    launch = calls.reindex(work["correlation"].to_numpy())
+    known = launch["start"].notna().to_numpy()
+    if not known.any():
+        return None
+    table = pd.DataFrame({"device": work["device"].to_numpy()[known], "stream": work["stream"].to_numpy()[known],
+                          "launched": launch["start"].to_numpy()[known].astype(np.int64),
+                          "call_ns": (launch["end"] - launch["start"]).to_numpy()[known].astype(np.int64),
+                          "start": work["start"].to_numpy(np.int64)[known], "end": work["end"].to_numpy(np.int64)[known]})
+    origin = trace.origin_ns()
+    streams = []
+    for (device, stream), g in table.groupby(["device", "stream"], sort=False):  # one pass per stream
+        streams.append(_stream(int(device), int(stream), g, origin, params.full_at))
+    streams.sort(key=lambda s: (-s.max_queue, -s.blocked_us))
+    return LaunchQueueResult(params.full_at, streams[:params.top], us(sum(s.blocked_us * 1000 for s in streams)),
+                             max(s.max_queue for s in streams))
+
+
+def _stream(device: int, stream: int, g: pd.DataFrame, origin: int, full_at: int) -> StreamQueue:
+    called, call_ns = g["launched"].to_numpy(), g["call_ns"].to_numpy()
+    # an op is in the queue once its launch call returns, or once it starts if that is sooner
+    entered = np.sort(np.minimum(called + call_ns, g["start"].to_numpy()))
+    ends = np.sort(g["end"].to_numpy())
+    # queued when each launch call began: entered by then, not yet finished; full: the call blocks
+    before = np.searchsorted(entered, called, side="right") - np.searchsorted(ends, called, side="right")
+    blocked = int(call_ns[before >= full_at].sum())
+    launched = entered
+    # the queue as a step function: -1 as each op ends, +1 as each enters (ends first at the same
+    # instant: a blocked launch returns as the op it waited for finishes)
+    times = np.concatenate([ends, launched])
+    steps = np.concatenate([-np.ones(len(ends), np.int64), np.ones(len(launched), np.int64)])
+    at = np.argsort(times, kind="stable")
+    times, level = times[at], np.cumsum(steps[at])
+    held = np.diff(times, append=times[-1])
+    total = int(times[-1] - times[0])
+    mean = float((level * held).sum() / total) if total else float(level.max())
+    full = int(held[level >= full_at].sum())
+    samples = np.linspace(times[0], times[-1], SAMPLES).astype(np.int64)
+    queued = np.searchsorted(launched, samples, side="right") - np.searchsorted(ends, samples, side="right")
+    return StreamQueue(device, stream, len(launched), int(level.max()), round(mean, 2), us(full), us(blocked),
+                       [(us(int(t) - origin), int(q)) for t, q in zip(samples, queued)])
+
+
+def launch_queue_sentence(result: LaunchQueueResult) -> str | None:
+    top = result.streams[0]
+    text = (f"GPU {top.device} stream {top.stream} had up to {top.max_queue} launched ops waiting (mean "
+            f"{top.mean_queue:g})")
+    if result.blocked_us:
+        return (text + f"; the host spent {duration(result.blocked_us)} blocked in launch calls on a full queue "
+                f"({result.full_at}+ waiting): it is ahead of the GPU, so the GPU's work, not launching, sets the pace.")
+    return text + "."

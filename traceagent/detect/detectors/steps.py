@@ -1,0 +1,91 @@
+"""Steps: per-step time, its spread, and what made the slowest step slow."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...trace.model import Trace
+from ..core.view import us
+from .idle import IdleParams, idle_by, trace_gaps
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One step: host time (its ProfilerStep range), device time (first to last work; None without
+    any), the idle it owns (idle.gap_step_rows) in all and by cause, and its start: from the
+    trace's first event like every other time (`start_us`), and on the trace's own clock to find
+    it in a viewer (`ts_us`, as a gap's)."""
+
+    step: int
+    host_us: float
+    device_us: float | None
+    idle_us: float
+    idle_by_cause_us: dict[str, float]
+    ts_us: float
+    start_us: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepsResult:
+    count: int
+    mean_us: float  # host step duration (ProfilerStep#N)
+    median_us: float
+    std_us: float
+    min_us: float
+    max_us: float
+    slowest: int | None  # step number
+    steps: list[StepRow]
+    slowest_vs_median: dict[str, float]  # what the slowest step spent more time on than the median step (idle_*_us)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(),
+                 device: int | None = None, gaps: pd.DataFrame | None = None) -> StepsResult | None:
+    """None when the trace has no steps (no ProfilerStep#N ranges). Idle per step counts the
+    gaps of every device, or of one, each in the step that owns it (idle.idle_by over the rank's
+    gap table, `gaps`)."""
+    steps = trace.steps
+    if steps.empty:
+        return None
+    host = (steps["end"] - steps["start"]).to_numpy(np.int64)
+    table = pd.DataFrame({"step": steps["step"].to_numpy(), "host_us": host / 1000.0,
+                          "device_us": ((steps["gpu_end"] - steps["gpu_start"]).astype("float64") / 1000.0).to_numpy()})
+    # idle by cause per step, by the one rule of which step owns a gap (idle.gap_step_rows)
+    gaps = trace_gaps(trace, params) if gaps is None else gaps
+    if device is not None:
+        gaps = gaps[gaps["device"] == device]
+    owned = idle_by(gaps[gaps["step_row"] >= 0], ["step_row"], causes=True)
+    by_cause = (owned.unstack("cause", fill_value=0) if len(owned) else pd.DataFrame(index=pd.Index([], name="step_row")))
+    by_cause = by_cause.reindex(range(len(steps)), fill_value=0).astype("float64") / 1000.0
+    table["idle_us"] = by_cause.sum(axis=1).to_numpy()
+    for cause in by_cause.columns:
+        table[f"idle_{cause}_us"] = by_cause[cause].to_numpy()
+
+    origin = trace.origin_ns()
+    slowest_row = int(np.argmax(host))
+    median = table.drop(columns="step").median()
+    diff = (table.drop(columns="step").iloc[slowest_row] - median)
+    diff = {k: round(float(v), 3) for k, v in diff.items() if k.startswith("idle_") and v > 0}
+    return StepsResult(
+        count=len(steps), mean_us=us(host.mean()), median_us=us(np.median(host)), std_us=us(host.std()),
+        min_us=us(host.min()), max_us=us(host.max()), slowest=int(steps["step"].iloc[slowest_row]),
+        steps=[_row(row, us(start), us(start - origin)) for row, start
+               in zip(table.head(limit).to_dict("records"), steps["start"].to_numpy())],
+        slowest_vs_median=diff,
+    )
+
+
+def _row(row: dict, ts_us: float, start_us: float) -> StepRow:
+    device = round(float(row["device_us"]), 3)
+    return StepRow(int(row["step"]), round(float(row["host_us"]), 3), None if device != device else device,
+                   round(float(row["idle_us"]), 3),
+                   {k.removeprefix("idle_").removesuffix("_us"): round(float(v), 3) for k, v in row.items()
+                    if k.startswith("idle_") and k != "idle_us"}, ts_us, start_us)

@@ -1,0 +1,158 @@
+"""Per stream: how busy each GPU stream is, why it idles, and streams that run collectives beside
+compute (as HTA's per-stream idle breakdown and nsys-ai's NCCL-on-the-compute-stream rule).
+
+A stream's idle is the time between its ops, within its own span. Each stretch before an op is
+- host wait: the op was launched only after the stream's previous op had ended (its queue was
+  empty: the stream waited for the host);
+- kernel wait: the op was already queued and the stretch is shorter than `kernel_wait_us` (the
+  GPU's own overhead between queued kernels);
+- other wait: the op was queued and still waited longer (for another stream's event, a
+  dependency, a host-side stream wait), or its launch is not in the trace.
+
+A stream that runs both collective kernels and compute kernels serializes them: communication
+there cannot overlap compute, however the code is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...format import duration
+from ...trace.model import Trace
+from ..core.bounds import Count, Micros
+from ..core.host import calls_by_correlation
+from ..core.view import pct, us
+
+
+@dataclass(frozen=True)
+class StreamsParams:
+    """kernel_wait_us: a stretch before an already queued op shorter than this is the GPU's own
+    overhead between kernels. top: how many streams to list."""
+
+    kernel_wait_us: Micros = 10.0
+    top: Count = 16
+
+
+@dataclass(frozen=True)
+class StreamRow:
+    """One stream of one GPU, over its own span (first to last op on it)."""
+
+    device: int
+    stream: int
+    ops: int
+    kernels: int
+    collectives: int  # collective kernels among them
+    span_us: float
+    busy_us: float
+    idle_us: float  # span − busy
+    host_wait_us: float
+    kernel_wait_us: float
+    other_wait_us: float
+    busy_of_span_pct: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SharedStream:
+    """A stream where collectives and compute kernels take turns."""
+
+    device: int
+    stream: int
+    collectives: int
+    compute_kernels: int
+    comm_us: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StreamsResult:
+    streams: int
+    rows: list[StreamRow]  # most busy first
+    shared: list[SharedStream]  # streams running both NCCL/RCCL and compute
+    host_wait_us: float  # over every stream
+    kernel_wait_us: float
+    other_wait_us: float
+
+    def to_dict(self) -> dict:
+        return {"streams": self.streams, "rows": [r.to_dict() for r in self.rows],
+                "shared": [s.to_dict() for s in self.shared], "host_wait_us": self.host_wait_us,
+                "kernel_wait_us": self.kernel_wait_us, "other_wait_us": self.other_wait_us}
+
+
+SHARED_FIX = ("run collectives on a stream of their own: DDP and FSDP do; for torch.distributed calls of your own, "
+              "use async_op=True (or a dedicated torch.cuda.Stream) and wait on the handle only where the result is "
+              "needed")
+
+
+def shared_streams(trace: Trace) -> list[SharedStream]:
+    """The streams where collectives and compute kernels both run (cheap: the comm verdict asks too)."""
+    kernels = trace.gpu[(trace.gpu["kind"] == "kernel").to_numpy()]
+    if kernels.empty or not kernels["is_comm"].any():
+        return []
+    dur = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
+    table = pd.DataFrame({"device": kernels["device"].to_numpy(), "stream": kernels["stream"].to_numpy(),
+                          "comm": kernels["is_comm"].to_numpy(), "comm_ns": np.where(kernels["is_comm"], dur, 0)})
+    grouped = table.groupby(["device", "stream"]).agg(collectives=("comm", "sum"), kernels=("comm", "size"),
+                                                      comm_ns=("comm_ns", "sum"))
+    mixed = grouped[(grouped["collectives"] > 0) & (grouped["collectives"] < grouped["kernels"])]
+    return [SharedStream(int(d), int(s), int(r["collectives"]), int(r["kernels"] - r["collectives"]), us(r["comm_ns"]))
+            for (d, s), r in mixed.sort_values("comm_ns", ascending=False).iterrows()]
+
+
+def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> StreamsResult | None:
+    """None when the trace has no device work."""
+    work = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]
+    if work.empty:
+        return None
+    work = work.sort_values(["device", "stream", "start"], kind="stable")
+    device, stream = work["device"].to_numpy(np.int64), work["stream"].to_numpy(np.int64)
+    start, end = work["start"].to_numpy(np.int64), work["end"].to_numpy(np.int64)
+    launch = calls_by_correlation(trace)["start"].reindex(work["correlation"].to_numpy())
+    launched_at = launch.to_numpy(dtype=float)
+    same = np.r_[False, (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])]  # a previous op on this stream
+    # what each stream had done before each op: the end of its latest op so far (ops may overlap by ns)
+    key = device * (1 << 32) + stream
+    ended = pd.Series(end).groupby(key).cummax().to_numpy()
+    before = np.r_[0, ended[:-1]]
+    gap = np.where(same, np.maximum(start - before, 0), 0)
+    queued = np.isfinite(launched_at) & (launched_at < before)
+    host = same & np.isfinite(launched_at) & ~queued
+    short = queued & (gap < params.kernel_wait_us * 1000)
+    table = pd.DataFrame({"device": device, "stream": stream, "dur": end - start, "gap": gap,
+                          "host": np.where(same & host, gap, 0), "kernel": np.where(same & short, gap, 0),
+                          "other": np.where(same & ~host & ~short, gap, 0), "start": start, "end": end,
+                          "is_kernel": (work["kind"] == "kernel").to_numpy(), "is_comm": work["is_comm"].to_numpy()})
+    rows = []
+    for (d, s), g in table.groupby(["device", "stream"], sort=False):  # one row per stream
+        span = int(g["end"].max() - g["start"].min())
+        idle = int(g["gap"].sum())
+        rows.append(StreamRow(int(d), int(s), len(g), int(g["is_kernel"].sum()), int((g["is_kernel"] & g["is_comm"]).sum()),
+                              us(span), us(span - idle), us(idle), us(int(g["host"].sum())), us(int(g["kernel"].sum())),
+                              us(int(g["other"].sum())), pct(span - idle, span)))
+    rows.sort(key=lambda r: -r.busy_us)
+    return StreamsResult(len(rows), rows[:params.top], shared_streams(trace), us(int(table["host"].sum())),
+                         us(int(table["kernel"].sum())), us(int(table["other"].sum())))
+
+
+def streams_sentence(result: StreamsResult) -> str | None:
+    text = ""
+    if result.shared:
+        s = result.shared[0]
+        text = (f"GPU {s.device} stream {s.stream} runs both collectives ({s.collectives}, {duration(s.comm_us)}) and "
+                f"{s.compute_kernels} compute kernels: there they cannot overlap, so that communication is exposed "
+                f"whatever the code asks. Fix: {SHARED_FIX}. ")
+    busiest = result.rows[0]
+    waits = {"the host (host wait)": busiest.host_wait_us, "queued kernels (kernel wait)": busiest.kernel_wait_us,
+             "other streams or events (other wait)": busiest.other_wait_us}
+    why = max(waits, key=waits.__getitem__)
+    idle = (f"; of its {duration(busiest.idle_us)} idle, most waits for {why} ({duration(waits[why])})"
+            if busiest.idle_us else "")
+    return text + (f"{result.streams} streams; the busiest, GPU {busiest.device} stream {busiest.stream}, is busy "
+                   f"{busiest.busy_of_span_pct:.1f}% of its span{idle}.")

@@ -1,0 +1,261 @@
+"""The critical path: the chain of dependent work that sets the rank's length, found by walking back
+from the device work that ends last, each time to the dependency that was ready last.
+
+Dependencies (as HTA's critical-path graph has them, on one rank):
+- a device op waits for the op before it on its stream, and for its launch call to return;
+- a host call waits for the host call before it on its thread (the host time between them is host
+  work: Python, ops, the framework);
+- a call that blocks for the GPU (vocabulary.BLOCKING_CALLS) waits for the device op that ended last
+  before it returned, on any stream.
+The path's time is then device work, host calls, host work between calls, and waits (a device op
+ready before it started: the GPU or stream was held by something the trace does not link, such as
+another stream's event). Only work on the path makes the rank longer: a kernel off it (overlapped
+by the path) saves nothing when made faster, and one on it saves at most its time on the path.
+
+The walk visits each path event once (a loop over the path, not over the trace); every predecessor
+is found beforehand with array operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ...format import duration
+from ...trace.model import Trace, matches
+from ...trace.normalize import innermost_enclosing
+from ..core.view import pct, us
+from ..core.vocabulary import BLOCKING_NAME
+from ..detectors.kernels import short_name
+
+TOP = 10
+
+
+@dataclass(frozen=True)
+class PathKernel:
+    name: str
+    short_name: str
+    on_path_us: float  # its time on the critical path
+    on_path_count: int
+    total_us: float  # all its instances, on the path or not
+    saving_2x_us: float  # what making it twice as fast saves at most: half its time on the path
+
+
+@dataclass(frozen=True)
+class PathHostOp:
+    """An op (aten::empty, cudnn_batch_norm…) whose host time, its calls' and between them, is on the path."""
+
+    name: str
+    on_path_us: float
+    share_of_host_pct: float  # of the path's host calls and host work
+
+
+@dataclass(frozen=True)
+class CriticalPathResult:
+    """The rank's critical path, from its first dependency to the end of its last device work."""
+
+    length_us: float  # start of the path's first event to the end of its last
+    device_us: float  # kernels, copies and memsets on the path
+    host_call_us: float  # runtime calls on the path (launches, syncs while the GPU was busy)
+    host_work_us: float  # host time between calls on the path: Python, ops, the framework
+    wait_us: float  # device ops ready before they started (held by dependencies the trace does not link)
+    device_pct: float  # each of the four, of the path's length
+    host_call_pct: float
+    host_work_pct: float
+    wait_pct: float
+    events: int  # events on the path
+    kernels: list[PathKernel]  # the kernels with the most time on the path
+    off_path: list[str]  # hot kernels (by total time, short names, each once) with no instance on the path
+    host_ops: list[PathHostOp] = field(default_factory=list)  # the host ops the path's host time was spent in
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+DEVICE, HOST_CALL, HOST_WORK, WAIT = "device", "host_call", "host_work", "wait"
+KINDS = (DEVICE, HOST_CALL, HOST_WORK, WAIT)  # Path.kind's codes
+
+
+@dataclass(frozen=True)
+class Path:
+    """The path as time segments (ns), as arrays: events, then the gaps before them."""
+
+    kind: np.ndarray  # codes into KINDS: device, host_call, host_work (host time between calls), wait (a device op held)
+    start: np.ndarray
+    end: np.ndarray
+    event: np.ndarray  # the event: a row of the device ops (device), of the host calls (host_call); -1 for gaps
+    device_names: pd.Categorical  # the device ops' names, by row
+    call_names: pd.Categorical
+    thread: np.ndarray  # a host segment's thread (pid << 32 | tid; the call it is or precedes), -1 on the device
+
+    def names(self) -> list[str]:
+        """Each segment's name ("" for gaps): for the path's events only."""
+        device, call = self.device_names, self.call_names
+        return [str(device[e]) if k == 0 else str(call[e]) if k == 1 else "" for k, e in
+                zip(self.kind.tolist(), self.event.tolist())]
+
+
+def critical_path(trace: Trace) -> Path | None:
+    """The rank's critical path, or None without device work: what `annotate` draws and the result
+    sums. Every event's binding dependency is chosen with array operations; the walk only follows them."""
+    gpu = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]
+    if gpu.empty:
+        return None
+    cpu = trace.cpu
+    calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
+    n_dev = len(gpu)
+    d_start, d_end = gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64)
+    c_start, c_end = calls["start"].to_numpy(np.int64), calls["end"].to_numpy(np.int64)
+    start, end = np.concatenate([d_start, c_start]), np.concatenate([d_end, c_end])
+    device = gpu["device"].to_numpy(np.int64)
+
+    # device candidates: the op before on the stream, the op that ended last on the device before it
+    # started (another stream's event, or the SMs it held), and its launch call (host nodes follow devices)
+    prev_on_stream = _previous(device * (1 << 31) + gpu["stream"].to_numpy(np.int64), d_start)
+    before = np.full(n_dev, -1, dtype=np.int64)
+    for d in np.unique(device):
+        mine = np.flatnonzero(device == d)
+        by_end = mine[np.argsort(d_end[mine], kind="stable")]
+        at = np.searchsorted(d_end[by_end], d_start[mine], side="right") - 1
+        before[mine] = np.where(at >= 0, by_end[np.maximum(at, 0)], -1)
+    correlation = calls["correlation"].to_numpy()
+    known = correlation >= 0
+    by_corr = pd.Series(np.flatnonzero(known), index=correlation[known])
+    by_corr = by_corr[~by_corr.index.duplicated()]
+    launch = pd.Series(gpu["correlation"].to_numpy()).map(by_corr).fillna(-1).to_numpy(np.int64)
+    launch = np.where(launch >= 0, launch + n_dev, -1)
+    candidates = np.stack([prev_on_stream, before, launch])
+    ready = np.where(candidates >= 0, end[np.maximum(candidates, 0)], np.iinfo(np.int64).min)
+    ready = np.where(ready <= d_end, ready, np.iinfo(np.int64).min)  # a dependency ends before its dependant does
+    choice = ready.argmax(axis=0)
+    pred = np.where(ready.max(axis=0) > np.iinfo(np.int64).min, candidates[choice, np.arange(n_dev)], -1)
+
+    # host calls: the call before on the thread; a blocking call that returned when the GPU finished,
+    # the device op that ended last before it returned
+    prev_call = _previous(calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64), c_start)
+    prev_call = np.where(prev_call >= 0, prev_call + n_dev, -1)
+    by_end = np.argsort(d_end, kind="stable")
+    ended = np.searchsorted(d_end[by_end], c_end, side="right") - 1
+    waited = np.where(matches(calls["name"], BLOCKING_NAME) & (ended >= 0), by_end[np.maximum(ended, 0)], -1)
+    gpu_set = (waited >= 0) & (d_end[np.maximum(waited, 0)] > c_start)
+    pred = np.concatenate([pred, np.where(gpu_set, waited, prev_call)])
+
+    first_device = int(d_start.min())
+    call_thread = calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64)
+    nodes = _walk(pred.tolist(), end.tolist(), int(np.argmax(d_end)), first_device)
+    follows = pred[nodes]
+    at = np.maximum(np.where(follows >= 0, end[np.maximum(follows, 0)], start[nodes]), first_device)
+    on_device = nodes < n_dev
+    gap = at < start[nodes]  # the time between: a wait on the device, or host work on a thread
+    thread = np.where(on_device, -1, call_thread[np.clip(nodes - n_dev, 0, max(len(call_thread) - 1, 0))]
+                      if len(call_thread) else -1)
+    return Path(
+        kind=np.concatenate([np.where(on_device, 0, 1), np.where(on_device, 3, 2)[gap]]).astype(np.int8),
+        start=np.concatenate([np.maximum(start[nodes], at), at[gap]]),
+        end=np.concatenate([end[nodes], start[nodes][gap]]),
+        event=np.concatenate([np.where(on_device, nodes, nodes - n_dev), np.full(int(gap.sum()), -1)]),
+        device_names=gpu["name"].array, call_names=calls["name"].array,
+        thread=np.concatenate([thread, thread[gap]]).astype(np.int64))
+
+
+def _walk(pred: list[int], end: list[int], node: int, floor: int) -> np.ndarray:
+    """Follow each event's binding dependency back from `node` while it ends after `floor`: the
+    only loop over the path (plain lists: a few hundred ns an event)."""
+    path, seen = [], bytearray(len(pred))
+    while node >= 0 and not seen[node] and end[node] > floor:  # a damaged trace's cycle stops the walk
+        seen[node] = 1
+        path.append(node)
+        node = pred[node]
+    return np.array(path, dtype=np.int64)
+
+
+def _previous(group: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each event, the one before it (by start) in its group (a stream, a thread), or -1."""
+    order = np.lexsort((t, group))
+    same = np.zeros(len(t), dtype=bool)
+    same[1:] = group[order][1:] == group[order][:-1]
+    out = np.full(len(t), -1, dtype=np.int64)
+    out[order[1:][same[1:]]] = order[:-1][same[1:]]
+    return out
+
+
+def detect_critical_path(trace: Trace, hot: list[str]) -> CriticalPathResult | None:
+    """The rank's critical path, and which of the `hot` kernels (by total time) are off it."""
+    path = critical_path(trace)
+    if path is None or not len(path.start):  # e.g. only zero-length device work: no chain to walk
+        return None
+    dur = path.end - path.start
+    part = np.bincount(path.kind, weights=dur, minlength=len(KINDS)).astype(np.int64)
+    # per kernel name (codes of the device ops' names): time on the path, instances on it, time in all
+    names = path.device_names
+    categories = [str(c) for c in names.categories]
+    on_device = path.kind == 0
+    codes = names.codes[path.event[on_device]]
+    on_path = np.bincount(codes[codes >= 0], weights=dur[on_device][codes >= 0], minlength=len(categories))
+    count = np.bincount(codes[codes >= 0], minlength=len(categories))
+    gpu = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]  # the rows path.event indexes
+    is_kernel = (gpu["kind"] == "kernel").to_numpy()
+    all_codes = names.codes[is_kernel]
+    totals = np.bincount(all_codes[all_codes >= 0], weights=(gpu["end"] - gpu["start"]).to_numpy()[is_kernel][all_codes >= 0],
+                         minlength=len(categories))
+    kernel_on_path = (on_path > 0) & (totals > 0)
+    index = {n: i for i, n in enumerate(categories)}
+    longest = np.argsort(-np.where(kernel_on_path, on_path, -1), kind="stable")[:TOP]
+    wanted = {int(i) for i in longest if kernel_on_path[i]}
+    wanted |= {index[n] for n in hot if n in index and kernel_on_path[index[n]]}  # the savings read the hot ones
+    rows = sorted((PathKernel(categories[i], short_name(categories[i]), us(on_path[i]), int(count[i]), us(totals[i]),
+                              us(on_path[i] / 2)) for i in wanted), key=lambda k: -k.on_path_us)
+    length = int(path.end.max() - path.start.min())
+    host_ops = _host_ops(trace, path, dur)
+    return CriticalPathResult(
+        length_us=us(length), device_us=us(part[0]), host_call_us=us(part[1]), host_work_us=us(part[2]),
+        wait_us=us(part[3]), device_pct=pct(part[0], length), host_call_pct=pct(part[1], length),
+        host_work_pct=pct(part[2], length), wait_pct=pct(part[3], length), events=int((path.event >= 0).sum()),
+        kernels=rows,
+        off_path=list(dict.fromkeys(short_name(n) for n in hot if n not in index or not kernel_on_path[index[n]])),
+        host_ops=host_ops)
+
+
+#: points at which each host segment of the path is read: its time is split among the ops there
+_SAMPLES = 8
+
+
+def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list[PathHostOp]:
+    """The innermost op on its thread at evenly spaced points of each host segment of the path (a
+    call, or the host work before one), its time split among them and summed by op name: HTA's
+    named host nodes (`aten::empty`, `cudnn_batch_norm`) where the path says host work."""
+    host = np.flatnonzero((path.kind == 1) | (path.kind == 2))
+    ops = trace.cpu[(trace.cpu["kind"] == "op").to_numpy()].reset_index(drop=True)
+    if not len(host) or ops.empty:
+        return []
+    thread = np.repeat(path.thread[host], _SAMPLES)
+    fraction = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
+    at_time = (path.start[host][:, None] + dur[host][:, None] * fraction[None, :]).astype(np.int64).ravel()
+    at = innermost_enclosing(ops, thread >> 32, thread & 0xFFFFFFFF, at_time)
+    named = at >= 0
+    if not named.any():
+        return []
+    codes = ops["name"].cat.codes.to_numpy()[at[named]]
+    share = np.repeat(dur[host] / _SAMPLES, _SAMPLES)[named]
+    time = np.bincount(codes, weights=share, minlength=len(ops["name"].cat.categories))
+    whole = float(dur[host].sum())
+    best = np.argsort(-time, kind="stable")[:top]
+    return [PathHostOp(str(ops["name"].cat.categories[i]), us(time[i]), pct(time[i], whole)) for i in best if time[i] > 0]
+
+
+def critical_path_sentence(result: CriticalPathResult) -> str | None:
+    text = (f"The critical path ({result.events} events over {duration(result.length_us)}) is "
+            f"{result.device_pct:.1f}% device work, {result.host_call_pct:.1f}% host calls, "
+            f"{result.host_work_pct:.1f}% host work between them and {result.wait_pct:.1f}% waits")
+    if result.kernels:
+        k = result.kernels[0]
+        text += (f"; {k.short_name} is on it for {duration(k.on_path_us)} of its {duration(k.total_us)}, so making it "
+                 f"twice as fast saves at most {duration(k.saving_2x_us)}")
+    if result.off_path:
+        text += (f"; not on it: {', '.join(result.off_path[:3])} (other work hides them: "
+                 "faster, they save nothing)")
+    if result.host_ops:
+        text += "; its host time is in " + ", ".join(f"{h.name} {duration(h.on_path_us)}" for h in result.host_ops[:3])
+    return text + "."

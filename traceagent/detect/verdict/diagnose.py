@@ -1,0 +1,422 @@
+"""The verdict: which limiter dominates, its root cause, the evidence, a one-sentence
+hypothesis, and the next step as something the user can run or change.
+
+The limiter is the largest avoidable loss, each measured as a share of the rank's span (of device
+time, the GPUs' spans added up, when the rank has several GPUs):
+idle time, exposed communication, exposed copies. If none reaches its threshold the device is
+busy computing, and the hot kernels are what to look at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
+
+from ...format import of_span
+from ..core.bounds import Percent, Share
+from ..core.vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES, blocking, gap_causes_of
+from ..detectors.annotations import AnnotationsResult
+from ..detectors.comm import CommResult
+from ..detectors.flops import FlopsResult
+from ..detectors.graphs import GraphsResult
+from ..detectors.idle import IdleResult, LaunchBound
+from ..detectors.kernels import KernelsResult
+from ..detectors.launch import LaunchResult
+from ..detectors.memcpy import MemcpyResult
+from ..detectors.memory import MemoryResult
+from ..detectors.steps import StepsResult
+from ..detectors.stragglers import RankComparison
+from ..detectors.streams import SHARED_FIX
+from ..detectors.workload import Workload
+from . import advice
+from .critical_path import CriticalPathResult
+from .savings import Saving, saving_for, straggler_saving
+
+
+@dataclass(frozen=True)
+class VerdictParams:
+    idle_pct: Percent = 15.0  # idle share of the span (device time) that makes idle the limiter
+    comm_pct: Percent = 10.0  # exposed communication (or waiting for a straggler) share of the span
+    memcpy_pct: Percent = 10.0  # exposed copy share of the span
+    pageable_share: Share = 0.5  # share of copied bytes from pageable memory that names it the cause
+
+
+class SharedStreamEvidence(TypedDict):
+    device: int
+    stream: int
+    collectives: int
+    compute_kernels: int
+
+
+class Evidence(TypedDict, total=False):
+    """What a verdict rests on: the keys of its limiter's kind (any subset), each always meaning the
+    same thing. Idle: the idle and the gap cause(s) the root cause adds up; a sync's call, op, line
+    and the line after it; launch statistics; the host events and line of the largest gap.
+    Communication, copies, compute, a straggler: their own figures. A job's verdict adds the rank
+    it was drawn from and each rank's limiter."""
+
+    # idle
+    idle_pct: float
+    idle_us: float
+    span_us: float
+    cause: str
+    cause_us: float
+    cause_pct: float
+    cause_gaps: int
+    gap_causes: dict[str, float]
+    dataloader: str | None  # the DataLoader seen: multi_process, single_process
+    sync_call: str
+    op: str | None
+    python: str | None  # the user's line: of a sync, of the largest gap's host work, of a straggler's delay
+    after: str  # a sync's: the user's line the host worked at once the wait returned
+    sync_count: int
+    sync_kind: str
+    short_kernel_pct: float
+    median_kernel_us: float | None
+    median_launch_us: float | None
+    launch_bound: list[LaunchBound]
+    launches_by_call: dict[str, int]
+    host_events: list[str]
+    # communication
+    comm_us: float
+    comm_share_pct: float
+    exposed_us: float
+    exposed_pct: float
+    exposed_of_comm_pct: float
+    top_collective: str | None
+    shared_stream: SharedStreamEvidence
+    # copies
+    memcpy_share_pct: float
+    bytes: int
+    pageable_count: int
+    pageable_bytes: int
+    by_kind_gbps: dict[str, float | None]
+    side_stream_bytes: int
+    # compute
+    kernel: str
+    short_name: str
+    kernel_share_of_busy_pct: float
+    kernel_total_us: float
+    kernel_count: int
+    # a straggler
+    straggler_rank: int | None
+    straggler_cause: str
+    last_pct: float
+    caused_waiting_pct: float
+    matched_collectives: int
+    others_waiting_us: float
+    others_exposed_waiting_pct: float
+    lateness_by_cause_us: dict[str, float]
+    # a job
+    rank: int | None
+    limiter_by_rank: dict[str, str | None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    limiter: str | None  # a vocabulary.LIMITERS name; None when there is no device activity
+    root_cause: str | None  # a vocabulary.ROOT_CAUSES name
+    headline: str
+    hypothesis: str
+    next_step: str
+    evidence: Evidence = field(default_factory=lambda: Evidence())
+    also: list[str] = field(default_factory=list)  # what would sharpen the diagnosis
+    other_losses: list[str] = field(default_factory=list)  # losses besides the limiter over their threshold
+    rank: int | None = None  # the rank it is about (None: no device activity anywhere)
+    saving: Saving | None = None  # what fixing the root cause would save at most
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"saving": self.saving.to_dict() if self.saving else None}
+
+
+@dataclass(frozen=True)
+class Findings:
+    """The detector results a verdict is drawn from (one rank)."""
+
+    idle: IdleResult
+    memcpy: MemcpyResult
+    comm: CommResult
+    kernels: KernelsResult
+    launch: LaunchResult
+    steps: StepsResult | None
+    has_python_frames: bool
+    has_device_activity: bool
+    ranks: int = 1
+    workload: Workload = field(default_factory=lambda: Workload(None, None, 0))
+    savings: list[Saving] = field(default_factory=list)  # every finding's, largest first
+    flops: FlopsResult | None = None  # from recorded shapes; not part of the verdict
+    memory: MemoryResult | None = None
+    graphs: GraphsResult | None = None
+    annotations: AnnotationsResult | None = None
+    critical_path: CriticalPathResult | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # the registered detectors' results by name (registry.py)
+
+
+def no_device_verdict(runtime_calls: int = 0) -> Verdict:
+    if runtime_calls:  # a GPU job whose device records are missing, not a CPU-only one
+        return Verdict(
+            limiter=None, root_cause=None,
+            headline=f"No kernel or copy records in this trace ({runtime_calls} CUDA API calls were recorded)",
+            hypothesis="The host called the GPU, but the profiler recorded no device activity: CUDA activity was "
+                       "not enabled, or the records were lost (a buffer overflow, a killed job).",
+            next_step="Profile with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) "
+                      "(or nsys profile -t cuda), and let the profiler finish writing before the job exits.",
+        )
+    return Verdict(
+        limiter=None, root_cause=None,
+        headline="No device activity: this is a CPU-only trace",
+        hypothesis="The profiler recorded no kernels or copies, so there is no GPU time to explain.",
+        next_step="Profile with the GPU enabled: torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+                  "ProfilerActivity.CUDA]) on a CUDA build of PyTorch, and check torch.cuda.is_available().",
+    )
+
+
+def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
+    """The limiter and root cause for one rank's findings."""
+    if not f.has_device_activity:
+        return no_device_verdict(f.workload.runtime_calls)
+    idle, copies, comm = f.idle, f.memcpy, f.comm
+    losses = {
+        "idle": (idle.idle_pct, params.idle_pct),
+        "communication": (comm.exposed_pct, params.comm_pct),
+        "data_movement": (copies.exposed_pct, params.memcpy_pct),
+    }
+    over = {k: v for k, (v, threshold) in losses.items() if v >= threshold}
+    limiter = max(over, key=over.__getitem__) if over else "compute"
+    also = _missing(f)
+    verdict = _verdict_for(limiter, f, params, also)
+    # every other loss over its threshold, with its own cause and next step: on a DDP rank idle
+    # can edge out exposed communication, and both need fixing
+    others = []
+    for k in sorted(over, key=over.__getitem__, reverse=True):
+        if k != limiter:
+            other = _verdict_for(k, f, params, also)
+            cause = ROOT_CAUSES[other.root_cause].label if other.root_cause else "an unknown cause"
+            others.append(f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% {_of(f)}, from {cause}: "
+                          f"{other.next_step}")
+    saving = saving_for(f.savings, verdict.root_cause) if verdict.root_cause else None
+    return replace(verdict, other_losses=others, saving=saving)
+
+
+def _verdict_for(limiter: str, f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
+    if limiter == "idle":
+        return _idle_verdict(f, also)
+    if limiter == "communication":
+        return _comm_verdict(f, also)
+    if limiter == "data_movement":
+        return _copy_verdict(f, params, also)
+    return _compute_verdict(f, also)
+
+
+def _of(f: Findings) -> str:
+    return of_span(len(f.idle.devices))
+
+
+def _busy(f: Findings) -> str:
+    busy = 100 - f.idle.idle_pct
+    if len(f.idle.devices) <= 1:
+        return f"The GPU is busy {busy:.1f}% of the time"
+    return f"The GPUs are busy {busy:.1f}% {_of(f)}"
+
+
+def _missing(f: Findings) -> list[str]:
+    also = []
+    if not f.has_python_frames:
+        also.append("The trace has no Python frames: profile with with_stack=True to see the line behind each stall.")
+    if f.steps is None:
+        also.append("The trace has no steps: use a torch.profiler schedule and call prof.step() each iteration "
+                    "(or mark iterations with NVTX ranges) to compare steps.")
+    return also
+
+
+def _top_idle_root(idle: IdleResult) -> tuple[str, list[str]]:
+    """The root cause whose gap causes add up to the most idle time (launch overhead and launch
+    latency are one root cause, as the savings count them), and those gap causes, largest first."""
+    by_root: dict[str, float] = {}
+    for cause, value in idle.by_cause_us.items():
+        by_root[GAP_ROOT[cause]] = by_root.get(GAP_ROOT[cause], 0.0) + value
+    root = max(by_root, key=by_root.__getitem__)
+    causes = sorted((c for c in gap_causes_of(root) if c in idle.by_cause_us), key=lambda c: -idle.by_cause_us[c])
+    return root, causes
+
+
+def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
+    idle = f.idle
+    root, causes = _top_idle_root(idle)
+    cause = causes[0]
+    cause_us = round(sum(idle.by_cause_us[c] for c in causes), 3)
+    cause_pct = round(sum(idle.cause_pct(c) for c in causes), 2)
+    evidence = Evidence(idle_pct=idle.idle_pct, idle_us=idle.idle_us, span_us=idle.span_us, cause=cause,
+                        cause_us=cause_us, cause_pct=cause_pct,
+                        cause_gaps=sum(idle.by_cause_count.get(c, 0) for c in causes))
+    if len(causes) > 1:  # which gap causes the root cause's share adds up
+        evidence["gap_causes"] = {c: idle.cause_pct(c) for c in causes}
+    head = (f"GPU idle {idle.idle_pct:.1f}% of the time" if len(idle.devices) <= 1
+            else f"GPUs idle {idle.idle_pct:.1f}% {_of(f)}")
+    if root == "dataloader":
+        evidence["dataloader"] = f.workload.dataloader
+        hypothesis, step = advice.dataloader(f.workload)
+        return Verdict("idle", root, f"{head}, mostly waiting for data loading ({cause_pct:.1f}% {_of(f)})",
+                       hypothesis, step, evidence, also)
+    if root == "sync":
+        site = idle.sync_sites[0] if idle.sync_sites else None
+        where = ""
+        if site:
+            where = f" {site.call}" + (f" under {site.op}" if site.op else "") + (f" at {site.python}" if site.python else "")
+            evidence.update({"sync_call": site.call, "op": site.op, "python": site.python, "sync_count": site.count})
+            if site.after:  # the host work the wait exposed: the second place to look
+                where += f", then works at {site.after} before it queues more"
+                evidence["after"] = site.after
+        kind = blocking(site.call if site else None)  # the fix depends on what blocked: a read-back, the allocator…
+        evidence["sync_kind"] = kind.kind
+        step = (f"Remove the wait{f' at {site.python}' if site and site.python else ''}: {kind.fix}.")
+        if site and site.after:
+            step += (f" The host work at {site.after} that follows it shows only because of the wait: once the "
+                     "value stays on the device, that work overlaps the GPU's.")
+        if not f.has_python_frames:
+            step += " Re-profile with with_stack=True to get the Python line."
+        return Verdict("idle", root, f"{head}, mostly after host synchronizations ({cause_pct:.1f}% {_of(f)})",
+                       f"The host blocks on the GPU{where} ({kind.label}), so it cannot queue work ahead and the GPU "
+                       "drains while the host catches up.", step, evidence, also)
+    if root == "launch_overhead":
+        launch = f.launch
+        evidence.update({"short_kernel_pct": launch.short_kernel_pct, "median_kernel_us": launch.median_kernel_us,
+                         "median_launch_us": launch.median_launch_us, "launch_bound": idle.launch_bound,
+                         "launches_by_call": launch.by_call})
+        hypothesis, step = advice.launch_bound(idle, launch)
+        named: dict[tuple[str, ...], str] = {("launch_overhead",): "launch-bound gaps",
+                                             ("launch_latency",): "launch latency"}
+        gaps = named.get(tuple(causes), "launch-bound gaps and launch latency")
+        return Verdict("idle", root, f"{head}: the host cannot launch kernels fast enough "
+                                     f"({cause_pct:.1f}% {_of(f)} in {gaps})",
+                       hypothesis, step, evidence, also)
+    top = idle.top_gaps[0] if idle.top_gaps else None
+    hosts = [h["name"] for h in (top.evidence.get("host", []) if top else [])][:3]
+    user = top.evidence.get("python") if top else None  # the innermost frame of the user's own code
+    if hosts:
+        evidence["host_events"] = hosts
+    step = ("Profile the host side: `py-spy record -o host.svg -- python train.py`, or re-profile with "
+            "with_stack=True and look at the Python frames over the largest gaps (`traceagent analyze`).")
+    if user:  # the user's line first, the library frame under it as context
+        evidence["python"] = user
+        inside = f", inside {hosts[0]}" if hosts and hosts[0] != user else ""
+        what = f" (in the largest gap: {user}{inside})"
+        step = (f"Start at {user}: it holds the launching thread over the largest gap. Move that work off the "
+                "thread that launches GPU work (into DataLoader workers or a background thread), do it once before "
+                "the loop, or make it cheaper; `py-spy record -o host.svg -- python train.py` shows where its time "
+                "goes.")
+    else:
+        what = f" (in the largest gap: {', '.join(hosts)})" if hosts else ""
+    return Verdict("idle", "host_other", f"{head}, while the host does other work ({cause_pct:.1f}% {_of(f)})",
+                   f"The host spends the gaps in its own work{what} rather than in launching device work.", step,
+                   evidence, also)
+
+
+def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
+    comm = f.comm
+    evidence = Evidence(comm_us=comm.comm_us, comm_share_pct=comm.share_pct, exposed_us=comm.exposed_us,
+                        exposed_pct=comm.exposed_pct, exposed_of_comm_pct=comm.exposed_of_comm_pct,
+                        top_collective=comm.top[0]["name"] if comm.top else None)
+    if comm.shared_streams:  # overlap is impossible where they take turns on one stream: say that first
+        s = comm.shared_streams[0]
+        evidence["shared_stream"] = SharedStreamEvidence(device=s.device, stream=s.stream, collectives=s.collectives,
+                                                         compute_kernels=s.compute_kernels)
+        return Verdict("communication", "communication",
+                       f"Communication is exposed for {comm.exposed_pct:.1f}% {_of(f)}: GPU {s.device} stream "
+                       f"{s.stream} runs both collectives and compute, so they cannot overlap",
+                       f"Collectives and compute kernels take turns on GPU {s.device} stream {s.stream}: kernels on one "
+                       "stream run in order, so no compute can hide that communication, however the code is written.",
+                       f"Put the collectives on a stream of their own: {SHARED_FIX}.", evidence, also)
+    return Verdict("communication", "communication",
+                   f"Communication is exposed for {comm.exposed_pct:.1f}% {_of(f)} "
+                   f"({comm.exposed_of_comm_pct:.0f}% of collective time is not hidden by compute)",
+                   "Collectives run while no compute kernel does, so the GPU waits on the network (or on a slower "
+                   "rank) instead of overlapping the two.",
+                   "Overlap communication with compute (DDP bucket_cap_mb, FSDP forward/backward prefetch, "
+                   "no_sync() with gradient accumulation), compare ranks for a straggler (`traceagent analyze` on "
+                   "the rank directory), and check the transport with NCCL_DEBUG=INFO.",
+                   evidence, also)
+
+
+def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
+    copies = f.memcpy
+    evidence = Evidence(memcpy_share_pct=copies.share_pct, exposed_pct=copies.exposed_pct, exposed_us=copies.exposed_us,
+                        bytes=copies.bytes, pageable_count=copies.pageable_count, pageable_bytes=copies.pageable_bytes,
+                        by_kind_gbps={k: v.gbps for k, v in copies.by_kind.items()})
+    evidence["side_stream_bytes"] = copies.side_stream_bytes
+    if copies.bytes and copies.pageable_bytes / copies.bytes >= params.pageable_share:
+        hypothesis, step = advice.pageable_copies(copies)
+        return Verdict("data_movement", "pageable_memcpy",
+                       f"Copies take {copies.exposed_pct:.1f}% {_of(f)} with no compute beside them, "
+                       f"mostly from pageable host memory ({copies.pageable_count} copies)",
+                       hypothesis, step, evidence, also)
+    hypothesis, step = advice.exposed_copies(copies)
+    return Verdict("data_movement", "memcpy", f"Copies take {copies.exposed_pct:.1f}% {_of(f)} with no compute beside them",
+                   hypothesis, step, evidence, also)
+
+
+def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
+    kernels = f.kernels
+    top = kernels.top[0] if kernels.top else None
+    evidence = Evidence(idle_pct=f.idle.idle_pct)
+    if top is None:
+        return Verdict("compute", "hot_kernel", "The device is busy, but the trace names no kernels", "", "", evidence, also)
+    evidence.update(Evidence(kernel=top.name, short_name=top.short_name, kernel_share_of_busy_pct=top.share_of_busy_pct,
+                             kernel_total_us=top.total_us, kernel_count=top.count))
+    return Verdict("compute", "hot_kernel",
+                   f"{_busy(f)}; the top kernel, {top.short_name}, "
+                   f"takes {top.share_of_busy_pct:.1f}% of busy time",
+                   f"Time goes into kernel execution, led by {top.short_name} ({top.count} launches"
+                   + (f", from {top.op}" if top.op else "") + "); speeding it up is the largest single gain.",
+                   f"Profile that kernel: `ncu --kernel-name regex:{top.short_name} --launch-count 5 --set full -o "
+                   f"{top.short_name[:24]} python train.py`, and check it runs in a fast dtype (bf16/TF32) and shape.",
+                   evidence, also)
+
+
+_STRAGGLER_STEPS = {
+    "dataloader": "Its input pipeline is slower than the others': compare its DataLoader (num_workers, the storage "
+                  "or shard it reads, per-sample work) with theirs, and profile its host with py-spy.",
+    "sync": "It blocks on its GPU before the collective: remove the synchronization on that rank "
+            "(.item(), .cpu(), logging of tensor values), or do it every N steps.",
+    "launch_overhead": "Its host cannot launch kernels fast enough: capture the step in a CUDA graph or fuse ops "
+                       "with torch.compile.",
+    "host_other": "Its host does work the others do not before the collective (logging, checkpointing, evaluation "
+                  "on one rank): profile that rank's host with py-spy and move the work off the critical path.",
+    "hot_kernel": "Its GPU computes longer than the others' before each collective: check for uneven work "
+                  "(sharding, sequence lengths, routing), and for a slower GPU (nvidia-smi -q: clocks, "
+                  "temperature, ECC, PCIe/NVLink placement).",
+}
+
+
+def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: Verdict,
+                      frames: dict[str, str] | None = None) -> Verdict:
+    """The job's verdict when one rank makes the others wait: named by that rank and by what it
+    was doing before the collectives it entered last (with the user's line or range that held
+    that rank's idle of that cause, from `frames`); its own verdict and losses follow."""
+    rank, cause = comparison.straggler, comparison.straggler_cause or "host_other"
+    limiter = "compute" if cause == "hot_kernel" else "idle"
+    what = ROOT_CAUSES[cause].label if cause != "hot_kernel" else "longer compute on its GPU"
+    where = (frames or {}).get(cause)
+    if where:
+        what += f" (at {where})"
+    saving = straggler_saving(comparison, late.steps)
+    evidence = Evidence(straggler_rank=rank, straggler_cause=cause, last_pct=comparison.straggler_last_pct,
+                        caused_waiting_pct=comparison.caused_waiting_pct, matched_collectives=comparison.matched,
+                        others_waiting_us=comparison.others_waiting_us,
+                        others_exposed_waiting_pct=comparison.others_exposed_waiting_pct,
+                        lateness_by_cause_us=comparison.straggler_cause_us, rank=rank)
+    if where:
+        evidence["python"] = where
+    return Verdict(
+        limiter, "straggler",
+        f"Rank {rank} is the straggler: it causes {comparison.caused_waiting_pct:.0f}% of the ranks' waiting in "
+        f"collectives (last into {comparison.straggler_last_pct:.0f}% of them), delayed by {what}; the other ranks "
+        f"wait for it {comparison.others_exposed_waiting_pct:.1f}% of their device time",
+        f"Collectives cannot finish before every rank joins, so the other ranks sit inside them while rank {rank} "
+        f"is still busy with {what}: their waiting is rank {rank}'s cost, not slow communication.",
+        f"Look at rank {rank} first (`traceagent analyze` on its trace). " + _STRAGGLER_STEPS[cause],
+        evidence, _missing(late), [f"On rank {rank} itself: {late_verdict.headline}.", *late_verdict.other_losses],
+        rank=rank, saving=saving,
+    )

@@ -1,0 +1,119 @@
+"""What fixing each finding would give back: an upper bound over the trace and per step, with
+its reasoning (DESIGN.md, "saving estimate"). `diff` later compares it with what happened.
+
+- an idle gap removed saves at most its length;
+- communication or copies hidden behind compute save at most their exposed part;
+- a kernel made k× faster saves at most (1 − 1/k) of its time (k = 2 here), and only of its time
+  on the critical path (critical_path.py): a kernel other work hides saves nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..core.view import pct
+from ..core.vocabulary import GAP_CAUSES, GAP_ROOT, ROOT_CAUSES
+from ..detectors.comm import CommResult
+from ..detectors.idle import IdleResult
+from ..detectors.kernels import KernelsResult
+from ..detectors.memcpy import MemcpyResult
+from ..detectors.steps import StepsResult
+from ..detectors.stragglers import RankComparison
+from .critical_path import CriticalPathResult
+
+KERNEL_SPEEDUP = 2.0  # the k of "a kernel made k× faster"
+
+
+@dataclass(frozen=True)
+class Saving:
+    finding: str  # what would be fixed, in words
+    root_cause: str  # a vocabulary.ROOT_CAUSES name
+    upper_bound_us: float  # over the whole trace (this rank)
+    pct: float  # of the rank's span (device time with several GPUs)
+    per_step_us: float | None  # per step, when the trace has steps
+    step_pct: float | None  # of the mean step time
+    reasoning: str
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"sentence": self.sentence()}
+
+    def sentence(self) -> str:
+        """'Fixing idle time waiting for data loading would save up to 27.2% of step time (…)'."""
+        share = (f"{self.step_pct:.1f}% of step time" if self.step_pct is not None
+                 else f"{self.pct:.1f}% of the span")
+        return f"Fixing {self.finding} would save up to {share} ({self.reasoning})."
+
+
+def _saving(finding: str, root: str, us_: float, whole_us: float, steps: StepsResult | None,
+            reasoning: str) -> Saving:
+    per_step = round(us_ / steps.count, 3) if steps and steps.count else None
+    step_pct = pct(per_step, steps.mean_us) if per_step is not None and steps and steps.mean_us else None
+    return Saving(finding, root, round(us_, 3), pct(us_, whole_us), per_step,
+                  min(step_pct, 100.0) if step_pct is not None else None, reasoning)
+
+
+def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, kernels: KernelsResult,
+                     steps: StepsResult | None, path: CriticalPathResult | None = None) -> list[Saving]:
+    """Every finding's saving, largest first."""
+    whole = idle.device_time_us
+    out = []
+    for cause, us_ in idle.by_cause_us.items():
+        out.append(_saving(f"idle time {GAP_CAUSES[cause].label}", GAP_ROOT[cause], us_, whole, steps,
+                           "an upper bound: removing a gap saves at most its length"))
+    if copies.exposed_us:
+        root = "pageable_memcpy" if copies.pageable_bytes * 2 >= max(copies.bytes, 1) else "memcpy"
+        out.append(_saving("exposed copies", root, copies.exposed_us, whole, steps,
+                           "an upper bound: a copy hidden behind compute saves at most its exposed part"))
+    if comm.exposed_us:
+        out.append(_saving("exposed communication", "communication", comm.exposed_us, whole, steps,
+                           "an upper bound: communication hidden behind compute saves at most its exposed part"))
+    on_path = {k.name: k.on_path_us for k in path.kernels} if path else {}
+    for k in kernels.top[:3]:
+        if k.is_comm:
+            continue
+        if path is None:
+            out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
+                               k.total_us * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
+                               f"an upper bound: a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
+                               f"{1 - 1 / KERNEL_SPEEDUP:.0%} of its time, if nothing else was hiding it"))
+        elif k.name in on_path:
+            out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
+                               on_path[k.name] * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
+                               f"an upper bound: it is on the critical path for {on_path[k.name]:g} µs of its "
+                               f"{k.total_us:g} µs, and a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
+                               f"{1 - 1 / KERNEL_SPEEDUP:.0%} of that"))
+    return sorted(out, key=lambda s: -s.upper_bound_us)
+
+
+def saving_for(savings: list[Saving], root_cause: str) -> Saving | None:
+    """The verdict's saving: every finding of its root cause together (e.g. idle from launch
+    overhead and launch latency), or None."""
+    mine = [s for s in savings if s.root_cause == root_cause]
+    if not mine:
+        return None
+    if len(mine) == 1:
+        return mine[0]
+    first = mine[0]
+    total = sum(s.upper_bound_us for s in mine)
+    per_step = _sum_of_all([s.per_step_us for s in mine])
+    step_pct = _sum_of_all([s.step_pct for s in mine])
+    return Saving(ROOT_CAUSES[root_cause].label, root_cause, round(total, 3),
+                  round(sum(s.pct for s in mine), 2), per_step, min(step_pct, 100.0) if step_pct is not None else None,
+                  first.reasoning)
+
+
+def _sum_of_all(values: list[float | None]) -> float | None:
+    """The sum, or None if any is None (a per-step figure one part lacks is no figure)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if len(known) == len(values) else None
+
+
+def straggler_saving(comparison: RankComparison, steps: StepsResult | None) -> Saving:
+    """The straggler's cost: the other ranks' exposed waiting for it (all of it over the trace;
+    per step, one other rank's share over the straggler's steps)."""
+    rank = comparison.straggler
+    waiting = sum(r.exposed_waiting_us for r in comparison.ranks if r.rank != rank)
+    per_step = round(waiting / (len(comparison.ranks) - 1) / steps.count, 3) if steps and steps.count else None
+    step_pct = min(pct(per_step, steps.mean_us), 100.0) if per_step is not None and steps and steps.mean_us else None
+    return Saving(f"rank {rank}'s lateness", "straggler", round(waiting, 3), comparison.others_exposed_waiting_pct,
+                  per_step, step_pct, "an upper bound: the other ranks' waiting for it, where no compute of theirs hides it")
