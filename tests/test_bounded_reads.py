@@ -37,12 +37,19 @@ def gzip_bomb(path, inflated: int, fill: bytes, head: bytes = b"") -> int:
     return os.path.getsize(path)
 
 
-def run_cli(args: list[str], env_cache) -> tuple[int, str, float, float]:
-    """(exit code, stderr, seconds, peak RSS in bytes) of `traceagent ARGS` in a fresh process."""
+def run_cli(args: list[str], env_cache, address_space: int | None = None) -> tuple[int, str, float, float]:
+    """(exit code, stderr, seconds, peak RSS in bytes) of `traceagent ARGS` in a fresh process;
+    with `address_space`, under that `ulimit -v` (RLIMIT_AS), as a container or Slurm would cap it."""
+    import resource
+
+    def limited() -> None:
+        if address_space is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
     env = {**os.environ, "TRACEAGENT_CACHE_DIR": str(env_cache)}
     started = time.monotonic()
     child = subprocess.Popen([sys.executable, "-m", "traceagent", *args], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, env=env)
+                             stderr=subprocess.PIPE, env=env, preexec_fn=limited)
     stderr = child.stderr.read().decode()
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
@@ -167,27 +174,12 @@ def test_a_member_boundary_falling_between_two_reads_loses_nothing(tmp_path, mon
         assert reading.TraceStream(f, str(path)).read() == text
 
 
-def run_limited(args: list[str], env_cache, address_space: int) -> tuple[int, str, float, float]:
-    """run_cli under `ulimit -v` (RLIMIT_AS) of `address_space` bytes, as a container or Slurm would cap it."""
-    import resource
-
-    env = {**os.environ, "TRACEAGENT_CACHE_DIR": str(env_cache)}
-    started = time.monotonic()
-    child = subprocess.Popen([sys.executable, "-m", "traceagent", *args], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, env=env,
-                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space)))
-    stderr = child.stderr.read().decode()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    return child.returncode, stderr, time.monotonic() - started, usage.ru_maxrss * 1024
-
-
 def test_the_bombs_refusal_advice_followed_ends_in_one_line_within_the_memory_limit(tmp_path):
     bomb = tmp_path / "bomb.json.gz"
     gzip_bomb(bomb, 10 * GiB, b" ", b'{"traceEvents": [')
     code, stderr, _, _ = run_cli(["analyze", str(bomb)], tmp_path / "cache")
     advice = re.search(r"--max-bytes (\S+)\)", stderr).group(1)  # what the refusal tells the user to try
-    code, stderr, seconds, peak = run_limited(["analyze", str(bomb), "--max-bytes", advice], tmp_path / "cache",
+    code, stderr, seconds, peak = run_cli(["analyze", str(bomb), "--max-bytes", advice], tmp_path / "cache",
                                               4 * GiB)
     assert code == 2 and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert str(bomb) in stderr and "half the memory this process may still take" in stderr
@@ -201,7 +193,7 @@ def test_a_2_gib_string_under_a_4_gib_address_space_limit_is_one_line(tmp_path):
     gzip_bomb(path, 2 * GiB, b"a", head)
     with open(path, "ab") as f:
         f.write(gzip.compress(b'"}]}'))
-    code, stderr, seconds, peak = run_limited(["analyze", str(path), "--max-bytes", "20GB"], tmp_path / "cache",
+    code, stderr, seconds, peak = run_cli(["analyze", str(path), "--max-bytes", "20GB"], tmp_path / "cache",
                                               4 * GiB)
     assert code == 2 and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert str(path) in stderr and "memory this process may still take" in stderr
