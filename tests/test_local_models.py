@@ -10,7 +10,7 @@ import re
 import time
 
 import pytest
-from conftest import RESNET_NW0, analyzed
+from conftest import DLRM_8RANK, NSYS_BEFORE, RESNET_NW0, analyzed
 from fakes import FakeOpenAIServer, Reply
 from test_ask_server import ask, said
 
@@ -217,11 +217,16 @@ def test_the_eval_scores_each_answer_against_the_detectors(model_env, capsys, mo
     report = json.loads(capsys.readouterr().out)
     assert report["model"] == server.served
     rows = report["results"]
-    assert [r["agrees"] for r in rows] == [True, True, False, True, True, True]
-    assert [r["answered_by"] for r in rows] == ["model"] * 4 + ["detectors", "model"]  # the 5th: the offline analyst
+    assert [r["agrees"] for r in rows[:6]] == [True, True, False, True, True, True]
+    # the ResNet trace has one rank of one GPU: those questions are skipped, each with its reason
+    skipped = {r["question"]: r["why"] for r in rows if r["answered_by"] == "skipped"}
+    assert skipped == {"Which rank is the straggler?": "does not apply: no straggler: one rank, or none late",
+                       "How idle is the second GPU?": "does not apply: no rank has a second GPU"}
+    assert [r["answered_by"] for r in rows[:6]] == ["model"] * 4 + ["detectors", "model"]  # the 5th: the offline analyst
     assert rows[0]["tools"] == ["verdict"] and rows[0]["rounds"] == 2 and rows[4]["tools"] == []
     assert f"{idle.idle_us:.0f} µs (as the largest gap)" in rows[2]["flagged"]
-    assert any("without calling any tool" in f for f in rows[4]["flagged"])
+    # why the detectors answered is said apart: it is no mark on the answer the user got
+    assert "without calling any tool" in rows[4]["replaced_because"] and rows[4]["flagged"] == []
     assert rows[3]["question"] == "How many idle gaps come from data loading?"
 
 
@@ -264,14 +269,16 @@ def test_the_eval_table_counts_the_models_answers_apart_from_the_detectors(model
     """A model that never calls a tool: every question is answered from the detectors."""
     from traceagent.cli import main
 
-    with FakeOpenAIServer([Reply.text("No idea.")] * 12) as server:
+    with FakeOpenAIServer([Reply.text("No idea.")] * 20) as server:
         model_env(server.url)
         assert main(["eval", str(RESNET_NW0)]) == 0
-    out = capsys.readouterr().out
-    words = " ".join(out.split())  # the title wraps at the terminal's width
-    assert "scripted: 0 of the 0 answers the model wrote agree with the detectors; 6 of 6 answered from the detectors" \
-        in words
-    assert len(re.findall(r"│ detectors\s+│ yes", out)) == 6  # answered by, agrees: on each row's first line
+    out = capsys.readouterr().out  # piped: a Markdown table, one line per question, nothing folded
+    assert out.splitlines()[0] == ("scripted: 0 of the 0 answers the model wrote agree with the detectors; 8 of 8 "
+                                   "answered from the detectors; 2 skipped")
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "question |" not in line
+            and not line.startswith("| ---")]
+    assert len(rows) == 10 and sum("| detectors | yes (" in row for row in rows) == 8
+    assert sum("| skipped | - (does not apply" in row for row in rows) == 2
 
 
 def test_eval_against_a_server_that_never_finishes_costs_one_deadline_not_six(model_env, capsys):
@@ -287,5 +294,22 @@ def test_eval_against_a_server_that_never_finishes_costs_one_deadline_not_six(mo
         seconds = time.monotonic() - started
     rows = json.loads(capsys.readouterr().out)["results"]
     assert len(server.requests) == 1 and seconds < 6  # one deadline of 1 s, then the detectors alone
-    assert [r["answered_by"] for r in rows] == ["detectors"] * 6 and all(r["agrees"] for r in rows)
-    assert all(any("the server sent nothing within the deadline" in f for f in r["flagged"]) for r in rows[1:])
+    asked = [r for r in rows if r["answered_by"] != "skipped"]
+    assert [r["answered_by"] for r in asked] == ["detectors"] * 8 and all(r["agrees"] for r in asked)
+    assert all("the server sent nothing within the deadline" in r["replaced_because"] for r in asked[1:])
+
+
+@pytest.mark.parametrize("trace, asked", [(DLRM_8RANK, "Which rank is the straggler?"),
+                                          (NSYS_BEFORE, "How idle is GPU 1 of rank 0?")],
+                         ids=["straggler", "second_gpu"])
+def test_the_per_rank_and_per_gpu_questions_are_asked_where_they_apply_and_the_detectors_answer_them(
+        model_env, capsys, trace, asked):
+    from traceagent.cli import main
+
+    with FakeOpenAIServer([Reply.text("No idea.")] * 24) as server:  # never a tool: the detectors answer
+        model_env(server.url)
+        assert main(["eval", str(trace), "--json"]) == 0
+    rows = {r["question"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert rows[asked]["answered_by"] == "detectors" and rows[asked]["agrees"], rows[asked]
+    assert rows["How much would fixing the top cause save?"]["agrees"], rows["How much would fixing the top cause save?"]
+    assert rows["What should I profile next?"]["agrees"]

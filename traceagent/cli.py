@@ -416,24 +416,46 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 2
     analysis = run_request(request_of(args, args.path or example_trace()))
     err.print(f"traceagent eval: {config.describe()} on {analysis.path}", markup=False)
+    done: list[Result] = []
+    status = err.status("") if args.verbose and err.is_terminal else None
 
     def shown(r: Result) -> None:
-        err.print(f"  {'agrees' if r.agrees else 'differs'} · {r.seconds:g} s · {r.question}", markup=False)
+        done.append(r)
+        line = (f"{len(done)} done · {'skipped' if r.answered_by == 'skipped' else 'agrees' if r.agrees else 'differs'}"
+                f" · {r.seconds:g} s · {r.question}")
+        if status is not None:  # -v on a terminal: one line, updated as each answer comes
+            status.update(line)
+        else:
+            err.print(f"  {line}", markup=False)
 
-    results = asyncio.run(run_eval(analysis, lambda ctx: Session(ctx, make_chat_model(config), config),
-                                   on_result=shown))
+    if status is not None:
+        status.start()
+    try:
+        results = asyncio.run(run_eval(analysis, lambda ctx: Session(ctx, make_chat_model(config), config),
+                                       on_result=shown))
+    finally:
+        if status is not None:
+            status.stop()
     if args.json:
         print_json({"model": config.model, "server": config.shown_url, "results": as_dicts(results)})
         return 0
-    by_model = [r for r in results if r.answered_by == "model"]
-    table = Table(title=f"{config.model}: {sum(r.agrees for r in by_model)} of the {len(by_model)} answers the model "
-                        f"wrote agree with the detectors; {len(results) - len(by_model)} of {len(results)} answered "
-                        "from the detectors")
-    for column in ("question", "tools called", "rounds", "time", "flagged", "answered by", "agrees"):
-        table.add_column(column)
-    for r in results:
-        table.add_row(r.question, ", ".join(r.tools) or "none", str(r.rounds), f"{r.seconds:g} s",
-                      str(len(r.flagged)), r.answered_by, ("yes" if r.agrees else "no") + f" ({r.why})")
+    asked = [r for r in results if r.answered_by != "skipped"]
+    by_model = [r for r in asked if r.answered_by == "model"]
+    title = (f"{config.model}: {sum(r.agrees for r in by_model)} of the {len(by_model)} answers the model wrote agree "
+             f"with the detectors; {len(asked) - len(by_model)} of {len(asked)} answered from the detectors"
+             + (f"; {len(results) - len(asked)} skipped" if len(asked) < len(results) else ""))
+    columns = ("question", "tools called", "rounds", "time", "flagged", "answered by", "agrees")
+    rows = [[r.question, ", ".join(r.tools) or "none", str(r.rounds), f"{r.seconds:g} s", str(len(r.flagged)),
+             r.answered_by, ("yes" if r.agrees else "-" if r.answered_by == "skipped" else "no") + f" ({r.why})"]
+            for r in results]
+    if not out.is_terminal:  # piped: a Markdown table, whole, whatever the width (Rich would fold it to 80 columns)
+        sys.stdout.write("\n".join([title, "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns),
+                                     *("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows)])
+                         + "\n")
+        return 0
+    table = Table(*columns, title=title)
+    for row in rows:
+        table.add_row(*row)
     out.print(table)
     return 0
 
@@ -624,6 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("path", nargs="?", help="the trace (default: the bundled example)")
     evaluate.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 "
                                              "(default: OPENAI_BASE_URL)")
+    evaluate.add_argument("-v", "--verbose", action="store_true",
+                          help="progress as one updating line on a terminal (a line per answer otherwise)")
     evaluate.add_argument("--model", help="the model name to send (default: TRACEAGENT_MODEL, else the server's "
                                           "first model at /v1/models)")
     annotate = add("annotate", cmd_annotate, "write the trace with the findings on extra timeline tracks "

@@ -9,6 +9,7 @@ never written down, so the eval holds for any trace it is pointed at.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,6 +31,8 @@ class Question:
     text: str
     expect: Callable[[Analysis, str], tuple[bool, str]]
     compare: bool = False  # asked with the trace compared to itself (nothing changed)
+    # why the question does not apply to a trace (it is then skipped, with the reason), or None
+    applies: Callable[[Analysis], str | None] = lambda a: None
 
 
 @dataclass
@@ -42,7 +45,8 @@ class Result:
     agrees: bool = False  # the answer the user got states the expected fact and nothing in it was flagged
     why: str = ""
     answer: str = ""
-    answered_by: str = "nobody"  # model, or detectors (a limit stopped the model: the offline analyst answered)
+    answered_by: str = "nobody"  # model, detectors (a limit stopped the model: the offline analyst answered), skipped
+    replaced_because: str | None = None  # why the detectors answered instead of the model (not a mark on the answer)
 
 
 def _states(answer: str, value: float, quantity: str, tolerance: float) -> bool:
@@ -55,9 +59,11 @@ def _states(answer: str, value: float, quantity: str, tolerance: float) -> bool:
 def _names_cause(answer: str, cause: str | None) -> bool:
     if not cause:
         return False
-    # any gap cause that counts towards the root cause names it (launch latency names launch overhead)
+    # any gap cause that counts towards the root cause names it (launch latency names launch overhead),
+    # as do the root cause's own label and words (vocabulary.Word.said)
+    said = ROOT_CAUSES[cause].said
     return any(GAP_ROOT[m.lastgroup or ""] == cause for m in CAUSE_MENTION.finditer(answer)) or \
-        ROOT_CAUSES[cause].label.lower() in answer.lower()
+        ROOT_CAUSES[cause].label.lower() in answer.lower() or bool(said and re.search(said, answer, re.I))
 
 
 def _why_idle(a: Analysis, answer: str) -> tuple[bool, str]:
@@ -92,6 +98,50 @@ def _no_change(a: Analysis, answer: str) -> tuple[bool, str]:
     return bool(DID_NOT_HELP.search(answer)) and not HELPED.search(answer), "says nothing changed (same trace twice)"
 
 
+def _saving(a: Analysis, answer: str) -> tuple[bool, str]:
+    saving = a.verdict.saving
+    assert saving is not None  # applies() keeps the question for traces whose verdict has one
+    pct = saving.step_pct if saving.step_pct is not None else saving.pct
+    return (_states(answer, pct, "percent", 0.02) and _names_cause(answer, a.verdict.root_cause),
+            f"names {a.verdict.root_cause} and states its saving, up to {pct:.1f}%")
+
+
+def _profile_next(a: Analysis, answer: str) -> tuple[bool, str]:
+    said = answer.lower()
+    tools = ("nsys", "ncu", "nsight", "torch.profiler", "record_function", "with_stack", "traceagent profile")
+    return any(t in said for t in tools), "names a profiler and what to record"
+
+
+def _straggler(a: Analysis, answer: str) -> tuple[bool, str]:
+    rank = a.comparison.straggler if a.comparison else None
+    found = {int(n) for n in re.findall(r"\brank\s*#?(\d+)", answer, re.I)}
+    return rank in found, f"names rank {rank}"
+
+
+def _second_gpu_idle(a: Analysis, answer: str) -> tuple[bool, str]:
+    rank = next(r for r in a.ranks if len(r.devices) > 1)
+    device = rank.devices[1]
+    pct = rank.findings.idle.devices[device].idle_pct
+    return _states(answer, pct, "percent", 0.02), f"states GPU {device}'s idle, {pct:.1f}% of its span"
+
+
+def _no_saving(a: Analysis) -> str | None:
+    return None if a.verdict.saving else "the verdict has no saving to state"
+
+
+def _one_rank(a: Analysis) -> str | None:
+    return None if a.comparison and a.comparison.straggler is not None else "no straggler: one rank, or none late"
+
+
+def _one_gpu(a: Analysis) -> str | None:
+    return None if any(len(r.devices) > 1 for r in a.ranks) else "no rank has a second GPU"
+
+
+def _second_gpu_question(a: Analysis) -> str:
+    rank = next((r for r in a.ranks if len(r.devices) > 1), None)
+    return f"How idle is GPU {rank.devices[1]} of rank {rank.rank}?" if rank else "How idle is the second GPU?"
+
+
 QUESTIONS = [
     Question("Why is my GPU idle?", _why_idle),
     Question("What share of the time is the GPU idle?", _idle_share),
@@ -99,6 +149,10 @@ QUESTIONS = [
     Question("How many idle gaps come from {cause}?", _cause_count),
     Question("Which kernel takes the most GPU time?", _top_kernel),
     Question("Did my change make the step faster?", _no_change, compare=True),
+    Question("How much would fixing the top cause save?", _saving, applies=_no_saving),
+    Question("What should I profile next?", _profile_next),
+    Question("Which rank is the straggler?", _straggler, applies=_one_rank),
+    Question("{second_gpu}", _second_gpu_idle, applies=_one_gpu),
 ]
 
 
@@ -111,10 +165,16 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
     results = []
     silent: str | None = None
     for q in questions:
+        cause = analysis.verdict.root_cause
+        text = q.text.format(cause=ROOT_CAUSES[cause].label if cause in ROOT_CAUSES else "data loading",
+                             second_gpu=_second_gpu_question(analysis))
+        if (skip := q.applies(analysis)) is not None:
+            results.append(Result(text, answered_by="skipped", why=f"does not apply: {skip}"))
+            if on_result:
+                on_result(results[-1])
+            continue
         ctx = AnalysisContext(analysis, analysis if q.compare else None)
         session = make_session(ctx) if silent is None else Session(ctx, None, None)
-        cause = analysis.verdict.root_cause
-        text = q.text.format(cause=ROOT_CAUSES[cause].label if cause in ROOT_CAUSES else "data loading")
         result = Result(text)
         started = time.monotonic()
         unverified: list[str] = []
@@ -122,8 +182,8 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
             if isinstance(event, ToolCall) and not event.id.startswith("offline"):
                 result.tools.append(event.name)
             elif isinstance(event, Notice) and event.replaced_because:
-                result.answered_by = "detectors"
-                result.flagged.append(event.replaced_because)
+                result.answered_by = "detectors"  # said apart: why is no mark on the answer shown
+                result.replaced_because = event.replaced_because
             elif isinstance(event, Failure) and event.kind in ("connection", "timeout", "rate_limit", "auth", "server"):
                 result.flagged.append(event.message)
                 result.why = "the server failed"
@@ -138,7 +198,7 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
                     result.flagged.append(f"incomplete: {event.incomplete}")
         if session.model is None and silent is not None:
             result.answered_by = "detectors"
-            result.flagged.append(silent)
+            result.replaced_because = silent
         elif session.silent_past_deadline:
             silent = f"not asked: the server sent nothing within the deadline on {text!r}"
         result.seconds = round(time.monotonic() - started, 1)

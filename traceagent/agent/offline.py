@@ -228,10 +228,10 @@ class OfflineAnalyst:
         """What fixing a cause would save: the one the question names (by the vocabulary's words for
         each cause), else the verdict's root cause; the others after it, largest first."""
         v, savings = verdict.verdict, verdict.savings
-        if not savings:
+        if not savings and not v.saving:
             return f"**{v.headline}.** No finding here has a saving to state: {v.next_step}"
         asked = next((s for s in savings if _names_cause(q.text, s.root_cause)), None)
-        first = asked or next((s for s in savings if s.root_cause == v.root_cause), savings[0])
+        first = asked or v.saving or savings[0]  # the verdict's own (a job's: its straggler's cost)
         lines = [f"**{first.sentence()}**"]
         if first.per_step_us is not None:
             lines.append(f"That is at most {duration(first.per_step_us)} per step, "
@@ -239,7 +239,7 @@ class OfflineAnalyst:
         lines += ["", "These are upper bounds: work that other work hides saves nothing when removed. To measure the "
                       "real saving, make the change, re-profile, and compare: `traceagent diff before.json after.json` "
                       "puts the measured change beside this estimate."]
-        others = [s for s in savings if s is not first][:4]
+        others = [s for s in savings if (s.finding, s.root_cause) != (first.finding, first.root_cause)][:4]
         if others:
             lines += ["", "The other findings, by what fixing each would save at most:"]
             lines += [f"- {s.sentence()}" for s in others]

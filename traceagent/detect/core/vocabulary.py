@@ -56,7 +56,7 @@ ROOT_CAUSES = _table(
     Word("communication", "exposed communication", "collective time that no compute overlaps", "#a23b72",
          "magenta", "exposed communication", said=r"communicat|nccl|rccl|collective|all-?reduce|all-?gather"),
     Word("straggler", "a straggler rank", "one rank enters collectives last and the others wait for it",
-         "#c0392b", "bright_red", "waiting for the straggler", said=r"straggler|slow(?:est)? rank|late rank"),
+         "#c0392b", "bright_red", "waiting for the straggler", said=r"straggler|slow(?:est)? rank|late rank|lateness"),
     Word("hot_kernel", "a hot kernel", "one kernel takes the largest share of device time", "#2e86ab", "blue",
          "time in the top kernel", said=r"\bkernel|gemm|matmul|compute"),
 )
