@@ -14,14 +14,15 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import short_name
-from ..detect.detectors.shapes import shapes_sentence
 from ..detect.detectors.steps import StepRow
+from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..format import duration, of_span, percent, shorten, size
@@ -108,7 +109,6 @@ class OfflineAnalyst:
                                   self._communication),
             "critical_path": Plan(lambda q, at: [("critical_path", at)], self._critical_path),
             "phases": Plan(lambda q, at: [("phases", at), ("verdict", at)], self._phases),
-            "shapes": Plan(lambda q, at: [("shapes", at)], self._shapes),
             "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                  self._communication),
             "straggler": Plan(lambda q, at: [("communication", at)], self._straggler),
@@ -127,6 +127,9 @@ class OfflineAnalyst:
             "summary": Plan(lambda q, at: [("overview", {}), ("verdict", at)], self._summary),
             "most_idle": Plan(lambda q, at: [("overview", {})], self._most_idle),
             "unknown": Plan(lambda q, at: [("overview", {}), ("verdict", {})], self._unknown),
+            # each registered detector that names the questions it answers (Detector.asks)
+            **{f"detector:{d.name}": Plan(partial(_own_tool, d.name), partial(self._registered, d))
+               for d in DETECTORS if d.asks and d.tool},
         }
 
     async def answer(self, question: str, note: str = NO_LLM) -> AsyncIterator:
@@ -457,19 +460,12 @@ class OfflineAnalyst:
         lines.append(f"\nOverall: {verdict.verdict.headline}.")
         return "\n".join(lines)
 
-    def _shapes(self, q: Question, answer: DetectorAnswer) -> str:
+    def _registered(self, detector: Detector, q: Question, answer: DetectorAnswer) -> str:
+        """A registered detector's answer: its sentence (its own words), or why the trace cannot say."""
         if answer.result is None:
-            return (_unavailable(answer.unavailable, "per-shape matmul and attention times") if answer.unavailable
-                    else "This trace has no matmul, convolution or attention ops with recorded shapes.")
-        result = answer.result
-        lines = [f"{self._who(answer.scope)}By shape (each op's calls at one shape and dtype):"]
-        for r in result.rows[:5]:
-            lines.append(f"- `{r.op}` {r.shape} ({r.dtype}): {r.calls} calls, {duration(r.gpu_us)}, "
-                         f"{r.tflops:g} TFLOP/s (calls from {r.min_tflops:g} to {r.max_tflops:g})"
-                         + (f", MFU {percent(r.mfu_pct)}" if r.mfu_pct is not None else "")
-                         + (f"; **slow**: {percent(r.of_best_pct)} of its op's best shape" if r.slow else "") + ".")
-        sentence = shapes_sentence(result)
-        return "\n".join([*lines, "", sentence] if sentence else lines)
+            return _unavailable(answer.unavailable, detector.title.lower()) if answer.unavailable else \
+                f"This trace has nothing for {detector.title.lower()}."
+        return f"{self._who(answer.scope)}**{detector.title}.** {detector.sentence(answer.result) or ''}".rstrip()
 
     def _straggler(self, q: Question, answer: CommAnswer) -> str:
         ranks = answer.comparison
@@ -734,6 +730,11 @@ class OfflineAnalyst:
             lead = "I did not recognize that question, so here is the trace in short:"
         return "\n".join([lead, "", self._summary(q, overview, verdict), "",
                           "Without a model I can answer: " + "; ".join(f"“{c}”" for c in CANNED_QUESTIONS) + "."])
+
+
+def _own_tool(name: str, q: Question, at: dict) -> list[tuple[str, dict]]:
+    """A registered detector's plan: its own tool, on the rank and GPU the question names."""
+    return [(name, at)]
 
 
 def _names_cause(text: str, root: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..detect.registry import DETECTORS
 from .tools import AnalysisContext
 
 # (intent, pattern): the order is the priority
@@ -23,8 +24,6 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|waits? (?:for|on) "
                   r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank)"),
     ("most_idle", r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)"),
-    ("shapes", r"\b(?:shapes?|m\s*[x×/]\s*n\s*[x×/]\s*k|which (?:matmul|gemm|conv\w*|attention)s?\b.{0,30}\b(?:slow|fast)|"
-               r"(?:slow|slowest|worst) (?:matmul|gemm|conv\w*|attention))"),
     ("mfu", r"\b(?:mfu|flop/?s|flops|tflops|model flops|tensor core utili[sz]ation|achieved (?:flop|throughput))\b"),
     ("interconnect", r"\b(?:interconnect|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
                      r"(?:collective|nccl|rccl|all-?reduce|all-?gather|communication)s?\b.{0,40}\b(?:bandwidth|latency)|"
@@ -96,7 +95,9 @@ class Question:
 
 def understand(text: str, ctx: AnalysisContext) -> Question:
     """The intent and entities of a question about the loaded trace."""
-    intent = next((name for name, pattern in INTENTS if pattern.search(text)), None)
+    # a registered detector that names its questions answers them first: its words are its own
+    asked = next((d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, text, re.I)), None)
+    intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(text)), None)
     if intent == "compare" and ctx.other is None and _STEPS.search(text):
         intent = "one_step"  # "did step 5 improve?" with one trace: about that step
     rank = int(m.group(1)) if (m := _RANK.search(text)) else None

@@ -27,6 +27,7 @@ from ..core import intervals as iv
 from ..core.bounds import Allowance, Bandwidth, Count, Micros, Percent
 from ..core.links import Link, link_for
 from ..core.view import pct, us, views_of
+from .base import Detector
 
 #: bytes per element of PyTorch's scalar types, as Kineto names them in a collective's `dtype`
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1,
@@ -292,3 +293,15 @@ def collectives_sentence(result: CollectivesResult) -> str | None:
     return (f"{result.calls} collective{plural} moved {size(result.bytes)} at {result.busbw_gbps:.1f} GB/s bus bandwidth, "
             f"{result.peak_pct:.1f}% of {link.kind}'s {link.peak_gbps:g} GB/s (assumed: {link.assumption}): "
             f"{bound}{exposed}. Next: {'; and '.join(result.next_steps)}.")
+
+
+#: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
+DETECTOR = Detector("collectives", "Collective bandwidth", "Bytes, algorithm and bus bandwidth (nccl-tests conventions) per "
+                    "collective and process group, against the assumed link's peak (NVLink, PCIe, xGMI, network; the "
+                    "assumption is stated); the message-size distribution; whether communication is bandwidth-bound, "
+                    "latency-bound (many small messages) or below the link's peak, and whether it is exposed.",
+                    CollectivesParams(), CollectivesResult, lambda i, p: detect_collectives(i.trace, p),
+                    collectives_sentence, since="1.4",
+                    needs=("the trace's collective kernels carry no payload (message sizes), or it has none",
+                           "profile with PyTorch >= 2.1, whose profiler records each NCCL/RCCL kernel's collective, "
+                           "message sizes, dtype and process group"))

@@ -19,6 +19,7 @@ from ...trace.model import Trace, matches
 from ..core import intervals as iv
 from ..core.bounds import Micros
 from ..core.view import pct, us
+from .base import Detector
 
 #: what each pause looks like in the Python frames PyTorch's profiler records
 PAUSES = {
@@ -89,3 +90,11 @@ def host_pauses_sentence(result: HostPausesResult) -> str | None:
              f"({p.pauses} pause{'s' if p.pauses != 1 else ''}): {p.next_step}"
              for p in result.pauses]
     return f"The GPU sat idle {'; and '.join(parts)}." if parts else None
+
+
+#: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
+DETECTOR = Detector("host_pauses", "Host pauses", "Idle GPU time while the host was in Python's garbage collector "
+                    "(gc.collect) or importing modules: the calls, their host time and the device idle time under them.",
+                    HostPausesParams(), HostPausesResult, lambda i, p: detect_host_pauses(i.trace, i.gaps, p),
+                    host_pauses_sentence, since="1.2",
+                    needs=("the trace has no Python frames", "profile with torch.profiler.profile(with_stack=True)"))

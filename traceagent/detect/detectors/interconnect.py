@@ -21,6 +21,7 @@ from ..core import intervals as iv
 from ..core.bounds import Count, Percent
 from ..core.links import Link, host_link, link_for
 from ..core.view import pct, us, views_of
+from .base import Detector
 from .kernels import short_name
 from .memcpy import MemcpyResult
 
@@ -192,3 +193,14 @@ def interconnect_sentence(result: InterconnectResult) -> str | None:
             shown = ", ".join(f"{GPU_METRICS[k]} {percent(v)}" for k, v in w.values.items())
             parts.append(f"During {w.during} on GPU {w.device} the GPU metrics read: {shown}")
     return ". ".join(parts) + "." if parts else None
+
+
+#: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
+DETECTOR = Detector("interconnect", "Links", "Each copy kind's achieved bandwidth against its link's peak (HtoD/DtoH: the "
+                    "host link, PCIe or NVLink-C2C; PtoP: NVLink), with the assumption; and, from Nsight Systems GPU "
+                    "metrics, PCIe and NVLink throughput measured during copies and collectives and SM and tensor-core "
+                    "activity during the hot kernels, per GPU.",
+                    InterconnectParams(), InterconnectResult, lambda i, p: detect_interconnect(i.trace, i.copies, p),
+                    interconnect_sentence, since="1.4",
+                    needs=("the trace has no copies between host and device or between GPUs, and no GPU metrics",
+                           "for link utilisation, profile with nsys --gpu-metrics-devices=all and export to SQLite"))

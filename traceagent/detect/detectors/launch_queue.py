@@ -18,6 +18,7 @@ from ...trace.model import Trace
 from ..core.bounds import Count
 from ..core.host import calls_by_correlation
 from ..core.view import us
+from .base import Detector
 
 #: points of each stream's queue-length curve
 SAMPLES = 64
@@ -117,3 +118,15 @@ def launch_queue_sentence(result: LaunchQueueResult) -> str | None:
         return (text + f"; the host spent {duration(result.blocked_us)} blocked in launch calls on a full queue "
                 f"({result.full_at}+ waiting): it is ahead of the GPU, so the GPU's work, not launching, sets the pace.")
     return text + "."
+
+
+#: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
+DETECTOR = Detector("launch_queue", "Launch queue", "Per stream, the launched ops not yet finished over time (the most, "
+                    "the time-weighted mean, a curve), and the host time spent blocked in launch calls on a full queue (the "
+                    "GPU, not the host, then sets the pace).",
+                    LaunchQueueParams(), LaunchQueueResult, lambda i, p: detect_launch_queue(i.trace, p),
+                    launch_queue_sentence, since="2.0",
+                    needs=("no device op's launch call is in the trace",
+                           "profile with CPU and CUDA activities, so that launch calls link to their kernels"),
+                    asks=r"launch queue|queue(?:d)? (?:length|depth)|queued launches|outstanding (?:launches|kernels)"
+                         r"|full queue")

@@ -21,6 +21,7 @@ from ..core import intervals as iv
 from ..core.bounds import Percent
 from ..core.peaks import peak_for
 from ..core.view import pct, us, views_of
+from .base import Detector
 from .flops import COUNTED, op_flops, per_op
 from .graphs import replayed
 from .kernels import short_name
@@ -176,3 +177,14 @@ def phases_sentence(result: PhasesResult) -> str | None:
             text += f". {p.next_step}"
         parts.append(text)
     return "Inference phases: " + "; ".join(parts) + "." if parts else None
+
+
+#: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
+DETECTOR = Detector("phases", "Inference phases", "An inference server's steps (SGLang step[EXTEND/DECODE …], vLLM "
+                    "execute_N_context_C(…)_generation_G(…)) split into prefill, decode and mixed: per phase the steps and "
+                    "tokens, busy and idle time, launch gaps, the share of kernel time replayed from CUDA graphs, whether it "
+                    "is launch-bound (and CUDA-graph advice), FLOP/s and MFU, and its hot kernels.",
+                    PhasesParams(), PhasesResult, lambda i, p: detect_phases(i.trace, i.gaps, p), phases_sentence, since="1.4",
+                    needs=("the trace has no inference server steps (SGLang's step[...] or vLLM's execute_... ranges)",
+                           "profile the server with its own profiler hooks (SGLang /start_profile, vLLM --profiler-config), "
+                           "which record those ranges"))

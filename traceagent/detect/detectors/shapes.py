@@ -22,6 +22,7 @@ from ..core.bounds import Count, Percent
 from ..core.peaks import peak_for
 from ..core.view import us
 from .annotations import launched_gpu_ns
+from .base import Detector
 from .flops import COUNTED, causal_share, op_bytes, op_flops, per_op
 
 
@@ -145,3 +146,15 @@ def shapes_sentence(result: ShapesResult) -> str | None:
     return (f"The slowest shape for its op: {s.op} {s.shape} ({s.dtype}) runs at {s.tflops:g} TFLOP/s{mfu}, "
             f"{s.of_best_pct:.0f}% of that op's best shape: {duration(s.lost_us)} lost over its {s.calls} calls. "
             "Pad its dimensions to multiples of 64 (8 for fp16/bf16 tensor cores at least), or batch such calls.")
+
+
+#: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
+DETECTOR = Detector("shapes", "Shapes", "Matmul, convolution and attention per unique shape (M×K×N, the attention dims, "
+                    "the convolution's input and weight) and dtype: calls, device time, achieved TFLOP/s (all calls, the "
+                    "slowest, the fastest), TB/s, MFU, and which shapes run at under half their op's best shape (slow, "
+                    "with the time they lose).",
+                    ShapesParams(), ShapesResult, lambda i, p: detect_shapes(i.trace, p), shapes_sentence, since="2.0",
+                    needs=("no matmul, convolution or attention op has recorded shapes and device time",
+                           "profile with torch.profiler.profile(record_shapes=True)"),
+                    asks=r"\bshapes?\b|\bm\s*[x×/]\s*n\s*[x×/]\s*k\b|which (?:matmul|gemm|conv\w*|attention)s?\b.{0,30}"
+                         r"\b(?:slow|fast)|(?:slow|slowest|worst) (?:matmul|gemm|conv\w*|attention)")

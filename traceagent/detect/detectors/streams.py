@@ -25,6 +25,7 @@ from ...trace.model import Trace
 from ..core.bounds import Count, Micros
 from ..core.host import calls_by_correlation
 from ..core.view import pct, us
+from .base import Detector
 
 
 @dataclass(frozen=True)
@@ -156,3 +157,13 @@ def streams_sentence(result: StreamsResult) -> str | None:
             if busiest.idle_us else "")
     return text + (f"{result.streams} streams; the busiest, GPU {busiest.device} stream {busiest.stream}, is busy "
                    f"{busiest.busy_of_span_pct:.1f}% of its span{idle}.")
+
+
+#: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
+DETECTOR = Detector("streams", "Streams", "Each GPU stream over its own span: ops, busy and idle time, the idle split into "
+                    "host wait (the next op launched only after the stream emptied), kernel wait (queued ops' own overhead) "
+                    "and other wait (another stream, an event); and streams where collectives and compute take turns, "
+                    "which cannot overlap (with the fix).",
+                    StreamsParams(), StreamsResult, lambda i, p: detect_streams(i.trace, p), streams_sentence, since="2.0",
+                    needs=("the trace has no device work", "profile with CUDA (or ROCm) activities on"),
+                    asks=r"\bstreams?\b|host wait|kernel wait")

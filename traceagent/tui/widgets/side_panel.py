@@ -12,6 +12,7 @@ from textual.widgets.option_list import Option
 
 from ...detect.analysis import Analysis, RankAnalysis
 from ...detect.compare.diff import DiffResult
+from ...detect.registry import DETECTORS
 from ...detect.verdict.diagnose import Verdict
 from ...format import duration, percent, shorten
 from ...sentences import device_lines
@@ -136,4 +137,8 @@ def _findings(r: RankAnalysis, verdict: Verdict, several_ranks: bool) -> list[tu
                       f"Why is {code(shorten(k.short_name, QUESTION_NAME_CHARS))} hot{on}?"))
     if f.steps and f.steps.count:
         found.append((f"{f.steps.count} steps, mean {duration(f.steps.mean_us)}", f"How long is a step{on}?"))
+    # each registered detector with something to say, and a question the offline analyst answers with it
+    for d in DETECTORS:
+        if d.asks and d.tool and f.extra.get(d.name) is not None:
+            found.append((d.title.lower(), f"Tell me about the {d.title.lower()}{on}."))
     return found
