@@ -59,7 +59,7 @@ class AnalysisParams:
     stragglers: StragglerParams = field(default_factory=StragglerParams)
     detectors: dict[str, Any] = field(default_factory=lambda: {d.name: d.params for d in DETECTORS})
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def with_settings(self, settings: list[str]) -> AnalysisParams:
@@ -216,7 +216,7 @@ class RankAnalysis:
         """Steps with idle from every GPU of the rank, or from one."""
         return self.findings.steps if device is None else self.by_device[device].steps
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         f = self.findings
         steps = f.steps.to_dict() if f.steps else {"count": 0, "mean_us": None, "max_us": None}
         return {
@@ -250,7 +250,7 @@ class RankFailure:
     file: str
     error: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -295,12 +295,12 @@ class Analysis:
                 return r
         raise KeyError(rank)
 
-    def trace_info(self) -> dict:
+    def trace_info(self) -> dict[str, Any]:
         """What was loaded: `analyze --json`'s "trace"."""
         return {"path": self.path, "format": self.format, "ranks": len(self.ranks), "world_size": self.world_size,
                 "devices": self.devices, "warnings": self.warnings, "failed_ranks": [f.to_dict() for f in self.failed]}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return json_safe({
             "schema_version": SCHEMA_VERSION,
             "trace": self.trace_info(),

@@ -33,7 +33,7 @@ EVIDENCE_GAPS = 50  # the largest gaps carry what the launching thread was doing
 VERDICT, STEPS, CRITICAL_PATH, GAPS, EXPOSED_COMM, HOT = 0, 1, 2, 100, 200, 300
 
 
-def annotate(analysis: Analysis, source: str, out: str | os.PathLike, max_bytes: int | None = None) -> int:
+def annotate(analysis: Analysis, source: str, out: str | os.PathLike[str], max_bytes: int | None = None) -> int:
     """Write the trace file `source` (the one `analysis` is of) with the findings added to `out`,
     whole or not at all; returns how many finding events it added. A Kineto trace's own events
     pass through as they are, repaired where the analysis repaired them (a file cut short, NaN)."""
@@ -52,7 +52,7 @@ def annotate(analysis: Analysis, source: str, out: str | os.PathLike, max_bytes:
     return len(findings)
 
 
-def _with_events(source: str, events: list[dict], max_bytes: int | None) -> bytes:
+def _with_events(source: str, events: list[dict[str, Any]], max_bytes: int | None) -> bytes:
     """The trace's JSON with `events` appended to its traceEvents: every other key and event kept
     as raw text (nothing is decoded into Python objects, and nothing is re-encoded differently)."""
     raw, _ = reading.read_text(source, max_bytes)
@@ -65,7 +65,7 @@ def _with_events(source: str, events: list[dict], max_bytes: int | None) -> byte
     return msgspec.json.encode(top)
 
 
-def finding_events(r: RankAnalysis, pid: int) -> list[dict]:
+def finding_events(r: RankAnalysis, pid: int) -> list[dict[str, Any]]:
     """The findings of one rank as Chrome-trace events (ts and dur in µs on the trace clock)."""
     trace = r.trace
     name = "traceagent findings" + (f" ({len(trace.meta.devices)} GPUs)" if len(trace.meta.devices) > 1 else "")
@@ -114,7 +114,7 @@ def finding_events(r: RankAnalysis, pid: int) -> list[dict]:
     return events
 
 
-def device_events(trace: Trace) -> list[dict]:
+def device_events(trace: Trace) -> list[dict[str, Any]]:
     """Device activity as Kineto-style events (what an Nsight export holds on the GPU)."""
     gpu = trace.gpu[trace.gpu["kind"] != "sync"]
     cats = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
@@ -132,10 +132,10 @@ def device_events(trace: Trace) -> list[dict]:
     return events
 
 
-def _slice(pid: int, tid: int, name: str, start_ns: int, dur_ns: int, args: dict) -> dict:
+def _slice(pid: int, tid: int, name: str, start_ns: int, dur_ns: int, args: dict[str, Any]) -> dict[str, Any]:
     return {"ph": "X", "cat": CATEGORY, "name": name, "pid": pid, "tid": tid, "ts": start_ns / 1000,
             "dur": dur_ns / 1000, "args": json_safe(args)}
 
 
-def _meta(pid: int, what: str, value, tid: int = 0, key: str = "name") -> dict:
+def _meta(pid: int, what: str, value, tid: int = 0, key: str = "name") -> dict[str, Any]:
     return {"ph": "M", "name": what, "pid": pid, "tid": tid, "args": {key: value}}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
@@ -42,7 +43,7 @@ class Metric:
             return None
         return pct(self.after - self.before, self.before)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Units in the keys: before_us / after_us / change_us, or before_pct / after_pct / change_points."""
         if self.unit == "us":
             return {"name": self.name, "before_us": self.before, "after_us": self.after, "change_us": self.change,
@@ -146,13 +147,13 @@ class DiffResult:
     grew: str | None = None  # when the after trace is slower: what grew most, in words
     ranges: list[RangeChange] = field(default_factory=list)  # in both traces, the most grown first
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = {"schema_version": SCHEMA_VERSION, **asdict(self)}
         d["metrics"] = [m.to_dict() for m in self.metrics]
         return d
 
 
-def _summary(a: Analysis) -> dict:
+def _summary(a: Analysis) -> dict[str, Any]:
     """Job-level figures: percentages over the device time of every GPU of every rank, step means
     averaged over ranks, the job's span from first to last activity on any rank."""
     ranks = a.ranks
@@ -197,7 +198,7 @@ def job_share(a: Analysis, name: str) -> float:
     return _cause_share(s, a, name, a.verdict.evidence.get("kernel") or (top[0].name if top else None))
 
 
-def _cause_share(s: dict, a: Analysis, root: str | None, kernel: str | None = None) -> float:
+def _cause_share(s: dict[str, Any], a: Analysis, root: str | None, kernel: str | None = None) -> float:
     """How big a root cause is in trace `a` (summarized in `s`), in its own unit (share of span,
     or for pageable copies the share of copied bytes); a hot kernel is named by `kernel`."""
     if gaps := gap_causes_of(root or ""):
@@ -308,7 +309,7 @@ def _ranges(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int)
     return sorted(rows, key=lambda r: (-grown(r), r["name"]))[:top]
 
 
-def ranges_over(result: DiffResult, gates: list[tuple[re.Pattern, float]]) -> list[str]:
+def ranges_over(result: DiffResult, gates: list[tuple[re.Pattern[str], float]]) -> list[str]:
     """For `diff --gate REGEX:PCT`: a line for each range matching a gate whose host time per step
     grew by more than its percentage."""
     crossed = []
@@ -391,8 +392,8 @@ def _collectives(before: Analysis, after: Analysis) -> CollectivesChange | None:
 def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[KernelChange]:
     """The top kernels of both traces side by side: time per step (or per trace), calls in the
     whole trace, and the share of each trace's own kernel time (never the other trace's)."""
-    def totals(a: Analysis, per: int) -> tuple[dict[str, dict], float]:
-        out: dict[str, dict] = {}
+    def totals(a: Analysis, per: int) -> tuple[dict[str, dict[str, Any]], float]:
+        out: dict[str, dict[str, Any]] = {}
         for r in a.ranks:
             for k in r.findings.kernels.top:
                 row = out.setdefault(k.name, {"short_name": k.short_name, "us": 0.0, "count": 0})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class Link:
     source: str
     assumption: str  # why this link: the GPU's name, the group's layout, what was assumed
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "peak_gbps": self.peak_gbps, "source": self.source, "assumption": self.assumption}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,7 +41,7 @@ class Breakdown:
     memcpy_us: float
     memset_us: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @staticmethod
@@ -89,7 +90,7 @@ class StepBreakdown:
     device: int
     breakdown: Breakdown
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -108,7 +109,7 @@ class BreakdownResult:
     steps: list[StepBreakdown]
     exclusive_us: dict[str, float]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**self.total.to_dict(),
                 "devices": {str(d): b.to_dict() for d, b in self.devices.items()},
                 "steps": [s.to_dict() for s in self.steps],

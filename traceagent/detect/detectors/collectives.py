@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -36,7 +37,7 @@ DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Lon
                "Float8_e5m2fnuz": 1}
 
 #: PyTorch's collective names → (kind, bus factor as a function of the group size n)
-_KINDS: list[tuple[re.Pattern, str, Callable[[int], float]]] = [
+_KINDS: list[tuple[re.Pattern[str], str, Callable[[int], float]]] = [
     (re.compile(r"all_?reduce", re.I), "all_reduce", lambda n: 2 * (n - 1) / n),
     (re.compile(r"all_?gather", re.I), "all_gather", lambda n: (n - 1) / n),
     (re.compile(r"reduce_?scatter", re.I), "reduce_scatter", lambda n: (n - 1) / n),
@@ -130,7 +131,7 @@ class CollectivesResult:
     exposed: bool  # exposed_of_comm_pct reached the parameter's share
     next_steps: list[str]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -195,7 +196,7 @@ def detect_collectives(trace: Trace, params: CollectivesParams = CollectivesPara
     codes = codes[known]
     device_name = trace.meta.devices.get(int(calls["device"].iloc[0]), "")
     links: list[Link] = []
-    by_layout: dict[tuple, int] = {}  # (ranks, group size) → index in `links`: payloads differ mostly in size
+    by_layout: dict[tuple[Any, ...], int] = {}  # (ranks, group size) → index in `links`: payloads differ mostly in size
     link_code = []  # per payload: its link's index
     for p in payloads:
         if p is None:
@@ -209,7 +210,7 @@ def detect_collectives(trace: Trace, params: CollectivesParams = CollectivesPara
             by_layout[layout] = links.index(chosen)
         link_code.append(by_layout[layout])
 
-    def per_call(values: list, dtype) -> np.ndarray:  # a payload's value for each call
+    def per_call(values: list[Any], dtype) -> np.ndarray:  # a payload's value for each call
         return np.asarray(values, dtype=dtype)[codes]
 
     nbytes = per_call([p.bytes if p else 0 for p in payloads], np.int64)
@@ -252,7 +253,7 @@ def _rows(payloads: list[_Payload | None], codes: np.ndarray, nbytes: np.ndarray
           link: np.ndarray, links: list[Link]) -> list[CollectiveRow]:
     """One row per (collective, process group, link): payload codes grouped by that key (a few,
     however many calls)."""
-    group_of: dict[tuple, int] = {}
+    group_of: dict[tuple[Any, ...], int] = {}
     key_code = np.array([group_of.setdefault((p.kind, p.group, p.group_size), len(group_of)) if p else -1
                          for p in payloads], dtype=np.int64)[codes] * (len(links) + 1) + link
     rows = []

@@ -23,7 +23,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -64,7 +64,7 @@ class OpFlops:
     intensity_flop_per_byte: float | None = None
     roofline: str | None = None  # memory or compute: below or above the GPU's ridge point for this dtype
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -95,7 +95,7 @@ class KernelFlops:
     achieved_tflops: float | None
     mfu_pct: float | None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -122,7 +122,7 @@ class FlopsResult:
     ridge_flop_per_byte: float | None = None  # peak FLOP/s of `dtype` over peak memory bandwidth
     traffic: list[OpTraffic] = field(default_factory=list)  # the low-FLOP ops, most device time first
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -161,7 +161,7 @@ def _numel(shape) -> int:
     return math.prod(shape) if isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape) else 0
 
 
-def _elements(op: str, dims: list, concrete: list | None) -> float | None:
+def _elements(op: str, dims: list[Any], concrete: list[Any] | None) -> float | None:
     """Elements read and written by one op (see op_bytes)."""
     n = [_numel(d) for d in dims]
     if op in ("mm", "bmm"):
@@ -204,7 +204,7 @@ _CAUSAL_ARG = {
 }
 
 
-def causal_share(op: str, concrete: list | None, length: int, keys: int) -> float:
+def causal_share(op: str, concrete: list[Any] | None, length: int, keys: int) -> float:
     """The share of the L×S score matrix an attention op computes: 1, or for `is_causal=True`
     (read from its Concrete Inputs) the lower triangle PyTorch keeps (`tril`, aligned top-left):
     one half for a square one, as FlashAttention's and TraceLens's FLOP counts take it, and row i's
@@ -218,7 +218,7 @@ def causal_share(op: str, concrete: list | None, length: int, keys: int) -> floa
     return kept / (length * keys)
 
 
-def _flops(op: str, dims: list, concrete: list | None) -> float | None:
+def _flops(op: str, dims: list[Any], concrete: list[Any] | None) -> float | None:
     if op == "mm":
         (m, k), (_, n) = dims[0], dims[1]
         return 2.0 * m * k * n
@@ -250,7 +250,7 @@ def _conv(batch: int, out_channels: int, weight: list[int], out_pixels: int) -> 
     return 2.0 * batch * out_channels * weight[1] * math.prod(weight[2:]) * out_pixels
 
 
-def _conv_forward(dims: list, concrete: list | None) -> float | None:
+def _conv_forward(dims: list[Any], concrete: list[Any] | None) -> float | None:
     """Forward convolution: the output size needs stride, padding and dilation (Concrete Inputs)."""
     if not concrete or len(concrete) < 6:
         return None

@@ -5,6 +5,7 @@ kernel of the replay carries."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ class GraphsResult:
     def used(self) -> bool:
         return self.launches > 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"used": self.used}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -56,7 +57,7 @@ class HostPausesResult:
     pauses: list[HostPause]  # the kinds over min_idle_us, most idle first
     idle_us: float  # under any of them
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

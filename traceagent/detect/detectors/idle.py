@@ -26,6 +26,7 @@ holds, in this order:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -71,7 +72,7 @@ class Gap:
     evidence: GapEvidence = field(default_factory=lambda: GapEvidence())
     ts_us: float = 0.0  # the start on the trace's own clock (µs, as Kineto writes ts): to find it in a viewer
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -88,7 +89,7 @@ class SyncSite:
     # host work the wait exposed: a per-class loop, bookkeeping after a `.cpu()`), where it is another
     after: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -111,7 +112,7 @@ class DeviceIdle:
     idle_pct: float  # of the device's span
     by_cause_us: dict[str, float]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -135,7 +136,7 @@ class IdleResult:
     devices: dict[int, DeviceIdle] = field(default_factory=dict)
     launch_bound: list[LaunchBound] = field(default_factory=list)  # who launched too slowly
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["devices"] = {str(k): v.to_dict() for k, v in self.devices.items()}
         d["top_gaps"] = [g.to_dict() for g in self.top_gaps]

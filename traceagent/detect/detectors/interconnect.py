@@ -11,6 +11,7 @@ the window covers. PCIe RX is data the GPU receives (HtoD), TX what it sends (Dt
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -77,7 +78,7 @@ class InterconnectResult:
     windows: list[MetricWindow]  # empty without GPU metrics
     metric_samples: int  # GPU metric samples read (0: the trace has none)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from ...format import duration, percent
 from ...trace.ncu import KernelLaunch
@@ -97,7 +98,7 @@ class KernelProfilesResult:
     kernels: list[KernelProfile]  # by time in the trace, then by profiled duration
     unmatched: list[str]  # profiled kernels the trace has no kernel of the same name for
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

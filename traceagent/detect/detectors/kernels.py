@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -59,7 +60,7 @@ class HotKernel:
     saving_2x_us: float = 0.0  # what making it 2× faster would save at most: half its time
     op_from: str | None = None  # how its op was found (model.GPU_COLUMNS["op_from"]): launch, capture, kernel name
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -70,7 +71,7 @@ class KernelsResult:
     total_us: float
     top: list[HotKernel]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "top": [k.to_dict() for k in self.top]}
 
 

@@ -4,6 +4,7 @@ than the call that launched them (the sign of a launch-bound program)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,7 @@ class LaunchResult:
     by_call: dict[str, int]  # launches per API (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch...)
     before_launch_pct: float = 0.0  # kernels that start before their launch call: host and device clocks disagree
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -9,6 +9,7 @@ pace, and launch-side fixes (CUDA graphs, fewer launches) buy nothing there.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -46,7 +47,7 @@ class StreamQueue:
     blocked_us: float  # host time in launch calls made while it was full
     curve: list[tuple[float, int]]  # (µs from the trace's start, ops queued) at SAMPLES points
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -57,7 +58,7 @@ class LaunchQueueResult:
     blocked_us: float  # every stream's
     max_queue: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"full_at": self.full_at, "streams": [s.to_dict() for s in self.streams], "blocked_us": self.blocked_us,
                 "max_queue": self.max_queue}
 

@@ -4,6 +4,7 @@ copy time no compute overlaps."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -41,7 +42,7 @@ class MemcpyResult:
     memset_us: float
     side_stream_bytes: int = 0  # copied on streams where no compute kernel runs
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,7 +43,7 @@ class DeviceMemory:
     allocations_per_step: float | None
     reconstructed: bool = False  # peak_allocated_bytes is the running sum of the events' bytes, not the trace's totals
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -54,7 +55,7 @@ class MemoryResult:
     allocator_idle_us: float  # idle device time during those calls: their synchronization's cost
     note: str | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -11,6 +11,7 @@ unless its kernels already replay from graphs: then the launches are not what it
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -71,7 +72,7 @@ class Phase:
 class PhasesResult:
     phases: list[Phase]  # prefill, mixed, decode, those present
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,7 +55,7 @@ class ShapeRow:
     lost_us: float  # device time beyond what it would take at the best shape's rate
     slow: bool
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -65,7 +66,7 @@ class ShapesResult:
     rows: list[ShapeRow]  # most device time first
     slow: list[ShapeRow]  # the slow ones, most time lost first
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"gpu": self.gpu, "shapes": self.shapes, "rows": [r.to_dict() for r in self.rows],
                 "slow": [r.to_dict() for r in self.slow]}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ class StepRow:
     ts_us: float
     start_us: float = 0.0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -43,7 +44,7 @@ class StepsResult:
     steps: list[StepRow]
     slowest_vs_median: dict[str, float]  # what the slowest step spent more time on than the median step (idle_*_us)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -83,7 +84,7 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
     )
 
 
-def _row(row: dict, ts_us: float, start_us: float) -> StepRow:
+def _row(row: dict[str, Any], ts_us: float, start_us: float) -> StepRow:
     device = round(float(row["device_us"]), 3)
     return StepRow(int(row["step"]), round(float(row["host_us"]), 3), None if device != device else device,
                    round(float(row["idle_us"]), 3),

@@ -14,6 +14,7 @@ first rank's by the median difference of matched collective end times.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -117,7 +118,7 @@ class RankCollectives:
     device_time_us: float
     exposed_waiting_pct: float = 0.0  # the share people quote: its exposed waiting over its own device time
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -140,7 +141,7 @@ class RankComparison:
     busbw_gbps: float | None = None
     busbw_without_waiting_gbps: float | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

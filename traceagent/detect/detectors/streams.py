@@ -16,6 +16,7 @@ there cannot overlap compute, however the code is written.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,7 +55,7 @@ class StreamRow:
     other_wait_us: float
     busy_of_span_pct: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -68,7 +69,7 @@ class SharedStream:
     compute_kernels: int
     comm_us: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -81,7 +82,7 @@ class StreamsResult:
     kernel_wait_us: float
     other_wait_us: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"streams": self.streams, "rows": [r.to_dict() for r in self.rows],
                 "shared": [s.to_dict() for s in self.shared], "host_wait_us": self.host_wait_us,
                 "kernel_wait_us": self.kernel_wait_us, "other_wait_us": self.other_wait_us}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from ...trace.model import Trace, matches
 
@@ -19,7 +20,7 @@ class Workload:
     dataloader: str | None  # "multi_process", "single_process", or None (no DataLoader seen)
     runtime_calls: int  # CUDA/HIP runtime and driver calls on the host
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -19,6 +19,7 @@ is found beforehand with array operations.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -70,7 +71,7 @@ class CriticalPathResult:
     off_path: list[str]  # hot kernels (by total time, short names, each once) with no instance on the path
     host_ops: list[PathHostOp] = field(default_factory=list)  # the host ops the path's host time was spent in
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -127,7 +127,7 @@ class Verdict:
     rank: int | None = None  # the rank it is about (None: no device activity anywhere)
     saving: Saving | None = None  # what fixing the root cause would save at most
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"saving": self.saving.to_dict() if self.saving else None}
 
 

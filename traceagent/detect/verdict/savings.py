@@ -10,6 +10,7 @@ its reasoning (DESIGN.md, "saving estimate"). `diff` later compares it with what
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from ..core.view import pct
 from ..core.vocabulary import GAP_CAUSES, GAP_ROOT, ROOT_CAUSES
@@ -34,7 +35,7 @@ class Saving:
     step_pct: float | None  # of the mean step time
     reasoning: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"sentence": self.sentence()}
 
     def sentence(self) -> str:
