@@ -51,7 +51,8 @@ def test_analyze_with_the_cache_in_a_home_directory_neither_writes_nor_evicts_th
     monkeypatch.setenv("TRACEAGENT_CACHE_DIR", str(home))
     monkeypatch.setenv("TRACEAGENT_CACHE_MAX", "1")  # a cap every folder there is over
     trace = _trace(tmp_path / "t.json")
-    assert main(["analyze", str(trace), "--json"]) == 0  # the analysis goes on, uncached
+    assert main(["analyze", str(trace), "--json"]) == 0  # the analysis goes on, uncached, and says so
+    assert "is not traceagent's cache" in capsys.readouterr().err
     assert _tree(home) == before and sorted(os.listdir(home)) == [".ssh", "Documents", "projects"]
     assert main(["cache", "info"]) == 0
     assert "not traceagent's cache" in capsys.readouterr().out

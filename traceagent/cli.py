@@ -96,9 +96,17 @@ def request_of(args: argparse.Namespace, path: str | None = None) -> AnalyzeRequ
 
 
 def run_request(request: AnalyzeRequest) -> Analysis:
-    """Analyze with a progress bar on a terminal; a line on stderr for each rank file that failed."""
+    """Analyze with a progress bar on a terminal; a line on stderr for each rank file that failed,
+    and one when the cache directory is not traceagent's (traces are then not cached)."""
+    from .trace import cache
+
     with _progress_bar() as progress:
         result = api.run(request, progress=progress)
+    if request.use_cache:
+        try:
+            cache.claim()
+        except cache.NotOurCache as exc:
+            err.print(f"traceagent: note: {exc}: traces are not cached (TRACEAGENT_CACHE_DIR)", markup=False)
     for failure in result.failed:
         err.print(f"traceagent: warning: {failure.file}: {failure.error} (skipped; the other ranks were analysed)",
                   markup=False)
