@@ -122,3 +122,29 @@ def test_naming_the_compared_traces_cause_is_not_marked():
     answer = answered("After the change the GPU is mostly waiting on other host work.", "compare_traces",
                       other=RESNET_NW4)
     assert not [w for w in answer.warnings if "blames" in w]
+
+
+def asked(question: str, text: str) -> Answer:
+    """The session's checked answer to `question` after one verdict call."""
+    ctx = AnalysisContext(analyzed(RESNET_NW0))
+    model = ScriptedChatModel(received=[], responses=[tool_call("verdict", {}), AIMessage(content=text)])
+
+    async def run():
+        return [e async for e in Session(ctx, model).ask(question)]
+    return asyncio.run(run())[-1]
+
+
+@pytest.mark.parametrize("question, text", [
+    ("Which GPU is this?", "The trace ran on a Tesla V100 with CUDA 12.1, PyTorch 1.9."),
+    ("Where is the sync?", "Look at resnet50_profiler_api.py(44), in step 7."),  # a step the trace has
+    ("Is step 5 on rank 3 slow?", "Step 5 on rank 3 is not in this trace: it has rank 0 only."),  # the user's
+    ("Why are steps 3 to 5 slower than step 8?", "Steps 3 to 5 and step 8 are not in this trace."),
+    ("What batch size should I use?", "Keep a batch size of 64 and num_workers=4, on GPU 0."),
+])
+def test_answers_made_only_of_identifiers_are_not_marked(question, text):
+    answer = asked(question, text)
+    assert answer.unverified == [], answer.unverified
+
+
+def test_a_rank_neither_the_trace_nor_the_question_has_is_still_marked():
+    assert asked("Which rank is slow?", "Rank 3 is the slowest.").unverified == ["Rank 3"]

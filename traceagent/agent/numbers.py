@@ -78,6 +78,8 @@ _HYPOTHETICAL = re.compile(r"\b(?:if|would|could|might|should|can|aim|target|goa
 _KNOWN_LABEL = re.compile(  # "rank 3", "GPU #1", "ranks 0, 3 and 5" (only a plural takes a list)
     rf"\b(?:(?P<label>rank|gpu|device|cuda:|step|iteration|iter|profilerstep\s*#|stream)\s*[#:]?\s*"
     rf"|(?P<labels>ranks|gpus|devices|steps|iterations|streams)\s*(?:\d+{_CONNECT})?)$", re.I)
+_ASKED = re.compile(r"\b(?P<label>ranks?|gpus?|devices?|steps?|iterations?|streams?)\s*#?\s*"
+                    r"(?P<numbers>\d+(?:\s*(?:,|and|or|to|-|–|&|vs\.?|versus)\s*\d+)*)", re.I)
 _LABEL_KIND = {"rank": "rank", "gpu": "device", "device": "device", "cuda:": "device", "step": "step",
                "iteration": "step", "iter": "step", "profilerstep": "step", "stream": "stream"}
 _IDENT_LABEL = re.compile(
@@ -186,6 +188,13 @@ class Sources:
 
     def add_identifiers(self, kind: str, values: Iterable[int]) -> None:
         self.known[kind].update(int(v) for v in values)
+
+    def add_asked(self, question: str) -> None:
+        """The ranks, GPUs, steps and streams a question names: an answer that names them back is
+        quoting the user, not claiming the trace has them ("why is rank 3 slow?")."""
+        for m in _ASKED.finditer(question):
+            kind = _LABEL_KIND[m.group("label").lower().rstrip("s")]
+            self.add_identifiers(kind, (int(n) for n in re.findall(r"\d+", m.group("numbers"))))
 
     def add_result(self, text: str) -> None:
         """A tool result (JSON text): its numbers by the quantity their key names, our prose's

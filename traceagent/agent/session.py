@@ -117,6 +117,7 @@ class Session:
     async def ask(self, question: str) -> AsyncGenerator[Event, None]:
         self._cancel.clear()
         self.transcript.append(("user", question))
+        self.ctx.sources.add_asked(question)  # identifiers the user named are theirs to be quoted
         self._partial = []
         events = OfflineAnalyst(self.ctx).answer(question) if self.offline else self._ask_model(question)
         ended = False
