@@ -15,14 +15,19 @@ from .numbers import CAUSE_MENTION
 from .tools import AnalysisContext
 
 # an answer blames a cause with one of these words just before naming it
-_BLAME = re.compile(r"\b(?:caused by|due to|because of|delayed by|blocked (?:by|on)|stalled (?:by|on)|"
+_BLAME = re.compile(r"\b(?:caused by|due to|because(?: of)?|delayed by|blocked (?:by|on)|stalled (?:by|on)|"
                     r"waiting (?:for|on)|waits (?:for|on)|bottleneck(?:ed)?(?: is| by| on)?|root cause(?: is)?|"
                     r"dominated by|mostly|mainly|primarily|limited by|bound by|comes? from|spent (?:in|on))"
                     r"[\s:]+(?:the |a |an |its |host |gpu |cpu )*(?P<what>(?:[^.;,\n]|\.(?=\S)){1,60})", re.I)
 _BOUND = re.compile(r"\b(?P<what>[\w.-]+[\s-]bound)\b", re.I)
-HELPED = re.compile(r"\b(?:(?<!not )helped|(?<!not )improved|(?:is|was|runs?|got) (?:\w+ )?faster|sped up|"
+# the cause named before the words that blame it: "`host_other` is the main reason"
+_REASON = re.compile(r"(?P<what>[^.;\n]{1,60}?)\s+(?:cause\s+)?(?:is|are|was|were)\s+(?:the\s+)?(?:main|primary|"
+                     r"biggest|largest|root|real|dominant|chief|key)\s+(?:reason|cause|culprit|bottleneck|problem|limiter)",
+                     re.I)
+HELPED = re.compile(r"\b(?:(?<!not )helped|(?<!not )improved|(?:is|was|runs?|got|became) (?:\w+ )?faster|sped up|"
+                    r"(?<!not )(?<!n't )made (?:\w+ ){0,3}faster|^\W*yes\b(?!,? but)|"
                     r"(?<!no )speed-?up|(?<!not )fixed|(?<!not )resolved|went away|is gone|(?<!not )worked|"
-                    r"(?:yes|it did)[,.!]? (?:it|the change|the fix))\b", re.I)
+                    r"(?:yes|it did)[,.!]? (?:it|the change|the fix))\b", re.I | re.M)
 DID_NOT_HELP = re.compile(r"\b(?:did(?:n't| not) (?:help|improve|fix|work|change)|no (?:real |significant |measurable )?"
                           r"(?:improvement|change|difference|speed-?up|gain)|not (?:fixed|faster|improved)|"
                           r"unchanged|(?:is|was|got|runs?) slower|regress(?:ed|ion)|(?:got |is )worse|"
@@ -32,7 +37,8 @@ DID_NOT_HELP = re.compile(r"\b(?:did(?:n't| not) (?:help|improve|fix|work|change
 def blamed_causes(answer: str) -> list[str]:
     """The root causes an answer blames, in the order it names them."""
     found: list[str] = []
-    for m in sorted([*_BLAME.finditer(answer), *_BOUND.finditer(answer)], key=lambda m: m.start()):
+    for m in sorted([*_BLAME.finditer(answer), *_BOUND.finditer(answer), *_REASON.finditer(answer)],
+                    key=lambda m: m.start()):
         if cause := CAUSE_MENTION.search(m.group("what")):
             root = GAP_ROOT.get(cause.lastgroup or "", cause.lastgroup)
             if root and root not in found:

@@ -139,12 +139,20 @@ def key_labels(path: tuple[str, ...], cause: str | None) -> list[str]:
     return labels
 
 
+_GAPS_BEFORE = re.compile(r"\b(?:number|count)\s+of\s+(?:[\w-]+\s+){0,3}(?:gaps|stalls|bubbles)\b.{0,80}"
+                          r"\b(?:is|are|was|were|=|:|totals?|comes? to)\s*$", re.I)
+
+
 def _label(head: str, after: str, clause: str, quantity: str) -> str | None:
     """The quantity the words around a number name, if one we check: `head` ends where the number
     starts, `after` starts where it (and its unit) ends, `clause` is its clause."""
     if quantity == "count":  # "5 gaps of data loading", "5 data-loading gaps"; not "8285 gaps in all, 12 of them ..."
         phrase = re.split(r"[,;:()]|\b(?:in all|in total|overall|of them|of which)\b", after, maxsplit=1)[0]
         if _GAPS_AFTER.match(phrase) and (cause := CAUSE_MENTION.search(phrase)):
+            return f"gaps of {cause.lastgroup}"
+        # "the number of idle gaps that come from data loading is 8285": the count named before it
+        lead = re.split(r"[;:()]", head)[-1]
+        if _GAPS_BEFORE.search(lead) and (cause := CAUSE_MENTION.search(lead)):
             return f"gaps of {cause.lastgroup}"
         return None
     if _LARGEST_GAP.search(head) or _LARGEST_GAP_AFTER.match(after):
