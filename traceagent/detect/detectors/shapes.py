@@ -141,10 +141,10 @@ def shapes_sentence(result: ShapesResult) -> str | None:
         top = result.rows[0]
         return (f"{result.shapes} matmul, convolution and attention shapes; none is under half the best shape's "
                 f"throughput of its op; the most time: {top.op} {top.shape} ({top.dtype}), {duration(top.gpu_us)} "
-                f"at {top.tflops:g} TFLOP/s.")
+                f"at {top.tflops:.1f} TFLOP/s.")
     s = result.slow[0]
     mfu = f", {s.mfu_pct:g}% MFU on {result.gpu}" if s.mfu_pct is not None else ""
-    return (f"The slowest shape for its op: {s.op} {s.shape} ({s.dtype}) runs at {s.tflops:g} TFLOP/s{mfu}, "
+    return (f"The slowest shape for its op: {s.op} {s.shape} ({s.dtype}) runs at {s.tflops:.1f} TFLOP/s{mfu}, "
             f"{s.of_best_pct:.0f}% of that op's best shape: {duration(s.lost_us)} lost over its {s.calls} calls. "
             "Pad its dimensions to multiples of 64 (8 for fp16/bf16 tensor cores at least), or batch such calls.")
 

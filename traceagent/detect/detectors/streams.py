@@ -154,10 +154,11 @@ def streams_sentence(result: StreamsResult) -> str | None:
     waits = {"the host (host wait)": busiest.host_wait_us, "queued kernels (kernel wait)": busiest.kernel_wait_us,
              "other streams or events (other wait)": busiest.other_wait_us}
     why = max(waits, key=waits.__getitem__)
-    idle = (f"; of its {duration(busiest.idle_us)} idle, most waits for {why} ({duration(waits[why])})"
+    idle = (f"; of its {duration(busiest.idle_us)} idle, most waits for {why}: {duration(waits[why])}"
             if busiest.idle_us else "")
-    return text + (f"{result.streams} streams; the busiest, GPU {busiest.device} stream {busiest.stream}, is busy "
-                   f"{busiest.busy_of_span_pct:.1f}% of its span{idle}.")
+    many = f"{result.streams} streams; the busiest, " if result.streams > 1 else "One stream, "
+    return text + (f"{many}GPU {busiest.device} stream {busiest.stream}, is busy {busiest.busy_of_span_pct:.1f}% of "
+                   f"its span{idle}.")
 
 
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
