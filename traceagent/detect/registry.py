@@ -2,8 +2,8 @@
 (detectors/base.py says what one declares). analyze_trace runs them all; the JSON, the JSON
 Schema, the reports' further findings, the chat app's side panel, the agent's tools and the offline
 analyst's answers iterate over DETECTORS. Adding a detector is its module and its tests. The
-detectors the verdict is drawn from (idle, copies, communication, kernels, launches, steps) are
-still wired in analysis.py, since each feeds the next.
+detectors the verdict is drawn from (idle, copies, communication, kernels, launches, steps), and
+FLOPs, memory, graphs and annotations, are still wired in analysis.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from functools import partial
 from typing import Any
 
 from .core.timing import timed
-from .detectors import base
 from .detectors.base import Detector, Inputs
 
 __all__ = ["DETECTORS", "Detector", "Inputs", "run_all"]
@@ -27,7 +26,7 @@ def _discovered() -> tuple[Detector, ...]:
     found = []
     for module in pkgutil.iter_modules(detectors.__path__):
         detector = getattr(importlib.import_module(f"{detectors.__name__}.{module.name}"), "DETECTOR", None)
-        if isinstance(detector, base.Detector):
+        if isinstance(detector, Detector):
             found.append(detector)
     return tuple(sorted(found, key=lambda d: (tuple(map(int, d.since.split("."))), d.name)))
 
