@@ -5,6 +5,7 @@ numbers from the detectors at test time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -313,3 +314,14 @@ def test_the_per_rank_and_per_gpu_questions_are_asked_where_they_apply_and_the_d
     assert rows[asked]["answered_by"] == "detectors" and rows[asked]["agrees"], rows[asked]
     assert rows["How much would fixing the top cause save?"]["agrees"], rows["How much would fixing the top cause save?"]
     assert rows["What should I profile next?"]["agrees"]
+
+
+def test_the_gap_count_question_is_skipped_where_the_root_cause_is_no_cause_of_gaps():
+    from traceagent.agent.evaluate import run_eval
+    from traceagent.agent.session import Session
+
+    analysis = analyzed(NSYS_BEFORE)  # a hot kernel: no gaps come from it
+    assert analysis.verdict.root_cause == "hot_kernel"
+    results = asyncio.run(run_eval(analysis, lambda ctx: Session(ctx, None, None)))
+    row = next(r for r in results if r.question.startswith("How many idle gaps come from"))
+    assert (row.answered_by, row.why) == ("skipped", "does not apply: the root cause (hot_kernel) is not a cause of gaps")

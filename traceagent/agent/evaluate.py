@@ -125,6 +125,11 @@ def _second_gpu_idle(a: Analysis, answer: str) -> tuple[bool, str]:
     return _states(answer, pct, "percent", 0.02), f"states GPU {device}'s idle, {pct:.1f}% of its span"
 
 
+def _gap_root(a: Analysis) -> str | None:
+    cause = a.verdict.root_cause
+    return None if cause is None or cause in GAP_ROOT.values() else f"the root cause ({cause}) is not a cause of gaps"
+
+
 def _no_saving(a: Analysis) -> str | None:
     return None if a.verdict.saving else "the verdict has no saving to state"
 
@@ -146,7 +151,7 @@ QUESTIONS = [
     Question("Why is my GPU idle?", _why_idle),
     Question("What share of the time is the GPU idle?", _idle_share),
     Question("How long is the largest idle gap?", _largest_gap),
-    Question("How many idle gaps come from {cause}?", _cause_count),
+    Question("How many idle gaps come from {cause}?", _cause_count, applies=_gap_root),
     Question("Which kernel takes the most GPU time?", _top_kernel),
     Question("Did my change make the step faster?", _no_change, compare=True),
     Question("How much would fixing the top cause save?", _saving, applies=_no_saving),
