@@ -83,8 +83,14 @@ ATEN_OP = re.compile(r"^aten::")
 def op_above(trace: Trace, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """For each host call: the innermost op around it, and the outermost aten op (what the user
     called, e.g. aten::item above aten::_local_scalar_dense). None where there is none."""
-    ops = _ops(trace).reset_index(drop=True)
+    ops = _ops(trace)
     pid, tid, t = (calls[c].to_numpy(np.int64) for c in ("pid", "tid", "start"))
+    # only ops around some call's start can be above one; the ops above those are around it too, so
+    # nesting among the few kept is nesting among all (a handful of syncs: not the trace's every op)
+    times = np.sort(t)
+    starts, ends = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+    around = np.searchsorted(times, starts, side="left") < np.searchsorted(times, ends, side="right")
+    ops = ops[around].reset_index(drop=True)
     inner = innermost_enclosing(ops, pid, tid, t)
     aten = ops[matches(ops["name"], ATEN_OP)].reset_index(drop=True)
     top_level = aten[nesting_depth(*(aten[c].to_numpy(np.int64) for c in ("pid", "tid", "start", "end"))) == 0]
