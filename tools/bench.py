@@ -5,6 +5,7 @@
     python tools/bench.py --sizes 10MB 100MB 1GB --ranks-case 8x100MB --runs 3
     python tools/bench.py --real tests/data/param/resnet_kineto.json.gz --sizes 200MB 1GB --ranks-case ''
     python tools/bench.py --dask-ranks 32 64 256 --rank-size 20MB --runs 1
+    python tools/bench.py --sizes --ranks-case '' --tiny-kernels 10000000 --runs 1
 
 With --real, the traces are a real trace tiled to each size instead of synthetic ones: copies
 one after another in time, with fresh correlation, external and flow ids, so every copy links as
@@ -42,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from synth_trace import parse_size, synthesize  # noqa: E402
+from synth_trace import parse_size, synthesize, tiny_kernels  # noqa: E402
 
 # Each snippet runs in its own interpreter: imports first (not timed), then the timed work; it
 # prints wall seconds and peak RSS. PATH is the trace file or directory.
@@ -321,6 +322,9 @@ def main() -> int:
                         help="rank counts of synthetic jobs with a planted straggler to analyse on a LocalCluster "
                              "(32 64 256); only these run when given")
     parser.add_argument("--rank-size", default="20MB", help="each rank's size in the --dask-ranks jobs")
+    parser.add_argument("--tiny-kernels", type=int, nargs="*", default=[], metavar="COUNT",
+                        help="also bench traces of COUNT tiny kernels each with its launch (10000000): the "
+                             "launch-bound shape, where per-event costs decide speed and memory")
     parser.add_argument("--detectors", type=Path, help="print each detector's share of the analysis of this trace "
                                                        "(loaded first, not timed) and stop")
     args = parser.parse_args()
@@ -349,6 +353,13 @@ def main() -> int:
             tile(args.real, path, size) if args.real else synthesize(path, size)
             print(f"wrote {path} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
         rows.append(run(f"{'real ' if args.real else ''}{text}", path, args))
+    for count in args.tiny_kernels:
+        path = args.workdir / f"tiny-kernels-{count}.json"
+        if not path.exists():
+            started = time.perf_counter()
+            tiny_kernels(path, count)
+            print(f"wrote {path} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+        rows.append(run(f"{count:,} tiny kernels", path, args))
     if args.ranks_case:
         ranks, size_text = args.ranks_case.lower().split("x")
         folder = args.workdir / f"synth-{args.ranks_case}"

@@ -50,7 +50,8 @@ def main() -> int:
     parser.add_argument("--show", type=int, default=3)
     args = parser.parse_args()
     changed: dict[str, list[str]] = defaultdict(list)
-    for trace in sorted(p for p in args.traces.rglob("*") if p.name.endswith((".json.gz", ".sqlite"))):
+    traces = sorted(p for p in args.traces.rglob("*") if p.name.endswith((".json.gz", ".sqlite")))
+    for trace in traces:
         before, after = flatten(analyze(args.old, trace)), flatten(analyze(args.new, trace))
         for key in sorted(set(before) | set(after)):
             if before.get(key, "(absent)") != after.get(key, "(absent)"):
@@ -60,6 +61,8 @@ def main() -> int:
         print(f"{key}: {len(examples)} changed")
         for example in examples[:args.show]:
             print(f"    {example}")
+    if not changed:
+        print(f"every value of analyze --json is the same on all {len(traces)} traces")
     return 0
 
 

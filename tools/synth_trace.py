@@ -204,6 +204,36 @@ def synthesize(out: Path, size: int, plant: str | None = None, seed: int = 0, ra
     return out
 
 
+def tiny_kernels(out: Path, count: int, per_step: int = 10_000, seed: int = 0) -> Path:
+    """Write a trace of `count` kernels of 1–3 µs, each with the cudaLaunchKernel that queued it
+    (correlated), in ProfilerStep ranges of `per_step` kernels: the launch-bound shape (many tiny
+    kernels, few bytes each) where per-event costs, not bytes, decide a reader's speed and memory."""
+    rng = random.Random(seed)
+    writer = Writer(out, 0, 1)
+    names = [k[0].split("(")[0][:60] for k in KERNELS]  # short names: the event count, not the bytes, is the load
+    t = gpu = 1_700_000_000_000.0
+    for first in range(0, count, per_step):
+        batch: list[dict] = []
+        n = min(per_step, count - first)
+        step_start = t
+        for corr in range(first + 1, first + n + 1):
+            batch.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": PID, "tid": MAIN,
+                          "ts": round(t, 3), "dur": 2.5, "args": {"correlation": corr, "cbid": 211}})
+            gpu = max(gpu, t + 3.0)
+            dur = round(rng.uniform(1.0, 3.0), 3)
+            batch.append({"ph": "X", "cat": "kernel", "name": rng.choice(names), "pid": 0, "tid": 7,
+                          "ts": round(gpu, 3), "dur": dur,
+                          "args": {"correlation": corr, "device": 0, "stream": 7}})
+            gpu += dur + 0.5
+            t += 3.0
+        batch.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{first // per_step + 1}",
+                      "pid": PID, "tid": MAIN, "ts": round(step_start, 3), "dur": round(t - step_start, 3),
+                      "args": {}})
+        writer.events(batch)
+    writer.close()
+    return out
+
+
 def parse_size(text: str) -> int:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kKmMgG]?)[bB]?", text.strip())
     if not m:

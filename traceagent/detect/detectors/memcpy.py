@@ -55,11 +55,12 @@ def detect_memcpy(trace: Trace, device: int | None = None) -> MemcpyResult:
     for view in views:
         union_ns += iv.length(view.memcpy)
         exposed_ns += iv.length(iv.subtract(view.memcpy, view.compute))
-        copies = view.work[view.work["kind"] == "memcpy"]
-        compute_streams = set(view.work.loc[(view.work["kind"] == "kernel").to_numpy()
-                                            & ~view.work["is_comm"].to_numpy(), "stream"])
-        side_bytes += int(copies.loc[~copies["stream"].isin(compute_streams), "bytes"].sum())
+        copies = view.work[(view.work["kind"] == "memcpy").to_numpy()]
         if len(copies):
+            # unique streams, not set(): no Python pass over every kernel of a launch-bound trace
+            compute_streams = view.work.loc[(view.work["kind"] == "kernel").to_numpy()
+                                            & ~view.work["is_comm"].to_numpy(), "stream"].unique()
+            side_bytes += int(copies.loc[~copies["stream"].isin(compute_streams), "bytes"].sum())
             cover = iv.covered(view.compute, copies["start"].to_numpy(), copies["end"].to_numpy())
             frames.append(copies.assign(dur=copies["end"] - copies["start"],
                                         exposed=(copies["end"] - copies["start"]).to_numpy() - cover))
