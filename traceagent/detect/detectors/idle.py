@@ -174,8 +174,10 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
     calls = calls_by_correlation(trace)
     corr = view.work["correlation"].to_numpy()[next_op]
-    launch_start = pd.Series(corr).map(calls["start"]).to_numpy(dtype=float)
-    launch_dur = (pd.Series(corr).map(calls["end"]) - pd.Series(corr).map(calls["start"])).to_numpy(dtype=float)
+    starts = pd.Series(corr).map(calls["start"])
+    launch_start = starts.to_numpy(dtype=float)
+    # subtracted before the cast: epoch nanoseconds lose precision as floats, durations do not
+    launch_dur = (pd.Series(corr).map(calls["end"]) - starts).to_numpy(dtype=float)
 
     syncs = sync_calls(trace)
     sync_label = np.full(n, -1, dtype=np.int64)

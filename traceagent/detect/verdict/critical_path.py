@@ -135,7 +135,8 @@ def critical_path(trace: Trace) -> Path | None:
 
     # host calls: the call before on the thread; a blocking call that returned when the GPU finished,
     # the device op that ended last before it returned
-    prev_call = _previous(calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64), c_start)
+    call_thread = calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64)
+    prev_call = _previous(call_thread, c_start)
     prev_call = np.where(prev_call >= 0, prev_call + n_dev, -1)
     by_end = np.argsort(d_end, kind="stable")
     ended = np.searchsorted(d_end[by_end], c_end, side="right") - 1
@@ -144,7 +145,6 @@ def critical_path(trace: Trace) -> Path | None:
     pred = np.concatenate([pred, np.where(gpu_set, waited, prev_call)])
 
     first_device = int(d_start.min())
-    call_thread = calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64)
     nodes = _walk(pred.tolist(), end.tolist(), int(np.argmax(d_end)), first_device)
     follows = pred[nodes]
     at = np.maximum(np.where(follows >= 0, end[np.maximum(follows, 0)], start[nodes]), first_device)
