@@ -69,7 +69,8 @@ def cache_dir() -> Path:
 
 #: the mark of a directory traceagent made: the Cache Directory Tagging signature, and our name
 MARKER = "CACHEDIR.TAG"
-_MARKER_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
+_MARKER_TEXT = (f"{_SIGNATURE}\n"
                 "# This file is a cache directory tag created by traceagent (parsed traces).\n"
                 "# traceagent removes only its own entries here. See https://bford.info/cachedir/\n")
 #: an entry's name (key), or a temporary entry's (`<key>.tmp-<host>-<pid>`)
@@ -97,7 +98,7 @@ def owned(directory: Path | None = None) -> bool:
             text = f.read(4096)
     except OSError:
         return False
-    return text.startswith(b"Signature: 8a477f597d28d172789f06886806bc55") and b"traceagent" in text
+    return text.startswith(_SIGNATURE.encode()) and b"traceagent" in text
 
 
 def claim(directory: Path | None = None) -> Path:
