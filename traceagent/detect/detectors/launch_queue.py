@@ -94,11 +94,10 @@ def _stream(device: int, stream: int, g: pd.DataFrame, origin: int, full_at: int
     # queued when each launch call began: entered by then, not yet finished; full: the call blocks
     before = np.searchsorted(entered, called, side="right") - np.searchsorted(ends, called, side="right")
     blocked = int(call_ns[before >= full_at].sum())
-    launched = entered
     # the queue as a step function: -1 as each op ends, +1 as each enters (ends first at the same
     # instant: a blocked launch returns as the op it waited for finishes)
-    times = np.concatenate([ends, launched])
-    steps = np.concatenate([-np.ones(len(ends), np.int64), np.ones(len(launched), np.int64)])
+    times = np.concatenate([ends, entered])
+    steps = np.concatenate([-np.ones(len(ends), np.int64), np.ones(len(entered), np.int64)])
     at = np.argsort(times, kind="stable")
     times, level = times[at], np.cumsum(steps[at])
     held = np.diff(times, append=times[-1])
@@ -106,8 +105,8 @@ def _stream(device: int, stream: int, g: pd.DataFrame, origin: int, full_at: int
     mean = float((level * held).sum() / total) if total else float(level.max())
     full = int(held[level >= full_at].sum())
     samples = np.linspace(times[0], times[-1], SAMPLES).astype(np.int64)
-    queued = np.searchsorted(launched, samples, side="right") - np.searchsorted(ends, samples, side="right")
-    return StreamQueue(device, stream, len(launched), int(level.max()), round(mean, 2), us(full), us(blocked),
+    queued = np.searchsorted(entered, samples, side="right") - np.searchsorted(ends, samples, side="right")
+    return StreamQueue(device, stream, len(entered), int(level.max()), round(mean, 2), us(full), us(blocked),
                        [(us(int(t) - origin), int(q)) for t, q in zip(samples, queued)])
 
 
