@@ -90,6 +90,7 @@ class Path:
     device_names: pd.Categorical  # the device ops' names, by row
     call_names: pd.Categorical
     thread: np.ndarray  # a host segment's thread (pid << 32 | tid; the call it is or precedes), -1 on the device
+    device_ops: pd.DataFrame  # the rows `event` indexes for device segments (trace.gpu less syncs)
 
     def names(self) -> list[str]:
         """Each segment's name ("" for gaps): for the path's events only."""
@@ -158,7 +159,7 @@ def critical_path(trace: Trace) -> Path | None:
         end=np.concatenate([end[nodes], start[nodes][gap]]),
         event=np.concatenate([np.where(on_device, nodes, nodes - n_dev), np.full(int(gap.sum()), -1)]),
         device_names=gpu["name"].array, call_names=calls["name"].array,
-        thread=np.concatenate([thread, thread[gap]]).astype(np.int64))
+        thread=np.concatenate([thread, thread[gap]]).astype(np.int64), device_ops=gpu)
 
 
 def _walk(pred: list[int], end: list[int], node: int, floor: int) -> np.ndarray:
@@ -196,7 +197,7 @@ def detect_critical_path(trace: Trace, hot: list[str]) -> CriticalPathResult | N
     codes = names.codes[path.event[on_device]]
     on_path = np.bincount(codes[codes >= 0], weights=dur[on_device][codes >= 0], minlength=len(categories))
     count = np.bincount(codes[codes >= 0], minlength=len(categories))
-    gpu = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]  # the rows path.event indexes
+    gpu = path.device_ops  # the rows path.event indexes, filtered once by critical_path
     is_kernel = (gpu["kind"] == "kernel").to_numpy()
     all_codes = names.codes[is_kernel]
     totals = np.bincount(all_codes[all_codes >= 0], weights=(gpu["end"] - gpu["start"]).to_numpy()[is_kernel][all_codes >= 0],
