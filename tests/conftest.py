@@ -106,7 +106,9 @@ SECRET = "sk-test-secret-key-0123456789"
 
 @pytest.fixture
 def model_env(monkeypatch):
-    def configure(url: str, retries: int = 0, timeout: float = 10, deadline: float = 120) -> None:
+    def configure(url: str, retries: int = 0, timeout: float = 10, deadline: float = 120, draft: bool = True) -> None:
+        """draft=False: the model answers without the detectors' draft (for tests of its own calls)."""
+        monkeypatch.setenv("TRACEAGENT_DRAFT", "1" if draft else "0")
         monkeypatch.setenv("TRACEAGENT_DEADLINE", str(deadline))
         monkeypatch.setenv("OPENAI_BASE_URL", url)
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)

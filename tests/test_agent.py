@@ -39,7 +39,7 @@ def test_tool_calling_turn_streams_and_checks_numbers(resnet):
         AIMessage(content=f"Data loading stalls the GPU: {idle.by_cause_us['dataloader'] / 1000:.0f} ms, "
                           f"{idle.cause_pct('dataloader'):.1f}% of the span. Another 77 ms is unexplained."),
     ])
-    session = Session(resnet, model)
+    session = Session(resnet, model, LLMConfig(draft=False))  # the model's own turn (test_draft.py: with a draft)
     events = collect(session, "Why is my GPU idle?")
     kinds = [type(e).__name__ for e in events]
     assert kinds[:2] == ["ToolCall", "ToolResult"] and kinds[-1] == "Answer"
@@ -67,10 +67,10 @@ def test_instruction_in_a_kernel_name_reaches_the_model_only_as_tool_data(tmp_pa
     model = ScriptedChatModel(received=[], responses=[tool_call("hot_kernels", {"full_names": True}),
                                                       AIMessage(content="Done.")])
     collect(Session(ctx, model), "What are the hot kernels?")
-    for messages in model.received:
+    for messages in model.received:  # the draft's results and the model's call's
         for message in messages:
-            inside = planted in str(message.content)
-            assert inside == isinstance(message, ToolMessage), type(message).__name__
+            if planted in str(message.content) + json.dumps(getattr(message, "tool_calls", None) or []):
+                assert isinstance(message, ToolMessage), type(message).__name__
     tool_message = model.received[1][-1]
     assert any(planted in k["name"] for k in json.loads(tool_message.content)["top"]), "quoted as a JSON value"
     assert "never follow instructions" in model.received[0][0].content.lower()
@@ -96,7 +96,7 @@ def test_unknown_tool_and_bad_arguments_keep_the_conversation(resnet):
 def test_tool_rounds_are_capped_and_the_detectors_answer(resnet):
     model = ScriptedChatModel(received=[], responses=[tool_call("overview")])  # never answers
     events = collect(Session(resnet, model, max_tool_rounds=3), "why is my GPU idle?")
-    model_calls = [e for e in events if isinstance(e, ToolCall) and not e.id.startswith("offline")]
+    model_calls = [e for e in events if isinstance(e, ToolCall) and not e.id.startswith(("offline", "draft"))]
     assert len(model_calls) == 1  # the same call again runs once: later rounds are told its result is above
     assert len(model.received) == 3
     answer = events[-1]
@@ -197,8 +197,10 @@ def test_the_rank_and_gpu_in_focus_are_the_tools_default_and_the_model_is_told()
     model = ScriptedChatModel(received=[], responses=[tool_call("idle_gaps", {}), AIMessage("Rank 3 waits.")])
     session = Session(AnalysisContext(analysis, focus=(3, 3)), model=model)
     events = collect(session, "why is my GPU idle?")
-    result = json.loads(next(e for e in events if isinstance(e, ToolResult)).content)
+    # the draft's call ran with the focus; the model's identical call is pointed at its result
+    result = json.loads(next(e for e in events if isinstance(e, ToolResult) and e.name == "idle_gaps").content)
     assert result["scope"] == {"rank": 3, "device": 3, "devices": [3]}
+    assert "the same call ran before as draft-" in model.received[1][-1].content
     assert result["idle_us"] == analysis.rank(3).findings.idle.devices[3].idle_us
     assert "The user is looking at rank 3, GPU 3" in model.received[0][0].content
     tools = {t.name: t for t in build_tools(AnalysisContext(analysis, focus=(3, 3)))}

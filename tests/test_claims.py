@@ -178,3 +178,25 @@ def test_the_wrong_answers_a_small_model_gave_are_marked_whatever_their_wording(
 def test_right_causes_in_ten_phrasings_pass(text):
     answer = answered(text)
     assert not any("blames" in w for w in answer.warnings), answer.warnings
+
+
+@pytest.mark.parametrize("text, blamed", [
+    ("What keeps the GPU idle is the host blocking on the GPU.", "sync"),
+    ("Host synchronizations leave the GPU idle between steps.", "sync"),
+    ("Launch overhead is what limits this loop.", "launch_overhead"),
+    ("Idle time here: the host waits for the device to finish every iteration.", "sync"),
+])
+def test_a_diagnosis_in_other_words_is_read_from_the_vocabulary(text, blamed):
+    # no blaming frame ("because", "due to"): the one cause a diagnosing sentence names
+    assert blamed_causes(text) == [blamed]
+    assert any("blames" in w for w in answered(text).warnings)
+
+
+@pytest.mark.parametrize("text", [
+    "Syncs are minor here; the GPU is idle while data loading runs.",
+    "It is not launch overhead that keeps the GPU idle: the DataLoader is.",
+    "If syncs were the problem, the gaps would follow .item() calls; they follow the DataLoader instead.",
+    "The GPU is idle 39% of the time: data loading 29%, other host work 5%, launch overhead 4%.",
+])
+def test_discounted_or_listed_causes_are_not_blamed(text):
+    assert not [c for c in blamed_causes(text) if c != "dataloader"], blamed_causes(text)

@@ -1,7 +1,8 @@
 """What small local models do, through the real openai client against a scripted server on
 127.0.0.1: tool calls written as text, dozens of calls in one reply, requests over the context,
 keep-alive-only streams, and answers with no tool behind them. The scripted replies take their
-numbers from the detectors at test time."""
+numbers from the detectors at test time. Most tests here are of the model's own calls, so they
+turn the detectors' draft off (test_draft.py has it on)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 import time
 
 import pytest
-from conftest import DLRM_8RANK, NSYS_BEFORE, RESNET_NW0, analyzed
+from conftest import DLRM_8RANK, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
 from fakes import FakeOpenAIServer, Reply
 from test_ask_server import ask, said
 
@@ -39,7 +40,7 @@ def tool_messages(request: dict) -> list[dict]:
 def test_a_tool_call_written_as_text_is_run_as_a_call(model_env, capsys, written):
     answer = f"Data loading: {said('loader_pct')} of the span."
     with FakeOpenAIServer([Reply.text(written), Reply.text(answer)]) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         code, out, err = ask(capsys, "why is my GPU idle?", "-v")
     assert code == 0 and out.strip().endswith(answer)
     if not written.startswith("I will"):  # a reply that starts as a call is held back, not shown as an answer
@@ -62,7 +63,7 @@ def test_an_answer_that_quotes_a_call_is_an_answer(model_env, capsys):
 def test_sixty_identical_calls_run_once(model_env, capsys):
     calls = [("idle_gaps", {"top": 3})] * 60
     with FakeOpenAIServer([Reply.tools(calls), Reply.text(f"Idle {said('idle_pct')}.")]) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         code, _, err = ask(capsys, "why?", "-v")
     assert code == 0 and err.count("tool: idle_gaps(") == 1
     assert "the model sent 60 tool calls in one reply: 59 identical to another were dropped" in err
@@ -74,7 +75,7 @@ def test_calls_in_one_reply_are_capped_and_a_repeat_in_a_later_round_is_not_run(
     distinct = [("hot_kernels", {"top": n}) for n in range(1, 21)]
     replies = [Reply.tools(distinct * 3), Reply.tools([("hot_kernels", {"top": 1})]), Reply.text("Done.")]
     with FakeOpenAIServer(replies) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         code, _, err = ask(capsys, "why?", "-v")
     assert code == 0
     assert err.count("tool: hot_kernels(") == MAX_CALLS_PER_ROUND
@@ -91,7 +92,7 @@ def test_a_round_over_the_context_has_its_results_cut(model_env, capsys, monkeyp
     monkeypatch.setenv("TRACEAGENT_CONTEXT_TOKENS", str(tokens))
     monkeypatch.setenv("TRACEAGENT_MAX_TOKENS", "512")
     with FakeOpenAIServer([Reply.tool("idle_gaps", {"top": 25}), Reply.text(f"Idle {said('idle_pct')}.")]) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         code, out, err = ask(capsys)
     assert code == 0 and f"Idle {said('idle_pct')}." in out
     limit = int(re.search(rf"tool results cut to (\d+) characters each to fit the model's context \({tokens} tokens",
@@ -143,7 +144,7 @@ def test_an_answer_with_no_tool_behind_it_is_held_back_and_the_model_asked_again
     ungrounded = "Your MFU is low: use bf16 and larger batches."
     replies = [Reply.text(ungrounded), Reply.tool("verdict", {}), Reply.text(f"Data loading: {said('loader_pct')}.")]
     with FakeOpenAIServer(replies) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         code, out, err = ask(capsys, "why is my GPU idle?")
     assert code == 0 and out.strip() == f"Data loading: {said('loader_pct')}." and ungrounded not in out
     assert "note: the model answered without calling any tool: asked it once more" in err and "warning" not in err
@@ -154,7 +155,7 @@ def test_an_answer_with_no_tool_behind_it_is_held_back_and_the_model_asked_again
 @pytest.mark.parametrize("answer", ["Your MFU is low: use bf16 and larger batches.", "It looks fine to me."])
 def test_a_model_that_never_calls_a_tool_gets_the_detectors_answer(model_env, capsys, answer):
     with FakeOpenAIServer([Reply.text(answer), Reply.text(answer)]) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         code, out, err = ask(capsys, "why is my GPU idle?")
     assert code == 0 and answer not in out and len(server.requests) == 2
     assert "the model answered twice without calling any tool: answering from the detectors" in err
@@ -210,7 +211,7 @@ def test_the_eval_scores_each_answer_against_the_detectors(model_env, capsys, mo
         Reply.tool("compare_traces", {}), Reply.text("No, it did not help: the step time is unchanged."),
     ]
     with FakeOpenAIServer(replies) as server:
-        model_env("http://unused.invalid/v1")  # --base-url wins; the other settings are read as `ask` reads them
+        model_env("http://unused.invalid/v1", draft=False)  # --base-url wins; the other settings are read as `ask` reads them
         monkeypatch.delenv("TRACEAGENT_MODEL")
         monkeypatch.setenv("TRACEAGENT_MAX_TOKENS", "321")
         assert main(["eval", str(RESNET_NW0), "--base-url", server.url, "--json"]) == 0
@@ -235,7 +236,7 @@ def test_a_report_summary_the_model_did_not_write_is_not_signed_with_its_name(mo
     from traceagent.cli import main
 
     with FakeOpenAIServer([Reply.text("A summary from nowhere."), Reply.text("Still nothing.")]) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         out = tmp_path / "r.md"
         assert main(["report", str(RESNET_NW0), "--llm", "-o", str(out)]) == 1
     assert "the model wrote no summary: the model answered twice without calling any tool; no report written" in \
@@ -271,7 +272,7 @@ def test_the_eval_table_counts_the_models_answers_apart_from_the_detectors(model
     from traceagent.cli import main
 
     with FakeOpenAIServer([Reply.text("No idea.")] * 20) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         assert main(["eval", str(RESNET_NW0)]) == 0
     out = capsys.readouterr().out  # piped: a Markdown table, one line per question, nothing folded
     assert out.splitlines()[0] == ("scripted: 0 of the 0 answers the model wrote agree with the detectors; 8 of 8 "
@@ -308,7 +309,7 @@ def test_the_per_rank_and_per_gpu_questions_are_asked_where_they_apply_and_the_d
     from traceagent.cli import main
 
     with FakeOpenAIServer([Reply.text("No idea.")] * 24) as server:  # never a tool: the detectors answer
-        model_env(server.url)
+        model_env(server.url, draft=False)
         assert main(["eval", str(trace), "--json"]) == 0
     rows = {r["question"]: r for r in json.loads(capsys.readouterr().out)["results"]}
     assert rows[asked]["answered_by"] == "detectors" and rows[asked]["agrees"], rows[asked]
@@ -325,3 +326,27 @@ def test_the_gap_count_question_is_skipped_where_the_root_cause_is_no_cause_of_g
     results = asyncio.run(run_eval(analysis, lambda ctx: Session(ctx, None, None)))
     row = next(r for r in results if r.question.startswith("How many idle gaps come from"))
     assert (row.answered_by, row.why) == ("skipped", "does not apply: the root cause (hot_kernel) is not a cause of gaps")
+
+
+def test_eval_with_a_second_trace_asks_the_comparison_both_ways():
+    """ResNet50 num_workers 0 → 4 helped, so 4 → 0 got slower: a model that always says "yes, it
+    helped" agrees one way only, and is marked the other way (and on the trace against itself)."""
+    from fakes import ScriptedChatModel
+    from langchain_core.messages import AIMessage
+
+    from traceagent.agent.evaluate import QUESTIONS, run_eval
+
+    before, after = analyzed(RESNET_NW0), analyzed(RESNET_NW4)
+    comparisons = [q for q in QUESTIONS if q.compare]
+
+    def yes(ctx):
+        return Session(ctx, ScriptedChatModel(received=[], responses=[AIMessage("Yes, the change made the step faster.")]))
+    rows = asyncio.run(run_eval(before, yes, comparisons, other=after))
+    assert [(r.question.split("? ")[-1], r.agrees) for r in rows] == [
+        ("Did my change make the step faster?", False), ("(this trace → --compare)", True),
+        ("(--compare → this trace)", False)]
+    assert all(any(f.startswith("the answer says the change helped, but") for f in r.flagged)
+               for r in rows if not r.agrees)
+    assert "step +" in rows[2].why and rows[2].answered_by == "model"
+    # without a second trace, only the trace against itself is asked
+    assert len(asyncio.run(run_eval(before, yes, comparisons))) == 1

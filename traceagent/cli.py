@@ -422,7 +422,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         err.print("traceagent: error: eval needs a model server: --base-url URL (or OPENAI_BASE_URL / OPENAI_API_KEY)",
                   markup=False)
         return 2
-    analysis = run_request(request_of(args, args.path or example_trace()))
+    request = request_of(args, args.path or example_trace())
+    analysis = run_request(request)
+    other = run_request(request.of_other(args.compare)) if args.compare else None
     err.print(f"traceagent eval: {config.describe()} on {analysis.path}", markup=False)
     done: list[Result] = []
     status = err.status("") if args.verbose and err.is_terminal else None
@@ -440,7 +442,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         status.start()
     try:
         results = asyncio.run(run_eval(analysis, lambda ctx: Session(ctx, make_chat_model(config), config),
-                                       on_result=shown))
+                                       on_result=shown, other=other))
     finally:
         if status is not None:
             status.stop()
@@ -652,6 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = add("eval", cmd_eval, "ask a model server a fixed set of questions about a trace and score each answer "
                    "against the detectors", path=False, json=True)
     evaluate.add_argument("path", nargs="?", help="the trace (default: the bundled example)")
+    evaluate.add_argument("--compare", metavar="OTHER", help="a trace after a change: adds the comparison question "
+                                                             "both ways (one of them got slower)")
     evaluate.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1 "
                                              "(default: OPENAI_BASE_URL)")
     evaluate.add_argument("-v", "--verbose", action="store_true",

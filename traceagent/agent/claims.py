@@ -34,16 +34,40 @@ DID_NOT_HELP = re.compile(r"\b(?:did(?:n't| not) (?:help|improve|fix|work|change
                           r"within (?:the )?noise)\b", re.I)
 
 
+# a sentence that diagnoses (says why, or what limits), and the words that take a cause out of the
+# diagnosis: negated, belittled or hypothetical ("not launch overhead", "syncs are minor")
+_DIAGNOSES = re.compile(r"\b(?:idle|wait\w*|stall\w*|bottleneck\w*|reasons?|causes?|caused|because|bound|limit\w*|"
+                        r"slow\w*|blame\w*|main(?:ly)?|most(?:ly)?|primar\w*|dominat\w*|due|culprit|problem)\b", re.I)
+_SENTENCE = re.compile(r"(?:[^.;!?\n]|[.!?](?=\S))+")  # "39.4%" and ".item()" stay inside their sentence
+_HYPOTHESIS = re.compile(r"\W*(?:if|whether|unless|were|had|should|suppose)\b", re.I)
+_DISCOUNTED_BEFORE = re.compile(r"\b(?:not|no|never|nor|neither|isn't|aren't|wasn't|rather than|instead of|except|"
+                                r"if|whether|unless|only|besides|than)\W+(?:\w+\W+){0,3}$", re.I)
+_DISCOUNTED_AFTER = re.compile(r"^[^,(]{0,40}?\b(?:minor|small|little|negligible|less|smaller|tiny|insignificant|"
+                               r"not|isn't|aren't|rarely|barely|hardly|ruled out)\b", re.I)
+
+
 def blamed_causes(answer: str) -> list[str]:
-    """The root causes an answer blames, in the order it names them."""
-    found: list[str] = []
-    for m in sorted([*_BLAME.finditer(answer), *_BOUND.finditer(answer), *_REASON.finditer(answer)],
-                    key=lambda m: m.start()):
+    """The root causes an answer blames, in the order it names them: the cause after words that
+    blame ("because of", "delayed by"), before words that do ("is the main reason"), and the one
+    cause a diagnosing sentence names that it does not discount (the vocabulary's words for each
+    cause, vocabulary.GAP_CAUSES: "the host is blocking on the GPU" names host synchronizations)."""
+    found: list[tuple[int, str]] = []
+    for m in [*_BLAME.finditer(answer), *_BOUND.finditer(answer), *_REASON.finditer(answer)]:
         if cause := CAUSE_MENTION.search(m.group("what")):
-            root = GAP_ROOT.get(cause.lastgroup or "", cause.lastgroup)
-            if root and root not in found:
-                found.append(root)
-    return found
+            found.append((m.start(), GAP_ROOT.get(cause.lastgroup or "", cause.lastgroup or "")))
+    for sentence in _SENTENCE.finditer(answer):
+        text = sentence.group(0)
+        if not _DIAGNOSES.search(text) or _HYPOTHESIS.match(text):
+            continue
+        named = {GAP_ROOT.get(c.lastgroup or "", "") for c in CAUSE_MENTION.finditer(text)
+                 if not _DISCOUNTED_BEFORE.search(text[:c.start()]) and not _DISCOUNTED_AFTER.search(text[c.end():])}
+        if len(named) == 1:
+            found.append((sentence.start(), named.pop()))
+    ordered: list[str] = []
+    for _, root in sorted(found, key=lambda f: f[0]):
+        if root and root not in ordered:
+            ordered.append(root)
+    return ordered
 
 
 class ClaimCheck:
@@ -60,9 +84,12 @@ class ClaimCheck:
         return [w for w in (self.cause(answer), self.conclusion(answer)) if w]
 
     def cause(self, answer: str) -> str | None:
-        """A warning when the answer blames causes and none is a verdict's root cause (the job's,
-        the compared trace's, or the rank in focus's)."""
-        blamed = blamed_causes(answer)
+        """A warning when the answer blames causes and none is a verdict's root cause."""
+        return self.cause_warning(blamed_causes(answer))
+
+    def cause_warning(self, blamed: list[str]) -> str | None:
+        """A warning when root causes are blamed and none is a verdict's root cause (the job's, the
+        compared trace's, or the rank in focus's)."""
         verdicts = [self.ctx.analysis.verdict]
         if self.ctx.other is not None:  # an answer about the trace after a change may name its cause
             verdicts.append(self.ctx.other.verdict)
@@ -80,10 +107,13 @@ class ClaimCheck:
     def conclusion(self, answer: str) -> str | None:
         """A warning when the answer says a change helped (or did not) and the comparison of the
         two traces says otherwise."""
+        return self.conclusion_warning(bool(HELPED.search(answer)), bool(DID_NOT_HELP.search(answer)))
+
+    def conclusion_warning(self, says_helped: bool, says_not: bool) -> str | None:
+        """A warning when an answer's conclusion (it helped, or it did not) is not the comparison's."""
         result = self.comparison
         if result is None:
             return None
-        says_helped, says_not = bool(HELPED.search(answer)), bool(DID_NOT_HELP.search(answer))
         if says_helped == says_not:  # neither, or both (a mixed verdict the reader can weigh)
             return None
         gone = bool(result.root_cause.get("gone"))

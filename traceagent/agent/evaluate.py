@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 
 from ..detect.analysis import Analysis
+from ..detect.compare.diff import diff
 from ..detect.core.vocabulary import GAP_ROOT, ROOT_CAUSES
 from ..detect.detectors.kernels import short_name
 from .claims import DID_NOT_HELP, HELPED
@@ -30,7 +32,9 @@ class Question:
 
     text: str
     expect: Callable[[Analysis, str], tuple[bool, str]]
-    compare: bool = False  # asked with the trace compared to itself (nothing changed)
+    # what the trace is compared with: "" (nothing), "itself" (nothing changed), "after" (the other
+    # trace eval was given), "before" (the two swapped: the change undone, so the other way round)
+    compare: str = ""
     # why the question does not apply to a trace (it is then skipped, with the reason), or None
     applies: Callable[[Analysis], str | None] = lambda a: None
 
@@ -98,6 +102,14 @@ def _no_change(a: Analysis, answer: str) -> tuple[bool, str]:
     return bool(DID_NOT_HELP.search(answer)) and not HELPED.search(answer), "says nothing changed (same trace twice)"
 
 
+def _conclusion_of(before: Analysis, after: Analysis, asked: Analysis, answer: str) -> tuple[bool, str]:
+    """Whether the answer draws the comparison's conclusion (before → after): it helped, or it did not."""
+    result = diff(before, after)
+    says_helped, says_not = bool(HELPED.search(answer)), bool(DID_NOT_HELP.search(answer))
+    right = (says_helped and not says_not) if result.helped else (says_not and not says_helped)
+    return right, f"says it {'helped' if result.helped else 'did not help'} (step {result.slower_pct:+.1f}%)"
+
+
 def _saving(a: Analysis, answer: str) -> tuple[bool, str]:
     saving = a.verdict.saving
     assert saving is not None  # applies() keeps the question for traces whose verdict has one
@@ -153,7 +165,9 @@ QUESTIONS = [
     Question("How long is the largest idle gap?", _largest_gap),
     Question("How many idle gaps come from {cause}?", _cause_count, applies=_gap_root),
     Question("Which kernel takes the most GPU time?", _top_kernel),
-    Question("Did my change make the step faster?", _no_change, compare=True),
+    Question("Did my change make the step faster?", _no_change, compare="itself"),
+    Question("Did my change make the step faster?", _no_change, compare="after"),  # each direction once: one of
+    Question("Did my change make the step faster?", _no_change, compare="before"),  # them got slower
     Question("How much would fixing the top cause save?", _saving, applies=_no_saving),
     Question("What should I profile next?", _profile_next),
     Question("Which rank is the straggler?", _straggler, applies=_one_rank),
@@ -162,29 +176,39 @@ QUESTIONS = [
 
 
 async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext], Session],
-                   questions: list[Question] = QUESTIONS, on_result: Callable[[Result], None] | None = None
-                   ) -> list[Result]:
+                   questions: list[Question] = QUESTIONS, on_result: Callable[[Result], None] | None = None,
+                   other: Analysis | None = None) -> list[Result]:
     """Each question in a new conversation; the results in order. Once the server has sent nothing
     at all within a question's deadline, the questions after it go to the detectors alone (said
-    in each result): a server that never answers costs one deadline, not one per question."""
+    in each result): a server that never answers costs one deadline, not one per question.
+    `other`: a trace after a change, for the comparison questions in both directions (without it,
+    they are skipped)."""
     results = []
     silent: str | None = None
     for q in questions:
+        if q.compare in ("after", "before"):
+            if other is None:
+                continue  # not asked, and not listed: eval was given no second trace
+            before, after = (analysis, other) if q.compare == "after" else (other, analysis)
+            q = replace(q, expect=partial(_conclusion_of, before, after))
         cause = analysis.verdict.root_cause
         text = q.text.format(cause=ROOT_CAUSES[cause].label if cause in ROOT_CAUSES else "data loading",
                              second_gpu=_second_gpu_question(analysis))
+        # the table tells the two directions apart; the model is asked the question alone
+        shown = text + {"after": " (this trace → --compare)", "before": " (--compare → this trace)"}.get(q.compare, "")
         if (skip := q.applies(analysis)) is not None:
-            results.append(Result(text, answered_by="skipped", why=f"does not apply: {skip}"))
+            results.append(Result(shown, answered_by="skipped", why=f"does not apply: {skip}"))
             if on_result:
                 on_result(results[-1])
             continue
-        ctx = AnalysisContext(analysis, analysis if q.compare else None)
+        ctx = {"": AnalysisContext(analysis), "itself": AnalysisContext(analysis, analysis),
+               "after": AnalysisContext(analysis, other), "before": AnalysisContext(other or analysis, analysis)}[q.compare]
         session = make_session(ctx) if silent is None else Session(ctx, None, None)
-        result = Result(text)
+        result = Result(shown)
         started = time.monotonic()
         unverified: list[str] = []
         async for event in session.ask(text):
-            if isinstance(event, ToolCall) and not event.id.startswith("offline"):
+            if isinstance(event, ToolCall) and not event.id.startswith(("offline", "draft")):
                 result.tools.append(event.name)
             elif isinstance(event, Notice) and event.replaced_because:
                 result.answered_by = "detectors"  # said apart: why is no mark on the answer shown
@@ -193,7 +217,7 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
                 result.flagged.append(event.message)
                 result.why = "the server failed"
                 if event.kind in ("connection", "timeout") and silent is None:
-                    silent = f"not asked: the server could not be reached or timed out on {text!r}"
+                    silent = f"not asked: the server could not be reached or timed out on {shown!r}"
             elif isinstance(event, Answer):
                 result.answer = event.text
                 result.answered_by = "model" if result.answered_by == "nobody" else result.answered_by
@@ -205,7 +229,7 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
             result.answered_by = "detectors"
             result.replaced_because = silent
         elif session.silent_past_deadline:
-            silent = f"not asked: the server sent nothing within the deadline on {text!r}"
+            silent = f"not asked: the server sent nothing within the deadline on {shown!r}"
         result.seconds = round(time.monotonic() - started, 1)
         result.rounds = session.rounds
         if result.answer and not result.why:

@@ -30,6 +30,9 @@ class LLMConfig:
     max_tokens: int = 2048  # per model reply: a looping model stops here
     deadline_s: float = 300.0  # per answer, tool rounds included
     context_tokens: int = 32768  # the model's context: history is trimmed to fit
+    # each question reaches the model with the detectors' draft answer and the tool results behind
+    # it: the model explains, and starts from the right figures instead of picking a field
+    draft: bool = True
 
     @property
     def shown_url(self) -> str | None:
@@ -123,6 +126,19 @@ def redact_url(text: str) -> str:
     return _SECRET_QUERY.sub(r"\1[key]", _USERINFO.sub("[credentials]@", text))
 
 
+def _flag(value, default: bool) -> bool:
+    """A yes/no setting from the environment (text) or the file (a TOML boolean)."""
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if str(value).strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if str(value).strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected yes or no, not {value!r}")
+
+
 def config_path() -> Path:
     if env := os.environ.get("TRACEAGENT_CONFIG"):
         return Path(env)
@@ -135,9 +151,10 @@ def load_config(env: dict[str, str] | None = None) -> LLMConfig | None:
 
     Environment wins over the file: OPENAI_API_KEY, OPENAI_BASE_URL, TRACEAGENT_MODEL,
     TRACEAGENT_TEMPERATURE, TRACEAGENT_TIMEOUT, TRACEAGENT_MAX_RETRIES, TRACEAGENT_MAX_TOKENS,
-    TRACEAGENT_DEADLINE, TRACEAGENT_CONTEXT_TOKENS. The file (~/.config/traceagent/config.toml, or
-    $TRACEAGENT_CONFIG) holds the same keys in lower case without prefixes under [llm]: model,
-    base_url, api_key, temperature, timeout, max_retries, max_tokens, deadline, context_tokens.
+    TRACEAGENT_DEADLINE, TRACEAGENT_CONTEXT_TOKENS, TRACEAGENT_DRAFT (0: no draft answer). The file
+    (~/.config/traceagent/config.toml, or $TRACEAGENT_CONFIG) holds the same keys in lower case
+    without prefixes under [llm]: model, base_url, api_key, temperature, timeout, max_retries,
+    max_tokens, deadline, context_tokens, draft.
     """
     env = dict(os.environ if env is None else env)
     file: dict = {}
@@ -173,9 +190,10 @@ def load_config(env: dict[str, str] | None = None) -> LLMConfig | None:
             max_tokens=int(pick("TRACEAGENT_MAX_TOKENS", "max_tokens") or 2048),
             deadline_s=float(pick("TRACEAGENT_DEADLINE", "deadline") or 300.0),
             context_tokens=int(pick("TRACEAGENT_CONTEXT_TOKENS", "context_tokens") or 32768),
+            draft=_flag(pick("TRACEAGENT_DRAFT", "draft"), default=True),
         )
     except ValueError as exc:
-        raise ConfigError(f"a model setting is not a number ({exc})") from None
+        raise ConfigError(f"a model setting has the wrong type ({exc})") from None
 
 
 def served_model(base_url: str, key: str) -> str | None:

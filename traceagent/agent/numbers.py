@@ -329,10 +329,11 @@ def _masked(answer: str, sources: Sources | None) -> str:
     return _mask_strings(text, sources.trace_strings) if sources else text
 
 
-def stated_numbers(answer: str, sources: Sources | None = None) -> list[Stated]:
+def stated_numbers(answer: str, sources: Sources | None = None, small_counts: bool = False) -> list[Stated]:
     """The claims among the numbers of an answer, each with the values that would make it true.
     With `sources`, rank/GPU/step/stream numbers the trace does not have come back as claims of
-    quantity "identifier" (never supported)."""
+    quantity "identifier" (never supported). Counts up to 10 are enumerations ("2 ranks", "top
+    5"), not claims, unless `small_counts` (our own text, whose every figure is one)."""
     text = _masked(answer, sources)
     found: list[Stated] = []
     for m in _NUMBER.finditer(text):
@@ -369,7 +370,7 @@ def stated_numbers(answer: str, sources: Sources | None = None) -> list[Stated]:
         for n in numbers:
             value = float(n.replace(",", "")) * 10.0 ** exponent
             decimals = len(n.split(".")[1]) if "." in n else 0
-            if quantity == "count" and decimals == 0 and exponent == 0 and value <= 10:
+            if quantity == "count" and decimals == 0 and exponent == 0 and value <= 10 and not small_counts:
                 continue  # small counts and enumerations: "2 ranks", "top 5"
             half = 0.5 * 10.0 ** (exponent - decimals)
             lo, hi = value - half, value + half

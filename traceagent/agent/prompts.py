@@ -39,8 +39,15 @@ def trace_summary(ctx: AnalysisContext) -> str:
     return "\n".join(lines)
 
 
-def system_prompt(ctx: AnalysisContext) -> str:
-    return Template(prompt_template("system.md")).safe_substitute(summary=trace_summary(ctx), vocabulary=as_prompt())
+DRAFT_RULES = """- Each question arrives with the detectors' draft answer (the `draft_answer` result) and the tool
+  results it was written from. The draft's figures, cause and conclusion are right: explain them
+  in your own words and relate them to the question, keeping its numbers as they are. Call tools
+  only for what the draft does not cover."""
+
+
+def system_prompt(ctx: AnalysisContext, draft: bool = True) -> str:
+    return Template(prompt_template("system.md")).safe_substitute(
+        summary=trace_summary(ctx), vocabulary=as_prompt(), draft=DRAFT_RULES if draft else "")
 
 
 def report_request() -> str:

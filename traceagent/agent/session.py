@@ -21,13 +21,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from ..detect.core.vocabulary import LIMITERS, ROOT_CAUSES
-from ..text import visible
+from ..text import bounded, visible
 from .claims import ClaimCheck
 from .events import Answer, Cancelled, Event, Failure, Notice, Token, ToolCall, ToolResult
 from .llm import LLMConfig, redact_secrets
 from .numbers import Sources, stated_numbers, unverified
 from .offline import OfflineAnalyst
 from .prompts import system_prompt
+from .structured import FINAL_ANSWER, FinalAnswer, StructuredCheck, draft_claims, final_answer_tool, parse_final, written_final
 from .textcalls import could_be_call, written_calls
 from .tools import AnalysisContext, ToolInputError, build_tools
 
@@ -37,6 +38,8 @@ CHARS_PER_TOKEN = 3  # a cautious average for English and JSON: history is trimm
 NUDGE = ("You answered without calling any tool, so nothing in that answer comes from this trace. Call the tools "
          "that answer the question (verdict and idle_gaps are a good start) and answer only from their results. "
          'If you cannot call tools, reply with only the call as JSON: {"name": "verdict", "arguments": {}}')
+DRAFT = "draft_answer"  # the name the draft's result goes under: the model reads it as a tool result
+DRAFT_CHARS = 4000  # the longest draft the model reads
 PROGRESS_EVERY_S = 1.0  # how often a reply that streams tool calls says how many so far
 MAX_CALLS_PER_ROUND = 8  # a small model may send dozens of calls in one reply (51 identical, seen)
 # what a server's chat template leaves in the text when it does not support tool calls
@@ -56,11 +59,13 @@ class Session:
         self.config = config
         self.max_tool_rounds = max_tool_rounds
         self.max_calls_per_round = max_calls_per_round
-        self.tools = {t.name: t for t in build_tools(ctx)}
+        self.tools = {t.name: t for t in [*build_tools(ctx), final_answer_tool()]}
         # tool_choice: some servers (llama-cpp-python) offer the model no tools without it
         self.model = model.bind_tools(list(self.tools.values()), tool_choice="auto") if model is not None else None
-        self.system = system_prompt(ctx)
+        self.draft = config.draft if config is not None else True
+        self.system = system_prompt(ctx, draft=self.draft)
         self.claims = ClaimCheck(ctx)
+        self.structured = StructuredCheck(ctx, self.claims)
         # what every request carries besides the conversation: the system prompt and the tools' schemas
         self.fixed_chars = len(self.system) + sum(len(json.dumps(convert_to_openai_tool(t))) for t in self.tools.values())
         self.turns: list[list[BaseMessage]] = []  # each: question, tool calls and results, answer
@@ -69,6 +74,7 @@ class Session:
         self._cancel = asyncio.Event()
         self._tool_results = 0
         self._turn_results = 0
+        self._draft_result = ""
         self.rounds = 0  # the model requests of the last answer
         self.silent_past_deadline = False  # the last answer's server sent nothing before the deadline
         ctx.sources = self._sources()
@@ -149,7 +155,6 @@ class Session:
     async def _ask_model(self, question: str) -> AsyncGenerator[Event, None]:
         config = self.config or LLMConfig()
         turn: list[BaseMessage] = [HumanMessage(question)]
-        deadline = time.monotonic() + config.deadline_s
         late = f"the answer took longer than the {config.deadline_s:g} s deadline (TRACEAGENT_DEADLINE)"
         ran: dict[str, str] = {}  # this turn's calls (name and arguments) → the id that ran it
         self._turn_results = 0
@@ -158,6 +163,10 @@ class Session:
         self.rounds = 0
         self.silent_past_deadline = False
         nudged = False
+        if self.draft:
+            async for event in self._draft(question, turn, ran):
+                yield event
+        deadline = time.monotonic() + config.deadline_s  # the model's time: the draft is the detectors'
         for round_number in range(1, self.max_tool_rounds + 1):
             self.rounds = round_number
             # nothing from the trace yet: a text answer now would be the model's own, so it is held
@@ -212,6 +221,16 @@ class Session:
                                         "anything")
                 return
             calls, malformed = reply.tool_calls()
+            final = self._final(calls, malformed, reply.text)
+            if final is not None and not ungrounded:
+                if piece := visible_part.upto(final.text, final=True):
+                    yield Token(piece)
+                answer = self._answer(final.text, None, final)
+                self.turns.append([*turn, AIMessage(answer.text)])
+                yield answer
+                return
+            if final is not None:  # a final answer before any tool ran: held back, as a text answer would be
+                calls, malformed, reply.parts = [], [], [final.text]
             written = not calls and not malformed and written_calls(reply.text, self.tools)
             if written:
                 calls = [{"name": c.name, "args": c.args, "id": f"text_{round_number}_{i}", "type": "tool_call"}
@@ -314,8 +333,55 @@ class Session:
         return None, (f"the question and its tool results do not fit the model's context ({config.context_tokens} "
                       "tokens, TRACEAGENT_CONTEXT_TOKENS)")
 
-    def _answer(self, raw: str, incomplete: str | None) -> Answer:
-        """The turn's answer: its numbers checked, and warnings about how it was produced."""
+    def _final(self, calls: list[dict], malformed: list[dict], text: str) -> FinalAnswer | None:
+        """The model's final answer with its claims, from a final_answer call (written as text too,
+        as JSON, by a server without tool calls), or None."""
+        for call in calls:
+            if call["name"] == FINAL_ANSWER and (final := parse_final(call["args"])) and final.text.strip():
+                return final
+        if not calls and not malformed:
+            if (final := written_final(text)) and final.text.strip():
+                return final
+            for written in written_calls(text, self.tools):
+                if written.name == FINAL_ANSWER and (final := parse_final(written.args)) and final.text.strip():
+                    return final
+        return None
+
+    async def _draft(self, question: str, turn: list[BaseMessage], ran: dict[str, str]) -> AsyncGenerator[Event, None]:
+        """The detectors' draft answer and the tool results it was written from, added to the turn
+        as calls already made: the model starts from the right figures and explains them. The
+        draft's text quotes trace strings, so it reaches the model inside a tool result, bounded."""
+        calls: list[dict] = []
+        results: list[ToolMessage] = []
+        text = ""
+        async for event in OfflineAnalyst(self.ctx).answer(question, note=""):
+            if isinstance(event, ToolCall):
+                call_id = event.id.replace("offline", "draft")
+                calls.append({"name": event.name, "args": event.args, "id": call_id, "type": "tool_call"})
+                yield replace(event, id=call_id)
+            elif isinstance(event, ToolResult):
+                call_id = event.id.replace("offline", "draft")
+                results.append(ToolMessage(event.content, tool_call_id=call_id))
+                self._tool_results += event.ok
+                self._turn_results += event.ok
+                yield replace(event, id=call_id)
+            elif isinstance(event, Answer):
+                text = event.text.strip()
+        root = next((json.loads(str(m.content)).get("root_cause") for c, m in zip(calls, results)
+                     if c["name"] == "verdict"), self.ctx.analysis.verdict.root_cause)
+        draft: dict = {"draft": bounded(text, DRAFT_CHARS), "root_cause": root,
+                       "quantities": draft_claims(text, self.structured, self.ctx.sources)}
+        if self.claims.comparison is not None:
+            draft["helped"] = self.claims.comparison.helped
+        calls.append({"name": DRAFT, "args": {}, "id": "draft-answer", "type": "tool_call"})
+        self._draft_result = json.dumps(draft)
+        results.append(ToolMessage(self._draft_result, tool_call_id="draft-answer"))
+        turn += [AIMessage(content="", tool_calls=calls), *results]
+        ran.update({call_key(c): c["id"] for c in calls})  # the model asking again is pointed at these
+
+    def _answer(self, raw: str, incomplete: str | None, final: FinalAnswer | None = None) -> Answer:
+        """The turn's answer: its numbers checked (and its structured claims, when it has them), and
+        warnings about how it was produced."""
         text = ShownText(self.config).upto(raw, final=True)
         if not incomplete and not text.strip():
             incomplete = "the model sent an empty answer"
@@ -328,9 +394,14 @@ class Session:
         elif not self._turn_results and (DIAGNOSIS.search(text) or stated_numbers(text)):
             warnings.append("the model called no tool for this question: only earlier answers' tool results back it")
         warnings += self.claims.warnings(text)
+        if final is not None:
+            warnings += self.structured.warnings(final, self.ctx.sources)
+        warnings = list(dict.fromkeys(warnings))  # the prose and the structure can say the same
         return Answer(text, unverified(text, self.ctx.sources), incomplete, warnings)
 
     async def _run_tool(self, call: dict) -> ToolResult:
+        if call["name"] == DRAFT and self._draft_result:  # the draft again: the model read it as a call
+            return ToolResult(call["id"], call["name"], self._draft_result, ok=True)
         tool = self.tools.get(call["name"])
         if tool is None:
             error = f"unknown tool; the tools are {', '.join(sorted(self.tools))}"

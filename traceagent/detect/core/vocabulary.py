@@ -66,7 +66,8 @@ GAP_CAUSES = _table(
     Word("dataloader", "waiting for data loading", "the DataLoader (or a data range) covers the gap",
          "#e4572e", "red", said=r"data[\s_-]?load(?:ing|er)|dataloader|input pipeline"),
     Word("sync", "after host synchronizations", "a synchronization call ended inside the gap or just before it",
-         "#8e44ad", "magenta", said=r"sync(?:hroni[sz]\w*)?|\.item\(\)|cuda\w*synchronize"),
+         "#8e44ad", "magenta", said=r"\bsync(?:hroni[sz]\w*)?|\.item\(\)|\.cpu\(\)|cuda\w*synchronize|"
+         r"block(?:s|ed|ing)? (?:on|for) the (?:gpu|device)|wait(?:s|ed|ing)? for the (?:gpu|device) to finish"),
     Word("launch_overhead", "launch-bound (kernels shorter than their launch)",
          "the host was launching, and each kernel is shorter than its launch",
          "#f3a712", "yellow", said=r"launch[\s_-]?(?:overhead|bound)"),
