@@ -356,6 +356,43 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return crossed
 
 
+def cmd_whatif(args: argparse.Namespace) -> int:
+    """What the changes would buy, replayed on the rank's dependency graph."""
+    from .detect.verdict.whatif import parse_change, simulate, whatif_sentence
+
+    try:  # before the trace is read: a typo costs nothing
+        changes = [parse_change(spec) for spec in args.change]
+    except ValueError as exc:
+        err.print(f"traceagent: error: {exc}", markup=False)
+        return 2
+    analysis = run_request(request_of(args))
+    try:
+        rank = analysis.rank(args.rank)
+    except KeyError:
+        err.print(f"traceagent: error: {args.path}: no rank {args.rank}; the ranks are "
+                  f"{', '.join(str(r.rank) for r in analysis.ranks)}", markup=False)
+        return 2
+    try:
+        result = simulate(rank.trace, changes)
+    except ValueError as exc:
+        err.print(f"traceagent: error: {args.path}: {exc}", markup=False)
+        return 2
+    if result is None:
+        err.print(f"traceagent: error: {args.path}: rank {rank.rank} has no device work to replay", markup=False)
+        return 2
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    out.print(escape(whatif_sentence(result)))
+    out.print(f"rank {result.rank}: measured {result.basis} {duration(result.measured_us)}, unchanged replay "
+              f"{duration(result.replayed_us)}, predicted {duration(result.predicted_us)}", markup=False)
+    for applied in result.changes:
+        out.print(f"- {applied.spec}: {applied.matched} changed; {applied.assumption}", markup=False)
+    for assumption in result.assumptions[len(result.changes):]:
+        out.print(f"- assumed: {assumption}", markup=False)
+    return 0
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     """One question, the answer on stdout; tool calls on stderr with -v."""
     import asyncio
@@ -644,6 +681,12 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--gate", type=range_gate, action="append", metavar="REGEX:PCT",
                          help="exit 1 when a record_function / NVTX range whose name matches REGEX grew by more than "
                               "PCT percent of its host time per step; repeatable")
+    whatif = add("whatif", cmd_whatif, "predict what a change would buy by replaying the trace's dependency graph",
+                 json=True)
+    whatif.add_argument("--change", action="append", required=True, metavar="SPEC",
+                        help="dataloader=0 or =xF, sync=0 or sync:NAME=0, kernel:REGEX=xF, op:NAME=xF, launch=graphs; "
+                             "repeatable (the changes are made together)")
+    whatif.add_argument("--rank", type=int, default=None, help="the rank to replay (default: the verdict's)")
     ask = add("ask", cmd_ask, "ask one question about a trace (an LLM if configured, else the offline analyst)")
     ask.add_argument("question")
     ask.add_argument("--compare", metavar="OTHER", help="a second trace (after a change) to compare with")

@@ -1,0 +1,181 @@
+"""`traceagent whatif`: the rank's dependency graph replayed with a change made. Each change is
+checked on a hand-built training loop whose after-step is worked out by hand in the test (in µs);
+the unchanged replay gives back every test trace's own mean step; and on the ResNet50 pair
+(num_workers 0 → 4) the prediction is compared with the measured after-trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from builder import TraceBuilder
+from conftest import RESNET_NW0, RESNET_NW4, analyzed
+from test_schema import ALL_TRACES, DATA
+
+from traceagent.cli import main
+from traceagent.detect.verdict.whatif import parse_change, simulate
+
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def predicted(tmp_path, b: TraceBuilder, *specs: str):
+    result = simulate(b.load(tmp_path), [parse_change(s) for s in specs])
+    assert result is not None and result.replayed_us == pytest.approx(result.measured_us)
+    return result
+
+
+def loading_loop(steps: int = 3) -> TraceBuilder:
+    """Each 1000 µs step: 300 µs of data loading; three 200 µs kernels launched at 300, 310, 320
+    (5 µs calls, each kernel 5 µs after its launch or after the one before); a sync from 330 that
+    returns 5 µs after the last kernel (905 → 910); 90 µs of host work."""
+    b = TraceBuilder()
+    for n in range(steps):
+        s = n * 1000
+        b.op(f"ProfilerStep#{n + 1}", s, 1000)
+        b.op(LOADER, s, 300)
+        for i in range(3):
+            b.kernel(f"conv_{i}", s + 305 + 200 * i, 200, launch_at=s + 300 + 10 * i)
+        b.runtime("cudaStreamSynchronize", s + 330, 580)
+        b.op("optimizer.step", s + 910, 90)
+    return b
+
+
+def test_removing_data_loading(tmp_path):
+    # by hand: the 300 µs go; the launches follow the host work (90 µs) at once, the kernels take
+    # 5 + 3 × 200, the sync returns 5 µs later: 90 + 5 + 600 + 5 = 700 µs a step
+    result = predicted(tmp_path, loading_loop(), "dataloader=0")
+    assert result.measured_us == 1000 and result.predicted_us == pytest.approx(700)
+    assert result.saving_pct == pytest.approx(30.0) and result.changes[0].matched == 3  # one loading per step
+    assert "batches are ready" in result.assumptions[0]
+
+
+def test_shortening_data_loading(tmp_path):
+    assert predicted(tmp_path, loading_loop(), "dataloader=x2").predicted_us == pytest.approx(850)  # 700 + 150
+
+
+def sync_loop(steps: int = 3) -> TraceBuilder:
+    """Each 1700 µs step: a 1000 µs kernel launched at 0; a sync from 10 that returns at 1010; 500
+    µs of host work; a 100 µs kernel launched at 1510; host work to 1700."""
+    b = TraceBuilder()
+    for n in range(steps):
+        s = n * 1700
+        b.op(f"ProfilerStep#{n + 1}", s, 1700)
+        b.kernel("big", s + 5, 1000, launch_at=s)
+        b.runtime("cudaStreamSynchronize", s + 10, 1000)
+        b.op("host_work", s + 1010, 500)
+        b.kernel("small", s + 1515, 100, launch_at=s + 1510)
+    return b
+
+
+def test_removing_a_sync_leaves_the_gpu_to_set_the_pace(tmp_path):
+    # by hand: without the wait the host needs 700 µs a step, the GPU 1000 + 100: the GPU sets the
+    # pace, its work back to back after the first launch's 5 µs: (5 + 3 × 1100) / 3 a step
+    result = predicted(tmp_path, sync_loop(), "sync=0")
+    assert result.predicted_us == pytest.approx((5 + 3 * 1100) / 3)
+    assert result.limits_after.startswith("device work sets the pace")
+
+
+def test_a_named_sync_that_the_trace_lacks_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="no blocking call named or under 'aten::item'"):
+        predicted(tmp_path, sync_loop(), "sync:aten::item=0")
+
+
+def gpu_loop(steps: int = 3, op: str | None = None) -> TraceBuilder:
+    """Each 900 µs step: two 400 µs kernels launched at 0 and 10 (the second queued behind the
+    first), a sync from 20 until the second ends (805 → 810), 90 µs of host work."""
+    b = TraceBuilder()
+    for n in range(steps):
+        s = n * 900
+        b.op(f"ProfilerStep#{n + 1}", s, 900)
+        if op:
+            b.op(op, s, 8)
+        b.kernel("gemm_a", s + 5, 400, launch_at=s)
+        b.kernel("relu_b", s + 405, 400, launch_at=s + 10)
+        b.runtime("cudaStreamSynchronize", s + 20, 790)
+        b.op("host_work", s + 810, 90)
+    return b
+
+
+def test_a_faster_kernel(tmp_path):
+    # by hand: gemm_a takes 200: it ends at 205, relu_b at 605, the sync returns at 610, +90
+    assert predicted(tmp_path, gpu_loop(), "kernel:gemm=x2").predicted_us == pytest.approx(700)
+    assert predicted(tmp_path, gpu_loop(), "kernel:.=x4").predicted_us == pytest.approx(5 + 200 + 5 + 90)
+
+
+def test_an_ops_kernels_faster(tmp_path):
+    # gemm_a is launched inside aten::mm: the same 700 µs as making it twice as fast by name
+    assert predicted(tmp_path, gpu_loop(op="aten::mm"), "op:aten::mm=x2").predicted_us == pytest.approx(700)
+
+
+def launch_loop(steps: int = 3) -> TraceBuilder:
+    """Each 220 µs step: ten 5 µs kernels, each launched by a 15 µs call every 20 µs and starting 10
+    µs after it; a sync from 200 until the last kernel ends (195) and 5 µs more; 15 µs of host work."""
+    b = TraceBuilder()
+    for n in range(steps):
+        s = n * 220
+        b.op(f"ProfilerStep#{n + 1}", s, 220)
+        for i in range(10):
+            b.kernel(f"tiny_{i}", s + 20 * i + 10, 5, launch_at=s + 20 * i, launch_dur=15)
+        b.runtime("cudaStreamSynchronize", s + 200, 5)
+        b.op("host_work", s + 205, 15)
+    return b
+
+
+def test_launches_from_a_cuda_graph(tmp_path):
+    # by hand: launch calls cost nothing, so they come every 5 µs (the host time between them);
+    # the kernels run back to back from 10 to 60; the sync starts 5 µs after the last launch (45 +
+    # 5), waits until 60 and 5 µs more; 15 µs of host work: 80 µs a step
+    result = predicted(tmp_path, launch_loop(), "launch=graphs")
+    assert result.predicted_us == pytest.approx(80) and result.changes[0].matched == 30
+
+
+def test_changes_compose(tmp_path):
+    # 700 without data loading, then gemm faster on top of the loading loop's convolutions: 90 +
+    # 5 + 100 × 3 + 5 = 400
+    assert predicted(tmp_path, loading_loop(), "dataloader=0", "kernel:conv=x2").predicted_us == pytest.approx(400)
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: str(p.relative_to(DATA)))
+def test_the_unchanged_graph_replays_each_traces_own_step(path):
+    for rank in analyzed(path).ranks:
+        result = simulate(rank.trace, [])
+        if result is None:  # no device work
+            continue
+        assert result.replayed_us == pytest.approx(result.measured_us, rel=0.01), (rank.rank, result)
+        if result.basis == "step":  # the trace's own mean step, as the steps detector has it
+            assert result.measured_us == pytest.approx(rank.findings.steps.mean_us, abs=0.002)
+
+
+def test_the_resnet_pair_is_predicted_within_ten_percent():
+    before, after = analyzed(RESNET_NW0), analyzed(RESNET_NW4)
+    result = simulate(before.ranks[0].trace, [parse_change("dataloader=0")])
+    measured_after = after.ranks[0].findings.steps.mean_us
+    assert abs(result.predicted_us / measured_after - 1) < 0.10
+    # and closer than the bound the verdict states
+    bound_after = result.measured_us * (1 - before.verdict.saving.step_pct / 100)
+    assert abs(result.predicted_us - measured_after) < abs(bound_after - measured_after)
+
+
+@pytest.mark.parametrize("spec, said", [
+    ("foo=1", "'foo=1' is not a change; the changes are: dataloader=0"),
+    ("kernel:gemm=2", "write =0 (removed) or =xF"),
+    ("sync=x2", "a wait is removed (sync=0), not made faster"),
+    ("kernel:(=x2", "the kernel pattern is not a regex"),
+])
+def test_a_change_that_does_not_parse_is_one_line(capsys, spec, said):
+    assert main(["whatif", str(RESNET_NW0), "--change", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err
+
+
+def test_a_change_that_matches_nothing_says_what_was_searched(capsys):
+    assert main(["whatif", str(RESNET_NW0), "--change", "kernel:no_such_kernel=x2"]) == 2
+    assert "no kernel matches 'no_such_kernel'" in capsys.readouterr().err
+
+
+def test_whatif_json(capsys):
+    assert main(["whatif", str(RESNET_NW0), "--change", "dataloader=0", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    result = simulate(analyzed(RESNET_NW0).ranks[0].trace, [parse_change("dataloader=0")])
+    assert data["predicted_us"] == result.predicted_us and data["measured_us"] == result.measured_us
+    assert data["changes"][0]["spec"] == "dataloader=0" and data["basis"] == "step"

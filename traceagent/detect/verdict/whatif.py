@@ -1,0 +1,645 @@
+"""What a change would buy: one rank's dependency graph replayed with the change made (Daydream's
+method, USENIX ATC 2020, on a profiler trace), so a saving is a prediction rather than a bound.
+
+The graph, from the trace's own records:
+- each host call (runtime or driver, the outermost on its thread) follows the one before it on its
+  thread, after the host time between them (Python, ops, data loading);
+- each device op follows the one before it on its stream, and its launch call: it starts at the
+  later of the two, each with its measured delay (a gap on the stream, the time from launch to
+  start); the one that bound it keeps its delay, the other the smaller of its own and the typical;
+- a blocking call (vocabulary.BLOCKING_CALLS) returns after the device work it waited for (the op
+  that ended last before it returned, among the ops its process launched on that device), plus its
+  own time after the wait.
+Replaying the unchanged graph gives back every time the trace recorded. What the trace does not
+link (another stream's event, work launched by a thread the trace did not record) stays as the
+measured delay: a change moves it with the op it belongs to, and the result says so.
+
+The replay solves the max-plus recurrence of every chain (a thread, a stream) at once with
+cumulative sums and maxima, and alternates host and device until nothing moves: as many passes as
+the longest chain of host-device hand-overs (launches, then waits), never a loop per event.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ...format import duration
+from ...trace.model import Trace, matches
+from ...trace.normalize import innermost_enclosing
+from ..core import intervals as iv
+from ..core.view import us
+from ..core.vocabulary import BLOCKING_NAME
+from ..detectors.kernels import short_name
+
+#: the changes, as `--change` takes them
+CHANGES = {
+    "dataloader=0": "the host time in data loading removed (dataloader=xF: F times shorter)",
+    "sync=0": "every blocking wait removed, the value left on the device (sync:NAME=0: calls named NAME, or under op NAME)",
+    "kernel:REGEX=xF": "kernels whose name matches REGEX F times faster",
+    "op:NAME=xF": "the kernels an op (aten::mm, a record_function range) launches F times faster",
+    "launch=graphs": "kernels launched from a CUDA graph: each launch call's host cost gone",
+}
+_SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|launch)(?::(?P<pattern>.+?))?=(?P<value>x?[\d.]+|graphs)$")
+_NEVER = np.iinfo(np.int64).min // 4  # no floor (a quarter of the range: sums stay in range)
+MAX_PASSES = 10_000  # a host-device hand-over per pass: far more than a trace's syncs
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to replay."""
+
+    spec: str  # as the user wrote it
+    what: str  # dataloader, sync, kernel, op, launch
+    pattern: str | None  # kernel regex, op name, blocking call or op name
+    factor: float  # how many times faster or shorter; inf: removed
+
+    @property
+    def assumption(self) -> str:
+        if self.what == "dataloader":
+            return ("data loading takes no host time" if math.isinf(self.factor) else
+                    f"data loading takes 1/{self.factor:g} of its host time") + \
+                ": the batches are ready when the loop asks (workers that keep up, prefetching)"
+        if self.what == "sync":
+            return ("blocking calls" + (f" named or under {self.pattern!r}" if self.pattern else "")
+                    + " return without waiting for the GPU; their own host time stays")
+        if self.what == "kernel":
+            return f"kernels matching {self.pattern!r} run {self.factor:g}× faster; launches and other work as measured"
+        if self.what == "op":
+            return f"the kernels {self.pattern!r} launches run {self.factor:g}× faster"
+        return ("each kernel launch costs the host nothing (replayed from a CUDA graph); the host time between "
+                "launches (Python, the framework) stays, which torch.cuda.graphs would also remove")
+
+
+def parse_change(spec: str) -> Change:
+    """A `--change` spec → a Change; ValueError naming the valid changes."""
+    found = _SPEC.match(spec.strip())
+    valid = "; ".join(f"{k} ({v})" for k, v in CHANGES.items())
+    if not found:
+        raise ValueError(f"{spec!r} is not a change; the changes are: {valid}")
+    what, pattern, value = found.group("what"), found.group("pattern"), found.group("value")
+    if what == "launch":
+        if value != "graphs" or pattern:
+            raise ValueError(f"{spec!r}: launch takes only launch=graphs")
+        return Change(spec, what, None, math.inf)
+    if value == "graphs":
+        raise ValueError(f"{spec!r}: only launch takes graphs; the changes are: {valid}")
+    if value.startswith("x"):
+        factor = float(value[1:])
+        if factor <= 0:
+            raise ValueError(f"{spec!r}: the factor must be above 0")
+    elif float(value) == 0 and what in ("dataloader", "sync"):
+        factor = math.inf
+    else:
+        raise ValueError(f"{spec!r}: write =0 (removed) or =xF (F times faster); the changes are: {valid}")
+    if what == "sync" and not math.isinf(factor):
+        raise ValueError(f"{spec!r}: a wait is removed (sync=0), not made faster")
+    if what in ("kernel", "op") and not pattern:
+        raise ValueError(f"{spec!r}: name the kernels ({what}:NAME=xF)")
+    if what == "kernel":
+        try:
+            re.compile(pattern or "")
+        except re.error as exc:
+            raise ValueError(f"{spec!r}: the kernel pattern is not a regex ({exc})") from None
+    return Change(spec, what, pattern, factor)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One rank's dependency graph, as arrays. Host calls are ordered by thread then start, device
+    ops by stream then start; times are ns from the rank's first event."""
+
+    origin: int
+    # host calls
+    c_start: np.ndarray
+    c_end: np.ndarray
+    c_group: np.ndarray  # the thread, as a group number (contiguous)
+    c_gap: np.ndarray  # host time before it on its thread (0 for the first)
+    c_wait: np.ndarray  # the device op a blocking call waited for, or -1
+    c_post: np.ndarray  # its own time after the wait (or all of it, for calls that never blocked)
+    c_waker: np.ndarray  # for a call after its thread sat idle: the call on another thread that woke it, or -1
+    c_names: pd.Categorical
+    c_thread: np.ndarray  # pid << 32 | tid
+    # device ops
+    d_start: np.ndarray
+    d_end: np.ndarray
+    d_group: np.ndarray  # the stream, as a group number (contiguous)
+    d_gap: np.ndarray  # the delay after the op before it on its stream
+    d_launch: np.ndarray  # the launch call (a row of the calls), or -1
+    d_delay: np.ndarray  # the delay from its launch call's start
+    d_names: pd.Categorical
+    d_ops: pd.Categorical  # the op that launched it
+    d_kind: np.ndarray
+    unlinked: int  # device ops with no launch call in the trace: they keep their measured start
+    cross_process: int  # blocking calls whose process launched nothing on the device: no wait edge
+
+
+def build_graph(trace: Trace) -> Graph | None:
+    """The graph of one rank, or None without device work."""
+    gpu = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]
+    if gpu.empty:
+        return None
+    origin = int(min(gpu["start"].min(), trace.cpu["start"].min() if len(trace.cpu) else gpu["start"].min()))
+    cpu = trace.cpu
+    calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
+    c_thread_all = calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64)
+    order = np.lexsort((calls["start"].to_numpy(np.int64), c_thread_all))
+    calls = calls.iloc[order]
+    c_thread = c_thread_all[order]
+    c_start = calls["start"].to_numpy(np.int64) - origin
+    c_end = calls["end"].to_numpy(np.int64) - origin
+    # the outermost calls only (a runtime call's driver call runs inside it)
+    group_first = np.ones(len(c_thread), dtype=bool)
+    group_first[1:] = c_thread[1:] != c_thread[:-1]
+    reach = _grouped_cummax(c_end, c_thread)
+    outer = group_first.copy()
+    outer[1:] |= c_start[1:] >= reach[:-1]
+    calls, c_thread, c_start, c_end = calls[outer], c_thread[outer], c_start[outer], c_end[outer]
+    first = np.ones(len(c_thread), dtype=bool)
+    first[1:] = c_thread[1:] != c_thread[:-1]
+    c_gap = np.where(first, 0, c_start - np.concatenate([[0], c_end[:-1]]))
+    c_gap = np.maximum(c_gap, 0)
+
+    d_key = gpu["device"].to_numpy(np.int64) * (1 << 40) + gpu["stream"].to_numpy(np.int64)
+    d_order = np.lexsort((gpu["start"].to_numpy(np.int64), d_key))
+    gpu = gpu.iloc[d_order]
+    d_key = d_key[d_order]
+    d_start = gpu["start"].to_numpy(np.int64) - origin
+    d_end = np.maximum(gpu["end"].to_numpy(np.int64) - origin, d_start)
+    d_first = np.ones(len(d_key), dtype=bool)
+    d_first[1:] = d_key[1:] != d_key[:-1]
+    d_gap = np.where(d_first, 0, d_start - np.concatenate([[0], d_end[:-1]]))  # negative: overlapping ops, as recorded
+    # launches: a call and its device op share a correlation id
+    correlation = calls["correlation"].to_numpy(np.int64)
+    known = correlation >= 0
+    by_corr = pd.Series(np.flatnonzero(known), index=correlation[known])
+    by_corr = by_corr[~by_corr.index.duplicated()]
+    d_launch = pd.Series(gpu["correlation"].to_numpy(np.int64)).map(by_corr).fillna(-1).to_numpy(np.int64)
+    d_launch = np.where(d_start >= c_start[np.maximum(d_launch, 0)], d_launch, -1)  # a launch precedes its op
+    linked = d_launch >= 0
+    d_delay = np.where(linked, d_start - c_start[np.maximum(d_launch, 0)], 0)
+    # the binding constraint keeps its delay; the other gets the smaller of its own and the typical one
+    stream_bound = ~d_first & (~linked | (d_gap <= d_delay))
+    typical_delay = int(np.median(d_delay[linked & ~stream_bound])) if (linked & ~stream_bound).any() else 0
+    typical_gap = int(np.median(d_gap[stream_bound])) if stream_bound.any() else 0
+    d_delay = np.where(stream_bound, np.minimum(d_delay, typical_delay), d_delay)
+    d_gap = np.where(stream_bound | d_first, d_gap, np.minimum(d_gap, typical_gap))
+
+    # blocking calls: the op that ended last before the call returned, on a device its process launched on
+    c_pid = c_thread >> 32
+    blocking = matches(calls["name"], BLOCKING_NAME)
+    c_wait = np.full(len(c_start), -1, dtype=np.int64)
+    d_device = gpu["device"].to_numpy(np.int64)
+    launched_pid = np.where(linked, c_pid[np.maximum(d_launch, 0)], -1)
+    cross_process = 0
+    own = {(int(p), int(d)) for p, d in set(zip(launched_pid[linked].tolist(), d_device[linked].tolist()))}
+    for pid in np.unique(c_pid[blocking]):
+        devices = [d for p, d in own if p == pid]
+        asking = np.flatnonzero(blocking & (c_pid == pid))
+        if not devices:
+            cross_process += len(asking)
+            continue
+        mine = np.flatnonzero(np.isin(d_device, devices))
+        by_end = mine[np.argsort(d_end[mine], kind="stable")]
+        at = np.searchsorted(d_end[by_end], c_end[asking], side="right") - 1
+        c_wait[asking] = np.where(at >= 0, by_end[np.maximum(at, 0)], -1)
+    waited_end = np.where(c_wait >= 0, d_end[np.maximum(c_wait, 0)], 0)
+    c_post = np.where(c_wait >= 0, c_end - np.maximum(c_start, waited_end), c_end - c_start)
+    c_waker = _wakers(cpu, c_thread, c_start, c_end, c_gap, first, origin)
+    c_gap = np.where(c_waker >= 0, 0, c_gap)  # it waited for the other thread, not for host work of its own
+    return Graph(origin, c_start, c_end, _groups(c_thread), c_gap, c_wait, np.maximum(c_post, 0), c_waker,
+                 calls["name"].array,
+                 c_thread, d_start, d_end, _groups(d_key), d_gap, d_launch, np.maximum(d_delay, 0),
+                 gpu["name"].array, gpu["op"].array, gpu["kind"].to_numpy(str), int((~linked).sum()), cross_process)
+
+
+IDLE_THREAD_NS = 100_000  # a thread with nothing traced on it this long before a call was woken by another
+IDLE_COVER = 0.1  # "nothing traced": its own host events cover less than this share of the gap
+
+
+def _wakers(cpu: pd.DataFrame, c_thread: np.ndarray, c_start: np.ndarray, c_end: np.ndarray, c_gap: np.ndarray,
+            first: np.ndarray, origin: int) -> np.ndarray:
+    """For each call that follows a long idle stretch of its thread (the autograd engine's thread
+    while the main thread runs the forward pass), the last call on another thread that ended
+    before it: the trace records no such edge, and keeping the idle stretch as host time would pin
+    the thread to its measured times whatever the other thread does."""
+    waker = np.full(len(c_start), -1, dtype=np.int64)
+    candidates = np.flatnonzero(~first & (c_gap >= IDLE_THREAD_NS))
+    if not len(candidates) or len(np.unique(c_thread)) < 2:
+        return waker
+    host = cpu[~cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
+    h_thread = host["pid"].to_numpy(np.int64) * (1 << 32) + host["tid"].to_numpy(np.int64)
+    busy = np.zeros(len(candidates))
+    for t in np.unique(c_thread[candidates]):
+        mine = candidates[c_thread[candidates] == t]
+        own = iv.union(host["start"].to_numpy(np.int64)[h_thread == t], host["end"].to_numpy(np.int64)[h_thread == t])
+        busy[np.isin(candidates, mine)] = iv.covered(own, c_end[mine - 1] + origin, c_start[mine] + origin)
+    idle = candidates[busy < IDLE_COVER * c_gap[candidates]]
+    by_end = np.argsort(c_end, kind="stable")
+    for t in np.unique(c_thread[idle]):
+        mine = idle[c_thread[idle] == t]
+        others = by_end[c_thread[by_end] != t]
+        at = np.searchsorted(c_end[others], c_start[mine], side="right") - 1
+        ok = (at >= 0) & (c_end[others[np.maximum(at, 0)]] > c_end[mine - 1])  # it ended while this thread sat idle
+        waker[mine[ok]] = others[at[ok]]
+    return waker
+
+
+def _groups(keys: np.ndarray) -> np.ndarray:
+    """Sorted keys → group numbers 0, 1, 2…"""
+    new = np.ones(len(keys), dtype=np.int64)
+    if len(keys):
+        new[0] = 0
+        new[1:] = keys[1:] != keys[:-1]
+    return np.cumsum(new)
+
+
+def _grouped_cummax(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The running maximum of `values` within each run of equal sorted `keys`."""
+    if not len(values):
+        return values.copy()
+    group = _groups(keys)
+    lo, hi = int(values.min()), int(values.max())
+    span = hi - lo + 1
+    if int(group[-1]) * span >= 1 << 62:  # too wide to lift: one group at a time
+        out = values.copy()
+        bounds = np.flatnonzero(np.diff(group)) + 1
+        for a, b in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(values)]])):
+            out[a:b] = np.maximum.accumulate(values[a:b])
+        return out
+    lifted = (values - lo) + group * span  # each group above the one before: the maximum never crosses
+    return np.maximum.accumulate(lifted) - group * span + lo
+
+
+def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np.ndarray) -> np.ndarray:
+    """x[i] = max(x[i-1] + step[i], floor[i]) along each group (the first: its floor), for every
+    group at once: x = P + running max of (floor - P), P the cumulative steps."""
+    if not len(step):
+        return step.copy()
+    first = np.ones(len(group), dtype=bool)
+    first[1:] = group[1:] != group[:-1]
+    total = np.cumsum(np.where(first, 0, step))
+    starts = np.flatnonzero(first)
+    base = total - np.repeat(total[starts], np.diff(np.append(starts, len(step))))  # the sum within each group
+    lifted = np.where(has_floor | first, floor - base, np.iinfo(np.int64).min)
+    real = lifted[has_floor | first]
+    low = int(real.min())
+    lifted = np.maximum(lifted, low)  # no floor: never above a real one
+    return base + _grouped_cummax(lifted, group)
+
+
+@dataclass
+class Replayed:
+    """The times of one replay, ns from the rank's first event."""
+
+    c_start: np.ndarray
+    c_end: np.ndarray
+    d_start: np.ndarray
+    d_end: np.ndarray
+    passes: int
+
+
+def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None = None,
+           c_wait: np.ndarray | None = None, d_dur: np.ndarray | None = None,
+           d_delay: np.ndarray | None = None, c_anchor: np.ndarray | None = None) -> Replayed:
+    """The graph's times with some host gaps, call durations, waits (-1: none), op durations,
+    launch delays or the start of each thread's first call changed; unchanged, the trace's own times."""
+    anchor = g.c_start if c_anchor is None else c_anchor
+    c_gap = g.c_gap if c_gap is None else c_gap
+    wait = g.c_wait if c_wait is None else c_wait
+    d_dur = (g.d_end - g.d_start) if d_dur is None else d_dur
+    d_delay = g.d_delay if d_delay is None else d_delay
+    # a call's own time: for one that waited, only the part after the wait (its wait removed or not)
+    own = np.where(g.c_wait >= 0, g.c_post, (g.c_end - g.c_start) if c_dur is None else c_dur)
+    linked = g.d_launch >= 0
+    d_first = np.ones(len(g.d_group), dtype=bool)
+    d_first[1:] = g.d_group[1:] != g.d_group[:-1]
+    c_first = np.ones(len(g.c_group), dtype=bool)
+    c_first[1:] = g.c_group[1:] != g.c_group[:-1]
+    c_start, c_end = g.c_start.copy(), g.c_end.copy()
+    d_start = g.d_start.copy()
+    passes = 0
+    while passes < MAX_PASSES:
+        passes += 1
+        # device: after the op before on the stream, and after its launch (an unlinked first op keeps its start)
+        floor = np.where(linked, c_start[np.maximum(g.d_launch, 0)] + d_delay, g.d_start)
+        step = np.concatenate([[0], d_dur[:-1]]) + g.d_gap if len(d_start) else d_start
+        new_d_start = _chain(step, floor, g.d_group, linked | d_first)
+        new_d_end = new_d_start + d_dur
+        # host: after the call before on the thread and the host time between; a blocking call after its op
+        # a woken call starts no earlier than its waker ended, plus the measured delay since
+        woken = g.c_waker >= 0
+        wake = np.where(woken, c_end[np.maximum(g.c_waker, 0)] + (g.c_start - g.c_end[np.maximum(g.c_waker, 0)]), 0)
+        blocked = np.where(wait >= 0, new_d_end[np.maximum(wait, 0)] + g.c_post, 0)
+        floor_c = np.maximum(np.where(wait >= 0, blocked, _NEVER), np.where(woken, wake + own, _NEVER))
+        floor_c = np.where(c_first, np.maximum(anchor + own, floor_c), floor_c)
+        new_c_end = _chain(c_gap + own, floor_c, g.c_group, (wait >= 0) | woken | c_first)
+        after_previous = np.concatenate([[0], new_c_end[:-1]]) + c_gap
+        new_c_start = np.where(c_first, anchor, np.maximum(after_previous, np.where(woken, wake, _NEVER)))
+        moved = not (np.array_equal(new_d_start, d_start) and np.array_equal(new_c_end, c_end))
+        d_start, c_start, c_end = new_d_start, new_c_start, new_c_end
+        if not moved:
+            break
+    return Replayed(c_start, c_end, d_start, d_start + d_dur, passes)
+
+
+@dataclass(frozen=True)
+class ChangeApplied:
+    spec: str
+    assumption: str
+    matched: int  # the kernels, calls or host gaps it changed
+
+
+@dataclass(frozen=True)
+class WhatIfResult:
+    """A change's predicted effect on one rank's mean step (or span, without steps)."""
+
+    rank: int | None
+    changes: list[ChangeApplied]
+    basis: str  # step (the mean ProfilerStep) or span (first to last device work)
+    measured_us: float  # the trace's own mean step (or span)
+    replayed_us: float  # the unchanged graph replayed: equal to measured_us when the graph is complete
+    predicted_us: float  # with the changes
+    saving_pct: float  # of the measured step
+    speedup_x: float
+    device_busy_after_pct: float  # device work over the predicted span
+    launch_bound_after_pct: float  # device ops whose start their launch set, by count
+    limits_after: str  # what sets the pace after the change, in words
+    passes: int
+    assumptions: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    """The steps replayed: from the first step's start on its thread to the end of the last step's
+    work (its host range, or its last device op where the GPU finishes later), over the steps."""
+
+    thread: int  # pid << 32 | tid of the thread the step ranges are on
+    start: int  # the first step's start, ns from the origin
+    host_end: int  # the last step's end
+    last_op: int  # the device op that ended the last step's work, or -1
+    steps: int
+
+    def mean(self, g: Graph, r: Replayed, loading: iv.Intervals | None = None, factor: float = 1.0) -> float:
+        """The mean step with these times (the graph's own times for the trace's)."""
+        start, end = _moved(g, r, self.thread, np.array([self.start, self.host_end]), loading, factor)
+        if self.last_op >= 0:
+            end = max(end, int(r.d_end[self.last_op]))
+        return float(end - start) / self.steps
+
+
+def _step_window(trace: Trace, g: Graph) -> StepWindow | None:
+    """The trace's steps as a window to replay, or None without steps (or their thread)."""
+    steps = trace.steps
+    if steps.empty:
+        return None
+    cpu = trace.cpu
+    rows = cpu[(cpu["name"].astype(str) == str(steps["name"].iloc[0])).to_numpy()]
+    if rows.empty:
+        return None
+    thread = int(rows["pid"].iloc[0]) * (1 << 32) + int(rows["tid"].iloc[0])
+    gpu_end = steps["gpu_end"].iloc[-1]
+    last_op = -1
+    if not pd.isna(gpu_end):
+        at = np.flatnonzero(g.d_end == int(gpu_end) - g.origin)
+        last_op = int(at[0]) if len(at) else -1
+    return StepWindow(thread, int(steps["start"].min()) - g.origin, int(steps["end"].iloc[-1]) - g.origin, last_op,
+                      len(steps))
+
+
+def _moved(g: Graph, r: Replayed, thread: int, t: np.ndarray, removed: iv.Intervals | None, factor: float) -> np.ndarray:
+    """Times on a thread's host timeline after the replay: each after the last call that ended by
+    it, plus the host time since (less what the change removed of it); before the thread's first
+    call, less what the change removed since the origin."""
+    mine = np.flatnonzero(g.c_thread == thread)
+    if not len(mine):
+        return t.copy()
+    at = np.searchsorted(g.c_end[mine], t, side="right") - 1
+    j = mine[np.maximum(at, 0)]
+    since_from = np.where(at >= 0, g.c_end[j], 0)
+    since = t - since_from
+    if removed is not None and len(removed[0]):
+        since = since - (iv.covered(removed, since_from + g.origin, t + g.origin) * (1 - 1 / factor)).astype(np.int64)
+    return np.where(at >= 0, r.c_end[j], 0) + since
+
+
+def simulate(trace: Trace, changes: list[Change]) -> WhatIfResult | None:
+    """The rank replayed with the changes; None without device work. ValueError when a change
+    matches nothing in the trace (what was searched)."""
+    g = build_graph(trace)
+    if g is None:
+        return None
+    c_gap, c_dur, wait = g.c_gap.copy(), (g.c_end - g.c_start).copy(), g.c_wait.copy()
+    d_dur, d_delay = (g.d_end - g.d_start).astype(np.float64), g.d_delay.copy()
+    applied: list[ChangeApplied] = []
+    loading: iv.Intervals | None = None
+    loading_factor = 1.0
+    loading_left = np.zeros(len(c_gap), dtype=np.int64)  # data loading left in each host gap
+    c_anchor = g.c_start
+    for change in changes:
+        if change.what == "dataloader":
+            rows = (trace.cpu["kind"] == "dataloader").to_numpy()  # for the steps' boundaries, on their thread
+            loading = iv.union(trace.cpu["start"].to_numpy(np.int64)[rows], trace.cpu["end"].to_numpy(np.int64)[rows])
+            inside = _loading_in_gaps(trace, g)
+            cut = (inside * (1 - 1 / change.factor)).astype(np.int64)
+            matched = int((cut > 0).sum())
+            if not matched:
+                raise ValueError(f"{change.spec!r}: the trace has no data loading on the host (no DataLoader ranges)")
+            c_gap = c_gap - cut
+            loading_factor = change.factor
+            before_first = _loading_before_first(trace, g)
+            c_anchor = g.c_start - (before_first * (1 - 1 / change.factor)).astype(np.int64)
+            matched += int((before_first > 0).sum())
+            loading_left = (inside - cut).astype(np.int64)
+        elif change.what == "sync":
+            hit = wait >= 0
+            if change.pattern:
+                hit &= _called_or_under(trace, g, change.pattern)
+            if not hit.any():
+                raise ValueError(f"{change.spec!r}: no blocking call" + (f" named or under {change.pattern!r}"
+                                                                        if change.pattern else "") + " in the trace")
+            matched = int(hit.sum())
+            wait = np.where(hit, -1, wait)
+        elif change.what in ("kernel", "op"):
+            column = g.d_names if change.what == "kernel" else g.d_ops
+            pattern = change.pattern or ""
+            hit = matches(pd.Series(column), re.compile(pattern if change.what == "kernel" else f"^{re.escape(pattern)}$"))
+            hit &= g.d_kind == "kernel"
+            if not hit.any():
+                raise ValueError(f"{change.spec!r}: no kernel " + (f"matches {pattern!r}" if change.what == "kernel"
+                                                                   else f"is launched by op {pattern!r}"))
+            matched = int(hit.sum())
+            d_dur = np.where(hit, d_dur / change.factor, d_dur)
+        else:  # launch=graphs
+            launches = np.zeros(len(g.c_start), dtype=bool)
+            launches[g.d_launch[g.d_launch >= 0]] = True
+            launches &= g.c_wait < 0
+            matched = int(launches.sum())
+            if not matched:
+                raise ValueError(f"{change.spec!r}: no kernel launch calls in the trace")
+            c_dur = np.where(launches, 0, c_dur)
+        applied.append(ChangeApplied(change.spec, change.assumption, matched))
+    base = replay(g)
+    after = replay(g, c_gap=c_gap, c_dur=c_dur, c_wait=wait, d_dur=np.round(d_dur).astype(np.int64), d_delay=d_delay,
+                   c_anchor=c_anchor)
+    window = _step_window(trace, g)
+    assumptions = [a.assumption for a in applied]
+    if g.unlinked:
+        assumptions.append(f"{g.unlinked} device ops have no launch call in the trace: each keeps its measured start "
+                           "when first on its stream, else its measured gap after the op before it")
+    if g.cross_process:
+        assumptions.append(f"{g.cross_process} blocking calls are in a process that launched nothing on a device here: "
+                           "they wait for nothing")
+    if window is not None:
+        # the trace's mean step, scaled by what the replay changes of the window of steps (which also
+        # holds the last step's device work: a host that runs ahead of the GPU does not shorten it)
+        own = window.mean(g, Replayed(g.c_start, g.c_end, g.d_start, g.d_end, 0))
+        measured = float((trace.steps["end"] - trace.steps["start"]).mean())
+        replayed = measured * window.mean(g, base) / own
+        predicted = measured * window.mean(g, after, loading, loading_factor) / own
+        basis = "step"
+    else:
+        measured = float(g.d_end.max() - g.d_start.min())
+        replayed = float(base.d_end.max() - base.d_start.min())
+        predicted = float(after.d_end.max() - after.d_start.min())
+        basis = "span"
+        assumptions.append("the trace marks no steps: the prediction is of the span, first to last device work")
+    if loading is None:  # the loading the path's host time holds, changed or not
+        loading_left = _loading_in_gaps(trace, g)
+    busy, launch_bound, limits = _after(g, after, d_delay, wait, loading_left)
+    return WhatIfResult(
+        rank=trace.meta.rank, changes=applied, basis=basis, measured_us=us(measured), replayed_us=us(replayed),
+        predicted_us=us(predicted), saving_pct=round(100 * (1 - predicted / measured), 2) if measured else 0.0,
+        speedup_x=round(measured / predicted, 3) if predicted else 0.0, device_busy_after_pct=busy,
+        launch_bound_after_pct=launch_bound, limits_after=limits, passes=after.passes, assumptions=assumptions)
+
+
+def _loading_in_gaps(trace: Trace, g: Graph) -> np.ndarray:
+    """The data loading inside each host gap (before each call), ns."""
+    inside = np.zeros(len(g.c_start), dtype=np.int64)
+    cpu = trace.cpu[(trace.cpu["kind"] == "dataloader").to_numpy()]
+    if cpu.empty or not len(g.c_start):
+        return inside
+    thread = cpu["pid"].to_numpy(np.int64) * (1 << 32) + cpu["tid"].to_numpy(np.int64)
+    prev_end = np.concatenate([[0], g.c_end[:-1]]) + g.origin
+    for t in np.unique(thread):  # a thread's own loading: another thread's gap is not shortened by it
+        loading = iv.union(cpu["start"].to_numpy(np.int64)[thread == t], cpu["end"].to_numpy(np.int64)[thread == t])
+        mine = g.c_thread == t
+        inside[mine] = iv.covered(loading, prev_end[mine], g.c_start[mine] + g.origin)
+    return np.where(g.c_gap > 0, np.minimum(inside, g.c_gap), 0).astype(np.int64)
+
+
+def _loading_before_first(trace: Trace, g: Graph) -> np.ndarray:
+    """For each thread's first call, its thread's data loading before it (from the origin), ns."""
+    before = np.zeros(len(g.c_start), dtype=np.int64)
+    cpu = trace.cpu[(trace.cpu["kind"] == "dataloader").to_numpy()]
+    first = np.flatnonzero(np.concatenate([[True], g.c_group[1:] != g.c_group[:-1]])) if len(g.c_start) else \
+        np.zeros(0, dtype=np.int64)
+    thread = cpu["pid"].to_numpy(np.int64) * (1 << 32) + cpu["tid"].to_numpy(np.int64)
+    for i in first:
+        mine = thread == g.c_thread[i]
+        if mine.any():
+            loading = iv.union(cpu["start"].to_numpy(np.int64)[mine], cpu["end"].to_numpy(np.int64)[mine])
+            before[i] = iv.covered(loading, np.array([g.origin]), np.array([g.c_start[i] + g.origin]))[0]
+    return before
+
+
+def _called_or_under(trace: Trace, g: Graph, name: str) -> np.ndarray:
+    """Calls named `name`, or inside an op named `name` on their thread."""
+    named = (np.asarray(g.c_names.astype(str)) == name) if len(g.c_start) else np.zeros(0, dtype=bool)
+    ops = trace.cpu[(trace.cpu["kind"] == "op").to_numpy()].reset_index(drop=True)
+    if ops.empty:
+        return named
+    at = innermost_enclosing(ops, g.c_thread >> 32, g.c_thread & 0xFFFFFFFF, g.c_start + g.origin)
+    # any enclosing op of that name: walk out from the innermost one by the ops' own nesting
+    under = np.zeros(len(at), dtype=bool)
+    op_names = ops["name"].astype(str).to_numpy()
+    starts, ends = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+    wanted = np.flatnonzero(op_names == name)
+    if len(wanted):
+        thread = ops["pid"].to_numpy(np.int64)[wanted] * (1 << 32) + ops["tid"].to_numpy(np.int64)[wanted]
+        for t in np.unique(thread):
+            inside = iv.union(starts[wanted][thread == t], ends[wanted][thread == t])
+            mine = g.c_thread == t
+            t0 = g.c_start[mine] + g.origin
+            under[mine] = iv.covered(inside, t0, t0 + 1) > 0
+    return named | under
+
+
+def _after(g: Graph, r: Replayed, d_delay: np.ndarray, wait: np.ndarray,
+           loading: np.ndarray) -> tuple[float, float, str]:
+    """After the change: the device's busy share of the replayed span, the share of device ops whose
+    launch set their start, and what sets the pace: the replayed critical path, walked back from the
+    op that ends last through whichever dependency bound each event."""
+    span = float(r.d_end.max() - r.d_start.min()) if len(r.d_start) else 0.0
+    busy = iv.length(iv.union(r.d_start, r.d_end))
+    busy_pct = round(100 * busy / span, 2) if span else 0.0
+    linked = g.d_launch >= 0
+    by_launch = linked & (r.d_start == np.where(linked, r.c_start[np.maximum(g.d_launch, 0)] + d_delay, -1))
+    bound = round(100 * float(by_launch.mean()), 2) if len(by_launch) else 0.0
+    waited = (wait >= 0) & (r.c_end == np.where(wait >= 0, r.d_end[np.maximum(wait, 0)] + g.c_post, -1))
+    c_first = np.ones(len(g.c_group), dtype=bool)
+    c_first[1:] = g.c_group[1:] != g.c_group[:-1]
+    d_first = np.ones(len(g.d_group), dtype=bool)
+    d_first[1:] = g.d_group[1:] != g.d_group[:-1]
+    previous_end = np.concatenate([[0], r.c_end[:-1]])
+    woke = (g.c_waker >= 0) & ~waited & (r.c_start > previous_end + g.c_gap)
+    device_ns = host_ns = loading_ns = 0
+    kernels: dict[int, int] = {}
+    codes = g.d_names.codes
+    node, on_device = int(np.argmax(r.d_end)), True
+    for _ in range(len(r.d_start) + len(r.c_start)):  # each event once at most
+        if on_device:
+            device_ns += int(r.d_end[node] - r.d_start[node])
+            kernels[int(codes[node])] = kernels.get(int(codes[node]), 0) + int(r.d_end[node] - r.d_start[node])
+            if by_launch[node]:
+                node, on_device = int(g.d_launch[node]), False
+            elif d_first[node]:
+                break
+            else:
+                node -= 1
+        else:
+            if waited[node]:
+                node, on_device = int(wait[node]), True
+            elif woke[node]:
+                host_ns += int(r.c_end[node] - r.c_start[node])
+                node = int(g.c_waker[node])
+            elif c_first[node]:
+                break
+            else:
+                host_ns += int(r.c_start[node] - r.c_end[node - 1]) + int(r.c_end[node - 1] - r.c_start[node - 1])
+                loading_ns += int(loading[node])
+                node -= 1
+    path = device_ns + host_ns
+    host_pct = 100 * host_ns / path if path else 0.0
+    top = max(kernels, key=kernels.__getitem__) if kernels else -1
+    top_name = str(g.d_names.categories[top]) if top >= 0 else ""
+    loading_pct = 100 * loading_ns / path if path else 0.0
+    if host_pct >= 50:
+        loaded = f"{loading_pct:.0f} points of it data loading, the rest " if loading_pct >= 1 else ""
+        limits = (f"the host sets the pace: {host_pct:.0f}% of the replayed critical path is host time ({loaded}"
+                  f"launch calls and the Python and framework work between them), and the GPU is busy "
+                  f"{busy_pct:.1f}% of the replayed span")
+    else:
+        limits = (f"device work sets the pace: {100 - host_pct:.0f}% of the replayed critical path is on the GPU"
+                  + (f", most in {short_name(top_name)}" if top_name else "")
+                  + f", busy {busy_pct:.1f}% of the replayed span; the hot kernels come next")
+    return busy_pct, bound, limits
+
+
+def whatif_sentence(result: WhatIfResult) -> str:
+    """'Removing data loading: step 174.83 ms → 139.20 ms (20.4% faster, simulated)…'."""
+    what = ", ".join(c.spec for c in result.changes)
+    return (f"With {what}: {result.basis} {duration(result.measured_us)} → {duration(result.predicted_us)} "
+            f"({result.saving_pct:.1f}% faster, {result.speedup_x:.2f}×; simulated on the trace's dependency graph). "
+            f"After it, {result.limits_after}.")
