@@ -200,3 +200,21 @@ def test_a_diagnosis_in_other_words_is_read_from_the_vocabulary(text, blamed):
 ])
 def test_discounted_or_listed_causes_are_not_blamed(text):
     assert not [c for c in blamed_causes(text) if c != "dataloader"], blamed_causes(text)
+
+
+RESTATED = ("To determine if your change made the step faster, I compared the before and after traces. "
+            "The step time remained the same, within the 2% run-to-run noise.")
+
+
+def test_a_question_restated_is_no_conclusion():
+    # Qwen2.5-Coder-1.5B's answer on the trace against itself: right, and not marked
+    assert not [w for w in answered(RESTATED, "compare_traces", other=RESNET_NW0).warnings if "change" in w]
+    # the same words where the change did help are marked
+    helped = answered(RESTATED, "compare_traces", other=RESNET_NW4)
+    assert any(w.startswith("the answer says the change did not help, but") for w in helped.warnings)
+
+
+@pytest.mark.parametrize("text", ["Did it help? Yes: the step is 20% faster.", "It got faster: 20% less step time.",
+                                  "The step is quicker now; the change sped it up."])
+def test_a_yes_after_a_question_or_in_other_words_is_read(text):
+    assert any("says the change helped" in w for w in answered(text, "compare_traces", other=RESNET_NW0).warnings)

@@ -53,11 +53,12 @@ def test_the_model_starts_from_the_detectors_draft(model_env, capsys):
     assert code == 0 and out.strip() == right_answer()["text"] and not warnings(err)
     first = server.requests[0]
     assert "final_answer" in [t["function"]["name"] for t in first["tools"]]
-    # the question, then the draft's calls as made, each answered, the draft last
+    # the question, then the draft's calls as made, each answered, the draft last, and the question again
     messages = first["messages"]
-    assert [m["role"] for m in messages[1:]] == ["user", "assistant", "tool", "tool", "tool"]
+    assert [m["role"] for m in messages[1:]] == ["user", "assistant", "tool", "tool", "tool", "user"]
     assert [c["function"]["name"] for c in messages[2]["tool_calls"]] == ["verdict", "idle_gaps", "draft_answer"]
-    draft = json.loads(messages[-1]["content"])
+    assert messages[-1]["content"].startswith("My question was: Why is my GPU idle?")
+    draft = json.loads(messages[-2]["content"])
     # the offline analyst's answer to the same question, run here on its own
     ctx = AnalysisContext(analyzed(RESNET_NW0))
 

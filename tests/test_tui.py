@@ -108,7 +108,10 @@ def test_escape_stops_the_answer(tmp_path):
         async with app.run_test(size=SIZE) as pilot:
             await loaded(app, pilot)
             await type_in(pilot, "tell me everything")
-            await pilot.pause(0.3)
+            for _ in range(200):  # until the answer streams (after the detectors' draft and the tool call)
+                if app.query(AnswerBlock) and "word3" in app.query_one(AnswerBlock).text:
+                    break
+                await pilot.pause(0.05)
             await pilot.press("escape")
             await app.workers.wait_for_complete()
             await pilot.pause()

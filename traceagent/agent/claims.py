@@ -24,14 +24,36 @@ _BOUND = re.compile(r"\b(?P<what>[\w.-]+[\s-]bound)\b", re.I)
 _REASON = re.compile(r"(?P<what>[^.;\n]{1,60}?)\s+(?:cause\s+)?(?:is|are|was|were)\s+(?:the\s+)?(?:main|primary|"
                      r"biggest|largest|root|real|dominant|chief|key)\s+(?:reason|cause|culprit|bottleneck|problem|limiter)",
                      re.I)
-HELPED = re.compile(r"\b(?:(?<!not )helped|(?<!not )improved|(?:is|was|runs?|got|became) (?:\w+ )?faster|sped up|"
+HELPED = re.compile(r"\b(?:(?<!not )helped|(?<!not )improved|(?:is|was|runs?|got|became) (?:\w+ )?(?:faster|quicker)|"
+                    r"sped (?:\w+ )?up|speeds? (?:\w+ ){1,2}up|(?<!not )quicker|(?:less|shorter) (?:step )?time|"
                     r"(?<!not )(?<!n't )made (?:\w+ ){0,3}faster|^\W*yes\b(?!,? but)|"
                     r"(?<!no )speed-?up|(?<!not )fixed|(?<!not )resolved|went away|is gone|(?<!not )worked|"
                     r"(?:yes|it did)[,.!]? (?:it|the change|the fix))\b", re.I | re.M)
 DID_NOT_HELP = re.compile(r"\b(?:did(?:n't| not) (?:help|improve|fix|work|change)|no (?:real |significant |measurable )?"
-                          r"(?:improvement|change|difference|speed-?up|gain)|not (?:fixed|faster|improved)|"
+                          r"(?:improvements?|changes?|difference|speed-?up|gains?)|not (?:fixed|faster|improved)|"
                           r"unchanged|(?:is|was|got|runs?) slower|regress(?:ed|ion)|(?:got |is )worse|"
-                          r"within (?:the )?noise)\b", re.I)
+                          r"(?:remained|stayed|stays|remains|is|was) (?:about |roughly |essentially )?the same|"
+                          r"within (?:the )?(?:[\d.]+ ?% )?(?:run-to-run )?noise|[-+]?0(?:\.0+)? ?% (?:faster|slower|change))",
+                          re.I)
+# a sentence's leading condition restates the question rather than answering it
+_CONDITION = re.compile(r"^\W*(?:(?:to|in order to) (?:determine|check|see|find out|know|tell|answer) |i (?:checked|"
+                        r"compared|looked at) )?(?:if|whether)\b[^,;:]*[,;:]", re.I)
+
+
+def stated_conclusion(answer: str) -> tuple[bool, bool]:
+    """(says it helped, says it did not), from its sentences that state something: questions and
+    the conditions that restate one ("To determine if your change made the step faster, …") are
+    not conclusions."""
+    helped = not_helped = False
+    for sentence in _SENTENCE.finditer(answer):
+        text = sentence.group(0)
+        end = answer[sentence.end():sentence.end() + 1]
+        if end == "?" or (_HYPOTHESIS.match(text) and not _CONDITION.match(text)):
+            continue
+        text = _CONDITION.sub("", text).strip()
+        helped |= bool(HELPED.search(text))
+        not_helped |= bool(DID_NOT_HELP.search(text))
+    return helped, not_helped
 
 
 # a sentence that diagnoses (says why, or what limits), and the words that take a cause out of the
@@ -107,7 +129,7 @@ class ClaimCheck:
     def conclusion(self, answer: str) -> str | None:
         """A warning when the answer says a change helped (or did not) and the comparison of the
         two traces says otherwise."""
-        return self.conclusion_warning(bool(HELPED.search(answer)), bool(DID_NOT_HELP.search(answer)))
+        return self.conclusion_warning(*stated_conclusion(answer))
 
     def conclusion_warning(self, says_helped: bool, says_not: bool) -> str | None:
         """A warning when an answer's conclusion (it helped, or it did not) is not the comparison's."""

@@ -19,7 +19,7 @@ from ..detect.analysis import Analysis
 from ..detect.compare.diff import diff
 from ..detect.core.vocabulary import GAP_ROOT, ROOT_CAUSES
 from ..detect.detectors.kernels import short_name
-from .claims import DID_NOT_HELP, HELPED
+from .claims import stated_conclusion
 from .events import Answer, Failure, Notice, ToolCall
 from .numbers import CAUSE_MENTION, stated_numbers
 from .session import Session
@@ -99,13 +99,14 @@ def _top_kernel(a: Analysis, answer: str) -> tuple[bool, str]:
 
 
 def _no_change(a: Analysis, answer: str) -> tuple[bool, str]:
-    return bool(DID_NOT_HELP.search(answer)) and not HELPED.search(answer), "says nothing changed (same trace twice)"
+    helped, not_helped = stated_conclusion(answer)
+    return not_helped and not helped, "says nothing changed (same trace twice)"
 
 
 def _conclusion_of(before: Analysis, after: Analysis, asked: Analysis, answer: str) -> tuple[bool, str]:
     """Whether the answer draws the comparison's conclusion (before → after): it helped, or it did not."""
     result = diff(before, after)
-    says_helped, says_not = bool(HELPED.search(answer)), bool(DID_NOT_HELP.search(answer))
+    says_helped, says_not = stated_conclusion(answer)
     right = (says_helped and not says_not) if result.helped else (says_not and not says_helped)
     return right, f"says it {'helped' if result.helped else 'did not help'} (step {result.slower_pct:+.1f}%)"
 
@@ -113,9 +114,11 @@ def _conclusion_of(before: Analysis, after: Analysis, asked: Analysis, answer: s
 def _saving(a: Analysis, answer: str) -> tuple[bool, str]:
     saving = a.verdict.saving
     assert saving is not None  # applies() keeps the question for traces whose verdict has one
-    pct = saving.step_pct if saving.step_pct is not None else saving.pct
-    return (_states(answer, pct, "percent", 0.02) and _names_cause(answer, a.verdict.root_cause),
-            f"names {a.verdict.root_cause} and states its saving, up to {pct:.1f}%")
+    bound = saving.step_pct if saving.step_pct is not None else saving.pct
+    said = [p for p in (saving.simulated_pct, bound) if p is not None]  # the prediction, or the bound
+    return (any(_states(answer, p, "percent", 0.02) for p in said) and _names_cause(answer, a.verdict.root_cause),
+            f"names {a.verdict.root_cause} and states its saving, {said[0]:.1f}%"
+            + (f" (the bound: {bound:.1f}%)" if len(said) > 1 else ""))
 
 
 def _profile_next(a: Analysis, answer: str) -> tuple[bool, str]:

@@ -236,15 +236,19 @@ class OfflineAnalyst:
         asked = next((s for s in savings if _names_cause(q.text, s.root_cause)), None)
         first = asked or v.saving or savings[0]  # the verdict's own (a job's: its straggler's cost)
         lines = [f"**{first.sentence()}**"]
-        if first.per_step_us is not None:
+        if first.simulated_pct is not None:
+            lines += ["", "That is a prediction: the trace's own dependency graph (each thread's calls, each stream's "
+                          f"kernels, launches and waits) replayed with the change made. Try others with `traceagent "
+                          f"whatif TRACE --change {first.change if first.root_cause != 'hot_kernel' else 'kernel:NAME=x2'}`."]
+        elif first.per_step_us is not None:
             lines.append(f"That is at most {duration(first.per_step_us)} per step, "
                          f"{duration(first.upper_bound_us)} over the trace.")
-        lines += ["", "These are upper bounds: work that other work hides saves nothing when removed. To measure the "
-                      "real saving, make the change, re-profile, and compare: `traceagent diff before.json after.json` "
-                      "puts the measured change beside this estimate."]
+        lines += ["", "Where no change could be simulated the figures are upper bounds: work that other work hides saves "
+                      "nothing when removed. To measure the real saving, make the change, re-profile, and compare: "
+                      "`traceagent diff before.json after.json` puts the measured change beside this estimate."]
         others = [s for s in savings if (s.finding, s.root_cause) != (first.finding, first.root_cause)][:4]
         if others:
-            lines += ["", "The other findings, by what fixing each would save at most:"]
+            lines += ["", "The other findings, by what fixing each would save:"]
             lines += [f"- {s.sentence()}" for s in others]
         return "\n".join(lines)
 

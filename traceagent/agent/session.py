@@ -40,6 +40,9 @@ NUDGE = ("You answered without calling any tool, so nothing in that answer comes
          'If you cannot call tools, reply with only the call as JSON: {"name": "verdict", "arguments": {}}')
 DRAFT = "draft_answer"  # the name the draft's result goes under: the model reads it as a tool result
 DRAFT_CHARS = 4000  # the longest draft the model reads
+DRAFT_ASK = ("My question was: {question}\nAnswer it first, in one or two sentences, with the figures of the draft answer "
+             "above (the draft_answer result) that answer it; then explain briefly. Keep every number as the draft "
+             "gives it. Then call final_answer.")
 PROGRESS_EVERY_S = 1.0  # how often a reply that streams tool calls says how many so far
 MAX_CALLS_PER_ROUND = 8  # a small model may send dozens of calls in one reply (51 identical, seen)
 # what a server's chat template leaves in the text when it does not support tool calls
@@ -376,7 +379,8 @@ class Session:
         calls.append({"name": DRAFT, "args": {}, "id": "draft-answer", "type": "tool_call"})
         self._draft_result = json.dumps(draft)
         results.append(ToolMessage(self._draft_result, tool_call_id="draft-answer"))
-        turn += [AIMessage(content="", tool_calls=calls), *results]
+        # last, where a small model looks: the question again, and what to do with the draft
+        turn += [AIMessage(content="", tool_calls=calls), *results, HumanMessage(DRAFT_ASK.format(question=question))]
         ran.update({call_key(c): c["id"] for c in calls})  # the model asking again is pointed at these
 
     def _answer(self, raw: str, incomplete: str | None, final: FinalAnswer | None = None) -> Answer:

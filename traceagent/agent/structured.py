@@ -155,6 +155,7 @@ class StructuredCheck:
     def __init__(self, ctx: AnalysisContext, claims: ClaimCheck) -> None:
         self.ctx = ctx
         self.claims = claims
+        self._truths: dict[tuple, Truth | None] = {}  # a draft checks dozens of claims against a few answers
 
     def warnings(self, answer: FinalAnswer, sources: Sources) -> list[str]:
         said = [w for q in answer.quantities if (w := self.quantity(q))]
@@ -170,6 +171,13 @@ class StructuredCheck:
 
     def truth(self, q: Quantity) -> Truth | None:
         """The detectors' values for a claim's kind and scope; None for `other` and unknown kinds."""
+        base = _base(q)
+        key = (q.kind.strip().lower(), q.cause, q.rank, q.device, base[0] if base else None)
+        if key not in self._truths:
+            self._truths[key] = self._truth(q)
+        return self._truths[key]
+
+    def _truth(self, q: Quantity) -> Truth | None:
         kind = q.kind.strip().lower()
         if kind in ("idle_share", "total_idle", "largest_gap", "gap_count", "cause_idle", "cause_share"):
             return self._idle_truth(kind, q, idle_gaps(self.ctx, rank=q.rank, device=q.device, top=1))

@@ -37,6 +37,7 @@ from .registry import DETECTORS, Inputs, run_all
 from .verdict.critical_path import detect_critical_path
 from .verdict.diagnose import Evidence, Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
 from .verdict.savings import estimate_savings
+from .verdict.whatif import simulated
 
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
 #: major number changes when a key is removed or changes meaning, the minor when keys are added. A
@@ -331,7 +332,8 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
         idle=idle, memcpy=copies, comm=comm, kernels=kernels, launch=timed("launch", lambda: detect_launch(trace)),
         steps=steps, has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,
         workload=timed("workload", lambda: detect_workload(trace)),
-        savings=estimate_savings(idle, copies, comm, kernels, steps, path), critical_path=path,
+        savings=timed("whatif", lambda: simulated(trace, estimate_savings(idle, copies, comm, kernels, steps, path))),
+        critical_path=path,
     )
     verdict = replace(diagnose(findings, params.verdict), rank=trace.meta.rank)
     breakdown = timed("breakdown", lambda: detect_breakdown(trace, gaps))

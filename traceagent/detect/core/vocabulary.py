@@ -22,6 +22,7 @@ class Word:
     style: str  # for terminals (a Rich / Textual style)
     measure: str = ""  # root causes: the quantity `diff` follows before and after
     said: str = ""  # how answers and questions name it (a regex): what an answer blames, what a question asks about
+    change: str = ""  # root causes: the what-if change that fixes it (`traceagent whatif --change`), where there is one
 
 
 def _table(*words: Word) -> dict[str, Word]:
@@ -41,11 +42,11 @@ LIMITERS = _table(
 #: Why the limiter happens: one per verdict.
 ROOT_CAUSES = _table(
     Word("dataloader", "data loading", "the launching thread is inside the DataLoader while the GPU waits",
-         "#e4572e", "red", "idle from data loading"),
+         "#e4572e", "red", "idle from data loading", change="dataloader=0"),
     Word("sync", "host synchronizations", "the host blocks on the GPU (.item(), .cpu(), a synchronize) and "
-         "cannot queue work ahead", "#8e44ad", "magenta", "idle after host synchronizations"),
+         "cannot queue work ahead", "#8e44ad", "magenta", "idle after host synchronizations", change="sync=0"),
     Word("launch_overhead", "launch overhead", "kernels finish faster than the host can launch the next one",
-         "#f3a712", "yellow", "idle from launch overhead"),
+         "#f3a712", "yellow", "idle from launch overhead", change="launch=graphs"),
     Word("host_other", "other host work", "the host is busy with work that launches nothing, or untraced",
          "#29335c", "blue", "idle during other host work"),
     Word("pageable_memcpy", "copies from pageable memory", "copies staged through a pinned buffer, slow and "

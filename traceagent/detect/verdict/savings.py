@@ -5,10 +5,15 @@ its reasoning (DESIGN.md, "saving estimate"). `diff` later compares it with what
 - communication or copies hidden behind compute save at most their exposed part;
 - a kernel made k× faster saves at most (1 − 1/k) of its time (k = 2 here), and only of its time
   on the critical path (critical_path.py): a kernel other work hides saves nothing.
+
+Where a finding has a change the what-if simulator can make (`change`: data loading, syncs,
+launches, a kernel), the saving it states is the replay's prediction (whatif.py); the bound stays
+beside it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -34,23 +39,34 @@ class Saving:
     per_step_us: float | None  # per step, when the trace has steps
     step_pct: float | None  # of the mean step time
     reasoning: str
+    change: str | None = None  # the what-if change that fixes it (`traceagent whatif --change`), if the simulator has one
+    simulated_pct: float | None = None  # what the replay with that change saves, of the mean step (else of the span)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"sentence": self.sentence()}
 
+    @property
+    def bound(self) -> str:
+        return f"{self.step_pct:.1f}% of step time" if self.step_pct is not None else f"{self.pct:.1f}% of the span"
+
     def sentence(self) -> str:
-        """'Fixing idle time waiting for data loading would save up to 27.2% of step time (…)'."""
-        share = (f"{self.step_pct:.1f}% of step time" if self.step_pct is not None
-                 else f"{self.pct:.1f}% of the span")
-        return f"Fixing {self.finding} would save up to {share} ({self.reasoning})."
+        """'Fixing idle time waiting for data loading would save 26.8% of step time (simulated…)', or
+        where nothing was simulated '… would save up to 27.2% of step time (an upper bound…)'."""
+        if self.simulated_pct is not None:
+            whole = "step time" if self.step_pct is not None else "the span"
+            how = "with that change" if self.root_cause == "hot_kernel" else f"with `{self.change}`"
+            why = self.reasoning.removeprefix("an upper bound: ")
+            return (f"Fixing {self.finding} would save {max(self.simulated_pct, 0.0):.1f}% of {whole} (simulated {how} "
+                    f"on the trace's dependency graph; the upper bound is {self.bound}: {why}).")
+        return f"Fixing {self.finding} would save up to {self.bound} ({self.reasoning})."
 
 
 def _saving(finding: str, root: str, us_: float, whole_us: float, steps: StepsResult | None,
-            reasoning: str) -> Saving:
+            reasoning: str, change: str | None = None) -> Saving:
     per_step = round(us_ / steps.count, 3) if steps and steps.count else None
     step_pct = pct(per_step, steps.mean_us) if per_step is not None and steps and steps.mean_us else None
     return Saving(finding, root, round(us_, 3), pct(us_, whole_us), per_step,
-                  min(step_pct, 100.0) if step_pct is not None else None, reasoning)
+                  min(step_pct, 100.0) if step_pct is not None else None, reasoning, change or ROOT_CAUSES[root].change or None)
 
 
 def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, kernels: KernelsResult,
@@ -72,17 +88,18 @@ def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, k
     for k in kernels.top[:3]:
         if k.is_comm:
             continue
+        change = f"kernel:^{re.escape(k.name)}$=x{KERNEL_SPEEDUP:g}"
         if path is None:
             out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
                                k.total_us * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
                                f"an upper bound: a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
-                               f"{1 - 1 / KERNEL_SPEEDUP:.0%} of its time, if nothing else was hiding it"))
+                               f"{1 - 1 / KERNEL_SPEEDUP:.0%} of its time, if nothing else was hiding it", change))
         elif k.name in on_path:
             out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
                                on_path[k.name] * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
                                f"an upper bound: it is on the critical path for {on_path[k.name]:g} µs of its "
                                f"{k.total_us:g} µs, and a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
-                               f"{1 - 1 / KERNEL_SPEEDUP:.0%} of that"))
+                               f"{1 - 1 / KERNEL_SPEEDUP:.0%} of that", change))
     return sorted(out, key=lambda s: -s.upper_bound_us)
 
 
@@ -98,9 +115,11 @@ def saving_for(savings: list[Saving], root_cause: str) -> Saving | None:
     total = sum(s.upper_bound_us for s in mine)
     per_step = _sum_of_all([s.per_step_us for s in mine])
     step_pct = _sum_of_all([s.step_pct for s in mine])
+    # one change fixing them all (launch overhead and launch latency: launch=graphs) was simulated once
+    same = len({s.change for s in mine}) == 1
     return Saving(ROOT_CAUSES[root_cause].label, root_cause, round(total, 3),
                   round(sum(s.pct for s in mine), 2), per_step, min(step_pct, 100.0) if step_pct is not None else None,
-                  first.reasoning)
+                  first.reasoning, first.change if same else None, first.simulated_pct if same else None)
 
 
 def _sum_of_all(values: list[float | None]) -> float | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from ..core import intervals as iv
 from ..core.view import us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.kernels import short_name
+from .savings import Saving
 
 #: the changes, as `--change` takes them
 CHANGES = {
@@ -180,9 +181,11 @@ def build_graph(trace: Trace) -> Graph | None:
     by_corr = pd.Series(np.flatnonzero(known), index=correlation[known])
     by_corr = by_corr[~by_corr.index.duplicated()]
     d_launch = pd.Series(gpu["correlation"].to_numpy(np.int64)).map(by_corr).fillna(-1).to_numpy(np.int64)
-    d_launch = np.where(d_start >= c_start[np.maximum(d_launch, 0)], d_launch, -1)  # a launch precedes its op
+    if not len(c_start):
+        d_launch = np.full(len(d_start), -1, dtype=np.int64)
+    d_launch = np.where(d_start >= _at(c_start, d_launch), d_launch, -1)
     linked = d_launch >= 0
-    d_delay = np.where(linked, d_start - c_start[np.maximum(d_launch, 0)], 0)
+    d_delay = np.where(linked, d_start - _at(c_start, d_launch), 0)
     # the binding constraint keeps its delay; the other gets the smaller of its own and the typical one
     stream_bound = ~d_first & (~linked | (d_gap <= d_delay))
     typical_delay = int(np.median(d_delay[linked & ~stream_bound])) if (linked & ~stream_bound).any() else 0
@@ -195,7 +198,7 @@ def build_graph(trace: Trace) -> Graph | None:
     blocking = matches(calls["name"], BLOCKING_NAME)
     c_wait = np.full(len(c_start), -1, dtype=np.int64)
     d_device = gpu["device"].to_numpy(np.int64)
-    launched_pid = np.where(linked, c_pid[np.maximum(d_launch, 0)], -1)
+    launched_pid = np.where(linked, _at(c_pid, d_launch), -1)
     cross_process = 0
     own = {(int(p), int(d)) for p, d in set(zip(launched_pid[linked].tolist(), d_device[linked].tolist()))}
     for pid in np.unique(c_pid[blocking]):
@@ -207,8 +210,8 @@ def build_graph(trace: Trace) -> Graph | None:
         mine = np.flatnonzero(np.isin(d_device, devices))
         by_end = mine[np.argsort(d_end[mine], kind="stable")]
         at = np.searchsorted(d_end[by_end], c_end[asking], side="right") - 1
-        c_wait[asking] = np.where(at >= 0, by_end[np.maximum(at, 0)], -1)
-    waited_end = np.where(c_wait >= 0, d_end[np.maximum(c_wait, 0)], 0)
+        c_wait[asking] = np.where(at >= 0, _at(by_end, at), -1)
+    waited_end = np.where(c_wait >= 0, _at(d_end, c_wait), 0)
     c_post = np.where(c_wait >= 0, c_end - np.maximum(c_start, waited_end), c_end - c_start)
     c_waker = _wakers(cpu, c_thread, c_start, c_end, c_gap, first, origin)
     c_gap = np.where(c_waker >= 0, 0, c_gap)  # it waited for the other thread, not for host work of its own
@@ -245,9 +248,16 @@ def _wakers(cpu: pd.DataFrame, c_thread: np.ndarray, c_start: np.ndarray, c_end:
         mine = idle[c_thread[idle] == t]
         others = by_end[c_thread[by_end] != t]
         at = np.searchsorted(c_end[others], c_start[mine], side="right") - 1
-        ok = (at >= 0) & (c_end[others[np.maximum(at, 0)]] > c_end[mine - 1])  # it ended while this thread sat idle
+        ok = (at >= 0) & (c_end[_at(others, at)] > c_end[mine - 1])  # it ended while this thread sat idle
         waker[mine[ok]] = others[at[ok]]
     return waker
+
+
+def _at(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """values[index] where index >= 0, else 0 (and zeros where `values` is empty)."""
+    if not len(values):
+        return np.zeros(len(index), dtype=values.dtype)
+    return np.where(index >= 0, values[np.maximum(index, 0)], 0)
 
 
 def _groups(keys: np.ndarray) -> np.ndarray:
@@ -327,15 +337,15 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
     while passes < MAX_PASSES:
         passes += 1
         # device: after the op before on the stream, and after its launch (an unlinked first op keeps its start)
-        floor = np.where(linked, c_start[np.maximum(g.d_launch, 0)] + d_delay, g.d_start)
+        floor = np.where(linked, _at(c_start, g.d_launch) + d_delay, g.d_start)
         step = np.concatenate([[0], d_dur[:-1]]) + g.d_gap if len(d_start) else d_start
         new_d_start = _chain(step, floor, g.d_group, linked | d_first)
         new_d_end = new_d_start + d_dur
         # host: after the call before on the thread and the host time between; a blocking call after its op
         # a woken call starts no earlier than its waker ended, plus the measured delay since
         woken = g.c_waker >= 0
-        wake = np.where(woken, c_end[np.maximum(g.c_waker, 0)] + (g.c_start - g.c_end[np.maximum(g.c_waker, 0)]), 0)
-        blocked = np.where(wait >= 0, new_d_end[np.maximum(wait, 0)] + g.c_post, 0)
+        wake = np.where(woken, _at(c_end, g.c_waker) + (g.c_start - _at(g.c_end, g.c_waker)), 0)
+        blocked = np.where(wait >= 0, _at(new_d_end, wait) + g.c_post, 0)
         floor_c = np.maximum(np.where(wait >= 0, blocked, _NEVER), np.where(woken, wake + own, _NEVER))
         floor_c = np.where(c_first, np.maximum(anchor + own, floor_c), floor_c)
         new_c_end = _chain(c_gap + own, floor_c, g.c_group, (wait >= 0) | woken | c_first)
@@ -425,7 +435,7 @@ def _moved(g: Graph, r: Replayed, thread: int, t: np.ndarray, removed: iv.Interv
     if not len(mine):
         return t.copy()
     at = np.searchsorted(g.c_end[mine], t, side="right") - 1
-    j = mine[np.maximum(at, 0)]
+    j = _at(mine, at)
     since_from = np.where(at >= 0, g.c_end[j], 0)
     since = t - since_from
     if removed is not None and len(removed[0]):
@@ -433,10 +443,10 @@ def _moved(g: Graph, r: Replayed, thread: int, t: np.ndarray, removed: iv.Interv
     return np.where(at >= 0, r.c_end[j], 0) + since
 
 
-def simulate(trace: Trace, changes: list[Change]) -> WhatIfResult | None:
+def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None) -> WhatIfResult | None:
     """The rank replayed with the changes; None without device work. ValueError when a change
-    matches nothing in the trace (what was searched)."""
-    g = build_graph(trace)
+    matches nothing in the trace (what was searched). `graph`: the rank's, when built already."""
+    g = graph or build_graph(trace)
     if g is None:
         return None
     c_gap, c_dur, wait = g.c_gap.copy(), (g.c_end - g.c_start).copy(), g.c_wait.copy()
@@ -585,9 +595,9 @@ def _after(g: Graph, r: Replayed, d_delay: np.ndarray, wait: np.ndarray,
     busy = iv.length(iv.union(r.d_start, r.d_end))
     busy_pct = round(100 * busy / span, 2) if span else 0.0
     linked = g.d_launch >= 0
-    by_launch = linked & (r.d_start == np.where(linked, r.c_start[np.maximum(g.d_launch, 0)] + d_delay, -1))
+    by_launch = linked & (r.d_start == np.where(linked, _at(r.c_start, g.d_launch) + d_delay, -1))
     bound = round(100 * float(by_launch.mean()), 2) if len(by_launch) else 0.0
-    waited = (wait >= 0) & (r.c_end == np.where(wait >= 0, r.d_end[np.maximum(wait, 0)] + g.c_post, -1))
+    waited = (wait >= 0) & (r.c_end == np.where(wait >= 0, _at(r.d_end, wait) + g.c_post, -1))
     c_first = np.ones(len(g.c_group), dtype=bool)
     c_first[1:] = g.c_group[1:] != g.c_group[:-1]
     d_first = np.ones(len(g.d_group), dtype=bool)
@@ -643,3 +653,20 @@ def whatif_sentence(result: WhatIfResult) -> str:
     return (f"With {what}: {result.basis} {duration(result.measured_us)} → {duration(result.predicted_us)} "
             f"({result.saving_pct:.1f}% faster, {result.speedup_x:.2f}×; simulated on the trace's dependency graph). "
             f"After it, {result.limits_after}.")
+
+
+def simulated(trace: Trace, savings: list[Saving]) -> list[Saving]:
+    """The savings with the replay's prediction where each has a change (each change replayed once,
+    on one graph); a change the trace gives nothing to (no data loading on the launching thread)
+    leaves its bound alone."""
+    graph = build_graph(trace)
+    if graph is None:
+        return savings
+    predicted: dict[str, float | None] = {}
+    for spec in dict.fromkeys(s.change for s in savings if s.change):
+        try:
+            result = simulate(trace, [parse_change(spec)], graph)
+        except ValueError:
+            result = None
+        predicted[spec] = result.saving_pct if result is not None else None
+    return [replace(s, simulated_pct=predicted.get(s.change)) if s.change else s for s in savings]
