@@ -287,20 +287,21 @@ def _grouped_cummax(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np.ndarray) -> np.ndarray:
-    """x[i] = max(x[i-1] + step[i], floor[i]) along each group (the first: its floor), for every
-    group at once: x = P + running max of (floor - P), P the cumulative steps."""
+    """x[i] = max(x[i-1] + step[i], floor[i]) along each run of equal `group` (its first: its
+    floor, which every first must have): x = P + running max of (floor - P), P the steps summed
+    within the group. A loop over the groups (threads or streams: a few), none over the events."""
     if not len(step):
         return step.copy()
-    first = np.ones(len(group), dtype=bool)
-    first[1:] = group[1:] != group[:-1]
-    total = np.cumsum(np.where(first, 0, step))
-    starts = np.flatnonzero(first)
-    base = total - np.repeat(total[starts], np.diff(np.append(starts, len(step))))  # the sum within each group
-    lifted = np.where(has_floor | first, floor - base, np.iinfo(np.int64).min)
-    real = lifted[has_floor | first]
-    low = int(real.min())
-    lifted = np.maximum(lifted, low)  # no floor: never above a real one
-    return base + _grouped_cummax(lifted, group)
+    starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
+    total = np.cumsum(step)
+    base = total - np.repeat(total[starts], np.diff(np.append(starts, len(step))))  # 0 at each group's first
+    lifted = np.where(has_floor, floor - base, _NEVER)
+    if len(starts) == 1:
+        return base + np.maximum.accumulate(lifted)
+    out = np.empty_like(base)
+    for a, b in zip(starts, np.append(starts[1:], len(step))):
+        out[a:b] = base[a:b] + np.maximum.accumulate(lifted[a:b])
+    return out
 
 
 @dataclass
@@ -331,19 +332,17 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
     d_first[1:] = g.d_group[1:] != g.d_group[:-1]
     c_first = np.ones(len(g.c_group), dtype=bool)
     c_first[1:] = g.c_group[1:] != g.c_group[:-1]
-    c_start, c_end = g.c_start.copy(), g.c_end.copy()
-    d_start = g.d_start.copy()
+    woken = g.c_waker >= 0
+    c_start, c_end, d_start = _in_order(g, c_gap, own, wait, d_dur, d_delay, anchor)
+    # the same recurrences over everything at once, until nothing moves: one pass confirms the ordered
+    # replay; more only where ties at a segment's edge left something to settle
     passes = 0
     while passes < MAX_PASSES:
         passes += 1
-        # device: after the op before on the stream, and after its launch (an unlinked first op keeps its start)
         floor = np.where(linked, _at(c_start, g.d_launch) + d_delay, g.d_start)
         step = np.concatenate([[0], d_dur[:-1]]) + g.d_gap if len(d_start) else d_start
         new_d_start = _chain(step, floor, g.d_group, linked | d_first)
         new_d_end = new_d_start + d_dur
-        # host: after the call before on the thread and the host time between; a blocking call after its op
-        # a woken call starts no earlier than its waker ended, plus the measured delay since
-        woken = g.c_waker >= 0
         wake = np.where(woken, _at(c_end, g.c_waker) + (g.c_start - _at(g.c_end, g.c_waker)), 0)
         blocked = np.where(wait >= 0, _at(new_d_end, wait) + g.c_post, 0)
         floor_c = np.maximum(np.where(wait >= 0, blocked, _NEVER), np.where(woken, wake + own, _NEVER))
@@ -356,6 +355,63 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
         if not moved:
             break
     return Replayed(c_start, c_end, d_start, d_start + d_dur, passes)
+
+
+def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_dur: np.ndarray,
+              d_delay: np.ndarray, anchor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The replay in time order, a segment at a time: the hand-overs from the device to the host
+    (a blocking call's return) and between threads (a wake) cut the trace into segments; in each,
+    the host calls, then the device ops, then the returns of the blocking calls are final after one
+    vectorized scan of each chain, since nothing in a segment depends on what comes after it."""
+    woken = g.c_waker >= 0
+    waits = wait >= 0
+    linked = g.d_launch >= 0
+    bounds = np.unique(np.concatenate([g.c_end[waits], _at(g.c_end, g.c_waker)[woken]]))
+    call_seg = np.searchsorted(bounds, g.c_start, side="right")
+    op_seg = np.maximum(np.searchsorted(bounds, g.d_start, side="left"), np.where(linked, _at(call_seg, g.d_launch), 0))
+    wait_seg = np.where(waits, np.maximum(np.searchsorted(bounds, g.c_end, side="left"), _at(op_seg, wait)), -1)
+    c_first = np.ones(len(g.c_group), dtype=bool)
+    c_first[1:] = g.c_group[1:] != g.c_group[:-1]
+    d_first = np.ones(len(g.d_group), dtype=bool)
+    d_first[1:] = g.d_group[1:] != g.d_group[:-1]
+    c_start, c_end = g.c_start.copy(), g.c_end.copy()
+    d_start = g.d_start.copy()
+    calls, ops, returns = (_by_segment(x, len(bounds) + 1) for x in (call_seg, op_seg, wait_seg))
+    for seg in range(len(bounds) + 1):
+        if len(ci := calls[seg]):
+            # each call after the one before on its thread and the host time between; a thread's first at its
+            # anchor; a woken call no earlier than its waker's end and the measured delay since
+            first, before = c_first[ci], np.maximum(ci - 1, 0)
+            wake = np.where(woken[ci], _at(c_end, g.c_waker[ci]) + g.c_start[ci] - _at(g.c_end, g.c_waker[ci]), _NEVER)
+            opens = np.ones(len(ci), dtype=bool)  # the first of its thread in this segment: after what came before
+            opens[1:] = g.c_group[ci][1:] != g.c_group[ci][:-1]
+            starts_at = np.where(first, anchor[ci], np.where(opens, c_end[before] + c_gap[ci], _NEVER))
+            floor = np.maximum(starts_at, wake) + own[ci]
+            ends = _chain(c_gap[ci] + own[ci], floor, g.c_group[ci], opens | first | woken[ci])
+            previous_end = np.concatenate([[0], ends[:-1]])
+            c_start[ci] = np.where(opens, np.maximum(starts_at, wake), np.maximum(previous_end + c_gap[ci], wake))
+            c_end[ci] = ends  # a blocking call's return: below, once what it waits for is known
+        if len(di := ops[seg]):
+            opens = np.ones(len(di), dtype=bool)
+            opens[1:] = g.d_group[di][1:] != g.d_group[di][:-1]
+            before = np.maximum(di - 1, 0)
+            after_previous = np.where(opens & ~d_first[di], d_start[before] + d_dur[before] + g.d_gap[di], _NEVER)
+            launched = np.where(linked[di], _at(c_start, g.d_launch[di]) + d_delay[di], _NEVER)
+            floor = np.maximum(np.maximum(after_previous, launched), np.where(d_first[di] & ~linked[di], g.d_start[di],
+                                                                              _NEVER))
+            step = np.concatenate([[0], d_dur[di][:-1]]) + g.d_gap[di]
+            d_start[di] = _chain(step, floor, g.d_group[di], opens | linked[di])
+        if len(wi := returns[seg]):
+            c_end[wi] = np.maximum(c_start[wi] + own[wi], d_start[wait[wi]] + d_dur[wait[wi]] + g.c_post[wi])
+    return c_start, c_end, d_start
+
+
+def _by_segment(segment: np.ndarray, count: int) -> list[np.ndarray]:
+    """The positions in each segment (-1: none), in their original order."""
+    order = np.argsort(segment, kind="stable")
+    order = order[segment[order] >= 0]
+    cuts = np.searchsorted(segment[order], np.arange(count + 1))
+    return [order[cuts[i]:cuts[i + 1]] for i in range(count)]
 
 
 @dataclass(frozen=True)
@@ -443,9 +499,12 @@ def _moved(g: Graph, r: Replayed, thread: int, t: np.ndarray, removed: iv.Interv
     return np.where(at >= 0, r.c_end[j], 0) + since
 
 
-def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None) -> WhatIfResult | None:
+def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None, base: Replayed | None = None,
+             describe: bool = True) -> WhatIfResult | None:
     """The rank replayed with the changes; None without device work. ValueError when a change
-    matches nothing in the trace (what was searched). `graph`: the rank's, when built already."""
+    matches nothing in the trace (what was searched). `graph` and `base` (its unchanged replay):
+    the rank's, when built already; `describe`: say what sets the pace after the change (a walk
+    of the replayed critical path, which the savings do not need)."""
     g = graph or build_graph(trace)
     if g is None:
         return None
@@ -499,7 +558,7 @@ def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None) ->
                 raise ValueError(f"{change.spec!r}: no kernel launch calls in the trace")
             c_dur = np.where(launches, 0, c_dur)
         applied.append(ChangeApplied(change.spec, change.assumption, matched))
-    base = replay(g)
+    base = base or replay(g)
     after = replay(g, c_gap=c_gap, c_dur=c_dur, c_wait=wait, d_dur=np.round(d_dur).astype(np.int64), d_delay=d_delay,
                    c_anchor=c_anchor)
     window = _step_window(trace, g)
@@ -526,7 +585,7 @@ def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None) ->
         assumptions.append("the trace marks no steps: the prediction is of the span, first to last device work")
     if loading is None:  # the loading the path's host time holds, changed or not
         loading_left = _loading_in_gaps(trace, g)
-    busy, launch_bound, limits = _after(g, after, d_delay, wait, loading_left)
+    busy, launch_bound, limits = _after(g, after, d_delay, wait, loading_left) if describe else (0.0, 0.0, "")
     return WhatIfResult(
         rank=trace.meta.rank, changes=applied, basis=basis, measured_us=us(measured), replayed_us=us(replayed),
         predicted_us=us(predicted), saving_pct=round(100 * (1 - predicted / measured), 2) if measured else 0.0,
@@ -655,17 +714,22 @@ def whatif_sentence(result: WhatIfResult) -> str:
             f"After it, {result.limits_after}.")
 
 
+SIMULATE_FROM_PCT = 1.0  # a finding whose bound is smaller keeps it: its prediction could only be smaller still
+
+
 def simulated(trace: Trace, savings: list[Saving]) -> list[Saving]:
-    """The savings with the replay's prediction where each has a change (each change replayed once,
-    on one graph); a change the trace gives nothing to (no data loading on the launching thread)
-    leaves its bound alone."""
-    graph = build_graph(trace)
+    """The savings with the replay's prediction where each has a change and a bound worth it (each
+    change replayed once, on one graph); a change the trace gives nothing to (no data loading on
+    the launching thread) leaves its bound alone."""
+    worth = [s for s in savings if s.change and max(s.step_pct or 0.0, s.pct) >= SIMULATE_FROM_PCT]
+    graph = build_graph(trace) if worth else None
     if graph is None:
         return savings
+    base = replay(graph)
     predicted: dict[str, float | None] = {}
-    for spec in dict.fromkeys(s.change for s in savings if s.change):
+    for spec in dict.fromkeys(s.change for s in worth if s.change):
         try:
-            result = simulate(trace, [parse_change(spec)], graph)
+            result = simulate(trace, [parse_change(spec)], graph, base, describe=False)
         except ValueError:
             result = None
         predicted[spec] = result.saving_pct if result is not None else None
