@@ -179,3 +179,22 @@ def test_whatif_json(capsys):
     result = simulate(analyzed(RESNET_NW0).ranks[0].trace, [parse_change("dataloader=0")])
     assert data["predicted_us"] == result.predicted_us and data["measured_us"] == result.measured_us
     assert data["changes"][0]["spec"] == "dataloader=0" and data["basis"] == "step"
+
+
+def test_the_tool_and_the_offline_analyst_give_the_same_prediction(capsys):
+    from traceagent.agent.tools import AnalysisContext, ToolInputError, build_tools
+    from traceagent.format import duration
+
+    ctx = AnalysisContext(analyzed(RESNET_NW0))
+    tool = {t.name: t for t in build_tools(ctx)}["what_if"]
+    data = json.loads(tool.invoke({"change": "dataloader=0 + launch=graphs"}))
+    expected = simulate(analyzed(RESNET_NW0).ranks[0].trace, [parse_change("dataloader=0"), parse_change("launch=graphs")])
+    assert data["predicted_us"] == expected.predicted_us and [c["spec"] for c in data["changes"]] == \
+        ["dataloader=0", "launch=graphs"]
+    with pytest.raises(ToolInputError, match="is not a change"):
+        tool.invoke({"change": "faster please"})
+    # the offline analyst reads the change from the question's words
+    assert main(["ask", str(RESNET_NW0), "What if I removed the data loading?"]) == 0
+    out = capsys.readouterr().out
+    alone = simulate(analyzed(RESNET_NW0).ranks[0].trace, [parse_change("dataloader=0")])
+    assert "With dataloader=0" in out and duration(alone.predicted_us) in out

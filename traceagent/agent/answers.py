@@ -27,6 +27,7 @@ from ..detect.detectors.steps import StepRow, StepsResult
 from ..detect.detectors.stragglers import RankComparison
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.savings import Saving
+from ..detect.verdict.whatif import WhatIfResult
 
 if TYPE_CHECKING:
     from ..detect.analysis import Analysis, RankAnalysis
@@ -382,6 +383,17 @@ class CalcAnswer:
 
 
 @dataclass(frozen=True)
+class WhatIfAnswer:
+    """A change replayed on one rank's dependency graph (verdict/whatif.py)."""
+
+    result: WhatIfResult
+    scope: Scope
+
+    def to_dict(self) -> dict:
+        return self.result.to_dict() | {"scope": self.scope}
+
+
+@dataclass(frozen=True)
 class KernelProfilesAnswer:
     """Nsight Compute's reading of the profiled kernels (those matching a filter, if given)."""
 
@@ -401,4 +413,4 @@ class KernelProfilesAnswer:
 
 Answer = (OverviewAnswer | VerdictAnswer | IdleGapsAnswer | HostActivityAnswer | CopiesAnswer | CommAnswer
           | KernelsAnswer | InstancesAnswer | LaunchesAnswer | StepsAnswer | FlopsAnswer | MemoryAnswer
-          | AnnotationsAnswer | CompareAnswer | DetectorAnswer | CalcAnswer | KernelProfilesAnswer)
+          | AnnotationsAnswer | CompareAnswer | DetectorAnswer | CalcAnswer | KernelProfilesAnswer | WhatIfAnswer)

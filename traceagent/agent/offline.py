@@ -25,6 +25,7 @@ from ..detect.detectors.steps import StepRow
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
+from ..detect.verdict.whatif import whatif_sentence
 from ..format import duration, of_span, percent, shorten, size
 from ..sentences import device_lines, memory_peak, straggler_sentence
 from ..trace.model import GPU_METRICS
@@ -47,6 +48,7 @@ from .answers import (
     StepsAnswer,
     Unavailable,
     VerdictAnswer,
+    WhatIfAnswer,
 )
 from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
@@ -63,7 +65,8 @@ CANNED_QUESTIONS = ["Why is my GPU idle?", "What should I optimize first?", "Is 
                     "Is communication overlapped?", "Which rank is the straggler?", "Where does the sync come from?",
                     "What is the longest gap?", "Which GPU is most idle?", "How long is a step?",
                     "How does the slowest step differ from the median?",
-                    "Should I use CUDA graphs?", "What is the MFU?", "What should I profile next?",
+                    "Should I use CUDA graphs?", "What if I removed the data loading?", "What is the MFU?",
+                    "What should I profile next?",
                     "Did it help?", "Summarize this trace."]
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class OfflineAnalyst:
             "idle": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | _min(q))], self._idle),
             "optimize_first": Plan(lambda q, at: [("verdict", at)], self._optimize_first),
             "saving": Plan(lambda q, at: [("verdict", at)], self._saving),
+            "whatif": Plan(lambda q, at: [("what_if", {"change": self._change(q)} | _rank(at))], self._what_if),
             "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)], self._bound),
             "slow_kernel": Plan(lambda q, at: [("hot_kernels", at | {"order_by": "mean", "top": 5}),
                                                ("hot_kernels", at | {"top": 3}), ("kernel_profiles", {})],
@@ -225,6 +229,32 @@ class OfflineAnalyst:
         if len(savings) > 1:
             lines += ["", "Then, by what fixing each would save at most:"]
             lines += [f"{i}. {s.sentence()}" for i, s in enumerate(savings[1:5], 2)]
+        return "\n".join(lines)
+
+    def _change(self, q: Question) -> str:
+        """The change a what-if question names, in the words of the vocabulary (data loading, syncs,
+        launches, a hot kernel made F times faster); else the one that fixes the verdict's root cause."""
+        factor = float(m.group(1)) if (m := _FACTOR.search(q.text)) else 2.0
+        if q.kernel:
+            return f"kernel:{re.escape(q.kernel)}=x{factor:g}"
+        for root in ("dataloader", "sync", "launch_overhead"):
+            if _names_cause(q.text, root) or (root == "launch_overhead" and re.search(r"cuda ?graph|launch", q.text, re.I)):
+                return ROOT_CAUSES[root].change
+        verdict = self.ctx.analysis.rank(q.rank).verdict if q.rank is not None else self.ctx.analysis.verdict
+        if verdict.root_cause in ROOT_CAUSES and ROOT_CAUSES[verdict.root_cause].change:
+            return ROOT_CAUSES[verdict.root_cause].change
+        top = self.ctx.analysis.rank(q.rank).findings.kernels.top if q.rank is not None else \
+            self.ctx.analysis.focus.findings.kernels.top
+        return f"kernel:^{re.escape(top[0].name)}$=x{factor:g}" if top else "launch=graphs"
+
+    def _what_if(self, q: Question, answer: WhatIfAnswer) -> str:
+        r = answer.result
+        lines = [f"{self._who(answer.scope)}**{whatif_sentence(r)}**", "",
+                 f"Measured {r.basis}: {duration(r.measured_us)}; the unchanged graph replays it as "
+                 f"{duration(r.replayed_us)}; with the change: {duration(r.predicted_us)}.", "", "Assumed:"]
+        lines += [f"- {a}" for a in r.assumptions]
+        lines += ["", "**Next step:** make the change, re-profile, and compare: `traceagent diff before.json after.json` "
+                      "sets the measured saving beside this prediction."]
         return "\n".join(lines)
 
     def _saving(self, q: Question, verdict: VerdictAnswer) -> str:
@@ -739,6 +769,14 @@ class OfflineAnalyst:
 def _own_tool(name: str, q: Question, at: dict) -> list[tuple[str, dict]]:
     """A registered detector's plan: its own tool, on the rank and GPU the question names."""
     return [(name, at)]
+
+
+_FACTOR = re.compile(r"\b(\d+(?:\.\d+)?)\s*(?:x|×|times)\b", re.I)
+
+
+def _rank(at: dict) -> dict:
+    """The rank of a scope (what_if replays a rank: no GPU of it alone)."""
+    return {"rank": at["rank"]} if "rank" in at else {}
 
 
 def _names_cause(text: str, root: str) -> bool:

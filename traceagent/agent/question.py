@@ -35,6 +35,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
               r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)"),
     ("profile_next", r"\b(?:profile next|what (?:should|do|can) i profile|how (?:do|should|can) i profile|which profiler|"
                      r"nsight|\bncu\b|\bnsys\b|measure next|dig deeper|more detail|what (?:else )?to measure)"),
+    ("whatif", r"\bwhat if\b|\bwhat (?:would|will) happen if\b|\bif (?:i|we) (?:removed?|used?|switch(?:ed)?|made|make|"
+               r"turn(?:ed)?|enabled?|add(?:ed)?|pinn?(?:ed)?|drop(?:ped)?|fix(?:ed)?|sped|speed)\b|\bsimulat\w*|"
+               r"\bpredict\w*|\bwhatif\b"),
     ("saving", r"\bhow much (?:\w+ ){0,8}?(?:would|could|will|can|might|does|do)\b.{0,80}\b(?:save|gain|buy|win|cut|"
                r"speed|faster)|\bhow much (?:faster|time)\b.{0,60}\b(?:fix|remov|if)|\bwhat (?:would|could) "
                r"(?:fixing|removing|getting rid of)\b.{0,60}\b(?:save|gain|buy)|\bwhat(?:'s| is) the (?:potential |expected )?"

@@ -31,6 +31,7 @@ from ..detect.core.vocabulary import GAP_CAUSES
 from ..detect.detectors.annotations import detect_annotations
 from ..detect.detectors.idle import DeviceIdle, IdleResult, gap_host_activity
 from ..detect.registry import DETECTORS, Detector
+from ..detect.verdict.whatif import parse_change, simulate
 from ..trace.model import matches
 from .answers import (
     MAX_ITEMS,
@@ -59,6 +60,7 @@ from .answers import (
     StepsAnswer,
     Unavailable,
     VerdictAnswer,
+    WhatIfAnswer,
     plain,
 )
 from .numbers import Sources
@@ -499,11 +501,32 @@ def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = Non
     return CompareAnswer(diff(ctx.analysis, ctx.other), scope)
 
 
+def what_if(ctx: AnalysisContext,
+            change: Annotated[str, Field(description="one change, or several joined by ' + ': dataloader=0 (or =xF: F "
+                                                     "times shorter), sync=0 (or sync:NAME=0), kernel:REGEX=xF, "
+                                                     "op:NAME=xF, launch=graphs")],
+            rank: Rank = None, device: Device = None) -> WhatIfAnswer:
+    """Predict what a change would buy before making it: the rank's dependency graph (each thread's
+    calls, each stream's kernels, launches, waits) replayed with the change made. Gives the measured
+    and predicted mean step, the saving, what sets the pace after the change, and the assumptions.
+    A rank is replayed whole: `device` is checked, and the result is of all its GPUs."""
+    try:
+        changes = [parse_change(spec) for spec in change.split(" + ")]
+        ctx.scoped(rank, device)  # a GPU the rank lacks is an error
+        r, scope = ctx.scoped(rank, None)
+        result = simulate(r.trace, changes)
+    except ValueError as exc:
+        raise ToolInputError(str(exc)) from None
+    if result is None:
+        raise ToolInputError(f"rank {r.rank} has no device work to replay")
+    return WhatIfAnswer(result, scope)
+
+
 TOOL_FUNCTIONS: list[Callable[..., Answer]] = [overview, verdict, idle_gaps, host_activity, data_movement,
                                              communication, hot_kernels, kernel_profiles, critical_path, kernel_instances,
                                              launches,
                                              steps,
-                                             annotation_ranges, flops, memory, calc, compare_traces]
+                                             annotation_ranges, flops, memory, what_if, calc, compare_traces]
 
 
 def registered_tool(detector: Detector) -> Callable[..., Answer]:
