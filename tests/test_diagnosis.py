@@ -203,8 +203,12 @@ def test_diff_checks_the_prediction_against_the_measured_change(capsys):
     assert predicted == before.verdict.saving.step_pct
     assert measured == pytest.approx(-d["slower_pct"], abs=0.01) and measured > 0
     assert d["prediction"]["within_estimate"] == (measured <= predicted)
+    # the replay's prediction beside the bound and the measurement
+    simulated = d["prediction"]["simulated_pct"]
+    assert simulated == before.verdict.saving.simulated_pct and d["prediction"]["change"] == "dataloader=0"
     assert main(["diff", str(RESNET_NW0), str(RESNET_NW4)]) == 0
-    assert f"predicted up to {predicted:.1f}% of step time, measured {measured:.1f}%" in capsys.readouterr().out
+    assert (f"predicted {simulated:.1f}% of step time (simulated with `dataloader=0`; at most {predicted:.1f}%), "
+            f"measured {measured:.1f}%") in " ".join(capsys.readouterr().out.split())
     assert after.verdict.root_cause != "dataloader"
 
 

@@ -198,3 +198,13 @@ def test_the_tool_and_the_offline_analyst_give_the_same_prediction(capsys):
     out = capsys.readouterr().out
     alone = simulate(analyzed(RESNET_NW0).ranks[0].trace, [parse_change("dataloader=0")])
     assert "With dataloader=0" in out and duration(alone.predicted_us) in out
+
+
+def test_the_report_sets_each_prediction_beside_its_bound():
+    from traceagent.report.markdown import render_markdown
+
+    analysis = analyzed(RESNET_NW0)
+    text = render_markdown(analysis)
+    saving = next(s for s in analysis.focus.findings.savings if s.change == "dataloader=0")
+    assert "## What each fix would buy (rank 0)" in text
+    assert f"| `dataloader=0` | {saving.simulated_pct:.1f}% | {saving.step_pct:.1f}% |" in text

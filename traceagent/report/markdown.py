@@ -87,6 +87,7 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
                     for r in analysis.ranks for device, b in r.breakdown.devices.items()])]
     out += ["", "Each row is one GPU over its own span. Classes of work are unions over all streams; two "
                 "classes running at once both count."]
+    out += savings_section(analysis.focus)
     # the verdict's rank first, then the others in rank order (the table above has them all)
     ranks = sorted(analysis.ranks, key=lambda r: (r.rank != analysis.focus.rank, r.rank or 0))
     for r in ranks[:8]:
@@ -106,6 +107,23 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
     if analysis.kernel_profiles:
         out += kernel_profiles_section(analysis.kernel_profiles)
     return "\n".join(out) + "\n"
+
+
+def savings_section(rank: RankAnalysis, top: int = 6) -> list[str]:
+    """What fixing each finding would buy on the verdict's rank: the what-if replay's prediction where
+    the finding has a change to replay (`traceagent whatif`), and the upper bound beside it."""
+    savings = rank.findings.savings[:top]
+    if not savings:
+        return []
+    whole = "step" if any(s.step_pct is not None for s in savings) else "span"
+    rows = [[md_literal(s.finding), code(s.change) if s.change and s.simulated_pct is not None else "-",
+             percent(max(s.simulated_pct, 0.0)) if s.simulated_pct is not None else "-",
+             percent(s.step_pct if s.step_pct is not None else s.pct)] for s in savings]
+    return ["", f"## What each fix would buy (rank {rank.rank})", "",
+            f"Predicted: the trace's dependency graph replayed with the change made (`traceagent whatif TRACE --change "
+            f"SPEC` tries others); beside it, what the finding itself costs (a change can reach past it: launches from a CUDA "
+            f"graph shorten every gap a launch causes). Shares of the mean {whole}.",
+            "", _table(["finding", "change", "predicted", "the finding costs"], rows)]
 
 
 def kernel_profiles_section(result: KernelProfilesResult) -> list[str]:
@@ -264,8 +282,14 @@ def render_diff_markdown(d: DiffResult) -> str:
             held = ("within the estimate (it is an upper bound)" if p["within_estimate"]
                     else "more than estimated: something besides the root cause changed too")
             outcome = f"the after trace is {percent(p['measured_pct'])} faster, {held}"
-        out += ["", f"The before trace's verdict predicted fixing it would save up to {percent(p['predicted_up_to_pct'])}; "
-                    f"{outcome}."]
+        if p["simulated_pct"] is not None:  # the replay's prediction, and how far the measurement landed from it
+            off = p["measured_pct"] - p["simulated_pct"]
+            predicted = (f"{percent(max(p['simulated_pct'], 0.0))} (simulated with {code(p['change'] or '')}; at most "
+                         f"{percent(p['predicted_up_to_pct'])}), and the measurement is {abs(off):.1f} points "
+                         f"{'above' if off > 0 else 'below'} the simulation")
+        else:
+            predicted = f"up to {percent(p['predicted_up_to_pct'])}"
+        out += ["", f"The before trace's verdict predicted fixing it would save {predicted}; {outcome}."]
     elif d.slower_pct >= d.noise_pct:
         out += ["", f"The after trace is {percent(d.slower_pct)} slower: the change did not help"
                     + (f"; {md_literal(d.grew)} grew most." if d.grew else ".")]

@@ -72,10 +72,12 @@ class Prediction(TypedDict):
     """The before verdict's saving estimate against the measured change."""
 
     cause: str
-    predicted_up_to_pct: float
+    predicted_up_to_pct: float  # the bound
+    simulated_pct: float | None  # the what-if replay's prediction, where the finding had a change to replay
+    change: str | None  # that change (`traceagent whatif --change`)
     measured_pct: float
     basis: str
-    within_estimate: bool
+    within_estimate: bool  # the measured gain is within the bound
     sentence: str
 
 
@@ -336,8 +338,9 @@ def _grew_most(metrics: list[Metric]) -> str | None:
 
 
 def _prediction(before: Analysis, basis: str, measured_pct: float) -> Prediction | None:
-    """'predicted up to 27.2%, measured 20.1%': the before verdict's saving (an upper bound, of
-    step time or of the span) next to how much faster the after trace is on the same basis."""
+    """'predicted 26.8% (simulated; at most 27.2%), measured 20.1%': the before verdict's saving (the
+    replay's prediction where it has one, and the upper bound; of step time or of the span) next to
+    how much faster the after trace is on the same basis."""
     saving = before.verdict.saving
     if not saving:
         return None
@@ -348,9 +351,14 @@ def _prediction(before: Analysis, basis: str, measured_pct: float) -> Prediction
     measured_pct = round(measured_pct, 2) + 0.0  # + 0.0: no "-0.0%" for a trace compared with itself
     measured = (f"measured {round(measured_pct, 1) + 0.0:.1f}% faster" if measured_pct >= 0
                 else f"measured {-measured_pct:.1f}% slower")
-    return Prediction(cause=saving.root_cause, predicted_up_to_pct=predicted, measured_pct=measured_pct,
-                      basis=basis, within_estimate=within,
-                      sentence=f"predicted up to {predicted:.1f}% of {what}, {measured}")
+    # the replay's prediction is of the mean step where the trace has steps, else of the span: the same basis
+    simulated = saving.simulated_pct if (basis == "step") == (saving.step_pct is not None) else None
+    said = (f"predicted {max(simulated, 0.0):.1f}% of {what} (simulated with `{saving.change}`; at most "
+            f"{predicted:.1f}%), {measured}" if simulated is not None else f"predicted up to {predicted:.1f}% of {what}, "
+            f"{measured}")
+    return Prediction(cause=saving.root_cause, predicted_up_to_pct=predicted, simulated_pct=simulated,
+                      change=saving.change if simulated is not None else None, measured_pct=measured_pct,
+                      basis=basis, within_estimate=within, sentence=said)
 
 
 def _collectives_side(a: Analysis) -> CollectivesSide | None:

@@ -56,6 +56,11 @@ class Saving:
             whole = "step time" if self.step_pct is not None else "the span"
             how = "with that change" if self.root_cause == "hot_kernel" else f"with `{self.change}`"
             why = self.reasoning.removeprefix("an upper bound: ")
+            bound = self.step_pct if self.step_pct is not None else self.pct
+            if self.simulated_pct > bound + 0.05:  # the change reaches past this finding (launches: every gap they cause)
+                return (f"Fixing {self.finding} would save {self.simulated_pct:.1f}% of {whole} (simulated {how} on the "
+                        f"trace's dependency graph, a change that also shortens other findings; this one alone costs "
+                        f"{self.bound}).")
             return (f"Fixing {self.finding} would save {max(self.simulated_pct, 0.0):.1f}% of {whole} (simulated {how} "
                     f"on the trace's dependency graph; the upper bound is {self.bound}: {why}).")
         return f"Fixing {self.finding} would save up to {self.bound} ({self.reasoning})."
