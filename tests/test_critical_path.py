@@ -107,3 +107,22 @@ def test_the_host_ops_on_the_path_are_named(tmp_path):
     assert [(h.name, h.on_path_us) for h in path.host_ops] == [("aten::empty", 7 * 95 / 8), ("aten::relu", 10.0)]
     assert path.host_ops[0].share_of_host_pct == round(100 * 7 * 95 / 8 / 105, 2)
     assert "its host time is in aten::empty" in critical_path_sentence(path)
+
+
+def test_a_blocking_call_waits_only_for_its_own_processs_gpus():
+    """nsys-ai's two-process export: each process drives its own GPU. A sync edge of the path (a
+    blocking call after the device op it waited for) joins a call to an op on a device its own
+    process launched work on; before, 6 of the 16 joined the other process's GPU."""
+    from conftest import analyzed
+
+    trace = analyzed(NSYS_BEFORE).ranks[0].trace
+    path = critical_path(trace)
+    nodes = int((path.event >= 0).sum())
+    calls = trace.cpu[trace.cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
+    launcher = dict(zip(calls["correlation"].tolist(), calls["pid"].tolist()))
+    gpu = path.device_ops
+    own = {(launcher[c], d) for c, d in zip(gpu["correlation"].tolist(), gpu["device"].tolist()) if c in launcher}
+    assert len({d for _, d in own}) == 2 and len({p for p, _ in own}) == 2  # two processes, two GPUs
+    edges = [(int(path.thread[i]) >> 32, int(gpu["device"].iloc[int(path.event[i + 1])])) for i in range(nodes - 1)
+             if path.kind[i] == 1 and path.kind[i + 1] == 0]
+    assert len(edges) >= 10 and all(edge in own for edge in edges)

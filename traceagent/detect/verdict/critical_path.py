@@ -139,9 +139,9 @@ def critical_path(trace: Trace) -> Path | None:
     call_thread = calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64)
     prev_call = _previous(call_thread, c_start)
     prev_call = np.where(prev_call >= 0, prev_call + n_dev, -1)
-    by_end = np.argsort(d_end, kind="stable")
-    ended = np.searchsorted(d_end[by_end], c_end, side="right") - 1
-    waited = np.where(matches(calls["name"], BLOCKING_NAME) & (ended >= 0), by_end[np.maximum(ended, 0)], -1)
+    c_pid = calls["pid"].to_numpy(np.int64)
+    launched_by = np.where(launch >= 0, c_pid[np.clip(launch - n_dev, 0, max(len(c_pid) - 1, 0))] if len(c_pid) else -1, -1)
+    waited, _ = blocking_waits(c_pid, c_end, matches(calls["name"], BLOCKING_NAME), device, d_end, launched_by)
     gpu_set = (waited >= 0) & (d_end[np.maximum(waited, 0)] > c_start)
     pred = np.concatenate([pred, np.where(gpu_set, waited, prev_call)])
 
@@ -160,6 +160,29 @@ def critical_path(trace: Trace) -> Path | None:
         event=np.concatenate([np.where(on_device, nodes, nodes - n_dev), np.full(int(gap.sum()), -1)]),
         device_names=gpu["name"].array, call_names=calls["name"].array,
         thread=np.concatenate([thread, thread[gap]]).astype(np.int64), device_ops=gpu)
+
+
+def blocking_waits(c_pid: np.ndarray, c_end: np.ndarray, blocking: np.ndarray, d_device: np.ndarray,
+                   d_end: np.ndarray, launched_by: np.ndarray) -> tuple[np.ndarray, int]:
+    """For each blocking call, the device op it waited for: the one that ended last before the call
+    returned, among the ops on the devices its process launched work on (a process waits for its own
+    GPUs, never another process's); -1 for other calls. Also how many blocking calls are in a process
+    that launched nothing here (they wait for nothing)."""
+    waited = np.full(len(c_end), -1, dtype=np.int64)
+    lost = 0
+    linked = launched_by >= 0
+    pairs = np.unique(np.stack([launched_by[linked], d_device[linked]]), axis=1) if linked.any() else np.zeros((2, 0))
+    for pid in np.unique(c_pid[blocking]):
+        asking = np.flatnonzero(blocking & (c_pid == pid))
+        devices = pairs[1][pairs[0] == pid]
+        if not len(devices):
+            lost += len(asking)
+            continue
+        mine = np.flatnonzero(np.isin(d_device, devices))
+        by_end = mine[np.argsort(d_end[mine], kind="stable")]
+        at = np.searchsorted(d_end[by_end], c_end[asking], side="right") - 1
+        waited[asking] = np.where(at >= 0, by_end[np.maximum(at, 0)], -1)
+    return waited, lost
 
 
 def _walk(pred: list[int], end: list[int], node: int, floor: int) -> np.ndarray:

@@ -36,6 +36,7 @@ from ..core import intervals as iv
 from ..core.view import us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.kernels import short_name
+from .critical_path import blocking_waits
 from .savings import Saving
 
 #: the changes, as `--change` takes them
@@ -195,22 +196,9 @@ def build_graph(trace: Trace) -> Graph | None:
 
     # blocking calls: the op that ended last before the call returned, on a device its process launched on
     c_pid = c_thread >> 32
-    blocking = matches(calls["name"], BLOCKING_NAME)
-    c_wait = np.full(len(c_start), -1, dtype=np.int64)
-    d_device = gpu["device"].to_numpy(np.int64)
-    launched_pid = np.where(linked, _at(c_pid, d_launch), -1)
-    cross_process = 0
-    own = {(int(p), int(d)) for p, d in set(zip(launched_pid[linked].tolist(), d_device[linked].tolist()))}
-    for pid in np.unique(c_pid[blocking]):
-        devices = [d for p, d in own if p == pid]
-        asking = np.flatnonzero(blocking & (c_pid == pid))
-        if not devices:
-            cross_process += len(asking)
-            continue
-        mine = np.flatnonzero(np.isin(d_device, devices))
-        by_end = mine[np.argsort(d_end[mine], kind="stable")]
-        at = np.searchsorted(d_end[by_end], c_end[asking], side="right") - 1
-        c_wait[asking] = np.where(at >= 0, _at(by_end, at), -1)
+    c_wait, cross_process = blocking_waits(c_pid, c_end, matches(calls["name"], BLOCKING_NAME),
+                                           gpu["device"].to_numpy(np.int64), d_end,
+                                           np.where(linked, _at(c_pid, d_launch), -1))
     waited_end = np.where(c_wait >= 0, _at(d_end, c_wait), 0)
     c_post = np.where(c_wait >= 0, c_end - np.maximum(c_start, waited_end), c_end - c_start)
     c_waker = _wakers(cpu, c_thread, c_start, c_end, c_gap, first, origin)
