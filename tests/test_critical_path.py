@@ -126,3 +126,25 @@ def test_a_blocking_call_waits_only_for_its_own_processs_gpus():
     edges = [(int(path.thread[i]) >> 32, int(gpu["device"].iloc[int(path.event[i + 1])])) for i in range(nodes - 1)
              if path.kind[i] == 1 and path.kind[i + 1] == 0]
     assert len(edges) >= 10 and all(edge in own for edge in edges)
+
+
+def test_the_path_of_one_step(tmp_path):
+    """Two steps, one kernel each. By hand: step 2's path is its kernel (205-305) after its launch
+    call (200-205) after the host work from the step's start (150): 155 µs, two events; the whole
+    trace's path is the same two events after host work from the first device work (5): 300 µs."""
+    from conftest import analyzed
+
+    from traceagent.agent.tools import AnalysisContext, ToolInputError, build_tools
+
+    b = TraceBuilder()
+    b.op("ProfilerStep#1", 0, 150)
+    b.kernel("a", 5, 100, launch_at=0)
+    b.op("ProfilerStep#2", 150, 200)
+    b.kernel("b", 205, 100, launch_at=200)
+    tool = {t.name: t for t in build_tools(AnalysisContext(analyzed(b.write(tmp_path / "two.json"))))}["critical_path"]
+    step = json.loads(tool.invoke({"step": 2}))
+    whole = json.loads(tool.invoke({}))
+    assert (step["length_us"], step["events"], step["scope"]["window"]) == (155, 2, "step 2")
+    assert (whole["length_us"], whole["events"]) == (300, 2) and [k["name"] for k in step["kernels"]] == ["b"]
+    with pytest.raises(ToolInputError, match="no step 3; the steps are 1, 2"):
+        tool.invoke({"step": 3})

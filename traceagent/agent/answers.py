@@ -41,6 +41,7 @@ class Scope(TypedDict, total=False):
     rank: int | str | None
     device: int | str
     devices: list[int]
+    window: str  # a step or range the answer is about alone ("step 5", "forward #2")
 
 
 class Unavailable(TypedDict):

@@ -111,7 +111,8 @@ class OfflineAnalyst:
             "sync": Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync),
             "communication": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                   self._communication),
-            "critical_path": Plan(lambda q, at: [("critical_path", at)], self._critical_path),
+            "critical_path": Plan(lambda q, at: [("critical_path", at | ({"step": q.steps[0]} if q.steps else {}))],
+                                  self._critical_path),
             "phases": Plan(lambda q, at: [("phases", at), ("verdict", at)], self._phases),
             "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                  self._communication),
@@ -469,7 +470,8 @@ class OfflineAnalyst:
         if answer.result is None:
             return _unavailable(answer.unavailable, "the critical path") if answer.unavailable else "No critical path."
         path = answer.result
-        lines = [f"{self._who(answer.scope)}{critical_path_sentence(path)}"]
+        window = (answer.scope or {}).get("window")
+        lines = [f"{self._who(answer.scope)}{f'{window.capitalize()}: ' if window else ''}{critical_path_sentence(path)}"]
         lines += [f"- `{shorten(k.short_name, 50)}`: {duration(k.on_path_us)} on the path of its {duration(k.total_us)}; "
                   f"twice as fast, it saves at most {duration(k.saving_2x_us)}" for k in path.kernels[:5]]
         return "\n".join(lines)

@@ -31,6 +31,7 @@ from ..detect.core.vocabulary import GAP_CAUSES
 from ..detect.detectors.annotations import detect_annotations
 from ..detect.detectors.idle import DeviceIdle, IdleResult, gap_host_activity
 from ..detect.registry import DETECTORS, Detector
+from ..detect.verdict.critical_path import detect_critical_path, range_window, step_window
 from ..detect.verdict.whatif import parse_change, simulate
 from ..trace.model import matches
 from .answers import (
@@ -338,16 +339,32 @@ def kernel_profiles(ctx: AnalysisContext,
                                 note=None if kernels else f"no profiled kernel matches {name_filter!r}")
 
 
-def critical_path(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> DetectorAnswer:
+def critical_path(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
+                  step: Annotated[int | None, Field(description="the path of this step alone (its host range to the "
+                                                                 "end of its device work)")] = None,
+                  range_name: Annotated[str | None, Field(description="the path of one record_function / NVTX range "
+                                                                       "by name")] = None,
+                  instance: Annotated[int, Field(description="which instance of range_name (1 = the first)")] = 1
+                  ) -> DetectorAnswer:
     """The rank's critical path (the chain of dependent work that sets its length: device ops on
-    their streams, launch calls, host work between calls, blocking calls, waits): its length split
-    into device work, host calls, host work and waits; the kernels with the most time on it, each with
-    what making it 2× faster saves at most; and the hot kernels off it, which save nothing when
-    faster. Per rank (`device` only checks the GPU exists)."""
+    their streams, launch calls, host work between calls, blocking calls, waits), or one step's or
+    range's: its length split into device work, host calls, host work and waits; the kernels with
+    the most time on it, each with what making it 2× faster saves at most; the hot kernels off it,
+    which save nothing when faster; the host ops its host time is spent in. Per rank (`device` only
+    checks the GPU exists)."""
     r, scope = ctx.scoped(rank, device)
-    return DetectorAnswer(r.findings.critical_path, scope,
-                          None if r.findings.critical_path else unavailable("the critical path", "the rank ran no device work",
-                                                                            "profile a step that runs on the GPU"))
+    if step is None and range_name is None:
+        return DetectorAnswer(r.findings.critical_path, scope, None if r.findings.critical_path else unavailable(
+            "the critical path", "the rank ran no device work", "profile a step that runs on the GPU"))
+    try:
+        window = step_window(r.trace, step) if step is not None else range_window(r.trace, range_name or "", instance)
+    except KeyError as exc:
+        raise ToolInputError(str(exc.args[0])) from None
+    path = detect_critical_path(r.trace, [k.name for k in r.findings.kernels.top], window)
+    within = Scope(**scope, window=f"step {step}" if step is not None else f"{range_name} #{instance}")
+    return DetectorAnswer(path, within,
+                          None if path else unavailable("the critical path", "the window ran no device work",
+                                                        "pick a step or range that launches GPU work"))
 
 
 def kernel_instances(ctx: AnalysisContext,

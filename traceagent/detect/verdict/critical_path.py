@@ -99,9 +99,11 @@ class Path:
                 zip(self.kind.tolist(), self.event.tolist())]
 
 
-def critical_path(trace: Trace) -> Path | None:
+def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path | None:
     """The rank's critical path, or None without device work: what `annotate` draws and the result
-    sums. Every event's binding dependency is chosen with array operations; the walk only follows them."""
+    sums. Every event's binding dependency is chosen with array operations; the walk only follows them.
+    `window` (ns on the trace clock: a step's or a range's start and the end of its device work):
+    the path of that stretch alone, from the device work that ends last in it back to its start."""
     gpu = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]
     if gpu.empty:
         return None
@@ -146,7 +148,14 @@ def critical_path(trace: Trace) -> Path | None:
     pred = np.concatenate([pred, np.where(gpu_set, waited, prev_call)])
 
     first_device = int(d_start.min())
-    nodes = _walk(pred.tolist(), end.tolist(), int(np.argmax(d_end)), first_device)
+    last = int(np.argmax(d_end))
+    if window is not None:
+        inside = np.flatnonzero((d_end <= window[1]) & (d_end > window[0]))
+        if not len(inside):
+            return None
+        last = int(inside[np.argmax(d_end[inside])])
+        first_device = max(first_device, window[0])
+    nodes = _walk(pred.tolist(), end.tolist(), last, first_device)
     follows = pred[nodes]
     at = np.maximum(np.where(follows >= 0, end[np.maximum(follows, 0)], start[nodes]), first_device)
     on_device = nodes < n_dev
@@ -160,6 +169,34 @@ def critical_path(trace: Trace) -> Path | None:
         event=np.concatenate([np.where(on_device, nodes, nodes - n_dev), np.full(int(gap.sum()), -1)]),
         device_names=gpu["name"].array, call_names=calls["name"].array,
         thread=np.concatenate([thread, thread[gap]]).astype(np.int64), device_ops=gpu)
+
+
+def step_window(trace: Trace, step: int) -> tuple[int, int]:
+    """A step's window: from its host start to the end of its device work (or of its host range
+    when it launched none); KeyError naming the steps there are."""
+    rows = trace.steps[trace.steps["step"] == step]
+    if rows.empty:
+        raise KeyError(f"no step {step}; the steps are {', '.join(str(s) for s in trace.steps['step'].tolist()) or 'none'}")
+    row = rows.iloc[0]
+    end = int(row["gpu_end"]) if not pd.isna(row["gpu_end"]) else int(row["end"])
+    return int(row["start"]), max(end, int(row["end"]))
+
+
+def range_window(trace: Trace, name: str, instance: int = 1) -> tuple[int, int]:
+    """The window of a host range (`record_function`, NVTX) by name and instance (1 = the first):
+    its start to its end, or to the end of the device work launched inside it; KeyError when there
+    is no such range."""
+    cpu = trace.cpu
+    rows = cpu[(cpu["name"].astype(str) == name).to_numpy()].sort_values("start")
+    if len(rows) < instance or instance < 1:
+        raise KeyError(f"no instance {instance} of a range named {name!r} ({len(rows)} in the trace)")
+    row = rows.iloc[instance - 1]
+    start, end = int(row["start"]), int(row["end"])
+    gpu = trace.gpu
+    launched = gpu["correlation"].isin(cpu.loc[(cpu["start"] >= start).to_numpy() & (cpu["end"] <= end).to_numpy()
+                                               & cpu["kind"].isin(["runtime", "driver"]).to_numpy(), "correlation"])
+    device_end = int(gpu.loc[launched.to_numpy(), "end"].max()) if launched.any() else end
+    return start, max(end, device_end)
 
 
 def blocking_waits(c_pid: np.ndarray, c_end: np.ndarray, blocking: np.ndarray, d_device: np.ndarray,
@@ -206,9 +243,10 @@ def _previous(group: np.ndarray, t: np.ndarray) -> np.ndarray:
     return out
 
 
-def detect_critical_path(trace: Trace, hot: list[str]) -> CriticalPathResult | None:
-    """The rank's critical path, and which of the `hot` kernels (by total time) are off it."""
-    path = critical_path(trace)
+def detect_critical_path(trace: Trace, hot: list[str], window: tuple[int, int] | None = None) -> CriticalPathResult | None:
+    """The rank's critical path (or one window's: critical_path), and which of the `hot` kernels (by
+    total time) are off it."""
+    path = critical_path(trace, window)
     if path is None or not len(path.start):  # e.g. only zero-length device work: no chain to walk
         return None
     dur = path.end - path.start
@@ -222,6 +260,9 @@ def detect_critical_path(trace: Trace, hot: list[str]) -> CriticalPathResult | N
     count = np.bincount(codes[codes >= 0], minlength=len(categories))
     gpu = path.device_ops  # the rows path.event indexes, filtered once by critical_path
     is_kernel = (gpu["kind"] == "kernel").to_numpy()
+    if window is not None:  # a kernel's time in all is its time in the window
+        ends = gpu["end"].to_numpy()
+        is_kernel = is_kernel & (ends > window[0]) & (ends <= window[1])
     all_codes = names.codes[is_kernel]
     totals = np.bincount(all_codes[all_codes >= 0], weights=(gpu["end"] - gpu["start"]).to_numpy()[is_kernel][all_codes >= 0],
                          minlength=len(categories))
