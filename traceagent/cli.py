@@ -365,6 +365,10 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     except ValueError as exc:
         err.print(f"traceagent: error: {exc}", markup=False)
         return 2
+    if args.output:
+        from .outputs import check_output
+
+        check_output(args.output, args.path)  # never the trace it reads
     analysis = run_request(request_of(args))
     try:
         rank = analysis.rank(args.rank)
@@ -380,6 +384,16 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if result is None:
         err.print(f"traceagent: error: {args.path}: rank {rank.rank} has no device work to replay", markup=False)
         return 2
+    if args.output:
+        from .report.simulated import write_simulated
+
+        try:
+            written = write_simulated(rank.trace, result, args.output)
+        except OSError as exc:
+            err.print(f"traceagent: error: {args.output}: cannot write the simulated trace ({exc.strerror})", markup=False)
+            return 2
+        err.print(f"wrote {args.output}: rank {result.rank} replayed with {', '.join(args.change)} ({written} events; "
+                  "open it in https://ui.perfetto.dev, or compare: traceagent diff TRACE SIMULATED)", markup=False)
     if args.json:
         print_json(result.to_dict())
         return 0
@@ -687,6 +701,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="dataloader=0 or =xF, sync=0 or sync:NAME=0, kernel:REGEX=xF, op:NAME=xF, launch=graphs; "
                              "repeatable (the changes are made together)")
     whatif.add_argument("--rank", type=int, default=None, help="the rank to replay (default: the verdict's)")
+    whatif.add_argument("-o", "--output", help="also write the replayed rank as a trace: simulated.json(.gz), for "
+                                               "Perfetto or `traceagent diff TRACE simulated.json.gz`")
     ask = add("ask", cmd_ask, "ask one question about a trace (an LLM if configured, else the offline analyst)")
     ask.add_argument("question")
     ask.add_argument("--compare", metavar="OTHER", help="a second trace (after a change) to compare with")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -139,6 +139,8 @@ class Graph:
     d_kind: np.ndarray
     unlinked: int  # device ops with no launch call in the trace: they keep their measured start
     cross_process: int  # blocking calls whose process launched nothing on the device: no wait edge
+    calls: pd.DataFrame = field(repr=False)  # the host calls' rows, in the arrays' order
+    ops: pd.DataFrame = field(repr=False)  # the device ops' rows, likewise
 
 
 def build_graph(trace: Trace) -> Graph | None:
@@ -206,7 +208,8 @@ def build_graph(trace: Trace) -> Graph | None:
     return Graph(origin, c_start, c_end, _groups(c_thread), c_gap, c_wait, np.maximum(c_post, 0), c_waker,
                  calls["name"].array,
                  c_thread, d_start, d_end, _groups(d_key), d_gap, d_launch, np.maximum(d_delay, 0),
-                 gpu["name"].array, gpu["op"].array, gpu["kind"].to_numpy(str), int((~linked).sum()), cross_process)
+                 gpu["name"].array, gpu["op"].array, gpu["kind"].to_numpy(str), int((~linked).sum()), cross_process,
+                 calls, gpu)
 
 
 IDLE_THREAD_NS = 100_000  # a thread with nothing traced on it this long before a call was woken by another
@@ -426,11 +429,33 @@ class WhatIfResult:
     limits_after: str  # what sets the pace after the change, in words
     passes: int
     assumptions: list[str] = field(default_factory=list)
+    # what the simulated trace is written from (not part of the JSON)
+    timeline: Timeline | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
+        return {f.name: ([asdict(c) for c in self.changes] if f.name == "changes" else getattr(self, f.name))
+                for f in fields(self) if f.name != "timeline"}
 
-        return asdict(self)
+
+@dataclass(frozen=True)
+class Timeline:
+    """A replay with what maps the rest of the host's events onto it: the graph, its replayed times,
+    and the data loading a change removed (for the ranges between calls)."""
+
+    graph: Graph
+    replayed: Replayed
+    removed: iv.Intervals | None
+    factor: float
+
+    def host_times(self, pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Host times (ns on the trace clock) on their threads, moved as the replay moved each thread."""
+        out = t.copy()
+        thread = pid.astype(np.int64) * (1 << 32) + tid.astype(np.int64)
+        for th in np.unique(thread):
+            mine = thread == th
+            out[mine] = _moved(self.graph, self.replayed, int(th), t[mine] - self.graph.origin, self.removed,
+                               self.factor) + self.graph.origin
+        return out
 
 
 @dataclass(frozen=True)
@@ -578,7 +603,8 @@ def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None, ba
         rank=trace.meta.rank, changes=applied, basis=basis, measured_us=us(measured), replayed_us=us(replayed),
         predicted_us=us(predicted), saving_pct=round(100 * (1 - predicted / measured), 2) if measured else 0.0,
         speedup_x=round(measured / predicted, 3) if predicted else 0.0, device_busy_after_pct=busy,
-        launch_bound_after_pct=launch_bound, limits_after=limits, passes=after.passes, assumptions=assumptions)
+        launch_bound_after_pct=launch_bound, limits_after=limits, passes=after.passes, assumptions=assumptions,
+        timeline=Timeline(g, after, loading, loading_factor))
 
 
 def _loading_in_gaps(trace: Trace, g: Graph) -> np.ndarray:
