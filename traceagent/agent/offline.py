@@ -238,9 +238,10 @@ class OfflineAnalyst:
         factor = float(m.group(1)) if (m := _FACTOR.search(q.text)) else 2.0
         if q.kernel:
             return f"kernel:{re.escape(q.kernel)}=x{factor:g}"
-        for root in ("dataloader", "sync", "launch_overhead"):
-            if _names_cause(q.text, root) or (root == "launch_overhead" and re.search(r"cuda ?graph|launch", q.text, re.I)):
-                return ROOT_CAUSES[root].change
+        for root, word in ROOT_CAUSES.items():  # the causes a change fixes, by their words
+            if word.change and (_names_cause(q.text, root) or (word.change == "launch=graphs"
+                                                               and re.search(r"cuda ?graph|launch", q.text, re.I))):
+                return word.change
         verdict = self.ctx.analysis.rank(q.rank).verdict if q.rank is not None else self.ctx.analysis.verdict
         if verdict.root_cause in ROOT_CAUSES and ROOT_CAUSES[verdict.root_cause].change:
             return ROOT_CAUSES[verdict.root_cause].change
