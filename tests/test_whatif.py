@@ -228,3 +228,25 @@ def test_the_simulated_trace_never_replaces_the_trace_it_reads(tmp_path, capsys)
     before = loading_loop().write(tmp_path / "before.json")
     assert main(["whatif", str(before), "--change", "dataloader=0", "-o", str(before)]) == 2
     assert "the trace being read" in capsys.readouterr().err
+
+
+def test_copies_from_pinned_memory(tmp_path):
+    """Each 700 µs step: a pageable 8 MB HtoD copy whose call holds the host 0-500 (the copy runs
+    10-500), a kernel launched at 505 (5 µs calls) running 510-610, a sync from 515 to 615, 85 µs
+    of host work. By hand, pinned at bandwidth B (GB/s): the call takes a launch's 5 µs, the copy
+    8000/B µs from 10, the kernel after it, the sync 5 µs after the kernel, 85 µs more:
+    10 + 8000/B + 100 + 5 + 85 a step. No pinned copy in the trace: B is 80% of the host link's peak."""
+    from traceagent.detect.core.links import host_link
+
+    b = TraceBuilder()
+    for n in range(3):
+        s = n * 700
+        b.op(f"ProfilerStep#{n + 1}", s, 700)
+        b.memcpy(s + 10, 490, 8_000_000, launch_at=s, launch_dur=500)
+        b.kernel("k", s + 510, 100, launch_at=s + 505)
+        b.runtime("cudaStreamSynchronize", s + 515, 100)
+        b.op("host_work", s + 615, 85)
+    bandwidth = host_link("Test GPU").peak_gbps * 0.8
+    result = predicted(tmp_path, b, "copies=pinned")
+    assert result.predicted_us == pytest.approx(10 + 8000 / bandwidth + 100 + 5 + 85, abs=0.01)
+    assert result.changes[0].matched == 3 and f"HtoD at {bandwidth:.1f} GB/s" in result.changes[0].assumption

@@ -51,7 +51,7 @@ ROOT_CAUSES = _table(
          "#29335c", "blue", "idle during other host work"),
     Word("pageable_memcpy", "copies from pageable memory", "copies staged through a pinned buffer, slow and "
          "synchronous for the host", "#3bb273", "green", "bytes copied from pageable memory",
-         said=r"pageable|pin(?:ned|_memory)"),
+         said=r"pageable|pin(?:ned|_memory)", change="copies=pinned"),
     Word("memcpy", "exposed copies", "copies that no compute overlaps", "#3bb273", "green", "exposed copy time",
          said=r"\bcop(?:y|ies)\b|memcpy|transfer"),
     Word("communication", "exposed communication", "collective time that no compute overlaps", "#a23b72",

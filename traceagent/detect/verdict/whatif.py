@@ -33,6 +33,7 @@ from ...format import duration
 from ...trace.model import Trace, matches
 from ...trace.normalize import innermost_enclosing
 from ..core import intervals as iv
+from ..core.links import host_link
 from ..core.view import us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.kernels import short_name
@@ -46,8 +47,11 @@ CHANGES = {
     "kernel:REGEX=xF": "kernels whose name matches REGEX F times faster",
     "op:NAME=xF": "the kernels an op (aten::mm, a record_function range) launches F times faster",
     "launch=graphs": "kernels launched from a CUDA graph: each launch call's host cost gone",
+    "copies=pinned": "copies from pageable host memory made from pinned memory: asynchronous, at pinned bandwidth",
 }
-_SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|launch)(?::(?P<pattern>.+?))?=(?P<value>x?[\d.]+|graphs)$")
+_SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|launch|copies)(?::(?P<pattern>.+?))?=(?P<value>x?[\d.]+|graphs|"
+                   r"pinned)$")
+PINNED_SHARE = 0.8  # of the host link's peak, what pinned copies reach where the trace has none to measure
 _NEVER = np.iinfo(np.int64).min // 4  # no floor (a quarter of the range: sums stay in range)
 MAX_PASSES = 10_000  # a host-device hand-over per pass: far more than a trace's syncs
 
@@ -74,6 +78,10 @@ class Change:
             return f"kernels matching {self.pattern!r} run {self.factor:g}× faster; launches and other work as measured"
         if self.what == "op":
             return f"the kernels {self.pattern!r} launches run {self.factor:g}× faster"
+        if self.what == "copies":
+            return ("pageable copies are made from pinned memory (pin_memory=True, non_blocking=True): each runs at "
+                    "the pinned bandwidth below and its call returns as a kernel launch does; a synchronous copy "
+                    "(.item(), .cpu()) still waits for its value")
         return ("each kernel launch costs the host nothing (replayed from a CUDA graph); the host time between "
                 "launches (Python, the framework) stays, which torch.cuda.graphs would also remove")
 
@@ -89,7 +97,11 @@ def parse_change(spec: str) -> Change:
         if value != "graphs" or pattern:
             raise ValueError(f"{spec!r}: launch takes only launch=graphs")
         return Change(spec, what, None, math.inf)
-    if value == "graphs":
+    if what == "copies":
+        if value != "pinned" or pattern:
+            raise ValueError(f"{spec!r}: copies takes only copies=pinned")
+        return Change(spec, what, None, math.inf)
+    if value in ("graphs", "pinned"):
         raise ValueError(f"{spec!r}: only launch takes graphs; the changes are: {valid}")
     if value.startswith("x"):
         factor = float(value[1:])
@@ -562,6 +574,17 @@ def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None, ba
                                                                    else f"is launched by op {pattern!r}"))
             matched = int(hit.sum())
             d_dur = np.where(hit, d_dur / change.factor, d_dur)
+        elif change.what == "copies":
+            pageable, note = _pageable(trace, g)
+            if not pageable.any():
+                raise ValueError(f"{change.spec!r}: the trace has no copies from or to pageable host memory")
+            matched = int(pageable.sum())
+            d_dur = np.where(pageable, np.minimum(d_dur, _pinned_ns(trace, g)), d_dur)
+            calls = np.zeros(len(g.c_start), dtype=bool)
+            calls[g.d_launch[pageable & (g.d_launch >= 0)]] = True
+            c_dur = np.where(calls & (g.c_wait < 0), _launch_ns(g), c_dur)
+            applied.append(ChangeApplied(change.spec, f"{change.assumption}; {note}", matched))
+            continue
         else:  # launch=graphs
             launches = np.zeros(len(g.c_start), dtype=bool)
             launches[g.d_launch[g.d_launch >= 0]] = True
@@ -605,6 +628,47 @@ def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None, ba
         speedup_x=round(measured / predicted, 3) if predicted else 0.0, device_busy_after_pct=busy,
         launch_bound_after_pct=launch_bound, limits_after=limits, passes=after.passes, assumptions=assumptions,
         timeline=Timeline(g, after, loading, loading_factor))
+
+
+def _pageable(trace: Trace, g: Graph) -> tuple[np.ndarray, str]:
+    """Which device ops are copies between the device and pageable host memory, and the pinned
+    bandwidth they would get, in words."""
+    ops = g.ops
+    kind = ops["copy_kind"].astype(str).to_numpy()
+    src, dst = ops["src_kind"].astype(str).str.lower().to_numpy(), ops["dst_kind"].astype(str).str.lower().to_numpy()
+    pageable = (g.d_kind == "memcpy") & (((kind == "HtoD") & (src == "pageable")) | ((kind == "DtoH") & (dst == "pageable")))
+    rates = {d: _pinned_gbps(trace, g, d) for d in ("HtoD", "DtoH")}
+    note = "; ".join(f"{d} at {gbps:.1f} GB/s ({why})" for d, (gbps, why) in rates.items()
+                     if (pageable & (kind == d)).any())
+    return pageable, note
+
+
+def _pinned_gbps(trace: Trace, g: Graph, direction: str) -> tuple[float, str]:
+    """The bandwidth pinned copies of one direction reach: the trace's own pinned copies', else a
+    share of the host link's peak."""
+    ops = g.ops
+    host_side = ops["src_kind" if direction == "HtoD" else "dst_kind"].astype(str).str.lower().to_numpy()
+    pinned = (g.d_kind == "memcpy") & (ops["copy_kind"].astype(str).to_numpy() == direction) & (host_side == "pinned")
+    seconds = float((g.d_end - g.d_start)[pinned].sum()) / 1e9
+    if pinned.any() and seconds > 0:
+        return float(ops["bytes"].to_numpy()[pinned].sum()) / seconds / 1e9, "this trace's own pinned copies"
+    link = host_link(next(iter(trace.meta.devices.values()), ""))
+    return link.peak_gbps * PINNED_SHARE, f"{PINNED_SHARE:.0%} of {link.kind}'s {link.peak_gbps:g} GB/s"
+
+
+def _pinned_ns(trace: Trace, g: Graph) -> np.ndarray:
+    """Each op's time as a pinned copy of its bytes in its direction (0 for other ops)."""
+    kind = g.ops["copy_kind"].astype(str).to_numpy()
+    gbps = np.select([kind == "HtoD", kind == "DtoH"], [_pinned_gbps(trace, g, "HtoD")[0],
+                                                        _pinned_gbps(trace, g, "DtoH")[0]], default=np.inf)
+    return g.ops["bytes"].to_numpy(np.float64) / gbps
+
+
+def _launch_ns(g: Graph) -> int:
+    """What a launch call takes: the median of the calls that launched kernels."""
+    kernels = (g.d_kind == "kernel") & (g.d_launch >= 0)
+    calls = g.d_launch[kernels]
+    return int(np.median((g.c_end - g.c_start)[calls])) if len(calls) else 0
 
 
 def _loading_in_gaps(trace: Trace, g: Graph) -> np.ndarray:
