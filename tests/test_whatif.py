@@ -80,10 +80,10 @@ def test_a_named_sync_that_the_trace_lacks_is_an_error(tmp_path):
         predicted(tmp_path, sync_loop(), "sync:aten::item=0")
 
 
-def gpu_loop(steps: int = 3, op: str | None = None) -> TraceBuilder:
+def gpu_loop(steps: int = 3, op: str | None = None, device: str = "Test GPU") -> TraceBuilder:
     """Each 900 µs step: two 400 µs kernels launched at 0 and 10 (the second queued behind the
     first), a sync from 20 until the second ends (805 → 810), 90 µs of host work."""
-    b = TraceBuilder()
+    b = TraceBuilder(device)
     for n in range(steps):
         s = n * 900
         b.op(f"ProfilerStep#{n + 1}", s, 900)
@@ -250,3 +250,20 @@ def test_copies_from_pinned_memory(tmp_path):
     result = predicted(tmp_path, b, "copies=pinned")
     assert result.predicted_us == pytest.approx(10 + 8000 / bandwidth + 100 + 5 + 85, abs=0.01)
     assert result.changes[0].matched == 3 and f"HtoD at {bandwidth:.1f} GB/s" in result.changes[0].assumption
+
+
+@pytest.mark.parametrize("change", ["amp", "gpu=H100"])
+def test_another_precision_or_gpu(tmp_path, change):
+    """The GPU-bound loop on a V100: gemm_a (matrix math) is scaled by the FLOP/s peak ratio, relu_b
+    by the memory one. By hand, from the datasheets' figures: amp on a V100 is fp16 125 / fp32 15.7
+    TFLOP/s for gemm_a, 2× (half the bytes) for relu_b; an H100 SXM is fp32 67 / 15.7 TFLOP/s and
+    3,350 / 900 GB/s. A step: 5 + gemm_a + relu_b + 5 + 90 µs."""
+    compute, memory = (125 / 15.7, 2.0) if change == "amp" else (67 / 15.7, 3350 / 900)
+    result = predicted(tmp_path, gpu_loop(device="Tesla V100-SXM2-16GB"), change)
+    assert result.predicted_us == pytest.approx(5 + 400 / compute + 400 / memory + 5 + 90, abs=0.01)
+    assert result.changes[0].matched == 6
+
+
+def test_a_gpu_the_table_lacks_is_one_line(capsys):
+    assert main(["whatif", str(RESNET_NW0), "--change", "gpu=TPUv5"]) == 2
+    assert "no GPU named 'TPUv5' in the peak table; it has V100 PCIe" in capsys.readouterr().err

@@ -57,3 +57,8 @@ def peak_for(device_name: str) -> Peak | None:
     """The table's row for a device name ("NVIDIA H100 80GB HBM3", "Tesla V100-DGXS-32GB")."""
     upper = device_name.upper()
     return next((peak for pattern, peak in _PEAKS if re.search(pattern, upper)), None)
+
+
+def known_gpus() -> list[str]:
+    """The GPU families the table has, for messages."""
+    return [peak.gpu for _, peak in _PEAKS]

@@ -34,6 +34,7 @@ from ...trace.model import Trace, matches
 from ...trace.normalize import innermost_enclosing
 from ..core import intervals as iv
 from ..core.links import host_link
+from ..core.peaks import known_gpus, peak_for
 from ..core.view import us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.kernels import short_name
@@ -48,7 +49,13 @@ CHANGES = {
     "op:NAME=xF": "the kernels an op (aten::mm, a record_function range) launches F times faster",
     "launch=graphs": "kernels launched from a CUDA graph: each launch call's host cost gone",
     "copies=pinned": "copies from pageable host memory made from pinned memory: asynchronous, at pinned bandwidth",
+    "amp": "mixed precision: matmul-class kernels at the GPU's tensor-core peak ratio, the rest at half the bytes",
+    "gpu=NAME": "another GPU (H100, A100, MI300X…): matmul-class kernels by the FLOP/s peak ratio, the rest by the "
+                "memory bandwidth ratio",
 }
+# kernels that do matrix math (compute-bound at size); every other kernel is taken to move memory
+MATMUL_CLASS = re.compile(r"gemm|conv|cutlass|cublas|xmma|wgrad|dgrad|fprop|matmul|attention|attn|fmha|flash|sdpa|"
+                          r"implicit_convolve|winograd|cudnn::detail|nchw.*(?:fw|bw)", re.I)
 _SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|launch|copies)(?::(?P<pattern>.+?))?=(?P<value>x?[\d.]+|graphs|"
                    r"pinned)$")
 PINNED_SHARE = 0.8  # of the host link's peak, what pinned copies reach where the trace has none to measure
@@ -61,7 +68,7 @@ class Change:
     """One change to replay."""
 
     spec: str  # as the user wrote it
-    what: str  # dataloader, sync, kernel, op, launch
+    what: str  # dataloader, sync, kernel, op, launch, copies, amp, gpu
     pattern: str | None  # kernel regex, op name, blocking call or op name
     factor: float  # how many times faster or shorter; inf: removed
 
@@ -78,6 +85,14 @@ class Change:
             return f"kernels matching {self.pattern!r} run {self.factor:g}× faster; launches and other work as measured"
         if self.what == "op":
             return f"the kernels {self.pattern!r} launches run {self.factor:g}× faster"
+        if self.what == "amp":
+            return ("mixed precision: matmul-class kernels run at the tensor-core peak ratio of the lower precision "
+                    "(an upper bound: kernels rarely reach peak in either), every other kernel on half the bytes; "
+                    "copies and launches as measured")
+        if self.what == "gpu":
+            return (f"on a {self.pattern}: matmul-class kernels by the ratio of FLOP/s peaks for the run's dtype, every "
+                    "other kernel by the ratio of memory bandwidths (from the peak table); the host, launches and "
+                    "host copies as measured")
         if self.what == "copies":
             return ("pageable copies are made from pinned memory (pin_memory=True, non_blocking=True): each runs at "
                     "the pinned bandwidth below and its call returns as a kernel launch does; a synchronous copy "
@@ -90,6 +105,13 @@ def parse_change(spec: str) -> Change:
     """A `--change` spec → a Change; ValueError naming the valid changes."""
     found = _SPEC.match(spec.strip())
     valid = "; ".join(f"{k} ({v})" for k, v in CHANGES.items())
+    if spec.strip() == "amp":
+        return Change("amp", "amp", None, math.inf)
+    if spec.strip().startswith("gpu="):
+        name = spec.strip()[4:]
+        if peak_for(name) is None:
+            raise ValueError(f"{spec!r}: no GPU named {name!r} in the peak table; it has {', '.join(known_gpus())}")
+        return Change(spec.strip(), "gpu", name, math.inf)
     if not found:
         raise ValueError(f"{spec!r} is not a change; the changes are: {valid}")
     what, pattern, value = found.group("what"), found.group("pattern"), found.group("value")
@@ -574,6 +596,12 @@ def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None, ba
                                                                    else f"is launched by op {pattern!r}"))
             matched = int(hit.sum())
             d_dur = np.where(hit, d_dur / change.factor, d_dur)
+        elif change.what in ("amp", "gpu"):
+            scale, note = _device_scale(trace, g, change)
+            matched = int((scale != 1).sum())
+            d_dur = d_dur / scale
+            applied.append(ChangeApplied(change.spec, f"{change.assumption}; {note}", matched))
+            continue
         elif change.what == "copies":
             pageable, note = _pageable(trace, g)
             if not pageable.any():
@@ -628,6 +656,46 @@ def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None, ba
         speedup_x=round(measured / predicted, 3) if predicted else 0.0, device_busy_after_pct=busy,
         launch_bound_after_pct=launch_bound, limits_after=limits, passes=after.passes, assumptions=assumptions,
         timeline=Timeline(g, after, loading, loading_factor))
+
+
+def _run_dtype(trace: Trace) -> str:
+    """The dtype the matmuls ran in, from the shapes the trace recorded (fp32 where it has none)."""
+    recorded = " ".join(str(c) for c in trace.cpu["shapes"].cat.categories) if len(trace.cpu) else ""
+    for name, dtype in (("c10::BFloat16", "bf16"), ("c10::Half", "fp16")):
+        if name in recorded:
+            return dtype
+    return "fp32"
+
+
+def _device_scale(trace: Trace, g: Graph, change: Change) -> tuple[np.ndarray, str]:
+    """How many times faster each device op runs under `amp` or `gpu=NAME`, and the figures used;
+    ValueError where the peak table cannot say."""
+    device = next(iter(trace.meta.devices.values()), "")
+    here = peak_for(device)
+    if here is None:
+        raise ValueError(f"{change.spec!r}: the trace's GPU ({device or 'unnamed'}) is not in the peak table; it has "
+                         f"{', '.join(known_gpus())}")
+    dtype = _run_dtype(trace)
+    matmul = (g.d_kind == "kernel") & matches(pd.Series(g.d_names), MATMUL_CLASS)
+    memory = (g.d_kind == "kernel") & ~matmul | ((g.d_kind != "kernel") & (g.ops["copy_kind"].astype(str) == "DtoD")
+                                                   .to_numpy())
+    if change.what == "amp":
+        low = next((d for d in ("bf16", "fp16") if d in here.tflops), None)
+        if dtype != "fp32" or low is None:
+            raise ValueError(f"{change.spec!r}: the matmuls already run in {dtype}" if dtype != "fp32"
+                             else f"{change.spec!r}: {here.gpu} has no lower-precision peak in the table")
+        compute, bandwidth = here.tflops[low] / here.tflops["fp32"], 2.0
+        note = (f"{here.gpu}: {low} {here.tflops[low]:g} / fp32 {here.tflops['fp32']:g} TFLOP/s = {compute:.1f}× for "
+                f"matmul-class kernels, 2× for the rest ({here.source})")
+    else:
+        there = peak_for(change.pattern or "")
+        assert there is not None  # parse_change checked the name
+        rate = there.tflops.get(dtype, there.tflops["fp32"])
+        compute = rate / here.tflops.get(dtype, here.tflops["fp32"])
+        bandwidth = (there.hbm_gbps or 0) / (here.hbm_gbps or 1) if there.hbm_gbps and here.hbm_gbps else 1.0
+        note = (f"{here.gpu} → {there.gpu}: {dtype} {here.tflops.get(dtype, here.tflops['fp32']):g} → {rate:g} TFLOP/s "
+                f"({compute:.2f}×), memory {here.hbm_gbps:g} → {there.hbm_gbps:g} GB/s ({bandwidth:.2f}×)")
+    return np.where(matmul, compute, np.where(memory, bandwidth, 1.0)), note
 
 
 def _pageable(trace: Trace, g: Graph) -> tuple[np.ndarray, str]:
