@@ -209,3 +209,15 @@ def test_the_answer_events_carry_the_structured_marks():
     answer = asyncio.run(run())[-1]
     assert isinstance(answer, Answer) and answer.text == claims["text"]
     assert any(w.startswith(mark) for w in answer.warnings)
+
+
+@pytest.mark.parametrize("reply", [Reply.text("I hope this helps! Let me know if you have other questions."),
+                                   Reply.tool("final_answer", {"text": "Happy to help with your trace."})])
+def test_an_answer_that_claims_nothing_is_replaced_by_the_draft(model_env, capsys, reply):
+    # a model too small to use what it was given: no figure, no cause, no conclusion
+    with FakeOpenAIServer([reply]) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys)
+    assert code == 0 and "Happy to help" not in out and "I hope this helps" not in out
+    assert "makes no claim the checks can read (no figure, no cause, no conclusion): answering from the detectors" in err
+    assert "waiting for data loading" in out and "The model did not answer" in out  # the offline analyst's answer

@@ -92,6 +92,15 @@ def blamed_causes(answer: str) -> list[str]:
     return ordered
 
 
+def mentions_cause(answer: str, root: str) -> bool:
+    """Whether an answer names a root cause at all: a gap cause of it, its label or its words."""
+    word = ROOT_CAUSES.get(root)
+    if word is None:
+        return False
+    return (any(GAP_ROOT.get(m.lastgroup or "") == root for m in CAUSE_MENTION.finditer(answer))
+            or word.label.lower() in answer.lower() or bool(word.said and re.search(word.said, answer, re.I)))
+
+
 class ClaimCheck:
     """Checks an answer's stated cause and before/after conclusion against the analysis."""
 

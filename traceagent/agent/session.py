@@ -22,13 +22,22 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from ..detect.core.vocabulary import LIMITERS, ROOT_CAUSES
 from ..text import bounded, visible
-from .claims import ClaimCheck
+from .claims import ClaimCheck, blamed_causes, mentions_cause, stated_conclusion
 from .events import Answer, Cancelled, Event, Failure, Notice, Token, ToolCall, ToolResult
 from .llm import LLMConfig, redact_secrets
-from .numbers import Sources, stated_numbers, unverified
+from .numbers import CAUSE_MENTION, Sources, stated_numbers, unverified
 from .offline import OfflineAnalyst
 from .prompts import system_prompt
-from .structured import FINAL_ANSWER, FinalAnswer, StructuredCheck, draft_claims, final_answer_tool, parse_final, written_final
+from .structured import (
+    FINAL_ANSWER,
+    FinalAnswer,
+    StructuredCheck,
+    draft_claims,
+    final_answer_tool,
+    parse_final,
+    quantity_base,
+    written_final,
+)
 from .textcalls import could_be_call, written_calls
 from .tools import AnalysisContext, ToolInputError, build_tools
 
@@ -40,6 +49,7 @@ NUDGE = ("You answered without calling any tool, so nothing in that answer comes
          'If you cannot call tools, reply with only the call as JSON: {"name": "verdict", "arguments": {}}')
 DRAFT = "draft_answer"  # the name the draft's result goes under: the model reads it as a tool result
 DRAFT_CHARS = 4000  # the longest draft the model reads
+IGNORED_DRAFT = "the model's answer makes no claim the checks can read (no figure, no cause, no conclusion)"
 DRAFT_ASK = ("My question was: {question}\nAnswer it first, in one or two sentences, with the figures of the draft answer "
              "above (the draft_answer result) that answer it; then explain briefly. Keep every number as the draft "
              "gives it. Then call final_answer.")
@@ -78,6 +88,7 @@ class Session:
         self._tool_results = 0
         self._turn_results = 0
         self._draft_result = ""
+        self._draft_facts: tuple[str | None, list[tuple[str, float, float]]] = (None, [])
         self.rounds = 0  # the model requests of the last answer
         self.silent_past_deadline = False  # the last answer's server sent nothing before the deadline
         ctx.sources = self._sources()
@@ -228,6 +239,10 @@ class Session:
             if final is not None and not ungrounded:
                 if piece := visible_part.upto(final.text, final=True):
                     yield Token(piece)
+                if self._ignores_draft(final.text, final):
+                    async for event in self._from_detectors(question, IGNORED_DRAFT):
+                        yield event
+                    return
                 answer = self._answer(final.text, None, final)
                 self.turns.append([*turn, AIMessage(answer.text)])
                 yield answer
@@ -255,6 +270,10 @@ class Session:
                     continue
                 if piece := visible_part.upto(reply.text, final=True):
                     yield Token(piece)
+                if not reply.incomplete(config) and self._ignores_draft(reply.text):
+                    async for event in self._from_detectors(question, IGNORED_DRAFT):
+                        yield event
+                    return
                 answer = self._answer(reply.text, reply.incomplete(config))
                 self.turns.append([*turn, AIMessage(answer.text)])
                 yield answer
@@ -336,6 +355,18 @@ class Session:
         return None, (f"the question and its tool results do not fit the model's context ({config.context_tokens} "
                       "tokens, TRACEAGENT_CONTEXT_TOKENS)")
 
+    def _ignores_draft(self, text: str, final: FinalAnswer | None = None) -> bool:
+        """Whether an answer drafted for makes no claim the checks could read: no figure, no cause,
+        no conclusion (a model too small to use what it was given). Then the detectors answer; an
+        answer that claims something wrong is marked instead."""
+        root, figures = self._draft_facts
+        if not self.draft or (root is None and not figures):
+            return False
+        if final is not None and (final.root_cause or final.quantities or final.helped is not None):
+            return False  # its claims are checked by value
+        named = blamed_causes(text) or CAUSE_MENTION.search(text) or (root and mentions_cause(text, root))
+        return not (named or stated_numbers(text, self.ctx.sources) or any(stated_conclusion(text)))
+
     def _final(self, calls: list[dict], malformed: list[dict], text: str) -> FinalAnswer | None:
         """The model's final answer with its claims, from a final_answer call (written as text too,
         as JSON, by a server without tool calls), or None."""
@@ -378,6 +409,7 @@ class Session:
             draft["helped"] = self.claims.comparison.helped
         calls.append({"name": DRAFT, "args": {}, "id": "draft-answer", "type": "tool_call"})
         self._draft_result = json.dumps(draft)
+        self._draft_facts = (root, [b for q in draft["quantities"] if (b := quantity_base(q))])
         results.append(ToolMessage(self._draft_result, tool_call_id="draft-answer"))
         # last, where a small model looks: the question again, and what to do with the draft
         turn += [AIMessage(content="", tool_calls=calls), *results, HumanMessage(DRAFT_ASK.format(question=question))]
