@@ -425,11 +425,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
         err.print(session.describe_model(), style="dim", markup=False)
 
     async def run() -> int:
-        answered = False
+        answered = streamed = False
         async for event in session.ask(args.question):
             if isinstance(event, Token):
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
+                streamed = True
+            elif isinstance(event, Notice) and event.replaced_because and streamed:
+                sys.stdout.write("\n\n")  # the detectors' answer follows what streamed, apart (the note says why)
+                streamed = False
+                err.print(f"traceagent: note: {event.message}", markup=False)
             elif isinstance(event, ToolCall) and args.verbose:
                 err.print(f"tool: {event.name}({json.dumps(event.args)})", markup=False)
             elif isinstance(event, ToolResult) and args.verbose:

@@ -237,12 +237,12 @@ class Session:
             calls, malformed = reply.tool_calls()
             final = self._final(calls, malformed, reply.text)
             if final is not None and not ungrounded:
-                if piece := visible_part.upto(final.text, final=True):
-                    yield Token(piece)
-                if self._ignores_draft(final.text, final):
+                if self._ignores_draft(final.text, final):  # checked before it shows: it arrived whole
                     async for event in self._from_detectors(question, IGNORED_DRAFT):
                         yield event
                     return
+                if piece := visible_part.upto(final.text, final=True):
+                    yield Token(piece)
                 answer = self._answer(final.text, None, final)
                 self.turns.append([*turn, AIMessage(answer.text)])
                 yield answer
@@ -364,8 +364,11 @@ class Session:
             return False
         if final is not None and (final.root_cause or final.quantities or final.helped is not None):
             return False  # its claims are checked by value
+        if not text.strip() or TOOL_MARKUP.search(text):
+            return False  # an empty answer is incomplete, markup gets its own warning: both are said as they are
         named = blamed_causes(text) or CAUSE_MENTION.search(text) or (root and mentions_cause(text, root))
-        return not (named or stated_numbers(text, self.ctx.sources) or any(stated_conclusion(text)))
+        quoted = any(len(s) >= 4 and s in text for s in self.ctx.sources.trace_strings)  # a kernel, an op, a line
+        return not (named or quoted or stated_numbers(text, self.ctx.sources) or any(stated_conclusion(text)))
 
     def _final(self, calls: list[dict], malformed: list[dict], text: str) -> FinalAnswer | None:
         """The model's final answer with its claims, from a final_answer call (written as text too,

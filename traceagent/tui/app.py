@@ -178,6 +178,9 @@ class TraceAgentApp(App):
                     continue
                 await conversation.clear_progress()
                 if isinstance(event, Notice):
+                    if event.replaced_because and answer is not None:  # what streamed is not the answer: say so
+                        await answer.finish(note=f"Replaced: {event.replaced_because}")
+                        answer = None
                     await conversation.add_note(event.message)
                 elif isinstance(event, Token):
                     if answer is None:
