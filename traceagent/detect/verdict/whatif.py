@@ -60,7 +60,7 @@ _SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|launch|copies)(?::(?P<p
                    r"pinned)$")
 PINNED_SHARE = 0.8  # of the host link's peak, what pinned copies reach where the trace has none to measure
 _NEVER = np.iinfo(np.int64).min // 4  # no floor (a quarter of the range: sums stay in range)
-MAX_PASSES = 10_000  # a host-device hand-over per pass: far more than a trace's syncs
+MAX_PASSES = 10_000  # whole-trace passes after the ordered replay: one confirms it, ties at segment edges take a few more
 
 
 @dataclass(frozen=True)
