@@ -218,3 +218,10 @@ def test_a_question_restated_is_no_conclusion():
                                   "The step is quicker now; the change sped it up."])
 def test_a_yes_after_a_question_or_in_other_words_is_read(text):
     assert any("says the change helped" in w for w in answered(text, "compare_traces", other=RESNET_NW0).warnings)
+
+
+def test_one_causes_share_said_as_the_idle_share_is_marked():
+    # 28.6% is data loading's share of the span (in the tool result), not the GPU's idle share
+    share = idle().cause_pct("dataloader")
+    assert answered(f"The GPU is idle {share:.1f}% of the span.").unverified == [f"{share:.1f}% (as the total idle)"]
+    assert answered(f"The GPU is {idle().idle_pct:.1f}% idle.").unverified == []

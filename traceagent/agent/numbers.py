@@ -122,7 +122,11 @@ _LARGEST_GAP = re.compile(r"\b(?:largest|longest|biggest|max(?:imum)?|worst|top)
                           r"(?:gap|stall|bubble|idle\s+period)" + _LINK, re.I)
 _LARGEST_GAP_AFTER = re.compile(r"^\s*\)?\s*(?:is|was)\s+the\s+(?:largest|longest|biggest|single\s+longest)\s+"
                                 r"(?:idle\s+)?gap", re.I)
-_TOTAL_IDLE = re.compile(r"\b(?:total\s+(?:gpu\s+)?idle(?:\s+time)?|(?:gpu\s+)?idle\s+time(?:\s+in\s+total)?)" + _LINK, re.I)
+_TOTAL_IDLE = re.compile(r"\b(?:total\s+(?:gpu\s+)?idle(?:\s+time)?|(?:gpu\s+)?idle\s+time(?:\s+in\s+total)?|"
+                         r"(?:gpu|device|it)\s+(?:is|was|sits?|sat|stays?|stayed)\s+idle(?:\s+for)?)" + _LINK, re.I)
+# "39.4% idle": a share said before the word (of the time, of the span)
+_TOTAL_IDLE_AFTER = re.compile(r"^\s*(?:of\s+the\s+(?:time|span|step)\s+)?idle\b(?!\s+(?:from|for|waiting|due|because|in|on|after))",
+                               re.I)
 _GAPS_AFTER = re.compile(r"^\s*(?:[\w-]+\s+){0,3}?(?:idle\s+)?gaps?\b", re.I)
 _LABEL_KEYS = [("largest gap", re.compile(r"(?:^|\.)top_gaps\.dur_us$|(?:largest|longest|max)_gap\w*$")),
                ("total idle", re.compile(r"(?:^|\.)(?:idle_us|idle_pct|matching_idle_us)$"))]
@@ -158,6 +162,8 @@ def _label(head: str, after: str, clause: str, quantity: str) -> str | None:
     if _LARGEST_GAP.search(head) or _LARGEST_GAP_AFTER.match(after):
         return "largest gap"
     if _TOTAL_IDLE.search(head) and not CAUSE_MENTION.search(head):  # "the data-loading idle time is": one cause's
+        return "total idle"
+    if quantity == "percent" and _TOTAL_IDLE_AFTER.match(after) and not CAUSE_MENTION.search(clause):
         return "total idle"
     return None
 
@@ -278,8 +284,9 @@ def _key_quantity(path: tuple[str, ...]) -> tuple[str, float]:
 
 
 def _mask_strings(text: str, strings: set[str]) -> str:
-    """Trace strings blanked out of text (longest first), so their digits are not read."""
-    for s in sorted((s for s in strings if s in text), key=len, reverse=True):
+    """Trace strings blanked out of text (longest first), so their digits are not read; a string
+    with no digit stays (blanking `idle`, a tool's own value, hid the words a number's label is read from)."""
+    for s in sorted((s for s in strings if s in text and any(c.isdigit() for c in s)), key=len, reverse=True):
         text = text.replace(s, " " * len(s))
     return text
 
