@@ -125,8 +125,8 @@ _LARGEST_GAP_AFTER = re.compile(r"^\s*\)?\s*(?:is|was)\s+the\s+(?:largest|longes
 _TOTAL_IDLE = re.compile(r"\b(?:total\s+(?:gpu\s+)?idle(?:\s+time)?|(?:gpu\s+)?idle\s+time(?:\s+in\s+total)?|"
                          r"(?:gpu|device|it)\s+(?:is|was|sits?|sat|stays?|stayed)\s+idle(?:\s+for)?)" + _LINK, re.I)
 # "39.4% idle": a share said before the word (of the time, of the span)
-_TOTAL_IDLE_AFTER = re.compile(r"^\s*(?:of\s+the\s+(?:time|span|step)\s+)?idle\b(?!\s+(?:from|for|waiting|due|because|in|on|after))",
-                               re.I)
+_TOTAL_IDLE_AFTER = re.compile(r"^\s*(?:of\s+the\s+(?:time|span|step)\s+)?idle\b"
+                               r"(?!\s+(?:from|for|waiting|due|because|in|on|after))", re.I)
 _GAPS_AFTER = re.compile(r"^\s*(?:[\w-]+\s+){0,3}?(?:idle\s+)?gaps?\b", re.I)
 _LABEL_KEYS = [("largest gap", re.compile(r"(?:^|\.)top_gaps\.dur_us$|(?:largest|longest|max)_gap\w*$")),
                ("total idle", re.compile(r"(?:^|\.)(?:idle_us|idle_pct|matching_idle_us)$"))]
