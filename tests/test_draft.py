@@ -12,6 +12,7 @@ import json
 import pytest
 from conftest import RESNET_NW0, analyzed
 from fakes import FakeOpenAIServer, Reply
+from langchain_core.messages import AIMessage
 from test_ask_server import ask
 
 from traceagent.agent.events import Answer
@@ -232,3 +233,28 @@ def test_a_terse_right_answer_naming_the_kernel_stands(model_env, capsys):
         model_env(server.url)
         code, out, err = ask(capsys, "Which kernel takes the most GPU time?")
     assert code == 0 and out.strip() == f"`{top}`." and "answering from the detectors" not in err
+
+
+def test_the_cause_a_question_is_about_may_be_named_back():
+    """On TraceLens's MI300 trace (exposed communication), the largest gap is other host work: an
+    answer about that gap names it without blaming the program; blaming it for the idle is marked."""
+    from conftest import MI300
+    from fakes import ScriptedChatModel
+
+    from traceagent.agent.session import Session
+
+    ctx = AnalysisContext(analyzed(MI300))
+    assert ctx.analysis.verdict.root_cause == "communication"
+    largest = float(ctx.analysis.ranks[0].gaps["dur"].max()) / 1e6
+
+    def reply(question: str, text: str) -> Answer:
+        model = ScriptedChatModel(received=[], responses=[AIMessage(content=text)])
+
+        async def run():
+            return [e async for e in Session(AnalysisContext(analyzed(MI300)), model).ask(question)]
+        return asyncio.run(run())[-1]
+    about_gap = reply("How long is the largest idle gap?", f"The longest gap lasts {largest:.2f} ms. The other host "
+                                                            "work refers to the time the host spends while the GPU is idle.")
+    blamed = reply("Why is my GPU idle?", "The GPU is idle because of other host work.")
+    assert not [w for w in about_gap.warnings if "blames" in w]
+    assert any(w.startswith("the answer blames other host work, but") for w in blamed.warnings)

@@ -20,7 +20,7 @@ from datetime import datetime
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from ..detect.core.vocabulary import LIMITERS, ROOT_CAUSES
+from ..detect.core.vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES
 from ..text import bounded, visible
 from .claims import ClaimCheck, blamed_causes, mentions_cause, stated_conclusion
 from .events import Answer, Cancelled, Event, Failure, Notice, Token, ToolCall, ToolResult
@@ -51,7 +51,8 @@ DRAFT = "draft_answer"  # the name the draft's result goes under: the model read
 DRAFT_CHARS = 4000  # the longest draft the model reads
 IGNORED_DRAFT = "the model's answer makes no claim the checks can read (no figure, no cause, no conclusion)"
 DRAFT_ASK = ("My question was: {question}\nAnswer it first, in one or two sentences, with the figures of the draft answer "
-             "above (the draft_answer result) that answer it; then explain briefly. Keep every number as the draft "
+             "above (the draft_answer result) that answer it; then explain briefly, in five sentences at most in all: "
+             "do not copy the whole draft. Keep every number as the draft "
              "gives it. Then call final_answer.")
 PROGRESS_EVERY_S = 1.0  # how often a reply that streams tool calls says how many so far
 MAX_CALLS_PER_ROUND = 8  # a small model may send dozens of calls in one reply (51 identical, seen)
@@ -411,6 +412,9 @@ class Session:
         if self.claims.comparison is not None:
             draft["helped"] = self.claims.comparison.helped
         calls.append({"name": DRAFT, "args": {}, "id": "draft-answer", "type": "tool_call"})
+        # the causes the draft's answer itself names first (a gap's own cause) may be named back
+        lead = text.split("\n\n", 1)[0]
+        self.claims.about = {GAP_ROOT.get(m.lastgroup or "", "") for m in CAUSE_MENTION.finditer(lead)} - {""}
         self._draft_result = json.dumps(draft)
         self._draft_facts = (root, [b for q in draft["quantities"] if (b := quantity_base(q))])
         results.append(ToolMessage(self._draft_result, tool_call_id="draft-answer"))
