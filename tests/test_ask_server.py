@@ -54,7 +54,7 @@ def test_full_turn_through_the_openai_client(model_env, capsys):
 def test_invented_numbers_are_flagged(model_env, capsys):
     replies = [Reply.tool("verdict", {}), Reply.text(f"Idle is {said('idle_pct')} of the time, and 12.5 ms is lost to magic.")]
     with FakeOpenAIServer(replies) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         code, _, err = ask(capsys)
     assert code == 0 and "unverified numbers (in no tool result): 12.5 ms" in err
 
@@ -192,7 +192,7 @@ def test_tools_are_offered_with_tool_choice_and_a_token_limit(model_env, capsys,
 ])
 def test_an_incomplete_answer_is_shown_as_such_and_exits_1(model_env, capsys, reply, why, tiny):
     with FakeOpenAIServer([Reply.tool("verdict", {}), reply]) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         code, out, err = ask(capsys, trace=tiny)
     assert code == 1
     assert f"traceagent: incomplete answer: {why}" in err and "Traceback" not in err
@@ -254,7 +254,7 @@ def test_a_slow_drip_past_the_deadline_is_stopped(model_env, capsys, tiny):
 def test_tool_markup_left_in_an_answer_is_warned_about(model_env, capsys, tiny):
     replies = [Reply.tool("verdict", {}), Reply.text("Use CUDA graphs: <tool_response>use CUDA graphs</tool_response>")]
     with FakeOpenAIServer(replies) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         code, _, err = ask(capsys, trace=tiny)
     assert code == 0
     assert "warning: the answer contains tool-call markup (<tool_response>)" in err
@@ -302,7 +302,8 @@ def test_a_second_turn_may_quote_the_first_turns_tools_and_calc_but_not_a_kernel
                Reply.text(f"Again: {top['share_of_busy_pct']:.1f}% of busy time, {ratio:.1f}× the next kernel, "
                           "and each call lasts 731 µs.")]
     with FakeOpenAIServer(replies) as server:
-        config = LLMConfig(model="scripted", base_url=server.url, api_key="local", max_retries=0)
+        # the model's own marked answer is what this checks: without a draft, it stays
+        config = LLMConfig(model="scripted", base_url=server.url, api_key="local", max_retries=0, draft=False)
         session = Session(ctx, make_chat_model(config), config)
 
         async def turn(question):

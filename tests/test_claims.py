@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage
 
 from traceagent.agent.claims import ClaimCheck, blamed_causes
 from traceagent.agent.events import Answer
+from traceagent.agent.llm import LLMConfig
 from traceagent.agent.session import Session
 from traceagent.agent.tools import AnalysisContext
 
@@ -32,7 +33,9 @@ def answered(text: str, *tools: str, other=None) -> Answer:
     model = ScriptedChatModel(received=[], responses=[*calls, AIMessage(content=text)])
 
     async def run():
-        return [e async for e in Session(ctx, model).ask("why is my GPU idle?")]
+        # the checks themselves: without a draft the marked answer is what comes back (test_draft.py: with one,
+        # the detectors answer instead and the marks are the reason)
+        return [e async for e in Session(ctx, model, LLMConfig(draft=False)).ask("why is my GPU idle?")]
     events = asyncio.run(run())
     assert isinstance(events[-1], Answer)
     return events[-1]
@@ -130,7 +133,7 @@ def asked(question: str, text: str) -> Answer:
     model = ScriptedChatModel(received=[], responses=[tool_call("verdict", {}), AIMessage(content=text)])
 
     async def run():
-        return [e async for e in Session(ctx, model).ask(question)]
+        return [e async for e in Session(ctx, model, LLMConfig(draft=False)).ask(question)]
     return asyncio.run(run())[-1]
 
 

@@ -47,6 +47,12 @@ def warnings(err: str) -> list[str]:
     return [line.split("warning: ", 1)[1] for line in err.splitlines() if "warning: " in line]
 
 
+def replaced(err: str) -> str:
+    """Why the detectors answered instead ("" when the model's answer stood): a marked answer is
+    replaced by the draft, its marks the reason."""
+    return next((line for line in err.splitlines() if "answering from the detectors instead" in line), "")
+
+
 def test_the_model_starts_from_the_detectors_draft(model_env, capsys):
     with FakeOpenAIServer([finish(right_answer())]) as server:
         model_env(server.url)
@@ -115,8 +121,9 @@ def test_each_wrong_claim_in_a_structured_answer_is_marked(model_env, capsys, fi
     with FakeOpenAIServer([finish(claims)]) as server:
         model_env(server.url)
         code, out, err = ask(capsys)
-    assert code == 0 and out.strip() == claims["text"]
-    assert any(w.startswith(mark) for w in warnings(err)), warnings(err)
+    # checked before it shows: the user gets the detectors' answer, the mark is why
+    assert code == 0 and claims["text"] not in out and "The model did not answer" in out
+    assert mark in replaced(err), err
 
 
 def test_saying_a_change_helped_is_checked_in_the_structure(model_env, capsys):
@@ -124,9 +131,9 @@ def test_saying_a_change_helped_is_checked_in_the_structure(model_env, capsys):
     with FakeOpenAIServer([finish(claims), finish(claims | {"helped": False, "text": "It did not."})]) as server:
         model_env(server.url)
         _, _, err = ask(capsys, "Did my change make the step faster?", "--compare", str(RESNET_NW0))
-        assert any(w.startswith("the answer says the change helped, but") for w in warnings(err)), err
+        assert "the answer says the change helped, but" in replaced(err), err
         _, _, err = ask(capsys, "Did my change make the step faster?", "--compare", str(RESNET_NW0))
-    assert not warnings(err)  # the same trace twice: it did not help
+    assert not warnings(err) and not replaced(err)  # the same trace twice: it did not help
 
 
 def test_the_text_may_state_nothing_beyond_its_claims(model_env, capsys):
@@ -135,7 +142,7 @@ def test_the_text_may_state_nothing_beyond_its_claims(model_env, capsys):
     with FakeOpenAIServer([finish(claims)]) as server:
         model_env(server.url)
         _, _, err = ask(capsys)
-    said = warnings(err)
+    said = replaced(err)
     assert "the text states 77 ms, which is none of the figures its answer claims" in said
     assert "the text blames host synchronizations, but its answer names data loading" in said
 
@@ -152,7 +159,7 @@ def test_right_structured_answers_in_other_words_are_not_marked(model_env, capsy
     with FakeOpenAIServer([finish(claims)]) as server:
         model_env(server.url)
         code, _, err = ask(capsys)
-    assert code == 0 and not warnings(err) and "unverified" not in err, err
+    assert code == 0 and not warnings(err) and not replaced(err) and "unverified" not in err, err
 
 
 def test_a_server_without_tool_calls_may_send_the_structure_as_json(model_env, capsys):
@@ -160,8 +167,8 @@ def test_a_server_without_tool_calls_may_send_the_structure_as_json(model_env, c
     with FakeOpenAIServer([Reply.text("```json\n" + json.dumps(claims) + "\n```")]) as server:
         model_env(server.url)
         code, out, err = ask(capsys)
-    assert code == 0 and out.strip() == claims["text"]  # the text, not the JSON
-    assert any(w.startswith("the answer says gap count (dataloader)") for w in warnings(err))
+    assert code == 0 and "{" not in out.split("\n\n")[0]  # never the JSON
+    assert "the answer says gap count (dataloader)" in replaced(err)
 
 
 def test_a_final_answer_without_text_is_sent_back(model_env, capsys):
@@ -177,8 +184,8 @@ def test_a_final_answer_without_text_is_sent_back(model_env, capsys):
     ("The GPU is idle because the host is blocking on the GPU (.item(), .cpu(), a synchronize).",
      "the answer blames host synchronizations"),
     ("The `host_other` cause is the main reason.", "the answer blames other host work"),
-    ("The number of idle gaps that come from data loading is {gaps}.", "unverified numbers"),
-    ("The largest idle gap is {idle_us} µs.", "unverified numbers"),
+    ("The number of idle gaps that come from data loading is {gaps}.", "(gaps of dataloader) is in no tool result"),
+    ("The largest idle gap is {idle_us} µs.", "(as the largest gap) is in no tool result"),
 ])
 def test_the_small_models_wrong_prose_answers_are_marked_through_the_server(model_env, capsys, text, mark):
     f = facts()
@@ -186,14 +193,15 @@ def test_the_small_models_wrong_prose_answers_are_marked_through_the_server(mode
     with FakeOpenAIServer([Reply.text(reply)]) as server:
         model_env(server.url)
         code, out, err = ask(capsys)
-    assert code == 0 and out.strip() == reply and mark in err, err
+    # it streamed, so it stays, apart; the detectors' answer follows, the mark is why
+    assert code == 0 and out.startswith(reply) and mark in replaced(err), err
 
 
 def test_a_prose_yes_to_an_unchanged_trace_is_marked_through_the_server(model_env, capsys):
     with FakeOpenAIServer([Reply.text("Yes, your change made the step faster.")]) as server:
         model_env(server.url)
         _, _, err = ask(capsys, "Did my change make the step faster?", "--compare", str(RESNET_NW0))
-    assert any(w.startswith("the answer says the change helped, but") for w in warnings(err)), err
+    assert "the answer says the change helped, but" in replaced(err), err
 
 
 def test_the_answer_events_carry_the_structured_marks():
@@ -208,8 +216,8 @@ def test_the_answer_events_carry_the_structured_marks():
     async def run():
         return [e async for e in Session(AnalysisContext(analyzed(RESNET_NW0)), model).ask("why is my GPU idle?")]
     answer = asyncio.run(run())[-1]
-    assert isinstance(answer, Answer) and answer.text == claims["text"]
-    assert any(w.startswith(mark) for w in answer.warnings)
+    assert isinstance(answer, Answer) and claims["text"] not in answer.text
+    assert any(mark in w for w in answer.warnings)
 
 
 @pytest.mark.parametrize("reply", [Reply.text("I hope this helps! Let me know if you have other questions."),
@@ -257,4 +265,4 @@ def test_the_cause_a_question_is_about_may_be_named_back():
                                                             "work refers to the time the host spends while the GPU is idle.")
     blamed = reply("Why is my GPU idle?", "The GPU is idle because of other host work.")
     assert not [w for w in about_gap.warnings if "blames" in w]
-    assert any(w.startswith("the answer blames other host work, but") for w in blamed.warnings)
+    assert any("the answer blames other host work, but" in w for w in blamed.warnings)

@@ -249,7 +249,7 @@ def test_wrong_quantity_and_wrong_cause_are_marked_through_the_server(model_env,
     replies = [Reply.tool("idle_gaps", {"top": 3}),
                Reply.text(f"The largest gap is {idle.idle_us:.0f} µs, delayed by cudaStreamSynchronize.")]
     with FakeOpenAIServer(replies) as server:
-        model_env(server.url)
+        model_env(server.url, draft=False)
         code, _, err = ask(capsys)
     assert code == 0
     assert f"unverified numbers (in no tool result): {idle.idle_us:.0f} µs (as the largest gap)" in err
@@ -342,11 +342,13 @@ def test_eval_with_a_second_trace_asks_the_comparison_both_ways():
     def yes(ctx):
         return Session(ctx, ScriptedChatModel(received=[], responses=[AIMessage("Yes, the change made the step faster.")]))
     rows = asyncio.run(run_eval(before, yes, comparisons, other=after))
-    assert [(r.question.split("? ")[-1], r.agrees) for r in rows] == [
-        ("Did my change make the step faster?", False), ("(this trace → --compare)", True),
-        ("(--compare → this trace)", False)]
-    assert all(any(f.startswith("the answer says the change helped, but") for f in r.flagged)
-               for r in rows if not r.agrees)
-    assert "step +" in rows[2].why and rows[2].answered_by == "model"
+    assert [(r.question.split("? ")[-1], r.answered_by) for r in rows] == [
+        ("Did my change make the step faster?", "detectors"), ("(this trace → --compare)", "model"),
+        ("(--compare → this trace)", "detectors")]
+    assert all(r.agrees for r in rows)  # the detectors' answers agree with themselves; the model's was right
+    # where it is wrong the detectors answer instead, and why is said: the mark
+    wrong = [r for r in rows if r.answered_by == "detectors"]
+    assert [r.question for r in wrong] == [rows[0].question, rows[2].question]
+    assert all("the answer says the change helped, but" in (r.replaced_because or "") for r in wrong)
     # without a second trace, only the trace against itself is asked
     assert len(asyncio.run(run_eval(before, yes, comparisons))) == 1

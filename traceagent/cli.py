@@ -296,6 +296,7 @@ def llm_summary(result: Analysis, config) -> str | None:
     from .agent.tools import AnalysisContext
 
     session = Session(AnalysisContext(result), make_chat_model(config), config)
+    session.replace_marked = False  # the summary keeps its marks (its unverified numbers are listed under it)
 
     async def run() -> str | None:
         async for event in session.ask(report_request()):

@@ -236,7 +236,8 @@ async def run_eval(analysis: Analysis, make_session: Callable[[AnalysisContext],
         result.seconds = round(time.monotonic() - started, 1)
         result.rounds = session.rounds
         if result.answer and not result.why:
-            ok, result.why = q.expect(analysis, result.answer)
+            # the detectors' answer ends with why it was theirs (the model's marks quoted): not part of the answer
+            ok, result.why = q.expect(analysis, result.answer.split("\n\n_The model did not answer:")[0])
             # the detectors' answer is ours: only its numbers are checked, not why the model was replaced
             result.agrees = ok and not (result.flagged if result.answered_by == "model" else unverified)
         results.append(result)

@@ -77,6 +77,8 @@ class Session:
         # tool_choice: some servers (llama-cpp-python) offer the model no tools without it
         self.model = model.bind_tools(list(self.tools.values()), tool_choice="auto") if model is not None else None
         self.draft = config.draft if config is not None else True
+        # a marked answer gives way to the detectors' draft (False: it stays, marked: a report's summary)
+        self.replace_marked = True
         self.system = system_prompt(ctx, draft=self.draft)
         self.claims = ClaimCheck(ctx)
         self.structured = StructuredCheck(ctx, self.claims)
@@ -242,9 +244,13 @@ class Session:
                     async for event in self._from_detectors(question, IGNORED_DRAFT):
                         yield event
                     return
+                answer = self._answer(final.text, None, final)
+                if why := self._drafted_instead(answer):  # checked before it shows: it arrived whole
+                    async for event in self._from_detectors(question, why):
+                        yield event
+                    return
                 if piece := visible_part.upto(final.text, final=True):
                     yield Token(piece)
-                answer = self._answer(final.text, None, final)
                 self.turns.append([*turn, AIMessage(answer.text)])
                 yield answer
                 return
@@ -276,6 +282,10 @@ class Session:
                         yield event
                     return
                 answer = self._answer(reply.text, reply.incomplete(config))
+                if why := self._drafted_instead(answer):
+                    async for event in self._from_detectors(question, why):
+                        yield event
+                    return
                 self.turns.append([*turn, AIMessage(answer.text)])
                 yield answer
                 return
@@ -355,6 +365,20 @@ class Session:
                         f"({config.context_tokens} tokens, TRACEAGENT_CONTEXT_TOKENS)")
         return None, (f"the question and its tool results do not fit the model's context ({config.context_tokens} "
                       "tokens, TRACEAGENT_CONTEXT_TOKENS)")
+
+    def _drafted_instead(self, answer: Answer) -> str | None:
+        """Why the detectors' draft answers instead of the model's answer, or None: with a draft at
+        hand, an answer the checks marked (a number no tool gave, a wrong cause or conclusion, a
+        claim off by value) or one cut off at the token limit is not what the user gets; the
+        marks become the reason (a model without a draft keeps its marked answer, as before)."""
+        if not self.draft or not self._draft_result or not self.replace_marked:
+            return None
+        marks = [*(f"{u} is in no tool result" for u in answer.unverified), *answer.warnings]
+        if answer.incomplete and answer.text.strip():
+            marks.append(answer.incomplete)
+        if not marks:
+            return None
+        return bounded("the model's answer was marked: " + "; ".join(marks), 1000)
 
     def _ignores_draft(self, text: str, final: FinalAnswer | None = None) -> bool:
         """Whether an answer drafted for makes no claim the checks could read: no figure, no cause,
