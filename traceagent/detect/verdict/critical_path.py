@@ -138,7 +138,7 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
 
     # host calls: the call before on the thread; a blocking call that returned when the GPU finished,
     # the device op that ended last before it returned
-    call_thread = calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64)
+    call_thread = thread_key(calls)
     prev_call = _previous(call_thread, c_start)
     prev_call = np.where(prev_call >= 0, prev_call + n_dev, -1)
     c_pid = calls["pid"].to_numpy(np.int64)
@@ -197,6 +197,11 @@ def range_window(trace: Trace, name: str, instance: int = 1) -> tuple[int, int]:
                                                & cpu["kind"].isin(["runtime", "driver"]).to_numpy(), "correlation"])
     device_end = int(gpu.loc[launched.to_numpy(), "end"].max()) if launched.any() else end
     return start, max(end, device_end)
+
+
+def thread_key(rows: pd.DataFrame) -> np.ndarray:
+    """Each host row's thread as one number: pid << 32 | tid."""
+    return rows["pid"].to_numpy(np.int64) * (1 << 32) + rows["tid"].to_numpy(np.int64)
 
 
 def blocking_waits(c_pid: np.ndarray, c_end: np.ndarray, blocking: np.ndarray, d_device: np.ndarray,

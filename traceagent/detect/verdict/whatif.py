@@ -31,14 +31,13 @@ import pandas as pd
 
 from ...format import duration
 from ...trace.model import Trace, matches
-from ...trace.normalize import innermost_enclosing
 from ..core import intervals as iv
 from ..core.links import host_link
 from ..core.peaks import known_gpus, peak_for
 from ..core.view import us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.kernels import short_name
-from .critical_path import blocking_waits
+from .critical_path import blocking_waits, thread_key
 from .savings import Saving
 
 #: the changes, as `--change` takes them
@@ -185,21 +184,19 @@ def build_graph(trace: Trace) -> Graph | None:
     origin = int(min(gpu["start"].min(), trace.cpu["start"].min() if len(trace.cpu) else gpu["start"].min()))
     cpu = trace.cpu
     calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
-    c_thread_all = calls["pid"].to_numpy(np.int64) * (1 << 32) + calls["tid"].to_numpy(np.int64)
+    c_thread_all = thread_key(calls)
     order = np.lexsort((calls["start"].to_numpy(np.int64), c_thread_all))
     calls = calls.iloc[order]
     c_thread = c_thread_all[order]
     c_start = calls["start"].to_numpy(np.int64) - origin
     c_end = calls["end"].to_numpy(np.int64) - origin
     # the outermost calls only (a runtime call's driver call runs inside it)
-    group_first = np.ones(len(c_thread), dtype=bool)
-    group_first[1:] = c_thread[1:] != c_thread[:-1]
+    group_first = _firsts(c_thread)
     reach = _grouped_cummax(c_end, c_thread)
     outer = group_first.copy()
     outer[1:] |= c_start[1:] >= reach[:-1]
     calls, c_thread, c_start, c_end = calls[outer], c_thread[outer], c_start[outer], c_end[outer]
-    first = np.ones(len(c_thread), dtype=bool)
-    first[1:] = c_thread[1:] != c_thread[:-1]
+    first = _firsts(c_thread)
     c_gap = np.where(first, 0, c_start - np.concatenate([[0], c_end[:-1]]))
     c_gap = np.maximum(c_gap, 0)
 
@@ -209,8 +206,7 @@ def build_graph(trace: Trace) -> Graph | None:
     d_key = d_key[d_order]
     d_start = gpu["start"].to_numpy(np.int64) - origin
     d_end = np.maximum(gpu["end"].to_numpy(np.int64) - origin, d_start)
-    d_first = np.ones(len(d_key), dtype=bool)
-    d_first[1:] = d_key[1:] != d_key[:-1]
+    d_first = _firsts(d_key)
     d_gap = np.where(d_first, 0, d_start - np.concatenate([[0], d_end[:-1]]))  # negative: overlapping ops, as recorded
     # launches: a call and its device op share a correlation id
     correlation = calls["correlation"].to_numpy(np.int64)
@@ -260,13 +256,12 @@ def _wakers(cpu: pd.DataFrame, c_thread: np.ndarray, c_start: np.ndarray, c_end:
     candidates = np.flatnonzero(~first & (c_gap >= IDLE_THREAD_NS))
     if not len(candidates) or len(np.unique(c_thread)) < 2:
         return waker
-    host = cpu[~cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
-    h_thread = host["pid"].to_numpy(np.int64) * (1 << 32) + host["tid"].to_numpy(np.int64)
+    traced = _thread_intervals(cpu[~cpu["kind"].isin(["runtime", "driver"]).to_numpy()])
     busy = np.zeros(len(candidates))
     for t in np.unique(c_thread[candidates]):
-        mine = candidates[c_thread[candidates] == t]
-        own = iv.union(host["start"].to_numpy(np.int64)[h_thread == t], host["end"].to_numpy(np.int64)[h_thread == t])
-        busy[np.isin(candidates, mine)] = iv.covered(own, c_end[mine - 1] + origin, c_start[mine] + origin)
+        mine = c_thread[candidates] == t
+        at = candidates[mine]
+        busy[mine] = iv.covered(traced.get(int(t), _NONE), c_end[at - 1] + origin, c_start[at] + origin)
     idle = candidates[busy < IDLE_COVER * c_gap[candidates]]
     by_end = np.argsort(c_end, kind="stable")
     for t in np.unique(c_thread[idle]):
@@ -285,30 +280,30 @@ def _at(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.where(index >= 0, values[np.maximum(index, 0)], 0)
 
 
+def _firsts(keys: np.ndarray) -> np.ndarray:
+    """Whether each element is the first of its run of equal (sorted) keys."""
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    return first
+
+
 def _groups(keys: np.ndarray) -> np.ndarray:
     """Sorted keys → group numbers 0, 1, 2…"""
-    new = np.ones(len(keys), dtype=np.int64)
-    if len(keys):
-        new[0] = 0
-        new[1:] = keys[1:] != keys[:-1]
-    return np.cumsum(new)
+    return np.cumsum(_firsts(keys)) - 1
+
+
+def _runs(keys: np.ndarray) -> list[tuple[int, int]]:
+    """Each run of equal (sorted) keys as (start, stop)."""
+    starts = np.flatnonzero(_firsts(keys))
+    return list(zip(starts.tolist(), np.append(starts[1:], len(keys)).tolist()))
 
 
 def _grouped_cummax(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """The running maximum of `values` within each run of equal sorted `keys`."""
-    if not len(values):
-        return values.copy()
-    group = _groups(keys)
-    lo, hi = int(values.min()), int(values.max())
-    span = hi - lo + 1
-    if int(group[-1]) * span >= 1 << 62:  # too wide to lift: one group at a time
-        out = values.copy()
-        bounds = np.flatnonzero(np.diff(group)) + 1
-        for a, b in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(values)]])):
-            out[a:b] = np.maximum.accumulate(values[a:b])
-        return out
-    lifted = (values - lo) + group * span  # each group above the one before: the maximum never crosses
-    return np.maximum.accumulate(lifted) - group * span + lo
+    """The running maximum of `values` within each run of equal sorted `keys` (threads: a few)."""
+    out = values.copy()
+    for a, b in _runs(keys):
+        out[a:b] = np.maximum.accumulate(values[a:b])
+    return out
 
 
 def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np.ndarray) -> np.ndarray:
@@ -317,16 +312,10 @@ def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np
     within the group. A loop over the groups (threads or streams: a few), none over the events."""
     if not len(step):
         return step.copy()
-    starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]]))
+    starts = np.flatnonzero(_firsts(group))
     total = np.cumsum(step)
     base = total - np.repeat(total[starts], np.diff(np.append(starts, len(step))))  # 0 at each group's first
-    lifted = np.where(has_floor, floor - base, _NEVER)
-    if len(starts) == 1:
-        return base + np.maximum.accumulate(lifted)
-    out = np.empty_like(base)
-    for a, b in zip(starts, np.append(starts[1:], len(step))):
-        out[a:b] = base[a:b] + np.maximum.accumulate(lifted[a:b])
-    return out
+    return base + _grouped_cummax(np.where(has_floor, floor - base, _NEVER), group)
 
 
 @dataclass
@@ -353,10 +342,8 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
     # a call's own time: for one that waited, only the part after the wait (its wait removed or not)
     own = np.where(g.c_wait >= 0, g.c_post, (g.c_end - g.c_start) if c_dur is None else c_dur)
     linked = g.d_launch >= 0
-    d_first = np.ones(len(g.d_group), dtype=bool)
-    d_first[1:] = g.d_group[1:] != g.d_group[:-1]
-    c_first = np.ones(len(g.c_group), dtype=bool)
-    c_first[1:] = g.c_group[1:] != g.c_group[:-1]
+    d_first = _firsts(g.d_group)
+    c_first = _firsts(g.c_group)
     woken = g.c_waker >= 0
     c_start, c_end, d_start = _in_order(g, c_gap, own, wait, d_dur, d_delay, anchor)
     # the same recurrences over everything at once, until nothing moves: one pass confirms the ordered
@@ -395,10 +382,8 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
     call_seg = np.searchsorted(bounds, g.c_start, side="right")
     op_seg = np.maximum(np.searchsorted(bounds, g.d_start, side="left"), np.where(linked, _at(call_seg, g.d_launch), 0))
     wait_seg = np.where(waits, np.maximum(np.searchsorted(bounds, g.c_end, side="left"), _at(op_seg, wait)), -1)
-    c_first = np.ones(len(g.c_group), dtype=bool)
-    c_first[1:] = g.c_group[1:] != g.c_group[:-1]
-    d_first = np.ones(len(g.d_group), dtype=bool)
-    d_first[1:] = g.d_group[1:] != g.d_group[:-1]
+    c_first = _firsts(g.c_group)
+    d_first = _firsts(g.d_group)
     c_start, c_end = g.c_start.copy(), g.c_end.copy()
     d_start = g.d_start.copy()
     calls, ops, returns = (_by_segment(x, len(bounds) + 1) for x in (call_seg, op_seg, wait_seg))
@@ -408,8 +393,7 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
             # anchor; a woken call no earlier than its waker's end and the measured delay since
             first, before = c_first[ci], np.maximum(ci - 1, 0)
             wake = np.where(woken[ci], _at(c_end, g.c_waker[ci]) + g.c_start[ci] - _at(g.c_end, g.c_waker[ci]), _NEVER)
-            opens = np.ones(len(ci), dtype=bool)  # the first of its thread in this segment: after what came before
-            opens[1:] = g.c_group[ci][1:] != g.c_group[ci][:-1]
+            opens = _firsts(g.c_group[ci])  # the first of its thread in this segment: after what came before
             starts_at = np.where(first, anchor[ci], np.where(opens, c_end[before] + c_gap[ci], _NEVER))
             floor = np.maximum(starts_at, wake) + own[ci]
             ends = _chain(c_gap[ci] + own[ci], floor, g.c_group[ci], opens | first | woken[ci])
@@ -417,8 +401,7 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
             c_start[ci] = np.where(opens, np.maximum(starts_at, wake), np.maximum(previous_end + c_gap[ci], wake))
             c_end[ci] = ends  # a blocking call's return: below, once what it waits for is known
         if len(di := ops[seg]):
-            opens = np.ones(len(di), dtype=bool)
-            opens[1:] = g.d_group[di][1:] != g.d_group[di][:-1]
+            opens = _firsts(g.d_group[di])
             before = np.maximum(di - 1, 0)
             after_previous = np.where(opens & ~d_first[di], d_start[before] + d_dur[before] + g.d_gap[di], _NEVER)
             launched = np.where(linked[di], _at(c_start, g.d_launch[di]) + d_delay[di], _NEVER)
@@ -484,7 +467,7 @@ class Timeline:
     def host_times(self, pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Host times (ns on the trace clock) on their threads, moved as the replay moved each thread."""
         out = t.copy()
-        thread = pid.astype(np.int64) * (1 << 32) + tid.astype(np.int64)
+        thread = pid.astype(np.int64) * (1 << 32) + tid.astype(np.int64)  # as thread_key
         for th in np.unique(thread):
             mine = thread == th
             out[mine] = _moved(self.graph, self.replayed, int(th), t[mine] - self.graph.origin, self.removed,
@@ -520,7 +503,7 @@ def _step_window(trace: Trace, g: Graph) -> StepWindow | None:
     rows = cpu[(cpu["name"].astype(str) == str(steps["name"].iloc[0])).to_numpy()]
     if rows.empty:
         return None
-    thread = int(rows["pid"].iloc[0]) * (1 << 32) + int(rows["tid"].iloc[0])
+    thread = int(thread_key(rows.iloc[:1])[0])
     gpu_end = steps["gpu_end"].iloc[-1]
     last_op = -1
     if not pd.isna(gpu_end):
@@ -739,16 +722,26 @@ def _launch_ns(g: Graph) -> int:
     return int(np.median((g.c_end - g.c_start)[calls])) if len(calls) else 0
 
 
+def _thread_intervals(rows: pd.DataFrame) -> dict[int, iv.Intervals]:
+    """Each thread's union of the rows' spans (ns on the trace clock), by thread key."""
+    thread = thread_key(rows)
+    starts, ends = rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64)
+    return {int(t): iv.union(starts[thread == t], ends[thread == t]) for t in np.unique(thread)}
+
+
+_NONE: iv.Intervals = iv.union(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+def _loading(trace: Trace) -> dict[int, iv.Intervals]:
+    """Each thread's data loading (a thread's own: another thread's gap is not shortened by it)."""
+    return _thread_intervals(trace.cpu[(trace.cpu["kind"] == "dataloader").to_numpy()])
+
+
 def _loading_in_gaps(trace: Trace, g: Graph) -> np.ndarray:
     """The data loading inside each host gap (before each call), ns."""
     inside = np.zeros(len(g.c_start), dtype=np.int64)
-    cpu = trace.cpu[(trace.cpu["kind"] == "dataloader").to_numpy()]
-    if cpu.empty or not len(g.c_start):
-        return inside
-    thread = cpu["pid"].to_numpy(np.int64) * (1 << 32) + cpu["tid"].to_numpy(np.int64)
     prev_end = np.concatenate([[0], g.c_end[:-1]]) + g.origin
-    for t in np.unique(thread):  # a thread's own loading: another thread's gap is not shortened by it
-        loading = iv.union(cpu["start"].to_numpy(np.int64)[thread == t], cpu["end"].to_numpy(np.int64)[thread == t])
+    for t, loading in _loading(trace).items():
         mine = g.c_thread == t
         inside[mine] = iv.covered(loading, prev_end[mine], g.c_start[mine] + g.origin)
     return np.where(g.c_gap > 0, np.minimum(inside, g.c_gap), 0).astype(np.int64)
@@ -757,37 +750,22 @@ def _loading_in_gaps(trace: Trace, g: Graph) -> np.ndarray:
 def _loading_before_first(trace: Trace, g: Graph) -> np.ndarray:
     """For each thread's first call, its thread's data loading before it (from the origin), ns."""
     before = np.zeros(len(g.c_start), dtype=np.int64)
-    cpu = trace.cpu[(trace.cpu["kind"] == "dataloader").to_numpy()]
-    first = np.flatnonzero(np.concatenate([[True], g.c_group[1:] != g.c_group[:-1]])) if len(g.c_start) else \
-        np.zeros(0, dtype=np.int64)
-    thread = cpu["pid"].to_numpy(np.int64) * (1 << 32) + cpu["tid"].to_numpy(np.int64)
-    for i in first:
-        mine = thread == g.c_thread[i]
-        if mine.any():
-            loading = iv.union(cpu["start"].to_numpy(np.int64)[mine], cpu["end"].to_numpy(np.int64)[mine])
+    loads = _loading(trace)
+    for i in np.flatnonzero(_firsts(g.c_group)):
+        if (loading := loads.get(int(g.c_thread[i]))) is not None:
             before[i] = iv.covered(loading, np.array([g.origin]), np.array([g.c_start[i] + g.origin]))[0]
     return before
 
 
 def _called_or_under(trace: Trace, g: Graph, name: str) -> np.ndarray:
     """Calls named `name`, or inside an op named `name` on their thread."""
-    named = (np.asarray(g.c_names.astype(str)) == name) if len(g.c_start) else np.zeros(0, dtype=bool)
-    ops = trace.cpu[(trace.cpu["kind"] == "op").to_numpy()].reset_index(drop=True)
-    if ops.empty:
-        return named
-    at = innermost_enclosing(ops, g.c_thread >> 32, g.c_thread & 0xFFFFFFFF, g.c_start + g.origin)
-    # any enclosing op of that name: walk out from the innermost one by the ops' own nesting
-    under = np.zeros(len(at), dtype=bool)
-    op_names = ops["name"].astype(str).to_numpy()
-    starts, ends = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
-    wanted = np.flatnonzero(op_names == name)
-    if len(wanted):
-        thread = ops["pid"].to_numpy(np.int64)[wanted] * (1 << 32) + ops["tid"].to_numpy(np.int64)[wanted]
-        for t in np.unique(thread):
-            inside = iv.union(starts[wanted][thread == t], ends[wanted][thread == t])
-            mine = g.c_thread == t
-            t0 = g.c_start[mine] + g.origin
-            under[mine] = iv.covered(inside, t0, t0 + 1) > 0
+    named = np.asarray(g.c_names.astype(str)) == name
+    ops = trace.cpu[((trace.cpu["kind"] == "op") & (trace.cpu["name"].astype(str) == name)).to_numpy()]
+    under = np.zeros(len(g.c_start), dtype=bool)
+    for t, spans in _thread_intervals(ops).items():
+        mine = g.c_thread == t
+        t0 = g.c_start[mine] + g.origin
+        under[mine] = iv.covered(spans, t0, t0 + 1) > 0
     return named | under
 
 
@@ -803,10 +781,8 @@ def _after(g: Graph, r: Replayed, d_delay: np.ndarray, wait: np.ndarray,
     by_launch = linked & (r.d_start == np.where(linked, _at(r.c_start, g.d_launch) + d_delay, -1))
     bound = round(100 * float(by_launch.mean()), 2) if len(by_launch) else 0.0
     waited = (wait >= 0) & (r.c_end == np.where(wait >= 0, _at(r.d_end, wait) + g.c_post, -1))
-    c_first = np.ones(len(g.c_group), dtype=bool)
-    c_first[1:] = g.c_group[1:] != g.c_group[:-1]
-    d_first = np.ones(len(g.d_group), dtype=bool)
-    d_first[1:] = g.d_group[1:] != g.d_group[:-1]
+    c_first = _firsts(g.c_group)
+    d_first = _firsts(g.d_group)
     previous_end = np.concatenate([[0], r.c_end[:-1]])
     woke = (g.c_waker >= 0) & ~waited & (r.c_start > previous_end + g.c_gap)
     device_ns = host_ns = loading_ns = 0
