@@ -35,7 +35,6 @@ from .structured import (
     draft_claims,
     final_answer_tool,
     parse_final,
-    quantity_base,
     written_final,
 )
 from .textcalls import could_be_call, written_calls
@@ -91,7 +90,8 @@ class Session:
         self._tool_results = 0
         self._turn_results = 0
         self._draft_result = ""
-        self._draft_facts: tuple[str | None, list[tuple[str, float, float]]] = (None, [])
+        self._draft_root: str | None = None  # the draft's root cause
+        self._draft_has_facts = False  # the draft states a cause or a figure
         self.rounds = 0  # the model requests of the last answer
         self.silent_past_deadline = False  # the last answer's server sent nothing before the deadline
         ctx.sources = self._sources()
@@ -383,9 +383,9 @@ class Session:
     def _ignores_draft(self, text: str, final: FinalAnswer | None = None) -> bool:
         """Whether an answer drafted for makes no claim the checks could read: no figure, no cause,
         no conclusion (a model too small to use what it was given). Then the detectors answer; an
-        answer that claims something wrong is marked instead."""
-        root, figures = self._draft_facts
-        if not self.draft or (root is None and not figures):
+        answer that claims something wrong is marked, and gives way to the draft for that (_drafted_instead)."""
+        root = self._draft_root
+        if not self.draft or not self._draft_has_facts:
             return False
         if final is not None and (final.root_cause or final.quantities or final.helped is not None):
             return False  # its claims are checked by value
@@ -440,7 +440,7 @@ class Session:
         lead = text.split("\n\n", 1)[0]
         self.claims.about = {GAP_ROOT.get(m.lastgroup or "", "") for m in CAUSE_MENTION.finditer(lead)} - {""}
         self._draft_result = json.dumps(draft)
-        self._draft_facts = (root, [b for q in draft["quantities"] if (b := quantity_base(q))])
+        self._draft_root, self._draft_has_facts = root, bool(root or draft["quantities"])
         results.append(ToolMessage(self._draft_result, tool_call_id="draft-answer"))
         # last, where a small model looks: the question again, and what to do with the draft
         turn += [AIMessage(content="", tool_calls=calls), *results, HumanMessage(DRAFT_ASK.format(question=question))]

@@ -140,14 +140,6 @@ def _base(q: Quantity) -> tuple[str, float, float] | None:
     return quantity, value, max(half_digit, 0.01 * abs(value))
 
 
-def quantity_base(claim: dict) -> tuple[str, float, float] | None:
-    """A claim as JSON (a draft's quantity) → (quantity, base value, slack), or None."""
-    try:
-        return _base(Quantity.model_validate(claim))
-    except ValidationError:
-        return None
-
-
 @dataclass(frozen=True)
 class Truth:
     """What the detectors say one kind of quantity is, for one scope."""
