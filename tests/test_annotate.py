@@ -11,6 +11,7 @@ from conftest import NSYS_BEFORE, RESNET_NW0, analyzed
 
 import traceagent
 from traceagent.cli import main
+from traceagent.detect.core.encode import to_data
 from traceagent.report.annotate import CATEGORY, GAPS
 
 
@@ -47,7 +48,7 @@ def test_an_nsight_export_becomes_a_chrome_trace_of_its_device_work_and_findings
     assert main(["annotate", str(NSYS_BEFORE), "-o", str(out)]) == 0
     original = analyzed(NSYS_BEFORE).ranks[0]
     again = traceagent.analyze(out, use_cache=False).ranks[0]
-    assert again.breakdown.to_dict() == original.breakdown.to_dict()  # the device work, to the nanosecond
+    assert to_data(again.breakdown) == to_data(original.breakdown)  # the device work, to the nanosecond
     assert again.findings.kernels.top[0].name == original.findings.kernels.top[0].name
     gaps = [e for e in findings(out) if GAPS <= e["tid"] < GAPS + 100]
     assert len(gaps) == len(original.gaps) and {e["tid"] - GAPS for e in gaps} == {0, 1}

@@ -7,6 +7,7 @@ import pytest
 from builder import TraceBuilder
 
 from traceagent.detect.analysis import analyze_trace
+from traceagent.detect.core.encode import to_data
 from traceagent.detect.detectors.breakdown import detect_breakdown
 from traceagent.detect.detectors.comm import detect_comm
 from traceagent.detect.detectors.idle import detect_idle
@@ -216,7 +217,7 @@ def test_trace_without_steps_says_what_is_missing(tmp_path):
     b.kernel("k", 0, 100)
     ra = analyze_trace(b.load(tmp_path))
     assert ra.findings.steps is None
-    assert ra.to_dict()["steps"] == {"count": 0, "mean_us": None, "max_us": None}
+    assert to_data(ra.record())["steps"] == {"count": 0, "mean_us": None, "max_us": None}
     assert any("no steps" in line for line in ra.verdict.also)
     assert any("with_stack=True" in line for line in ra.verdict.also)
 

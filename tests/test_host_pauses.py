@@ -12,6 +12,7 @@ from builder import TraceBuilder
 from traceagent import analyze
 from traceagent.agent.tools import AnalysisContext, build_tools
 from traceagent.cli import main
+from traceagent.detect.core.encode import to_data
 from traceagent.schema import SCHEMAS
 
 
@@ -42,7 +43,7 @@ def test_gc_and_import_pauses_under_idle_time_worked_out_by_hand(tmp_path):
         "import", 1, 250.0, 200.0, 25.0)
     assert result.idle_us == 500.0 and "gc.freeze()" in gc.next_step
     data = json.loads(json.dumps(analysis.to_dict()))
-    assert data["ranks"][0]["host_pauses"] == result.to_dict()
+    assert data["ranks"][0]["host_pauses"] == to_data(result)
     assert data["ranks"][0]["params"]["detectors"]["host_pauses"] == {"min_idle_us": 100.0}
     jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(data)
 
@@ -58,7 +59,7 @@ def test_the_threshold_is_set_like_any_other_and_the_tool_and_report_say_it(tmp_
     assert usage.value.code == 2 and "no parameter 'min_idle'; there are min_idle_us" in capsys.readouterr().err
     analysis = analyze(path)
     tool = {t.name: t for t in build_tools(AnalysisContext(analysis))}["host_pauses"]
-    assert json.loads(tool.invoke({}))["pauses"] == analysis.ranks[0].findings.extra["host_pauses"].to_dict()["pauses"]
+    assert json.loads(tool.invoke({}))["pauses"] == to_data(analysis.ranks[0].findings.extra["host_pauses"])["pauses"]
     report = tmp_path / "report.md"
     assert main(["report", str(path), "-o", str(report)]) == 0
     text = report.read_text()

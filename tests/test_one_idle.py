@@ -9,6 +9,7 @@ from builder import TraceBuilder
 from conftest import DATA, analyzed
 
 import traceagent
+from traceagent.detect.core.encode import to_data
 
 TRACES = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json.gz", ".sqlite")))
 
@@ -20,7 +21,7 @@ def _check(analysis: traceagent.Analysis) -> int:
         steps = rank.findings.steps
         if steps is None:
             continue
-        data = rank.to_dict()
+        data = to_data(rank.record())
         by_step = {row["step"]: row["idle_us"] for row in data["steps"]["steps"]}
         breakdown: dict[int, float] = {}
         for row in data["breakdown"]["steps"]:

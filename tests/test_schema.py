@@ -20,6 +20,7 @@ from conftest import (
 from traceagent.cli import main
 from traceagent.detect.analysis import SCHEMA_VERSION
 from traceagent.detect.compare.diff import diff
+from traceagent.detect.core.encode import to_data
 from traceagent.schema import SCHEMAS
 
 
@@ -40,7 +41,7 @@ def test_the_schema_rejects_what_breaks_the_contract():
 
 
 def test_diff_json_validates():
-    data = json.loads(json.dumps(diff(analyzed(RESNET_NW0), analyzed(RESNET_NW4)).to_dict()))
+    data = json.loads(json.dumps(to_data(diff(analyzed(RESNET_NW0), analyzed(RESNET_NW4)))))
     assert data["schema_version"] == SCHEMA_VERSION
     assert [e.message for e in validator("diff").iter_errors(data)] == []
 
@@ -63,7 +64,7 @@ def test_analyze_and_diff_json_validate_with_no_key_the_schema_does_not_describe
     data = json.loads(json.dumps(analyzed(path).to_dict()))  # as printed: JSON types only
     assert data["schema_version"] == SCHEMA_VERSION
     assert [f"{list(e.absolute_path)}: {e.message[:200]}" for e in validator("analyze").iter_errors(data)] == []
-    compared = json.loads(json.dumps(diff(analyzed(RESNET_NW0), analyzed(path)).to_dict()))
+    compared = json.loads(json.dumps(to_data(diff(analyzed(RESNET_NW0), analyzed(path)))))
     assert compared["schema_version"] == SCHEMA_VERSION
     assert [f"{list(e.absolute_path)}: {e.message[:200]}" for e in validator("diff").iter_errors(compared)] == []
 

@@ -23,6 +23,7 @@ from .detect.analysis import (
     joined_on,
     reduce_job,
 )
+from .detect.core.encode import to_data
 from .detect.detectors.idle import IdleParams
 from .detect.detectors.kernel_profiles import KernelProfilesResult, joined, profiles
 from .detect.detectors.stragglers import StragglerParams
@@ -205,7 +206,7 @@ def analyze_file(file: str, *, params: AnalysisParams, steps: re.Pattern | None,
 def results_tag(params: AnalysisParams, steps: re.Pattern | None, captured: dict[str, str] | None = None) -> str:
     """What an analysis's results depend on besides the file: its parameters, the step pattern,
     a graph capture's ops and the code (cache.results_version)."""
-    text = json.dumps([params.to_dict(), steps.pattern if steps is not None else None,
+    text = json.dumps([to_data(params), steps.pattern if steps is not None else None,
                        steps.flags if steps is not None else None, cache.results_version(), captured or {}],
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]

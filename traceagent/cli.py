@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -25,6 +25,7 @@ from rich_argparse import RichHelpFormatter
 from . import __version__, api
 from .api import read_kernel_profiles
 from .detect.analysis import Analysis
+from .detect.core.encode import to_data
 from .errors import SchedulerError, TraceError
 from .format import duration
 from .report.terminal import print_analysis
@@ -38,10 +39,10 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def print_json(data: dict) -> None:
-    """JSON on stdout: highlighted on a terminal; plain text for a pipe or a file, where Rich's
-    rendering cost a second on an 8-rank job and bought nothing."""
-    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+def print_json(value: Any) -> None:
+    """A result (or plain data) as JSON on stdout (encode.to_data): highlighted on a terminal; plain
+    text for a pipe or a file, where Rich's rendering cost a second on an 8-rank job and bought nothing."""
+    text = json.dumps(to_data(value), indent=2, ensure_ascii=False, allow_nan=False)
     if out.is_terminal:
         out.print_json(text)
     else:
@@ -51,8 +52,6 @@ def print_json(data: dict) -> None:
 def say(text: str) -> None:
     """One line of prose on stdout, never hard-wrapped: paths stay whole and `grep` finds the line."""
     out.print(text, soft_wrap=True)
-
-
 
 
 def example_trace() -> str:
@@ -161,7 +160,7 @@ def info_dict(analysis: Analysis) -> dict:
         })
     return {"path": analysis.path, "format": analysis.format, "ranks": len(analysis.ranks),
             "world_size": analysis.ranks[0].meta.world_size, "traces": ranks,
-            "failed_ranks": [f.to_dict() for f in analysis.failed]}
+            "failed_ranks": analysis.failed}
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -195,7 +194,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     result = run_request(request_of(args))
     if getattr(args, "json", False):
-        print_json(result.to_dict())
+        print_json(result.record())
     else:
         print_analysis(result, out)
     return failed_gates(result, getattr(args, "fail_on", None) or [])
@@ -328,7 +327,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
     result = read_kernel_profiles(args.ncu_csv)
     if args.json:
-        print_json(result.to_dict())
+        print_json(result)
     else:
         print_kernel_profiles(result, out)
     return 0
@@ -342,7 +341,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     after = run_request(request_of(args, args.after))
     result = diff(before, after)
     if args.json:
-        print_json(result.to_dict())
+        print_json(result)
     else:
         from rich.markdown import Markdown
         out.print(Markdown(render_diff_markdown(result)))
@@ -359,7 +358,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """What the changes would buy, replayed on the rank's dependency graph."""
-    from .detect.verdict.whatif import parse_change, simulate, whatif_sentence
+    from .detect.verdict.whatif import parse_change, simulate_replay, whatif_sentence
 
     try:  # before the trace is read: a typo costs nothing
         changes = [parse_change(spec) for spec in args.change]
@@ -378,25 +377,26 @@ def cmd_whatif(args: argparse.Namespace) -> int:
                   f"{', '.join(str(r.rank) for r in analysis.ranks)}", markup=False)
         return 2
     try:
-        result = simulate(rank.trace, changes)
+        simulation = simulate_replay(rank.trace, changes)
     except ValueError as exc:
         err.print(f"traceagent: error: {args.path}: {exc}", markup=False)
         return 2
-    if result is None:
+    if simulation is None:
         err.print(f"traceagent: error: {args.path}: rank {rank.rank} has no device work to replay", markup=False)
         return 2
+    result = simulation.result
     if args.output:
         from .report.simulated import write_simulated
 
         try:
-            written = write_simulated(rank.trace, result, args.output)
+            written = write_simulated(rank.trace, simulation, args.output)
         except OSError as exc:
             err.print(f"traceagent: error: {args.output}: cannot write the simulated trace ({exc.strerror})", markup=False)
             return 2
         err.print(f"wrote {args.output}: rank {result.rank} replayed with {', '.join(args.change)} ({written} events; "
                   "open it in https://ui.perfetto.dev, or compare: traceagent diff TRACE SIMULATED)", markup=False)
     if args.json:
-        print_json(result.to_dict())
+        print_json(result)
         return 0
     out.print(escape(whatif_sentence(result)))
     out.print(f"rank {result.rank}: measured {result.basis} {duration(result.measured_us)}, unchanged replay "

@@ -5,12 +5,13 @@ keys, with a key left out where it does not apply (never a null the model must i
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict
 
 from ..detect.compare.diff import DiffResult
+from ..detect.core.encode import to_data
 from ..detect.core.host import GapHost, HostEvent
 from ..detect.detectors.annotations import AnnotationsResult
 from ..detect.detectors.breakdown import Breakdown
@@ -53,16 +54,15 @@ class Unavailable(TypedDict):
 
 
 def plain(value: Any) -> Any:
-    """An answer (or any result) as JSON values: `to_dict` where a type has one."""
+    """An answer (or any result) as JSON values: an answer's projection where it has one, else the
+    result's fields (encode.to_data)."""
     if hasattr(value, "to_dict"):
         return value.to_dict()
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
-    return value
+    return to_data(value)
 
 
 def _present(**items: Any) -> dict:
@@ -81,8 +81,8 @@ class RankOverview:
         return {d: b for d, b in self.rank.breakdown.devices.items() if self.device in (None, d)}
 
     def to_dict(self) -> dict:
-        breakdown = self.rank.breakdown.to_dict() | {"steps": None}
-        breakdown["devices"] = {str(d): b.to_dict() for d, b in self.devices.items()}
+        breakdown = to_data(self.rank.breakdown) | {"steps": None}
+        breakdown["devices"] = {str(d): to_data(b) for d, b in self.devices.items()}
         return {"rank": self.rank.rank, "breakdown": breakdown, "counts": self.rank.counts,
                 "limiter": self.rank.verdict.limiter, "root_cause": self.rank.verdict.root_cause}
 
@@ -108,7 +108,7 @@ class VerdictAnswer:
     scope: Scope | None = None
 
     def to_dict(self) -> dict:
-        return self.verdict.to_dict() | {"savings": plain(self.savings)} | _present(
+        return to_data(self.verdict) | {"savings": plain(self.savings)} | _present(
             device_breakdown=self.device_breakdown, scope=self.scope)
 
 
@@ -124,7 +124,7 @@ class GapRow:
     def to_dict(self) -> dict:
         row = {"start_us": self.start_us, "ts_us": self.ts_us, "dur_us": self.dur_us, "cause": self.cause,
                "device": self.device}
-        return row | (self.host.to_dict() if self.host else {})
+        return row | (to_data(self.host) if self.host else {})
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class IdleGapsAnswer:
     note: str | None = None
 
     def to_dict(self) -> dict:
-        return self.totals.to_dict() | _present(scope=self.scope, launch_gap_us=self.launch_gap_us, sync_sites=self.sync_sites,
+        return to_data(self.totals) | _present(scope=self.scope, launch_gap_us=self.launch_gap_us, sync_sites=self.sync_sites,
                                  unavailable=self.unavailable, matching_gaps=self.matching_gaps,
                                  matching_idle_us=self.matching_idle_us, top_gaps=self.top_gaps, note=self.note)
 
@@ -185,7 +185,7 @@ class CopiesAnswer:
     note: str | None = None
 
     def to_dict(self) -> dict:
-        return self.copies.to_dict() | _present(scope=self.scope, note=self.note)
+        return to_data(self.copies) | _present(scope=self.scope, note=self.note)
 
 
 @dataclass(frozen=True)
@@ -197,12 +197,12 @@ class CommAnswer:
     note: str | None = None
 
     def to_dict(self) -> dict:
-        data = self.comm.to_dict() | {"scope": self.scope}
+        data = to_data(self.comm) | {"scope": self.scope}
         data["top"] = [{"short_name": short_name(c["name"]), "count": c["count"], "total_us": c["total_us"]}
                        for c in self.comm.top]
         ranks = None
         if self.comparison:
-            ranks = self.comparison.to_dict()
+            ranks = to_data(self.comparison)
             ranks["ranks"] = ranks["ranks"][:MAX_ITEMS]
         return data | _present(note=self.note, ranks=ranks, unavailable=self.unavailable)
 
@@ -215,7 +215,7 @@ class KernelRow:
     full_name: bool  # whether the model asked for the templated name
 
     def to_dict(self) -> dict:
-        row = self.kernel.to_dict() | {"python": self.python}
+        row = to_data(self.kernel) | {"python": self.python}
         if self.flops:
             row |= {"achieved_tflops": self.flops.achieved_tflops, "mfu_pct": self.flops.mfu_pct,
                     "dtype": self.flops.dtype}
@@ -279,7 +279,7 @@ class LaunchesAnswer:
     note: str | None = None
 
     def to_dict(self) -> dict:
-        return self.launch.to_dict() | {
+        return to_data(self.launch) | {
             "scope": self.scope, "launch_overhead_idle_us": self.launch_overhead_idle_us,
             "launch_latency_idle_us": self.launch_latency_idle_us, "launch_gap_us": self.launch_gap_us,
         } | _present(launch_overhead_idle_pct=self.launch_overhead_idle_pct) | {
@@ -304,8 +304,8 @@ class StepsAnswer:
     def to_dict(self) -> dict:
         if self.steps is None:
             return _present(scope=self.scope, count=0, unavailable=self.unavailable)
-        data = self.steps.to_dict() | {"scope": self.scope}
-        data["steps"] = [row.to_dict() | {"vs_median_pct": self.vs_median_pct(row)} for row in self.rows]
+        data = to_data(self.steps) | {"scope": self.scope}
+        data["steps"] = [to_data(row) | {"vs_median_pct": self.vs_median_pct(row)} for row in self.rows]
         return data
 
 
@@ -316,7 +316,7 @@ class FlopsAnswer:
     unavailable: Unavailable | None = None
 
     def to_dict(self) -> dict:
-        return (self.flops.to_dict() if self.flops else {}) | _present(scope=self.scope, unavailable=self.unavailable)
+        return (to_data(self.flops) if self.flops else {}) | _present(scope=self.scope, unavailable=self.unavailable)
 
 
 @dataclass(frozen=True)
@@ -332,8 +332,8 @@ class MemoryAnswer:
         return [d for d in found if self.device in (None, d.device)]
 
     def to_dict(self) -> dict:
-        data = self.memory.to_dict() if self.memory else {}
-        data["devices"] = [d.to_dict() | {"step_net_bytes": d.step_net_bytes[:MAX_ITEMS]} for d in self.devices]
+        data = to_data(self.memory) if self.memory else {}
+        data["devices"] = [to_data(d) | {"step_net_bytes": d.step_net_bytes[:MAX_ITEMS]} for d in self.devices]
         return data | _present(scope=self.scope, unavailable=self.unavailable)
 
 
@@ -346,7 +346,7 @@ class AnnotationsAnswer:
     def to_dict(self) -> dict:
         if self.annotations is None:
             return _present(scope=self.scope, ranges=[], unavailable=self.unavailable)
-        return self.annotations.to_dict() | {"scope": self.scope}
+        return to_data(self.annotations) | {"scope": self.scope}
 
 
 @dataclass(frozen=True)
@@ -355,7 +355,7 @@ class CompareAnswer:
     scope: Scope
 
     def to_dict(self) -> dict:
-        return self.diff.to_dict() | {"scope": self.scope}
+        return to_data(self.diff) | {"scope": self.scope}
 
 
 @dataclass(frozen=True)
@@ -391,7 +391,7 @@ class WhatIfAnswer:
     scope: Scope
 
     def to_dict(self) -> dict:
-        return self.result.to_dict() | {"scope": self.scope}
+        return to_data(self.result) | {"scope": self.scope}
 
 
 @dataclass(frozen=True)

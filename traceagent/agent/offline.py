@@ -225,11 +225,11 @@ class OfflineAnalyst:
         if not savings:
             return f"**{v.headline}.** {v.next_step}"
         first = savings[0]
-        lines = [f"Start with **{first.finding}**: {first.sentence()}", "", f"Why: {v.hypothesis}",
+        lines = [f"Start with **{first.finding}**: {first.sentence}", "", f"Why: {v.hypothesis}",
                  "", f"**Next step:** {v.next_step}"]
         if len(savings) > 1:
             lines += ["", "Then, by what fixing each would save at most:"]
-            lines += [f"{i}. {s.sentence()}" for i, s in enumerate(savings[1:5], 2)]
+            lines += [f"{i}. {s.sentence}" for i, s in enumerate(savings[1:5], 2)]
         return "\n".join(lines)
 
     def _change(self, q: Question) -> str:
@@ -267,7 +267,7 @@ class OfflineAnalyst:
             return f"**{v.headline}.** No finding here has a saving to state: {v.next_step}"
         asked = next((s for s in savings if _names_cause(q.text, s.root_cause)), None)
         first = asked or v.saving or savings[0]  # the verdict's own (a job's: its straggler's cost)
-        lines = [f"**{first.sentence()}**"]
+        lines = [f"**{first.sentence}**"]
         if first.simulated_pct is not None:
             lines += ["", "That is a prediction: the trace's own dependency graph (each thread's calls, each stream's "
                           f"kernels, launches and waits) replayed with the change made. Try others with `traceagent "
@@ -281,7 +281,7 @@ class OfflineAnalyst:
         others = [s for s in savings if (s.finding, s.root_cause) != (first.finding, first.root_cause)][:4]
         if others:
             lines += ["", "The other findings, by what fixing each would save:"]
-            lines += [f"- {s.sentence()}" for s in others]
+            lines += [f"- {s.sentence}" for s in others]
         return "\n".join(lines)
 
     def _bound(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer) -> str:
@@ -832,4 +832,4 @@ def _value(unit: str, value: float | None) -> str:
 
 def _saving(v: Verdict) -> list[str]:
     """The verdict's saving estimate as a paragraph, when it has one."""
-    return ["", v.saving.sentence()] if v.saving else []
+    return ["", v.saving.sentence] if v.saving else []

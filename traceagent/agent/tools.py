@@ -23,8 +23,9 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.tools.base import create_schema_from_function
 from pydantic import BaseModel, Field
 
-from ..detect.analysis import Analysis, RankAnalysis, joined_on, json_safe
+from ..detect.analysis import Analysis, RankAnalysis, joined_on
 from ..detect.compare.diff import diff
+from ..detect.core.encode import to_data
 from ..detect.core.host import calls_by_correlation, host_events_in, kernel_python_lines
 from ..detect.core.view import on_device, us
 from ..detect.core.vocabulary import GAP_CAUSES
@@ -125,7 +126,7 @@ def unavailable(what: str, why: str, how: str) -> Unavailable:
 
 def dumps(value: Any) -> str:
     """An answer as the JSON a model reads: plain values, no NaN, every string bounded."""
-    return json.dumps(_bounded(json_safe(plain(value))), separators=(",", ":"), allow_nan=False)
+    return json.dumps(_bounded(to_data(plain(value))), separators=(",", ":"), allow_nan=False)
 
 
 def _bounded(value: Any) -> Any:

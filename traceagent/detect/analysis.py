@@ -8,35 +8,34 @@ they cannot disagree with it.
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from typing import Any, Protocol
 
-import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, TraceMeta
 from .core.bounds import out_of_range
+from .core.encode import to_data
 from .core.timing import timed
-from .detectors.annotations import detect_annotations
+from .detectors.annotations import AnnotationsResult, detect_annotations
 from .detectors.breakdown import BreakdownResult, detect_breakdown
 from .detectors.comm import CommResult, detect_comm
-from .detectors.flops import detect_flops
-from .detectors.graphs import detect_graphs
-from .detectors.idle import IdleParams, detect_idle, trace_gaps
+from .detectors.flops import FlopsResult, detect_flops
+from .detectors.graphs import GraphsResult, detect_graphs
+from .detectors.idle import IdleParams, IdleResult, detect_idle, trace_gaps
 from .detectors.kernel_profiles import KernelProfilesResult, joined
-from .detectors.kernels import KernelsResult, detect_hot_kernels
+from .detectors.kernels import HotKernel, KernelsResult, detect_hot_kernels
 from .detectors.launch import LaunchResult, detect_launch
 from .detectors.memcpy import MemcpyResult, detect_memcpy
-from .detectors.memory import detect_memory
+from .detectors.memory import MemoryResult, detect_memory
 from .detectors.steps import StepsResult, detect_steps
 from .detectors.stragglers import RankComparison, RankTimeline, StragglerParams, compare_ranks, rank_timeline
 from .detectors.timeline import TimelineResult, detect_timeline
-from .detectors.workload import detect_workload
+from .detectors.workload import Workload, detect_workload
 from .registry import DETECTORS, Inputs, run_all
-from .verdict.critical_path import detect_critical_path
+from .verdict.critical_path import CriticalPathResult, detect_critical_path
 from .verdict.diagnose import Evidence, Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
-from .verdict.savings import estimate_savings
+from .verdict.savings import Saving, estimate_savings
 from .verdict.whatif import simulated
 
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
@@ -59,9 +58,6 @@ class AnalysisParams:
     verdict: VerdictParams = field(default_factory=VerdictParams)
     stragglers: StragglerParams = field(default_factory=StragglerParams)
     detectors: dict[str, Any] = field(default_factory=lambda: {d.name: d.params for d in DETECTORS})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def with_settings(self, settings: list[str]) -> AnalysisParams:
         """These parameters with `NAME.PARAM=VALUE` settings applied (`idle.launch_gap_us=50`,
@@ -217,31 +213,64 @@ class RankAnalysis:
         """Steps with idle from every GPU of the rank, or from one."""
         return self.findings.steps if device is None else self.by_device[device].steps
 
-    def to_dict(self) -> dict[str, Any]:
+    def record(self) -> Any:
+        """The rank as `analyze --json` prints it (a RankRecord)."""
         f = self.findings
-        steps = f.steps.to_dict() if f.steps else {"count": 0, "mean_us": None, "max_us": None}
-        return {
-            "rank": self.rank,
-            "params": self.params.to_dict(),
-            "devices": {str(k): v for k, v in self.meta.devices.items()},
-            "breakdown": self.breakdown.to_dict(),
-            "idle": f.idle.to_dict(),
-            "memcpy": f.memcpy.to_dict(),
-            "comm": f.comm.to_dict(),
-            "hot_kernels": [k.to_dict() for k in f.kernels.top],
-            "kernels": {"count": f.kernels.kernels, "distinct": f.kernels.distinct, "total_us": f.kernels.total_us},
-            "launch": f.launch.to_dict(),
-            "flops": f.flops.to_dict() if f.flops else None,
-            "memory": f.memory.to_dict() if f.memory else None,
-            "graphs": f.graphs.to_dict() if f.graphs else None,
-            "critical_path": f.critical_path.to_dict() if f.critical_path else None,
-            "annotations": f.annotations.to_dict() if f.annotations else None,
-            **{name: result.to_dict() if result is not None else None for name, result in f.extra.items()},
-            "steps": steps,
-            "workload": f.workload.to_dict(),
-            "savings": [s.to_dict() for s in f.savings],
-            "verdict": self.verdict.to_dict(),
-        }
+        p = self.params
+        return RankRecord(
+            rank=self.rank, params=ParamsRecord(p.idle, p.verdict, p.stragglers, DetectorParams(**p.detectors)),
+            devices=dict(self.meta.devices), breakdown=self.breakdown, idle=f.idle, memcpy=f.memcpy, comm=f.comm,
+            hot_kernels=f.kernels.top, kernels=KernelCounts(f.kernels.kernels, f.kernels.distinct, f.kernels.total_us),
+            launch=f.launch, flops=f.flops, memory=f.memory, graphs=f.graphs, critical_path=f.critical_path,
+            annotations=f.annotations, **f.extra, steps=f.steps or NoSteps(), workload=f.workload,
+            savings=f.savings, verdict=self.verdict)
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    """A rank's kernels: how many ran, how many distinct names, their device time."""
+
+    count: int
+    distinct: int
+    total_us: float
+
+
+@dataclass(frozen=True)
+class NoSteps:
+    """A rank whose trace marks no steps."""
+
+    count: int = 0
+    mean_us: None = None
+    max_us: None = None
+
+
+#: Each registered detector's parameters, by its name: a type made from the registry, so the JSON
+#: Schema describes every one of them.
+DetectorParams = make_dataclass("DetectorParams", [(d.name, type(d.params)) for d in DETECTORS], frozen=True)
+
+
+@dataclass(frozen=True)
+class ParamsRecord:
+    """The thresholds a rank was analysed with, as the JSON states them."""
+
+    idle: IdleParams
+    verdict: VerdictParams
+    stragglers: StragglerParams
+    detectors: DetectorParams  # type: ignore[valid-type]  # made from the registry
+
+
+#: A rank in `analyze --json`: the core detectors' results, then each registered detector's under
+#: its name (None where the trace cannot say), then the steps, the workload, the savings and the
+#: verdict. Made from the registry, so a new detector is a new key of the JSON and of its schema.
+RankRecord = make_dataclass("RankRecord", [
+    ("rank", int | None), ("params", ParamsRecord), ("devices", dict[int, str]), ("breakdown", BreakdownResult),
+    ("idle", IdleResult), ("memcpy", MemcpyResult), ("comm", CommResult), ("hot_kernels", list[HotKernel]),
+    ("kernels", KernelCounts), ("launch", LaunchResult), ("flops", FlopsResult | None), ("memory", MemoryResult | None),
+    ("graphs", GraphsResult | None), ("critical_path", CriticalPathResult | None),
+    ("annotations", AnnotationsResult | None), *((d.name, d.result | None) for d in DETECTORS),
+    ("steps", StepsResult | NoSteps), ("workload", Workload), ("savings", list[Saving]), ("verdict", Verdict),
+], frozen=True)
+RankRecord.__module__ = DetectorParams.__module__ = __name__  # made here, not in dataclasses
 
 
 @dataclass(frozen=True)
@@ -250,9 +279,6 @@ class RankFailure:
 
     file: str
     error: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -296,20 +322,44 @@ class Analysis:
                 return r
         raise KeyError(rank)
 
-    def trace_info(self) -> dict[str, Any]:
+    def trace_info(self) -> TraceInfo:
         """What was loaded: `analyze --json`'s "trace"."""
-        return {"path": self.path, "format": self.format, "ranks": len(self.ranks), "world_size": self.world_size,
-                "devices": self.devices, "warnings": self.warnings, "failed_ranks": [f.to_dict() for f in self.failed]}
+        return TraceInfo(self.path, self.format, len(self.ranks), self.world_size, self.devices, self.warnings,
+                         self.failed)
+
+    def record(self) -> AnalysisRecord:
+        """The job as `analyze --json` prints it (encode.to_data makes it JSON)."""
+        return AnalysisRecord(SCHEMA_VERSION, self.trace_info(), [r.record() for r in self.ranks], self.comparison,
+                              self.verdict, self.kernel_profiles)
 
     def to_dict(self) -> dict[str, Any]:
-        return json_safe({
-            "schema_version": SCHEMA_VERSION,
-            "trace": self.trace_info(),
-            "ranks": [r.to_dict() for r in self.ranks],
-            "comparison": self.comparison.to_dict() if self.comparison else None,
-            "verdict": self.verdict.to_dict(),
-            "kernel_profiles": self.kernel_profiles.to_dict() if self.kernel_profiles else None,
-        })
+        """Exactly what `analyze --json` prints, as Python values (the public API's)."""
+        return to_data(self.record())
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    """What was loaded."""
+
+    path: str
+    format: str
+    ranks: int
+    world_size: int | None
+    devices: list[str]
+    warnings: list[str]
+    failed_ranks: list[RankFailure]
+
+
+@dataclass(frozen=True)
+class AnalysisRecord:
+    """`traceagent analyze --json`."""
+
+    schema_version: str
+    trace: TraceInfo
+    ranks: list[RankRecord]  # type: ignore[valid-type]  # made from the registry
+    comparison: RankComparison | None
+    verdict: Verdict
+    kernel_profiles: KernelProfilesResult | None  # an Nsight Compute export read with it (analyze --kernels)
 
 
 def joined_on(profiled: KernelProfilesResult, rank: RankAnalysis, device: int | None = None) -> KernelProfilesResult:
@@ -390,16 +440,3 @@ def _loss(r: RankAnalysis, limiter: str) -> float:
     return {"idle": f.idle.idle_pct, "communication": f.comm.exposed_pct,
             "data_movement": f.memcpy.exposed_pct}.get(limiter, 100 - f.idle.idle_pct)
 
-
-def json_safe(value):
-    """Plain JSON values: numpy scalars become Python numbers, NaN/inf become null (JSON has no
-    such numbers)."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float):
-        return None if math.isnan(value) or math.isinf(value) else value
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value

@@ -17,7 +17,8 @@ from typing import Any
 
 import msgspec
 
-from ..detect.analysis import Analysis, RankAnalysis, json_safe
+from ..detect.analysis import Analysis, RankAnalysis
+from ..detect.core.encode import to_data
 from ..detect.core.view import views_of
 from ..detect.detectors.idle import gap_host_activity
 from ..detect.verdict.critical_path import KINDS, critical_path
@@ -83,7 +84,7 @@ def finding_events(r: RankAnalysis, pid: int) -> list[dict[str, Any]]:
         for g in gaps.itertuples():
             args = {"cause": g.cause, "device": int(g.device), "gap_us": g.dur / 1000}
             if g.Index in largest and g.cause != "launch_latency":
-                args |= gap_host_activity(trace, g).to_dict()
+                args |= to_data(gap_host_activity(trace, g))
             events.append(_slice(pid, GAPS + int(g.device), g.cause, int(g.start), int(g.dur), args))
             tracks[GAPS + int(g.device)] = f"idle gaps · GPU {int(g.device)}"
     for s in trace.steps.dropna(subset=["gpu_start"]).itertuples():
@@ -134,7 +135,7 @@ def device_events(trace: Trace) -> list[dict[str, Any]]:
 
 def _slice(pid: int, tid: int, name: str, start_ns: int, dur_ns: int, args: dict[str, Any]) -> dict[str, Any]:
     return {"ph": "X", "cat": CATEGORY, "name": name, "pid": pid, "tid": tid, "ts": start_ns / 1000,
-            "dur": dur_ns / 1000, "args": json_safe(args)}
+            "dur": dur_ns / 1000, "args": to_data(args)}
 
 
 def _meta(pid: int, what: str, value, tid: int = 0, key: str = "name") -> dict[str, Any]:

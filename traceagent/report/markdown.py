@@ -63,7 +63,7 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
     # verdict prose quotes trace strings (kernel names, frames): everything in it shows literally
     out += ["", f"**Hypothesis.** {md_literal(v.hypothesis)}", "", f"**Next step.** {md_literal(v.next_step)}"]
     if v.saving:
-        out += ["", f"**What fixing it would save.** {md_literal(v.saving.sentence())}"]
+        out += ["", f"**What fixing it would save.** {md_literal(v.saving.sentence)}"]
     if v.other_losses:
         out += ["", f"**Also.** {md_literal(' '.join(v.other_losses))}"]
     if summary:

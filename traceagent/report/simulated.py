@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..detect.verdict.whatif import WhatIfResult
+from ..detect.verdict.whatif import Simulation
 from ..outputs import write_atomically
 from ..trace.model import Trace
 
@@ -21,11 +21,9 @@ _HOST_CATEGORY = {"runtime": "cuda_runtime", "driver": "cuda_driver", "op": "cpu
                   "python": "python_function", "dataloader": "user_annotation"}
 
 
-def simulated_events(trace: Trace, result: WhatIfResult) -> list[dict[str, Any]]:
+def simulated_events(trace: Trace, simulation: Simulation) -> list[dict[str, Any]]:
     """The rank's events at their replayed times (one event per row: writing is per event by nature)."""
-    timeline = result.timeline
-    if timeline is None:
-        raise ValueError("the result holds no replay to write")
+    timeline = simulation.timeline
     g, r = timeline.graph, timeline.replayed
     events: list[dict[str, Any]] = []
     ops = g.ops
@@ -57,9 +55,10 @@ def simulated_events(trace: Trace, result: WhatIfResult) -> list[dict[str, Any]]
     return events
 
 
-def write_simulated(trace: Trace, result: WhatIfResult, out: str | os.PathLike[str]) -> int:
+def write_simulated(trace: Trace, simulation: Simulation, out: str | os.PathLike[str]) -> int:
     """Write the replayed rank to `out` (.json, or .json.gz), whole or not at all; returns its events."""
-    events = simulated_events(trace, result)
+    events = simulated_events(trace, simulation)
+    result = simulation.result
     doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": events,
                            "deviceProperties": [{"id": d, "name": n} for d, n in trace.meta.devices.items()],
                            "traceagent": {"simulated": [c.spec for c in result.changes]}}

@@ -65,7 +65,7 @@ def print_analysis(result: Analysis, out: Console) -> None:
     # the verdict quotes trace strings (kernel names, Python lines): escaped, never read as markup
     body = f"[bold]{escape(v.headline)}[/]\n\n{escape(v.hypothesis)}\n\n[bold]Next:[/] {escape(v.next_step)}"
     if v.saving:
-        body += f"\n[bold]Saving:[/] {escape(v.saving.sentence())}"
+        body += f"\n[bold]Saving:[/] {escape(v.saving.sentence)}"
     for extra in v.other_losses + v.also:
         body += f"\n[dim]· {escape(extra)}[/]"
     say(out, f"[bold]{escape(result.path)}[/]  {result.format}, {len(result.ranks)} rank(s), "

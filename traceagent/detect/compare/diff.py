@@ -7,8 +7,8 @@ the mean step (when both traces have steps; the span otherwise).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
@@ -25,30 +25,63 @@ NEW_PROBLEM_POINTS = 5.0
 
 
 @dataclass(frozen=True)
-class Metric:
+class TimeMetric:
+    """A time before and after (µs), its change and that change as a share of before: units in the keys."""
+
     name: str
-    unit: str  # "us" or "pct"
-    before: float | None
-    after: float | None
+    before_us: float | None
+    after_us: float | None
+    change_us: float | None = field(init=False, default=None)
+    change_pct: float | None = field(init=False, default=None)
+    unit: ClassVar[str] = "us"
+
+    def __post_init__(self) -> None:
+        if self.before_us is not None and self.after_us is not None:
+            object.__setattr__(self, "change_us", round(self.after_us - self.before_us, 3))
+            if self.before_us:
+                object.__setattr__(self, "change_pct", pct(self.after_us - self.before_us, self.before_us))
+
+    @property
+    def before(self) -> float | None:
+        return self.before_us
+
+    @property
+    def after(self) -> float | None:
+        return self.after_us
 
     @property
     def change(self) -> float | None:
-        if self.before is None or self.after is None:
-            return None
-        return round(self.after - self.before, 3)
+        return self.change_us
+
+
+@dataclass(frozen=True)
+class ShareMetric:
+    """A share before and after (%), and its change in points."""
+
+    name: str
+    before_pct: float | None
+    after_pct: float | None
+    change_points: float | None = field(init=False, default=None)
+    unit: ClassVar[str] = "pct"
+
+    def __post_init__(self) -> None:
+        if self.before_pct is not None and self.after_pct is not None:
+            object.__setattr__(self, "change_points", round(self.after_pct - self.before_pct, 3))
 
     @property
-    def change_pct(self) -> float | None:
-        if self.unit != "us" or not self.before or self.after is None:
-            return None
-        return pct(self.after - self.before, self.before)
+    def before(self) -> float | None:
+        return self.before_pct
 
-    def to_dict(self) -> dict[str, Any]:
-        """Units in the keys: before_us / after_us / change_us, or before_pct / after_pct / change_points."""
-        if self.unit == "us":
-            return {"name": self.name, "before_us": self.before, "after_us": self.after, "change_us": self.change,
-                    "change_pct": self.change_pct}
-        return {"name": self.name, "before_pct": self.before, "after_pct": self.after, "change_points": self.change}
+    @property
+    def after(self) -> float | None:
+        return self.after_pct
+
+    @property
+    def change(self) -> float | None:
+        return self.change_points
+
+
+Metric = TimeMetric | ShareMetric
 
 
 class TraceSide(TypedDict):
@@ -132,6 +165,7 @@ NOISE_PCT = 2.0  # a step-time (or span) change smaller than this is run-to-run 
 
 @dataclass(frozen=True)
 class DiffResult:
+    schema_version: str  # analysis.SCHEMA_VERSION: the contract this JSON follows
     before: TraceSide
     after: TraceSide
     time_basis: str  # "step" or "span"
@@ -148,11 +182,6 @@ class DiffResult:
     noise_pct: float = NOISE_PCT  # a smaller change in step time (or span) is run-to-run noise
     grew: str | None = None  # when the after trace is slower: what grew most, in words
     ranges: list[RangeChange] = field(default_factory=list)  # in both traces, the most grown first
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {"schema_version": SCHEMA_VERSION, **asdict(self)}
-        d["metrics"] = [m.to_dict() for m in self.metrics]
-        return d
 
 
 def _summary(a: Analysis) -> dict[str, Any]:
@@ -229,17 +258,17 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     over = f" (mean over {len(before.ranks)} ranks)" if len(before.ranks) > 1 else ""
     of = " (of device time)" if len(before.ranks) > 1 or b["span_us"] != b["wall_span_us"] else ""
 
-    metrics = [
-        Metric(f"step time{over or ' (mean)'}" if basis == "step" else "span", "us", b[key], a[key]),
-        Metric(f"busy{of}", "pct", b["busy_pct"], a["busy_pct"]),
-        Metric(f"idle{of}", "pct", b["idle_pct"], a["idle_pct"]),
-        Metric(f"compute per step{over}" if basis == "step" else "compute", "us",
+    metrics: list[Metric] = [
+        TimeMetric(f"step time{over or ' (mean)'}" if basis == "step" else "span", b[key], a[key]),
+        ShareMetric(f"busy{of}", b["busy_pct"], a["busy_pct"]),
+        ShareMetric(f"idle{of}", b["idle_pct"], a["idle_pct"]),
+        TimeMetric(f"compute per step{over}" if basis == "step" else "compute",
                round(b["compute_us"] / per(b), 3), round(a["compute_us"] / per(a), 3)),
-        Metric("exposed copies", "pct", b["memcpy_exposed_pct"], a["memcpy_exposed_pct"]),
-        Metric("exposed communication", "pct", b["comm_exposed_pct"], a["comm_exposed_pct"]),
+        ShareMetric("exposed copies", b["memcpy_exposed_pct"], a["memcpy_exposed_pct"]),
+        ShareMetric("exposed communication", b["comm_exposed_pct"], a["comm_exposed_pct"]),
     ]
     for cause in sorted(set(b["cause_pct"]) | set(a["cause_pct"])):
-        metrics.append(Metric(f"idle: {cause}", "pct", b["cause_pct"].get(cause, 0.0), a["cause_pct"].get(cause, 0.0)))
+        metrics.append(ShareMetric(f"idle: {cause}", b["cause_pct"].get(cause, 0.0), a["cause_pct"].get(cause, 0.0)))
 
     root = before.verdict.root_cause
     kernel = before.verdict.evidence.get("kernel")
@@ -277,6 +306,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     if collectives:
         notes.append(collectives["sentence"])
     return DiffResult(
+        schema_version=SCHEMA_VERSION,
         before=TraceSide(path=before.path, limiter=before.verdict.limiter, root_cause=root,
                          headline=before.verdict.headline),
         after=TraceSide(path=after.path, limiter=v_after.limiter, root_cause=v_after.root_cause,

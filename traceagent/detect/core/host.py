@@ -206,9 +206,6 @@ class HostEvent:
     overlap_us: float  # of this thread's time in the window: never more than the window
     depth: int
 
-    def to_dict(self) -> HostEventJSON:
-        return HostEventJSON(name=self.name, kind=self.kind, overlap_us=self.overlap_us, depth=self.depth)
-
 
 def host_events_in(trace: Trace, lo: int, hi: int, top: int = 5) -> list[HostEvent]:
     """The host events that spent the most time inside [lo, hi), each name's time measured on one
@@ -306,10 +303,6 @@ class GapHost:
     host: list[HostEvent]  # on that thread: what spans the gap, innermost first, then its parents
     python: str | None  # the innermost frame of the user's own code spanning the gap ("train.py(42): main")
     other_threads: list[OtherThreadEvent]  # context only, never the headline: other threads' busiest events
-
-    def to_dict(self) -> GapEvidence:
-        return {"thread": self.thread, "host": [h.to_dict() for h in self.host], "python": self.python,
-                "other_threads": self.other_threads}
 
 
 def gap_host(trace: Trace, lo: int, hi: int, thread: tuple[int, int] | None = None, top: int = 3,

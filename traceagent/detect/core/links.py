@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -18,9 +17,6 @@ class Link:
     peak_gbps: float  # GB/s (10^9 bytes/s), per GPU, per direction: what busbw is compared with
     source: str
     assumption: str  # why this link: the GPU's name, the group's layout, what was assumed
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "peak_gbps": self.peak_gbps, "source": self.source, "assumption": self.assumption}
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -75,9 +74,6 @@ class AnnotatedRange:
     idle_us: float = 0.0  # device idle time while it ran
     share_of_idle_pct: float = 0.0  # that idle time over the rank's idle time
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 class RangeGpu(TypedDict):
     name: str
@@ -99,10 +95,6 @@ class AnnotationsResult:
     # by the device idle time under them: a range with no GPU work while the GPU waits (post-processing,
     # logging, a checkpoint) is a finding too; the top by idle, and every range over min_share_pct of idle
     idle_ranges: list[AnnotatedRange] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"distinct": self.distinct, "ranges": [r.to_dict() for r in self.ranges], "per_step": self.per_step,
-                "idle_ranges": [r.to_dict() for r in self.idle_ranges]}
 
 
 def detect_annotations(trace: Trace, gaps: pd.DataFrame, busy_us: float, top: int = 10,

@@ -34,7 +34,7 @@ class Detector:
     title: str  # the heading of its line in reports
     description: str  # what it finds, for the agent's tool and the docs
     params: Any  # its default parameters: a frozen dataclass
-    result: type  # its result: a frozen dataclass with to_dict(); None when the trace cannot say
+    result: type  # its result: a frozen dataclass (its JSON is its fields: core/encode.py); None when the trace cannot say
     run: Callable[[Inputs, Any], Any]  # (inputs, params) -> result or None
     sentence: Callable[[Any], str | None]  # the result in one sentence for reports, or None
     since: str  # the schema_version that added its key to `analyze --json` (a minor version: keys added)

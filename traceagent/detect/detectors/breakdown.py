@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 import pandas as pd
@@ -41,11 +40,8 @@ class Breakdown:
     memcpy_us: float
     memset_us: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @staticmethod
-    def total(parts: list[Breakdown], span_us: float) -> Breakdown:
+    def summed(parts: list[Breakdown], span_us: float) -> Breakdown:
         """Several devices together over their wall span: device time adds up."""
         sums = {k: round(sum(getattr(p, k) for p in parts), 3) for k in Breakdown.__dataclass_fields__}
         sums["span_us"] = span_us
@@ -90,30 +86,25 @@ class StepBreakdown:
     device: int
     breakdown: Breakdown
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class BreakdownResult:
-    """The rank's breakdown: all its devices together (see Breakdown), each device, and each step
-    on each device.
+class BreakdownResult(Breakdown):
+    """The rank's breakdown: its own fields are all its devices together (see Breakdown); then each
+    device, and each step on each device.
 
     exclusive_us splits busy device time (summed over devices) so the parts add up: compute, then
     communication, copies and memsets that nothing before them covers. With the idle time it
     adds up to the summed device spans; the report's breakdown chart draws it.
     """
 
-    total: Breakdown
     devices: dict[int, Breakdown]
     steps: list[StepBreakdown]
     exclusive_us: dict[str, float]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.total.to_dict(),
-                "devices": {str(d): b.to_dict() for d, b in self.devices.items()},
-                "steps": [s.to_dict() for s in self.steps],
-                "exclusive_us": dict(self.exclusive_us)}
+    @property
+    def total(self) -> Breakdown:
+        """All the rank's devices together, as one Breakdown."""
+        return Breakdown(**{f.name: getattr(self, f.name) for f in fields(Breakdown)})
 
 
 def exclusive_work(view: DeviceView) -> dict[str, int]:
@@ -143,11 +134,11 @@ def detect_breakdown(trace: Trace, gaps: pd.DataFrame | None = None) -> Breakdow
         idle = np.array([owned.get((row, view.device), 0) for row in rows], dtype=np.int64)
         for step, b in zip(ranged["step"], window_breakdowns(view, lo, hi, idle)):
             steps.append(StepBreakdown(int(step), view.device, b))
-    total = Breakdown.total(list(per_device.values()), us(wall_span_ns(views))) if per_device else Breakdown(*([0.0] * 11))
+    total = Breakdown.summed(list(per_device.values()), us(wall_span_ns(views))) if per_device else Breakdown(*([0.0] * 11))
     exclusive = {name: 0 for name in WORK}
     for view in views:
         for name, ns in exclusive_work(view).items():
             exclusive[name] += ns
-    return BreakdownResult(total=total, devices=per_device, steps=steps,
+    return BreakdownResult(**asdict(total), devices=per_device, steps=steps,
                            exclusive_us={name: us(ns) for name, ns in exclusive.items()})
 

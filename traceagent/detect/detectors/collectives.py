@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -130,9 +130,6 @@ class CollectivesResult:
     bound: str  # bandwidth, latency, below_peak
     exposed: bool  # exposed_of_comm_pct reached the parameter's share
     next_steps: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
@@ -34,9 +33,6 @@ class CommResult:
     top: list[Collective]  # the collectives taking the most time
     # streams where collectives take turns with compute kernels: no overlap is possible there
     shared_streams: list[SharedStream] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def detect_comm(trace: Trace, top: int = 5, device: int | None = None) -> CommResult:

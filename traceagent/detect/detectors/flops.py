@@ -22,7 +22,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -64,9 +64,6 @@ class OpFlops:
     intensity_flop_per_byte: float | None = None
     roofline: str | None = None  # memory or compute: below or above the GPU's ridge point for this dtype
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class OpTraffic:
@@ -95,9 +92,6 @@ class KernelFlops:
     achieved_tflops: float | None
     mfu_pct: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class FlopsResult:
@@ -121,9 +115,6 @@ class FlopsResult:
     memory_gbps: float | None = None  # the GPU's peak memory bandwidth (the peak table's source)
     ridge_flop_per_byte: float | None = None  # peak FLOP/s of `dtype` over peak memory bandwidth
     traffic: list[OpTraffic] = field(default_factory=list)  # the low-FLOP ops, most device time first
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def op_flops(name: str, shapes: str) -> tuple[float | None, str]:

@@ -4,8 +4,7 @@ kernel of the replay carries."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,13 +23,10 @@ class GraphsResult:
     share_of_kernel_time_pct: float  # of all kernel time on the rank
     launch_calls_saved: int  # kernels − replays: launch calls the host did not make
     saved_us: float  # those calls at the median cost of a launch call outside graphs: an estimate
+    used: bool = field(init=False, default=False)  # whether the rank replayed any graph
 
-    @property
-    def used(self) -> bool:
-        return self.launches > 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"used": self.used}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "used", self.launches > 0)
 
 
 def replayed(trace: Trace) -> np.ndarray:

@@ -10,8 +10,7 @@ say, and the result is None.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -56,9 +55,6 @@ class HostPause:
 class HostPausesResult:
     pauses: list[HostPause]  # the kinds over min_idle_us, most idle first
     idle_us: float  # under any of them
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def detect_host_pauses(trace: Trace, gaps: pd.DataFrame,

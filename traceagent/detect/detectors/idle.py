@@ -25,8 +25,7 @@ holds, in this order:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -35,6 +34,7 @@ from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema
 from ...trace.model import Trace, matches
 from ..core import intervals as iv
 from ..core.bounds import Count, Cover, Micros
+from ..core.encode import to_data
 from ..core.host import (
     LAUNCH_CALLS,
     GapEvidence,
@@ -72,9 +72,6 @@ class Gap:
     evidence: GapEvidence = field(default_factory=lambda: GapEvidence())
     ts_us: float = 0.0  # the start on the trace's own clock (µs, as Kineto writes ts): to find it in a viewer
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class SyncSite:
@@ -88,9 +85,6 @@ class SyncSite:
     # the user's line the launching thread was in during those gaps, once the wait had returned (the
     # host work the wait exposed: a per-class loop, bookkeeping after a `.cpu()`), where it is another
     after: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class LaunchBound(TypedDict):
@@ -112,9 +106,6 @@ class DeviceIdle:
     idle_pct: float  # of the device's span
     by_cause_us: dict[str, float]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class IdleResult:
@@ -135,13 +126,6 @@ class IdleResult:
     has_python_frames: bool
     devices: dict[int, DeviceIdle] = field(default_factory=dict)
     launch_bound: list[LaunchBound] = field(default_factory=list)  # who launched too slowly
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["devices"] = {str(k): v.to_dict() for k, v in self.devices.items()}
-        d["top_gaps"] = [g.to_dict() for g in self.top_gaps]
-        d["sync_sites"] = [s.to_dict() for s in self.sync_sites]
-        return d
 
     def cause_pct(self, cause: str) -> float:
         """A cause's idle time as a share of device time."""
@@ -449,7 +433,7 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
         if (after := _text(d["after"])) and after != evidence.get("python"):
             evidence["after"] = after  # the host work the wait exposed
     elif gap.cause != "launch_latency":  # a host-side cause: what the launching thread was doing
-        evidence = gap_host_activity(trace, gap).to_dict()
+        evidence = GapEvidence(**to_data(gap_host_activity(trace, gap)))
     return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,
                ts_us=us(gap.start),
                evidence=evidence)

@@ -10,8 +10,7 @@ the window covers. PCIe RX is data the GPU receives (HtoD), TX what it sends (Dt
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -77,9 +76,6 @@ class InterconnectResult:
     links: list[Link]  # each with its source and the assumption that chose it
     windows: list[MetricWindow]  # empty without GPU metrics
     metric_samples: int  # GPU metric samples read (0: the trace has none)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def detect_interconnect(trace: Trace, copies: MemcpyResult,

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from ...format import duration, percent
 from ...trace.ncu import KernelLaunch
@@ -97,9 +96,6 @@ class KernelProfilesResult:
     rank: int | None  # the rank the trace's kernels were matched on
     kernels: list[KernelProfile]  # by time in the trace, then by profiled duration
     unmatched: list[str]  # profiled kernels the trace has no kernel of the same name for
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _mean(launches: list[KernelLaunch], metric: str) -> float | None:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -60,9 +59,6 @@ class HotKernel:
     saving_2x_us: float = 0.0  # what making it 2× faster would save at most: half its time
     op_from: str | None = None  # how its op was found (model.GPU_COLUMNS["op_from"]): launch, capture, kernel name
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class KernelsResult:
@@ -70,9 +66,6 @@ class KernelsResult:
     distinct: int
     total_us: float
     top: list[HotKernel]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "top": [k.to_dict() for k in self.top]}
 
 
 ORDERS = {"total": "sum", "mean": "mean", "max": "max", "count": "size"}

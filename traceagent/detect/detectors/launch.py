@@ -3,8 +3,7 @@ than the call that launched them (the sign of a launch-bound program)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,9 +22,6 @@ class LaunchResult:
     short_kernel_pct: float  # kernels shorter than their launch call
     by_call: dict[str, int]  # launches per API (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch...)
     before_launch_pct: float = 0.0  # kernels that start before their launch call: host and device clocks disagree
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:

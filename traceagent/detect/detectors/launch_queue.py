@@ -8,8 +8,7 @@ pace, and launch-side fixes (CUDA graphs, fewer launches) buy nothing there.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -47,9 +46,6 @@ class StreamQueue:
     blocked_us: float  # host time in launch calls made while it was full
     curve: list[tuple[float, int]]  # (µs from the trace's start, ops queued) at SAMPLES points
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class LaunchQueueResult:
@@ -57,10 +53,6 @@ class LaunchQueueResult:
     streams: list[StreamQueue]  # largest queue first
     blocked_us: float  # every stream's
     max_queue: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"full_at": self.full_at, "streams": [s.to_dict() for s in self.streams], "blocked_us": self.blocked_us,
-                "max_queue": self.max_queue}
 
 
 def detect_launch_queue(trace: Trace, params: LaunchQueueParams = LaunchQueueParams()) -> LaunchQueueResult | None:

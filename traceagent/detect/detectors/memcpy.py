@@ -3,8 +3,7 @@ copy time no compute overlaps."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -41,9 +40,6 @@ class MemcpyResult:
     memset_count: int
     memset_us: float
     side_stream_bytes: int = 0  # copied on streams where no compute kernel runs
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def detect_memcpy(trace: Trace, device: int | None = None) -> MemcpyResult:

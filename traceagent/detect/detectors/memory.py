@@ -12,8 +12,7 @@ memory that grows in every step; churn is allocations per step.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -43,9 +42,6 @@ class DeviceMemory:
     allocations_per_step: float | None
     reconstructed: bool = False  # peak_allocated_bytes is the running sum of the events' bytes, not the trace's totals
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class MemoryResult:
@@ -54,9 +50,6 @@ class MemoryResult:
     allocator_call_us: float
     allocator_idle_us: float  # idle device time during those calls: their synchronization's cost
     note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def detect_memory(trace: Trace, gaps: pd.DataFrame) -> MemoryResult:

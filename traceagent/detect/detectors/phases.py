@@ -10,8 +10,7 @@ unless its kernels already replay from graphs: then the launches are not what it
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -71,9 +70,6 @@ class Phase:
 @dataclass(frozen=True)
 class PhasesResult:
     phases: list[Phase]  # prefill, mixed, decode, those present
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def detect_phases(trace: Trace, gaps: pd.DataFrame, params: PhasesParams = PhasesParams()) -> PhasesResult | None:

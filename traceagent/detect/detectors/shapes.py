@@ -11,8 +11,7 @@ dtype is slow, and the time it loses is what it would take at that best shape's 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -55,9 +54,6 @@ class ShapeRow:
     lost_us: float  # device time beyond what it would take at the best shape's rate
     slow: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class ShapesResult:
@@ -65,10 +61,6 @@ class ShapesResult:
     shapes: int  # distinct (op, shape, dtype)
     rows: list[ShapeRow]  # most device time first
     slow: list[ShapeRow]  # the slow ones, most time lost first
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "shapes": self.shapes, "rows": [r.to_dict() for r in self.rows],
-                "slow": [r.to_dict() for r in self.slow]}
 
 
 def shape_key(name: str, shapes: str) -> str | None:

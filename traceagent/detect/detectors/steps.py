@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,9 +28,6 @@ class StepRow:
     ts_us: float
     start_us: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class StepsResult:
@@ -43,9 +40,6 @@ class StepsResult:
     slowest: int | None  # step number
     steps: list[StepRow]
     slowest_vs_median: dict[str, float]  # what the slowest step spent more time on than the median step (idle_*_us)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(),

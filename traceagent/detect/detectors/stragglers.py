@@ -13,8 +13,7 @@ first rank's by the median difference of matched collective end times.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -118,9 +117,6 @@ class RankCollectives:
     device_time_us: float
     exposed_waiting_pct: float = 0.0  # the share people quote: its exposed waiting over its own device time
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class RankComparison:
@@ -140,9 +136,6 @@ class RankComparison:
     payload_matched: int = 0
     busbw_gbps: float | None = None
     busbw_without_waiting_gbps: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _collectives(trace: Trace) -> pd.DataFrame:

@@ -15,8 +15,7 @@ there cannot overlap compute, however the code is written.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -55,9 +54,6 @@ class StreamRow:
     other_wait_us: float
     busy_of_span_pct: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class SharedStream:
@@ -69,9 +65,6 @@ class SharedStream:
     compute_kernels: int
     comm_us: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class StreamsResult:
@@ -81,11 +74,6 @@ class StreamsResult:
     host_wait_us: float  # over every stream
     kernel_wait_us: float
     other_wait_us: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"streams": self.streams, "rows": [r.to_dict() for r in self.rows],
-                "shared": [s.to_dict() for s in self.shared], "host_wait_us": self.host_wait_us,
-                "kernel_wait_us": self.kernel_wait_us, "other_wait_us": self.other_wait_us}
 
 
 SHARED_FIX = ("run collectives on a stream of their own: DDP and FSDP do; for torch.distributed calls of your own, "

@@ -4,8 +4,7 @@ which DataLoader iterator feeds it, and how much host API activity there is."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from ...trace.model import Trace, matches
 
@@ -19,9 +18,6 @@ class Workload:
     training: bool | None  # None: the trace has no host ops to tell by
     dataloader: str | None  # "multi_process", "single_process", or None (no DataLoader seen)
     runtime_calls: int  # CUDA/HIP runtime and driver calls on the host
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def detect_workload(trace: Trace) -> Workload:

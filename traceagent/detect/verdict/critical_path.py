@@ -18,8 +18,7 @@ is found beforehand with array operations.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -70,9 +69,6 @@ class CriticalPathResult:
     kernels: list[PathKernel]  # the kernels with the most time on the path
     off_path: list[str]  # hot kernels (by total time, short names, each once) with no instance on the path
     host_ops: list[PathHostOp] = field(default_factory=list)  # the host ops the path's host time was spent in
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 DEVICE, HOST_CALL, HOST_WORK, WAIT = "device", "host_call", "host_work", "wait"

@@ -9,7 +9,7 @@ busy computing, and the hot kernels are what to look at.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
@@ -126,9 +126,6 @@ class Verdict:
     other_losses: list[str] = field(default_factory=list)  # losses besides the limiter over their threshold
     rank: int | None = None  # the rank it is about (None: no device activity anywhere)
     saving: Saving | None = None  # what fixing the root cause would save at most
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"saving": self.saving.to_dict() if self.saving else None}
 
 
 @dataclass(frozen=True)

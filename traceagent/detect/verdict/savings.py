@@ -14,8 +14,7 @@ beside it.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from ..core.view import pct
 from ..core.vocabulary import GAP_CAUSES, GAP_ROOT, ROOT_CAUSES
@@ -41,15 +40,16 @@ class Saving:
     reasoning: str
     change: str | None = None  # the what-if change that fixes it (`traceagent whatif --change`), if the simulator has one
     simulated_pct: float | None = None  # what the replay with that change saves, of the mean step (else of the span)
+    sentence: str = field(init=False, default="")  # the saving in words (_sentence): what reports and answers quote
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"sentence": self.sentence()}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sentence", self._sentence())
 
     @property
     def bound(self) -> str:
         return f"{self.step_pct:.1f}% of step time" if self.step_pct is not None else f"{self.pct:.1f}% of the span"
 
-    def sentence(self) -> str:
+    def _sentence(self) -> str:
         """'Fixing idle time waiting for data loading would save 26.8% of step time (simulated…)', or
         where nothing was simulated '… would save up to 27.2% of step time (an upper bound…)'."""
         if self.simulated_pct is not None:

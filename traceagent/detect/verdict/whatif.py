@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -446,12 +445,14 @@ class WhatIfResult:
     limits_after: str  # what sets the pace after the change, in words
     passes: int
     assumptions: list[str] = field(default_factory=list)
-    # what the simulated trace is written from (not part of the JSON)
-    timeline: Timeline | None = field(default=None, repr=False, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: ([asdict(c) for c in self.changes] if f.name == "changes" else getattr(self, f.name))
-                for f in fields(self) if f.name != "timeline"}
+
+@dataclass(frozen=True)
+class Simulation:
+    """A prediction and the replay it came from: what the simulated trace is written from."""
+
+    result: WhatIfResult
+    timeline: Timeline
 
 
 @dataclass(frozen=True)
@@ -531,6 +532,13 @@ def _moved(g: Graph, r: Replayed, thread: int, t: np.ndarray, removed: iv.Interv
 
 def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None, base: Replayed | None = None,
              describe: bool = True) -> WhatIfResult | None:
+    """The changes' predicted effect on the rank (None: it has no device work to replay)."""
+    simulation = simulate_replay(trace, changes, graph, base, describe)
+    return simulation.result if simulation is not None else None
+
+
+def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = None, base: Replayed | None = None,
+                    describe: bool = True) -> Simulation | None:
     """The rank replayed with the changes; None without device work. ValueError when a change
     matches nothing in the trace (what was searched). `graph` and `base` (its unchanged replay):
     the rank's, when built already; `describe`: say what sets the pace after the change (a walk
@@ -633,12 +641,12 @@ def simulate(trace: Trace, changes: list[Change], graph: Graph | None = None, ba
     if loading is None:  # the loading the path's host time holds, changed or not
         loading_left = _loading_in_gaps(trace, g)
     busy, launch_bound, limits = _after(g, after, d_delay, wait, loading_left) if describe else (0.0, 0.0, "")
-    return WhatIfResult(
+    return Simulation(WhatIfResult(
         rank=trace.meta.rank, changes=applied, basis=basis, measured_us=us(measured), replayed_us=us(replayed),
         predicted_us=us(predicted), saving_pct=round(100 * (1 - predicted / measured), 2) if measured else 0.0,
         speedup_x=round(measured / predicted, 3) if predicted else 0.0, device_busy_after_pct=busy,
-        launch_bound_after_pct=launch_bound, limits_after=limits, passes=after.passes, assumptions=assumptions,
-        timeline=Timeline(g, after, loading, loading_factor))
+        launch_bound_after_pct=launch_bound, limits_after=limits, passes=after.passes, assumptions=assumptions),
+        Timeline(g, after, loading, loading_factor))
 
 
 def _run_dtype(trace: Trace) -> str:
