@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import RESNET_NW0, RESNET_NW4, analyzed
+from conftest import CPU_ONLY, RESNET_NW0, RESNET_NW4, analyzed
 
 from traceagent.cli import main
 from traceagent.detect.compare.diff import diff
@@ -127,3 +127,12 @@ def test_a_range_that_regresses_is_first_in_diff_and_its_gate_fails(tmp_path, ca
     assert "range 'forward' is 60.0% slower (limit 50% for 'forw')" in err and "optimizer" not in err
     with pytest.raises(SystemExit):
         main(["diff", str(before), str(after), "--gate", "forward"])  # no percentage: a usage error
+
+
+def test_two_traces_without_device_work_compare_by_time_alone():
+    # no root cause to follow and a compute time of zero: the headline is the time, the table renders
+    from traceagent.report.markdown import render_diff_markdown
+
+    d = diff(analyzed(CPU_ONLY), analyzed(CPU_ONLY))
+    assert d.root_cause["cause"] is None and d.headline.startswith(("step time", "span"))
+    assert "(+0.0%)" in d.headline and "| compute" in render_diff_markdown(d)

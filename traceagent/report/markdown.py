@@ -324,5 +324,6 @@ def _change(m) -> str:
     if m.change is None:
         return "-"
     if m.unit == "us":
-        return f"{'+' if m.change >= 0 else '-'}{duration(abs(m.change))} ({m.change_pct:+.1f}%)"
+        share = f" ({m.change_pct:+.1f}%)" if m.change_pct is not None else ""  # none of a zero before
+        return f"{'+' if m.change >= 0 else '-'}{duration(abs(m.change))}{share}"
     return f"{m.change:+.1f} points"

@@ -293,8 +293,8 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     kernels = _kernels(before, after, per(b), per(a), top)
     ranges = _ranges(before, after, per(b), per(a), top)
     time_word = "step time" if basis == "step" else "span"
-    headline = (f"{words}: {percent(share_before)} → {percent(share_after)}"
-                f"{' (gone)' if gone else ''}; {time_word} {duration(b[key])} → {duration(a[key])} ({slower:+.1f}%)")
+    cause_words = f"{words}: {percent(share_before)} → {percent(share_after)}{' (gone)' if gone else ''}; " if root else ""
+    headline = f"{cause_words}{time_word} {duration(b[key])} → {duration(a[key])} ({slower:+.1f}%)"
     notes = [] if basis == "step" else ["One of the traces has no steps: time is compared over the whole span."]
     prediction = _prediction(before, basis, -slower)
     grew = _grew_most(metrics) if slower >= NOISE_PCT else None
