@@ -168,7 +168,7 @@ def test_compute_bound_names_the_hot_kernel(tmp_path):
     top = detect_hot_kernels(ra.trace).top[0]
     assert (top.short_name, top.count, top.total_us, top.share_of_busy_pct, top.op) == ("Kernel", 2, 900, 90.0, "aten::mm")
     assert (ra.verdict.limiter, ra.verdict.root_cause) == ("compute", "hot_kernel")
-    assert "ncu --kernel-name regex:Kernel" in ra.verdict.next_step
+    assert "`traceagent profile --ncu 'Kernel' -- python train.py`" in ra.verdict.next_step
 
 
 def test_short_kernel_names():
@@ -219,7 +219,7 @@ def test_trace_without_steps_says_what_is_missing(tmp_path):
     assert ra.findings.steps is None
     assert to_data(ra.record())["steps"] == {"count": 0, "mean_us": None, "max_us": None}
     assert any("no steps" in line for line in ra.verdict.also)
-    assert any("with_stack=True" in line for line in ra.verdict.also)
+    assert any("`traceagent profile -- python train.py` (it records them)" in line for line in ra.verdict.also)
 
 
 def test_cpu_only_trace_gets_a_verdict_that_says_so(tmp_path):

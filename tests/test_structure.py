@@ -70,8 +70,9 @@ def test_the_walk_finds_a_cycle_when_there_is_one(tmp_path):
 
 @pytest.mark.parametrize("layer, must_not_import", [
     ("traceagent.trace", ("traceagent.detect", "traceagent.agent", "traceagent.report", "traceagent.tui",
-                          "traceagent.cli", "traceagent.tasks", "traceagent.api", "traceagent.request")),
-    ("traceagent.detect", ("traceagent.agent", "traceagent.report", "traceagent.tui", "traceagent.cli",
+                          "traceagent.cli", "traceagent.tasks", "traceagent.api", "traceagent.request",
+                          "traceagent.profile")),
+    ("traceagent.detect", ("traceagent.agent", "traceagent.report", "traceagent.tui", "traceagent.cli", "traceagent.profile",
                            "traceagent.trace.load", "traceagent.trace.kineto", "traceagent.trace.nsys")),
     # inside detect/: the views and tables, then the detectors, then the verdict and its consumers,
     # then the comparison; the runner (analysis, registry) above them all
@@ -82,12 +83,19 @@ def test_the_walk_finds_a_cycle_when_there_is_one(tmp_path):
     ("traceagent.detect.verdict", ("traceagent.detect.compare", "traceagent.detect.analysis",
                                    "traceagent.detect.registry")),
     ("traceagent.agent", ("traceagent.report", "traceagent.tui", "traceagent.cli")),
-    ("traceagent.report", ("traceagent.agent", "traceagent.tui", "traceagent.cli")),
+    ("traceagent.report", ("traceagent.agent", "traceagent.tui", "traceagent.cli", "traceagent.profile.record")),
+    # recording runs the user's script and keeps it: it uses the analysis, never the presentation
+    ("traceagent.profile", ("traceagent.agent", "traceagent.report", "traceagent.tui", "traceagent.cli")),
 ])
 def test_data_flows_one_way(layer, must_not_import):
     offending = {(m, d) for m, deps in import_graph().items() if m.startswith(layer)
                  for d in deps if d.startswith(must_not_import)}
     assert not offending
+
+
+def test_the_launcher_in_the_users_process_imports_nothing_of_ours():
+    # it runs as a file inside the user's script's process: no pandas, no Rich, only torch
+    assert import_graph()["traceagent.profile._launch"] == set()
 
 
 def _string_literals(node: ast.AST) -> list[str]:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
+from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
@@ -354,6 +355,106 @@ def cmd_diff(args: argparse.Namespace) -> int:
         err.print(f"traceagent: {line}", markup=False)
         crossed = 1
     return crossed
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Record the command under torch.profiler, keep the run, analyse it, compare it with the last."""
+    from dataclasses import replace
+
+    from .profile.command import with_argument
+    from .profile.record import ProfileError, ProfileOptions, record_run
+
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else list(args.cmd)
+    tries = [pair(t, "--try") for t in args.tries or []]
+    try:
+        options = ProfileOptions(command=command, label=args.label, steps=args.steps, skip=args.skip,
+                                 steps_on=args.steps_on, window=args.window, delay=args.delay,
+                                 runs_dir=Path(args.runs_dir), max_mb=args.max_mb,
+                                 public=dict(pair(e, "--env") for e in args.env or []), nsys=args.nsys, ncu=args.ncu)
+        say_line = lambda line: err.print(f"traceagent: {line}", markup=False)  # noqa: E731
+        if not tries:
+            return _report_run(record_run(options, say_line))
+        baseline = record_run(replace(options, label=args.label or "baseline"), say_line)
+        if (code := _report_run(baseline)) != 0:
+            return code
+        changed = command
+        for name, value in tries:
+            if name.startswith("-"):
+                changed = with_argument(changed, name, value)
+        variant = replace(options, command=changed, label=", ".join(f"{n}={v}" for n, v in tries),
+                          tried={n: v for n, v in tries if not n.startswith("-")},
+                          tried_args=[f"{n}={v}" for n, v in tries if n.startswith("-")])
+        return _report_run(record_run(variant, say_line))
+    except (ProfileError, ValueError) as exc:
+        err.print(f"traceagent: error: {exc}", markup=False, soft_wrap=True)
+        return 2
+
+
+def pair(text: str, option: str) -> tuple[str, str]:
+    """NAME=VALUE, as --env and --try take it; ValueError saying what was expected."""
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        raise ValueError(f"{option} {text!r}: expected NAME=VALUE (an environment variable, or a script option "
+                         "such as --num-workers=4)")
+    return name, value
+
+
+def _report_run(recorded) -> int:
+    """What a profile run found: the analysis as `analyze` prints it, then the run and its comparison."""
+    r = recorded.record
+    if recorded.analysis is not None:
+        print_analysis(recorded.analysis, out)
+    for note in r.notes:
+        err.print(f"traceagent: note: {note}", markup=False, soft_wrap=True)
+    state = {"ok": "recorded", "failed": f"the script failed (exit status {r.exit_code}); kept",
+             "interrupted": "interrupted; kept", "no trace": "the script finished without a trace; kept"}[r.status]
+    err.print(f"traceagent: {state}: {recorded.folder} ({len(r.traces)} trace(s), {r.steps_seen} steps seen)",
+              markup=False, soft_wrap=True)
+    if r.comparison:
+        out.print(f"Compared with {r.baseline}: {r.comparison}", markup=False, soft_wrap=True)
+    if r.status in ("failed", "interrupted"):
+        return r.exit_code or 1
+    return 0 if r.traces else 1
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """The recorded runs, or two of them compared."""
+    from .profile import runs
+    from .report.runs import print_runs
+
+    folder = Path(args.runs_dir)
+    if args.action == "list":
+        if args.json:
+            print_json([record for _, record in runs.all_runs(folder)])
+            return 0
+        return print_runs(runs.all_runs(folder), out)
+    if len(args.names) != 2:
+        err.print("traceagent: error: runs diff takes two runs: their ids (or a unique start), or positions "
+                  "(1 the oldest, -1 the newest)", markup=False)
+        return 2
+    try:
+        (a_dir, a), (b_dir, b) = (runs.find(folder, name) for name in args.names)
+    except ValueError as exc:
+        err.print(f"traceagent: error: {exc}", markup=False, soft_wrap=True)
+        return 2
+    from .detect.compare.diff import diff
+    from .report.markdown import render_diff_markdown
+
+    for run in (a, b):
+        if not run.traces:
+            err.print(f"traceagent: error: run {run.id} has no trace ({run.status}); nothing to compare", markup=False)
+            return 2
+    result = diff(api.analyze(str(a_dir / "traces"), use_cache=False), api.analyze(str(b_dir / "traces"), use_cache=False))
+    if args.json:
+        print_json({"before": a, "after": b, "differences": runs.differences(a, b), "diff": result})
+        return 0
+    from rich.markdown import Markdown
+
+    out.print(Markdown(render_diff_markdown(result)))
+    others = runs.differences(a, b)
+    out.print("What else differs between the runs: " + ("; ".join(others) if others else "nothing recorded (same "
+              "command, commit, versions, GPUs and environment)"), markup=False, soft_wrap=True)
+    return 0
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
@@ -710,6 +811,45 @@ def build_parser() -> argparse.ArgumentParser:
     whatif.add_argument("--rank", type=int, default=None, help="the rank to replay (default: the verdict's)")
     whatif.add_argument("-o", "--output", help="also write the replayed rank as a trace: simulated.json(.gz), for "
                                                "Perfetto or `traceagent diff TRACE simulated.json.gz`")
+    profile = sub.add_parser("profile", help="run a script under torch.profiler, keep the run, analyse it and compare "
+                             "it with the last run", description="traceagent profile [OPTIONS] -- python train.py ARGS "
+                             "(or -m module, or torchrun …): the script runs unchanged; each optimizer step is a step. "
+                             "The run is kept under --runs-dir.", formatter_class=RichHelpFormatter)
+    profile.add_argument("--label", help="what this run tries (shown by `traceagent runs`)")
+    profile.add_argument("--steps", type=int, default=3, help="steps to record (default 3)")
+    profile.add_argument("--skip", type=int, default=3, help="steps to run first without recording: warm-up and "
+                                                             "compilation (default 3)")
+    profile.add_argument("--steps-on", metavar="MODULE:FUNCTION", help="without an optimizer (inference): each return "
+                         "of this function is a step, e.g. mymodel.generate:decode_step")
+    profile.add_argument("--window", type=float, metavar="SECONDS", help="record this many seconds instead of steps")
+    profile.add_argument("--delay", type=float, default=0.0, metavar="SECONDS",
+                         help="with --window: start recording this long after the start")
+    profile.add_argument("--try", dest="tries", action="append", metavar="NAME=VALUE",
+                         help="record the command as it is, then with this environment variable set (or script option "
+                              "changed: --num-workers=4), and compare; repeatable")
+    profile.add_argument("--env", action="append", metavar="NAME=VALUE",
+                         help="an environment variable whose value the run record may keep (others: name only)")
+    profile.add_argument("--runs-dir", default=str(Path(".traceagent") / "runs"), help="where runs are kept "
+                                                                                         "(default .traceagent/runs)")
+    profile.add_argument("--max-mb", type=int, default=2048, help="the largest trace kept, in MB (default 2048)")
+    profile.add_argument("--nsys", action="store_true", help="record under Nsight Systems (CUDA, NVTX, OS runtime, "
+                                                             "Python sampling) instead of torch.profiler")
+    profile.add_argument("--ncu", nargs="?", const="", metavar="REGEX",
+                         help="then run it under Nsight Compute on the kernels matching REGEX (default: the last run's "
+                              "hot kernels) and join why each is slow to the trace")
+    profile.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="python train.py ARGS, python -m "
+                                                                                      "module ARGS, or torchrun …")
+    profile.set_defaults(func=cmd_profile)
+    runs_cmd = sub.add_parser("runs", help="the recorded runs (list), or two of them compared (diff A B)",
+                              description="Runs recorded by `traceagent profile`: step time, limiter and root cause "
+                                          "of each; `runs diff A B` compares two and says what else differed.",
+                              formatter_class=RichHelpFormatter)
+    runs_cmd.add_argument("action", nargs="?", choices=["list", "diff"], default="list")
+    runs_cmd.add_argument("names", nargs="*", metavar="RUN", help="with diff: two runs (id, a unique start of one, "
+                                                                  "or a position: 1 the oldest, -1 the newest)")
+    runs_cmd.add_argument("--runs-dir", default=str(Path(".traceagent") / "runs"), help="where runs are kept")
+    runs_cmd.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    runs_cmd.set_defaults(func=cmd_runs)
     ask = add("ask", cmd_ask, "ask one question about a trace (an LLM if configured, else the offline analyst)")
     ask.add_argument("question")
     ask.add_argument("--compare", metavar="OTHER", help="a second trace (after a change) to compare with")

@@ -23,6 +23,7 @@ from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import short_name
 from ..detect.detectors.steps import StepRow
 from ..detect.registry import DETECTORS, Detector
+from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import whatif_sentence
@@ -695,14 +696,12 @@ class OfflineAnalyst:
         missing = [u for u in overview.unavailable if u["what"] not in ("GPU memory use",)]
         top = kernels.top[0].kernel.short_name if kernels.top else None
         if v.limiter == "compute" and top:
-            lines.append(f"1. The hot kernel, with Nsight Compute: `ncu --kernel-name regex:{top} --launch-count 5 "
-                         f"--set full -o {top[:24]} python train.py`.")
+            lines.append(f"1. The hot kernel, with Nsight Compute: `{profile_line('--ncu', repr(top))}`.")
         else:
-            lines.append("1. The whole timeline with Nsight Systems, to see the host and the GPU together: `nsys profile "
-                         "--trace=cuda,nvtx,osrt --python-backtrace=cuda -o timeline python train.py`.")
+            lines.append("1. The whole timeline with Nsight Systems, to see the host and the GPU together: "
+                         f"`{profile_line('--nsys')}`.")
             if top:
-                lines.append(f"2. The hot kernel, with Nsight Compute: `ncu --kernel-name regex:{top} --launch-count 5 "
-                             "--set full -o hot python train.py`.")
+                lines.append(f"2. The hot kernel, with Nsight Compute: `{profile_line('--ncu', repr(top))}`.")
         if missing:
             lines += ["", "What this trace lacks, and how to record it:"]
             lines += [f"- {u['what']}: {u['why']}; {u['how_to_get_it']}." for u in missing[:4]]
@@ -794,9 +793,9 @@ def _yes_no(q: Question) -> bool:
 
 
 def _ncu(kernel: str) -> str:
-    return (f"To see why `{shorten(kernel, 50)}` takes that long: `ncu --kernel-name regex:{kernel} --launch-count 5 "
-            "--set full --csv --page details --log-file ncu.csv python train.py`, then `traceagent analyze TRACE "
-            "--kernels ncu.csv`.")
+    return (f"To see why `{shorten(kernel, 50)}` takes that long: `{profile_line('--ncu', repr(kernel))}` runs it under "
+            "Nsight Compute and joins the reading to the trace (or `ncu --kernel-name regex:NAME --set full --csv --page "
+            "details --log-file ncu.csv python train.py`, then `traceagent analyze TRACE --kernels ncu.csv`).")
 
 
 def _why_slow(names: list[str], profiled: KernelProfilesAnswer) -> str:

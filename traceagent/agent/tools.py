@@ -32,6 +32,7 @@ from ..detect.core.vocabulary import GAP_CAUSES
 from ..detect.detectors.annotations import detect_annotations
 from ..detect.detectors.idle import DeviceIdle, IdleResult, gap_host_activity
 from ..detect.registry import DETECTORS, Detector
+from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import detect_critical_path, range_window, step_window
 from ..detect.verdict.whatif import parse_change, simulate
 from ..trace.model import matches
@@ -143,7 +144,8 @@ def _bounded(value: Any) -> Any:
 # -- the tools: each takes the context first; the model supplies the rest --------------------------
 
 NO_FRAMES = unavailable("the Python line", "this trace has no Python frames",
-                        "profile with torch.profiler.profile(with_stack=True) (or nsys --python-backtrace=cuda)")
+                        f"record with `{profile_line()}` (it sets with_stack=True), or profile with "
+                        "torch.profiler.profile(with_stack=True)")
 NO_STEPS = unavailable("per-step times", "the trace marks no iterations",
                        "use a torch.profiler schedule and call prof.step() each iteration, or an NVTX range per "
                        "step (then `--steps REGEX`)")
@@ -153,13 +155,15 @@ ONE_RANK = unavailable("waiting on other ranks, the straggler", "one rank's trac
                        "load the directory with every rank's trace")
 NO_COUNTERS = unavailable("memory bandwidth of kernels, occupancy, warp stalls, FLOP/s of kernels without shapes",
                           "a timeline trace records when kernels ran, not hardware counters",
-                          "profile the hot kernel with Nsight Compute (ncu --kernel-name regex:NAME --set full --csv "
-                          "--page details --log-file ncu.csv) and load it: traceagent analyze TRACE --kernels ncu.csv")
+                          f"profile the hot kernel with Nsight Compute: `{profile_line('--ncu', 'NAME')}` (or ncu "
+                          "--kernel-name regex:NAME --set full --csv --page details --log-file ncu.csv, then "
+                          "traceagent analyze TRACE --kernels ncu.csv)")
 NO_SHAPES = unavailable("FLOPs, achieved TFLOP/s and MFU", "the trace has no recorded shapes",
-                        "profile with torch.profiler.profile(record_shapes=True) (PyTorch ≥ 2.1 also records the "
-                        "convolutions' stride and padding)")
+                        f"record with `{profile_line()}` (it sets record_shapes=True), or profile with "
+                        "torch.profiler.profile(record_shapes=True) (PyTorch ≥ 2.1 also records the convolutions' stride "
+                        "and padding)")
 NO_MEMORY = unavailable("GPU memory use", "the trace has no [memory] events",
-                        "profile with torch.profiler.profile(profile_memory=True); for who allocated what, "
+                        f"record with `{profile_line()}` (it sets profile_memory=True); for who allocated what, "
                         "torch.cuda.memory._record_memory_history() and torch.cuda.memory._dump_snapshot()")
 
 

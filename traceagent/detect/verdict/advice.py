@@ -16,6 +16,12 @@ _OPTIMIZER = re.compile(r"Optimizer\.step|optimizer|_foreach_|\badam|\bsgd|\blam
 _DRIVER_LAUNCH = re.compile(r"^cuLaunchKernel")  # Triton and torch.compile kernels launch through the driver API
 
 
+def profile_line(*options: str) -> str:
+    """The `traceagent profile` command line that records what is asked (stacks, shapes, memory and
+    steps are always on), for the user's own script in place of train.py."""
+    return " ".join(["traceagent profile", *options, "-- python train.py"])
+
+
 def dataloader(workload: Workload) -> tuple[str, str]:
     """Data loading stalls: more workers for a single-process loader; for one already using
     workers, what makes workers keep up."""

@@ -221,7 +221,8 @@ def _busy(f: Findings) -> str:
 def _missing(f: Findings) -> list[str]:
     also = []
     if not f.has_python_frames:
-        also.append("The trace has no Python frames: profile with with_stack=True to see the line behind each stall.")
+        also.append(f"The trace has no Python frames: re-profile with `{advice.profile_line()}` (it records them) "
+                    "to see the line behind each stall.")
     if f.steps is None:
         also.append("The trace has no steps: use a torch.profiler schedule and call prof.step() each iteration "
                     "(or mark iterations with NVTX ranges) to compare steps.")
@@ -273,7 +274,7 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
             step += (f" The host work at {site.after} that follows it shows only because of the wait: once the "
                      "value stays on the device, that work overlaps the GPU's.")
         if not f.has_python_frames:
-            step += " Re-profile with with_stack=True to get the Python line."
+            step += f" Re-profile with `{advice.profile_line()}` (Python frames on) to get the line."
         return Verdict("idle", root, f"{head}, mostly after host synchronizations ({cause_pct:.1f}% {_of(f)})",
                        f"The host blocks on the GPU{where} ({kind.label}), so it cannot queue work ahead and the GPU "
                        "drains while the host catches up.", step, evidence, also)
@@ -295,7 +296,7 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     if hosts:
         evidence["host_events"] = hosts
     step = ("Profile the host side: `py-spy record -o host.svg -- python train.py`, or re-profile with "
-            "with_stack=True and look at the Python frames over the largest gaps (`traceagent analyze`).")
+            f"`{advice.profile_line()}` (Python frames on) and look at the frames over the largest gaps.")
     if user:  # the user's line first, the library frame under it as context
         evidence["python"] = user
         inside = f", inside {hosts[0]}" if hosts and hosts[0] != user else ""
@@ -367,8 +368,8 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
                    f"takes {top.share_of_busy_pct:.1f}% of busy time",
                    f"Time goes into kernel execution, led by {top.short_name} ({top.count} launches"
                    + (f", from {top.op}" if top.op else "") + "); speeding it up is the largest single gain.",
-                   f"Profile that kernel: `ncu --kernel-name regex:{top.short_name} --launch-count 5 --set full -o "
-                   f"{top.short_name[:24]} python train.py`, and check it runs in a fast dtype (bf16/TF32) and shape.",
+                   f"Profile that kernel: `{advice.profile_line('--ncu', repr(top.short_name))}` (Nsight Compute on "
+                   "it, joined to the trace), and check it runs in a fast dtype (bf16/TF32) and shape.",
                    evidence, also)
 
 
