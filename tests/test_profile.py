@@ -220,6 +220,14 @@ def test_nsys_and_ncu_runs_are_exported_analysed_and_joined(tmp_path, monkeypatc
     assert analysis["trace"]["format"] == "nsys" and analysis["kernel_profiles"]["kernels"]
     assert "Verdict" in out
 
+    # a trace over the size limit is not kept, and the run says why and what to change
+    code = main(["profile", "--runs-dir", str(tmp_path / "small"), "--nsys", "--max-mb", "0", "--", sys.executable,
+                 "train.py"])
+    _, run = only_run(tmp_path / "small")
+    assert code == 1 and run.traces == [] and run.status == "no trace"
+    assert run.notes[0].startswith("nsys.sqlite was ") and "over the 0 MB limit" in run.notes[0]
+    assert "over the 0 MB limit" in capsys.readouterr().err
+
 
 def recorded(runs_dir: Path, trace: Path, label: str, started: str) -> runs.RunRecord:
     """A run of `trace` as `profile` keeps it (the recording itself is tested above, on the CPU)."""

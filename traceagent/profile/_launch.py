@@ -37,7 +37,6 @@ class _Recorder:
         rank = os.environ.get("RANK")
         self.name = f"rank{rank}" if rank is not None else "trace"
         self.trace_path = self.out / f"{self.name}.pt.trace.json.gz"
-        self.max_bytes = int(config.get("max_mb", 2048)) * 2**20
         self.status: dict = {"rank": int(rank) if rank is not None else None, "steps_seen": 0, "trace": None,
                              "recorded_steps": 0, "note": None, "mode": config["mode"]}
         cuda = torch.cuda.is_available()
@@ -84,12 +83,6 @@ class _Recorder:
         """Write the trace whole or not at all (a temporary name, then renamed)."""
         partial = self.trace_path.with_name(f"{self.name}.partial.json.gz")  # its suffix makes torch gzip it
         prof.export_chrome_trace(str(partial))
-        size = partial.stat().st_size
-        if size > self.max_bytes:
-            partial.unlink()
-            self.status["note"] = (f"the trace was {size / 2**20:.0f} MB, over the {self.max_bytes // 2**20} MB limit: "
-                                   "record fewer steps (--steps), or raise --max-mb")
-            return
         partial.replace(self.trace_path)
         self.status["trace"] = self.trace_path.name
         self.status["recorded_steps"] = min(max(self.status["steps_seen"] - getattr(self, "skip", 0), 0),

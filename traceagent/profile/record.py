@@ -80,7 +80,7 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
         tried=[*(f"{k}={v}" for k, v in options.tried.items()), *options.tried_args])
     runs.save(folder, record)
     say(f"recording {launch.script} into {folder} ({_what(options)})")
-    config = {"out": str(traces.resolve()), "max_mb": options.max_mb, "skip": options.skip, "steps": options.steps,
+    config = {"out": str(traces.resolve()), "skip": options.skip, "steps": options.steps,
               "mode": "window" if options.window else "function" if options.steps_on else "steps",
               "window": options.window, "delay": options.delay, "steps_on": options.steps_on}
     env = {**os.environ, **options.tried, CONFIG_VARIABLE: json.dumps(config)}
@@ -95,11 +95,12 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
         say(f"running it again under Nsight Compute for the kernels matching {kernels!r}")
         _run(ncu_command(folder, options.command, kernels), {**os.environ, **options.tried})
     statuses = [json.loads(p.read_text()) for p in sorted(traces.glob("*.status.json"))]
+    oversize = _over_limit(traces, options.max_mb)
     files = sorted(p.name for p in (*traces.glob("*.pt.trace.json.gz"), *traces.glob("*.sqlite")))
     launched = statuses[0] if statuses else {}
     record = replace(record, seconds=round(time.monotonic() - started, 3), exit_code=exit_code, traces=files,
                      steps_seen=max((s.get("steps_seen", 0) for s in statuses), default=0),
-                     notes=_notes(options, launch.processes, statuses, files)
+                     notes=oversize or _notes(options, launch.processes, statuses, files)
                      + (["Nsight Compute wrote no kernels: check the regex against the trace's kernel names"]
                         if kernels is not None and not (folder / NCU_CSV).exists() else []),
                      environment=runs.environment(options.public, options.tried, launched),
@@ -178,6 +179,19 @@ def _hot_kernels(options: ProfileOptions) -> str:
     return "|".join(re.escape(n) for n in names)
 
 
+def _over_limit(traces: Path, max_mb: int) -> list[str]:
+    """Remove the traces larger than `max_mb` (the schedule is the first cap; this one is for what
+    it let through), saying which and what to change."""
+    notes = []
+    for path in sorted((*traces.glob("*.pt.trace.json.gz"), *traces.glob("*.sqlite"))):
+        size = path.stat().st_size
+        if size > max_mb * 2**20:
+            path.unlink()
+            notes.append(f"{path.name} was {size / 2**20:.1f} MB, over the {max_mb} MB limit, and is not kept: "
+                         "record fewer steps (--steps) or a shorter window, or raise --max-mb")
+    return notes
+
+
 def _compare(base: tuple[Path, runs.RunRecord], after: Analysis) -> DiffResult | None:
     try:
         before = api.analyze(str(base[0] / "traces"), use_cache=False)
@@ -223,6 +237,8 @@ def _what(options: ProfileOptions) -> str:
 def _notes(options: ProfileOptions, processes: int | None, statuses: list[dict], files: list[str]) -> list[str]:
     """Why a run has fewer traces than it should, in words the engineer can act on."""
     notes = [s["note"] for s in statuses if s.get("note")]
+    if options.nsys:  # Nsight Systems records the whole process tree: no launcher, no status files
+        return notes if files else [*notes, "Nsight Systems wrote no report (its own output above says why)"]
     if not statuses:
         notes.append("no process of the command reached the profiler (did the script start?)")
     elif not files and not options.window:
