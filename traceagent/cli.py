@@ -457,6 +457,53 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scaling(args: argparse.Namespace) -> int:
+    """How the job scales across runs of different sizes."""
+    from .detect.compare.scaling import scaling
+    from .report.scaling import print_scaling
+
+    measured = []
+    for run in args.runs:
+        path, _, size = run.rpartition("@") if "@" in run else (run, "", "")
+        if Path(path, "run.json").is_file():  # a `traceagent profile` run: its traces
+            path = str(Path(path, "traces"))
+        analysis = run_request(request_of(args, path))
+        world = int(size) if size.isdigit() else analysis.world_size or (len(analysis.ranks) if len(analysis.ranks) > 1
+                                                                         else None)
+        if world is None:
+            err.print(f"traceagent: error: {path}: its world size is not in the trace (one rank, no distributedInfo): "
+                      f"say it as {path}@N", markup=False)
+            return 2
+        measured.append((analysis, world))
+    try:
+        result = scaling(measured, mode="strong" if args.strong else "weak" if args.weak else None,
+                         project=args.project, gpus_per_node=args.gpus_per_node, force=args.force)
+    except ValueError as exc:
+        err.print(f"traceagent: error: {exc}", markup=False, soft_wrap=True)
+        return 2
+    if args.json:
+        print_json(result)
+    else:
+        print_scaling(result, out)
+    gate = args.fail_below_efficiency
+    if gate is not None and result.runs[-1].efficiency_pct < gate:
+        err.print(f"traceagent: efficiency {result.runs[-1].efficiency_pct:.1f}% at {result.runs[-1].world_size} GPUs is "
+                  f"below {gate:g}%", markup=False)
+        return 1
+    return 0
+
+
+def sizes(text: str) -> list[int]:
+    """--project 64,128"""
+    try:
+        found = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected world sizes such as 64,128") from None
+    if not found or min(found) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected world sizes such as 64,128")
+    return found
+
+
 def cmd_whatif(args: argparse.Namespace) -> int:
     """What the changes would buy, replayed on the rank's dependency graph."""
     from .detect.verdict.whatif import parse_change, simulate_replay, whatif_sentence
@@ -850,6 +897,19 @@ def build_parser() -> argparse.ArgumentParser:
     runs_cmd.add_argument("--runs-dir", default=str(Path(".traceagent") / "runs"), help="where runs are kept")
     runs_cmd.add_argument("--json", action="store_true", help="print JSON instead of tables")
     runs_cmd.set_defaults(func=cmd_runs)
+    scale = add("scaling", cmd_scaling, "how the job scales across runs of different sizes: efficiency, where it was "
+                "lost, the communication model, and what more GPUs would buy", path=False, json=True)
+    scale.add_argument("runs", nargs="+", metavar="RUN", help="a trace, a rank directory or a `traceagent profile` run; "
+                                                              "RUN@N gives its world size where the trace does not")
+    kind = scale.add_mutually_exclusive_group()
+    kind.add_argument("--strong", action="store_true", help="the same total work at every size")
+    kind.add_argument("--weak", action="store_true", help="the same work per GPU at every size")
+    scale.add_argument("--project", type=sizes, metavar="N,N", help="predict the step time at these world sizes")
+    scale.add_argument("--gpus-per-node", type=int, default=8, help="groups larger than this cross nodes (default 8)")
+    scale.add_argument("--force", action="store_true", help="compare runs that run other kernels (another model, "
+                                                            "precision or code) all the same")
+    scale.add_argument("--fail-below-efficiency", type=float, metavar="PCT",
+                       help="exit 1 when the largest run's parallel efficiency is below PCT percent")
     ask = add("ask", cmd_ask, "ask one question about a trace (an LLM if configured, else the offline analyst)")
     ask.add_argument("question")
     ask.add_argument("--compare", metavar="OTHER", help="a second trace (after a change) to compare with")
@@ -880,10 +940,10 @@ def build_parser() -> argparse.ArgumentParser:
     kernels.add_argument("ncu_csv", help="the export (.csv, or .csv.gz)")
     kernels.add_argument("--json", action="store_true", help="print JSON instead of a table")
     kernels.set_defaults(func=cmd_kernels)
-    schema = sub.add_parser("schema", help="print the JSON Schema of analyze --json and diff --json",
+    schema = sub.add_parser("schema", help="print the JSON Schema of analyze, diff and scaling --json",
                             description="The JSON Schemas of traceagent's JSON output (schema_version in each).",
                             formatter_class=RichHelpFormatter)
-    schema.add_argument("which", nargs="?", choices=["analyze", "diff"], help="one of them (default: both)")
+    schema.add_argument("which", nargs="?", choices=["analyze", "diff", "scaling"], help="one of them (default: all)")
     schema.set_defaults(func=cmd_schema)
     cache = sub.add_parser("cache", help="what the cache of parsed traces holds (info), or empty it (clear)",
                            description="Parsed traces are cached in $TRACEAGENT_CACHE_DIR (default "

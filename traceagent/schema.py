@@ -15,6 +15,7 @@ from pydantic import TypeAdapter
 
 from .detect.analysis import SCHEMA_VERSION, AnalysisRecord
 from .detect.compare.diff import DiffResult
+from .detect.compare.scaling import ScalingResult
 
 
 def _schema(kind: type, title: str) -> dict:
@@ -49,4 +50,5 @@ def diff_schema() -> dict:
     return _schema(DiffResult, "traceagent diff --json")
 
 
-SCHEMAS = {"analyze": lambda: closed(analysis_schema()), "diff": lambda: closed(diff_schema())}
+SCHEMAS = {"analyze": lambda: closed(analysis_schema()), "diff": lambda: closed(diff_schema()),
+           "scaling": lambda: closed(_schema(ScalingResult, "traceagent scaling --json"))}

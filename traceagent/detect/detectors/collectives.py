@@ -143,6 +143,11 @@ class _Payload:
     ranks: tuple[int, ...]
 
 
+def bus_factor(kind: str, group_size: int) -> float:
+    """nccl-tests' bus-bandwidth factor of a collective kind (_KINDS' names) for a group size."""
+    return next((factor(group_size) for _, name, factor in _KINDS if name == kind), 1.0)
+
+
 def parse_payload(text: str) -> _Payload | None:
     """A kernel's recorded payload (trace.model.GPU_COLUMNS["collective"]), or None where it says
     too little to count bytes (an unknown dtype or collective, a barrier)."""
