@@ -161,22 +161,6 @@ def test_two_ranks_under_torchrun_on_gloo_are_one_job(tmp_path):
     assert "2 rank(s)" in out
 
 
-@needs_torch
-def test_a_script_that_fails_half_way_is_kept_marked_failed_with_what_it_recorded(tmp_path):
-    train = script(tmp_path, "train.py", TRAIN)
-    os.environ["FAIL_AT"] = "5"  # after the 3 steps recorded (skip 1, record 2, then the schedule is done)
-    try:
-        code, _, err = profile("--runs-dir", str(tmp_path / "runs"), "--skip", "1", "--steps", "2", "--",
-                               sys.executable, str(train))
-    finally:
-        del os.environ["FAIL_AT"]
-    assert code == 1 and "planted failure" not in err  # the script's traceback went to the terminal, not to us
-    folder, run = only_run(tmp_path / "runs")
-    assert (run.status, run.exit_code, run.steps_seen) == ("failed", 1, 5)
-    assert run.traces == ["trace.pt.trace.json.gz"] and (folder / "analysis.json").exists()
-    assert "the script failed (exit status 1); kept" in err
-
-
 def test_a_missing_nsys_or_ncu_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))  # neither tool, nor anything else
     for option in (["--nsys"], ["--ncu", "gemm"]):
@@ -275,20 +259,23 @@ def test_each_run_is_compared_with_the_last_and_the_prediction_with_the_measurem
 
 
 @needs_torch
-def test_try_records_the_baseline_and_the_variant_and_keeps_no_secret(tmp_path, monkeypatch):
+def test_try_records_the_baseline_then_the_variant_which_fails_half_way_and_no_secret_is_kept(tmp_path, monkeypatch):
     secret = "s3cr3t-Value-7731"
     monkeypatch.setenv("MY_API_TOKEN", secret)
     checks_args = f"import sys\nassert sys.argv[1:] == ['--api-key', {secret!r}]\n"  # passed through unchanged
-    train = script(tmp_path, "train.py", textwrap.dedent(TRAIN) + checks_args)
+    train = script(tmp_path, "train.py", checks_args + textwrap.dedent(TRAIN))
+    # the variable reaches the script: with it, the script fails at its 6th batch, after the step recorded
     code, out, err = profile("--runs-dir", str(tmp_path / "runs"), "--skip", "1", "--steps", "1", "--try",
-                             "TRAIN_BATCHES=12", "--", sys.executable, str(train), "--api-key", secret)
-    assert code == 0, err
-    (_, base), (_, variant) = runs.all_runs(tmp_path / "runs")
-    # the variable reached the script: 12 batches instead of 8
-    assert (base.label, base.steps_seen, variant.steps_seen) == ("baseline", 8, 12)
-    assert variant.tried == ["TRAIN_BATCHES=12"] and variant.baseline == base.id
-    assert variant.environment.variables["TRAIN_BATCHES"] == "12" and base.environment.variables["MY_API_TOKEN"] is None
-    assert variant.command[-2:] == ["--api-key", "***"] and "Compared with" in out
+                             "FAIL_AT=5", "--", sys.executable, str(train), "--api-key", secret)
+    (_, base), (variant_dir, variant) = runs.all_runs(tmp_path / "runs")
+    assert (base.label, base.status, base.steps_seen) == ("baseline", "ok", 8)
+    # the failed run is kept, marked failed with its exit status and the trace it completed
+    assert (variant.status, variant.exit_code, variant.steps_seen) == ("failed", 1, 5) and code == 1
+    assert variant.traces == ["trace.pt.trace.json.gz"] and (variant_dir / "analysis.json").exists()
+    assert "the script failed (exit status 1); kept" in err and "planted failure" not in err
+    assert variant.tried == ["FAIL_AT=5"] and variant.baseline == base.id and "Compared with" in out
+    assert variant.environment.variables["FAIL_AT"] == "5" and base.environment.variables["MY_API_TOKEN"] is None
+    assert variant.command[-2:] == ["--api-key", "***"]
     for path in (tmp_path / "runs").rglob("*"):
         if path.is_file():
             data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()

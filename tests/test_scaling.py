@@ -118,8 +118,12 @@ def test_the_command_line_reads_sizes_prints_json_and_gates(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     jsonschema.Draft202012Validator(SCHEMAS["scaling"]()).validate(data)  # the shipped contract, closed
     assert [r["world_size"] for r in data["runs"]] == [1, 2, 4] and data["projections"][0]["world_size"] == 8
-    assert main(["scaling", *folders, "--fail-below-efficiency", "99", "--no-cache"]) == 1
+    report = tmp_path / "scaling.html"
+    assert main(["scaling", *folders, "--fail-below-efficiency", "99", "--no-cache", "-o", str(report)]) == 1
     assert "below 99%" in capsys.readouterr().err
+    page = report.read_text()
+    assert "<svg" in page and "4 GPUs" in page and "Communication model" in page
+    assert main(["scaling", *folders, "--no-cache", "-o", str(tmp_path / "strong1" / "rank0.json")]) == 2  # an input
     assert main(["scaling", folders[0], "--no-cache"]) == 2
     assert "two or more sizes" in capsys.readouterr().err
 

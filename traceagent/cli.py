@@ -463,6 +463,12 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     from .report.scaling import print_scaling
 
     measured = []
+    paths = [run.rpartition("@")[0] if "@" in run else run for run in args.runs]
+    if args.output:
+        from .outputs import check_output
+
+        for path in paths:  # never one of the runs it reads
+            check_output(args.output, path)
     for run in args.runs:
         path, _, size = run.rpartition("@") if "@" in run else (run, "", "")
         if Path(path, "run.json").is_file():  # a `traceagent profile` run: its traces
@@ -481,6 +487,17 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     except ValueError as exc:
         err.print(f"traceagent: error: {exc}", markup=False, soft_wrap=True)
         return 2
+    if args.output:
+        from .outputs import write_atomically
+        from .report.scaling import render_scaling_html, render_scaling_markdown
+
+        render = render_scaling_html if args.output.lower().endswith((".html", ".htm")) else render_scaling_markdown
+        try:
+            write_atomically(args.output, render(result))
+        except OSError as exc:
+            err.print(f"traceagent: error: {args.output}: cannot write the report ({exc.strerror})", markup=False)
+            return 2
+        err.print(f"wrote {args.output}", markup=False)
     if args.json:
         print_json(result)
     else:
@@ -906,6 +923,8 @@ def build_parser() -> argparse.ArgumentParser:
     kind.add_argument("--weak", action="store_true", help="the same work per GPU at every size")
     scale.add_argument("--project", type=sizes, metavar="N,N", help="predict the step time at these world sizes")
     scale.add_argument("--gpus-per-node", type=int, default=8, help="groups larger than this cross nodes (default 8)")
+    scale.add_argument("-o", "--output", help="also write the report: scaling.md, or scaling.html with the chart of "
+                                               "step time by world size")
     scale.add_argument("--force", action="store_true", help="compare runs that run other kernels (another model, "
                                                             "precision or code) all the same")
     scale.add_argument("--fail-below-efficiency", type=float, metavar="PCT",

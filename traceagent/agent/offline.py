@@ -118,6 +118,7 @@ class OfflineAnalyst:
             "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                  self._communication),
             "straggler": Plan(lambda q, at: [("communication", at)], self._straggler),
+            "scaling": Plan(lambda q, at: [("communication", at)], self._scaling),
             "step_vs_step": Plan(lambda q, at: [("steps", at)], self._step_vs_step),
             "one_step": Plan(lambda q, at: [("steps", at), ("idle_gaps", at | {"step": q.steps[0], "top": 3})],
                              self._one_step),
@@ -504,6 +505,24 @@ class OfflineAnalyst:
             return _unavailable(answer.unavailable, detector.title.lower()) if answer.unavailable else \
                 f"This trace has nothing for {detector.title.lower()}."
         return f"{self._who(answer.scope)}**{detector.title}.** {detector.sentence(answer.result) or ''}".rstrip()
+
+    def _scaling(self, q: Question, answer: CommAnswer) -> str:
+        """One trace is one size: what in it grows with more GPUs, and the command that measures scaling."""
+        ranks = len(self.ctx.analysis.ranks)
+        lines = ["**How a job scales is read across runs of different sizes**: record it at two or more (e.g. "
+                 "`traceagent profile -- torchrun --nproc-per-node N train.py` for N = 2, 4, 8), then `traceagent scaling "
+                 "RUN RUN … --project 16` gives the parallel efficiency of each, where the rest went (exposed transfer, "
+                 "waiting for the slowest rank, host-side idle, compute per GPU) and what more GPUs would buy.", "",
+                 f"What grows with more GPUs, in this run ({self._who(answer.scope) or ''}{ranks} rank(s)):",
+                 f"- exposed communication: {percent(answer.comm.exposed_pct)} of device time "
+                 f"({percent(answer.comm.exposed_of_comm_pct)} of the communication is not hidden behind compute)"]
+        c = answer.comparison
+        if c is not None and c.matched:
+            who = f"rank {c.straggler} causes {percent(c.caused_waiting_pct)} of it" if c.straggler is not None else (
+                "no single rank causes most of it")
+            lines.append(f"- waiting for the slowest rank: {percent(c.others_exposed_waiting_pct)} of the other ranks' "
+                         f"device time; {who}")
+        return "\n".join(lines)
 
     def _straggler(self, q: Question, answer: CommAnswer) -> str:
         ranks = answer.comparison

@@ -23,6 +23,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"\b(?:faster|slower|help|work|improve|fix|speed))"),
     ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|waits? (?:for|on) "
                   r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank)"),
+    ("scaling", r"\b(?:scal(?:e|es|ing|ability)\b|(?:more|twice as many) (?:gpus|nodes|ranks)\b|parallel efficiency|"
+                r"(?:strong|weak) scaling)"),
     ("most_idle", r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)"),
     ("mfu", r"\b(?:mfu|flop/?s|flops|tflops|model flops|tensor core utili[sz]ation|achieved (?:flop|throughput))\b"),
     ("interconnect", r"\b(?:interconnect|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"

@@ -116,7 +116,7 @@ def conclude(folder: Path, record: runs.RunRecord, runs_dir: Path) -> Recorded:
     if record.traces:
         profiled = folder / NCU_CSV
         try:
-            analysis = api.analyze(str(folder / "traces"), use_cache=False,
+            analysis = api.analyze(str(folder / "traces"),
                                    kernels=profiled if profiled.exists() else None)
         except TraceError as exc:
             record = replace(record, notes=[*record.notes, f"the traces could not be analysed: {exc}"])
@@ -194,7 +194,7 @@ def _over_limit(traces: Path, max_mb: int) -> list[str]:
 
 def _compare(base: tuple[Path, runs.RunRecord], after: Analysis) -> DiffResult | None:
     try:
-        before = api.analyze(str(base[0] / "traces"), use_cache=False)
+        before = api.analyze(str(base[0] / "traces"))  # cached since its own run
     except TraceError:
         return None
     return diff(before, after)

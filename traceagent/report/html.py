@@ -23,9 +23,7 @@ LABEL_W = 110  # room for "GPU 1 stream 13"
 
 
 def render_html(analysis: Analysis, summary: str | None = None) -> str:
-    # raw HTML, links and images are off: none of traceagent's own Markdown uses them, so none can
-    # come from a trace string or a model's text
-    markdown = MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "image", "autolink"])
+    markdown = markdown_renderer()
     # the report's own fold of kernel names: markers no trace or model can guess, then real tags
     # (raw HTML stays off, so anything else that looks like a tag is shown as text)
     nonce = secrets.token_hex(16)
@@ -37,9 +35,13 @@ def render_html(analysis: Analysis, summary: str | None = None) -> str:
     # the title and the verdict first, then the charts, then the evidence sections
     first_h2, second_h2 = body.find("<h2>"), body.find("<h2>", body.find("<h2>") + 1)
     head, rest = (body[:second_h2], body[second_h2:]) if first_h2 >= 0 and second_h2 >= 0 else (body, "")
-    title = html.escape(f"traceagent diagnosis: {analysis.path}")
+    return page(f"traceagent diagnosis: {analysis.path}", f"{head}\n{charts}\n{rest}")
+
+
+def page(title: str, body: str) -> str:
+    """A self-contained HTML page: `body` (HTML) under `title` (text), with the reports' styles."""
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
 body {{ font: 15px/1.5 system-ui, sans-serif; max-width: 1000px; margin: 2em auto; padding: 0 1em; color: #222; }}
 table {{ border-collapse: collapse; margin: .5em 0; font-size: 13px; }}
@@ -49,11 +51,15 @@ figure {{ margin: 1.5em 0; }} figcaption {{ font-weight: 600; margin-bottom: .3e
 .legend span {{ display: inline-block; margin-right: 1em; font-size: 12px; }}
 .legend i {{ display: inline-block; width: 10px; height: 10px; margin-right: 4px; }}
 </style></head><body>
-{head}
-{charts}
-{rest}
+{body}
 </body></html>
 """
+
+
+def markdown_renderer() -> MarkdownIt:
+    """Markdown to HTML with raw HTML, links and images off: none of traceagent's own Markdown uses
+    them, so none can come from a trace string or a model's text."""
+    return MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "image", "autolink"])
 
 
 def _legend(colors: dict[str, str]) -> str:
