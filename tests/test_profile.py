@@ -21,7 +21,7 @@ from conftest import DATA, RESNET_NW0, RESNET_NW4
 from traceagent.cli import main
 from traceagent.profile import runs
 from traceagent.profile.command import LAUNCHER, with_argument, wrapped
-from traceagent.profile.record import conclude
+from traceagent.profile.record import _run, conclude
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="could not import 'torch'")
 
@@ -139,26 +139,35 @@ def test_an_inference_loop_is_stepped_by_a_named_function_or_recorded_for_a_time
 def test_two_ranks_under_torchrun_on_gloo_are_one_job(tmp_path):
     ddp = script(tmp_path, "ddp.py", """
         import torch, torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel
         dist.init_process_group("gloo")
-        model = DistributedDataParallel(torch.nn.Linear(32, 4))
+        model = torch.nn.Linear(32, 4)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for _ in range(5):
             loss = model(torch.randn(16, 32)).sum()
             opt.zero_grad()
             loss.backward()
+            for p in model.parameters():  # data parallel by hand: gloo's all-reduce of each gradient
+                dist.all_reduce(p.grad)
             opt.step()
+        dist.barrier()
         dist.destroy_process_group()
     """)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    code, out, err = profile("--runs-dir", str(tmp_path / "runs"), "--skip", "1", "--steps", "2", "--",
-                             *torchrun, str(ddp))
+    code, out, err = profile("--runs-dir", str(tmp_path / "runs"), "--skip", "1", "--steps", "2", "--timeout", "120",
+                             "--", *torchrun, str(ddp))
     assert code == 0, err
     folder, run = only_run(tmp_path / "runs")
     assert run.traces == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"] and not run.notes
     analysis = json.loads((folder / "analysis.json").read_text())
     assert [r["rank"] for r in analysis["ranks"]] == [0, 1] and analysis["trace"]["world_size"] == 2
     assert "2 rank(s)" in out
+
+
+def test_a_command_past_its_timeout_is_interrupted_as_ctrl_c_would(tmp_path):
+    # the script gets a KeyboardInterrupt (and INTERRUPT_GRACE_S to write what it recorded)
+    handler = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)\n"
+    code, interrupted = _run([sys.executable, "-c", handler], dict(os.environ), timeout=1.0)
+    assert (code, interrupted) == (7, True)
 
 
 def test_a_missing_nsys_or_ncu_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):

@@ -94,6 +94,9 @@ def test_weak_scaling_keeps_the_work_per_gpu(tmp_path):
         assert run.efficiency_pct == pytest.approx(100 * COMPUTE_US / tn, abs=0.01)
         assert run.speedup_x == pytest.approx(run.world_size * COMPUTE_US / tn, abs=1e-3)
         assert run.ideal_step_us == pytest.approx(COMPUTE_US, abs=0.01)
+        losses = {loss.part: loss for loss in run.losses}  # each GPU keeps its compute: the transfer is the loss
+        assert losses["transfer"].per_step_us == pytest.approx(comm_us(run.world_size), abs=0.01)
+        assert abs(losses["compute"].per_step_us) < 0.01
 
 
 def test_a_straggler_s_waiting_grows_with_the_ranks_and_is_named(tmp_path):
@@ -140,3 +143,25 @@ def test_runs_of_another_job_are_refused_unless_forced(tmp_path):
     with pytest.raises(ValueError, match=r"runs other kernels than .* \(not in it: sm90_xmma_gemm_bf16\)"):
         scaling(runs)
     assert scaling(runs, force=True).runs[-1].world_size == 2
+
+
+def test_with_the_job_at_another_size_beside_it_the_chat_has_a_scaling_tool_and_answer(tmp_path):
+    import asyncio
+
+    from traceagent.agent.session import Session
+    from traceagent.agent.tools import AnalysisContext, build_tools
+
+    (two, _), (eight, _) = job(tmp_path, 2), job(tmp_path, 8)
+    assert "scaling" not in {t.name for t in build_tools(AnalysisContext(two))}  # one run: nothing to scale
+    ctx = AnalysisContext(two, eight)
+    tool = {t.name: t for t in build_tools(ctx)}["scaling"]
+    data = json.loads(tool.invoke({"project": [16]}))
+    expected = scaling([(two, 2), (eight, 8)], project=[16])
+    assert [r["efficiency_pct"] for r in data["runs"]] == [r.efficiency_pct for r in expected.runs]
+    assert data["projections"][0]["step_us"] == expected.projections[0].step_us
+
+    async def ask():
+        return [e async for e in Session(ctx).ask("How does this scale?")][-1]
+
+    answered = asyncio.run(ask())  # the offline analyst (no model configured here) asks for no projection
+    assert scaling([(two, 2), (eight, 8)]).sentence in answered.text and answered.unverified == []

@@ -370,7 +370,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         options = ProfileOptions(command=command, label=args.label, steps=args.steps, skip=args.skip,
                                  steps_on=args.steps_on, window=args.window, delay=args.delay,
                                  runs_dir=Path(args.runs_dir), max_mb=args.max_mb,
-                                 public=dict(pair(e, "--env") for e in args.env or []), nsys=args.nsys, ncu=args.ncu)
+                                 public=dict(pair(e, "--env") for e in args.env or []), nsys=args.nsys, ncu=args.ncu,
+                                 timeout=args.timeout)
         say_line = lambda line: err.print(f"traceagent: {line}", markup=False)  # noqa: E731
         if not tries:
             return _report_run(record_run(options, say_line))
@@ -895,6 +896,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="an environment variable whose value the run record may keep (others: name only)")
     profile.add_argument("--runs-dir", default=str(Path(".traceagent") / "runs"), help="where runs are kept "
                                                                                          "(default .traceagent/runs)")
+    profile.add_argument("--timeout", type=float, metavar="SECONDS", help="interrupt the command after this long (as "
+                         "Ctrl+C would) and keep what it recorded")
     profile.add_argument("--max-mb", type=int, default=2048, help="the largest trace kept, in MB (default 2048)")
     profile.add_argument("--nsys", action="store_true", help="record under Nsight Systems (CUDA, NVTX, OS runtime, "
                                                              "Python sampling) instead of torch.profiler")

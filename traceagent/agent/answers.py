@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import TypedDict
 
 from ..detect.compare.diff import DiffResult
+from ..detect.compare.scaling import ScalingResult
 from ..detect.core.encode import to_data
 from ..detect.core.host import GapHost, HostEvent
 from ..detect.detectors.annotations import AnnotationsResult
@@ -359,6 +360,16 @@ class CompareAnswer:
 
 
 @dataclass(frozen=True)
+class ScalingAnswer:
+    """How the job scales between the two runs loaded (detect/compare/scaling.py)."""
+
+    result: ScalingResult
+
+    def to_dict(self) -> dict:
+        return to_data(self.result)
+
+
+@dataclass(frozen=True)
 class DetectorAnswer:
     """A registered detector's result for one rank as analysed (None where the trace cannot say)."""
 
@@ -414,4 +425,5 @@ class KernelProfilesAnswer:
 
 Answer = (OverviewAnswer | VerdictAnswer | IdleGapsAnswer | HostActivityAnswer | CopiesAnswer | CommAnswer
           | KernelsAnswer | InstancesAnswer | LaunchesAnswer | StepsAnswer | FlopsAnswer | MemoryAnswer
-          | AnnotationsAnswer | CompareAnswer | DetectorAnswer | CalcAnswer | KernelProfilesAnswer | WhatIfAnswer)
+          | AnnotationsAnswer | CompareAnswer | ScalingAnswer | DetectorAnswer | CalcAnswer | KernelProfilesAnswer
+          | WhatIfAnswer)

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from functools import partial
 
+from ..detect.compare.scaling import PARTS
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
 from ..detect.detectors.interconnect import interconnect_sentence
@@ -45,6 +46,7 @@ from .answers import (
     LaunchesAnswer,
     MemoryAnswer,
     OverviewAnswer,
+    ScalingAnswer,
     Scope,
     StepsAnswer,
     Unavailable,
@@ -118,7 +120,8 @@ class OfflineAnalyst:
             "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                  self._communication),
             "straggler": Plan(lambda q, at: [("communication", at)], self._straggler),
-            "scaling": Plan(lambda q, at: [("communication", at)], self._scaling),
+            "scaling": Plan(lambda q, at: [("communication", at)] + ([("scaling", {})] if compare else []),
+                            self._scaling),
             "step_vs_step": Plan(lambda q, at: [("steps", at)], self._step_vs_step),
             "one_step": Plan(lambda q, at: [("steps", at), ("idle_gaps", at | {"step": q.steps[0], "top": 3})],
                              self._one_step),
@@ -506,8 +509,18 @@ class OfflineAnalyst:
                 f"This trace has nothing for {detector.title.lower()}."
         return f"{self._who(answer.scope)}**{detector.title}.** {detector.sentence(answer.result) or ''}".rstrip()
 
-    def _scaling(self, q: Question, answer: CommAnswer) -> str:
-        """One trace is one size: what in it grows with more GPUs, and the command that measures scaling."""
+    def _scaling(self, q: Question, answer: CommAnswer, scaled: ScalingAnswer | None = None) -> str:
+        """Two runs loaded: how the job scales between them; one: what in it grows with more GPUs,
+        and the command that measures scaling."""
+        if scaled is not None:
+            r = scaled.result
+            lines = [f"**{r.sentence}**", "", "Where the efficiency went, at each size (points, µs per step):"]
+            for run in r.runs[1:]:
+                lines.append(f"- {run.world_size} GPUs: " + "; ".join(
+                    f"{PARTS[loss.part]} {loss.points:+.1f} ({duration(loss.per_step_us)})" for loss in run.losses[:3]))
+            lines += [f"- the {f.kind} model ({f.link}): {duration(f.latency_us)} + bytes at {f.busbw_gbps:.1f} GB/s"
+                      for f in r.fits]
+            return "\n".join(lines)
         ranks = len(self.ctx.analysis.ranks)
         lines = ["**How a job scales is read across runs of different sizes**: record it at two or more (e.g. "
                  "`traceagent profile -- torchrun --nproc-per-node N train.py` for N = 2, 4, 8), then `traceagent scaling "

@@ -35,7 +35,8 @@ def trace_summary(ctx: AnalysisContext) -> str:
     if len(a.ranks) > 8:
         lines.append(f"- and {len(a.ranks) - 8} more ranks")
     if ctx.other is not None:
-        lines.append("- a second trace is loaded for comparison: call compare_traces")
+        lines.append("- a second trace is loaded for comparison: call compare_traces (before/after a change), or "
+                     "scaling when it is the same job at another number of GPUs")
     return "\n".join(lines)
 
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from ..detect.analysis import Analysis, RankAnalysis, joined_on
 from ..detect.compare.diff import diff
+from ..detect.compare.scaling import scaling as scale_runs
 from ..detect.core.encode import to_data
 from ..detect.core.host import calls_by_correlation, host_events_in, kernel_python_lines
 from ..detect.core.view import on_device, us
@@ -59,6 +60,7 @@ from .answers import (
     MemoryAnswer,
     OverviewAnswer,
     RankOverview,
+    ScalingAnswer,
     Scope,
     StepsAnswer,
     Unavailable,
@@ -523,6 +525,24 @@ def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = Non
     return CompareAnswer(diff(ctx.analysis, ctx.other), scope)
 
 
+def scaling(ctx: AnalysisContext,
+            project: Annotated[list[int] | None, Field(description="world sizes to predict the step at")] = None
+            ) -> ScalingAnswer:
+    """How the job scales: the two runs loaded (the first and the one beside it, at another world
+    size) compared as one job at two sizes: step time, speedup and parallel efficiency, the
+    efficiency lost to compute per GPU, exposed transfer, waiting for the slowest rank and host
+    idle (µs per step and points), the collectives' latency and bandwidth fitted, and the step
+    projected at `project` sizes."""
+    if ctx.other is None:
+        raise ToolInputError("one run is loaded; scaling compares runs of the job at two sizes: start with --compare "
+                             "OTHER (the job at another size), or run `traceagent scaling RUN RUN …`")
+    runs = [(a, a.world_size or len(a.ranks)) for a in (ctx.analysis, ctx.other)]
+    try:
+        return ScalingAnswer(scale_runs(runs, project=project))
+    except ValueError as exc:
+        raise ToolInputError(str(exc)) from None
+
+
 def what_if(ctx: AnalysisContext,
             change: Annotated[str, Field(description="one change, or several joined by ' + ': dataloader=0 (or =xF: F "
                                                      "times shorter), sync=0 (or sync:NAME=0), kernel:REGEX=xF, "
@@ -548,7 +568,8 @@ TOOL_FUNCTIONS: list[Callable[..., Answer]] = [overview, verdict, idle_gaps, hos
                                              communication, hot_kernels, kernel_profiles, critical_path, kernel_instances,
                                              launches,
                                              steps,
-                                             annotation_ranges, flops, memory, what_if, calc, compare_traces]
+                                             annotation_ranges, flops, memory, what_if, calc, compare_traces,
+                                             scaling]
 
 
 def registered_tool(detector: Detector) -> Callable[..., Answer]:
@@ -569,15 +590,16 @@ def registered_tool(detector: Detector) -> Callable[..., Answer]:
 def tool_functions() -> dict[str, Callable[..., Answer]]:
     """The tools by name, in the order the model sees them: the detectors', the registered ones',
     then calc and compare_traces."""
-    core = [f for f in TOOL_FUNCTIONS if f not in (calc, compare_traces)]
-    return {f.__name__: f for f in [*core, *(registered_tool(d) for d in DETECTORS if d.tool), calc, compare_traces]}
+    core = [f for f in TOOL_FUNCTIONS if f not in (calc, compare_traces, scaling)]
+    return {f.__name__: f for f in [*core, *(registered_tool(d) for d in DETECTORS if d.tool), calc, compare_traces,
+                                     scaling]}
 
 
 def build_tools(ctx: AnalysisContext) -> list[BaseTool]:
     """LangChain tools bound to one trace's analysis. Each returns JSON text; a bad request comes
     back as {"error": ...} so the model can correct itself."""
     return [_structured(func, ctx) for func in tool_functions().values()
-            if func is not compare_traces or ctx.other is not None]
+            if func not in (compare_traces, scaling) or ctx.other is not None]
 
 
 def tool_schemas() -> list[BaseTool]:

@@ -48,6 +48,7 @@ class ProfileOptions:
     public: dict[str, str] = field(default_factory=dict)  # environment values the record may keep (--env)
     tried: dict[str, str] = field(default_factory=dict)  # environment variables set for this run (--try)
     tried_args: list[str] = field(default_factory=list)  # script options changed for this run (--try)
+    timeout: float | None = None  # seconds the command may run; then it is interrupted, what it recorded kept
     nsys: bool = False  # record under Nsight Systems instead of torch.profiler
     ncu: str | None = None  # then Nsight Compute on the kernels matching this regex ("": the last run's hot kernels)
 
@@ -86,11 +87,12 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
     env = {**os.environ, **options.tried, CONFIG_VARIABLE: json.dumps(config)}
     started = time.monotonic()
     if options.nsys:
-        exit_code, interrupted = _run(nsys_command(folder, options.command), {**os.environ, **options.tried})
+        exit_code, interrupted = _run(nsys_command(folder, options.command), {**os.environ, **options.tried},
+                                      options.timeout)
         if (report := folder / "nsys.sqlite").exists():
             report.replace(traces / "nsys.sqlite")
     else:
-        exit_code, interrupted = _run(launch.argv, env)
+        exit_code, interrupted = _run(launch.argv, env, options.timeout)
     if kernels is not None and not interrupted:
         say(f"running it again under Nsight Compute for the kernels matching {kernels!r}")
         _run(ncu_command(folder, options.command, kernels), {**os.environ, **options.tried})
@@ -200,15 +202,23 @@ def _compare(base: tuple[Path, runs.RunRecord], after: Analysis) -> DiffResult |
     return diff(before, after)
 
 
-def _run(argv: list[str], env: dict[str, str]) -> tuple[int, bool]:
+def _run(argv: list[str], env: dict[str, str], timeout: float | None = None) -> tuple[int, bool]:
     """The command's exit status, and whether it was interrupted (Ctrl+C reaches the script too:
-    it shares the terminal; the script then gets INTERRUPT_GRACE_S to write what it recorded)."""
+    it shares the terminal; the script then gets INTERRUPT_GRACE_S to write what it recorded). Past
+    `timeout` seconds it is interrupted as Ctrl+C would (its process group), then killed."""
     try:
-        child = subprocess.Popen(argv, env=env)
+        child = subprocess.Popen(argv, env=env, start_new_session=timeout is not None)
     except OSError as exc:
         raise ProfileError(f"{argv[0]}: cannot start it ({exc.strerror})") from None
     try:
-        return child.wait(), False
+        return child.wait(timeout=timeout), False
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGINT)
+        try:
+            return child.wait(timeout=INTERRUPT_GRACE_S), True
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            return child.wait(), True
     except KeyboardInterrupt:
         try:
             return child.wait(timeout=INTERRUPT_GRACE_S), True
