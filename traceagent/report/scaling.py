@@ -25,6 +25,10 @@ def print_scaling(result: ScalingResult, console: Console) -> None:
         runs.add_row(str(r.world_size), escape(r.path), duration(r.step_us), f"{r.speedup_x:.2f}×",
                      f"{r.efficiency_pct:.1f}%", *(duration(r.parts_us[p]) for p in PARTS))
     console.print(runs)
+    if any(r.tflops_per_gpu is not None for r in result.runs):  # from recorded shapes
+        console.print("Per GPU: " + "; ".join(
+            f"{r.world_size} GPUs {r.tflops_per_gpu:.1f} TFLOP/s" + (f", MFU {r.mfu_pct:.1f}%" if r.mfu_pct is not None else "")
+            for r in result.runs if r.tflops_per_gpu is not None), markup=False)
     lost = Table("GPUs", *(Column(PARTS[p].split(" (")[0], justify="right") for p in PARTS),
                  title=f"Efficiency lost against {result.runs[0].world_size} GPU(s): points (µs per step)")
     for r in result.runs[1:]:
@@ -39,6 +43,10 @@ def print_scaling(result: ScalingResult, console: Console) -> None:
             fits.add_row(f.kind, f.link, duration(f.latency_us), f"{f.busbw_gbps:.1f} GB/s", f"{f.error_pct:.1f}%",
                          str(f.calls), f"{f.crossover_bytes / 1e6:.2f} MB")
         console.print(fits)
+        for f in result.fits:
+            console.print(f"{f.kind}: the median message of each run, " + "; ".join(
+                f"{escape(run)} {size / 1e6:.2f} MB ({'bandwidth' if size >= f.crossover_bytes else 'latency'}-bound)"
+                for run, size in f.median_bus_bytes_by_run.items()), markup=False)
     if result.projections:
         table = Table("GPUs", *(Column(h, justify="right") for h in ("step", "range", "speedup", "efficiency",
                                                                      "communication")), title="Projected")
