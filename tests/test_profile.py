@@ -67,20 +67,29 @@ def only_run(runs_dir: Path) -> tuple[Path, runs.RunRecord]:
     return found
 
 
+SECRET = "s3cr3t-Value-7731"
+
+
 @pytest.fixture(scope="module")
-def training(tmp_path_factory):
+def tried(tmp_path_factory):
+    """A DataLoader training loop recorded as it is, then with --try FAIL_AT=5 (the variable makes
+    it fail at its 6th batch, after the steps recorded), with a secret in the environment and on
+    the command line."""
     folder = tmp_path_factory.mktemp("training")
-    train = script(folder, "train.py", TRAIN)
-    result = profile("--runs-dir", str(folder / "runs"), "--skip", "2", "--steps", "3", "--label", "first",
-                     "--", sys.executable, str(train))
+    checks_args = f"import sys\nassert sys.argv[1:] == ['--api-key', {SECRET!r}]\n"  # passed through unchanged
+    train = script(folder, "train.py", checks_args + textwrap.dedent(TRAIN))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MY_API_TOKEN", SECRET)
+        result = profile("--runs-dir", str(folder / "runs"), "--skip", "2", "--steps", "3", "--label", "first",
+                         "--try", "FAIL_AT=5", "--", sys.executable, str(train), "--api-key", SECRET)
     return folder / "runs", result
 
 
 @needs_torch
-def test_a_training_loop_is_recorded_unchanged_with_steps_from_the_optimizer(training):
-    runs_dir, (code, out, err) = training
-    assert code == 0, err
-    folder, run = only_run(runs_dir)
+@pytest.mark.xdist_group("tried")  # with the other reader of the same two runs: recorded once
+def test_a_training_loop_is_recorded_unchanged_with_steps_from_the_optimizer(tried):
+    runs_dir, (_, out, err) = tried
+    folder, run = runs.all_runs(runs_dir)[0]
     assert (run.status, run.exit_code, run.label, run.steps_seen) == ("ok", 0, "first", 8)  # 8 batches, 8 steps
     assert run.traces == ["trace.pt.trace.json.gz"] and run.environment.torch
     events = trace_events(folder / "traces" / run.traces[0])
@@ -268,16 +277,10 @@ def test_each_run_is_compared_with_the_last_and_the_prediction_with_the_measurem
 
 
 @needs_torch
-def test_try_records_the_baseline_then_the_variant_which_fails_half_way_and_no_secret_is_kept(tmp_path, monkeypatch):
-    secret = "s3cr3t-Value-7731"
-    monkeypatch.setenv("MY_API_TOKEN", secret)
-    checks_args = f"import sys\nassert sys.argv[1:] == ['--api-key', {secret!r}]\n"  # passed through unchanged
-    train = script(tmp_path, "train.py", checks_args + textwrap.dedent(TRAIN))
-    # the variable reaches the script: with it, the script fails at its 6th batch, after the step recorded
-    code, out, err = profile("--runs-dir", str(tmp_path / "runs"), "--skip", "1", "--steps", "1", "--try",
-                             "FAIL_AT=5", "--", sys.executable, str(train), "--api-key", secret)
-    (_, base), (variant_dir, variant) = runs.all_runs(tmp_path / "runs")
-    assert (base.label, base.status, base.steps_seen) == ("baseline", "ok", 8)
+@pytest.mark.xdist_group("tried")
+def test_try_records_the_variant_which_fails_half_way_is_kept_and_no_secret_is_kept(tried):
+    runs_dir, (code, out, err) = tried
+    (_, base), (variant_dir, variant) = runs.all_runs(runs_dir)
     # the failed run is kept, marked failed with its exit status and the trace it completed
     assert (variant.status, variant.exit_code, variant.steps_seen) == ("failed", 1, 5) and code == 1
     assert variant.traces == ["trace.pt.trace.json.gz"] and (variant_dir / "analysis.json").exists()
@@ -285,10 +288,10 @@ def test_try_records_the_baseline_then_the_variant_which_fails_half_way_and_no_s
     assert variant.tried == ["FAIL_AT=5"] and variant.baseline == base.id and "Compared with" in out
     assert variant.environment.variables["FAIL_AT"] == "5" and base.environment.variables["MY_API_TOKEN"] is None
     assert variant.command[-2:] == ["--api-key", "***"]
-    for path in (tmp_path / "runs").rglob("*"):
+    for path in runs_dir.rglob("*"):
         if path.is_file():
             data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-            assert secret.encode() not in data, path
+            assert SECRET.encode() not in data, path
 
 
 def test_commands_are_wrapped_so_the_script_runs_unchanged():

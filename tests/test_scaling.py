@@ -54,8 +54,17 @@ def job(tmp_path, n: int, weak: bool = False, late_us: float = 0.0):
     return traceagent.analyze(folder, use_cache=False, scheduler="none"), n
 
 
-def test_strong_scaling_efficiency_and_its_loss_to_communication_by_hand(tmp_path):
-    runs = [job(tmp_path, n) for n in (1, 2, 4, 8)]
+@pytest.fixture(scope="module")
+def strong(tmp_path_factory):
+    """The strong-scaling job at 1, 2, 4, 8 and 16 ranks, by size (its folder: tmp / strongN)."""
+    folder = tmp_path_factory.mktemp("jobs")
+    return folder, {n: job(folder, n) for n in (1, 2, 4, 8, 16)}
+
+
+@pytest.mark.xdist_group("strong")  # the tests that read the same built jobs: built once
+def test_strong_scaling_efficiency_and_its_loss_to_communication_by_hand(strong):
+    jobs = strong[1]
+    runs = [jobs[n] for n in (1, 2, 4, 8)]
     result = scaling(runs, project=[16])
     assert result.mode == "strong" and "no recorded shapes" in result.assumptions[0]
     t1 = COMPUTE_US
@@ -78,7 +87,7 @@ def test_strong_scaling_efficiency_and_its_loss_to_communication_by_hand(tmp_pat
     assert fit.busbw_gbps == pytest.approx(BUSBW / 1e9, rel=0.05)
     # projected to 16 ranks, against a 16-rank job built the same way
     (projected,) = result.projections
-    measured = scaling([runs[0], job(tmp_path, 16)]).runs[-1]
+    measured = scaling([runs[0], jobs[16]]).runs[-1]
     assert projected.step_us == pytest.approx(measured.step_us, rel=0.01)
     assert projected.efficiency_pct == pytest.approx(measured.efficiency_pct, abs=1.0)
     assert result.sentence.startswith("From 1 to 8 GPUs (strong scaling) efficiency is ")
@@ -113,10 +122,9 @@ def test_a_straggler_s_waiting_grows_with_the_ranks_and_is_named(tmp_path):
     assert f"waiting for the slowest rank (rank {result.runs[-1].world_size - 1})" in result.sentence
 
 
-def test_the_command_line_reads_sizes_prints_json_and_gates(tmp_path, capsys):
-    for n in (1, 2, 4):
-        job(tmp_path, n)
-    folders = [str(tmp_path / f"strong{n}") for n in (1, 2, 4)]
+@pytest.mark.xdist_group("strong")
+def test_the_command_line_reads_sizes_prints_json_and_gates(strong, tmp_path, capsys):
+    folders = [str(strong[0] / f"strong{n}") for n in (1, 2, 4)]
     assert main(["scaling", *folders, "--project", "8", "--json", "--no-cache"]) == 0
     data = json.loads(capsys.readouterr().out)
     jsonschema.Draft202012Validator(SCHEMAS["scaling"]()).validate(data)  # the shipped contract, closed
@@ -126,12 +134,13 @@ def test_the_command_line_reads_sizes_prints_json_and_gates(tmp_path, capsys):
     assert "below 99%" in capsys.readouterr().err
     page = report.read_text()
     assert "<svg" in page and "4 GPUs" in page and "Communication model" in page
-    assert main(["scaling", *folders, "--no-cache", "-o", str(tmp_path / "strong1" / "rank0.json")]) == 2  # an input
+    assert main(["scaling", *folders, "--no-cache", "-o", str(strong[0] / "strong1" / "rank0.json")]) == 2  # an input
     assert main(["scaling", folders[0], "--no-cache"]) == 2
     assert "two or more sizes" in capsys.readouterr().err
 
 
-def test_runs_of_another_job_are_refused_unless_forced(tmp_path):
+@pytest.mark.xdist_group("strong")
+def test_runs_of_another_job_are_refused_unless_forced(strong, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     for rank in range(2):
@@ -139,19 +148,20 @@ def test_runs_of_another_job_are_refused_unless_forced(tmp_path):
         b.kernel("flash_fwd_kernel", 0, 500)
         b.op("ProfilerStep#0", 0, 500)
         b.write(other / f"rank{rank}.json")
-    runs = [job(tmp_path, 1), (traceagent.analyze(other, use_cache=False, scheduler="none"), 2)]
+    runs = [strong[1][1], (traceagent.analyze(other, use_cache=False, scheduler="none"), 2)]
     with pytest.raises(ValueError, match=r"runs other kernels than .* \(not in it: sm90_xmma_gemm_bf16\)"):
         scaling(runs)
     assert scaling(runs, force=True).runs[-1].world_size == 2
 
 
-def test_with_the_job_at_another_size_beside_it_the_chat_has_a_scaling_tool_and_answer(tmp_path):
+@pytest.mark.xdist_group("strong")
+def test_with_the_job_at_another_size_beside_it_the_chat_has_a_scaling_tool_and_answer(strong):
     import asyncio
 
     from traceagent.agent.session import Session
     from traceagent.agent.tools import AnalysisContext, build_tools
 
-    (two, _), (eight, _) = job(tmp_path, 2), job(tmp_path, 8)
+    (two, _), (eight, _) = strong[1][2], strong[1][8]
     assert "scaling" not in {t.name for t in build_tools(AnalysisContext(two))}  # one run: nothing to scale
     ctx = AnalysisContext(two, eight)
     tool = {t.name: t for t in build_tools(ctx)}["scaling"]
