@@ -46,6 +46,8 @@ def test_a_caching_allocator_free_and_retry_is_a_sync_with_the_allocator_fix(tmp
     assert (v.limiter, v.root_cause, v.evidence["sync_call"], v.evidence["sync_kind"]) == (
         "idle", "sync", "cudaFree", "allocator")
     assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in v.next_step
+    # a fix that needs no code edit comes with the line that measures it against the run as it is
+    assert "`traceagent profile --try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- python train.py`" in v.next_step
     assert "caching allocator" in v.hypothesis
 
 

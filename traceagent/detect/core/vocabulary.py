@@ -121,6 +121,8 @@ class Blocking:
     kind: str
     label: str
     fix: str
+    # an environment setting that may remove the wait with no code change (`traceagent profile --try`)
+    tries: str = ""
 
 
 #: Host calls that block until device work finishes, by kind, from the CUDA runtime and driver
@@ -155,7 +157,7 @@ BLOCKING = {b.kind: b for b in (
              "keep the allocator from freeing and allocating again: set "
              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep input shapes fixed (pad or bucket sequence "
              "lengths), lower the batch or checkpoint activations if memory is tight, and allocate pinned buffers "
-             "once, up front"),
+             "once, up front", tries="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
     Blocking("memset", "a synchronous memset", "use the stream-ordered form (cudaMemsetAsync; tensor.zero_() on "
              "the device) instead of a synchronous memset"),
 )}

@@ -273,6 +273,8 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
         if site and site.after:
             step += (f" The host work at {site.after} that follows it shows only because of the wait: once the "
                      "value stays on the device, that work overlaps the GPU's.")
+        if kind.tries:  # a setting may do it: measured against the run as it is, with no code edit
+            step += f" Try it with no code change: `{advice.profile_line('--try', kind.tries)}`."
         if not f.has_python_frames:
             step += f" Re-profile with `{advice.profile_line()}` (Python frames on) to get the line."
         return Verdict("idle", root, f"{head}, mostly after host synchronizations ({cause_pct:.1f}% {_of(f)})",
