@@ -101,7 +101,9 @@ def test_a_training_loop_is_recorded_unchanged_with_steps_from_the_optimizer(tri
     assert any(e.get("name") == "[memory]" for e in events)  # memory
     # the verdict printed, as analyze prints it; the analysis kept beside the run
     assert "Verdict" in out and "recorded:" in err
-    assert json.loads((folder / "analysis.json").read_text())["verdict"]["headline"] == run.headline
+    analysis = json.loads((folder / "analysis.json").read_text())
+    assert analysis["verdict"]["headline"] == run.headline
+    assert analysis["trace"]["failed_ranks"] == [] and sorted(p.name for p in (folder / "traces").iterdir()) == run.traces
 
 
 @needs_torch

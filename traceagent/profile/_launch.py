@@ -6,8 +6,8 @@ nothing of traceagent's (no pandas, no Rich), only the standard library and torc
 Steps are found without code changes: by default each step of the first optimizer that steps
 (torch.optim's global post-hook); with `steps_on`, each return of a named function
 (`module:qualname`); with `window`, a time window from the start (SIGALRM on the main thread).
-Each process writes `rank<R>.pt.trace.json.gz` (or `trace.pt.trace.json.gz` without a rank) and a
-status file the parent reads: steps seen, whether a trace was written, and why not.
+Each process writes `rank<R>.pt.trace.json.gz` (or `trace.pt.trace.json.gz` without a rank) and,
+in another folder, a status file the parent reads: steps seen, whether a trace was written, and why not.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class _Recorder:
         from torch.profiler import ProfilerActivity, profile, schedule
 
         self.out = Path(config["out"])
+        self.status_dir = Path(config["status"])  # beside the traces, never among them: they are read as a job
         rank = os.environ.get("RANK")
         self.name = f"rank{rank}" if rank is not None else "trace"
         self.trace_path = self.out / f"{self.name}.pt.trace.json.gz"
@@ -90,7 +91,8 @@ class _Recorder:
 
     def save_status(self, exit_code: int) -> None:
         self.status["exit_code"] = exit_code
-        (self.out / f"{self.name}.status.json").write_text(json.dumps(self.status))
+        self.status_dir.mkdir(exist_ok=True)
+        (self.status_dir / f"{self.name}.json").write_text(json.dumps(self.status))
 
 
 def _on_first_optimizer(recorder: _Recorder) -> None:

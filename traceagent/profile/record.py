@@ -81,7 +81,8 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
         tried=[*(f"{k}={v}" for k, v in options.tried.items()), *options.tried_args])
     runs.save(folder, record)
     say(f"recording {launch.script} into {folder} ({_what(options)})")
-    config = {"out": str(traces.resolve()), "skip": options.skip, "steps": options.steps,
+    config = {"out": str(traces.resolve()), "status": str((folder / "status").resolve()), "skip": options.skip,
+              "steps": options.steps,
               "mode": "window" if options.window else "function" if options.steps_on else "steps",
               "window": options.window, "delay": options.delay, "steps_on": options.steps_on}
     env = {**os.environ, **options.tried, CONFIG_VARIABLE: json.dumps(config)}
@@ -96,7 +97,7 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
     if kernels is not None and not interrupted:
         say(f"running it again under Nsight Compute for the kernels matching {kernels!r}")
         _run(ncu_command(folder, options.command, kernels), {**os.environ, **options.tried})
-    statuses = [json.loads(p.read_text()) for p in sorted(traces.glob("*.status.json"))]
+    statuses = [json.loads(p.read_text()) for p in sorted((folder / "status").glob("*.json"))]
     oversize = _over_limit(traces, options.max_mb)
     files = sorted(p.name for p in (*traces.glob("*.pt.trace.json.gz"), *traces.glob("*.sqlite")))
     launched = statuses[0] if statuses else {}

@@ -1,6 +1,7 @@
 """Recorded runs: each `traceagent profile` run is a folder of its own under the runs directory
 (`.traceagent/runs/` by default), never reused: `run.json` (what ran, where, how it ended, what
-the analysis found), `traces/` (a trace per rank), `analysis.json` (`analyze --json`) and, where an
+the analysis found), `traces/` (a trace per rank and nothing else: it is read as the job),
+`status/` (what each process's launcher saw), `analysis.json` (`analyze --json`) and, where an
 earlier run was compared with it, `comparison.json` (`diff --json`).
 
 Environment variables are kept by name only, with the values of those named public (`--env`) or
