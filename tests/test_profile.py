@@ -181,6 +181,27 @@ def test_a_command_past_its_timeout_is_interrupted_as_ctrl_c_would(tmp_path):
     assert (code, interrupted) == (7, True)
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--steps", "0", "--", "python", "t.py"], "argument --steps: '0': expected at least 1"),
+    (["--window", "-1", "--", "python", "t.py"], "argument --window: '-1': expected at least 0.001"),
+    pytest.param(["--runs-dir", "{file}", "--", sys.executable, "t.py"], "cannot make a run folder there",
+                 marks=needs_torch),
+    ([], "no command: put it after --"),
+    (["--", "bash", "run.sh"], "expected a Python command"),
+])
+def test_a_bad_request_is_one_line_exit_2_and_nothing_is_made(tmp_path, capsys, args, says):
+    taken = tmp_path / "a file"
+    taken.write_text("")
+    argv = ["profile", "--runs-dir", str(tmp_path / "runs"), *(a.replace("{file}", str(taken)) for a in args)]
+    try:
+        code = main(argv)
+    except SystemExit as usage:  # argparse's usage errors
+        code = usage.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and says in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_missing_nsys_or_ncu_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))  # neither tool, nor anything else
     for option in (["--nsys"], ["--ncu", "gemm"]):

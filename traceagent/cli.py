@@ -123,6 +123,19 @@ def byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def at_least(low: float, kind: type = int):
+    """An argparse type: a number of `kind` no smaller than `low` (a usage error otherwise)."""
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a {'whole ' if kind is int else ''}number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected at least {low:g}")
+        return value
+    return convert
+
+
 def setting(text: str) -> str:
     """`--set NAME.PARAM=VALUE`, checked against the detectors' parameters before any loading."""
     from .detect.analysis import AnalysisParams
@@ -881,13 +894,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "(or -m module, or torchrun …): the script runs unchanged; each optimizer step is a step. "
                              "The run is kept under --runs-dir.", formatter_class=RichHelpFormatter)
     profile.add_argument("--label", help="what this run tries (shown by `traceagent runs`)")
-    profile.add_argument("--steps", type=int, default=3, help="steps to record (default 3)")
-    profile.add_argument("--skip", type=int, default=3, help="steps to run first without recording: warm-up and "
+    profile.add_argument("--steps", type=at_least(1), default=3, help="steps to record (default 3)")
+    profile.add_argument("--skip", type=at_least(0), default=3, help="steps to run first without recording: warm-up and "
                                                              "compilation (default 3)")
     profile.add_argument("--steps-on", metavar="MODULE:FUNCTION", help="without an optimizer (inference): each return "
                          "of this function is a step, e.g. mymodel.generate:decode_step")
-    profile.add_argument("--window", type=float, metavar="SECONDS", help="record this many seconds instead of steps")
-    profile.add_argument("--delay", type=float, default=0.0, metavar="SECONDS",
+    profile.add_argument("--window", type=at_least(0.001, float), metavar="SECONDS",
+                         help="record this many seconds instead of steps")
+    profile.add_argument("--delay", type=at_least(0.0, float), default=0.0, metavar="SECONDS",
                          help="with --window: start recording this long after the start")
     profile.add_argument("--try", dest="tries", action="append", metavar="NAME=VALUE",
                          help="record the command as it is, then with this environment variable set (or script option "
@@ -896,9 +910,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="an environment variable whose value the run record may keep (others: name only)")
     profile.add_argument("--runs-dir", default=str(Path(".traceagent") / "runs"), help="where runs are kept "
                                                                                          "(default .traceagent/runs)")
-    profile.add_argument("--timeout", type=float, metavar="SECONDS", help="interrupt the command after this long (as "
-                         "Ctrl+C would) and keep what it recorded")
-    profile.add_argument("--max-mb", type=int, default=2048, help="the largest trace kept, in MB (default 2048)")
+    profile.add_argument("--timeout", type=at_least(0.001, float), metavar="SECONDS",
+                         help="interrupt the command after this long (as Ctrl+C would) and keep what it recorded")
+    profile.add_argument("--max-mb", type=at_least(0), default=2048, help="the largest trace kept, in MB (default 2048)")
     profile.add_argument("--nsys", action="store_true", help="record under Nsight Systems (CUDA, NVTX, OS runtime, "
                                                              "Python sampling) instead of torch.profiler")
     profile.add_argument("--ncu", nargs="?", const="", metavar="REGEX",
@@ -925,7 +939,7 @@ def build_parser() -> argparse.ArgumentParser:
     kind.add_argument("--strong", action="store_true", help="the same total work at every size")
     kind.add_argument("--weak", action="store_true", help="the same work per GPU at every size")
     scale.add_argument("--project", type=sizes, metavar="N,N", help="predict the step time at these world sizes")
-    scale.add_argument("--gpus-per-node", type=int, default=8, help="groups larger than this cross nodes (default 8)")
+    scale.add_argument("--gpus-per-node", type=at_least(1), default=8, help="groups larger than this cross nodes (default 8)")
     scale.add_argument("-o", "--output", help="also write the report: scaling.md, or scaling.html with the chart of "
                                                "step time by world size")
     scale.add_argument("--force", action="store_true", help="compare runs that run other kernels (another model, "

@@ -72,7 +72,11 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
     if not options.nsys:
         _require_torch(launch.python)
     kernels = _hot_kernels(options) if options.ncu is not None else None
-    folder = runs.create(options.runs_dir, options.label, launch.script)
+    try:
+        folder = runs.create(options.runs_dir, options.label, launch.script)
+    except OSError as exc:
+        raise ProfileError(f"{options.runs_dir}: cannot make a run folder there ({exc.strerror or exc}): "
+                           "choose another --runs-dir") from None
     traces = folder / "traces"
     record = runs.RunRecord(
         id=folder.name, label=options.label, command=runs.redacted(options.command), script=launch.script,
