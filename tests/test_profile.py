@@ -292,6 +292,10 @@ def test_each_run_is_compared_with_the_last_and_the_prediction_with_the_measurem
     assert main(["runs", "--runs-dir", str(runs_dir)]) == 0
     listed = capsys.readouterr().out
     assert f"{second.faster_pct:+.1f}%, cause gone" in listed and "step time, run 1 → 3: █▁▁" in listed
+    assert main(["runs", "--runs-dir", str(runs_dir), "-o", str(tmp_path / "runs.html")]) == 0
+    page = (tmp_path / "runs.html").read_text()
+    assert page.count("<rect") == 3 and "num_workers=4" in page and f"{second.faster_pct:+.1f}%" in page
+    capsys.readouterr()
     assert main(["runs", "diff", "1", second.id, "--runs-dir", str(runs_dir)]) == 0
     compared = capsys.readouterr().out
     assert "step time" in compared and "What else differs between the runs: nothing recorded" in compared

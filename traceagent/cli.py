@@ -438,6 +438,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     folder = Path(args.runs_dir)
     if args.action == "list":
+        if args.output:
+            from .outputs import write_atomically
+            from .report.runs import render_runs_html
+
+            try:
+                write_atomically(args.output, render_runs_html(runs.all_runs(folder)))
+            except OSError as exc:
+                err.print(f"traceagent: error: {args.output}: cannot write it ({exc.strerror})", markup=False)
+                return 2
+            err.print(f"wrote {args.output}", markup=False)
         if args.json:
             print_json([record for _, record in runs.all_runs(folder)])
             return 0
@@ -930,6 +940,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                   "or a position: 1 the oldest, -1 the newest)")
     runs_cmd.add_argument("--runs-dir", default=str(Path(".traceagent") / "runs"), help="where runs are kept")
     runs_cmd.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    runs_cmd.add_argument("-o", "--output", metavar="RUNS.HTML", help="also write the runs as a page with the chart of "
+                                                                       "step time run by run")
     runs_cmd.set_defaults(func=cmd_runs)
     scale = add("scaling", cmd_scaling, "how the job scales across runs of different sizes: efficiency, where it was "
                 "lost, the communication model, and what more GPUs would buy", path=False, json=True)

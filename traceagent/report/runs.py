@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from rich.console import Console
@@ -10,6 +11,8 @@ from rich.table import Column, Table
 
 from ..format import duration
 from ..profile.runs import RunRecord
+from ..text import md_literal
+from .html import markdown_renderer, page
 
 _BARS = "▁▂▃▄▅▆▇█"
 
@@ -42,3 +45,32 @@ def print_runs(found: list[tuple[Path, RunRecord]], console: Console) -> int:
     if sum(v is not None for v in steps) > 1:
         console.print(f"step time, run 1 → {len(found)}: {step_chart(steps)}", markup=False)
     return 0
+
+
+def render_runs_html(found: list[tuple[Path, RunRecord]]) -> str:
+    """The runs as a page: a bar of step time per run (its root cause in the tooltip), then the table."""
+    known = [r.step_us for _, r in found if r.step_us is not None]
+    longest = max(known, default=0.0) or 1.0
+    height, bars = 22, []
+    for i, (_, r) in enumerate(found):
+        y = i * (height + 6)
+        label = f"{i + 1}. {r.label or r.script}"
+        bars.append(f'<text x="0" y="{y + 15}" font-size="12">{html.escape(label[:40])}</text>')
+        if r.step_us is not None:
+            w = 600 * r.step_us / longest
+            tip = f"{r.id}: {duration(r.step_us)} a step; {r.root_cause or 'no root cause'}"
+            bars.append(f'<rect x="280" y="{y}" width="{w:.1f}" height="{height}" fill="#4c78a8">'
+                        f'<title>{html.escape(tip)}</title></rect>'
+                        f'<text x="{286 + w:.1f}" y="{y + 15}" font-size="12">{duration(r.step_us)}</text>')
+    chart = (f'<figure><figcaption>Step time, run by run</figcaption><svg width="960" '
+             f'height="{len(found) * (height + 6)}" xmlns="http://www.w3.org/2000/svg">{"".join(bars)}</svg></figure>')
+    rows = ["| # | run | status | step time | root cause | vs the run before | predicted | what it tried |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for i, (_, r) in enumerate(found, 1):
+        faster = "-" if r.faster_pct is None else f"{r.faster_pct:+.1f}%"
+        rows.append(f"| {i} | {md_literal(r.label or r.script)} | {r.status} | "
+                    f"{duration(r.step_us) if r.step_us is not None else '-'} | {r.root_cause or '-'} | {faster} | "
+                    f"{'-' if r.predicted_pct is None else f'{r.predicted_pct:.1f}%'} | "
+                    f"{md_literal(', '.join(r.tried)) or '-'} |")
+    body = markdown_renderer().render("# traceagent runs\n\n" + "\n".join(rows) + "\n")
+    return page("traceagent runs", f"{chart}\n{body}")
