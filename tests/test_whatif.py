@@ -107,6 +107,43 @@ def test_an_ops_kernels_faster(tmp_path):
     assert predicted(tmp_path, gpu_loop(op="aten::mm"), "op:aten::mm=x2").predicted_us == pytest.approx(700)
 
 
+def comm_loop(steps: int = 3) -> TraceBuilder:
+    """Each 900 µs step on an H100: a 400 µs GEMM launched at 0 (5 µs later), then on the same
+    stream a 400 µs all-reduce over ranks 0-7 (one node: NVLink 4, 450 GB/s per GPU); a sync from 20
+    until it ends (805 → 810); 90 µs of host work."""
+    b = TraceBuilder("NVIDIA H100 80GB HBM3", distributedInfo={"rank": 0, "world_size": 8})
+    for n in range(steps):
+        s = n * 900
+        b.op(f"ProfilerStep#{n + 1}", s, 900)
+        b.kernel("sm90_gemm", s + 5, 400, launch_at=s)
+        b.collective(s + 405, 400, 25 << 20, ranks=list(range(8)), stream=7)
+        b.runtime("cudaStreamSynchronize", s + 20, 790)
+        b.op("host_work", s + 810, 90)
+    return b
+
+
+def test_collectives_overlapped_with_compute(tmp_path):
+    # by hand: nothing waits for the all-reduce: the sync returns 5 µs after the GEMM: 5 + 400 + 5 + 90
+    result = predicted(tmp_path, comm_loop(), "comm=overlap")
+    assert result.predicted_us == pytest.approx(500) and result.changes[0].matched == 3
+    assert "upper bound" in result.changes[0].assumption
+
+
+@pytest.mark.parametrize("link, gbps", [("nvlink5", 900.0), ("PCIe Gen5", 63.0)])
+def test_collectives_on_another_link(tmp_path, link, gbps):
+    # by hand: the all-reduce takes 400 × 450 / gbps; the sync still returns 5 µs after it
+    result = predicted(tmp_path, comm_loop(), f"link={link}")
+    assert result.predicted_us == pytest.approx(5 + 400 + 400 * 450 / gbps + 5 + 90, rel=1e-4)
+    assert "NVLink 4 450 GB/s → " in result.changes[0].assumption and f"{gbps:g} GB/s per GPU" in result.changes[0].assumption
+
+
+def test_collective_changes_on_a_trace_without_collectives_or_links_unknown_are_one_line(tmp_path):
+    with pytest.raises(ValueError, match="no collective kernels in the trace"):
+        predicted(tmp_path, gpu_loop(), "comm=overlap")
+    with pytest.raises(ValueError, match="no link named 'carrier pigeon'; the links are: PCIe Gen3 x16"):
+        parse_change("link=carrier pigeon")
+
+
 def launch_loop(steps: int = 3) -> TraceBuilder:
     """Each 220 µs step: ten 5 µs kernels, each launched by a 15 µs call every 20 µs and starting 10
     µs after it; a sync from 200 until the last kernel ends (195) and 5 µs more; 15 µs of host work."""

@@ -894,7 +894,7 @@ def build_parser() -> argparse.ArgumentParser:
                  json=True)
     whatif.add_argument("--change", action="append", required=True, metavar="SPEC",
                         help="dataloader=0 or =xF, sync=0 or sync:NAME=0, kernel:REGEX=xF, op:NAME=xF, launch=graphs, "
-                             "copies=pinned, amp, gpu=NAME; "
+                             "copies=pinned, amp, gpu=NAME, comm=overlap, link=NAME; "
                              "repeatable (the changes are made together)")
     whatif.add_argument("--rank", type=int, default=None, help="the rank to replay (default: the verdict's)")
     whatif.add_argument("-o", "--output", help="also write the replayed rank as a trace: simulated.json(.gz), for "

@@ -546,7 +546,9 @@ def scaling(ctx: AnalysisContext,
 def what_if(ctx: AnalysisContext,
             change: Annotated[str, Field(description="one change, or several joined by ' + ': dataloader=0 (or =xF: F "
                                                      "times shorter), sync=0 (or sync:NAME=0), kernel:REGEX=xF, "
-                                                     "op:NAME=xF, launch=graphs")],
+                                                     "op:NAME=xF, launch=graphs, copies=pinned, amp, gpu=NAME, "
+                                                     "comm=overlap, link=NAME (NVLink 5, PCIe Gen5 x16, "
+                                                     "InfiniBand NDR)")],
             rank: Rank = None, device: Device = None) -> WhatIfAnswer:
     """Predict what a change would buy before making it: the rank's dependency graph (each thread's
     calls, each stream's kernels, launches, waits) replayed with the change made. Gives the measured

@@ -76,6 +76,26 @@ _HOST: list[tuple[str, str, float, str]] = [
 ]
 
 
+#: links collectives can cross, by name, as one GPU's peak per direction (GB/s) and its source: the
+#: table's scale-up links (the first row of a name gives its figure), and the usual NICs per GPU
+NAMED_LINKS: dict[str, tuple[float, str]] = {}
+for _, _named in _ROWS:
+    NAMED_LINKS.setdefault(_named.scale_up, (_named.scale_up_gbps, _named.source))
+NAMED_LINKS |= {f"InfiniBand {name} (one {gbits} Gb/s NIC per GPU)": (gbits / 8, _NIC_SOURCE)
+                for name, gbits in (("EDR", 100), ("HDR", 200), ("NDR", 400), ("XDR", 800))}
+
+
+def named_link(name: str) -> tuple[str, float, str] | None:
+    """A link of NAMED_LINKS by a loose name ("nvlink5", "PCIe Gen5", "infiniband ndr"): its full
+    name, peak and source; None when no link or several links match."""
+    def loose(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+
+    wanted = loose(name)
+    found = [k for k in NAMED_LINKS if loose(k) == wanted] or [k for k in NAMED_LINKS if loose(k).startswith(wanted)]
+    return (found[0], *NAMED_LINKS[found[0]]) if wanted and len(found) == 1 else None
+
+
 def host_link(device_name: str) -> Link:
     """The link between a GPU and its host, from the GPU's generation (x16 assumed: a GPU in a
     narrower slot, or behind a switch shared with a NIC, gets less)."""

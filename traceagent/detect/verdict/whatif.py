@@ -31,10 +31,11 @@ import pandas as pd
 from ...format import duration
 from ...trace.model import Trace, matches
 from ..core import intervals as iv
-from ..core.links import host_link
+from ..core.links import NAMED_LINKS, host_link, link_for, named_link
 from ..core.peaks import known_gpus, peak_for
 from ..core.view import us
 from ..core.vocabulary import BLOCKING_NAME
+from ..detectors.collectives import parse_payload
 from ..detectors.kernels import short_name
 from .critical_path import blocking_waits, thread_key
 from .savings import Saving
@@ -50,6 +51,9 @@ CHANGES = {
     "amp": "mixed precision: matmul-class kernels at the GPU's tensor-core peak ratio, the rest at half the bytes",
     "gpu=NAME": "another GPU (H100, A100, MI300X…): matmul-class kernels by the FLOP/s peak ratio, the rest by the "
                 "memory bandwidth ratio",
+    "comm=overlap": "collectives overlapped with compute: nothing waits for them (an upper bound on what overlap buys)",
+    "link=NAME": "collectives on another link (NVLink 5, PCIe Gen5 x16, InfiniBand NDR…): their time scaled by the "
+                 "ratio of per-GPU peaks",
 }
 # kernels that do matrix math (compute-bound at size); every other kernel is taken to move memory
 MATMUL_CLASS = re.compile(r"gemm|conv|cutlass|cublas|xmma|wgrad|dgrad|fprop|matmul|attention|attn|fmha|flash|sdpa|"
@@ -91,6 +95,13 @@ class Change:
             return (f"on a {self.pattern}: matmul-class kernels by the ratio of FLOP/s peaks for the run's dtype, every "
                     "other kernel by the ratio of memory bandwidths (from the peak table); the host, launches and "
                     "host copies as measured")
+        if self.what == "comm":
+            return ("collectives overlap compute completely: no op, stream or blocking call waits for them (the "
+                    "bandwidth they would share with compute is not modelled): an upper bound on what overlapping them "
+                    "(DDP's gradient buckets, FSDP's prefetch) buys")
+        if self.what == "link":
+            return (f"collectives reach the same share of the link's peak on {self.pattern}: their kernels take the "
+                    "ratio of the per-GPU peaks as long (time spent waiting for other ranks inside them included)")
         if self.what == "copies":
             return ("pageable copies are made from pinned memory (pin_memory=True, non_blocking=True): each runs at "
                     "the pinned bandwidth below and its call returns as a kernel launch does; a synchronous copy "
@@ -105,6 +116,13 @@ def parse_change(spec: str) -> Change:
     valid = "; ".join(f"{k} ({v})" for k, v in CHANGES.items())
     if spec.strip() == "amp":
         return Change("amp", "amp", None, math.inf)
+    if spec.strip() == "comm=overlap":
+        return Change("comm=overlap", "comm", None, math.inf)
+    if spec.strip().startswith("link="):
+        link = named_link(spec.strip()[5:])
+        if link is None:
+            raise ValueError(f"{spec!r}: no link named {spec.strip()[5:]!r}; the links are: {', '.join(NAMED_LINKS)}")
+        return Change(spec.strip(), "link", link[0], math.inf)
     if spec.strip().startswith("gpu="):
         name = spec.strip()[4:]
         if peak_for(name) is None:
@@ -593,6 +611,18 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
             d_dur = d_dur / scale
             applied.append(ChangeApplied(change.spec, f"{change.assumption}; {note}", matched))
             continue
+        elif change.what in ("comm", "link"):
+            collective = (g.d_kind == "kernel") & g.ops["is_comm"].to_numpy(bool)
+            if not collective.any():
+                raise ValueError(f"{change.spec!r}: no collective kernels in the trace")
+            matched = int(collective.sum())
+            if change.what == "comm":
+                d_dur = np.where(collective, 0.0, d_dur)
+            else:
+                scale, note = _link_scale(trace, g, change, collective)
+                d_dur = d_dur * scale
+                applied.append(ChangeApplied(change.spec, f"{change.assumption}; {note}", matched))
+                continue
         elif change.what == "copies":
             pageable, note = _pageable(trace, g)
             if not pageable.any():
@@ -687,6 +717,24 @@ def _device_scale(trace: Trace, g: Graph, change: Change) -> tuple[np.ndarray, s
         note = (f"{here.gpu} → {there.gpu}: {dtype} {here.tflops.get(dtype, here.tflops['fp32']):g} → {rate:g} TFLOP/s "
                 f"({compute:.2f}×), memory {here.hbm_gbps:g} → {there.hbm_gbps:g} GB/s ({bandwidth:.2f}×)")
     return np.where(matmul, compute, np.where(memory, bandwidth, 1.0)), note
+
+
+def _link_scale(trace: Trace, g: Graph, change: Change, collective: np.ndarray) -> tuple[np.ndarray, str]:
+    """How many times longer each collective takes on the named link: the link it crossed (its
+    group's, from its recorded payload: collectives.parse_payload, links.link_for) over the new one."""
+    name, peak, _ = named_link(change.pattern or "") or (change.pattern, 0.0, "")
+    device = next(iter(trace.meta.devices.values()), "")
+    world = trace.meta.world_size or 1
+    crossed: dict[str, float] = {}
+    scale = np.ones(len(collective))
+    payloads = g.ops["collective"].astype(str).to_numpy()
+    for i in np.flatnonzero(collective):
+        parsed = parse_payload(payloads[i])
+        link = link_for(device, list(parsed.ranks) if parsed else None, parsed.group_size if parsed else world)
+        crossed[link.kind] = link.peak_gbps
+        scale[i] = link.peak_gbps / peak
+    was = ", ".join(f"{kind} {gbps:g} GB/s" for kind, gbps in crossed.items())
+    return scale, f"{was} → {name} {peak:g} GB/s per GPU"
 
 
 def _pageable(trace: Trace, g: Graph) -> tuple[np.ndarray, str]:
