@@ -4,6 +4,8 @@ transcripts, help, errors; and snapshots of the main screen at 120x40."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 import threading
 from functools import cache
 from pathlib import Path
@@ -377,3 +379,31 @@ def test_the_rank_and_gpu_chosen_in_the_panel_are_what_questions_are_about():
     assert before is None and after == (3, 3)
     assert any("now about rank 3, GPU 3" in n for n in notes)
     assert f"Rank 3, GPU 3: The GPU is idle **{idle3.idle_pct:.1f}%**" in text  # its own figures, not rank 7's
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="could not import 'torch'")
+def test_f5_records_the_run_again_and_shows_the_new_run_beside_it(tmp_path):
+    from traceagent.profile import runs
+    from traceagent.profile.record import ProfileOptions, record_run
+
+    train = tmp_path / "train.py"
+    train.write_text("import torch\nm = torch.nn.Linear(8, 2)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                     "for _ in range(4):\n    m(torch.randn(4, 8)).sum().backward()\n    opt.step()\n")
+    first = record_run(ProfileOptions([sys.executable, str(train)], skip=1, steps=1, runs_dir=tmp_path / "runs",
+                                      quiet=True))
+
+    async def run():
+        app = InProcessApp(str(first.folder / "traces"))
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            await pilot.press("f5")
+            while app.workers:  # the recording, then the new load
+                await app.workers.wait_for_complete()
+                await pilot.pause()
+            return app.title, app.compare, [str(n.content) for n in app.query(NoteMessage)]
+
+    title, compare, notes = asyncio.run(run())
+    (_, before), (folder, again) = runs.all_runs(tmp_path / "runs")
+    assert (again.label, again.steps, again.skip, again.baseline) == (f"again: {before.script}", 1, 1, before.id)
+    assert compare == str(folder / "traces") and title == f"traceagent · {before.id} vs {again.id}"
+    assert any(n.startswith(f"Recorded run {again.id}: ") for n in notes)

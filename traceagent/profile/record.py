@@ -49,6 +49,7 @@ class ProfileOptions:
     tried: dict[str, str] = field(default_factory=dict)  # environment variables set for this run (--try)
     tried_args: list[str] = field(default_factory=list)  # script options changed for this run (--try)
     timeout: float | None = None  # seconds the command may run; then it is interrupted, what it recorded kept
+    quiet: bool = False  # the command's output to nowhere (the chat app re-profiling: the screen is its own)
     nsys: bool = False  # record under Nsight Systems instead of torch.profiler
     ncu: str | None = None  # then Nsight Compute on the kernels matching this regex ("": the last run's hot kernels)
 
@@ -82,7 +83,8 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
         id=folder.name, label=options.label, command=runs.redacted(options.command), script=launch.script,
         started=datetime.now().astimezone().isoformat(timespec="milliseconds"), seconds=0.0, status="running", exit_code=None,
         environment=runs.environment(options.public, options.tried, {}),
-        tried=[*(f"{k}={v}" for k, v in options.tried.items()), *options.tried_args])
+        tried=[*(f"{k}={v}" for k, v in options.tried.items()), *options.tried_args], skip=options.skip,
+        steps=options.steps, steps_on=options.steps_on, window=options.window, delay=options.delay)
     runs.save(folder, record)
     say(f"recording {launch.script} into {folder} ({_what(options)})")
     config = {"out": str(traces.resolve()), "status": str((folder / "status").resolve()), "skip": options.skip,
@@ -93,14 +95,15 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
     started = time.monotonic()
     if options.nsys:
         exit_code, interrupted = _run(nsys_command(folder, options.command), {**os.environ, **options.tried},
-                                      options.timeout)
+                                      options.timeout, options.quiet)
         if (report := folder / "nsys.sqlite").exists():
             report.replace(traces / "nsys.sqlite")
     else:
-        exit_code, interrupted = _run(launch.argv, env, options.timeout)
+        exit_code, interrupted = _run(launch.argv, env, options.timeout, options.quiet)
     if kernels is not None and not interrupted:
         say(f"running it again under Nsight Compute for the kernels matching {kernels!r}")
-        _run(ncu_command(folder, options.command, kernels), {**os.environ, **options.tried})
+        _run(ncu_command(folder, options.command, kernels), {**os.environ, **options.tried}, options.timeout,
+             options.quiet)
     statuses = [json.loads(p.read_text()) for p in sorted((folder / "status").glob("*.json"))]
     oversize = _over_limit(traces, options.max_mb)
     files = sorted(p.name for p in (*traces.glob("*.pt.trace.json.gz"), *traces.glob("*.sqlite")))
@@ -207,12 +210,14 @@ def _compare(base: tuple[Path, runs.RunRecord], after: Analysis) -> DiffResult |
     return diff(before, after)
 
 
-def _run(argv: list[str], env: dict[str, str], timeout: float | None = None) -> tuple[int, bool]:
+def _run(argv: list[str], env: dict[str, str], timeout: float | None = None, quiet: bool = False) -> tuple[int, bool]:
     """The command's exit status, and whether it was interrupted (Ctrl+C reaches the script too:
     it shares the terminal; the script then gets INTERRUPT_GRACE_S to write what it recorded). Past
     `timeout` seconds it is interrupted as Ctrl+C would (its process group), then killed."""
     try:
-        child = subprocess.Popen(argv, env=env, start_new_session=timeout is not None)
+        output = subprocess.DEVNULL if quiet else None
+        child = subprocess.Popen(argv, env=env, start_new_session=timeout is not None or quiet, stdout=output,
+                                 stderr=output, stdin=output)
     except OSError as exc:
         raise ProfileError(f"{argv[0]}: cannot start it ({exc.strerror})") from None
     try:

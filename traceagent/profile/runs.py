@@ -67,6 +67,12 @@ class RunRecord:
     faster_pct: float | None = None  # than the baseline, in step time (or span); negative: slower
     predicted_pct: float | None = None  # what the baseline's verdict predicted fixing its root cause would save
     root_cause_gone: bool | None = None  # the baseline's root cause, in this run
+    # what was recorded (to record it again the same way)
+    skip: int | None = None
+    steps: int | None = None
+    steps_on: str | None = None
+    window: float | None = None
+    delay: float = 0.0
 
 
 def create(runs_dir: Path, label: str | None, script: str) -> Path:
@@ -96,6 +102,17 @@ def load(folder: Path) -> RunRecord:
         return msgspec.json.decode(path.read_bytes(), type=RunRecord)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValueError(f"{path}: not a traceagent run record ({exc})") from None
+
+
+def run_of(path: str | Path) -> tuple[Path, RunRecord] | None:
+    """The recorded run a trace path belongs to (its folder or its traces/), else None."""
+    for folder in (Path(path), Path(path).parent):
+        if (folder / "run.json").is_file():
+            try:
+                return folder, load(folder)
+            except ValueError:
+                return None
+    return None
 
 
 def all_runs(runs_dir: Path) -> list[tuple[Path, RunRecord]]:

@@ -47,6 +47,7 @@ class TraceAgentApp(App):
         Binding("ctrl+s", "save_transcript", "Save"),
         Binding("ctrl+r", "write_report", "Report"),
         Binding("ctrl+b", "toggle_panel", "Panel"),
+        Binding("f5", "reprofile", "Re-profile"),
         Binding("f1", "help", "Help"),
         Binding("ctrl+q", "quit", "Quit"),
     ]
@@ -256,6 +257,48 @@ class TraceAgentApp(App):
             return None
         return path
 
+    def action_reprofile(self) -> None:
+        """Record the run this trace came from again (`traceagent profile`), then show the new run
+        beside it, compared."""
+        from ..profile.runs import run_of
+
+        run = run_of(self.path)
+        if run is None:
+            self.notify("Re-profiling needs a run recorded by `traceagent profile` (open its traces folder): this trace "
+                        "is not one.", severity="warning", markup=False)
+            return
+        if any("***" in arg for arg in run[1].command):
+            self.notify(f"Run {run[1].id}'s command had a secret-looking value, kept masked: record it again yourself "
+                        "with traceagent profile.", severity="warning", markup=False)
+            return
+        self.reprofile(*run)
+
+    @work(exclusive=True, group="profile")
+    async def reprofile(self, folder: Path, record) -> None:
+        from ..profile.record import ProfileError, ProfileOptions, record_run
+
+        conversation = self.query_one(Conversation)
+        await conversation.add_note(f"Re-profiling {record.script} as run {record.id} was recorded …")
+        options = ProfileOptions(command=record.command, label=f"again: {record.label or record.script}",
+                                 steps=record.steps or 3, skip=record.skip if record.skip is not None else 3,
+                                 steps_on=record.steps_on, window=record.window, delay=record.delay,
+                                 runs_dir=folder.parent, quiet=True)
+        try:
+            recorded = await asyncio.to_thread(record_run, options)
+        except (ProfileError, ValueError) as exc:
+            await conversation.add_error(f"Cannot re-profile: {exc}")
+            return
+        new = recorded.record
+        if not new.traces:
+            await conversation.add_error(f"Run {new.id} has no trace ({new.status}): {'; '.join(new.notes)}")
+            return
+        self.compare_request = self.request.of_other(str(recorded.folder / "traces"))
+        self.compare = str(self.compare_request.source)
+        self.title = f"traceagent · {record.id} vs {new.id}"
+        await conversation.add_note(f"Recorded run {new.id}: {new.comparison or new.headline}. Loading it beside this "
+                                    "one …")
+        self.load_trace()
+
     def action_toggle_panel(self) -> None:
         panel = self.query_one(SidePanel)
         panel.display = not panel.display
@@ -270,6 +313,8 @@ class TraceAgentApp(App):
         yield SystemCommand("Save transcript", "Save the conversation as Markdown", self.action_save_transcript)
         yield SystemCommand("Write report", "Write the diagnosis report as Markdown", self.action_write_report)
         yield SystemCommand("Toggle side panel", "Show or hide the trace summary", self.action_toggle_panel)
+        yield SystemCommand("Re-profile", "Record this run's command again and compare the new run with it",
+                            self.action_reprofile)
         yield SystemCommand("Help", "Keys and questions", self.action_help)
         if self.analysis is not None:
             for label, (rank, device) in scope_options(self.analysis)[:64]:

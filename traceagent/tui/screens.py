@@ -25,6 +25,7 @@ says that no tool returned are marked **unverified**.
 | Ctrl+S | save the conversation as Markdown |
 | Ctrl+R | write the diagnosis report (Markdown) |
 | Ctrl+B | show or hide the side panel |
+| F5 | record a `traceagent profile` run again and compare the new run with it |
 | Ctrl+P | command palette: these actions and the questions below |
 | F1 | this help |
 | Ctrl+Q | quit |
