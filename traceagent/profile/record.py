@@ -25,6 +25,7 @@ from . import runs
 from ._launch import CONFIG_VARIABLE
 from .command import wrapped
 
+NSIGHT = {"nsys": "Systems", "ncu": "Compute"}  # each tool's product
 INTERRUPT_GRACE_S = 30  # how long an interrupted script gets to write what it recorded
 
 
@@ -67,9 +68,9 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
     launch = wrapped(options.command)
     for tool, wanted in (("nsys", options.nsys), ("ncu", options.ncu is not None)):
         if wanted and shutil.which(tool) is None:
-            raise ProfileError(f"{tool} is not on PATH: install NVIDIA Nsight {'Systems' if tool == 'nsys' else 'Compute'}"
-                               f" (https://developer.nvidia.com/nsight-{'systems' if tool == 'nsys' else 'compute'}) "
-                               f"or add its bin folder to PATH")
+            product = NSIGHT[tool]
+            raise ProfileError(f"{tool} is not on PATH: install NVIDIA Nsight {product} (https://developer.nvidia.com/"
+                               f"nsight-{product.lower()}) or add its bin folder to PATH")
     if not options.nsys:
         _require_torch(launch.python)
     kernels = _hot_kernels(options) if options.ncu is not None else None
