@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import RESNET_NW0, RESNET_NW4, analyzed
+from conftest import CPU_ONLY, RESNET_NW0, RESNET_NW4, analyzed
 from fakes import ScriptedChatModel, tool_call
 from langchain_core.messages import AIMessage
 
@@ -384,13 +384,18 @@ def test_the_rank_and_gpu_chosen_in_the_panel_are_what_questions_are_about():
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="could not import 'torch'")
 def test_f5_records_the_run_again_and_shows_the_new_run_beside_it(tmp_path):
     from traceagent.profile import runs
-    from traceagent.profile.record import ProfileOptions, record_run
+    from traceagent.profile.record import conclude
 
     train = tmp_path / "train.py"
     train.write_text("import torch\nm = torch.nn.Linear(8, 2)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
                      "for _ in range(4):\n    m(torch.randn(4, 8)).sum().backward()\n    opt.step()\n")
-    first = record_run(ProfileOptions([sys.executable, str(train)], skip=1, steps=1, runs_dir=tmp_path / "runs",
-                                      quiet=True))
+    # the first run as `traceagent profile` keeps it (a real CPU trace stands in for its recording)
+    folder = runs.create(tmp_path / "runs", None, str(train))
+    (folder / "traces" / "trace.pt.trace.json.gz").symlink_to(CPU_ONLY)
+    record = runs.RunRecord(id=folder.name, label=None, command=[sys.executable, str(train)], script=str(train),
+                            started="2026-12-05T10:00:00.000+00:00", seconds=1.0, status="ok", exit_code=0,
+                            environment=runs.environment({}, {}, {}), traces=["trace.pt.trace.json.gz"], skip=1, steps=1)
+    first = conclude(folder, record, tmp_path / "runs")
 
     async def run():
         app = InProcessApp(str(first.folder / "traces"))
