@@ -4,6 +4,7 @@ through the layers (DESIGN.md, "The flow"), and the vocabulary is defined in one
 from __future__ import annotations
 
 import ast
+from functools import cache
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def _is_module(dotted: str) -> bool:
     return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
+@cache  # one parse of the package for every test here (the graph is only read)
 def import_graph() -> dict[str, set[str]]:
     return {module_name(p): internal_imports(p) for p in PACKAGE.rglob("*.py")}
 
