@@ -86,7 +86,9 @@ def test_every_tool_takes_a_rank_and_a_gpu(two_gpus):
     one = json.loads(tools["idle_gaps"].invoke({"rank": 0, "device": 1}))
     assert one["scope"] == {"rank": 0, "device": 1, "devices": [0, 1]}
     assert (one["span_us"], one["idle_us"], one["gaps"]) == (400.0, 100.0, 1)
-    for name, schema in ((t.name, t.args) for t in tools.values() if t.name != "calc"):  # calc is arithmetic
+    # one GPU's idle is over its own span: no device time or share of it, left out rather than null
+    assert "device_time_us" not in one and "by_cause_pct" not in one and None not in one.values()
+    for name, schema in ((t.name, t.args) for t in tools.values() if t.name not in ("calc", "scaling")):
         assert {"rank", "device"} <= set(schema), name
     bad = tools["hot_kernels"]
     from traceagent.agent.tools import ToolInputError

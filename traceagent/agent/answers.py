@@ -5,7 +5,7 @@ keys, with a key left out where it does not apply (never a null the model must i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict
@@ -54,9 +54,32 @@ class Unavailable(TypedDict):
     how_to_get_it: str
 
 
+class Projection:
+    """An answer whose JSON is its fields, in order (`projected`): a field marked INLINE gives its
+    own keys (a result's, at the top), any other its value under its name, a None left out."""
+
+
+INLINE = {"json": "inline"}  # field metadata: the value's own keys, not the field's name
+
+
+def projected(answer: Projection) -> dict:
+    out: dict = {}
+    for f in fields(answer):  # type: ignore[arg-type]  # every Projection is a dataclass
+        value = getattr(answer, f.name)
+        if value is None:
+            continue
+        if f.metadata.get("json") == "inline":
+            out |= plain(value)
+        else:
+            out[f.name] = plain(value)
+    return out
+
+
 def plain(value: Any) -> Any:
-    """An answer (or any result) as JSON values: an answer's projection where it has one, else the
-    result's fields (encode.to_data)."""
+    """An answer (or any result) as JSON values: its projection, else the result's fields
+    (encode.to_data)."""
+    if isinstance(value, Projection):
+        return projected(value)
     if hasattr(value, "to_dict"):
         return value.to_dict()
     if isinstance(value, dict):
@@ -102,15 +125,11 @@ class OverviewAnswer:
 
 
 @dataclass(frozen=True)
-class VerdictAnswer:
-    verdict: Verdict
+class VerdictAnswer(Projection):
+    verdict: Verdict = field(metadata=INLINE)
     savings: list[Saving]  # every finding's, largest first
     device_breakdown: Breakdown | None = None
     scope: Scope | None = None
-
-    def to_dict(self) -> dict:
-        return to_data(self.verdict) | {"savings": plain(self.savings)} | _present(
-            device_breakdown=self.device_breakdown, scope=self.scope)
 
 
 @dataclass(frozen=True)
@@ -129,7 +148,7 @@ class GapRow:
 
 
 @dataclass(frozen=True)
-class IdleTotals:
+class IdleTotals(Projection):
     """Idle time in a scope: a rank's GPUs together, or one GPU over its own span."""
 
     idle_us: float
@@ -146,13 +165,10 @@ class IdleTotals:
         """What idle_pct is of."""
         return self.device_time_us if self.device_time_us is not None else self.span_us
 
-    def to_dict(self) -> dict:
-        return _present(**{name: getattr(self, name) for name in self.__dataclass_fields__})
-
 
 @dataclass(frozen=True)
-class IdleGapsAnswer:
-    totals: IdleTotals
+class IdleGapsAnswer(Projection):
+    totals: IdleTotals = field(metadata=INLINE)
     scope: Scope
     launch_gap_us: float
     sync_sites: list[SyncSite]
@@ -162,31 +178,20 @@ class IdleGapsAnswer:
     top_gaps: list[GapRow]
     note: str | None = None
 
-    def to_dict(self) -> dict:
-        return to_data(self.totals) | _present(scope=self.scope, launch_gap_us=self.launch_gap_us, sync_sites=self.sync_sites,
-                                 unavailable=self.unavailable, matching_gaps=self.matching_gaps,
-                                 matching_idle_us=self.matching_idle_us, top_gaps=self.top_gaps, note=self.note)
-
 
 @dataclass(frozen=True)
-class HostActivityAnswer:
+class HostActivityAnswer(Projection):
     scope: Scope
     window_us: float
     events: list[HostEvent]  # the busiest host events in the window
     note: str | None = None
 
-    def to_dict(self) -> dict:
-        return _present(scope=self.scope, window_us=self.window_us, events=self.events, note=self.note)
-
 
 @dataclass(frozen=True)
-class CopiesAnswer:
-    copies: MemcpyResult  # its by_kind holds only the kind asked for, if one was
+class CopiesAnswer(Projection):
+    copies: MemcpyResult = field(metadata=INLINE)  # its by_kind holds only the kind asked for, if one was
     scope: Scope
     note: str | None = None
-
-    def to_dict(self) -> dict:
-        return to_data(self.copies) | _present(scope=self.scope, note=self.note)
 
 
 @dataclass(frozen=True)
@@ -311,13 +316,10 @@ class StepsAnswer:
 
 
 @dataclass(frozen=True)
-class FlopsAnswer:
-    flops: FlopsResult | None
+class FlopsAnswer(Projection):
+    flops: FlopsResult | None = field(metadata=INLINE)
     scope: Scope
     unavailable: Unavailable | None = None
-
-    def to_dict(self) -> dict:
-        return (to_data(self.flops) if self.flops else {}) | _present(scope=self.scope, unavailable=self.unavailable)
 
 
 @dataclass(frozen=True)
@@ -351,36 +353,25 @@ class AnnotationsAnswer:
 
 
 @dataclass(frozen=True)
-class CompareAnswer:
-    diff: DiffResult
+class CompareAnswer(Projection):
+    diff: DiffResult = field(metadata=INLINE)
     scope: Scope
-
-    def to_dict(self) -> dict:
-        return to_data(self.diff) | {"scope": self.scope}
 
 
 @dataclass(frozen=True)
-class ScalingAnswer:
+class ScalingAnswer(Projection):
     """How the job scales between the two runs loaded (detect/compare/scaling.py)."""
 
-    result: ScalingResult
-
-    def to_dict(self) -> dict:
-        return to_data(self.result)
+    result: ScalingResult = field(metadata=INLINE)
 
 
 @dataclass(frozen=True)
-class DetectorAnswer:
+class DetectorAnswer(Projection):
     """A registered detector's result for one rank as analysed (None where the trace cannot say)."""
 
-    result: Any
+    result: Any = field(metadata=INLINE)
     scope: Scope
     unavailable: Unavailable | None = None
-
-    def to_dict(self) -> dict:
-        if self.result is None:
-            return _present(scope=self.scope, unavailable=self.unavailable)
-        return plain(self.result) | {"scope": self.scope}
 
 
 @dataclass(frozen=True)
@@ -395,14 +386,11 @@ class CalcAnswer:
 
 
 @dataclass(frozen=True)
-class WhatIfAnswer:
+class WhatIfAnswer(Projection):
     """A change replayed on one rank's dependency graph (verdict/whatif.py)."""
 
-    result: WhatIfResult
+    result: WhatIfResult = field(metadata=INLINE)
     scope: Scope
-
-    def to_dict(self) -> dict:
-        return to_data(self.result) | {"scope": self.scope}
 
 
 @dataclass(frozen=True)
