@@ -133,18 +133,14 @@ class VerdictAnswer(Projection):
 
 
 @dataclass(frozen=True)
-class GapRow:
+class GapRow(Projection):
     start_us: float  # from the trace's first event
     ts_us: float  # on the trace's own clock
     dur_us: float
     cause: str
     device: int
-    host: GapHost | None  # what the thread that launched the next work was doing (not for launch latency)
-
-    def to_dict(self) -> dict:
-        row = {"start_us": self.start_us, "ts_us": self.ts_us, "dur_us": self.dur_us, "cause": self.cause,
-               "device": self.device}
-        return row | (to_data(self.host) if self.host else {})
+    # what the thread that launched the next work was doing (not for launch latency)
+    host: GapHost | None = field(metadata=INLINE)
 
 
 @dataclass(frozen=True)
@@ -274,22 +270,15 @@ class InstancesAnswer:
 
 
 @dataclass(frozen=True)
-class LaunchesAnswer:
-    launch: LaunchResult
+class LaunchesAnswer(Projection):
+    launch: LaunchResult = field(metadata=INLINE)
     scope: Scope
     launch_overhead_idle_us: float
     launch_latency_idle_us: float
     launch_gap_us: float
     launch_overhead_idle_pct: float | None  # of the rank's device time (None for one GPU of several)
-    graphs: GraphsResult | None
+    graphs: GraphsResult | None  # None (left out): the trace replays no CUDA graph
     note: str | None = None
-
-    def to_dict(self) -> dict:
-        return to_data(self.launch) | {
-            "scope": self.scope, "launch_overhead_idle_us": self.launch_overhead_idle_us,
-            "launch_latency_idle_us": self.launch_latency_idle_us, "launch_gap_us": self.launch_gap_us,
-        } | _present(launch_overhead_idle_pct=self.launch_overhead_idle_pct) | {
-            "graphs": plain(self.graphs)} | _present(note=self.note)
 
 
 @dataclass(frozen=True)
