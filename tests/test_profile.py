@@ -320,6 +320,14 @@ def test_try_records_the_variant_which_fails_half_way_is_kept_and_no_secret_is_k
             assert SECRET.encode() not in data, path
 
 
+def test_a_script_option_to_try_is_read_as_the_value_of_try():
+    from traceagent.cli import _try_values_joined
+
+    argv = ["profile", "--try", "--num-workers=4", "--try", "OMP_NUM_THREADS=2", "--", "python", "t.py", "--try", "-x"]
+    assert _try_values_joined(argv) == ["profile", "--try=--num-workers=4", "--try", "OMP_NUM_THREADS=2", "--", "python",
+                                        "t.py", "--try", "-x"]  # the user's command is left as it is
+
+
 def test_commands_are_wrapped_so_the_script_runs_unchanged():
     launched = wrapped(["python3", "-u", "train.py", "--lr", "0.1"])
     assert launched.argv == ["python3", "-u", LAUNCHER, "train.py", "--lr", "0.1"] and launched.script == "train.py"

@@ -1035,10 +1035,27 @@ def _terminate_like_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _try_values_joined(argv: list[str]) -> list[str]:
+    """`--try --num-workers=4` as `--try=--num-workers=4`: argparse would read a value that starts
+    with a dash as another option. Only before `--` (the user's command is theirs)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--":
+            return out + argv[i:]
+        if argv[i] == "--try" and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1] != "--":
+            out.append(f"--try={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from .agent.llm import ConfigError
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_try_values_joined(sys.argv[1:] if argv is None else argv))
     # where tools run through LangChain
     if args.command in ("ask", "chat", "demo", "mcp", "eval") or getattr(args, "llm", False):
         from .agent.llm import tracing_notice
