@@ -95,14 +95,46 @@ class ScalingResult:
     assumptions: list[str] = field(default_factory=list)
 
 
-def _per_step_parts(analysis: Analysis) -> tuple[dict[str, float], dict[str, float], float, int]:
-    """A run's step split into PARTS (mean over ranks, per step), its idle by cause and step time,
-    and its step count; ValueError when a rank marks no steps."""
+@dataclass(frozen=True)
+class _Measured:
+    """One run as scaling reads it, before it is set against the smallest."""
+
+    analysis: Analysis
+    size: int
+    parts: dict[str, float]
+    causes: dict[str, float]
+    step: float
+    gflop: float | None  # per GPU and step
+    mfu: float | None
+    calls: pd.DataFrame  # collective_calls
+
+
+def _measured(analysis: Analysis, size: int) -> _Measured:
+    parts, causes, step = _per_step_parts(analysis)
+    flops = [r.findings.flops for r in analysis.ranks]
+    # per GPU and step (a rank's FLOPs over its steps; the trace's FLOPs lie in its steps)
+    gflop = (float(np.mean([f.gflop for f in flops if f is not None])) / max(_steps(analysis), 1)
+             if all(f is not None and f.gflop for f in flops) else None)
+    mfus = [f.mfu_pct for f in flops if f is not None and f.mfu_pct is not None]
+    return _Measured(analysis, size, parts, causes, step, gflop, float(np.mean(mfus)) if mfus else None,
+                     collective_calls(analysis, analysis.path))
+
+
+def _speed(mode: str, base: _Measured, size: int, step: float) -> tuple[float, float, float]:
+    """A step of `step` µs at `size` GPUs against the smallest run: the ideal step, the speedup
+    (strong: T₁/T_N; weak: the throughput ratio) and the parallel efficiency."""
+    ideal = base.step * (base.size / size if mode == "strong" else 1.0)
+    speedup = base.step / step if mode == "strong" else (size / step) / (base.size / base.step)
+    return ideal, speedup, 100 * ideal / step if step else 0.0
+
+
+def _per_step_parts(analysis: Analysis) -> tuple[dict[str, float], dict[str, float], float]:
+    """A run's step split into PARTS (mean over ranks, per step), its idle by cause and step time;
+    ValueError when a rank marks no steps."""
     comparison: RankComparison | None = analysis.comparison
     waiting = {r.rank: r.exposed_waiting_us for r in comparison.ranks} if comparison else {}
     parts: dict[str, list[float]] = {p: [] for p in PARTS}
     causes: dict[str, float] = {}
-    steps_total = 0
     step_times = []
     for rank in analysis.ranks:
         steps = rank.findings.steps
@@ -127,26 +159,17 @@ def _per_step_parts(analysis: Analysis) -> tuple[dict[str, float], dict[str, flo
         step_times.append(steps.mean_us)
         for cause, us_ in idle_causes.items():
             causes[cause] = causes.get(cause, 0.0) + us_ / len(analysis.ranks)
-        steps_total = max(steps_total, n)
     mean = {p: round(float(np.mean(v)), 3) + 0.0 for p, v in parts.items()}  # + 0.0: no -0.0
-    return mean, {c: round(v, 3) for c, v in causes.items()}, float(np.mean(step_times)), steps_total
+    return mean, {c: round(v, 3) for c, v in causes.items()}, float(np.mean(step_times))
 
 
 def collective_calls(analysis: Analysis, label: str) -> pd.DataFrame:
     """Every matched collective of a run with its payload: kind, group size, bus bytes (bytes ×
     the bus factor) and its transfer time, from when the last rank entered to its end (the median
-    over ranks): what the communication model is fitted on."""
-    frames = []
-    for rank in analysis.ranks:
-        gpu = rank.trace.gpu
-        comm = gpu[(gpu["kind"] == "kernel").to_numpy() & gpu["is_comm"].to_numpy()].sort_values("start", kind="stable")
-        names = comm["name"].astype(str)
-        frames.append(pd.DataFrame({"rank": rank.rank, "name": names.to_numpy(),
-                                    "nth": names.groupby(names).cumcount().to_numpy(),
-                                    "start": comm["start"].to_numpy(np.int64), "end": comm["end"].to_numpy(np.int64),
-                                    "payload": comm["collective"].astype(str).to_numpy()}))
+    over ranks): what the communication model is fitted on. Read from each rank's collectives as
+    the analysis kept them (RankTimeline): no events are read again."""
     none = pd.DataFrame({"run": [], "kind": [], "group_size": [], "bus_bytes": [], "transfer_us": []})
-    calls = pd.concat(frames, ignore_index=True)
+    calls = pd.concat([r.timeline.collectives.assign(rank=r.rank) for r in analysis.ranks], ignore_index=True)
     calls = calls[calls.groupby(["name", "nth"])["rank"].transform("nunique") == len(analysis.ranks)]
     if calls.empty:
         return none
@@ -154,7 +177,7 @@ def collective_calls(analysis: Analysis, label: str) -> pd.DataFrame:
     calls = calls.assign(transfer=(calls["end"] - calls["last"]).clip(lower=0))
     per_call = calls.groupby(["name", "nth"], sort=False).agg(transfer=("transfer", "median"),
                                                                payload=("payload", "first")).reset_index()
-    read = [parse_payload(p) for p in per_call["payload"]]
+    read = [parse_payload(str(p)) for p in per_call["payload"]]
     per_call = per_call[[p is not None for p in read]]
     parsed = [p for p in read if p is not None]
     return pd.DataFrame({"run": label, "kind": [p.kind for p in parsed], "group_size": [p.group_size for p in parsed],
@@ -197,44 +220,30 @@ def scaling(runs: list[tuple[Analysis, int]], mode: str | None = None, project: 
     runs = sorted(runs, key=lambda r: r[1])
     if not force and (differs := not_the_same_job([a for a, _ in runs])):
         raise ValueError(f"{differs}: these are not runs of one job (--force compares them anyway)")
-    measured = []
-    for analysis, n in runs:
-        parts, causes, step, _ = _per_step_parts(analysis)
-        flops = [r.findings.flops for r in analysis.ranks]
-        steps = [r.findings.steps.count for r in analysis.ranks if r.findings.steps]
-        # per GPU and step (a rank's FLOPs over its steps; the trace's FLOPs lie in its steps)
-        gflop = (float(np.mean([f.gflop for f in flops if f is not None])) / max(steps[0], 1)
-                 if flops and all(f is not None and f.gflop for f in flops) and steps else None)
-        mfus = [f.mfu_pct for f in flops if f is not None and f.mfu_pct is not None]
-        calls = collective_calls(analysis, analysis.path)
-        measured.append((analysis, n, parts, causes, step, gflop, float(np.mean(mfus)) if mfus else None, calls))
+    measured = [_measured(analysis, n) for analysis, n in runs]
     assumptions: list[str] = []
-    mode, reason = _mode(mode, [(m[1], m[5]) for m in measured], assumptions)
-    base_n, base_step, base_parts = measured[0][1], measured[0][4], measured[0][2]
+    mode, reason = _mode(mode, [(m.size, m.gflop) for m in measured], assumptions)
+    base = measured[0]
     scaled_runs = []
-    for analysis, n, parts, causes, step, gflop, mfu, calls in measured:
-        share = base_n / n if mode == "strong" else 1.0
-        ideal = base_step * share
-        efficiency = 100 * ideal / step if step else 0.0
-        speedup = base_step / step if mode == "strong" else (n / step) / (base_n / base_step)
-        losses = sorted((Loss(p, round(parts[p] - base_parts[p] * share, 3), round(100 * (parts[p] - base_parts[p] * share)
-                                                                                  / step, 2)) for p in PARTS),
+    for m in measured:
+        ideal, speedup, efficiency = _speed(mode, base, m.size, m.step)
+        share = ideal / base.step  # of each part of the smallest run's step: N₁/N (strong) or all of it (weak)
+        losses = sorted((Loss(p, round(m.parts[p] - base.parts[p] * share, 3),
+                              round(100 * (m.parts[p] - base.parts[p] * share) / m.step, 2)) for p in PARTS),
                         key=lambda loss: -loss.points)
-        comparison = analysis.comparison
+        comparison = m.analysis.comparison
         scaled_runs.append(ScalingRun(
-            path=analysis.path, world_size=n, step_us=round(step, 3), speedup_x=round(speedup, 3),
-            efficiency_pct=round(efficiency, 2), ideal_step_us=round(ideal, 3), parts_us=parts, idle_by_cause_us=causes,
-            losses=losses, gflop_per_step=round(gflop, 3) if gflop is not None else None,
-            tflops_per_gpu=round(gflop / step * 1000, 3) if gflop is not None and step else None,  # GFLOP/µs → TFLOP/s
-            mfu_pct=round(mfu, 2) if mfu is not None else None,
-            collectives_per_step=round(len(calls) / max(_steps(analysis), 1), 2),
+            path=m.analysis.path, world_size=m.size, step_us=round(m.step, 3), speedup_x=round(speedup, 3),
+            efficiency_pct=round(efficiency, 2), ideal_step_us=round(ideal, 3), parts_us=m.parts,
+            idle_by_cause_us=m.causes, losses=losses, gflop_per_step=round(m.gflop, 3) if m.gflop is not None else None,
+            tflops_per_gpu=round(m.gflop / m.step * 1000, 3) if m.gflop is not None and m.step else None,  # GFLOP/µs
+            mfu_pct=round(m.mfu, 2) if m.mfu is not None else None,
+            collectives_per_step=round(len(m.calls) / max(_steps(m.analysis), 1), 2),
             straggler=comparison.straggler if comparison else None))
-    all_calls = pd.concat([m[7] for m in measured], ignore_index=True)
-    fits = fit_communication(all_calls, gpus_per_node)
+    fits = fit_communication(pd.concat([m.calls for m in measured], ignore_index=True), gpus_per_node)
     if any(n > gpus_per_node for _, n in runs) or any(p > gpus_per_node for p in project or []):
         assumptions.append(f"{gpus_per_node} GPUs per node (--gpus-per-node): groups larger than that cross nodes")
-    projections = [_project(measured[-1], scaled_runs[-1], n, mode, fits, base_n, base_step, gpus_per_node,
-                            assumptions) for n in project or []]
+    projections = [_project(measured[-1], base, n, mode, fits, gpus_per_node, assumptions) for n in project or []]
     return ScalingResult(mode=mode, mode_reason=reason, runs=scaled_runs, fits=fits, projections=projections,
                          sentence=_sentence(mode, scaled_runs, projections), assumptions=list(dict.fromkeys(assumptions)))
 
@@ -280,14 +289,13 @@ def _mode(asked: str | None, work: list[tuple[int, float | None]], assumptions: 
     return "strong", "assumed: the traces record no shapes to count the work per step"
 
 
-def _project(largest, run: ScalingRun, n: int, mode: str, fits: list[CommFit], base_n: int, base_step: float,
-             gpus_per_node: int, assumptions: list[str]) -> Projection:
+def _project(largest: _Measured, base: _Measured, n: int, mode: str, fits: list[CommFit], gpus_per_node: int,
+             assumptions: list[str]) -> Projection:
     """The largest run's step at `n` GPUs: compute by the work per GPU, each collective by the fitted
     model at the new group size, the waiting and host-side idle as measured (stragglers kept)."""
-    analysis, size, parts = largest[0], largest[1], largest[2]
-    calls: pd.DataFrame = largest[7]
+    size, parts, calls = largest.size, largest.parts, largest.calls
     compute = parts["compute"] * (size / n if mode == "strong" else 1.0)
-    steps = max(_steps(analysis), 1)
+    steps = max(_steps(largest.analysis), 1)
     link = "across nodes" if n > gpus_per_node else "one node"
     by_kind = {(f.kind, f.link): f for f in fits}
     measured_comm = projected_comm = 0.0
@@ -309,13 +317,12 @@ def _project(largest, run: ScalingRun, n: int, mode: str, fits: list[CommFit], b
     transfer = parts["transfer"] + (projected_comm - measured_comm) * min(exposed_share, 1.0)
     step = compute + transfer + parts["waiting"] + parts["host_idle"] + parts["other"]
     error = (max(errors) / 100 if errors else 0.0) * transfer
-    ideal = base_step * (base_n / n if mode == "strong" else 1.0)
+    _, speedup, efficiency = _speed(mode, base, n, step)
     assumptions.append(f"projection from the {size}-GPU run: compute {'split over' if mode == 'strong' else 'kept per'} "
                        "GPU, collectives by the fitted model (the same messages, the bus factor of the new size), "
                        "waiting and host-side idle as measured, communication as exposed as measured")
     return Projection(world_size=n, step_us=round(step, 3), low_us=round(step - error, 3), high_us=round(step + error, 3),
-                      efficiency_pct=round(100 * ideal / step, 2) if step else 0.0,
-                      speedup_x=round(base_step / step if mode == "strong" else (n / step) / (base_n / base_step), 3),
+                      efficiency_pct=round(efficiency, 2), speedup_x=round(speedup, 3),
                       communication_share_pct=round(100 * (transfer + parts["waiting"]) / step, 2) if step else 0.0)
 
 

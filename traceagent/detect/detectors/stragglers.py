@@ -47,7 +47,8 @@ class RankTimeline:
     Times in ns on the rank's own clock."""
 
     rank: int | None
-    collectives: pd.DataFrame  # name, nth, device, start, end, busy_before, and idle_before:<root cause>
+    # name, nth, device, start, end, moved (bus bytes), payload, busy_before, and idle_before:<root cause>
+    collectives: pd.DataFrame
     compute: dict[int, iv.Intervals]  # per GPU: compute kernels, clipped to that GPU's collectives
     breakdown: Breakdown
     # per idle root cause: the user's own Python line (else the range) over the most of its idle,
@@ -144,7 +145,8 @@ def _collectives(trace: Trace) -> pd.DataFrame:
     names = kernels["name"].astype(str)
     return pd.DataFrame({"name": names.to_numpy(), "nth": names.groupby(names).cumcount().to_numpy(),
                          "device": kernels["device"].to_numpy(), "start": kernels["start"].to_numpy(np.int64),
-                         "end": kernels["end"].to_numpy(np.int64), "moved": moved_bytes(kernels["collective"])})
+                         "end": kernels["end"].to_numpy(np.int64), "moved": moved_bytes(kernels["collective"]),
+                         "payload": kernels["collective"].to_numpy()})  # what scaling's model reads: kind, group
 
 
 def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = StragglerParams()) -> RankComparison | None:
