@@ -29,6 +29,8 @@ from .detect.analysis import Analysis
 from .detect.core.encode import to_data
 from .errors import SchedulerError, TraceError
 from .format import duration
+from .profile.record import ProfileOptions, Recorded
+from .profile.runs import RUNS_DIR
 from .report.terminal import print_analysis
 from .request import AnalyzeRequest
 from .trace import storage
@@ -375,7 +377,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from .profile.command import with_argument
-    from .profile.record import ProfileError, ProfileOptions, record_run
+    from .profile.record import ProfileError, record_run
 
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else list(args.cmd)
     tries = [pair(t, "--try") for t in args.tries or []]
@@ -413,7 +415,7 @@ def pair(text: str, option: str) -> tuple[str, str]:
     return name, value
 
 
-def _report_run(recorded) -> int:
+def _report_run(recorded: Recorded) -> int:
     """What a profile run found: the analysis as `analyze` prints it, then the run and its comparison."""
     r = recorded.record
     if recorded.analysis is not None:
@@ -468,7 +470,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if not run.traces:
             err.print(f"traceagent: error: run {run.id} has no trace ({run.status}); nothing to compare", markup=False)
             return 2
-    result = diff(api.analyze(str(a_dir / "traces"), use_cache=False), api.analyze(str(b_dir / "traces"), use_cache=False))
+    result = diff(api.analyze(str(a_dir / "traces")), api.analyze(str(b_dir / "traces")))
     if args.json:
         print_json({"before": a, "after": b, "differences": runs.differences(a, b), "diff": result})
         return 0
@@ -904,9 +906,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "(or -m module, or torchrun …): the script runs unchanged; each optimizer step is a step. "
                              "The run is kept under --runs-dir.", formatter_class=RichHelpFormatter)
     profile.add_argument("--label", help="what this run tries (shown by `traceagent runs`)")
-    profile.add_argument("--steps", type=at_least(1), default=3, help="steps to record (default 3)")
-    profile.add_argument("--skip", type=at_least(0), default=3, help="steps to run first without recording: warm-up and "
-                                                             "compilation (default 3)")
+    profile.add_argument("--steps", type=at_least(1), default=ProfileOptions.steps,
+                         help=f"steps to record (default {ProfileOptions.steps})")
+    profile.add_argument("--skip", type=at_least(0), default=ProfileOptions.skip, help="steps to run first without "
+                         f"recording (default {ProfileOptions.skip}): warm-up and compilation")
     profile.add_argument("--steps-on", metavar="MODULE:FUNCTION", help="without an optimizer (inference): each return "
                          "of this function is a step, e.g. mymodel.generate:decode_step")
     profile.add_argument("--window", type=at_least(0.001, float), metavar="SECONDS",
@@ -918,8 +921,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "changed: --num-workers=4), and compare; repeatable")
     profile.add_argument("--env", action="append", metavar="NAME=VALUE",
                          help="an environment variable whose value the run record may keep (others: name only)")
-    profile.add_argument("--runs-dir", default=str(Path(".traceagent") / "runs"), help="where runs are kept "
-                                                                                         "(default .traceagent/runs)")
+    profile.add_argument("--runs-dir", default=str(RUNS_DIR), help=f"where runs are kept (default {RUNS_DIR})")
     profile.add_argument("--timeout", type=at_least(0.001, float), metavar="SECONDS",
                          help="interrupt the command after this long (as Ctrl+C would) and keep what it recorded")
     profile.add_argument("--max-mb", type=at_least(0), default=2048, help="the largest trace kept, in MB (default 2048)")
@@ -938,7 +940,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs_cmd.add_argument("action", nargs="?", choices=["list", "diff"], default="list")
     runs_cmd.add_argument("names", nargs="*", metavar="RUN", help="with diff: two runs (id, a unique start of one, "
                                                                   "or a position: 1 the oldest, -1 the newest)")
-    runs_cmd.add_argument("--runs-dir", default=str(Path(".traceagent") / "runs"), help="where runs are kept")
+    runs_cmd.add_argument("--runs-dir", default=str(RUNS_DIR), help=f"where runs are kept (default {RUNS_DIR})")
     runs_cmd.add_argument("--json", action="store_true", help="print JSON instead of tables")
     runs_cmd.add_argument("-o", "--output", metavar="RUNS.HTML", help="also write the runs as a page with the chart of "
                                                                        "step time run by run")

@@ -73,7 +73,7 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
                                f"nsight-{product.lower()}) or add its bin folder to PATH")
     if not options.nsys:
         _require_torch(launch.python)
-    kernels = _hot_kernels(options) if options.ncu is not None else None
+    kernels = _hot_kernels(options, launch.script) if options.ncu is not None else None
     try:
         folder = runs.create(options.runs_dir, options.label, launch.script)
     except OSError as exc:
@@ -92,22 +92,21 @@ def record_run(options: ProfileOptions, say: Callable[[str], None] = lambda line
               "steps": options.steps,
               "mode": "window" if options.window else "function" if options.steps_on else "steps",
               "window": options.window, "delay": options.delay, "steps_on": options.steps_on}
-    env = {**os.environ, **options.tried, CONFIG_VARIABLE: json.dumps(config)}
+    env = {**os.environ, **options.tried}  # the launcher's config only where the launcher runs
     started = time.monotonic()
     if options.nsys:
-        exit_code, interrupted = _run(nsys_command(folder, options.command), {**os.environ, **options.tried},
-                                      options.timeout, options.quiet)
+        exit_code, interrupted = _run(nsys_command(folder, options.command), env, options.timeout, options.quiet)
         if (report := folder / "nsys.sqlite").exists():
             report.replace(traces / "nsys.sqlite")
     else:
-        exit_code, interrupted = _run(launch.argv, env, options.timeout, options.quiet)
+        exit_code, interrupted = _run(launch.argv, env | {CONFIG_VARIABLE: json.dumps(config)}, options.timeout,
+                                      options.quiet)
     if kernels is not None and not interrupted:
         say(f"running it again under Nsight Compute for the kernels matching {kernels!r}")
-        _run(ncu_command(folder, options.command, kernels), {**os.environ, **options.tried}, options.timeout,
-             options.quiet)
+        _run(ncu_command(folder, options.command, kernels), env, options.timeout, options.quiet)
     statuses = [json.loads(p.read_text()) for p in sorted((folder / "status").glob("*.json"))]
     oversize = _over_limit(traces, options.max_mb)
-    files = sorted(p.name for p in (*traces.glob("*.pt.trace.json.gz"), *traces.glob("*.sqlite")))
+    files = [p.name for p in _trace_files(traces)]
     launched = statuses[0] if statuses else {}
     record = replace(record, seconds=round(time.monotonic() - started, 3), exit_code=exit_code, traces=files,
                      steps_seen=max((s.get("steps_seen", 0) for s in statuses), default=0),
@@ -137,7 +136,7 @@ def conclude(folder: Path, record: runs.RunRecord, runs_dir: Path) -> Recorded:
         v = analysis.verdict
         record = replace(record, step_us=round(sum(steps) / len(steps), 3) if steps else None, limiter=v.limiter,
                          root_cause=v.root_cause, headline=v.headline)
-        if (base := runs.baseline_for(runs_dir, record)) is not None:
+        if (base := runs.newest(runs_dir, record.script, before=record.started)) is not None:
             comparison = _compare(base, analysis)
             if comparison is not None:
                 (folder / "comparison.json").write_bytes(to_json(comparison))
@@ -174,19 +173,30 @@ def ncu_command(folder: Path, command: list[str], kernels: str) -> list[str]:
             "--csv", "--page", "details", "--log-file", str(folder / NCU_CSV), *command]
 
 
-def _hot_kernels(options: ProfileOptions) -> str:
+def again(record: runs.RunRecord, runs_dir: Path, **changes) -> ProfileOptions:
+    """The options to record a run again as it was recorded (what an older record lacks: the defaults)."""
+    kept = {name: getattr(record, name) for name in ("steps", "skip", "steps_on", "window", "delay")}
+    return ProfileOptions(command=record.command, runs_dir=runs_dir,
+                          **{name: value for name, value in kept.items() if value is not None}, **changes)
+
+
+def _trace_files(traces: Path) -> list[Path]:
+    """The traces a run's folder holds: torch.profiler's per rank, or an Nsight Systems export."""
+    return sorted((*traces.glob("*.pt.trace.json.gz"), *traces.glob("*.sqlite")))
+
+
+def _hot_kernels(options: ProfileOptions, script: str) -> str:
     """The --ncu regex: the one given, else the hot kernels of the newest run of the same script."""
     if options.ncu:
         return options.ncu
-    script = wrapped(options.command).script
-    earlier = [r for r in runs.all_runs(options.runs_dir) if r[1].script == script and r[1].traces]
-    if not earlier:
+    last = runs.newest(options.runs_dir, script)
+    if last is None:
         raise ProfileError("--ncu without a regex profiles the last run's hot kernels, and there is no run of "
                            f"{script} yet: record one first, or name the kernels (--ncu 'gemm|attention')")
-    analysis = api.analyze(str(earlier[-1][0] / "traces"))
+    analysis = api.analyze(str(last[0] / "traces"))
     names = [k.name for k in analysis.focus.findings.kernels.top[:3]]
     if not names:
-        raise ProfileError(f"run {earlier[-1][1].id} has no kernels: name the kernels (--ncu 'gemm')")
+        raise ProfileError(f"run {last[1].id} has no kernels: name the kernels (--ncu 'gemm')")
     return "|".join(re.escape(n) for n in names)
 
 
@@ -194,7 +204,7 @@ def _over_limit(traces: Path, max_mb: int) -> list[str]:
     """Remove the traces larger than `max_mb` (the schedule is the first cap; this one is for what
     it let through), saying which and what to change."""
     notes = []
-    for path in sorted((*traces.glob("*.pt.trace.json.gz"), *traces.glob("*.sqlite"))):
+    for path in _trace_files(traces):
         size = path.stat().st_size
         if size > max_mb * 2**20:
             path.unlink()

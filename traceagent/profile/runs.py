@@ -143,10 +143,11 @@ def find(runs_dir: Path, name: str) -> tuple[Path, RunRecord]:
     raise ValueError(f"{name!r} {what} in {runs_dir}; the runs are: {', '.join(r[1].id for r in runs[-10:])}")
 
 
-def baseline_for(runs_dir: Path, run: RunRecord) -> tuple[Path, RunRecord] | None:
-    """The newest run of the same script, started before `run`, with traces: what it is compared with."""
+def newest(runs_dir: Path, script: str, before: str | None = None) -> tuple[Path, RunRecord] | None:
+    """The newest run of `script` with traces (started before `before`, an ISO time, if given): what
+    a new run is compared with, and whose hot kernels `--ncu` profiles."""
     earlier = [r for r in all_runs(runs_dir)
-               if r[1].script == run.script and r[1].traces and r[1].started < run.started and r[1].id != run.id]
+               if r[1].script == script and r[1].traces and (before is None or r[1].started < before)]
     return earlier[-1] if earlier else None
 
 

@@ -275,14 +275,11 @@ class TraceAgentApp(App):
 
     @work(exclusive=True, group="profile")
     async def reprofile(self, folder: Path, record) -> None:
-        from ..profile.record import ProfileError, ProfileOptions, record_run
+        from ..profile.record import ProfileError, again, record_run
 
         conversation = self.query_one(Conversation)
         await conversation.add_note(f"Re-profiling {record.script} as run {record.id} was recorded …")
-        options = ProfileOptions(command=record.command, label=f"again: {record.label or record.script}",
-                                 steps=record.steps or 3, skip=record.skip if record.skip is not None else 3,
-                                 steps_on=record.steps_on, window=record.window, delay=record.delay,
-                                 runs_dir=folder.parent, quiet=True)
+        options = again(record, folder.parent, label=f"again: {record.label or record.script}", quiet=True)
         try:
             recorded = await asyncio.to_thread(record_run, options)
         except (ProfileError, ValueError) as exc:
