@@ -59,8 +59,8 @@ class _Recorder:
                 kwargs["experimental_config"] = _ExperimentalConfig(enable_cuda_sync_events=True)
             except (ImportError, TypeError):
                 self.status["note"] = "this torch records no CUDA sync events"
+        self.skip, self.steps = int(config.get("skip", 0)), int(config.get("steps", 0))
         if config["mode"] != "window":  # steps from the optimizer, or from a function
-            self.skip, self.steps = int(config["skip"]), int(config["steps"])
             kwargs["schedule"] = schedule(wait=max(self.skip - 1, 0), warmup=1 if self.skip else 0, active=self.steps,
                                           repeat=1)
         self.profiler = profile(**kwargs)
@@ -86,8 +86,8 @@ class _Recorder:
         prof.export_chrome_trace(str(partial))
         partial.replace(self.trace_path)
         self.status["trace"] = self.trace_path.name
-        self.status["recorded_steps"] = min(max(self.status["steps_seen"] - getattr(self, "skip", 0), 0),
-                                            getattr(self, "steps", 0)) if self.status["mode"] != "window" else None
+        self.status["recorded_steps"] = (min(max(self.status["steps_seen"] - self.skip, 0), self.steps)
+                                         if self.status["mode"] != "window" else None)
 
     def save_status(self, exit_code: int) -> None:
         self.status["exit_code"] = exit_code

@@ -726,13 +726,16 @@ def _link_scale(trace: Trace, g: Graph, change: Change, collective: np.ndarray) 
     device = next(iter(trace.meta.devices.values()), "")
     world = trace.meta.world_size or 1
     crossed: dict[str, float] = {}
-    scale = np.ones(len(collective))
-    payloads = g.ops["collective"].astype(str).to_numpy()
-    for i in np.flatnonzero(collective):
-        parsed = parse_payload(payloads[i])
+    # each distinct payload read once (a job runs the same few collectives thousands of times)
+    rows = np.flatnonzero(collective)
+    codes, payloads = pd.factorize(g.ops["collective"].astype(str).to_numpy()[rows])
+    peaks = np.empty(len(payloads))
+    for code, payload in enumerate(payloads):
+        parsed = parse_payload(payload)
         link = link_for(device, list(parsed.ranks) if parsed else None, parsed.group_size if parsed else world)
-        crossed[link.kind] = link.peak_gbps
-        scale[i] = link.peak_gbps / peak
+        crossed[link.kind] = peaks[code] = link.peak_gbps
+    scale = np.ones(len(collective))
+    scale[rows] = peaks[codes] / peak
     was = ", ".join(f"{kind} {gbps:g} GB/s" for kind, gbps in crossed.items())
     return scale, f"{was} → {name} {peak:g} GB/s per GPU"
 
