@@ -485,23 +485,21 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_scaling(args: argparse.Namespace) -> int:
     """How the job scales across runs of different sizes."""
-    from .detect.compare.scaling import scaling
+    from .detect.compare.scaling import scaling, world_size
     from .report.scaling import print_scaling
 
     measured = []
-    paths = [run.rpartition("@")[0] if "@" in run else run for run in args.runs]
+    runs = [run.rpartition("@")[::2] if "@" in run else (run, "") for run in args.runs]  # (path, N or "")
     if args.output:
         from .outputs import check_output
 
-        for path in paths:  # never one of the runs it reads
+        for path, _ in runs:  # never one of the runs it reads
             check_output(args.output, path)
-    for run in args.runs:
-        path, _, size = run.rpartition("@") if "@" in run else (run, "", "")
+    for path, size in runs:
         if Path(path, "run.json").is_file():  # a `traceagent profile` run: its traces
             path = str(Path(path, "traces"))
         analysis = run_request(request_of(args, path))
-        world = int(size) if size.isdigit() else analysis.world_size or (len(analysis.ranks) if len(analysis.ranks) > 1
-                                                                         else None)
+        world = int(size) if size.isdigit() else world_size(analysis)
         if world is None:
             err.print(f"traceagent: error: {path}: its world size is not in the trace (one rank, no distributedInfo): "
                       f"say it as {path}@N", markup=False)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 from ..detect.analysis import Analysis, RankAnalysis, joined_on
 from ..detect.compare.diff import diff
 from ..detect.compare.scaling import scaling as scale_runs
+from ..detect.compare.scaling import world_size
 from ..detect.core.encode import to_data
 from ..detect.core.host import calls_by_correlation, host_events_in, kernel_python_lines
 from ..detect.core.view import on_device, us
@@ -536,7 +537,7 @@ def scaling(ctx: AnalysisContext,
     if ctx.other is None:
         raise ToolInputError("one run is loaded; scaling compares runs of the job at two sizes: start with --compare "
                              "OTHER (the job at another size), or run `traceagent scaling RUN RUN …`")
-    runs = [(a, a.world_size or len(a.ranks)) for a in (ctx.analysis, ctx.other)]
+    runs = [(a, world_size(a) or 1) for a in (ctx.analysis, ctx.other)]  # one rank saying nothing: one GPU
     try:
         return ScalingAnswer(scale_runs(runs, project=project))
     except ValueError as exc:

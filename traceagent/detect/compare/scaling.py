@@ -268,6 +268,12 @@ def not_the_same_job(analyses: list[Analysis]) -> str | None:
     return None
 
 
+def world_size(analysis: Analysis) -> int | None:
+    """A run's world size: as its traces say, else its ranks counted; None for one rank that says
+    nothing (it may be one rank of a larger job)."""
+    return analysis.world_size or (len(analysis.ranks) if len(analysis.ranks) > 1 else None)
+
+
 def _steps(analysis: Analysis) -> int:
     counts = [r.findings.steps.count for r in analysis.ranks if r.findings.steps]
     return max(counts, default=0)
