@@ -240,12 +240,8 @@ class Session:
             calls, malformed = reply.tool_calls()
             final = self._final(calls, malformed, reply.text)
             if final is not None and not ungrounded:
-                if self._ignores_draft(final.text, final):  # checked before it shows: it arrived whole
-                    async for event in self._from_detectors(question, IGNORED_DRAFT):
-                        yield event
-                    return
-                answer = self._answer(final.text, None, final)
-                if why := self._drafted_instead(answer):  # checked before it shows: it arrived whole
+                answer, why = self._checked(final.text, None, final)
+                if why:  # checked before it shows: it arrived whole
                     async for event in self._from_detectors(question, why):
                         yield event
                     return
@@ -277,12 +273,8 @@ class Session:
                     continue
                 if piece := visible_part.upto(reply.text, final=True):
                     yield Token(piece)
-                if not reply.incomplete(config) and self._ignores_draft(reply.text):
-                    async for event in self._from_detectors(question, IGNORED_DRAFT):
-                        yield event
-                    return
-                answer = self._answer(reply.text, reply.incomplete(config))
-                if why := self._drafted_instead(answer):
+                answer, why = self._checked(reply.text, reply.incomplete(config))
+                if why:
                     async for event in self._from_detectors(question, why):
                         yield event
                     return
@@ -365,6 +357,16 @@ class Session:
                         f"({config.context_tokens} tokens, TRACEAGENT_CONTEXT_TOKENS)")
         return None, (f"the question and its tool results do not fit the model's context ({config.context_tokens} "
                       "tokens, TRACEAGENT_CONTEXT_TOKENS)")
+
+    def _checked(self, text: str, incomplete: str | None,
+                 final: FinalAnswer | None = None) -> tuple[Answer, str | None]:
+        """The turn's answer, checked, and why the detectors' draft answers instead (None: it stands):
+        a whole answer that claims nothing the checks can read (_ignores_draft), or one they marked
+        (_drafted_instead)."""
+        answer = self._answer(text, incomplete, final)
+        if not incomplete and self._ignores_draft(text, final):
+            return answer, IGNORED_DRAFT
+        return answer, self._drafted_instead(answer)
 
     def _drafted_instead(self, answer: Answer) -> str | None:
         """Why the detectors' draft answers instead of the model's answer, or None: with a draft at
