@@ -1,13 +1,12 @@
-"""`traceagent scaling` in the terminal: the verdict in a sentence, the runs, where efficiency went,
-the communication model and the projections."""
+"""`traceagent scaling`'s report, for the terminal, Markdown and HTML: the verdict in a sentence, the
+runs, where efficiency went, the communication model and the projections."""
 
 from __future__ import annotations
 
 import html
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Column, Table
+from rich.markdown import Markdown
 
 from ..detect.compare.scaling import PARTS, ScalingResult
 from ..format import duration
@@ -16,46 +15,8 @@ from .html import markdown_renderer, page
 
 
 def print_scaling(result: ScalingResult, console: Console) -> None:
-    console.print(f"[bold]{escape(result.sentence)}[/]")
-    console.print(f"{result.mode.capitalize()} scaling: {escape(result.mode_reason)}.", markup=False)
-    runs = Table("GPUs", "run", *(Column(h, justify="right") for h in ("step", "speedup", "efficiency")),
-                 *(Column(PARTS[p].split(" (")[0], justify="right") for p in PARTS),
-                 title="Per run, per step (mean over ranks)")
-    for r in result.runs:
-        runs.add_row(str(r.world_size), escape(r.path), duration(r.step_us), f"{r.speedup_x:.2f}×",
-                     f"{r.efficiency_pct:.1f}%", *(duration(r.parts_us[p]) for p in PARTS))
-    console.print(runs)
-    if any(r.tflops_per_gpu is not None for r in result.runs):  # from recorded shapes
-        console.print("Per GPU: " + "; ".join(
-            f"{r.world_size} GPUs {r.tflops_per_gpu:.1f} TFLOP/s" + (f", MFU {r.mfu_pct:.1f}%" if r.mfu_pct is not None else "")
-            for r in result.runs if r.tflops_per_gpu is not None), markup=False)
-    lost = Table("GPUs", *(Column(PARTS[p].split(" (")[0], justify="right") for p in PARTS),
-                 title=f"Efficiency lost against {result.runs[0].world_size} GPU(s): points (µs per step)")
-    for r in result.runs[1:]:
-        by_part = {loss.part: loss for loss in r.losses}
-        lost.add_row(str(r.world_size), *(f"{by_part[p].points:+.1f} ({by_part[p].per_step_us:+.0f})" for p in PARTS))
-    console.print(lost)
-    if result.fits:
-        fits = Table("collective", "link", *(Column(h, justify="right") for h in
-                                            ("latency", "bus bandwidth", "error", "calls", "latency-bound below")),
-                     title="Communication model: time = latency + bus bytes / bandwidth")
-        for f in result.fits:
-            fits.add_row(f.kind, f.link, duration(f.latency_us), f"{f.busbw_gbps:.1f} GB/s", f"{f.error_pct:.1f}%",
-                         str(f.calls), f"{f.crossover_bytes / 1e6:.2f} MB")
-        console.print(fits)
-        for f in result.fits:
-            console.print(f"{f.kind}: the median message of each run, " + "; ".join(
-                f"{escape(run)} {size / 1e6:.2f} MB ({'bandwidth' if size >= f.crossover_bytes else 'latency'}-bound)"
-                for run, size in f.median_bus_bytes_by_run.items()), markup=False)
-    if result.projections:
-        table = Table("GPUs", *(Column(h, justify="right") for h in ("step", "range", "speedup", "efficiency",
-                                                                     "communication")), title="Projected")
-        for p in result.projections:
-            table.add_row(str(p.world_size), duration(p.step_us), f"{duration(p.low_us)} – {duration(p.high_us)}",
-                          f"{p.speedup_x:.2f}×", f"{p.efficiency_pct:.1f}%", f"{p.communication_share_pct:.0f}%")
-        console.print(table)
-    for note in result.assumptions:
-        console.print(f"Assumed: {escape(note)}", markup=False)
+    """The report, rendered for the terminal (as `diff` prints its own)."""
+    console.print(Markdown(render_scaling_markdown(result)))
 
 
 #: a colour per part of the step, in PARTS' order (the report's stacked bars)
@@ -72,6 +33,10 @@ def render_scaling_markdown(result: ScalingResult) -> str:
     for r in result.runs:
         out.append(f"| {r.world_size} | {md_literal(r.path)} | {duration(r.step_us)} | {r.speedup_x:.2f}× | "
                    f"{r.efficiency_pct:.1f}% | " + " | ".join(duration(r.parts_us[p]) for p in PARTS) + " |")
+    if any(r.tflops_per_gpu is not None for r in result.runs):  # from recorded shapes
+        out += ["", "Per GPU: " + "; ".join(
+            f"{r.world_size} GPUs {r.tflops_per_gpu:.1f} TFLOP/s" + (f", MFU {r.mfu_pct:.1f}%" if r.mfu_pct is not None else "")
+            for r in result.runs if r.tflops_per_gpu is not None) + "."]
     out += ["", f"## Efficiency lost against {result.runs[0].world_size} GPU(s), points (µs per step)", "",
             "| GPUs | " + " | ".join(PARTS[p] for p in PARTS) + " |", "|" + " --- |" * (1 + len(PARTS))]
     for r in result.runs[1:]:
@@ -84,6 +49,9 @@ def render_scaling_markdown(result: ScalingResult) -> str:
                 "| --- | --- | --- | --- | --- | --- | --- |"]
         out += [f"| {f.kind} | {f.link} | {duration(f.latency_us)} | {f.busbw_gbps:.1f} GB/s | {f.error_pct:.1f}% | "
                 f"{f.calls} | {f.crossover_bytes / 1e6:.2f} MB |" for f in result.fits]
+        out += ["", *(f"- {f.kind}, the median message of each run: " + "; ".join(
+            f"{md_literal(run)} {size / 1e6:.2f} MB ({'bandwidth' if size >= f.crossover_bytes else 'latency'}-bound)"
+            for run, size in f.median_bus_bytes_by_run.items()) for f in result.fits)]
     if result.projections:
         out += ["", "## Projected", "", "| GPUs | step | range | speedup | efficiency | communication |",
                 "| --- | --- | --- | --- | --- | --- |"]
