@@ -27,19 +27,27 @@ def step_chart(values: list[float | None]) -> str:
     return "".join("·" if v is None else _BARS[round((v - low) / scale * (len(_BARS) - 1))] for v in values)
 
 
+COLUMNS = ("#", "run", "status", "step time", "root cause", "vs the run before", "predicted")
+
+
+def _cells(i: int, r: RunRecord) -> list[str]:
+    """One run's row, as text (the terminal and the page escape it each their way)."""
+    faster = "-" if r.faster_pct is None else f"{r.faster_pct:+.1f}%" + (
+        "" if r.root_cause_gone is None else ", cause gone" if r.root_cause_gone else ", cause stays")
+    return [str(i), r.label or r.script, r.status, duration(r.step_us) if r.step_us is not None else "-",
+            r.root_cause or "-", faster, "-" if r.predicted_pct is None else f"{r.predicted_pct:.1f}%"]
+
+
 def print_runs(found: list[tuple[Path, RunRecord]], console: Console) -> int:
     if not found:
         console.print("No recorded runs here. Record one: traceagent profile -- python train.py", markup=False)
         return 0
-    numbers = [Column(h, no_wrap=True) for h in ("step time", "root cause", "vs the run before", "predicted")]
-    table = Table("#", Column("run", min_width=14, overflow="fold"), "status", *numbers,
+    numbers = [Column(h, no_wrap=True) for h in COLUMNS[3:]]
+    table = Table(COLUMNS[0], Column(COLUMNS[1], min_width=14, overflow="fold"), COLUMNS[2], *numbers,
                   title=f"{len(found)} run(s) in {escape(str(found[0][0].parent))}; `traceagent runs diff A B` "
                         "compares two (their # or id)")
     for i, (_, r) in enumerate(found, 1):
-        faster = "-" if r.faster_pct is None else f"{r.faster_pct:+.1f}%" + (
-            "" if r.root_cause_gone is None else ", cause gone" if r.root_cause_gone else ", cause stays")
-        table.add_row(str(i), escape(r.label or r.script), r.status, duration(r.step_us) if r.step_us is not None else "-",
-                      r.root_cause or "-", faster, "-" if r.predicted_pct is None else f"{r.predicted_pct:.1f}%")
+        table.add_row(*(escape(cell) for cell in _cells(i, r)))
     console.print(table)
     steps = [r.step_us for _, r in found]
     if sum(v is not None for v in steps) > 1:
@@ -64,13 +72,8 @@ def render_runs_html(found: list[tuple[Path, RunRecord]]) -> str:
                         f'<text x="{286 + w:.1f}" y="{y + 15}" font-size="12">{duration(r.step_us)}</text>')
     chart = (f'<figure><figcaption>Step time, run by run</figcaption><svg width="960" '
              f'height="{len(found) * (height + 6)}" xmlns="http://www.w3.org/2000/svg">{"".join(bars)}</svg></figure>')
-    rows = ["| # | run | status | step time | root cause | vs the run before | predicted | what it tried |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for i, (_, r) in enumerate(found, 1):
-        faster = "-" if r.faster_pct is None else f"{r.faster_pct:+.1f}%"
-        rows.append(f"| {i} | {md_literal(r.label or r.script)} | {r.status} | "
-                    f"{duration(r.step_us) if r.step_us is not None else '-'} | {r.root_cause or '-'} | {faster} | "
-                    f"{'-' if r.predicted_pct is None else f'{r.predicted_pct:.1f}%'} | "
-                    f"{md_literal(', '.join(r.tried)) or '-'} |")
+    rows = ["| " + " | ".join((*COLUMNS, "what it tried")) + " |", "|" + " --- |" * (len(COLUMNS) + 1)]
+    rows += ["| " + " | ".join(md_literal(cell) for cell in (*_cells(i, r), ", ".join(r.tried) or "-")) + " |"
+             for i, (_, r) in enumerate(found, 1)]
     body = markdown_renderer().render("# traceagent runs\n\n" + "\n".join(rows) + "\n")
     return page("traceagent runs", f"{chart}\n{body}")
