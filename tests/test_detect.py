@@ -14,6 +14,7 @@ from traceagent.detect.detectors.idle import detect_idle
 from traceagent.detect.detectors.kernels import detect_hot_kernels, short_name
 from traceagent.detect.detectors.memcpy import detect_memcpy
 from traceagent.detect.verdict.diagnose import VerdictParams, _verdict_for
+from traceagent.sentences import gpu_behind
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
@@ -210,6 +211,32 @@ def test_steps_and_the_slowest_step(tmp_path):
     step2 = next(s for s in steps.steps if s.step == 2)
     assert step2.idle_by_cause_us["dataloader"] == 1480 and step2.device_us == 1985
     assert steps.slowest_vs_median["idle_dataloader_us"] > 0
+
+
+def test_a_gpu_behind_the_host_sets_the_step_time(tmp_path):
+    """The host queues each step's work in 1 ms and moves on; the GPU takes 2.5 ms a step, then a
+    1 ms copy no compute hides. Worked by hand: the steps' GPU work ends at 8,510 µs, 5,510 after
+    the last step (more than a step: the GPU runs behind), so a step takes 8510/3 =
+    2,836.667 µs a step (the host's mean is 1,000); the copy saves 1000/3 µs a step, 11.75% of it
+    (it was 33.3% of the host's step, and capped at 100% where more was exposed)."""
+    b = TraceBuilder()
+    for i in range(3):
+        b.op(f"ProfilerStep#{i + 1}", i * 1000, 1000)
+        b.kernel("k", 10 + 2500 * i, 2500, launch_at=i * 1000 + 5)
+    b.memcpy(7510, 1000, 1 << 20, kind="DtoH", src="Device", dst="Pinned", stream=9, launch_at=2600)
+    ra = analyze_trace(b.load(tmp_path))
+    steps = ra.findings.steps
+    assert (steps.mean_us, steps.step_time_us) == (1000, pytest.approx(8510 / 3, abs=1e-3))
+    copies = next(s for s in ra.findings.savings if s.root_cause == "memcpy")
+    assert copies.per_step_us == pytest.approx(1000 / 3, abs=1e-3) and copies.step_pct == 11.75
+    assert "the steps take 2.84 ms each" in gpu_behind(steps)
+    # the last step's GPU work ending 400 µs after it (less than a step) is a tail, not a GPU behind
+    b = TraceBuilder()
+    for i in range(3):
+        b.op(f"ProfilerStep#{i + 1}", i * 1000, 1000)
+        b.kernel("k", i * 1000 + 500, 900, launch_at=i * 1000 + 5)
+    steps = analyze_trace(b.load(tmp_path, "tail.json")).findings.steps
+    assert steps.step_time_us == steps.mean_us == 1000 and gpu_behind(steps) == ""
 
 
 def test_trace_without_steps_says_what_is_missing(tmp_path):

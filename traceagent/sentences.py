@@ -11,6 +11,7 @@ from .detect.detectors.flops import FlopsResult
 from .detect.detectors.graphs import GraphsResult
 from .detect.detectors.idle import Gap
 from .detect.detectors.memory import DeviceMemory, MemoryResult
+from .detect.detectors.steps import StepsResult
 from .detect.detectors.stragglers import RankComparison
 from .detect.registry import DETECTORS
 from .detect.verdict.critical_path import critical_path_sentence
@@ -32,6 +33,15 @@ def gap_evidence(gap: Gap, name_width: int = 50, wrap: Callable[[str], str] = st
     if line and not any(h["name"] == line for h in host[:1]):
         names += f" at {wrap(shorten(line, name_width))}"
     return names or "-"
+
+
+def gpu_behind(steps: StepsResult) -> str:
+    """Where the GPU runs behind the host, the step time the loop really takes (what savings and
+    diff use), said after the host's step figures; else nothing."""
+    if steps.step_time_us == steps.mean_us:
+        return ""
+    return (f" The GPU runs behind the host: counted to the end of their GPU work, the steps take "
+            f"{duration(steps.step_time_us)} each (the step time savings and diff use).")
 
 
 def straggler_sentence(comparison: RankComparison) -> str:

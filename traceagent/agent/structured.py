@@ -187,7 +187,7 @@ class StructuredCheck:
             if s is None:
                 return Truth("time", [], "no steps")
             rows = [v for row in s.steps for v in (row.host_us, row.device_us) if v]
-            values = [s.mean_us, s.median_us, s.min_us, s.max_us, *rows]
+            values = [s.mean_us, s.step_time_us, s.median_us, s.min_us, s.max_us, *rows]
             return Truth("time", values, f"mean step {duration(s.mean_us)}")
         if kind == "saving":
             savings = verdict(self.ctx, rank=q.rank, device=q.device).savings

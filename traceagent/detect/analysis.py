@@ -46,8 +46,9 @@ from .verdict.whatif import simulated
 #: owns the gaps until work is queued again); the straggler parameter is straggler_waiting_pct;
 #: added: steps[].start_us, sync_sites[].after, comparison caused_waiting_pct and each rank's
 #: caused_waiting_us, collectives.nics_per_node, diff's grew. 2.1: added each saving's change and
-#: simulated_pct (the what-if replay), diff's prediction simulated_pct and change.
-SCHEMA_VERSION = max(["2.1", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
+#: simulated_pct (the what-if replay), diff's prediction simulated_pct and change. 2.2: steps.step_time_us
+#: (the loop's step time, the GPU's where it runs behind the host: what savings and diff divide by).
+SCHEMA_VERSION = max(["2.2", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def conclude(folder: Path, record: runs.RunRecord, runs_dir: Path) -> Recorded:
             record = replace(record, notes=[*record.notes, f"the traces could not be analysed: {exc}"])
     if analysis is not None:
         (folder / "analysis.json").write_bytes(to_json(analysis.record()))
-        steps = [r.findings.steps.mean_us for r in analysis.ranks if r.findings.steps and r.findings.steps.mean_us]
+        steps = [r.findings.steps.step_time_us for r in analysis.ranks if r.findings.steps and r.findings.steps.step_time_us]
         v = analysis.verdict
         record = replace(record, step_us=round(sum(steps) / len(steps), 3) if steps else None, limiter=v.limiter,
                          root_cause=v.root_cause, headline=v.headline)

@@ -11,7 +11,7 @@ from ..detect.detectors.collectives import CollectivesResult
 from ..detect.detectors.kernel_profiles import SOL_PCT, KernelProfilesResult, profile_sentence
 from ..detect.detectors.kernels import short_name
 from ..format import duration, of_span, percent, scope, shorten, size
-from ..sentences import further_findings, gap_evidence, straggler_sentence
+from ..sentences import further_findings, gap_evidence, gpu_behind, straggler_sentence
 from ..text import code, md_literal, visible
 
 TOP_GAPS = 8
@@ -226,7 +226,7 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
             f"launch {duration(launch.median_launch_us)})."]
     if steps and steps.count:
         out += ["", f"{steps.count} steps: mean {duration(steps.mean_us)}, median {duration(steps.median_us)}, "
-                f"slowest {duration(steps.max_us)} (step {steps.slowest})."]
+                f"slowest {duration(steps.max_us)} (step {steps.slowest}).{gpu_behind(steps)}"]
         if steps.slowest_vs_median:
             out.append("The slowest step spent more than the median step on: "
                        + ", ".join(f"{k.removeprefix('idle_').removesuffix('_us')} idle +{duration(v)}"

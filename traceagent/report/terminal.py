@@ -14,7 +14,7 @@ from ..detect.analysis import Analysis, RankAnalysis
 from ..detect.detectors.kernel_profiles import KernelProfilesResult, profile_sentence
 from ..detect.detectors.kernels import short_name
 from ..format import duration, of_span, percent, shorten, size
-from ..sentences import further_findings, gap_evidence, straggler_sentence
+from ..sentences import further_findings, gap_evidence, gpu_behind, straggler_sentence
 
 
 def say(console: Console, text: str) -> None:
@@ -146,8 +146,8 @@ def print_analysis(result: Analysis, out: Console) -> None:
     say(out, f"Launch: median launch-to-start {duration(launch.median_latency_us)} (queueing included), "
               f"{launch.short_kernel_pct:.0f}% of "
               f"kernels shorter than their launch call. Steps: {steps.count if steps else 0}"
-              + (f", mean {duration(steps.mean_us)}, slowest {duration(steps.max_us)} (step {steps.slowest})"
-                 if steps and steps.count else ""))
+              + (f", mean {duration(steps.mean_us)}, slowest {duration(steps.max_us)} (step {steps.slowest})."
+                 + gpu_behind(steps) if steps and steps.count else ""))
 
 
 def print_kernel_profiles(result: KernelProfilesResult, out: Console) -> None:

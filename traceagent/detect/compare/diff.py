@@ -193,7 +193,7 @@ def _summary(a: Analysis) -> dict[str, Any]:
     for r in ranks:
         for cause, us in r.findings.idle.by_cause_us.items():
             causes[cause] = causes.get(cause, 0.0) + us
-    steps = [r.findings.steps.mean_us for r in ranks if r.findings.steps]
+    steps = [r.findings.steps.step_time_us for r in ranks if r.findings.steps]
     busy = sum(r.breakdown.total.busy_us for r in ranks)
     copies_bytes = sum(r.findings.memcpy.bytes for r in ranks)
     return {

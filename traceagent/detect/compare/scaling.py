@@ -155,8 +155,8 @@ def _per_step_parts(analysis: Analysis) -> tuple[dict[str, float], dict[str, flo
         parts["transfer"].append(exposed - wait)
         parts["waiting"].append(wait)
         parts["host_idle"].append(idle)
-        parts["other"].append(steps.mean_us - compute - exposed - idle)
-        step_times.append(steps.mean_us)
+        parts["other"].append(steps.step_time_us - compute - exposed - idle)
+        step_times.append(steps.step_time_us)
         for cause, us_ in idle_causes.items():
             causes[cause] = causes.get(cause, 0.0) + us_ / len(analysis.ranks)
     mean = {p: round(float(np.mean(v)), 3) + 0.0 for p, v in parts.items()}  # + 0.0: no -0.0

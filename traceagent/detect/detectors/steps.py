@@ -33,6 +33,10 @@ class StepRow:
 class StepsResult:
     count: int
     mean_us: float  # host step duration (ProfilerStep#N)
+    # the loop's time per step: the host's mean step, or, where the GPU runs behind the host by more
+    # than a step at the end, from the first step's start to the end of the steps' GPU work, over
+    # the steps (the host only queued the work). What savings and diff divide by.
+    step_time_us: float
     median_us: float
     std_us: float
     min_us: float
@@ -65,12 +69,18 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
         table[f"idle_{cause}_us"] = by_cause[cause].to_numpy()
 
     origin = trace.origin_ns()
+    # the host's steps time the loop unless the GPU runs behind them by more than a step at the end
+    # (the host queued work far ahead): then the steps last until their GPU work is done
+    device_end, host_mean = steps["gpu_end"].max(), float(host.mean())
+    behind = not pd.isna(device_end) and int(device_end) - int(steps["end"].max()) > host_mean
+    step_time = (int(device_end) - int(steps["start"].min())) / len(steps) if behind else host_mean
     slowest_row = int(np.argmax(host))
     median = table.drop(columns="step").median()
     diff = (table.drop(columns="step").iloc[slowest_row] - median)
     diff = {k: round(float(v), 3) for k, v in diff.items() if k.startswith("idle_") and v > 0}
     return StepsResult(
-        count=len(steps), mean_us=us(host.mean()), median_us=us(np.median(host)), std_us=us(host.std()),
+        count=len(steps), mean_us=us(host_mean), step_time_us=us(step_time),
+        median_us=us(np.median(host)), std_us=us(host.std()),
         min_us=us(host.min()), max_us=us(host.max()), slowest=int(steps["step"].iloc[slowest_row]),
         steps=[_row(row, us(start), us(start - origin)) for row, start
                in zip(table.head(limit).to_dict("records"), steps["start"].to_numpy())],

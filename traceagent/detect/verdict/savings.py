@@ -69,7 +69,7 @@ class Saving:
 def _saving(finding: str, root: str, us_: float, whole_us: float, steps: StepsResult | None,
             reasoning: str, change: str | None = None) -> Saving:
     per_step = round(us_ / steps.count, 3) if steps and steps.count else None
-    step_pct = pct(per_step, steps.mean_us) if per_step is not None and steps and steps.mean_us else None
+    step_pct = pct(per_step, steps.step_time_us) if per_step is not None and steps and steps.step_time_us else None
     return Saving(finding, root, round(us_, 3), pct(us_, whole_us), per_step,
                   min(step_pct, 100.0) if step_pct is not None else None, reasoning, change or ROOT_CAUSES[root].change or None)
 
@@ -139,6 +139,6 @@ def straggler_saving(comparison: RankComparison, steps: StepsResult | None) -> S
     rank = comparison.straggler
     waiting = sum(r.exposed_waiting_us for r in comparison.ranks if r.rank != rank)
     per_step = round(waiting / (len(comparison.ranks) - 1) / steps.count, 3) if steps and steps.count else None
-    step_pct = min(pct(per_step, steps.mean_us), 100.0) if per_step is not None and steps and steps.mean_us else None
+    step_pct = min(pct(per_step, steps.step_time_us), 100.0) if per_step is not None and steps and steps.step_time_us else None
     return Saving(f"rank {rank}'s lateness", "straggler", round(waiting, 3), comparison.others_exposed_waiting_pct,
                   per_step, step_pct, "an upper bound: the other ranks' waiting for it, where no compute of theirs hides it")
