@@ -14,6 +14,7 @@ import pytest
 from conftest import RESNET_NW0, SECRET, analyzed
 from fakes import FakeOpenAIServer, Reply
 
+from traceagent.agent.answers import plain
 from traceagent.cli import main
 from traceagent.format import duration
 
@@ -294,7 +295,7 @@ def test_a_second_turn_may_quote_the_first_turns_tools_and_calc_but_not_a_kernel
     b.kernel("void fused_kernel<731>(float*)", 0, 900)
     b.kernel("relu_kernel", 1000, 300)
     ctx = AnalysisContext(analyze(b.write(tmp_path / "t.json"), use_cache=False))
-    top, second = hot_kernels(ctx, full_names=True).to_dict()["top"][:2]
+    top, second = plain(hot_kernels(ctx, full_names=True))["top"][:2]
     ratio = top["total_us"] / second["total_us"]
     replies = [Reply.tool("hot_kernels", {"full_names": True}),
                Reply.text(f"The top kernel takes {top['share_of_busy_pct']:.1f}% of busy time."),

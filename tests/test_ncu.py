@@ -13,6 +13,7 @@ import pytest
 from builder import TraceBuilder
 
 import traceagent
+from traceagent.agent.answers import plain
 from traceagent.agent.offline import OfflineAnalyst
 from traceagent.agent.tools import AnalysisContext, kernel_profiles
 from traceagent.api import read_kernel_profiles
@@ -71,7 +72,7 @@ def test_the_export_joins_to_the_trace_kernels_of_the_same_name(tmp_path):
 
     ctx = AnalysisContext(a)
     answer = kernel_profiles(ctx, name_filter="cutlass3x")
-    assert [p.name for p in answer.kernels] == [GEMM] and "unavailable" not in answer.to_dict()
+    assert [p.name for p in answer.kernels] == [GEMM] and "unavailable" not in plain(answer)
     text = asyncio.run(_ask(OfflineAnalyst(ctx), "Why is my slowest kernel slow?"))
     assert "latency-bound" in text and "limited by registers and shared memory" in text
 

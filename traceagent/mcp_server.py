@@ -22,6 +22,7 @@ from mcp.server.stdio import stdio_server
 from pydantic import Field, ValidationError
 
 from . import __version__
+from .agent.answers import plain
 from .agent.tools import AnalysisContext, ToolInputError, build_tools, dumps, overview, tool_schemas
 from .api import run
 from .errors import TraceError
@@ -90,7 +91,7 @@ class Traces:
         key = path if not compare else f"{path} vs {compare}"
         self.opened[key], self.current = ctx, key
         self.tools = {t.name: t for t in build_tools(ctx)}
-        return dumps({"opened": key, "tools": sorted(self.tools)} | overview(ctx).to_dict())
+        return dumps({"opened": key, "tools": sorted(self.tools)} | plain(overview(ctx)))
 
     def list_traces(self) -> str:
         """The traces opened so far and which one the other tools act on."""

@@ -1,11 +1,13 @@
 """What each tool answers, as types: the offline analyst reads these fields (a renamed field is a
-type error, not a KeyError at run time), and `to_dict` is the JSON the model reads, units in the
-keys, with a key left out where it does not apply (never a null the model must interpret).
+type error, not a KeyError at run time), and their projection (`projected`) is the JSON the model
+reads, units in the keys, with a key left out where it does not apply (never a null the model must
+interpret). An answer that reshapes a result for the model (short kernel names, a list cut to
+MAX_ITEMS, a per-step share) says so in fields of its own, set from its sources in __post_init__.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict
@@ -32,7 +34,7 @@ from ..detect.verdict.savings import Saving
 from ..detect.verdict.whatif import WhatIfResult
 
 if TYPE_CHECKING:
-    from ..detect.analysis import Analysis, RankAnalysis
+    from ..detect.analysis import Analysis, RankAnalysis, TraceInfo
 
 MAX_ITEMS = 25  # the longest list a tool returns
 
@@ -56,23 +58,36 @@ class Unavailable(TypedDict):
 
 class Projection:
     """An answer whose JSON is its fields, in order (`projected`): a field marked INLINE gives its
-    own keys (a result's, at the top), any other its value under its name, a None left out."""
+    own keys (a result's, at the top), one marked SOURCE none (what the answer was built from, for
+    the offline analyst), any other its value under its name, a None left out."""
 
 
 INLINE = {"json": "inline"}  # field metadata: the value's own keys, not the field's name
+SOURCE = {"json": "source"}  # field metadata: read by the offline analyst, not sent to the model
+
+
+def key(name: str) -> dict[str, str]:
+    """Field metadata: sent under `name` (where the field's own name is a source's)."""
+    return {"json": "key", "key": name}
 
 
 def projected(answer: Projection) -> dict:
     out: dict = {}
     for f in fields(answer):  # type: ignore[arg-type]  # every Projection is a dataclass
         value = getattr(answer, f.name)
-        if value is None:
+        if value is None or f.metadata.get("json") == "source":
             continue
         if f.metadata.get("json") == "inline":
             out |= plain(value)
-        else:
-            out[f.name] = plain(value)
+        else:  # a key already inlined keeps its place, with the answer's value
+            out[f.metadata.get("key", f.name)] = plain(value)
     return out
+
+
+def _set(answer: Projection, **values: Any) -> None:
+    """Set a frozen answer's derived fields (from __post_init__)."""
+    for name, value in values.items():
+        object.__setattr__(answer, name, value)
 
 
 def plain(value: Any) -> Any:
@@ -80,8 +95,6 @@ def plain(value: Any) -> Any:
     (encode.to_data)."""
     if isinstance(value, Projection):
         return projected(value)
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -89,39 +102,55 @@ def plain(value: Any) -> Any:
     return to_data(value)
 
 
-def _present(**items: Any) -> dict:
-    """The items that apply (not None), as JSON values."""
-    return {k: plain(v) for k, v in items.items() if v is not None}
+@dataclass(frozen=True)
+class OverviewBreakdown(Projection):
+    """A rank's breakdown without its steps (the steps tool has them), its GPUs those asked for."""
+
+    total: Breakdown = field(metadata=INLINE)
+    devices: dict[int, Breakdown]
+    exclusive_us: dict[str, float]
 
 
 @dataclass(frozen=True)
-class RankOverview:
-    rank: RankAnalysis
-    device: int | None  # one GPU's breakdown only
+class RankOverview(Projection):
+    source: RankAnalysis = field(metadata=SOURCE)
+    device: int | None = field(metadata=SOURCE)  # one GPU's breakdown only
+    rank: int | None = field(init=False)
+    breakdown: OverviewBreakdown = field(init=False)
+    counts: dict[str, int] = field(init=False)
+    limiter: str | None = field(init=False)
+    root_cause: str | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        r = self.source
+        _set(self, rank=r.rank, counts=r.counts, limiter=r.verdict.limiter, root_cause=r.verdict.root_cause,
+             breakdown=OverviewBreakdown(r.breakdown.total, self.devices, r.breakdown.exclusive_us))
 
     @property
     def devices(self) -> dict[int, Breakdown]:
         """Each GPU's breakdown (of the one asked for)."""
-        return {d: b for d, b in self.rank.breakdown.devices.items() if self.device in (None, d)}
-
-    def to_dict(self) -> dict:
-        breakdown = to_data(self.rank.breakdown) | {"steps": None}
-        breakdown["devices"] = {str(d): to_data(b) for d, b in self.devices.items()}
-        return {"rank": self.rank.rank, "breakdown": breakdown, "counts": self.rank.counts,
-                "limiter": self.rank.verdict.limiter, "root_cause": self.rank.verdict.root_cause}
+        return {d: b for d, b in self.source.breakdown.devices.items() if self.device in (None, d)}
 
 
 @dataclass(frozen=True)
-class OverviewAnswer:
-    analysis: Analysis
+class VerdictHeadline:
+    limiter: str | None
+    root_cause: str | None
+    headline: str
+    rank: int | None
+
+
+@dataclass(frozen=True)
+class OverviewAnswer(Projection):
+    analysis: Analysis = field(metadata=SOURCE)
+    trace: TraceInfo = field(init=False)
     ranks: list[RankOverview]
+    verdict: VerdictHeadline = field(init=False)
     unavailable: list[Unavailable]
 
-    def to_dict(self) -> dict:
+    def __post_init__(self) -> None:
         v = self.analysis.verdict
-        return {"trace": self.analysis.trace_info(), "ranks": [r.to_dict() for r in self.ranks],
-                "verdict": {"limiter": v.limiter, "root_cause": v.root_cause, "headline": v.headline, "rank": v.rank},
-                "unavailable": self.unavailable}
+        _set(self, trace=self.analysis.trace_info(), verdict=VerdictHeadline(v.limiter, v.root_cause, v.headline, v.rank))
 
 
 @dataclass(frozen=True)
@@ -191,55 +220,59 @@ class CopiesAnswer(Projection):
 
 
 @dataclass(frozen=True)
-class CommAnswer:
-    comm: CommResult
+class CollectiveRow:
+    short_name: str
+    count: int
+    total_us: float
+
+
+@dataclass(frozen=True)
+class CommAnswer(Projection):
+    comm: CommResult = field(metadata=INLINE)  # its top collectives by full name: `top` shortens them
     scope: Scope
-    comparison: RankComparison | None  # across ranks (its first MAX_ITEMS ranks)
+    comparison: RankComparison | None = field(metadata=SOURCE)  # across ranks
     unavailable: Unavailable | None = None
     note: str | None = None
+    top: list[CollectiveRow] = field(init=False)
+    ranks: RankComparison | None = field(init=False)  # the comparison's first MAX_ITEMS ranks
 
-    def to_dict(self) -> dict:
-        data = to_data(self.comm) | {"scope": self.scope}
-        data["top"] = [{"short_name": short_name(c["name"]), "count": c["count"], "total_us": c["total_us"]}
-                       for c in self.comm.top]
-        ranks = None
-        if self.comparison:
-            ranks = to_data(self.comparison)
-            ranks["ranks"] = ranks["ranks"][:MAX_ITEMS]
-        return data | _present(note=self.note, ranks=ranks, unavailable=self.unavailable)
+    def __post_init__(self) -> None:
+        c = self.comparison
+        _set(self, top=[CollectiveRow(short_name(t["name"]), t["count"], t["total_us"]) for t in self.comm.top],
+             ranks=replace(c, ranks=c.ranks[:MAX_ITEMS]) if c else None)
+
+
+#: a hot kernel as the model reads it unless it asks for full names: without the templated name
+ShortKernel = make_dataclass("ShortKernel", [(f.name, f.type) for f in fields(HotKernel) if f.name != "name"],
+                             frozen=True)
 
 
 @dataclass(frozen=True)
-class KernelRow:
-    kernel: HotKernel
+class KernelRow(Projection):
+    kernel: HotKernel = field(metadata=SOURCE)
     python: str | None  # the user's line that launched it (None: unknown, or no frames)
-    flops: KernelFlops | None  # from recorded shapes, over the rank's GPUs
-    full_name: bool  # whether the model asked for the templated name
+    flops: KernelFlops | None = field(metadata=SOURCE)  # from recorded shapes, over the rank's GPUs
+    full_name: bool = field(metadata=SOURCE)  # whether the model asked for the templated name
+    shown: Any = field(init=False, metadata=INLINE)  # the kernel, or its ShortKernel
+    achieved_tflops: float | None = field(init=False)
+    mfu_pct: float | None = field(init=False)
+    dtype: str | None = field(init=False)
 
-    def to_dict(self) -> dict:
-        row = to_data(self.kernel) | {"python": self.python}
-        if self.flops:
-            row |= {"achieved_tflops": self.flops.achieved_tflops, "mfu_pct": self.flops.mfu_pct,
-                    "dtype": self.flops.dtype}
-        if not self.full_name:
-            del row["name"]
-        return row
+    def __post_init__(self) -> None:
+        k, f = self.kernel, self.flops
+        _set(self, shown=k if self.full_name else ShortKernel(**{f.name: getattr(k, f.name) for f in fields(ShortKernel)}),
+             achieved_tflops=f.achieved_tflops if f else None, mfu_pct=f.mfu_pct if f else None,
+             dtype=f.dtype if f else None)
 
 
 @dataclass(frozen=True)
-class KernelsAnswer:
-    kernels: KernelsResult
+class KernelsAnswer(Projection):
+    kernels: KernelsResult = field(metadata=INLINE)  # its top by full name: `top` is the rows shown
     top: list[KernelRow]
     scope: Scope
     order_by: str
     unavailable: Unavailable | None = None
     note: str | None = None
-
-    def to_dict(self) -> dict:
-        k = self.kernels
-        return {"kernels": k.kernels, "distinct": k.distinct, "total_us": k.total_us,
-                "top": [row.to_dict() for row in self.top], "scope": self.scope,
-                "order_by": self.order_by} | _present(unavailable=self.unavailable, note=self.note)
 
 
 @dataclass(frozen=True)
@@ -254,19 +287,23 @@ class KernelInstance:
 
 
 @dataclass(frozen=True)
-class InstancesAnswer:
+class KernelName(Projection):
+    name: str | None  # the templated name, where the model asked for full names
+    short_name: str
+
+
+@dataclass(frozen=True)
+class InstancesAnswer(Projection):
     scope: Scope
     matching_kernels: int
-    names: list[str]  # the full names that matched (the first few)
-    full_names: bool
+    matched: list[str] = field(metadata=SOURCE)  # the full names that matched (the first few)
+    full_names: bool = field(metadata=SOURCE)
+    names: list[KernelName] = field(init=False)
     total_us: float
     instances: list[KernelInstance]
 
-    def to_dict(self) -> dict:
-        names = [{"name": n, "short_name": short_name(n)} if self.full_names else {"short_name": short_name(n)}
-                 for n in self.names]
-        return {"scope": self.scope, "matching_kernels": self.matching_kernels, "names": names,
-                "total_us": self.total_us, "instances": plain(self.instances)}
+    def __post_init__(self) -> None:
+        _set(self, names=[KernelName(n if self.full_names else None, short_name(n)) for n in self.matched])
 
 
 @dataclass(frozen=True)
@@ -282,10 +319,22 @@ class LaunchesAnswer(Projection):
 
 
 @dataclass(frozen=True)
-class StepsAnswer:
-    steps: StepsResult | None  # None: the trace marks no steps
+class StepShare(Projection):
+    row: StepRow = field(metadata=INLINE)
+    vs_median_pct: float | None  # its host time against the median step's
+
+
+@dataclass(frozen=True)
+class StepsAnswer(Projection):
+    steps: StepsResult | None = field(metadata=INLINE)  # None: the trace marks no steps
     scope: Scope
     unavailable: Unavailable | None = None
+    count: int | None = field(init=False)  # 0 without steps (the steps' own count otherwise)
+    shown: list[StepShare] | None = field(init=False, metadata=key("steps"))  # the first MAX_ITEMS
+
+    def __post_init__(self) -> None:
+        _set(self, count=0 if self.steps is None else None,
+             shown=[StepShare(r, self.vs_median_pct(r)) for r in self.rows] if self.steps else None)
 
     def vs_median_pct(self, row: StepRow) -> float | None:
         """A step's host time against the median step's, in percent."""
@@ -296,13 +345,6 @@ class StepsAnswer:
     def rows(self) -> list[StepRow]:
         return self.steps.steps[:MAX_ITEMS] if self.steps else []
 
-    def to_dict(self) -> dict:
-        if self.steps is None:
-            return _present(scope=self.scope, count=0, unavailable=self.unavailable)
-        data = to_data(self.steps) | {"scope": self.scope}
-        data["steps"] = [to_data(row) | {"vs_median_pct": self.vs_median_pct(row)} for row in self.rows]
-        return data
-
 
 @dataclass(frozen=True)
 class FlopsAnswer(Projection):
@@ -312,33 +354,31 @@ class FlopsAnswer(Projection):
 
 
 @dataclass(frozen=True)
-class MemoryAnswer:
-    memory: MemoryResult | None
-    device: int | None
+class MemoryAnswer(Projection):
+    memory: MemoryResult | None = field(metadata=INLINE)
+    device: int | None = field(metadata=SOURCE)
+    shown: list[DeviceMemory] = field(init=False, metadata=key("devices"))  # the GPUs asked for, steps cut
     scope: Scope
     unavailable: Unavailable | None = None
+
+    def __post_init__(self) -> None:
+        _set(self, shown=[replace(d, step_net_bytes=d.step_net_bytes[:MAX_ITEMS]) for d in self.devices])
 
     @property
     def devices(self) -> list[DeviceMemory]:
         found = self.memory.devices if self.memory else []
         return [d for d in found if self.device in (None, d.device)]
 
-    def to_dict(self) -> dict:
-        data = to_data(self.memory) if self.memory else {}
-        data["devices"] = [to_data(d) | {"step_net_bytes": d.step_net_bytes[:MAX_ITEMS]} for d in self.devices]
-        return data | _present(scope=self.scope, unavailable=self.unavailable)
-
 
 @dataclass(frozen=True)
-class AnnotationsAnswer:
-    annotations: AnnotationsResult | None  # None: the trace has no annotations
+class AnnotationsAnswer(Projection):
+    annotations: AnnotationsResult | None = field(metadata=INLINE)  # None: the trace has no annotations
     scope: Scope
     unavailable: Unavailable | None = None
+    no_ranges: list[str] | None = field(init=False, metadata=key("ranges"))  # [] without annotations
 
-    def to_dict(self) -> dict:
-        if self.annotations is None:
-            return _present(scope=self.scope, ranges=[], unavailable=self.unavailable)
-        return to_data(self.annotations) | {"scope": self.scope}
+    def __post_init__(self) -> None:
+        _set(self, no_ranges=[] if self.annotations is None else None)
 
 
 @dataclass(frozen=True)
@@ -364,14 +404,15 @@ class DetectorAnswer(Projection):
 
 
 @dataclass(frozen=True)
-class CalcAnswer:
+class CalcAnswer(Projection):
     expression: str
     unit: str
-    key: str  # the result's key names its unit: result_us, result_pct, … (result for a count)
-    result: float
+    key: str = field(metadata=SOURCE)  # the result's key names its unit: result_us, result_pct, … (result for a count)
+    result: float = field(metadata=SOURCE)
+    keyed: dict[str, float] = field(init=False, metadata=INLINE)
 
-    def to_dict(self) -> dict:
-        return {"expression": self.expression, "unit": self.unit, self.key: self.result}
+    def __post_init__(self) -> None:
+        _set(self, keyed={self.key: self.result})
 
 
 @dataclass(frozen=True)
@@ -383,21 +424,22 @@ class WhatIfAnswer(Projection):
 
 
 @dataclass(frozen=True)
-class KernelProfilesAnswer:
+class KernelProfilesAnswer(Projection):
     """Nsight Compute's reading of the profiled kernels (those matching a filter, if given)."""
 
-    profiles: KernelProfilesResult | None
-    kernels: list[KernelProfile]
+    profiles: KernelProfilesResult | None = field(metadata=SOURCE)
+    path: str | None = field(init=False)
+    kernels: list[KernelProfile] = field(metadata=SOURCE)
     scope: Scope  # where the trace's kernels were matched
+    shown: list[KernelProfile] | None = field(init=False, metadata=key("kernels"))  # the first MAX_ITEMS
+    unmatched: list[str] | None = field(init=False)
     unavailable: Unavailable | None = None
     note: str | None = None
 
-    def to_dict(self) -> dict:
-        if self.profiles is None:
-            return _present(scope=self.scope, unavailable=self.unavailable)
-        return _present(path=self.profiles.path, scope=self.scope,
-                        kernels=[plain(k) for k in self.kernels[:MAX_ITEMS]], unmatched=self.profiles.unmatched or None,
-                        note=self.note)
+    def __post_init__(self) -> None:
+        p = self.profiles
+        _set(self, path=p.path if p else None, shown=self.kernels[:MAX_ITEMS] if p else None,
+             unmatched=(p.unmatched or None) if p else None)
 
 
 Answer = (OverviewAnswer | VerdictAnswer | IdleGapsAnswer | HostActivityAnswer | CopiesAnswer | CommAnswer

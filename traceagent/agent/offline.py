@@ -29,7 +29,7 @@ from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import whatif_sentence
 from ..format import duration, of_span, percent, shorten, size
-from ..sentences import device_lines, memory_peak, straggler_sentence
+from ..sentences import device_lines, gpu_behind, memory_peak, straggler_sentence
 from ..trace.model import GPU_METRICS
 from .answers import (
     MAX_ITEMS,
@@ -570,7 +570,7 @@ class OfflineAnalyst:
         return (f"{self._who(answer.scope)}{steps.count} steps: mean **{duration(steps.mean_us)}**, "
                 f"median {duration(steps.median_us)}, "
                 f"from {duration(steps.min_us)} to {duration(steps.max_us)} (slowest: step {steps.slowest})."
-                + (f" The slowest step spent more than the median on: {extra}." if extra else ""))
+                + (f" The slowest step spent more than the median on: {extra}." if extra else "") + gpu_behind(steps))
 
     @staticmethod
     def _step_row(answer: StepsAnswer, number: int) -> StepRow:
@@ -708,7 +708,7 @@ class OfflineAnalyst:
             if flops.note:
                 lines.append(f"\nNot counted: {flops.note}.")
             return "\n".join(lines)
-        busy = overview.ranks[0].rank.breakdown.total.busy_pct
+        busy = overview.ranks[0].source.breakdown.total.busy_pct
         top = kernels.top[0].kernel if kernels.top else None
         why = (flops.note if flops else None) or "the trace records no shapes"
         lines = [f"**The trace cannot say:** {why}. A timeline records when kernels ran, not how many "
@@ -764,7 +764,7 @@ class OfflineAnalyst:
         return "\n".join(lines)
 
     def _most_idle(self, q: Question, overview: OverviewAnswer) -> str:
-        gpus = [(r.rank.rank, d, b) for r in overview.ranks for d, b in r.devices.items()]
+        gpus = [(r.rank, d, b) for r in overview.ranks for d, b in r.devices.items()]
         if not gpus:
             return "This trace has no GPU activity, so no GPU is idle or busy in it."
         least = bool(re.search(r"\bleast idle|\bmost (?:busy|utili)", q.text, re.I))
@@ -780,8 +780,8 @@ class OfflineAnalyst:
         a, v = overview.analysis, verdict.verdict
         lines = [f"A {a.format} trace with {len(a.ranks)} rank(s) on {', '.join(a.devices) or 'no GPU'}."]
         for r in overview.ranks[:8]:
-            lines += [f"- {line}" for line in device_lines(r.rank)]
-            lines.append(f"  rank {r.rank.rank}: limiter {r.rank.verdict.limiter} ({r.rank.verdict.root_cause})")
+            lines += [f"- {line}" for line in device_lines(r.source)]
+            lines.append(f"  rank {r.rank}: limiter {r.limiter} ({r.root_cause})")
         if len(overview.ranks) > 8:
             lines.append(f"- and {len(overview.ranks) - 8} more ranks (ask about one by number)")
         lines += ["", f"**Verdict:** {v.headline}.", f"{v.hypothesis}", "",
