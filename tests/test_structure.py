@@ -100,6 +100,15 @@ def test_the_launcher_in_the_users_process_imports_nothing_of_ours():
     assert import_graph()["traceagent.profile._launch"] == set()
 
 
+def test_no_result_or_answer_writes_its_own_json():
+    # results are encoded from their fields (core/encode.py), answers are projections of theirs
+    # (agent/answers.py); Analysis.to_dict is the public API's name for that encoding
+    defined = [f"{module_name(path)}.{cls.name}" for path in PACKAGE.rglob("*.py")
+               for cls in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(cls, ast.ClassDef)
+               for node in cls.body if isinstance(node, ast.FunctionDef) and node.name == "to_dict"]
+    assert defined == ["traceagent.detect.analysis.Analysis"]
+
+
 def _string_literals(node: ast.AST) -> list[str]:
     return [n.value for n in node.elts] if all(isinstance(n, ast.Constant) and isinstance(n.value, str)
                                                for n in getattr(node, "elts", [None])) else []
