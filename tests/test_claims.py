@@ -6,6 +6,7 @@ at test time (ResNet50, num_workers=0: idle mostly from data loading)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from functools import cache
 
 import pytest
@@ -13,7 +14,7 @@ from conftest import RESNET_NW0, RESNET_NW4, analyzed
 from fakes import ScriptedChatModel, tool_call
 from langchain_core.messages import AIMessage
 
-from traceagent.agent.claims import ClaimCheck, blamed_causes
+from traceagent.agent.claims import ClaimCheck, blamed_causes, stated_conclusion
 from traceagent.agent.events import Answer
 from traceagent.agent.llm import LLMConfig
 from traceagent.agent.session import Session
@@ -221,6 +222,28 @@ def test_a_question_restated_is_no_conclusion():
                                   "The step is quicker now; the change sped it up."])
 def test_a_yes_after_a_question_or_in_other_words_is_read(text):
     assert any("says the change helped" in w for w in answered(text, "compare_traces", other=RESNET_NW0).warnings)
+
+
+def test_a_figure_of_our_prose_copied_without_its_unit_is_no_new_number():
+    # Qwen2.5-Coder-1.5B copied "1951.77" from a saving's reasoning ("on the critical path for
+    # 1951.77 µs of its 2970.95 µs"): a figure the verdict tool wrote, not one it made up
+    reasoning = next(s.reasoning for s in analyzed(RESNET_NW0).ranks[0].findings.savings if "critical path" in s.reasoning)
+    on_path, of_all = re.findall(r"(\d+(?:\.\d+)?) µs", reasoning)[:2]
+    assert asked("How much would a faster kernel save?",
+                 f"It is on the critical path for {on_path} of its {of_all}.").unverified == []
+
+
+def test_a_yes_beside_the_figures_that_deny_it_is_marked():
+    # Qwen2.5-Coder-1.5B on the MI300 trace against itself: "Yes" and "made the step faster", then
+    # "0.0% faster"; where nothing changed, the sentences that say it helped are wrong whatever follows
+    mixed = ("**Yes:** my change made the step faster. The step time decreased from 16.21 ms to 16.21 ms, which "
+             "is a 0.0% improvement, measured 0.0% faster.")
+    assert stated_conclusion(mixed) == (True, True)
+    assert any("says the change helped" in w for w in answered(mixed, "compare_traces", other=RESNET_NW0).warnings)
+    # where the change did help, an answer that also says what it did not fix is weighed, not marked
+    weighed = "Yes, it helped: the step is faster. It did not fix every gap: other host work remains."
+    assert stated_conclusion(weighed) == (True, True)
+    assert not [w for w in answered(weighed, "compare_traces", other=RESNET_NW4).warnings if "change" in w]
 
 
 def test_one_causes_share_said_as_the_idle_share_is_marked():

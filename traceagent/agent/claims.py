@@ -148,7 +148,10 @@ class ClaimCheck:
         result = self.comparison
         if result is None:
             return None
-        if says_helped == says_not:  # neither, or both (a mixed verdict the reader can weigh)
+        # an answer that says both is weighed where the change helped ("it helped, but did not fix
+        # the cause"); where it did not, any sentence that says it helped is wrong ("Yes: faster.
+        # … 0.0% faster")
+        if (not says_helped and not says_not) or (says_helped and says_not and result.helped):
             return None
         gone = bool(result.root_cause.get("gone"))
         measured = (f"{'step time' if result.time_basis == 'step' else 'the span'} changed {result.slower_pct:+.1f}%"

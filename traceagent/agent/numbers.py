@@ -225,7 +225,8 @@ class Sources:
     def add_prose(self, text: str) -> None:
         """Text we wrote (the system prompt, a verdict's sentence): its figures become sources."""
         for s in stated_numbers(_mask_strings(text, self.trace_strings), None):
-            self.add(s.quantity, (s.lows[0] + s.highs[0]) / 2, s.bare if s.quantity == "count" else None)
+            # the figure as written too: a model may copy "1951.77" from "1951.77 µs" without its unit
+            self.add(s.quantity, (s.lows[0] + s.highs[0]) / 2, s.bare)
             if s.label:
                 self.add_labelled(s.label, s.quantity, (s.lows[0] + s.highs[0]) / 2)
 
