@@ -1,7 +1,8 @@
 """The JSON contract of `analyze --json` and `diff --json`: a `schema_version`, and JSON Schemas
 generated (with pydantic) from the types the JSON is encoded from (analysis.AnalysisRecord,
 diff.DiffResult: core/encode.py), so the schema is the code's and nothing is patched after.
-`traceagent schema` prints them; the wheel ships them as traceagent/schemas/*.json.
+`traceagent schema` prints them, generated when asked: no copy is kept to fall behind the types (a
+detector added to the registry is in the schema with nothing else to regenerate).
 
 The version changes its major number when a key is removed or changes meaning, its minor number
 when keys are added.
