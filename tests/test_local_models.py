@@ -52,7 +52,8 @@ def test_a_tool_call_written_as_text_is_run_as_a_call(model_env, capsys, written
 
 def test_an_answer_that_quotes_a_call_is_an_answer(model_env, capsys):
     prose = (f"The GPU waits for data loading: {said('loader_time')}, {said('loader_pct')} of the span. "
-             "To see the gaps yourself, the tool call is " + json.dumps(CALL) + ". " + "Load batches in workers. " * 12)
+             "To see the gaps yourself, the tool call is " + json.dumps(CALL) + ". "
+             + " ".join(f"Worker {i} loads its own batches." for i in range(12)))
     with FakeOpenAIServer([Reply.tool("verdict", {}), Reply.text(prose)]) as server:
         model_env(server.url)
         code, out, err = ask(capsys)
@@ -352,3 +353,40 @@ def test_eval_with_a_second_trace_asks_the_comparison_both_ways():
     assert all("the answer says the change helped, but" in (r.replaced_because or "") for r in wrong)
     # without a second trace, only the trace against itself is asked
     assert len(asyncio.run(run_eval(before, yes, comparisons))) == 1
+
+
+def test_a_reply_that_repeats_itself_is_stopped_where_the_repetition_began(model_env, capsys):
+    # Qwen2.5-Coder-1.5B on the MI300 trace: one paragraph again and again to its token limit, which
+    # cost the answer (cut, then replaced) and 100 s; the stream is stopped at the second copy
+    lead = f"The GPU waits for data loading: {said('loader_pct')} of the span."
+    loop = f"The trace shows that data loading is {said('loader_pct')} of the span. It is the root cause."
+    with FakeOpenAIServer([Reply.tool("verdict", {}), Reply.text(lead + "\n\n" + (loop + "\n\n") * 30)]) as server:
+        model_env(server.url, draft=False)
+        code, out, err = ask(capsys)
+    assert code == 0 and "began repeating itself" in err and "incomplete" not in err.lower()
+    assert out.strip() == f"{lead}\n\n{loop}"
+
+
+@pytest.mark.parametrize("text, cut", [
+    ("A first paragraph that says something.\n\n" + "The same paragraph, said over and over again.\n\n" * 3,
+     "A first paragraph that says something.\n\nThe same paragraph, said over and over again.\n\n"),
+    ("Idle 39% of the span. It waits for the DataLoader to load. " * 3, "Idle 39% of the span. It waits for the "
+                                                                       "DataLoader to load. "),
+    ("The answer is: " * 6, "The answer is: "),
+    ("| kernel | time |\n|-----|-----|-----|-----|-----|", None),  # a table's rule is no loop
+    ("The GPU is idle 39.4% of the span.\n\nThe GPU is idle 39.4% of the span", None),  # the second still streaming
+    ("Data loading: 28.6%. Data loading: 28.6%. Syncs: 0.3%.", None),  # short and twice: emphasis, not a loop
+])
+def test_where_a_reply_began_repeating_itself(text, cut):
+    from traceagent.agent.looping import repetition_start
+
+    at = repetition_start(text)
+    assert (text[:at] if at is not None else None) == cut
+
+
+def test_what_may_be_a_repetitions_start_is_held_back_until_it_differs():
+    from traceagent.agent.looping import settled
+
+    said = "The GPU waits for data loading most of the time.\n\n"
+    assert settled(said + "The GPU waits for da") == len(said)  # copies the paragraph so far: held
+    assert settled(said + "The GPU waits for the host") == len(said) + len("The GPU waits for the host")  # differs

@@ -165,3 +165,13 @@ def test_the_gaps_of_a_step_are_the_ones_steps_gives_it(tmp_path):
     assert gaps["matching_gaps"] == 1 and gaps["matching_idle_us"] == step2["idle_us"]
     assert gaps["top_gaps"][0]["cause"] == "dataloader"
     assert json.loads(tools["idle_gaps"].invoke({"step": 1}))["matching_gaps"] == 0  # step 1 has no gap
+
+
+def test_tool_json_keeps_units_as_they_read_and_escapes_what_no_one_sees():
+    # a small model copies "\u00b5s" into its answer as written; a bidi override or a line
+    # separator from a trace's names must not reach the model raw
+    from traceagent.agent.tools import dumps
+
+    text = dumps({"gap": "397.3 µs on GPU 2", "name": "k\u202eevil\u2028x", "x": "2×"})
+    assert json.loads(text) == {"gap": "397.3 µs on GPU 2", "name": "k\u202eevil\u2028x", "x": "2×"}
+    assert "µs" in text and "2×" in text and "\u202e" not in text and "\u2028" not in text and "\\u202e" in text

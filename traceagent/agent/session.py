@@ -25,6 +25,7 @@ from ..text import bounded, visible
 from .claims import ClaimCheck, blamed_causes, mentions_cause, stated_conclusion
 from .events import Answer, Cancelled, Event, Failure, Notice, Token, ToolCall, ToolResult
 from .llm import LLMConfig, redact_secrets
+from .looping import repetition_start, settled
 from .numbers import CAUSE_MENTION, Sources, stated_numbers, unverified
 from .offline import OfflineAnalyst
 from .prompts import system_prompt
@@ -38,7 +39,7 @@ from .structured import (
     written_final,
 )
 from .textcalls import could_be_call, written_calls
-from .tools import AnalysisContext, ToolInputError, build_tools
+from .tools import AnalysisContext, ToolInputError, build_tools, model_json
 
 __all__ = ["Answer", "Cancelled", "Event", "Failure", "Notice", "Session", "Token", "ToolCall", "ToolResult"]
 
@@ -207,14 +208,16 @@ class Session:
                         yield Cancelled()
                         return
                     text = reply.add(chunk) if chunk is not None else ""
+                    if text and reply.looped():
+                        break  # the rest would be the same again, to the token limit
                     if (chunk is None or reply.calls) and time.monotonic() - shown >= PROGRESS_EVERY_S:
                         shown = time.monotonic()  # a long wait or a long stream of calls shows, not a blank screen
                         yield Notice(reply.progress(time.monotonic() - started), progress=True)
                     if held and not ungrounded and not could_be_call(reply.text, self.tools):
                         held = False
-                        if piece := visible_part.upto(reply.text):
+                        if piece := visible_part.upto(reply.settled_text):
                             yield Token(piece)
-                    elif not held and text and (piece := visible_part.upto(reply.text)):
+                    elif not held and text and (piece := visible_part.upto(reply.settled_text)):
                         yield Token(piece)
             except TimeoutError:
                 self.silent_past_deadline = not reply.text.strip() and not reply.calls
@@ -233,6 +236,8 @@ class Session:
                 return
             finally:
                 await stream.aclose()
+            if reply.cut_at is not None:
+                yield Notice("the model began repeating itself: its answer ends where the repetition began")
             if not reply.chunks:
                 yield Failure("server", f"the model server ({server_name(self.config)}) closed the stream without sending "
                                         "anything")
@@ -441,7 +446,7 @@ class Session:
         # the causes the draft's answer itself names first (a gap's own cause) may be named back
         lead = text.split("\n\n", 1)[0]
         self.claims.about = {GAP_ROOT.get(m.lastgroup or "", "") for m in CAUSE_MENTION.finditer(lead)} - {""}
-        self._draft_result = json.dumps(draft)
+        self._draft_result = model_json(draft)
         self._draft_root, self._draft_has_facts = root, bool(root or draft["quantities"])
         results.append(ToolMessage(self._draft_result, tool_call_id="draft-answer"))
         # last, where a small model looks: the question again, and what to do with the draft
@@ -568,6 +573,26 @@ class StreamedReply:
         self.calls: dict[int, dict] = {}
         self.finish: str | None = None
         self.chunks = 0
+        self.cut_at: int | None = None  # where the text began repeating itself, once it has
+        self._checked = 0
+
+    @property
+    def settled_text(self) -> str:
+        """The text that may show: not what may yet be a repetition's start (looping.settled)."""
+        text = self.text
+        return text[:settled(text)]
+
+    def looped(self) -> bool:
+        """Whether the text has begun repeating itself (looping.py); if so it ends before that,
+        and the reply counts as finished. Checked every few dozen characters, not every token."""
+        text = self.text
+        if self.calls or len(text) - self._checked < 24:
+            return False
+        self._checked = len(text)
+        if (cut := repetition_start(text)) is None:
+            return False
+        self.parts, self.finish, self.cut_at = [text[:cut].rstrip()], "stop", cut
+        return True
 
     @property
     def text(self) -> str:

@@ -128,9 +128,21 @@ def unavailable(what: str, why: str, how: str) -> Unavailable:
     return Unavailable(what=what, why=why, how_to_get_it=how)
 
 
+# characters that change how text displays or reads without being seen (bidi overrides, zero widths,
+# line separators): escaped even where JSON allows them raw
+_UNSEEN = re.compile("[\x7f-\x9f\u00ad\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
 def dumps(value: Any) -> str:
     """An answer as the JSON a model reads: plain values, no NaN, every string bounded."""
-    return json.dumps(_bounded(to_data(plain(value))), separators=(",", ":"), allow_nan=False)
+    return model_json(_bounded(to_data(plain(value))))
+
+
+def model_json(data: Any) -> str:
+    """JSON values as a model reads them: compact, non-ASCII text as itself ("µs", not "\\u00b5s",
+    which small models copy into answers as it is) but for characters no one sees."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return _UNSEEN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _bounded(value: Any) -> Any:

@@ -201,7 +201,7 @@ class TraceAgentApp(App):
                     if answer is None:
                         answer = await conversation.add_answer()
                         await answer.add(event.text)
-                    await answer.finish(event.unverified, warnings=event.warnings,
+                    await answer.finish(event.unverified, warnings=event.warnings, text=event.text,
                                         note=f"Incomplete: {event.incomplete}" if event.incomplete else None)
         except asyncio.CancelledError:
             await events.aclose()  # the session keeps what was said, marked stopped, before a save can run

@@ -91,10 +91,14 @@ class AnswerBlock(Markdown):
         await self._stream.write(text)
 
     async def finish(self, unverified: list[str] | None = None, note: str | None = None,
-                     warnings: list[str] | None = None) -> None:
+                     warnings: list[str] | None = None, text: str | None = None) -> None:
+        """`text`: the answer as it ended, where it differs from what streamed (a repetition cut)."""
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
+        if text is not None and text != self.text:
+            self.text = text
+            await self.update(text)
         extra = ""
         if unverified:
             extra += "\n\n> **Unverified numbers** (in no tool result): " + ", ".join(f"`{u}`" for u in unverified)

@@ -1,0 +1,66 @@
+"""Where a model's reply began repeating itself: a small model at temperature 0 can say the same
+paragraph until its token limit (Qwen2.5-Coder-1.5B: "The trace shows that the largest gap is
+caused by …" eight times, then cut), so the stream is stopped there and the answer ends before it.
+What may be the start of a repetition is not shown until it turns out not to be (`settled`)."""
+
+from __future__ import annotations
+
+import re
+
+_PARAGRAPH = re.compile(r"[^\n]+(?:\n(?!\s*\n)[^\n]*)*")  # a block between blank lines
+_SENTENCE = re.compile(r"[^\s.!?][^.!?\n]{19,}[.!?]")
+# a phrase with words said four times in a row at the end ("The answer is: The answer is: …")
+_PHRASE = re.compile(r"(.{6,120}?)\1{3,}\s*$", re.S)
+MIN_PARAGRAPH = 40  # a paragraph said twice this long is a loop, not an emphasis
+TAIL = 600  # how far back a phrase loop is looked for
+
+
+def repetition_start(text: str) -> int | None:
+    """Where `text` (a reply so far) began repeating itself, or None: the second copy of a whole
+    paragraph, the second of a sentence said three times, or the second of a phrase said four
+    times in a row at the end. Whitespace is not told apart; a phrase must have words."""
+    seen: set[str] = set()
+    for m in _PARAGRAPH.finditer(text):
+        if not re.match(r"\s*\n", text[m.end():]):  # the paragraph still streaming: not whole yet
+            break
+        paragraph = " ".join(m.group(0).split())
+        if len(paragraph) >= MIN_PARAGRAPH and paragraph in seen:
+            return m.start()
+        seen.add(paragraph)
+    said: dict[str, list[int]] = {}
+    for m in _SENTENCE.finditer(text):
+        at = said.setdefault(" ".join(m.group(0).split()), [])
+        at.append(m.start())
+        if len(at) == 3:
+            return at[1]
+    start = max(0, len(text) - TAIL)
+    if (phrase := _PHRASE.search(text, start)) and re.search(r"[^\W\d_]{2}", phrase.group(1)):
+        return phrase.start() + len(phrase.group(1))
+    return None
+
+
+def _said(text: str) -> tuple[list[str], list[str]]:
+    """(whole paragraphs, sentences said twice or more) of `text`, whitespace folded."""
+    paragraphs = [" ".join(m.group(0).split()) for m in _PARAGRAPH.finditer(text) if re.match(r"\s*\n", text[m.end():])]
+    sentences: dict[str, int] = {}
+    for m in _SENTENCE.finditer(text):
+        key = " ".join(m.group(0).split())
+        sentences[key] = sentences.get(key, 0) + 1
+    return [p for p in paragraphs if len(p) >= MIN_PARAGRAPH], [s for s, n in sentences.items() if n >= 2]
+
+
+def settled(text: str) -> int:
+    """How much of `text` (a reply so far) cannot turn out to be a repetition's start: all of it,
+    or up to the paragraph or sentence now being written where it so far copies a paragraph said
+    before, or a sentence said twice (held back until it differs, or is cut as a repetition)."""
+    paragraphs, sentences = _said(text)
+    start = text.rfind("\n\n") + 2 if "\n\n" in text.rstrip() else 0
+    begun = " ".join(text[start:].split())
+    if begun and any(p.startswith(begun) for p in paragraphs):
+        return start
+    ends = [m.end() for m in re.finditer(r"[.!?](?=\s)", text, re.M)]
+    sentence_start = max([start, *ends])
+    begun = " ".join(text[sentence_start:].split())
+    if begun and any(s.startswith(begun) for s in sentences):
+        return sentence_start
+    return len(text)
