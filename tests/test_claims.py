@@ -238,8 +238,12 @@ def test_a_yes_beside_the_figures_that_deny_it_is_marked():
     # "0.0% faster"; where nothing changed, the sentences that say it helped are wrong whatever follows
     mixed = ("**Yes:** my change made the step faster. The step time decreased from 16.21 ms to 16.21 ms, which "
              "is a 0.0% improvement, measured 0.0% faster.")
+    # and its next try, a bold "Yes" (no word before it) over figures that say nothing changed
+    bold = "**Yes:** the step time is 28.87 ms before and 28.87 ms after the change, which is a 0% increase."
+    for text in (mixed, bold):
+        assert stated_conclusion(text)[0]
+        assert any("says the change helped" in w for w in answered(text, "compare_traces", other=RESNET_NW0).warnings)
     assert stated_conclusion(mixed) == (True, True)
-    assert any("says the change helped" in w for w in answered(mixed, "compare_traces", other=RESNET_NW0).warnings)
     # where the change did help, an answer that also says what it did not fix is weighed, not marked
     weighed = "Yes, it helped: the step is faster. It did not fix every gap: other host work remains."
     assert stated_conclusion(weighed) == (True, True)

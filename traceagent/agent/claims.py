@@ -24,9 +24,10 @@ _BOUND = re.compile(r"\b(?P<what>[\w.-]+[\s-]bound)\b", re.I)
 _REASON = re.compile(r"(?P<what>[^.;\n]{1,60}?)\s+(?:cause\s+)?(?:is|are|was|were)\s+(?:the\s+)?(?:main|primary|"
                      r"biggest|largest|root|real|dominant|chief|key)\s+(?:reason|cause|culprit|bottleneck|problem|limiter)",
                      re.I)
-HELPED = re.compile(r"\b(?:(?<!not )helped|(?<!not )improved|(?:is|was|runs?|got|became) (?:\w+ )?(?:faster|quicker)|"
+# a leading "Yes" is read before the word boundary the others need: "**Yes:**" starts with no word
+HELPED = re.compile(r"^\W*yes\b(?!,? but)|\b(?:(?<!not )helped|(?<!not )improved|(?:is|was|runs?|got|became) (?:\w+ )?(?:faster|quicker)|"
                     r"sped (?:\w+ )?up|speeds? (?:\w+ ){1,2}up|(?<!not )quicker|(?:less|shorter) (?:step )?time|"
-                    r"(?<!not )(?<!n't )made (?:\w+ ){0,3}faster|^\W*yes\b(?!,? but)|"
+                    r"(?<!not )(?<!n't )made (?:\w+ ){0,3}faster|"
                     r"(?<!no )speed-?up|(?<!not )fixed|(?<!not )resolved|went away|is gone|(?<!not )worked|"
                     r"(?:yes|it did)[,.!]? (?:it|the change|the fix))\b", re.I | re.M)
 DID_NOT_HELP = re.compile(r"\b(?:did(?:n't| not) (?:help|improve|fix|work|change)|no (?:real |significant |measurable )?"
