@@ -25,7 +25,8 @@ _REASON = re.compile(r"(?P<what>[^.;\n]{1,60}?)\s+(?:cause\s+)?(?:is|are|was|wer
                      r"biggest|largest|root|real|dominant|chief|key)\s+(?:reason|cause|culprit|bottleneck|problem|limiter)",
                      re.I)
 # a leading "Yes" is read before the word boundary the others need: "**Yes:**" starts with no word
-HELPED = re.compile(r"^\W*yes\b(?!,? but)|\b(?:(?<!not )helped|(?<!not )improved|(?:is|was|runs?|got|became) (?:\w+ )?(?:faster|quicker)|"
+HELPED = re.compile(r"^\W*yes\b(?!,? but)|"
+                    r"\b(?:(?<!not )helped|(?<!not )improved|(?:is|was|runs?|got|became) (?:\w+ )?(?:faster|quicker)|"
                     r"sped (?:\w+ )?up|speeds? (?:\w+ ){1,2}up|(?<!not )quicker|(?:less|shorter) (?:step )?time|"
                     r"(?<!not )(?<!n't )made (?:\w+ ){0,3}faster|"
                     r"(?<!no )speed-?up|(?<!not )fixed|(?<!not )resolved|went away|is gone|(?<!not )worked|"
@@ -63,6 +64,8 @@ _DIAGNOSES = re.compile(r"\b(?:idle|wait\w*|stall\w*|bottleneck\w*|reasons?|caus
                         r"slow\w*|blame\w*|main(?:ly)?|most(?:ly)?|primar\w*|dominat\w*|due|culprit|problem)\b", re.I)
 _SENTENCE = re.compile(r"(?:[^.;!?\n]|[.!?](?=\S))+")  # "39.4%" and ".item()" stay inside their sentence
 _HYPOTHESIS = re.compile(r"\W*(?:if|whether|unless|were|had|should|suppose)\b", re.I)
+# what fixing a finding would save says nothing of which limits the run: the findings are listed so
+_SAVING = re.compile(r"\b(?:would|could|might|may|can) (?:save|give back|gain|shave)\b", re.I)
 _DISCOUNTED_BEFORE = re.compile(r"\b(?:not|no|never|nor|neither|isn't|aren't|wasn't|rather than|instead of|except|"
                                 r"if|whether|unless|only|besides|than)\W+(?:\w+\W+){0,3}$", re.I)
 _DISCOUNTED_AFTER = re.compile(r"^[^,(]{0,40}?\b(?:minor|small|little|negligible|less|smaller|tiny|insignificant|"
@@ -80,7 +83,7 @@ def blamed_causes(answer: str) -> list[str]:
             found.append((m.start(), GAP_ROOT.get(cause.lastgroup or "", cause.lastgroup or "")))
     for sentence in _SENTENCE.finditer(answer):
         text = sentence.group(0)
-        if not _DIAGNOSES.search(text) or _HYPOTHESIS.match(text):
+        if not _DIAGNOSES.search(text) or _HYPOTHESIS.match(text) or _SAVING.search(text):
             continue
         named = {GAP_ROOT.get(c.lastgroup or "", "") for c in CAUSE_MENTION.finditer(text)
                  if not _DISCOUNTED_BEFORE.search(text[:c.start()]) and not _DISCOUNTED_AFTER.search(text[c.end():])}
