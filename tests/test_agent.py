@@ -164,6 +164,9 @@ def test_config_from_environment_and_file(tmp_path):
     secret = LLMConfig(api_key="sk-abcdefghijklmnop")
     assert "sk-abc" not in repr(secret) and "sk-abc" not in secret.describe()
     assert secret.redact("bad key sk-abcdefghijklmnop here") == "bad key [key] here"
+    # a local server's placeholder key is no secret: removed by value it cut every "x" out of answers
+    placeholder = LLMConfig(api_key="x", base_url="http://127.0.0.1:8080/v1")
+    assert placeholder.redact("Fixing exposed copies") == "Fixing exposed copies" and placeholder.longest_secret == 0
 
 
 def test_langsmith_tracing_is_announced_with_where_the_tool_results_go():

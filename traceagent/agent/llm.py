@@ -53,10 +53,18 @@ class LLMConfig:
         return _USERINFO.sub("", self.base_url)
 
     @property
+    def _secret_key(self) -> str:
+        """The API key where it is a secret, else "": a key shorter than MIN_SECRET_CHARS is a local
+        server's placeholder ("x", "EMPTY"); removed by value, it would cut every "x" out of the
+        answers ("Fi[key]ing")."""
+        key = self.api_key or ""
+        return key if key != LOCAL_KEY and len(key) >= MIN_SECRET_CHARS else ""
+
+    @property
     def longest_secret(self) -> int:
         """The length of the longest secret `redact` removes by value: a stream holds back this much
         of its text, so that a secret split across chunks never shows in part."""
-        literal = [self.api_key if self.api_key and self.api_key != LOCAL_KEY else ""]
+        literal = [self._secret_key]
         literal += _userinfo_secrets(self.base_url) if self.base_url else []
         return max(len(s) for s in literal)
 
@@ -64,8 +72,8 @@ class LLMConfig:
         """Remove the key, the credentials of the server's URL, in the clear and as the base64 a
         Basic-auth header carries (a server that echoes its request headers shows them), and
         anything shaped like an OpenAI key, an Authorization value or a URL with a password."""
-        if self.api_key and self.api_key != LOCAL_KEY:
-            text = text.replace(self.api_key, "[key]")
+        if key := self._secret_key:
+            text = text.replace(key, "[key]")
         if self.base_url:
             text = text.replace(self.base_url, self.shown_url or "")
             for secret in _userinfo_secrets(self.base_url):
@@ -73,6 +81,7 @@ class LLMConfig:
         return redact_secrets(text)
 
 
+MIN_SECRET_CHARS = 8
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 _SECRET_QUERY = re.compile(r"([?&](?:api[_-]?key|key|token|access_token|secret|password)=)[^&#\s]*", re.IGNORECASE)
 
