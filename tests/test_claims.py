@@ -244,6 +244,15 @@ def test_a_figure_of_our_prose_copied_without_its_unit_is_no_new_number():
                  f"It is on the critical path for {on_path} of its {of_all}.").unverified == []
 
 
+def test_a_gap_count_is_not_bound_to_the_cause_the_next_sentence_names():
+    # Qwen2.5-Coder-1.5B: "The other host work is 2.34 ms, which is 13 gaps. The launch latency is
+    # …": the 13 are other host work's, not launch latency's
+    other = idle().by_cause_count["host_other"]
+    answer = answered(f"Other host work is {other} gaps. Data loading is the main cause of the idle time.")
+    assert answer.unverified == []
+    assert answered(f"There are {other} gaps of data loading.").unverified == [f"{other} (gaps of dataloader)"]
+
+
 def test_a_yes_beside_the_figures_that_deny_it_is_marked():
     # Qwen2.5-Coder-1.5B on the MI300 trace against itself: "Yes" and "made the step faster", then
     # "0.0% faster"; where nothing changed, the sentences that say it helped are wrong whatever follows

@@ -151,7 +151,9 @@ def _label(head: str, after: str, clause: str, quantity: str) -> str | None:
     """The quantity the words around a number name, if one we check: `head` ends where the number
     starts, `after` starts where it (and its unit) ends, `clause` is its clause."""
     if quantity == "count":  # "5 gaps of data loading", "5 data-loading gaps"; not "8285 gaps in all, 12 of them ..."
-        phrase = re.split(r"[,;:()]|\b(?:in all|in total|overall|of them|of which)\b", after, maxsplit=1)[0]
+        # the words up to the clause's end: not the next sentence's cause ("13 gaps. The launch latency …")
+        phrase = re.split(r"[,;:()\n]|[.!?](?:\s|$)|\b(?:in all|in total|overall|of them|of which)\b", after,
+                          maxsplit=1)[0]
         if _GAPS_AFTER.match(phrase) and (cause := CAUSE_MENTION.search(phrase)):
             return f"gaps of {cause.lastgroup}"
         # "the number of idle gaps that come from data loading is 8285": the count named before it
