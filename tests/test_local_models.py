@@ -373,6 +373,7 @@ def test_a_reply_that_repeats_itself_is_stopped_where_the_repetition_began(model
     ("Idle 39% of the span. It waits for the DataLoader to load. " * 3, "Idle 39% of the span. It waits for the "
                                                                        "DataLoader to load. "),
     ("The answer is: " * 6, "The answer is: "),
+    ("It lasts for **2.16 ms** on GPU 2. " * 3, "It lasts for **2.16 ms** on GPU 2. "),  # not cut inside "2.16"
     ("| kernel | time |\n|-----|-----|-----|-----|-----|", None),  # a table's rule is no loop
     ("The GPU is idle 39.4% of the span.\n\nThe GPU is idle 39.4% of the span", None),  # the second still streaming
     ("Data loading: 28.6%. Data loading: 28.6%. Syncs: 0.3%.", None),  # short and twice: emphasis, not a loop

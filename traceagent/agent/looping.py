@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 
 _PARAGRAPH = re.compile(r"[^\n]+(?:\n(?!\s*\n)[^\n]*)*")  # a block between blank lines
-_SENTENCE = re.compile(r"[^\s.!?][^.!?\n]{19,}[.!?]")
+# a sentence ends at a stop before a space: "2.16 ms" and ".item()" stay inside theirs
+_SENTENCE = re.compile(r"[^\s.!?](?:[^.!?\n]|[.!?](?=\S)){19,}?[.!?](?=\s|$)")
 # a phrase with words said four times in a row at the end ("The answer is: The answer is: …")
 _PHRASE = re.compile(r"(.{6,120}?)\1{3,}\s*$", re.S)
 MIN_PARAGRAPH = 40  # a paragraph said twice this long is a loop, not an emphasis
