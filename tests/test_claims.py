@@ -244,6 +244,14 @@ def test_a_figure_of_our_prose_copied_without_its_unit_is_no_new_number():
                  f"It is on the critical path for {on_path} of its {of_all}.").unverified == []
 
 
+def test_a_gaps_start_said_as_the_largest_idling_gap_is_marked():
+    # SmolLM2-135M: "The largest idling gap is 717.50 ms": the largest gap's start, not its length
+    gap = idle().top_gaps[0]
+    start = f"{gap.start_us / 1000:.2f} ms"
+    assert answered(f"The largest idling gap is {start}.").unverified == [f"{start} (as the largest gap)"]
+    assert answered(f"The longest GPU idle gap is {gap.dur_us / 1000:.2f} ms.").unverified == []
+
+
 def test_a_gap_count_is_not_bound_to_the_cause_the_next_sentence_names():
     # Qwen2.5-Coder-1.5B: "The other host work is 2.34 ms, which is 13 gaps. The launch latency is
     # …": the 13 are other host work's, not launch latency's

@@ -118,8 +118,8 @@ _LINK = r"(?:\s*(?:is|was|were|are|of|at|=|:|took|lasts?|lasted|lasting|being|re
 _LINK += r"~|≈|\(|,|-|—|–))*\s*$"
 # how answers name the causes of idle gaps: a match's group is the cause
 CAUSE_MENTION = re.compile("|".join(f"(?P<{w.name}>{w.said})" for w in GAP_CAUSES.values()), re.I)
-_LARGEST_GAP = re.compile(r"\b(?:largest|longest|biggest|max(?:imum)?|worst|top)\s+(?:single\s+)?(?:idle\s+|gpu\s+)?"
-                          r"(?:gap|stall|bubble|idle\s+period)" + _LINK, re.I)
+_LARGEST_GAP = re.compile(r"\b(?:largest|longest|biggest|max(?:imum)?|worst|top)\s+(?:single\s+)?"
+                          r"(?:(?:idle|idling|gpu)\s+){0,2}(?:gap|stall|bubble|idle\s+period)" + _LINK, re.I)
 _LARGEST_GAP_AFTER = re.compile(r"^\s*\)?\s*(?:is|was)\s+the\s+(?:largest|longest|biggest|single\s+longest)\s+"
                                 r"(?:idle\s+)?gap", re.I)
 _TOTAL_IDLE = re.compile(r"\b(?:total\s+(?:gpu\s+)?idle(?:\s+time)?|(?:gpu\s+)?idle\s+time(?:\s+in\s+total)?|"
