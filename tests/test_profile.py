@@ -136,14 +136,14 @@ def test_an_inference_loop_is_stepped_by_a_named_function_or_recorded_for_a_time
     assert len([e for e in events if e.get("name", "").startswith("ProfilerStep#")]) == 3
 
     code, _, err = profile("--runs-dir", str(tmp_path / "window"), "--window", "0.1", "--delay", "0.05", "--",
-                           sys.executable, str(infer), "200")
+                           sys.executable, str(infer), "100")
     assert code == 0, err
     folder, run = only_run(tmp_path / "window")
     events = trace_events(folder / "traces" / run.traces[0])
     assert run.steps_seen == 0 and any(e.get("name") == "aten::tanh" for e in events)
-    # 0.1 s of a loop of 5 ms iterations (over 1 s): some of them, not all 200 (a machine under
+    # 0.1 s of a loop of 5 ms iterations (over 0.5 s): some of them, not all 100 (a machine under
     # load may run only one or two in the window: the count is not a timing test)
-    assert 1 <= len([e for e in events if e.get("name") == "aten::tanh"]) < 200
+    assert 1 <= len([e for e in events if e.get("name") == "aten::tanh"]) < 100
 
 
 @needs_torch
