@@ -16,52 +16,56 @@ MIN_PARAGRAPH = 40  # a paragraph said twice this long is a loop, not an emphasi
 TAIL = 600  # how far back a phrase loop is looked for
 
 
+def _fold(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _whole_paragraphs(text: str) -> list[tuple[int, str]]:
+    """(start, text with whitespace folded) of each paragraph a blank line ends: not the one
+    still streaming."""
+    return [(m.start(), _fold(m.group(0))) for m in _PARAGRAPH.finditer(text) if re.match(r"\s*\n", text[m.end():])]
+
+
+def _sentence_starts(text: str) -> dict[str, list[int]]:
+    """Where each sentence (whitespace folded) starts, in order."""
+    starts: dict[str, list[int]] = {}
+    for m in _SENTENCE.finditer(text):
+        starts.setdefault(_fold(m.group(0)), []).append(m.start())
+    return starts
+
+
 def repetition_start(text: str) -> int | None:
     """Where `text` (a reply so far) began repeating itself, or None: the second copy of a whole
     paragraph, the second of a sentence said three times, or the second of a phrase said four
     times in a row at the end. Whitespace is not told apart; a phrase must have words."""
     seen: set[str] = set()
-    for m in _PARAGRAPH.finditer(text):
-        if not re.match(r"\s*\n", text[m.end():]):  # the paragraph still streaming: not whole yet
-            break
-        paragraph = " ".join(m.group(0).split())
+    for at, paragraph in _whole_paragraphs(text):
         if len(paragraph) >= MIN_PARAGRAPH and paragraph in seen:
-            return m.start()
+            return at
         seen.add(paragraph)
-    said: dict[str, list[int]] = {}
-    for m in _SENTENCE.finditer(text):
-        at = said.setdefault(" ".join(m.group(0).split()), [])
-        at.append(m.start())
-        if len(at) == 3:
-            return at[1]
+    # the sentence whose third saying comes first
+    thrice = [(at[2], at[1]) for at in _sentence_starts(text).values() if len(at) >= 3]
+    if thrice:
+        return min(thrice)[1]
     start = max(0, len(text) - TAIL)
     if (phrase := _PHRASE.search(text, start)) and re.search(r"[^\W\d_]{2}", phrase.group(1)):
         return phrase.start() + len(phrase.group(1))
     return None
 
 
-def _said(text: str) -> tuple[list[str], list[str]]:
-    """(whole paragraphs, sentences said twice or more) of `text`, whitespace folded."""
-    paragraphs = [" ".join(m.group(0).split()) for m in _PARAGRAPH.finditer(text) if re.match(r"\s*\n", text[m.end():])]
-    sentences: dict[str, int] = {}
-    for m in _SENTENCE.finditer(text):
-        key = " ".join(m.group(0).split())
-        sentences[key] = sentences.get(key, 0) + 1
-    return [p for p in paragraphs if len(p) >= MIN_PARAGRAPH], [s for s, n in sentences.items() if n >= 2]
-
-
 def settled(text: str) -> int:
     """How much of `text` (a reply so far) cannot turn out to be a repetition's start: all of it,
     or up to the paragraph or sentence now being written where it so far copies a paragraph said
     before, or a sentence said twice (held back until it differs, or is cut as a repetition)."""
-    paragraphs, sentences = _said(text)
+    paragraphs = [p for _, p in _whole_paragraphs(text) if len(p) >= MIN_PARAGRAPH]
+    sentences = [s for s, at in _sentence_starts(text).items() if len(at) >= 2]
     start = text.rfind("\n\n") + 2 if "\n\n" in text.rstrip() else 0
-    begun = " ".join(text[start:].split())
+    begun = _fold(text[start:])
     if begun and any(p.startswith(begun) for p in paragraphs):
         return start
     ends = [m.end() for m in re.finditer(r"[.!?](?=\s)", text, re.M)]
     sentence_start = max([start, *ends])
-    begun = " ".join(text[sentence_start:].split())
+    begun = _fold(text[sentence_start:])
     if begun and any(s.startswith(begun) for s in sentences):
         return sentence_start
     return len(text)
