@@ -21,6 +21,7 @@ from ..detect.analysis import Analysis
 from ..detect.compare.diff import DiffResult, diff
 from ..detect.core.encode import to_json
 from ..errors import TraceError
+from ..outputs import write_atomically
 from . import runs
 from ._launch import CONFIG_VARIABLE
 from .command import wrapped
@@ -131,7 +132,7 @@ def conclude(folder: Path, record: runs.RunRecord, runs_dir: Path) -> Recorded:
         except TraceError as exc:
             record = replace(record, notes=[*record.notes, f"the traces could not be analysed: {exc}"])
     if analysis is not None:
-        (folder / "analysis.json").write_bytes(to_json(analysis.record()))
+        write_atomically(folder / "analysis.json", to_json(analysis.record()))
         steps = [r.findings.steps.step_time_us for r in analysis.ranks if r.findings.steps and r.findings.steps.step_time_us]
         v = analysis.verdict
         record = replace(record, step_us=round(sum(steps) / len(steps), 3) if steps else None, limiter=v.limiter,
@@ -139,7 +140,7 @@ def conclude(folder: Path, record: runs.RunRecord, runs_dir: Path) -> Recorded:
         if (base := runs.newest(runs_dir, record.script, before=record.started)) is not None:
             comparison = _compare(base, analysis)
             if comparison is not None:
-                (folder / "comparison.json").write_bytes(to_json(comparison))
+                write_atomically(folder / "comparison.json", to_json(comparison))
                 predicted = comparison.prediction
                 record = replace(record, baseline=base[1].id, comparison=comparison.headline,
                                  faster_pct=round(-comparison.slower_pct, 2) + 0.0,
