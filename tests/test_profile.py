@@ -176,8 +176,10 @@ def test_two_ranks_under_torchrun_on_gloo_are_one_job(tmp_path):
 
 def test_a_command_past_its_timeout_is_interrupted_as_ctrl_c_would(tmp_path):
     # the script gets a KeyboardInterrupt (and INTERRUPT_GRACE_S to write what it recorded)
+    # -S: no site packages to import first, so a loaded machine reaches the try before the signal
+    # (it came during start-up once, under load, and the child was killed: -9)
     handler = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)\n"
-    code, interrupted = _run([sys.executable, "-c", handler], dict(os.environ), timeout=1.0)
+    code, interrupted = _run([sys.executable, "-S", "-c", handler], dict(os.environ), timeout=2.0)
     assert (code, interrupted) == (7, True)
 
 
