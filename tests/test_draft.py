@@ -235,6 +235,15 @@ def test_an_answer_that_claims_nothing_is_replaced_by_the_draft(model_env, capsy
     assert "waiting for data loading" in answer and "The model did not answer" in answer
 
 
+def test_the_question_said_back_is_no_claim_though_it_has_a_word_the_tools_wrote(model_env, capsys):
+    # SmolLM2-135M on the trace against itself; "step" is a value in compare_traces' JSON (its
+    # time basis), not a name quoted from the trace, so the answer claims nothing and is replaced
+    with FakeOpenAIServer([Reply.text("Yes, my answer was: Did my change make the step faster?")]) as server:
+        model_env(server.url)
+        code, out, err = ask(capsys, "Did my change make the step faster?", "--compare", str(RESNET_NW0))
+    assert code == 0 and "makes no claim the checks can read" in err and "no measurable change" in out
+
+
 def test_a_terse_right_answer_naming_the_kernel_stands(model_env, capsys):
     top = analyzed(RESNET_NW0).ranks[0].findings.kernels.top[0].short_name
     with FakeOpenAIServer([Reply.text(f"`{top}`.")]) as server:

@@ -54,6 +54,7 @@ DRAFT_ASK = ("My question was: {question}\nAnswer it first, in one or two senten
              "above (the draft_answer result) that answer it; then explain briefly, in five sentences at most in all: "
              "do not copy the whole draft. Keep every number as the draft "
              "gives it. Then call final_answer.")
+NAMED = re.compile(r"[^A-Za-z\s]")  # a trace string that names something: `aten::mm`, `dgrad_engine`, `train.py(44)`
 PROGRESS_EVERY_S = 1.0  # how often a reply that streams tool calls says how many so far
 MAX_CALLS_PER_ROUND = 8  # a small model may send dozens of calls in one reply (51 identical, seen)
 # what a server's chat template leaves in the text when it does not support tool calls
@@ -399,7 +400,8 @@ class Session:
         if not text.strip() or TOOL_MARKUP.search(text):
             return False  # an empty answer is incomplete, markup gets its own warning: both are said as they are
         named = blamed_causes(text) or CAUSE_MENTION.search(text) or (root and mentions_cause(text, root))
-        quoted = any(len(s) >= 4 and s in text for s in self.ctx.sources.trace_strings)  # a kernel, an op, a line
+        # a kernel, an op, a line: a name with more than letters ("step" and "idle" are tool values too)
+        quoted = any(len(s) >= 4 and NAMED.search(s) and s in text for s in self.ctx.sources.trace_strings)
         return not (named or quoted or stated_numbers(text, self.ctx.sources) or any(stated_conclusion(text)))
 
     def _final(self, calls: list[dict], malformed: list[dict], text: str) -> FinalAnswer | None:
