@@ -240,6 +240,12 @@ class Trace:
 R = TypeVar("R")
 
 
+def rows_where(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """The rows of `frame` where `keep` holds: the frame itself when that is every row (a filter
+    copies every column, and most traces have nothing to drop)."""
+    return frame if bool(keep.all()) else frame[keep]
+
+
 def per_trace(build: Callable[[Trace], R]) -> Callable[[Trace], R]:
     """`build(trace)` computed once per trace and kept as long as the trace lives: what several
     detectors ask of one trace. Callers must not modify what it returns."""

@@ -18,15 +18,22 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
+    if not keep.all():  # copies made only where something is dropped or out of order (a trace is by start)
+        starts, ends = starts[keep], ends[keep]
+    del keep
     if len(starts) == 0:
         return EMPTY
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], ends[order]
+    if not (starts[1:] >= starts[:-1]).all():
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        del order
     reach = np.maximum.accumulate(ends)
     # a new merged interval begins where a start lies beyond everything before it
-    new = np.r_[True, starts[1:] > reach[:-1]]
+    new = np.empty(len(starts), dtype=bool)
+    new[0] = True
+    np.greater(starts[1:], reach[:-1], out=new[1:])
     first = np.flatnonzero(new)
+    del new
     last = np.r_[first[1:] - 1, len(starts) - 1]
     return starts[first], reach[last]
 

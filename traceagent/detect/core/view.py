@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...trace.model import Trace, per_trace
+from ...trace.model import Trace, per_trace, rows_where
 from . import intervals as iv
 
 
@@ -40,10 +40,13 @@ class DeviceView:
 @per_trace
 def device_views(trace: Trace) -> list[DeviceView]:
     """One view per device that has work, in device order."""
-    work = trace.gpu[trace.gpu["kind"] != "sync"]
+    gpu = trace.gpu
+    work = (gpu["kind"] != "sync").to_numpy()
+    device = gpu["device"].to_numpy()
     views = []
-    for device, rows in work.groupby("device", sort=True):
-        view = _view(int(device), rows)
+    for d in np.unique(device[work]):
+        # one GPU with no sync records (the usual rank) is the table itself: no copy of its rows
+        view = _view(int(d), rows_where(gpu, work & (device == d)))
         if len(view.busy[0]):  # a device with only zero-length records has no span
             views.append(view)
     return views
@@ -51,23 +54,26 @@ def device_views(trace: Trace) -> list[DeviceView]:
 
 def _view(device: int, rows: pd.DataFrame) -> DeviceView:
     start, end = rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64)
-    kind = rows["kind"].to_numpy()
+    kind = rows["kind"].array
     comm = rows["is_comm"].to_numpy()
+    busy = iv.union(start, end)
 
     def union_of(mask: np.ndarray) -> iv.Intervals:
-        return iv.union(start[mask], end[mask])
+        if mask.all():  # every op (a rank of kernels alone): the busy set itself, not a second copy
+            return busy
+        return iv.union(start[mask], end[mask]) if mask.any() else iv.EMPTY
 
-    is_kernel = kind == "kernel"
+    is_kernel = np.asarray(kind == "kernel")
     compute, collectives = union_of(is_kernel & ~comm), union_of(is_kernel & comm)
     return DeviceView(
         device=device,
         work=rows,
-        busy=iv.union(start, end),
+        busy=busy,
         compute=compute,
         comm=collectives,
         exposed_comm=iv.subtract(collectives, compute),
-        memcpy=union_of(kind == "memcpy"),
-        memset=union_of(kind == "memset"),
+        memcpy=union_of(np.asarray(kind == "memcpy")),
+        memset=union_of(np.asarray(kind == "memset")),
     )
 
 

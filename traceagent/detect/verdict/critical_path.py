@@ -18,13 +18,14 @@ is found beforehand with array operations.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from ...format import duration
-from ...trace.model import Trace, matches
+from ...trace.model import Trace, matches, rows_where
 from ...trace.normalize import innermost_enclosing
 from ..core.view import pct, us
 from ..core.vocabulary import BLOCKING_NAME
@@ -100,48 +101,60 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     sums. Every event's binding dependency is chosen with array operations; the walk only follows them.
     `window` (ns on the trace clock: a step's or a range's start and the end of its device work):
     the path of that stretch alone, from the device work that ends last in it back to its start."""
-    gpu = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]
+    gpu = rows_where(trace.gpu, (trace.gpu["kind"] != "sync").to_numpy())
     if gpu.empty:
         return None
     cpu = trace.cpu
-    calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
+    # the calls as positions in the host table: each column read for them alone, as it is needed
+    c_rows = np.flatnonzero(cpu["kind"].isin(["runtime", "driver"]).to_numpy())
     n_dev = len(gpu)
     d_start, d_end = gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64)
-    c_start, c_end = calls["start"].to_numpy(np.int64), calls["end"].to_numpy(np.int64)
+    c_start, c_end = cpu["start"].to_numpy(np.int64)[c_rows], cpu["end"].to_numpy(np.int64)[c_rows]
     start, end = np.concatenate([d_start, c_start]), np.concatenate([d_end, c_end])
-    device = gpu["device"].to_numpy(np.int64)
+    device = gpu["device"].to_numpy()
 
     # device candidates: the op before on the stream, the op that ended last on the device before it
     # started (another stream's event, or the SMs it held), and its launch call (host nodes follow devices)
-    prev_on_stream = _previous(device * (1 << 31) + gpu["stream"].to_numpy(np.int64), d_start)
+    prev_on_stream = _previous(device.astype(np.int64) * (1 << 31) + gpu["stream"].to_numpy(np.int64), d_start)
     before = np.full(n_dev, -1, dtype=np.int64)
     for d in np.unique(device):
         mine = np.flatnonzero(device == d)
         by_end = mine[np.argsort(d_end[mine], kind="stable")]
         at = np.searchsorted(d_end[by_end], d_start[mine], side="right") - 1
         before[mine] = np.where(at >= 0, by_end[np.maximum(at, 0)], -1)
-    correlation = calls["correlation"].to_numpy()
+    correlation = cpu["correlation"].to_numpy()[c_rows]
     known = correlation >= 0
     by_corr = pd.Series(np.flatnonzero(known), index=correlation[known])
     by_corr = by_corr[~by_corr.index.duplicated()]
     launch = pd.Series(gpu["correlation"].to_numpy()).map(by_corr).fillna(-1).to_numpy(np.int64)
     launch = np.where(launch >= 0, launch + n_dev, -1)
+    del by_corr, correlation, known
     candidates = np.stack([prev_on_stream, before, launch])
-    ready = np.where(candidates >= 0, end[np.maximum(candidates, 0)], np.iinfo(np.int64).min)
-    ready = np.where(ready <= d_end, ready, np.iinfo(np.int64).min)  # a dependency ends before its dependant does
+    del prev_on_stream, before
+    # when each candidate was ready, in place (three rows of every op: the largest arrays here)
+    ready = end[np.maximum(candidates, 0)]
+    ready[candidates < 0] = np.iinfo(np.int64).min
+    ready[ready > d_end] = np.iinfo(np.int64).min  # a dependency ends before its dependant does
     choice = ready.argmax(axis=0)
-    pred = np.where(ready.max(axis=0) > np.iinfo(np.int64).min, candidates[choice, np.arange(n_dev)], -1)
+    found = np.take_along_axis(ready, choice[None, :], axis=0)[0] > np.iinfo(np.int64).min
+    del ready
+    pred = np.where(found, np.take_along_axis(candidates, choice[None, :], axis=0)[0], -1)
+    del candidates, choice, found
 
     # host calls: the call before on the thread; a blocking call that returned when the GPU finished,
     # the device op that ended last before it returned
-    call_thread = thread_key(calls)
+    c_pid = cpu["pid"].to_numpy(np.int64)[c_rows]
+    call_thread = c_pid * (1 << 32) + cpu["tid"].to_numpy(np.int64)[c_rows]  # as thread_key
     prev_call = _previous(call_thread, c_start)
     prev_call = np.where(prev_call >= 0, prev_call + n_dev, -1)
-    c_pid = calls["pid"].to_numpy(np.int64)
     launched_by = np.where(launch >= 0, c_pid[np.clip(launch - n_dev, 0, max(len(c_pid) - 1, 0))] if len(c_pid) else -1, -1)
-    waited, _ = blocking_waits(c_pid, c_end, matches(calls["name"], BLOCKING_NAME), device, d_end, launched_by)
+    del launch
+    call_names = cpu["name"].array.take(c_rows)
+    waited, _ = blocking_waits(c_pid, c_end, matches(pd.Series(call_names), BLOCKING_NAME), device, d_end, launched_by)
+    del launched_by, c_pid, c_rows
     gpu_set = (waited >= 0) & (d_end[np.maximum(waited, 0)] > c_start)
     pred = np.concatenate([pred, np.where(gpu_set, waited, prev_call)])
+    del waited, gpu_set, prev_call
 
     first_device = int(d_start.min())
     last = int(np.argmax(d_end))
@@ -151,19 +164,23 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
             return None
         last = int(inside[np.argmax(d_end[inside])])
         first_device = max(first_device, window[0])
-    nodes = _walk(pred.tolist(), end.tolist(), last, first_device)
+    nodes = _walk(memoryview(pred), memoryview(end), last, first_device)
     follows = pred[nodes]
-    at = np.maximum(np.where(follows >= 0, end[np.maximum(follows, 0)], start[nodes]), first_device)
+    del pred
+    node_start, node_end = start[nodes], end[nodes]
+    at = np.maximum(np.where(follows >= 0, end[np.maximum(follows, 0)], node_start), first_device)
+    del follows, start, end
     on_device = nodes < n_dev
-    gap = at < start[nodes]  # the time between: a wait on the device, or host work on a thread
+    gap = at < node_start  # the time between: a wait on the device, or host work on a thread
     thread = np.where(on_device, -1, call_thread[np.clip(nodes - n_dev, 0, max(len(call_thread) - 1, 0))]
                       if len(call_thread) else -1)
+    del call_thread
     return Path(
         kind=np.concatenate([np.where(on_device, 0, 1), np.where(on_device, 3, 2)[gap]]).astype(np.int8),
-        start=np.concatenate([np.maximum(start[nodes], at), at[gap]]),
-        end=np.concatenate([end[nodes], start[nodes][gap]]),
+        start=np.concatenate([np.maximum(node_start, at), at[gap]]),
+        end=np.concatenate([node_end, node_start[gap]]),
         event=np.concatenate([np.where(on_device, nodes, nodes - n_dev), np.full(int(gap.sum()), -1)]),
-        device_names=gpu["name"].array, call_names=calls["name"].array,
+        device_names=gpu["name"].array, call_names=call_names,
         thread=np.concatenate([thread, thread[gap]]).astype(np.int64), device_ops=gpu)
 
 
@@ -209,7 +226,8 @@ def blocking_waits(c_pid: np.ndarray, c_end: np.ndarray, blocking: np.ndarray, d
     waited = np.full(len(c_end), -1, dtype=np.int64)
     lost = 0
     linked = launched_by >= 0
-    pairs = np.unique(np.stack([launched_by[linked], d_device[linked]]), axis=1) if linked.any() else np.zeros((2, 0))
+    # which devices each process launched on: hashed, not sorted (np.unique along an axis sorts every op)
+    pairs = pd.DataFrame({"pid": launched_by[linked], "device": d_device[linked]}).drop_duplicates().to_numpy().T
     for pid in np.unique(c_pid[blocking]):
         asking = np.flatnonzero(blocking & (c_pid == pid))
         devices = pairs[1][pairs[0] == pid]
@@ -223,15 +241,16 @@ def blocking_waits(c_pid: np.ndarray, c_end: np.ndarray, blocking: np.ndarray, d
     return waited, lost
 
 
-def _walk(pred: list[int], end: list[int], node: int, floor: int) -> np.ndarray:
+def _walk(pred: memoryview, end: memoryview, node: int, floor: int) -> np.ndarray:
     """Follow each event's binding dependency back from `node` while it ends after `floor`: the
-    only loop over the path (plain lists: a few hundred ns an event)."""
-    path, seen = [], bytearray(len(pred))
+    only loop over the path (memoryviews of the int64 arrays: each read a Python int, as fast as a
+    list's, without a list of every event's ints)."""
+    path, seen = array("q"), bytearray(len(pred))  # 8 bytes a node, not a list's int objects
     while node >= 0 and not seen[node] and end[node] > floor:  # a damaged trace's cycle stops the walk
         seen[node] = 1
         path.append(node)
         node = pred[node]
-    return np.array(path, dtype=np.int64)
+    return np.frombuffer(path, dtype=np.int64) if len(path) else np.zeros(0, dtype=np.int64)
 
 
 def _previous(group: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -294,7 +313,8 @@ def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list
     call, or the host work before one), its time split among them and summed by op name: HTA's
     named host nodes (`aten::empty`, `cudnn_batch_norm`) where the path says host work."""
     host = np.flatnonzero((path.kind == 1) | (path.kind == 2))
-    ops = trace.cpu[(trace.cpu["kind"] == "op").to_numpy()].reset_index(drop=True)
+    cpu = trace.cpu
+    ops = cpu.loc[(cpu["kind"] == "op").to_numpy(), ["pid", "tid", "start", "end", "name"]].reset_index(drop=True)
     if not len(host) or ops.empty:
         return []
     thread = np.repeat(path.thread[host], _SAMPLES)

@@ -186,51 +186,69 @@ class Graph:
     d_delay: np.ndarray  # the delay from its launch call's start
     d_names: pd.Categorical
     d_ops: pd.Categorical  # the op that launched it
-    d_kind: np.ndarray
+    d_kind: pd.Categorical
     unlinked: int  # device ops with no launch call in the trace: they keep their measured start
     cross_process: int  # blocking calls whose process launched nothing on the device: no wait edge
-    calls: pd.DataFrame = field(repr=False)  # the host calls' rows, in the arrays' order
-    ops: pd.DataFrame = field(repr=False)  # the device ops' rows, likewise
+    # the host calls' and device ops' rows, as positions in the trace's tables in the arrays' order:
+    # a whole row is read only where one is written out (the simulated trace), never kept twice
+    c_rows: np.ndarray = field(repr=False)
+    d_rows: np.ndarray = field(repr=False)
+    trace_cpu: pd.DataFrame = field(repr=False)
+    trace_gpu: pd.DataFrame = field(repr=False)
+
+    @property
+    def calls(self) -> pd.DataFrame:
+        """The host calls' rows, in the arrays' order (a copy: for writing them out)."""
+        return self.trace_cpu.take(self.c_rows)
+
+    @property
+    def ops(self) -> pd.DataFrame:
+        """The device ops' rows, in the arrays' order (a copy: for writing them out)."""
+        return self.trace_gpu.take(self.d_rows)
+
+    def op_column(self, name: str) -> pd.Series:
+        """One column of the device ops, in the arrays' order."""
+        return self.trace_gpu[name].take(self.d_rows).reset_index(drop=True)
 
 
 def build_graph(trace: Trace) -> Graph | None:
     """The graph of one rank, or None without device work."""
-    gpu = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]
-    if gpu.empty:
+    every_gpu = trace.gpu
+    d_rows = np.flatnonzero((every_gpu["kind"] != "sync").to_numpy())
+    if not len(d_rows):
         return None
-    origin = int(min(gpu["start"].min(), trace.cpu["start"].min() if len(trace.cpu) else gpu["start"].min()))
     cpu = trace.cpu
-    calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
-    c_thread_all = thread_key(calls)
-    order = np.lexsort((calls["start"].to_numpy(np.int64), c_thread_all))
-    calls = calls.iloc[order]
-    c_thread = c_thread_all[order]
-    c_start = calls["start"].to_numpy(np.int64) - origin
-    c_end = calls["end"].to_numpy(np.int64) - origin
+    origin = int(min(every_gpu["start"].min(), cpu["start"].min() if len(cpu) else every_gpu["start"].min()))
+    # the rows kept, as positions into the trace's tables: each table is copied once, at the end
+    c_rows = np.flatnonzero(cpu["kind"].isin(["runtime", "driver"]).to_numpy())
+    c_thread = thread_key(cpu)[c_rows]
+    c_start = cpu["start"].to_numpy(np.int64)[c_rows] - origin
+    order = np.lexsort((c_start, c_thread))
+    c_rows, c_thread, c_start = c_rows[order], c_thread[order], c_start[order]
+    c_end = cpu["end"].to_numpy(np.int64)[c_rows] - origin
     # the outermost calls only (a runtime call's driver call runs inside it)
     group_first = _firsts(c_thread)
     reach = _grouped_cummax(c_end, c_thread)
     outer = group_first.copy()
     outer[1:] |= c_start[1:] >= reach[:-1]
-    calls, c_thread, c_start, c_end = calls[outer], c_thread[outer], c_start[outer], c_end[outer]
+    c_rows, c_thread, c_start, c_end = c_rows[outer], c_thread[outer], c_start[outer], c_end[outer]
     first = _firsts(c_thread)
     c_gap = np.where(first, 0, c_start - np.concatenate([[0], c_end[:-1]]))
     c_gap = np.maximum(c_gap, 0)
 
-    d_key = gpu["device"].to_numpy(np.int64) * (1 << 40) + gpu["stream"].to_numpy(np.int64)
-    d_order = np.lexsort((gpu["start"].to_numpy(np.int64), d_key))
-    gpu = gpu.iloc[d_order]
-    d_key = d_key[d_order]
-    d_start = gpu["start"].to_numpy(np.int64) - origin
-    d_end = np.maximum(gpu["end"].to_numpy(np.int64) - origin, d_start)
+    d_key = every_gpu["device"].to_numpy(np.int64)[d_rows] * (1 << 40) + every_gpu["stream"].to_numpy(np.int64)[d_rows]
+    d_order = np.lexsort((every_gpu["start"].to_numpy(np.int64)[d_rows], d_key))
+    d_rows, d_key = d_rows[d_order], d_key[d_order]
+    d_start = every_gpu["start"].to_numpy(np.int64)[d_rows] - origin
+    d_end = np.maximum(every_gpu["end"].to_numpy(np.int64)[d_rows] - origin, d_start)
     d_first = _firsts(d_key)
     d_gap = np.where(d_first, 0, d_start - np.concatenate([[0], d_end[:-1]]))  # negative: overlapping ops, as recorded
     # launches: a call and its device op share a correlation id
-    correlation = calls["correlation"].to_numpy(np.int64)
+    correlation = cpu["correlation"].to_numpy(np.int64)[c_rows]
     known = correlation >= 0
     by_corr = pd.Series(np.flatnonzero(known), index=correlation[known])
     by_corr = by_corr[~by_corr.index.duplicated()]
-    d_launch = pd.Series(gpu["correlation"].to_numpy(np.int64)).map(by_corr).fillna(-1).to_numpy(np.int64)
+    d_launch = pd.Series(every_gpu["correlation"].to_numpy(np.int64)[d_rows]).map(by_corr).fillna(-1).to_numpy(np.int64)
     if not len(c_start):
         d_launch = np.full(len(d_start), -1, dtype=np.int64)
     d_launch = np.where(d_start >= _at(c_start, d_launch), d_launch, -1)
@@ -245,18 +263,18 @@ def build_graph(trace: Trace) -> Graph | None:
 
     # blocking calls: the op that ended last before the call returned, on a device its process launched on
     c_pid = c_thread >> 32
-    c_wait, cross_process = blocking_waits(c_pid, c_end, matches(calls["name"], BLOCKING_NAME),
-                                           gpu["device"].to_numpy(np.int64), d_end,
+    c_names = cpu["name"].array.take(c_rows)
+    c_wait, cross_process = blocking_waits(c_pid, c_end, matches(pd.Series(c_names), BLOCKING_NAME),
+                                           every_gpu["device"].to_numpy(np.int64)[d_rows], d_end,
                                            np.where(linked, _at(c_pid, d_launch), -1))
     waited_end = np.where(c_wait >= 0, _at(d_end, c_wait), 0)
     c_post = np.where(c_wait >= 0, c_end - np.maximum(c_start, waited_end), c_end - c_start)
     c_waker = _wakers(cpu, c_thread, c_start, c_end, c_gap, first, origin)
     c_gap = np.where(c_waker >= 0, 0, c_gap)  # it waited for the other thread, not for host work of its own
     return Graph(origin, c_start, c_end, _groups(c_thread), c_gap, c_wait, np.maximum(c_post, 0), c_waker,
-                 calls["name"].array,
-                 c_thread, d_start, d_end, _groups(d_key), d_gap, d_launch, np.maximum(d_delay, 0),
-                 gpu["name"].array, gpu["op"].array, gpu["kind"].to_numpy(str), int((~linked).sum()), cross_process,
-                 calls, gpu)
+                 c_names, c_thread, d_start, d_end, _groups(d_key), d_gap, d_launch, np.maximum(d_delay, 0),
+                 every_gpu["name"].array.take(d_rows), every_gpu["op"].array.take(d_rows),
+                 every_gpu["kind"].array.take(d_rows), int((~linked).sum()), cross_process, c_rows, d_rows, cpu, every_gpu)
 
 
 IDLE_THREAD_NS = 100_000  # a thread with nothing traced on it this long before a call was woken by another
@@ -273,7 +291,7 @@ def _wakers(cpu: pd.DataFrame, c_thread: np.ndarray, c_start: np.ndarray, c_end:
     candidates = np.flatnonzero(~first & (c_gap >= IDLE_THREAD_NS))
     if not len(candidates) or len(np.unique(c_thread)) < 2:
         return waker
-    traced = _thread_intervals(cpu[~cpu["kind"].isin(["runtime", "driver"]).to_numpy()])
+    traced = _thread_intervals(cpu.loc[~cpu["kind"].isin(["runtime", "driver"]).to_numpy(), ["pid", "tid", "start", "end"]])
     busy = np.zeros(len(candidates))
     for t in np.unique(c_thread[candidates]):
         mine = c_thread[candidates] == t
@@ -316,11 +334,24 @@ def _runs(keys: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _grouped_cummax(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """The running maximum of `values` within each run of equal sorted `keys` (threads: a few)."""
-    out = values.copy()
-    for a, b in _runs(keys):
-        out[a:b] = np.maximum.accumulate(values[a:b])
-    return out
+    """The running maximum of `values` within each run of equal sorted `keys`: one accumulate over
+    the values lifted by their run's number times their range, so no run sees another's maximum
+    (a loop over the runs only where that lift would leave int64)."""
+    if len(values) < 2:
+        return values.copy()
+    first = _firsts(keys)
+    low = int(values.min())
+    spread = int(values.max()) - low + 1
+    runs = int(first.sum())
+    if runs == 1:
+        return np.maximum.accumulate(values)
+    if spread * runs >= 2**62:
+        out = values.copy()
+        for a, b in _runs(keys):
+            out[a:b] = np.maximum.accumulate(values[a:b])
+        return out
+    lift = (np.cumsum(first) - 1) * spread
+    return np.maximum.accumulate(values - low + lift) - lift + low
 
 
 def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np.ndarray) -> np.ndarray:
@@ -332,7 +363,10 @@ def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np
     starts = np.flatnonzero(_firsts(group))
     total = np.cumsum(step)
     base = total - np.repeat(total[starts], np.diff(np.append(starts, len(step))))  # 0 at each group's first
-    return base + _grouped_cummax(np.where(has_floor, floor - base, _NEVER), group)
+    lifted = floor - base
+    # a step with no floor of its own never sets the maximum: every chain's first has one, so the
+    # smallest floor in the array stands for "none" without changing any running maximum
+    return base + _grouped_cummax(np.where(has_floor, lifted, lifted[has_floor].min()), group)
 
 
 @dataclass
@@ -351,6 +385,7 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
            d_delay: np.ndarray | None = None, c_anchor: np.ndarray | None = None) -> Replayed:
     """The graph's times with some host gaps, call durations, waits (-1: none), op durations,
     launch delays or the start of each thread's first call changed; unchanged, the trace's own times."""
+    c_gap_in, d_dur_in, d_delay_in = c_gap, d_dur, d_delay
     anchor = g.c_start if c_anchor is None else c_anchor
     c_gap = g.c_gap if c_gap is None else c_gap
     wait = g.c_wait if c_wait is None else c_wait
@@ -362,11 +397,18 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
     d_first = _firsts(g.d_group)
     c_first = _firsts(g.c_group)
     woken = g.c_waker >= 0
-    c_start, c_end, d_start = _in_order(g, c_gap, own, wait, d_dur, d_delay, anchor)
+    unchanged = all(x is None for x in (c_gap_in, c_dur, c_wait, d_dur_in, d_delay_in, c_anchor))
+    if unchanged:  # the trace's own times solve the graph (its edges all point back in time): one pass confirms it
+        c_start, c_end, d_start = g.c_start, g.c_end, g.d_start
+    else:
+        c_start, c_end, d_start = _in_order(g, c_gap, own, wait, d_dur, d_delay, anchor)
     # the same recurrences over everything at once, until nothing moves: one pass confirms the ordered
     # replay; more only where ties at a segment's edge left something to settle
     passes = 0
     while passes < MAX_PASSES:
+        if unchanged and passes == 2:  # a graph its own trace does not solve: replay it in order after all
+            c_start, c_end, d_start = _in_order(g, c_gap, own, wait, d_dur, d_delay, anchor)
+            unchanged = False
         passes += 1
         floor = np.where(linked, _at(c_start, g.d_launch) + d_delay, g.d_start)
         step = np.concatenate([[0], d_dur[:-1]]) + g.d_gap if len(d_start) else d_start
@@ -519,7 +561,7 @@ def _step_window(trace: Trace, g: Graph) -> StepWindow | None:
     if steps.empty:
         return None
     cpu = trace.cpu
-    rows = cpu[(cpu["name"].astype(str) == str(steps["name"].iloc[0])).to_numpy()]
+    rows = cpu[(cpu["name"] == steps["name"].iloc[0]).to_numpy()]
     if rows.empty:
         return None
     thread = int(thread_key(rows.iloc[:1])[0])
@@ -612,7 +654,7 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
             applied.append(ChangeApplied(change.spec, f"{change.assumption}; {note}", matched))
             continue
         elif change.what in ("comm", "link"):
-            collective = (g.d_kind == "kernel") & g.ops["is_comm"].to_numpy(bool)
+            collective = (g.d_kind == "kernel") & g.op_column("is_comm").to_numpy(bool)
             if not collective.any():
                 raise ValueError(f"{change.spec!r}: no collective kernels in the trace")
             matched = int(collective.sum())
@@ -698,7 +740,7 @@ def _device_scale(trace: Trace, g: Graph, change: Change) -> tuple[np.ndarray, s
                          f"{', '.join(known_gpus())}")
     dtype = _run_dtype(trace)
     matmul = (g.d_kind == "kernel") & matches(pd.Series(g.d_names), MATMUL_CLASS)
-    memory = (g.d_kind == "kernel") & ~matmul | ((g.d_kind != "kernel") & (g.ops["copy_kind"].astype(str) == "DtoD")
+    memory = (g.d_kind == "kernel") & ~matmul | ((g.d_kind != "kernel") & (g.op_column("copy_kind").astype(str) == "DtoD")
                                                    .to_numpy())
     if change.what == "amp":
         low = next((d for d in ("bf16", "fp16") if d in here.tflops), None)
@@ -728,7 +770,7 @@ def _link_scale(trace: Trace, g: Graph, change: Change, collective: np.ndarray) 
     crossed: dict[str, float] = {}
     # each distinct payload read once (a job runs the same few collectives thousands of times)
     rows = np.flatnonzero(collective)
-    codes, payloads = pd.factorize(g.ops["collective"].astype(str).to_numpy()[rows])
+    codes, payloads = pd.factorize(g.op_column("collective").astype(str).to_numpy()[rows])
     peaks = np.empty(len(payloads))
     for code, payload in enumerate(payloads):
         parsed = parse_payload(payload)
@@ -743,9 +785,7 @@ def _link_scale(trace: Trace, g: Graph, change: Change, collective: np.ndarray) 
 def _pageable(trace: Trace, g: Graph) -> tuple[np.ndarray, str]:
     """Which device ops are copies between the device and pageable host memory, and the pinned
     bandwidth they would get, in words."""
-    ops = g.ops
-    kind = ops["copy_kind"].astype(str).to_numpy()
-    src, dst = ops["src_kind"].astype(str).str.lower().to_numpy(), ops["dst_kind"].astype(str).str.lower().to_numpy()
+    kind, src, dst = _copy_columns(g, "copy_kind", "src_kind", "dst_kind")
     pageable = (g.d_kind == "memcpy") & (((kind == "HtoD") & (src == "pageable")) | ((kind == "DtoH") & (dst == "pageable")))
     rates = {d: _pinned_gbps(trace, g, d) for d in ("HtoD", "DtoH")}
     note = "; ".join(f"{d} at {gbps:.1f} GB/s ({why})" for d, (gbps, why) in rates.items()
@@ -756,22 +796,34 @@ def _pageable(trace: Trace, g: Graph) -> tuple[np.ndarray, str]:
 def _pinned_gbps(trace: Trace, g: Graph, direction: str) -> tuple[float, str]:
     """The bandwidth pinned copies of one direction reach: the trace's own pinned copies', else a
     share of the host link's peak."""
-    ops = g.ops
-    host_side = ops["src_kind" if direction == "HtoD" else "dst_kind"].astype(str).str.lower().to_numpy()
-    pinned = (g.d_kind == "memcpy") & (ops["copy_kind"].astype(str).to_numpy() == direction) & (host_side == "pinned")
+    kind, host_side = _copy_columns(g, "copy_kind", "src_kind" if direction == "HtoD" else "dst_kind")
+    pinned = (g.d_kind == "memcpy") & (kind == direction) & (host_side == "pinned")
     seconds = float((g.d_end - g.d_start)[pinned].sum()) / 1e9
     if pinned.any() and seconds > 0:
-        return float(ops["bytes"].to_numpy()[pinned].sum()) / seconds / 1e9, "this trace's own pinned copies"
+        return float(g.op_column("bytes").to_numpy()[pinned].sum()) / seconds / 1e9, "this trace's own pinned copies"
     link = host_link(next(iter(trace.meta.devices.values()), ""))
     return link.peak_gbps * PINNED_SHARE, f"{PINNED_SHARE:.0%} of {link.kind}'s {link.peak_gbps:g} GB/s"
 
 
+def _copy_columns(g: Graph, *names: str) -> list[np.ndarray]:
+    """String columns of the device ops as arrays, lower case for the host sides; read for the
+    copies alone (a kernel has none of them), so no string is made per kernel."""
+    copies = np.flatnonzero(g.d_kind == "memcpy")
+    out = []
+    for name in names:
+        values = np.full(len(g.d_rows), "", dtype=object)
+        column = g.trace_gpu[name].take(g.d_rows[copies]).astype(str)
+        values[copies] = (column if name == "copy_kind" else column.str.lower()).to_numpy()
+        out.append(values)
+    return out
+
+
 def _pinned_ns(trace: Trace, g: Graph) -> np.ndarray:
     """Each op's time as a pinned copy of its bytes in its direction (0 for other ops)."""
-    kind = g.ops["copy_kind"].astype(str).to_numpy()
+    kind, = _copy_columns(g, "copy_kind")
     gbps = np.select([kind == "HtoD", kind == "DtoH"], [_pinned_gbps(trace, g, "HtoD")[0],
                                                         _pinned_gbps(trace, g, "DtoH")[0]], default=np.inf)
-    return g.ops["bytes"].to_numpy(np.float64) / gbps
+    return g.op_column("bytes").to_numpy(np.float64) / gbps
 
 
 def _launch_ns(g: Graph) -> int:
@@ -818,8 +870,8 @@ def _loading_before_first(trace: Trace, g: Graph) -> np.ndarray:
 
 def _called_or_under(trace: Trace, g: Graph, name: str) -> np.ndarray:
     """Calls named `name`, or inside an op named `name` on their thread."""
-    named = np.asarray(g.c_names.astype(str)) == name
-    ops = trace.cpu[((trace.cpu["kind"] == "op") & (trace.cpu["name"].astype(str) == name)).to_numpy()]
+    named = np.asarray(g.c_names == name)
+    ops = trace.cpu[((trace.cpu["kind"] == "op") & (trace.cpu["name"] == name)).to_numpy()]
     under = np.zeros(len(g.c_start), dtype=bool)
     for t, spans in _thread_intervals(ops).items():
         mine = g.c_thread == t
