@@ -164,7 +164,7 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
             return None
         last = int(inside[np.argmax(d_end[inside])])
         first_device = max(first_device, window[0])
-    nodes = _walk(memoryview(pred), memoryview(end), last, first_device)
+    nodes = _walk(pred.data, end.data, last, first_device)
     follows = pred[nodes]
     del pred
     node_start, node_end = start[nodes], end[nodes]
