@@ -47,12 +47,17 @@ def _sweep(a: Intervals, b: Intervals, keep) -> Intervals:
     points = np.r_[a[0], a[1], b[0], b[1]]
     if len(points) == 0:
         return EMPTY
-    da = np.r_[np.ones(len(a[0])), -np.ones(len(a[1])), np.zeros(len(b[0]) + len(b[1]))].astype(np.int64)
-    db = np.r_[np.zeros(len(a[0]) + len(a[1])), np.ones(len(b[0])), -np.ones(len(b[1]))].astype(np.int64)
+    na, nb = len(a[0]), len(b[0])
+    # +1 where an interval of a (or b) opens, -1 where it closes: int8, summed as int64
+    da = np.zeros(len(points), dtype=np.int8)
+    da[:na], da[na:2 * na] = 1, -1
+    db = np.zeros(len(points), dtype=np.int8)
+    db[2 * na:2 * na + nb], db[2 * na + nb:] = 1, -1
     order = np.argsort(points, kind="stable")
     points, da, db = points[order], da[order], db[order]
+    del order
     # state after each boundary; only the last boundary at a given time counts
-    in_a, in_b = np.cumsum(da) > 0, np.cumsum(db) > 0
+    in_a, in_b = np.cumsum(da, dtype=np.int64) > 0, np.cumsum(db, dtype=np.int64) > 0
     last_at_time = np.r_[points[1:] != points[:-1], True]
     points, in_a, in_b = points[last_at_time], in_a[last_at_time], in_b[last_at_time]
     inside = keep(in_a[:-1], in_b[:-1])
@@ -60,10 +65,14 @@ def _sweep(a: Intervals, b: Intervals, keep) -> Intervals:
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
+    if not len(a[0]) or not len(b[0]):
+        return EMPTY
     return _sweep(a, b, lambda x, y: x & y)
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:
+    if not len(a[0]) or not len(b[0]):  # nothing to take from, or nothing taken: the sweep would give a back
+        return a if len(a[0]) else EMPTY
     return _sweep(a, b, lambda x, y: x & ~y)
 
 

@@ -143,7 +143,8 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     g_start, g_end = iv.gaps(view.busy)
     dur = g_end - g_start
     n = len(dur)
-    cause = np.full(n, "launch_latency", dtype=object)
+    cause = np.empty(n, dtype=object)
+    cause[:] = "launch_latency"  # one str shared by every row (np.full would make a str for each)
     long = dur >= params.launch_gap_us * 1000
     undecided = long.copy()
 

@@ -811,7 +811,8 @@ def _copy_columns(g: Graph, *names: str) -> list[np.ndarray]:
     copies = np.flatnonzero(g.d_kind == "memcpy")
     out = []
     for name in names:
-        values = np.full(len(g.d_rows), "", dtype=object)
+        values = np.empty(len(g.d_rows), dtype=object)
+        values[:] = ""  # one str shared (np.full would make one a row)
         column = g.trace_gpu[name].take(g.d_rows[copies]).astype(str)
         values[copies] = (column if name == "copy_kind" else column.str.lower()).to_numpy()
         out.append(values)
