@@ -345,7 +345,7 @@ def _grouped_cummax(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
     runs = int(first.sum())
     if runs == 1:
         return np.maximum.accumulate(values)
-    if spread * runs >= 2**62:
+    if spread * runs >= 2**62 or values.dtype.kind != "i":  # lifted floats would lose their fractions
         out = values.copy()
         for a, b in _runs(keys):
             out[a:b] = np.maximum.accumulate(values[a:b])
@@ -428,16 +428,72 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
     return Replayed(c_start, c_end, d_start, d_start + d_dur, passes)
 
 
+@dataclass(frozen=True)
+class _Segmented:
+    """One kind of node (calls, ops or returns) laid out segment by segment: `order` holds the
+    nodes' rows, each segment a slice of it between `cuts`; `run` numbers the runs of one chain
+    (a thread, a stream) inside a segment, `opens` marks each run's first, `runs` counts each
+    segment's runs. Everything a segment reads that does not move is gathered into this order once,
+    so a segment costs a few slices and array operations, whatever its size."""
+
+    order: np.ndarray
+    cuts: np.ndarray
+    opens: np.ndarray
+    run: np.ndarray  # the run's number within its segment
+    runs: np.ndarray  # by segment
+
+    @classmethod
+    def of(cls, segment: np.ndarray, count: int, group: np.ndarray | None) -> _Segmented:
+        order = np.argsort(segment, kind="stable")
+        order = order[segment[order] >= 0]
+        cuts = np.searchsorted(segment[order], np.arange(count + 1))
+        opens = np.zeros(len(order), dtype=bool)
+        opens[cuts[:-1][cuts[:-1] < len(order)]] = True
+        if group is not None and len(order):
+            keys = group[order]
+            opens[1:] |= keys[1:] != keys[:-1]
+        run_id = np.cumsum(opens) - 1
+        total = int(run_id[-1]) + 1 if len(order) else 0
+        first_run = np.append(run_id, total)[cuts]  # each segment's first run; past the end: the total
+        return cls(order, cuts, opens, run_id - np.repeat(first_run[:-1], np.diff(cuts)), np.diff(first_run))
+
+
+def _run_base(step: np.ndarray, opens: np.ndarray) -> np.ndarray:
+    """The steps summed within each run after its first (0 at each run's first)."""
+    total = np.cumsum(step)
+    starts = np.flatnonzero(opens)
+    return total - np.repeat(total[starts], np.diff(np.append(starts, len(step))))
+
+
+def _run_cummax(values: np.ndarray, run: np.ndarray, runs: int) -> np.ndarray:
+    """The running maximum within each run of one segment (`run`: 0, 1… by position; each run's
+    first value is a real one); one accumulate, the runs lifted apart as _grouped_cummax does."""
+    if runs <= 1:
+        return np.maximum.accumulate(values)
+    if values.dtype.kind != "i":
+        return _grouped_cummax(values, run)
+    real = values > _NEVER
+    low = int(values[real].min())
+    values = np.where(real, values, low)
+    spread = int(values.max()) - low + 1
+    if spread * runs >= 2**62:
+        return _grouped_cummax(values, run)
+    lift = run * spread
+    return np.maximum.accumulate(values - low + lift) - lift + low
+
+
 def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_dur: np.ndarray,
               d_delay: np.ndarray, anchor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The replay in time order, a segment at a time: the hand-overs from the device to the host
     (a blocking call's return) and between threads (a wake) cut the trace into segments; in each,
     the host calls, then the device ops, then the returns of the blocking calls are final after one
-    vectorized scan of each chain, since nothing in a segment depends on what comes after it."""
+    vectorized scan of each chain, since nothing in a segment depends on what comes after it. Each
+    kind of node is laid out by segment first (_Segmented), so a segment costs a few slices."""
     woken = g.c_waker >= 0
     waits = wait >= 0
     linked = g.d_launch >= 0
     bounds = np.unique(np.concatenate([g.c_end[waits], _at(g.c_end, g.c_waker)[woken]]))
+    count = len(bounds) + 1
     call_seg = np.searchsorted(bounds, g.c_start, side="right")
     op_seg = np.maximum(np.searchsorted(bounds, g.d_start, side="left"), np.where(linked, _at(call_seg, g.d_launch), 0))
     wait_seg = np.where(waits, np.maximum(np.searchsorted(bounds, g.c_end, side="left"), _at(op_seg, wait)), -1)
@@ -445,40 +501,84 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
     d_first = _firsts(g.d_group)
     c_start, c_end = g.c_start.copy(), g.c_end.copy()
     d_start = g.d_start.copy()
-    calls, ops, returns = (_by_segment(x, len(bounds) + 1) for x in (call_seg, op_seg, wait_seg))
-    for seg in range(len(bounds) + 1):
-        if len(ci := calls[seg]):
-            # each call after the one before on its thread and the host time between; a thread's first at its
-            # anchor; a woken call no earlier than its waker's end and the measured delay since
-            first, before = c_first[ci], np.maximum(ci - 1, 0)
-            wake = np.where(woken[ci], _at(c_end, g.c_waker[ci]) + g.c_start[ci] - _at(g.c_end, g.c_waker[ci]), _NEVER)
-            opens = _firsts(g.c_group[ci])  # the first of its thread in this segment: after what came before
-            starts_at = np.where(first, anchor[ci], np.where(opens, c_end[before] + c_gap[ci], _NEVER))
-            floor = np.maximum(starts_at, wake) + own[ci]
-            ends = _chain(c_gap[ci] + own[ci], floor, g.c_group[ci], opens | first | woken[ci])
-            previous_end = np.concatenate([[0], ends[:-1]])
-            c_start[ci] = np.where(opens, np.maximum(starts_at, wake), np.maximum(previous_end + c_gap[ci], wake))
+
+    # calls: a thread's first at its anchor; a run's first after the call before it on its thread and the
+    # host time between; a woken call no earlier than its waker's end and the measured delay since
+    C = _Segmented.of(call_seg, count, g.c_group)
+    p = C.order
+    p_gap, p_own = c_gap[p], own[p]
+    p_before = np.maximum(p - 1, 0)
+    p_first = c_first[p]
+    p_reopens = C.opens & ~p_first  # a run's first that follows a call of an earlier segment
+    p_anchor = np.where(p_first, anchor[p], _NEVER)
+    p_woken = woken[p]
+    p_waker = np.maximum(g.c_waker[p], 0)
+    p_wake_delta = g.c_start[p] - g.c_end[p_waker]
+    p_floored = C.opens | p_first | p_woken
+    p_base = _run_base(p_gap + p_own, C.opens) if len(p) else p_gap
+    woken_before = np.concatenate([[0], np.cumsum(p_woken)])
+    any_woken = woken_before[C.cuts[1:]] > woken_before[C.cuts[:-1]]  # by segment
+
+    # ops: after the op before on their stream (its duration and the gap), and their launch call's start
+    D = _Segmented.of(op_seg, count, g.d_group)
+    q = D.order
+    q_before = np.maximum(q - 1, 0)
+    q_after_prev = np.where(D.opens & ~d_first[q], 0, _NEVER)  # where the op before bounds it at a run's first
+    q_prev_dur, q_gap = d_dur[q_before], g.d_gap[q]
+    q_linked = linked[q]
+    q_launch = np.maximum(g.d_launch[q], 0)
+    q_delay = d_delay[q]
+    q_static = np.where(d_first[q] & ~linked[q], g.d_start[q], _NEVER)
+    q_floored = D.opens | q_linked
+    q_step = g.d_gap[q] + np.concatenate([[0], d_dur[q[:-1]]]) if len(q) else g.d_gap[q]  # d_dur's type, as before
+    starts = D.cuts[:-1][D.cuts[:-1] < len(q)]
+    q_step[starts] = g.d_gap[q[starts]]  # a segment's first follows nothing in it
+    # whole nanoseconds are summed once for every segment; durations a change scaled (floats) segment by
+    # segment, as sums over the whole trace would round them differently
+    q_whole = q_step.dtype.kind == "i"
+    q_base = _run_base(q_step, D.opens) if len(q) and q_whole else q_step
+
+    R = _Segmented.of(wait_seg, count, None)
+    r = R.order
+    r_own = own[r]
+    r_wait = wait[r]
+    r_after_wait = d_dur[r_wait] + g.c_post[r]
+
+    for seg in range(count):
+        a, b = C.cuts[seg], C.cuts[seg + 1]
+        if b > a:
+            ci = p[a:b]
+            starts_at = np.where(p_reopens[a:b], c_end[p_before[a:b]] + p_gap[a:b], p_anchor[a:b])
+            if any_woken[seg]:
+                wake = np.where(p_woken[a:b], c_end[p_waker[a:b]] + p_wake_delta[a:b], _NEVER)
+                start_floor = np.maximum(starts_at, wake)
+            else:
+                start_floor = starts_at
+            base = p_base[a:b]
+            floor = np.where(p_floored[a:b], start_floor + p_own[a:b] - base, _NEVER)
+            ends = base + _run_cummax(floor, C.run[a:b], int(C.runs[seg]))
+            previous_end = np.empty_like(ends)
+            previous_end[0] = 0
+            previous_end[1:] = ends[:-1]
+            after = previous_end + p_gap[a:b]
+            if any_woken[seg]:
+                after = np.maximum(after, wake)
+            c_start[ci] = np.where(C.opens[a:b], start_floor, after)
             c_end[ci] = ends  # a blocking call's return: below, once what it waits for is known
-        if len(di := ops[seg]):
-            opens = _firsts(g.d_group[di])
-            before = np.maximum(di - 1, 0)
-            after_previous = np.where(opens & ~d_first[di], d_start[before] + d_dur[before] + g.d_gap[di], _NEVER)
-            launched = np.where(linked[di], _at(c_start, g.d_launch[di]) + d_delay[di], _NEVER)
-            floor = np.maximum(np.maximum(after_previous, launched), np.where(d_first[di] & ~linked[di], g.d_start[di],
-                                                                              _NEVER))
-            step = np.concatenate([[0], d_dur[di][:-1]]) + g.d_gap[di]
-            d_start[di] = _chain(step, floor, g.d_group[di], opens | linked[di])
-        if len(wi := returns[seg]):
-            c_end[wi] = np.maximum(c_start[wi] + own[wi], d_start[wait[wi]] + d_dur[wait[wi]] + g.c_post[wi])
+        a, b = D.cuts[seg], D.cuts[seg + 1]
+        if b > a:
+            di = q[a:b]
+            prev = np.where(q_after_prev[a:b] == 0, d_start[q_before[a:b]] + q_prev_dur[a:b] + q_gap[a:b], _NEVER)
+            launched = np.where(q_linked[a:b], _at(c_start, q_launch[a:b]) + q_delay[a:b], _NEVER)
+            floor = np.maximum(np.maximum(prev, launched), q_static[a:b])
+            base = q_base[a:b] if q_whole else _run_base(q_step[a:b], D.opens[a:b])
+            floor = np.where(q_floored[a:b], floor - base, _NEVER)
+            d_start[di] = base + _run_cummax(floor, D.run[a:b], int(D.runs[seg]))
+        a, b = R.cuts[seg], R.cuts[seg + 1]
+        if b > a:
+            wi = r[a:b]
+            c_end[wi] = np.maximum(c_start[wi] + r_own[a:b], d_start[r_wait[a:b]] + r_after_wait[a:b])
     return c_start, c_end, d_start
-
-
-def _by_segment(segment: np.ndarray, count: int) -> list[np.ndarray]:
-    """The positions in each segment (-1: none), in their original order."""
-    order = np.argsort(segment, kind="stable")
-    order = order[segment[order] >= 0]
-    cuts = np.searchsorted(segment[order], np.arange(count + 1))
-    return [order[cuts[i]:cuts[i + 1]] for i in range(count)]
 
 
 @dataclass(frozen=True)
