@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceError
-from . import chunked, forked, reading, storage
+from . import chunked, forked, heap, reading, storage
 from .model import MAX_COPY_BYTES, MAX_TIME_NS, SHAPED_OPS, Trace, TraceMeta, in_order_of_appearance
 from .normalize import finish_trace
 
@@ -802,7 +802,13 @@ def _concat(parts: list[dict]) -> dict:
     holds the batches and one column more."""
     if not parts:
         return {"name": [], "kind": []}
-    return {key: np.concatenate([p.pop(key) for p in parts]) for key in list(parts[0])}
+    joined, counter = {}, heap.FreedCounter()
+    for key in list(parts[0]):
+        pieces = [p.pop(key) for p in parts]
+        joined[key] = np.concatenate(pieces)
+        counter.freed(joined[key].nbytes)  # the pieces go as this returns to the loop
+        del pieces
+    return joined
 
 
 _MAX_PROPERTIES_CHARS = 1 << 16

@@ -1,0 +1,44 @@
+"""Handing freed memory back to the operating system while a large trace is built.
+
+A trace is read as many small column pieces, then joined into large arrays. The pieces are freed
+as they are joined, but glibc's allocator keeps small freed blocks for reuse instead of returning
+them, while each large joined array gets fresh pages: without help the process holds both, and a
+200 MB trace peaks at twice the memory its columns need. `malloc_trim` returns the freed pages
+(what Dask's workers do for the same reason). Elsewhere (macOS, musl) this does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+
+#: freed bytes worth a trim: each trim walks the heap (a few ms), so not after every small piece
+TRIM_EVERY_BYTES = 32 << 20
+
+
+@functools.cache
+def _malloc_trim():  # -> the C function, or None where the C library has none
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def return_freed_memory() -> None:
+    """Give the allocator's free pages back to the operating system, where the C library can."""
+    if (trim := _malloc_trim()) is not None:
+        trim(0)
+
+
+class FreedCounter:
+    """Counts bytes let go and trims the heap each time TRIM_EVERY_BYTES more have gone."""
+
+    def __init__(self) -> None:
+        self._since = 0
+
+    def freed(self, nbytes: int) -> None:
+        self._since += nbytes
+        if self._since >= TRIM_EVERY_BYTES:
+            self._since = 0
+            return_freed_memory()
