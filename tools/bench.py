@@ -288,21 +288,39 @@ def dask_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def detector_shares(path: Path) -> str:
-    """Each detector's time and share of one rank's analysis (traceagent.detect.core.timing), in a fresh
-    process: where the analysis time goes."""
-    code = ("import json, sys, time\nfrom traceagent.detect.analysis import analyze_trace\n"
-            "from traceagent.detect.core.timing import collect\nfrom traceagent.trace.load import load_file\n"
-            "trace = load_file(sys.argv[1], use_cache=False)\nwith collect() as times:\n"
-            "    t0 = time.perf_counter(); analyze_trace(trace); total = time.perf_counter() - t0\n"
-            "print(json.dumps({'total': total, 'times': times}))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
-    result = json.loads(done.stdout)
-    total = result["total"]
-    rows = [f"analysis of {path.name}: {total:.3f} s (each detector's own time; the rest is the verdict and glue)",
-            f"{'detector':<16} {'seconds':>8} {'share':>7}"]
-    for name, seconds in sorted(result["times"].items(), key=lambda kv: -kv[1]):
-        rows.append(f"{name:<16} {seconds:>8.3f} {100 * seconds / total:>6.1f}%")
+def detector_shares(path: Path, profile: bool = False) -> str:
+    """Where one rank's load and analysis spend time and memory, in a fresh process: each detector's
+    time, share of the analysis and how far it raised the process's peak memory
+    (traceagent.detect.core.timing); with `profile`, cProfile's busiest functions of each."""
+    code = ("import cProfile, io, json, pstats, sys, time\nfrom traceagent.detect.analysis import analyze_trace\n"
+            "from traceagent.detect.core.timing import collect, peak_rss_mb\nfrom traceagent.trace.load import load_file\n"
+            "PROFILE = sys.argv[2] == '1'\n"
+            "def top(run):\n    if not PROFILE:\n        return run(), ''\n    p = cProfile.Profile(); value = p.runcall(run)\n"
+            "    out = io.StringIO(); pstats.Stats(p, stream=out).sort_stats('tottime').print_stats(15)\n"
+            "    return value, out.getvalue()\n"
+            "base = peak_rss_mb(); t0 = time.perf_counter()\n"
+            "trace, load_profile = top(lambda: load_file(sys.argv[1], use_cache=False))\n"
+            "load_s, loaded = time.perf_counter() - t0, peak_rss_mb()\n"
+            "with collect() as costs:\n    t0 = time.perf_counter()\n"
+            "    _, analysis_profile = top(lambda: analyze_trace(trace))\n    total = time.perf_counter() - t0\n"
+            "print(json.dumps({'base': base, 'load_s': load_s, 'loaded': loaded, 'total': total, 'peak': peak_rss_mb(),\n"
+            "                  'seconds': costs.seconds, 'raised': costs.raised_peak_mb,\n"
+            "                  'profiles': [load_profile, analysis_profile]}))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(path), "1" if profile else "0"], capture_output=True,
+                          text=True, check=True)
+    r = json.loads(done.stdout)
+    size = path.stat().st_size / 2**20
+    under = " (times under cProfile)" if profile else ""
+    rows = [f"{path.name} ({size:.0f} MiB){under}: imports {r['base']:.0f} MiB; load {r['load_s']:.2f} s in this process "
+            f"(its forked child's memory not counted), peak {r['loaded']:.0f} MiB ({r['loaded'] / size:.2f}× the file); "
+            f"analysis {r['total']:.3f} s, peak {r['peak']:.0f} MiB ({r['peak'] / size:.2f}× the file)",
+            f"{'detector':<16} {'seconds':>8} {'share':>7} {'raised the peak by':>19}"]
+    for name, seconds in sorted(r["seconds"].items(), key=lambda kv: -kv[1]):
+        raised = r["raised"].get(name, 0.0)
+        rows.append(f"{name:<16} {seconds:>8.3f} {100 * seconds / r['total']:>6.1f}% {raised:>15.0f} MiB")
+    rows.append(f"{'(verdict, glue)':<16} {r['total'] - sum(r['seconds'].values()):>8.3f}")
+    if profile:
+        rows += ["", "load, cProfile by own time:", r["profiles"][0], "analysis, cProfile by own time:", r["profiles"][1]]
     return "\n".join(rows)
 
 
@@ -325,11 +343,14 @@ def main() -> int:
     parser.add_argument("--tiny-kernels", type=int, nargs="*", default=[], metavar="COUNT",
                         help="also bench traces of COUNT tiny kernels each with its launch (10000000): the "
                              "launch-bound shape, where per-event costs decide speed and memory")
-    parser.add_argument("--detectors", type=Path, help="print each detector's share of the analysis of this trace "
-                                                       "(loaded first, not timed) and stop")
+    parser.add_argument("--detectors", type=Path, help="print where the load and the analysis of this trace spend time "
+                                                       "and memory, detector by detector, and stop")
+    parser.add_argument("--profile", action="store_true", help="with each detector table, cProfile's busiest functions")
+    parser.add_argument("--gzip", action="store_true", help="also time each real-shaped trace gzipped (level 6), beside "
+                                                           "the plain file")
     args = parser.parse_args()
     if args.detectors:
-        print(detector_shares(args.detectors))
+        print(detector_shares(args.detectors, args.profile))
         return 0
     args.workdir.mkdir(parents=True, exist_ok=True)
     check = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True)
@@ -344,7 +365,7 @@ def main() -> int:
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2))
         return 0
-    rows = []
+    rows, files = [], []
     for text in args.sizes:
         size = parse_size(text)
         path = args.workdir / (f"real-{args.real.name.split('.')[0]}-{text}.json" if args.real else f"synth-{text}.json")
@@ -352,7 +373,15 @@ def main() -> int:
             started = time.perf_counter()
             tile(args.real, path, size) if args.real else synthesize(path, size)
             print(f"wrote {path} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
-        rows.append(run(f"{'real ' if args.real else ''}{text}", path, args))
+        label = f"{'real ' if args.real else ''}{text}"
+        rows.append(run(label, path, args))
+        files.append(path)
+        if args.gzip:
+            packed = path.with_name(path.name + ".gz")
+            if not packed.exists():
+                gzipped(path, packed)
+            rows.append(run(f"{label} gzipped", packed, args))
+            rows[-1]["plain"] = rows[-2]
     for count in args.tiny_kernels:
         path = args.workdir / f"tiny-kernels-{count}.json"
         if not path.exists():
@@ -360,6 +389,7 @@ def main() -> int:
             tiny_kernels(path, count)
             print(f"wrote {path} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
         rows.append(run(f"{count:,} tiny kernels", path, args))
+        files.append(path)
     if args.ranks_case:
         ranks, size_text = args.ranks_case.lower().split("x")
         folder = args.workdir / f"synth-{args.ranks_case}"
@@ -370,9 +400,27 @@ def main() -> int:
         rows.append(run(args.ranks_case, folder, args))
     print(f"\n{os.cpu_count()} cores; times are medians of {args.runs} fresh-process runs\n")
     print(table(rows))
+    for row in rows:
+        if "plain" in row:
+            print(f"{row['case']}: analyze {ratio(_wall(row, 'analyze'), _wall(row['plain'], 'analyze'))}× the plain "
+                  "file's time")
+    for path in files:  # where each single file's analysis goes, detector by detector
+        print("\n" + detector_shares(path, args.profile))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0
+
+
+def gzipped(plain: Path, packed: Path) -> None:
+    """`plain` gzipped at level 6 (gzip's default, what torch.profiler's .json.gz export uses)."""
+    import gzip
+    import shutil
+
+    started = time.perf_counter()
+    with open(plain, "rb") as source, gzip.open(packed.with_name(packed.name + ".tmp"), "wb", compresslevel=6) as out:
+        shutil.copyfileobj(source, out, 1 << 22)
+    packed.with_name(packed.name + ".tmp").rename(packed)
+    print(f"wrote {packed} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
 
 
 if __name__ == "__main__":

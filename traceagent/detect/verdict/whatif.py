@@ -21,6 +21,7 @@ the longest chain of host-device hand-overs (launches, then waits), never a loop
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -458,6 +459,17 @@ class _Segmented:
         return cls(order, cuts, opens, run_id - np.repeat(first_run[:-1], np.diff(cuts)), np.diff(first_run))
 
 
+#: nodes (calls and ops) whose columns a chunk of segments gathers at most, unless one segment holds more
+CHUNK_NODES = 1 << 17
+
+
+def _chunk_end(nodes_before: list[int], first: int) -> int:
+    """The segment after the last of a chunk that starts at segment `first` (`nodes_before`: the
+    calls and ops before each segment): as many segments as stay within CHUNK_NODES (one at least)."""
+    end = bisect.bisect_right(nodes_before, nodes_before[first] + CHUNK_NODES, lo=first + 1) - 1
+    return min(max(end, first + 1), len(nodes_before) - 1)
+
+
 def _run_base(step: np.ndarray, opens: np.ndarray) -> np.ndarray:
     """The steps summed within each run after its first (0 at each run's first)."""
     total = np.cumsum(step)
@@ -502,82 +514,99 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
     c_start, c_end = g.c_start.copy(), g.c_end.copy()
     d_start = g.d_start.copy()
 
-    # calls: a thread's first at its anchor; a run's first after the call before it on its thread and the
-    # host time between; a woken call no earlier than its waker's end and the measured delay since
     C = _Segmented.of(call_seg, count, g.c_group)
-    p = C.order
-    p_gap, p_own = c_gap[p], own[p]
-    p_before = np.maximum(p - 1, 0)
-    p_first = c_first[p]
-    p_reopens = C.opens & ~p_first  # a run's first that follows a call of an earlier segment
-    p_anchor = np.where(p_first, anchor[p], _NEVER)
-    p_woken = woken[p]
-    p_waker = np.maximum(g.c_waker[p], 0)
-    p_wake_delta = g.c_start[p] - g.c_end[p_waker]
-    p_floored = C.opens | p_first | p_woken
-    p_base = _run_base(p_gap + p_own, C.opens) if len(p) else p_gap
-    woken_before = np.concatenate([[0], np.cumsum(p_woken)])
-    any_woken = woken_before[C.cuts[1:]] > woken_before[C.cuts[:-1]]  # by segment
-
-    # ops: after the op before on their stream (its duration and the gap), and their launch call's start
     D = _Segmented.of(op_seg, count, g.d_group)
-    q = D.order
-    q_before = np.maximum(q - 1, 0)
-    q_after_prev = np.where(D.opens & ~d_first[q], 0, _NEVER)  # where the op before bounds it at a run's first
-    q_prev_dur, q_gap = d_dur[q_before], g.d_gap[q]
-    q_linked = linked[q]
-    q_launch = np.maximum(g.d_launch[q], 0)
-    q_delay = d_delay[q]
-    q_static = np.where(d_first[q] & ~linked[q], g.d_start[q], _NEVER)
-    q_floored = D.opens | q_linked
-    q_step = g.d_gap[q] + np.concatenate([[0], d_dur[q[:-1]]]) if len(q) else g.d_gap[q]  # d_dur's type, as before
-    starts = D.cuts[:-1][D.cuts[:-1] < len(q)]
-    q_step[starts] = g.d_gap[q[starts]]  # a segment's first follows nothing in it
-    # whole nanoseconds are summed once for every segment; durations a change scaled (floats) segment by
-    # segment, as sums over the whole trace would round them differently
-    q_whole = q_step.dtype.kind == "i"
-    q_base = _run_base(q_step, D.opens) if len(q) and q_whole else q_step
-
     R = _Segmented.of(wait_seg, count, None)
-    r = R.order
-    r_own = own[r]
-    r_wait = wait[r]
-    r_after_wait = d_dur[r_wait] + g.c_post[r]
+    woken_before = np.concatenate([[0], np.cumsum(woken[C.order])])
+    # plain ints and lists for the loop: numpy scalars cost more to index and compare with
+    c_cuts, d_cuts, r_cuts = C.cuts.tolist(), D.cuts.tolist(), R.cuts.tolist()
+    c_runs, d_runs = C.runs.tolist(), D.runs.tolist()
+    woken_in = (woken_before[C.cuts[1:]] > woken_before[C.cuts[:-1]]).tolist()  # by segment
+    zero = np.zeros(1, dtype=np.int64)
+    launch_at = c_start if len(c_start) else zero  # an op is linked only where calls exist
+    # segments are replayed a chunk at a time, what each reads gathered for its chunk alone: memory holds
+    # a chunk's columns, not a copy of every column of the graph
+    nodes_before = [c + d for c, d in zip(c_cuts, d_cuts)]
+    chunk_start = 0
+    while chunk_start < count:
+        chunk_end = _chunk_end(nodes_before, chunk_start)
+        ca, da, ra = c_cuts[chunk_start], d_cuts[chunk_start], r_cuts[chunk_start]
+        # calls: a thread's first at its anchor; a run's first after the call before it on its thread and the
+        # host time between; a woken call no earlier than its waker's end and the measured delay since
+        p = C.order[ca:c_cuts[chunk_end]]
+        opens = C.opens[ca:c_cuts[chunk_end]]
+        p_gap, p_own = c_gap[p], own[p]
+        p_before = np.maximum(p - 1, 0)
+        p_first = c_first[p]
+        p_reopens = opens & ~p_first  # a run's first that follows a call of an earlier segment
+        p_anchor = np.where(p_first, anchor[p], _NEVER)
+        p_woken = woken[p]
+        p_waker = np.maximum(g.c_waker[p], 0)
+        p_wake_delta = g.c_start[p] - g.c_end[p_waker]
+        p_floored = opens | p_first | p_woken
+        p_base = _run_base(p_gap + p_own, opens) if len(p) else p_gap
+        del p_first
+        # ops: after the op before on their stream (its duration and the gap), and their launch call's start
+        q = D.order[da:d_cuts[chunk_end]]
+        q_opens = D.opens[da:d_cuts[chunk_end]]
+        q_before = np.maximum(q - 1, 0)
+        q_use_prev = q_opens & ~d_first[q]  # the op before bounds a run's first (not a stream's first)
+        q_prev_dur, q_gap = d_dur[q_before], g.d_gap[q]
+        q_linked = linked[q]
+        q_launch = np.maximum(g.d_launch[q], 0)
+        q_delay = d_delay[q]
+        q_static = np.where(d_first[q] & ~q_linked, g.d_start[q], _NEVER)
+        q_floored = q_opens | q_linked
+        q_step = q_gap + np.concatenate([zero, d_dur[q[:-1]]]) if len(q) else q_gap  # d_dur's type, as before
+        firsts = np.asarray(d_cuts[chunk_start:chunk_end], dtype=np.int64) - da
+        firsts = firsts[firsts < len(q)]
+        q_step[firsts] = q_gap[firsts]  # a segment's first follows nothing in it
+        # whole nanoseconds are summed once for the chunk; durations a change scaled (floats) segment by
+        # segment, as sums over more would round them differently
+        q_whole = q_step.dtype.kind == "i"
+        q_base = _run_base(q_step, q_opens) if len(q) and q_whole else q_step
+        # returns: after the op waited for, and the call's own time after it
+        r = R.order[ra:r_cuts[chunk_end]]
+        r_own = own[r]
+        r_wait = wait[r]
+        r_after_wait = d_dur[r_wait] + g.c_post[r]
 
-    for seg in range(count):
-        a, b = C.cuts[seg], C.cuts[seg + 1]
-        if b > a:
-            ci = p[a:b]
-            starts_at = np.where(p_reopens[a:b], c_end[p_before[a:b]] + p_gap[a:b], p_anchor[a:b])
-            if any_woken[seg]:
-                wake = np.where(p_woken[a:b], c_end[p_waker[a:b]] + p_wake_delta[a:b], _NEVER)
-                start_floor = np.maximum(starts_at, wake)
-            else:
-                start_floor = starts_at
-            base = p_base[a:b]
-            floor = np.where(p_floored[a:b], start_floor + p_own[a:b] - base, _NEVER)
-            ends = base + _run_cummax(floor, C.run[a:b], int(C.runs[seg]))
-            previous_end = np.empty_like(ends)
-            previous_end[0] = 0
-            previous_end[1:] = ends[:-1]
-            after = previous_end + p_gap[a:b]
-            if any_woken[seg]:
-                after = np.maximum(after, wake)
-            c_start[ci] = np.where(C.opens[a:b], start_floor, after)
-            c_end[ci] = ends  # a blocking call's return: below, once what it waits for is known
-        a, b = D.cuts[seg], D.cuts[seg + 1]
-        if b > a:
-            di = q[a:b]
-            prev = np.where(q_after_prev[a:b] == 0, d_start[q_before[a:b]] + q_prev_dur[a:b] + q_gap[a:b], _NEVER)
-            launched = np.where(q_linked[a:b], _at(c_start, q_launch[a:b]) + q_delay[a:b], _NEVER)
-            floor = np.maximum(np.maximum(prev, launched), q_static[a:b])
-            base = q_base[a:b] if q_whole else _run_base(q_step[a:b], D.opens[a:b])
-            floor = np.where(q_floored[a:b], floor - base, _NEVER)
-            d_start[di] = base + _run_cummax(floor, D.run[a:b], int(D.runs[seg]))
-        a, b = R.cuts[seg], R.cuts[seg + 1]
-        if b > a:
-            wi = r[a:b]
-            c_end[wi] = np.maximum(c_start[wi] + r_own[a:b], d_start[r_wait[a:b]] + r_after_wait[a:b])
+        for seg in range(chunk_start, chunk_end):
+            a, b = c_cuts[seg] - ca, c_cuts[seg + 1] - ca
+            if b > a:
+                ci = p[a:b]
+                starts_at = np.where(p_reopens[a:b], c_end[p_before[a:b]] + p_gap[a:b], p_anchor[a:b])
+                if woken_in[seg]:
+                    wake = np.where(p_woken[a:b], c_end[p_waker[a:b]] + p_wake_delta[a:b], _NEVER)
+                    start_floor = np.maximum(starts_at, wake)
+                else:
+                    start_floor = starts_at
+                base = p_base[a:b]
+                floor = np.where(p_floored[a:b], start_floor + p_own[a:b] - base, _NEVER)
+                runs = c_runs[seg]
+                ends = base + (np.maximum.accumulate(floor) if runs == 1 else _run_cummax(floor, C.run[ca + a:ca + b],
+                                                                                          runs))
+                after = np.concatenate((zero, ends[:-1])) + p_gap[a:b]  # after the call before, and the time between
+                if woken_in[seg]:
+                    after = np.maximum(after, wake)
+                c_start[ci] = np.where(opens[a:b], start_floor, after)
+                c_end[ci] = ends  # a blocking call's return: below, once what it waits for is known
+            a, b = d_cuts[seg] - da, d_cuts[seg + 1] - da
+            if b > a:
+                di = q[a:b]
+                prev = np.where(q_use_prev[a:b], d_start[q_before[a:b]] + q_prev_dur[a:b] + q_gap[a:b], _NEVER)
+                launched = np.where(q_linked[a:b], launch_at[q_launch[a:b]] + q_delay[a:b], _NEVER)
+                floor = np.maximum(np.maximum(prev, launched), q_static[a:b])
+                base = q_base[a:b] if q_whole else _run_base(q_step[a:b], q_opens[a:b])
+                floor = np.where(q_floored[a:b], floor - base, _NEVER)
+                runs = d_runs[seg]
+                d_start[di] = base + (np.maximum.accumulate(floor) if runs == 1 else _run_cummax(
+                    floor, D.run[da + a:da + b], runs))
+            a, b = r_cuts[seg] - ra, r_cuts[seg + 1] - ra
+            if b > a:
+                wi = r[a:b]
+                c_end[wi] = np.maximum(c_start[wi] + r_own[a:b], d_start[r_wait[a:b]] + r_after_wait[a:b])
+        chunk_start = chunk_end
     return c_start, c_end, d_start
 
 
