@@ -313,7 +313,13 @@ def _at(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     """values[index] where index >= 0, else 0 (and zeros where `values` is empty)."""
     if not len(values):
         return np.zeros(len(index), dtype=values.dtype)
-    return np.where(index >= 0, values[np.maximum(index, 0)], 0)
+    valid = index >= 0
+    if valid.all():  # every op launched, say: one gather
+        return values[index]
+    out = np.zeros(len(index), dtype=values.dtype)
+    at = np.flatnonzero(valid)  # a few woken calls among millions: only theirs gathered
+    out[at] = values[index[at]]
+    return out
 
 
 def _firsts(keys: np.ndarray) -> np.ndarray:
@@ -358,12 +364,12 @@ def _grouped_cummax(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
 def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np.ndarray) -> np.ndarray:
     """x[i] = max(x[i-1] + step[i], floor[i]) along each run of equal `group` (its first: its
     floor, which every first must have): x = P + running max of (floor - P), P the steps summed
-    within the group. A loop over the groups (threads or streams: a few), none over the events."""
+    within the group: one running maximum over every group at once (_grouped_cummax), no loop over events."""
     if not len(step):
         return step.copy()
     starts = np.flatnonzero(_firsts(group))
-    total = np.cumsum(step)
-    base = total - np.repeat(total[starts], np.diff(np.append(starts, len(step))))  # 0 at each group's first
+    base = np.cumsum(step)
+    base -= np.repeat(base[starts], np.diff(np.append(starts, len(step))))  # 0 at each group's first
     lifted = floor - base
     # a step with no floor of its own never sets the maximum: every chain's first has one, so the
     # smallest floor in the array stands for "none" without changing any running maximum
@@ -414,14 +420,19 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
         floor = np.where(linked, _at(c_start, g.d_launch) + d_delay, g.d_start)
         step = np.concatenate([[0], d_dur[:-1]]) + g.d_gap if len(d_start) else d_start
         new_d_start = _chain(step, floor, g.d_group, linked | d_first)
+        del floor, step  # each pass lets its arrays go once read: a trace of millions of events holds few at once
         new_d_end = new_d_start + d_dur
         wake = np.where(woken, _at(c_end, g.c_waker) + (g.c_start - _at(g.c_end, g.c_waker)), 0)
         blocked = np.where(wait >= 0, _at(new_d_end, wait) + g.c_post, 0)
+        del new_d_end
         floor_c = np.maximum(np.where(wait >= 0, blocked, _NEVER), np.where(woken, wake + own, _NEVER))
+        del blocked
         floor_c = np.where(c_first, np.maximum(anchor + own, floor_c), floor_c)
         new_c_end = _chain(c_gap + own, floor_c, g.c_group, (wait >= 0) | woken | c_first)
+        del floor_c
         after_previous = np.concatenate([[0], new_c_end[:-1]]) + c_gap
         new_c_start = np.where(c_first, anchor, np.maximum(after_previous, np.where(woken, wake, _NEVER)))
+        del after_previous, wake
         moved = not (np.array_equal(new_d_start, d_start) and np.array_equal(new_c_end, c_end))
         d_start, c_start, c_end = new_d_start, new_c_start, new_c_end
         if not moved:
@@ -504,7 +515,10 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
     woken = g.c_waker >= 0
     waits = wait >= 0
     linked = g.d_launch >= 0
-    bounds = np.unique(np.concatenate([g.c_end[waits], _at(g.c_end, g.c_waker)[woken]]))
+    # the hand-overs, and a cut every CHUNK_NODES calls by start: any time may cut a segment (a call or op
+    # only depends on ones that started before it), and smaller segments bound what a chunk gathers
+    cuts = np.sort(g.c_start)[CHUNK_NODES::CHUNK_NODES] if len(g.c_start) > CHUNK_NODES else g.c_start[:0]
+    bounds = np.unique(np.concatenate([g.c_end[waits], _at(g.c_end, g.c_waker)[woken], cuts]))
     count = len(bounds) + 1
     call_seg = np.searchsorted(bounds, g.c_start, side="right")
     op_seg = np.maximum(np.searchsorted(bounds, g.d_start, side="left"), np.where(linked, _at(call_seg, g.d_launch), 0))
