@@ -53,13 +53,16 @@ _REPORT = ("\nprint(json.dumps({'wall_s': time.perf_counter() - t0, "
            "'worker_rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, "
            "'found': globals().get('FOUND')}))\n")
 CASES = {
-    "floor": ("import orjson\n"
+    # the floors read a gzipped file with the standard library's gzip (what a plain script would do)
+    "floor": ("import gzip, orjson\n"
               "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
-              "t0 = time.perf_counter()\nfor f in files:\n    data = orjson.loads(open(f, 'rb').read())\n    del data"),
-    "floor_msgspec": ("import msgspec\n"
+              "t0 = time.perf_counter()\nfor f in files:\n    raw = open(f, 'rb').read()\n"
+              "    data = orjson.loads(gzip.decompress(raw) if raw[:2] == b'\\x1f\\x8b' else raw)\n    del data, raw"),
+    "floor_msgspec": ("import gzip, msgspec\n"
                       "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
-                      "t0 = time.perf_counter()\nfor f in files:\n    data = msgspec.json.decode(open(f, 'rb').read())\n"
-                      "    del data"),
+                      "t0 = time.perf_counter()\nfor f in files:\n    raw = open(f, 'rb').read()\n"
+                      "    data = msgspec.json.decode(gzip.decompress(raw) if raw[:2] == b'\\x1f\\x8b' else raw)\n"
+                      "    del data, raw"),
     "load": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH, use_cache=False)"),
     "warm": ("import traceagent\nt0 = time.perf_counter()\ntraceagent.load(PATH)"),
     "load_cached": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH)"),
@@ -80,7 +83,8 @@ CASES = {
             "from hta.trace_analysis import TraceAnalysis\nimport tempfile\n"
             "t0 = time.perf_counter()\nfolder = PATH\n"
             "if not os.path.isdir(PATH):\n    folder = tempfile.mkdtemp()\n"
-            "    os.symlink(os.path.abspath(PATH), os.path.join(folder, 'rank-0.json'))\n"
+            "    name = 'rank-0.json.gz' if PATH.endswith('.gz') else 'rank-0.json'\n"
+            "    os.symlink(os.path.abspath(PATH), os.path.join(folder, name))\n"
             "a = TraceAnalysis(trace_dir=folder)\na.get_temporal_breakdown(visualize=False)\n"
             "a.get_idle_time_breakdown(visualize=False)\na.get_gpu_kernel_breakdown(visualize=False)"),
 }
@@ -197,13 +201,22 @@ def size_of(path: Path) -> int:
     return sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else path.stat().st_size
 
 
+def text_size(path: Path) -> int:
+    """The JSON text's size: a gzip's own record of it (ISIZE, mod 4 GiB), else the file's size."""
+    if path.is_file() and path.name.endswith(".gz"):
+        with open(path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            return int.from_bytes(f.read(4), "little")
+    return size_of(path)
+
+
 def run(label: str, path: Path, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as cache_dir:
         return _run(label, path, args, cache_dir)
 
 
 def _run(label: str, path: Path, args, cache_dir: str) -> dict:
-    row = {"case": label, "mb": size_of(path) / 1e6}
+    row = {"case": label, "mb": size_of(path) / 1e6, "text_mb": text_size(path) / 1e6}
     measure("warm", path, sys.executable, 1, args.timeout, cache_dir)  # fill the cache, in its own process
     for case in ("floor", "floor_msgspec", "load", "load_cached", "analyze"):
         row[case] = measure(case, path, sys.executable, args.runs, args.timeout, cache_dir)
@@ -225,7 +238,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| trace | MB | floor s | load s | cached s | analyze s | HTA s | analyze/floor | HTA/analyze "
-            "| cached/load | peak RSS/size (analyze; children's own memory added) | largest child RSS MB |")
+            "| cached/load | peak RSS/size of the JSON text (analyze; children's own memory added) | largest child RSS MB |")
     lines = [head, "|" + "---|" * 12]
     for r in rows:
         def cell(case: str, r: dict = r) -> str:
@@ -235,7 +248,7 @@ def table(rows: list[dict]) -> str:
             return v["error"] if "error" in v else f"{v['wall_s']:.2f}"
 
         analyze = r.get("analyze") if isinstance(r.get("analyze"), dict) else {}
-        rss = f"{analyze['tree_mb'] / r['mb']:.2f}" if "tree_mb" in analyze else "-"
+        rss = f"{analyze['tree_mb'] / r.get('text_mb', r['mb']):.2f}" if "tree_mb" in analyze else "-"
         worker = f"{analyze['worker_rss_mb']:.0f}" if "worker_rss_mb" in analyze else "-"
         lines.append(f"| {r['case']} | {r['mb']:.0f} | {cell('floor')} | {cell('load')} | {cell('load_cached')} | "
                      f"{cell('analyze')} | {cell('hta')} | {ratio(_wall(r, 'analyze'), _wall(r, 'floor'))} | "
