@@ -222,7 +222,7 @@ def build_graph(trace: Trace) -> Graph | None:
     origin = int(min(every_gpu["start"].min(), cpu["start"].min() if len(cpu) else every_gpu["start"].min()))
     # the rows kept, as positions into the trace's tables: each table is copied once, at the end
     c_rows = np.flatnonzero(cpu["kind"].isin(["runtime", "driver"]).to_numpy())
-    c_thread = thread_key(cpu)[c_rows]
+    c_thread = cpu["pid"].to_numpy(np.int64)[c_rows] * (1 << 32) + cpu["tid"].to_numpy(np.int64)[c_rows]  # thread_key
     c_start = cpu["start"].to_numpy(np.int64)[c_rows] - origin
     order = np.lexsort((c_start, c_thread))
     c_rows, c_thread, c_start = c_rows[order], c_thread[order], c_start[order]
@@ -456,7 +456,7 @@ class _Segmented:
 
     @classmethod
     def of(cls, segment: np.ndarray, count: int, group: np.ndarray | None) -> _Segmented:
-        order = np.argsort(segment, kind="stable")
+        order = np.argsort(segment, kind="stable").astype(np.int32 if len(segment) < 2**31 else np.int64)
         order = order[segment[order] >= 0]
         cuts = np.searchsorted(segment[order], np.arange(count + 1))
         opens = np.zeros(len(order), dtype=bool)
@@ -471,7 +471,7 @@ class _Segmented:
 
 
 #: nodes (calls and ops) whose columns a chunk of segments gathers at most, unless one segment holds more
-CHUNK_NODES = 1 << 17
+CHUNK_NODES = 1 << 15
 
 
 def _chunk_end(nodes_before: list[int], first: int) -> int:
