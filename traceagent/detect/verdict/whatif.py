@@ -272,10 +272,15 @@ def build_graph(trace: Trace) -> Graph | None:
     c_post = np.where(c_wait >= 0, c_end - np.maximum(c_start, waited_end), c_end - c_start)
     c_waker = _wakers(cpu, c_thread, c_start, c_end, c_gap, first, origin)
     c_gap = np.where(c_waker >= 0, 0, c_gap)  # it waited for the other thread, not for host work of its own
-    return Graph(origin, c_start, c_end, _groups(c_thread), c_gap, c_wait, np.maximum(c_post, 0), c_waker,
-                 c_names, c_thread, d_start, d_end, _groups(d_key), d_gap, d_launch, np.maximum(d_delay, 0),
+    # positions and group numbers in the narrowest exact type (times stay int64 ns): the graph of ten million
+    # events is held through every replay
+    index = np.int32 if max(len(cpu), len(every_gpu)) < 2**31 else np.int64
+    return Graph(origin, c_start, c_end, _groups(c_thread).astype(index), c_gap, c_wait.astype(index),
+                 np.maximum(c_post, 0), c_waker.astype(index), c_names, c_thread, d_start, d_end,
+                 _groups(d_key).astype(index), d_gap, d_launch.astype(index), np.maximum(d_delay, 0),
                  every_gpu["name"].array.take(d_rows), every_gpu["op"].array.take(d_rows),
-                 every_gpu["kind"].array.take(d_rows), int((~linked).sum()), cross_process, c_rows, d_rows, cpu, every_gpu)
+                 every_gpu["kind"].array.take(d_rows), int((~linked).sum()), cross_process, c_rows.astype(index),
+                 d_rows.astype(index), cpu, every_gpu)
 
 
 IDLE_THREAD_NS = 100_000  # a thread with nothing traced on it this long before a call was woken by another
