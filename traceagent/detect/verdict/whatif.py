@@ -754,12 +754,14 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
     g = graph or build_graph(trace)
     if g is None:
         return None
-    c_gap, c_dur, wait = g.c_gap.copy(), (g.c_end - g.c_start).copy(), g.c_wait.copy()
-    d_dur, d_delay = (g.d_end - g.d_start).astype(np.float64), g.d_delay.copy()
+    # the graph's own arrays until a change replaces one (each change makes new arrays, never writes in place)
+    c_gap, c_dur, wait = g.c_gap, g.c_end - g.c_start, g.c_wait
+    d_dur: np.ndarray = g.d_end - g.d_start  # floats once a change scales it
+    d_delay = g.d_delay
     applied: list[ChangeApplied] = []
     loading: iv.Intervals | None = None
     loading_factor = 1.0
-    loading_left = np.zeros(len(c_gap), dtype=np.int64)  # data loading left in each host gap
+    loading_left: np.ndarray | None = None  # data loading left in each host gap, where a change cut it
     c_anchor = g.c_start
     for change in changes:
         if change.what == "dataloader":
@@ -834,7 +836,8 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
             c_dur = np.where(launches, 0, c_dur)
         applied.append(ChangeApplied(change.spec, change.assumption, matched))
     base = base or replay(g)
-    after = replay(g, c_gap=c_gap, c_dur=c_dur, c_wait=wait, d_dur=np.round(d_dur).astype(np.int64), d_delay=d_delay,
+    after = replay(g, c_gap=c_gap, c_dur=c_dur, c_wait=wait,
+                   d_dur=np.round(d_dur).astype(np.int64) if d_dur.dtype.kind == "f" else d_dur, d_delay=d_delay,
                    c_anchor=c_anchor)
     window = _step_window(trace, g)
     assumptions = [a.assumption for a in applied]
@@ -858,7 +861,7 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
         predicted = float(after.d_end.max() - after.d_start.min())
         basis = "span"
         assumptions.append("the trace marks no steps: the prediction is of the span, first to last device work")
-    if loading is None:  # the loading the path's host time holds, changed or not
+    if loading_left is None:  # the loading the path's host time holds, changed or not
         loading_left = _loading_in_gaps(trace, g)
     busy, launch_bound, limits = _after(g, after, d_delay, wait, loading_left) if describe else (0.0, 0.0, "")
     return Simulation(WhatIfResult(
