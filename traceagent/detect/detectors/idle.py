@@ -197,8 +197,10 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     cause[undecided & (host_share >= params.host_cover)] = "host_other"
     cause[undecided & (host_share < params.host_cover)] = "no_host_activity"
     # cause stays an object column: pandas 3 would infer Arrow strings, slower to compare and group
+    # row labels and positions in int32 where they fit (times stay int64 ns): a gap table has a row per gap
+    index = np.int32 if max(len(trace.cpu), len(view.work)) < 2**31 else np.int64
     return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": pd.Series(cause, dtype=object),
-                         "sync": sync_label, "next_op": next_op})
+                         "sync": sync_label.astype(index), "next_op": next_op.astype(index)})
 
 
 def _drained_by_sync(trace: Trace, view: DeviceView, syncs: pd.DataFrame, g_start: np.ndarray, next_op: np.ndarray,
@@ -263,9 +265,9 @@ def trace_gaps(trace: Trace, params: IdleParams = IdleParams()) -> pd.DataFrame:
     `step_row` (row in trace.steps, -1 for none) each belongs to by gap_step_rows' rule, and that
     step's number (`step`, -1 for none). The analysis builds it once and hands it to every
     detector that reads gaps (never recomputed behind a memo)."""
-    frames = [classify_gaps(trace, view, params).assign(device=view.device) for view in device_views(trace)]
+    frames = [classify_gaps(trace, view, params).assign(device=np.int32(view.device)) for view in device_views(trace)]
     gaps = pd.concat(frames, ignore_index=True) if frames else _no_gaps()
-    rows = gap_step_rows(trace, gaps["start"].to_numpy(np.int64))
+    rows = gap_step_rows(trace, gaps["start"].to_numpy(np.int64)).astype(np.int32)  # steps: far fewer than 2**31
     numbers = np.append(trace.steps["step"].to_numpy(np.int64), -1)  # row -1: no step
     return gaps.assign(step_row=rows, step=numbers[rows])
 
