@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
-from ...trace.model import Trace, matches, per_trace
+from ...trace.model import Trace, matches, per_trace, rows_where
 from ...trace.normalize import STEP_NAME, innermost_enclosing, nesting_depth
 from . import intervals as iv
 from .view import us
@@ -60,9 +60,11 @@ def kernel_launches(trace: Trace) -> pd.DataFrame:
     order: the kernel's columns, and the call's as name_call, start_call, end_call and tid. A
     graph launch is one call for many kernels: each of them is here. Built once per trace."""
     calls = calls_by_correlation(trace)
-    kernels = trace.gpu[(trace.gpu["kind"] == "kernel").to_numpy()]
+    gpu = trace.gpu
+    # the columns its readers use (launch, annotations), rows copied only where some are dropped
+    kernels = rows_where(gpu[["name", "device", "start", "end", "correlation"]], (gpu["kind"] == "kernel").to_numpy())
     at = calls.index.get_indexer(kernels["correlation"])
-    kernels, at = kernels[at >= 0].reset_index(drop=True), at[at >= 0]
+    kernels, at = rows_where(kernels, at >= 0).reset_index(drop=True), at[at >= 0]
     return kernels.assign(name_call=calls["name"].array.take(at), start_call=calls["start"].to_numpy()[at],
                           end_call=calls["end"].to_numpy()[at], tid=calls["tid"].to_numpy()[at])
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from ...trace.model import Trace, matches
+from ...trace.model import Trace, matches, rows_where
 from ..core.host import calls_by_correlation
 from ..core.peaks import DTYPES, Peak, peak_for
 from ..core.view import us
@@ -353,7 +353,7 @@ def _by_kernel(trace: Trace, ops: pd.DataFrame, known: pd.DataFrame, peak) -> li
     if ops.empty:
         return []
     calls = calls_by_correlation(trace).reset_index()
-    kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
+    kernels = rows_where(trace.gpu, (trace.gpu["kind"] == "kernel").to_numpy())
     launched = kernels[["name", "correlation", "start", "end"]].merge(
         calls[["correlation", "start", "tid"]], on="correlation", suffixes=("", "_call"))
     rows = []

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ...trace.model import Trace, matches
+from ...trace.model import Trace, matches, rows_where
 from ..core import intervals as iv
 from ..core.view import on_device, pct, us, views_of
 
@@ -75,10 +75,12 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
                        device: int | None = None, order: str = "total") -> KernelsResult:
     """The kernels taking the most device time (on every device, or one), or the longest per
     call (`order` mean or max) or most launched (count); `name_filter` keeps names containing it."""
-    kernels = on_device(trace.gpu, device)
-    kernels = kernels[kernels["kind"] == "kernel"]
+    # the columns read here, and rows copied only where some are dropped (a rank of kernels alone is its table)
+    kernels = on_device(trace.gpu, device)[["name", "kind", "device", "start", "end", "is_comm", "op", "op_from"]]
+    keep = (kernels["kind"] == "kernel").to_numpy()
     if name_filter:
-        kernels = kernels[matches(kernels["name"], re.compile(re.escape(name_filter), re.IGNORECASE))]
+        keep = keep & matches(kernels["name"], re.compile(re.escape(name_filter), re.IGNORECASE))
+    kernels = rows_where(kernels, keep)
     busy = sum(iv.length(v.busy) for v in views_of(trace, device))
     if kernels.empty:
         return KernelsResult(0, 0, 0.0, [])
@@ -87,7 +89,7 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
     stats = table.groupby("name", observed=True)["dur"].agg(["size", "sum", "mean", "median", "max"])
     stats = stats.sort_values(ORDERS[order], ascending=False, kind="stable")
     chosen = stats.head(top)
-    launched = kernels[kernels["name"].isin(chosen.index)]
+    launched = rows_where(kernels, kernels["name"].isin(chosen.index).to_numpy())
     # the op that launched each chosen kernel most often (a few names: per-group work is bounded)
     pairs = launched.groupby(["name", "op", "op_from"], observed=True).size().sort_values(ascending=False)
     ops = {name: (op, source) for name, op, source in reversed(pairs.index.tolist())}

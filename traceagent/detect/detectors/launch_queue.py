@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration
-from ...trace.model import Trace
+from ...trace.model import Trace, rows_where
 from ..core.bounds import Count
 from ..core.host import calls_by_correlation
 from ..core.view import us
@@ -57,7 +57,7 @@ class LaunchQueueResult:
 
 def detect_launch_queue(trace: Trace, params: LaunchQueueParams = LaunchQueueParams()) -> LaunchQueueResult | None:
     """None when no device op's launch call is in the trace."""
-    work = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]
+    work = rows_where(trace.gpu, (trace.gpu["kind"] != "sync").to_numpy())
     calls = calls_by_correlation(trace)
     if work.empty or calls.empty:
         return None

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration, shorten
-from ...trace.model import Trace, matches
+from ...trace.model import Trace, matches, rows_where
 from ..core import intervals as iv
 from ..core.bounds import Percent
 from ..core.peaks import peak_for
@@ -78,7 +78,7 @@ def detect_phases(trace: Trace, gaps: pd.DataFrame, params: PhasesParams = Phase
     if steps.empty:
         return None
     graph_rows = replayed(trace)
-    kernels = trace.gpu[(trace.gpu["kind"] == "kernel").to_numpy()]
+    kernels = rows_where(trace.gpu, (trace.gpu["kind"] == "kernel").to_numpy())
     in_graph = graph_rows[(trace.gpu["kind"] == "kernel").to_numpy()]
     out = []
     for phase in ORDER:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration
-from ...trace.model import Trace
+from ...trace.model import Trace, rows_where
 from ..core.bounds import Count, Micros
 from ..core.host import calls_by_correlation
 from ..core.view import pct, us
@@ -83,7 +83,7 @@ SHARED_FIX = ("run collectives on a stream of their own: DDP and FSDP do; for to
 
 def shared_streams(trace: Trace) -> list[SharedStream]:
     """The streams where collectives and compute kernels both run (cheap: the comm verdict asks too)."""
-    kernels = trace.gpu[(trace.gpu["kind"] == "kernel").to_numpy()]
+    kernels = rows_where(trace.gpu, (trace.gpu["kind"] == "kernel").to_numpy())
     if kernels.empty or not kernels["is_comm"].any():
         return []
     dur = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
@@ -98,7 +98,7 @@ def shared_streams(trace: Trace) -> list[SharedStream]:
 
 def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> StreamsResult | None:
     """None when the trace has no device work."""
-    work = trace.gpu[(trace.gpu["kind"] != "sync").to_numpy()]
+    work = rows_where(trace.gpu, (trace.gpu["kind"] != "sync").to_numpy())
     if work.empty:
         return None
     work = work.sort_values(["device", "stream", "start"], kind="stable")
