@@ -28,7 +28,7 @@ from ..detect.compare.diff import diff
 from ..detect.compare.scaling import scaling as scale_runs
 from ..detect.compare.scaling import world_size
 from ..detect.core.encode import to_data
-from ..detect.core.host import calls_by_correlation, host_events_in, kernel_python_lines
+from ..detect.core.host import host_events_in, kernel_python_lines, launch_calls
 from ..detect.core.view import on_device, us
 from ..detect.core.vocabulary import GAP_CAUSES
 from ..detect.detectors.annotations import detect_annotations
@@ -400,7 +400,7 @@ def kernel_instances(ctx: AnalysisContext,
     match = kernels[matches(kernels["name"], re.compile(re.escape(name), re.IGNORECASE))]
     if match.empty:
         raise ToolInputError(f"no kernel name contains {name!r} in this scope; call hot_kernels to see names")
-    launch = match["correlation"].map(calls_by_correlation(trace)["start"])
+    launch = launch_calls(trace, match["correlation"].to_numpy())["start"].to_numpy()  # in match's order
     origin = trace.origin_ns()
     chosen = match.assign(dur=match["end"] - match["start"], launch=launch).nlargest(_top(top), "dur")
     return InstancesAnswer(

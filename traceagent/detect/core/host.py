@@ -46,12 +46,47 @@ def sync_calls(trace: Trace) -> pd.DataFrame:
 
 @per_trace
 def calls_by_correlation(trace: Trace) -> pd.DataFrame:
-    """Runtime and driver calls indexed by correlation id: the host side of each device activity.
-    Built once per trace (every detector and each gap's evidence asks); callers must not modify it."""
+    """Runtime and driver calls indexed by correlation id, in id order: the host side of each device
+    activity. Built once per trace (every detector and each gap's evidence asks); callers must not
+    modify it, and find ids with launch_rows or launch_calls, never through the index (pandas would
+    build a hash table of every call: 400 MB for ten million)."""
     cpu = trace.cpu
     rows = cpu["kind"].isin(["runtime", "driver"]).to_numpy() & (cpu["correlation"] >= 0).to_numpy()
     calls = cpu.loc[rows, ["name", "pid", "tid", "start", "end", "correlation"]]  # what callers read: not every column
-    return calls.drop_duplicates("correlation").set_index("correlation")
+    calls = calls.drop_duplicates("correlation")  # the first call of an id is its launch
+    return calls.take(np.argsort(calls["correlation"].to_numpy(), kind="stable")).set_index("correlation")
+
+
+def launch_rows(trace: Trace, correlation: np.ndarray) -> np.ndarray:
+    """The row in calls_by_correlation of each correlation id's call, -1 where none: a binary search
+    of the ids in order."""
+    ids = calls_by_correlation(trace).index.to_numpy()
+    correlation = np.asarray(correlation, dtype=np.int64)
+    if not len(ids):
+        return np.full(len(correlation), -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(ids, correlation), len(ids) - 1)
+    return np.where(ids[at] == correlation, at, -1)
+
+
+def launch_calls(trace: Trace, correlation: np.ndarray) -> pd.DataFrame:
+    """Each correlation id's call, as `calls_by_correlation(trace).reindex(correlation)` gives it
+    (rows of NaN where an id has none, whole columns then floats), found by launch_rows."""
+    calls = calls_by_correlation(trace)
+    rows = launch_rows(trace, correlation)
+    found = rows >= 0
+    at = np.maximum(rows, 0)
+    columns: dict[str, object] = {}
+    for name in calls.columns:
+        values = calls[name].array
+        if isinstance(values, pd.Categorical):
+            codes = values.codes[at] if len(values) else np.full(len(at), -1, dtype=values.codes.dtype)
+            columns[name] = pd.Categorical.from_codes(np.where(found, codes, -1), dtype=values.dtype)
+        elif found.all():
+            columns[name] = np.asarray(values)[at]
+        else:
+            column = np.asarray(values, dtype=np.float64)[at] if len(values) else np.zeros(len(at))
+            columns[name] = np.where(found, column, np.nan)
+    return pd.DataFrame(columns, index=pd.Index(np.asarray(correlation), name="correlation"))
 
 
 @per_trace
@@ -63,7 +98,7 @@ def kernel_launches(trace: Trace) -> pd.DataFrame:
     gpu = trace.gpu
     # the columns its readers use (launch, annotations), rows copied only where some are dropped
     kernels = rows_where(gpu[["name", "device", "start", "end", "correlation"]], (gpu["kind"] == "kernel").to_numpy())
-    at = calls.index.get_indexer(kernels["correlation"])
+    at = launch_rows(trace, kernels["correlation"].to_numpy())
     kernels, at = rows_where(kernels, at >= 0).reset_index(drop=True), at[at >= 0]
     return kernels.assign(name_call=calls["name"].array.take(at), start_call=calls["start"].to_numpy()[at],
                           end_call=calls["end"].to_numpy()[at], tid=calls["tid"].to_numpy()[at])
@@ -134,8 +169,11 @@ def kernel_python_lines(trace: Trace, names: list[str]) -> dict[str, str]:
     """The user's Python line that launched each of these kernels most often (kernels without
     one are left out)."""
     kernels = trace.gpu[(trace.gpu["kind"] == "kernel").to_numpy() & trace.gpu["name"].isin(names).to_numpy()]
-    launch = kernels[["name", "correlation"]].join(calls_by_correlation(trace)[["pid", "tid", "start"]],
-                                                   on="correlation", how="inner")
+    rows = launch_rows(trace, kernels["correlation"].to_numpy())
+    calls = calls_by_correlation(trace)
+    launched = rows >= 0
+    launch = pd.DataFrame({"name": kernels["name"].to_numpy()[launched],
+                           **{c: calls[c].to_numpy()[rows[launched]] for c in ("pid", "tid", "start")}})
     found = pd.DataFrame({"kernel": launch["name"].astype(str).to_numpy(),
                           "python": python_line_above(trace, launch)}).dropna()
     return {k: g["python"].mode().iloc[0] for k, g in found.groupby("kernel")}

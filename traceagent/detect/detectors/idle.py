@@ -42,6 +42,8 @@ from ..core.host import (
     calls_by_correlation,
     gap_host,
     host_union,
+    launch_calls,
+    launch_rows,
     op_above,
     python_line_above,
     range_above,
@@ -159,10 +161,11 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
     calls = calls_by_correlation(trace)
     corr = view.work["correlation"].to_numpy()[next_op]
-    starts = pd.Series(corr).map(calls["start"])
-    launch_start = starts.to_numpy(dtype=float)
+    launch = launch_calls(trace, corr)
+    launch_start = launch["start"].to_numpy(dtype=float)
     # subtracted before the cast: epoch nanoseconds lose precision as floats, durations do not
-    launch_dur = (pd.Series(corr).map(calls["end"]) - starts).to_numpy(dtype=float)
+    launch_dur = (launch["end"] - launch["start"]).to_numpy(dtype=float)
+    del launch
 
     syncs = sync_calls(trace)
     sync_label = np.full(n, -1, dtype=np.int64)
@@ -184,10 +187,11 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
         cause[drained >= 0] = "sync"
         undecided &= drained < 0
 
-    is_launch_call = pd.Series(corr).map(pd.Series(matches(calls["name"], LAUNCH_CALLS), index=calls.index)).eq(True)
+    rows = launch_rows(trace, corr)
+    is_launch_call = np.append(matches(calls["name"], LAUNCH_CALLS), False)[rows]  # row -1 (no call): the False
     op_dur = (view.work["end"].to_numpy() - work_start)[next_op]
     late_launch = ~np.isnan(launch_start) & (launch_start >= g_start)
-    is_launch = (undecided & late_launch & is_launch_call.to_numpy(dtype=bool) & (op_dur < launch_dur)
+    is_launch = (undecided & late_launch & is_launch_call & (op_dur < launch_dur)
                  & (dur <= params.launch_bound_max_us * 1000))
     cause[is_launch] = "launch_overhead"
     undecided &= ~is_launch
@@ -216,7 +220,7 @@ def _drained_by_sync(trace: Trace, view: DeviceView, syncs: pd.DataFrame, g_star
     if not candidates.any() or not len(ends) or not len(work):
         return found
     slack = int(params.sync_slack_us * 1000)
-    launch = calls_by_correlation(trace).reindex(work["correlation"].to_numpy())
+    launch = launch_calls(trace, work["correlation"].to_numpy())
     known = launch["start"].notna().to_numpy()
     launched_at = launch["start"].fillna(-1).to_numpy(np.int64)
     pid = launch["pid"].fillna(-1).to_numpy().astype(np.int64)
@@ -246,12 +250,11 @@ def gap_launcher(trace: Trace, device: int, next_op: int) -> tuple[int, int] | N
     view = next((v for v in device_views(trace) if v.device == device), None)
     if view is None or not 0 <= next_op < len(view.work):
         return None
-    calls = calls_by_correlation(trace)
-    corr = int(view.work["correlation"].iloc[next_op])
-    if corr < 0 or corr not in calls.index:
+    row = int(launch_rows(trace, view.work["correlation"].to_numpy()[next_op:next_op + 1])[0])
+    if row < 0:
         return None
-    call = calls.loc[corr]
-    return int(call["pid"]), int(call["tid"])
+    calls = calls_by_correlation(trace)
+    return int(calls["pid"].iloc[row]), int(calls["tid"].iloc[row])
 
 
 def gap_host_activity(trace: Trace, gap) -> GapHost:
@@ -340,12 +343,11 @@ def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[Launch
     bound = gaps[gaps["cause"] == "launch_overhead"]
     if bound.empty:
         return []
-    calls = calls_by_correlation(trace)
     rows = []
     for view in device_views(trace):
         mine = bound[bound["device"] == view.device]
         work = view.work.iloc[mine["next_op"].to_numpy()]
-        launch = calls.reindex(work["correlation"].to_numpy())
+        launch = launch_calls(trace, work["correlation"].to_numpy())
         known = launch["start"].notna().to_numpy()
         names = np.full(len(launch), None, dtype=object)
         names[known] = range_above(trace, launch[known].astype({"pid": np.int64, "tid": np.int64, "start": np.int64}))
@@ -390,12 +392,11 @@ def _line_during(trace: Trace, gaps: pd.DataFrame) -> np.ndarray:
     """The user's innermost line on the thread that launched the work ending each gap, at the
     gap's middle (None where the trace has no frames or no launch)."""
     found = np.full(len(gaps), None, dtype=object)
-    calls = calls_by_correlation(trace)
     for view in device_views(trace):
         mine = np.flatnonzero(gaps["device"].to_numpy() == view.device)
         if not len(mine):
             continue
-        launch = calls.reindex(view.work["correlation"].to_numpy()[gaps["next_op"].to_numpy()[mine]])
+        launch = launch_calls(trace, view.work["correlation"].to_numpy()[gaps["next_op"].to_numpy()[mine]])
         known = launch["pid"].notna().to_numpy()
         if not known.any():
             continue

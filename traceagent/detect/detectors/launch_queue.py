@@ -16,7 +16,7 @@ import pandas as pd
 from ...format import duration
 from ...trace.model import Trace, rows_where
 from ..core.bounds import Count
-from ..core.host import calls_by_correlation
+from ..core.host import calls_by_correlation, launch_calls
 from ..core.view import us
 from .base import Detector
 
@@ -61,7 +61,7 @@ def detect_launch_queue(trace: Trace, params: LaunchQueueParams = LaunchQueuePar
     calls = calls_by_correlation(trace)
     if work.empty or calls.empty:
         return None
-    launch = calls.reindex(work["correlation"].to_numpy())
+    launch = launch_calls(trace, work["correlation"].to_numpy())
     known = launch["start"].notna().to_numpy()
     if not known.any():
         return None

@@ -75,16 +75,15 @@ def rank_timeline(trace: Trace, gaps: pd.DataFrame, breakdown: Breakdown) -> Ran
 def _frames_by_root(trace: Trace, gaps: pd.DataFrame) -> dict[str, str]:
     """Per idle root cause, the user's innermost line (else the innermost range) on the launching
     thread at the middle of its gaps, the one over the most idle time. Vectorized over gaps."""
-    from ..core.host import calls_by_correlation, python_line_above, range_above
+    from ..core.host import launch_calls, python_line_above, range_above
 
     host = gaps[gaps["cause"] != "launch_latency"]
     if host.empty:
         return {}
-    calls = calls_by_correlation(trace)
     rows = []
     for view in device_views(trace):
         mine = host[host["device"] == view.device]
-        launch = calls.reindex(view.work["correlation"].to_numpy()[mine["next_op"].to_numpy()])
+        launch = launch_calls(trace, view.work["correlation"].to_numpy()[mine["next_op"].to_numpy()])
         known = launch["pid"].notna().to_numpy()
         rows.append(pd.DataFrame({"pid": launch["pid"].to_numpy()[known].astype(np.int64),
                                   "tid": launch["tid"].to_numpy()[known].astype(np.int64),
