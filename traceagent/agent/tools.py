@@ -400,7 +400,7 @@ def kernel_instances(ctx: AnalysisContext,
     match = kernels[matches(kernels["name"], re.compile(re.escape(name), re.IGNORECASE))]
     if match.empty:
         raise ToolInputError(f"no kernel name contains {name!r} in this scope; call hot_kernels to see names")
-    launch = launch_calls(trace, match["correlation"].to_numpy())["start"].to_numpy()  # in match's order
+    launch = launch_calls(trace, match["correlation"].to_numpy(), ("start",))["start"].to_numpy()  # in match's order
     origin = trace.origin_ns()
     chosen = match.assign(dur=match["end"] - match["start"], launch=launch).nlargest(_top(top), "dur")
     return InstancesAnswer(

@@ -58,35 +58,58 @@ def calls_by_correlation(trace: Trace) -> pd.DataFrame:
 
 
 def launch_rows(trace: Trace, correlation: np.ndarray) -> np.ndarray:
-    """The row in calls_by_correlation of each correlation id's call, -1 where none: a binary search
-    of the ids in order."""
-    ids = calls_by_correlation(trace).index.to_numpy()
+    """The row in calls_by_correlation of each correlation id's call, -1 where none."""
     correlation = np.asarray(correlation, dtype=np.int64)
+    low, table = _rows_by_id(trace)
+    if table is not None:  # ids close together (as profilers number them): one lookup each
+        at = correlation - low
+        inside = (at >= 0) & (at < len(table))
+        return np.where(inside, table[np.where(inside, at, 0)], -1).astype(np.int64)
+    ids = calls_by_correlation(trace).index.to_numpy()
     if not len(ids):
         return np.full(len(correlation), -1, dtype=np.int64)
-    at = np.minimum(np.searchsorted(ids, correlation), len(ids) - 1)
+    at = np.minimum(np.searchsorted(ids, correlation), len(ids) - 1)  # sparse ids: a binary search
     return np.where(ids[at] == correlation, at, -1)
 
 
-def launch_calls(trace: Trace, correlation: np.ndarray) -> pd.DataFrame:
-    """Each correlation id's call, as `calls_by_correlation(trace).reindex(correlation)` gives it
-    (rows of NaN where an id has none, whole columns then floats), found by launch_rows."""
+#: ids spread over at most this many times as many numbers as there are calls get a lookup table
+_TABLE_SPREAD = 4
+
+
+@per_trace
+def _rows_by_id(trace: Trace) -> tuple[int, np.ndarray | None]:
+    """(the smallest id, each id's row from it on, -1 for none): 4 bytes a number between the
+    smallest and largest id, where they are close together; else no table."""
+    ids = calls_by_correlation(trace).index.to_numpy()
+    if not len(ids) or int(ids[-1]) - int(ids[0]) + 1 > _TABLE_SPREAD * len(ids) + 1024:
+        return 0, None
+    low = int(ids[0])
+    table = np.full(int(ids[-1]) - low + 1, -1, dtype=np.int32 if len(ids) < 2**31 else np.int64)
+    table[ids - low] = np.arange(len(ids))
+    return low, table
+
+
+def launch_calls(trace: Trace, correlation: np.ndarray, columns: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """Each correlation id's call (its `columns`, default all), as
+    `calls_by_correlation(trace).reindex(correlation)` gives it: rows of NaN where an id has none,
+    whole columns then floats. Found by launch_rows."""
     calls = calls_by_correlation(trace)
     rows = launch_rows(trace, correlation)
     found = rows >= 0
+    every = bool(found.all())
     at = np.maximum(rows, 0)
-    columns: dict[str, object] = {}
-    for name in calls.columns:
+    out: dict[str, object] = {}
+    for name in columns or tuple(calls.columns):
         values = calls[name].array
         if isinstance(values, pd.Categorical):
             codes = values.codes[at] if len(values) else np.full(len(at), -1, dtype=values.codes.dtype)
-            columns[name] = pd.Categorical.from_codes(np.where(found, codes, -1), dtype=values.dtype)
-        elif found.all():
-            columns[name] = np.asarray(values)[at]
+            out[name] = pd.Categorical.from_codes(codes if every else np.where(found, codes, -1), dtype=values.dtype)
+        elif every:
+            out[name] = np.asarray(values)[at]
         else:
             column = np.asarray(values, dtype=np.float64)[at] if len(values) else np.zeros(len(at))
-            columns[name] = np.where(found, column, np.nan)
-    return pd.DataFrame(columns, index=pd.Index(np.asarray(correlation), name="correlation"))
+            out[name] = np.where(found, column, np.nan)
+    return pd.DataFrame(out, index=pd.Index(np.asarray(correlation), name="correlation"))
 
 
 @per_trace

@@ -161,7 +161,7 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
     calls = calls_by_correlation(trace)
     corr = view.work["correlation"].to_numpy()[next_op]
-    launch = launch_calls(trace, corr)
+    launch = launch_calls(trace, corr, ("start", "end"))
     launch_start = launch["start"].to_numpy(dtype=float)
     # subtracted before the cast: epoch nanoseconds lose precision as floats, durations do not
     launch_dur = (launch["end"] - launch["start"]).to_numpy(dtype=float)
@@ -220,7 +220,7 @@ def _drained_by_sync(trace: Trace, view: DeviceView, syncs: pd.DataFrame, g_star
     if not candidates.any() or not len(ends) or not len(work):
         return found
     slack = int(params.sync_slack_us * 1000)
-    launch = launch_calls(trace, work["correlation"].to_numpy())
+    launch = launch_calls(trace, work["correlation"].to_numpy(), ("start", "pid"))
     known = launch["start"].notna().to_numpy()
     launched_at = launch["start"].fillna(-1).to_numpy(np.int64)
     pid = launch["pid"].fillna(-1).to_numpy().astype(np.int64)
@@ -347,7 +347,7 @@ def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[Launch
     for view in device_views(trace):
         mine = bound[bound["device"] == view.device]
         work = view.work.iloc[mine["next_op"].to_numpy()]
-        launch = launch_calls(trace, work["correlation"].to_numpy())
+        launch = launch_calls(trace, work["correlation"].to_numpy(), ("name", "pid", "tid", "start"))
         known = launch["start"].notna().to_numpy()
         names = np.full(len(launch), None, dtype=object)
         names[known] = range_above(trace, launch[known].astype({"pid": np.int64, "tid": np.int64, "start": np.int64}))
@@ -396,7 +396,7 @@ def _line_during(trace: Trace, gaps: pd.DataFrame) -> np.ndarray:
         mine = np.flatnonzero(gaps["device"].to_numpy() == view.device)
         if not len(mine):
             continue
-        launch = launch_calls(trace, view.work["correlation"].to_numpy()[gaps["next_op"].to_numpy()[mine]])
+        launch = launch_calls(trace, view.work["correlation"].to_numpy()[gaps["next_op"].to_numpy()[mine]], ("pid", "tid"))
         known = launch["pid"].notna().to_numpy()
         if not known.any():
             continue

@@ -61,7 +61,7 @@ def detect_launch_queue(trace: Trace, params: LaunchQueueParams = LaunchQueuePar
     calls = calls_by_correlation(trace)
     if work.empty or calls.empty:
         return None
-    launch = launch_calls(trace, work["correlation"].to_numpy())
+    launch = launch_calls(trace, work["correlation"].to_numpy(), ("start", "end"))
     known = launch["start"].notna().to_numpy()
     if not known.any():
         return None

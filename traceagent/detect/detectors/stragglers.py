@@ -83,7 +83,7 @@ def _frames_by_root(trace: Trace, gaps: pd.DataFrame) -> dict[str, str]:
     rows = []
     for view in device_views(trace):
         mine = host[host["device"] == view.device]
-        launch = launch_calls(trace, view.work["correlation"].to_numpy()[mine["next_op"].to_numpy()])
+        launch = launch_calls(trace, view.work["correlation"].to_numpy()[mine["next_op"].to_numpy()], ("pid", "tid"))
         known = launch["pid"].notna().to_numpy()
         rows.append(pd.DataFrame({"pid": launch["pid"].to_numpy()[known].astype(np.int64),
                                   "tid": launch["tid"].to_numpy()[known].astype(np.int64),

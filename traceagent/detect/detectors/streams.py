@@ -104,7 +104,7 @@ def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> Str
     work = work.sort_values(["device", "stream", "start"], kind="stable")
     device, stream = work["device"].to_numpy(np.int64), work["stream"].to_numpy(np.int64)
     start, end = work["start"].to_numpy(np.int64), work["end"].to_numpy(np.int64)
-    launched_at = launch_calls(trace, work["correlation"].to_numpy())["start"].to_numpy(dtype=float)
+    launched_at = launch_calls(trace, work["correlation"].to_numpy(), ("start",))["start"].to_numpy(dtype=float)
     same = np.r_[False, (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])]  # a previous op on this stream
     # what each stream had done before each op: the end of its latest op so far (ops may overlap by ns)
     key = device * (1 << 32) + stream
