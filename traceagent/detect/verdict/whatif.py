@@ -469,7 +469,7 @@ class _Segmented:
         if group is not None and len(order):
             keys = group[order]
             opens[1:] |= keys[1:] != keys[:-1]
-        run_id = np.cumsum(opens) - 1
+        run_id = np.cumsum(opens, dtype=np.int32 if len(opens) < 2**31 else np.int64) - 1
         total = int(run_id[-1]) + 1 if len(order) else 0
         first_run = np.append(run_id, total)[cuts]  # each segment's first run; past the end: the total
         return cls(order, cuts, opens, run_id - np.repeat(first_run[:-1], np.diff(cuts)), np.diff(first_run))
@@ -522,12 +522,15 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
     linked = g.d_launch >= 0
     # the hand-overs, and a cut every CHUNK_NODES calls by start: any time may cut a segment (a call or op
     # only depends on ones that started before it), and smaller segments bound what a chunk gathers
-    cuts = np.sort(g.c_start)[CHUNK_NODES::CHUNK_NODES] if len(g.c_start) > CHUNK_NODES else g.c_start[:0]
+    cuts = g.c_start[CHUNK_NODES::CHUNK_NODES]  # every CHUNK_NODES-th call on its thread: near enough
     bounds = np.unique(np.concatenate([g.c_end[waits], _at(g.c_end, g.c_waker)[woken], cuts]))
     count = len(bounds) + 1
-    call_seg = np.searchsorted(bounds, g.c_start, side="right")
-    op_seg = np.maximum(np.searchsorted(bounds, g.d_start, side="left"), np.where(linked, _at(call_seg, g.d_launch), 0))
-    wait_seg = np.where(waits, np.maximum(np.searchsorted(bounds, g.c_end, side="left"), _at(op_seg, wait)), -1)
+    # segment numbers in int32 (fewer segments than calls): three of them for every call and op
+    call_seg = np.searchsorted(bounds, g.c_start, side="right").astype(np.int32)
+    op_seg = np.maximum(np.searchsorted(bounds, g.d_start, side="left").astype(np.int32),
+                        np.where(linked, _at(call_seg, g.d_launch), 0).astype(np.int32))
+    wait_seg = np.where(waits, np.maximum(np.searchsorted(bounds, g.c_end, side="left").astype(np.int32),
+                                          _at(op_seg, wait)), -1).astype(np.int32)
     c_first = _firsts(g.c_group)
     d_first = _firsts(g.d_group)
     c_start, c_end = g.c_start.copy(), g.c_end.copy()
