@@ -112,16 +112,17 @@ def launch_calls(trace: Trace, correlation: np.ndarray, columns: tuple[str, ...]
     return pd.DataFrame(out, index=pd.Index(np.asarray(correlation), name="correlation"))
 
 
-@per_trace
 def kernel_launches(trace: Trace) -> pd.DataFrame:
     """Kernels with the host call that launched each (those without one left out), in trace
-    order: the kernel's columns, and the call's as name_call, start_call, end_call and tid. A
-    graph launch is one call for many kernels: each of them is here. Built once per trace."""
-    calls = calls_by_correlation(trace)
+    order: the kernel's name, device and times, and the call's as name_call, start_call, end_call
+    and tid. A graph launch is one call for many kernels: each of them is here. Built for each
+    reader, not kept: a row per kernel (500 MB at ten million) would be held for the trace's life."""
     gpu = trace.gpu
+    kernel = (gpu["kind"] == "kernel").to_numpy()
+    at = launch_rows(trace, gpu["correlation"].to_numpy()[kernel])
+    calls = calls_by_correlation(trace)
     # the columns its readers use (launch, annotations), rows copied only where some are dropped
-    kernels = rows_where(gpu[["name", "device", "start", "end", "correlation"]], (gpu["kind"] == "kernel").to_numpy())
-    at = launch_rows(trace, kernels["correlation"].to_numpy())
+    kernels = rows_where(gpu[["name", "device", "start", "end"]], kernel)
     kernels, at = rows_where(kernels, at >= 0).reset_index(drop=True), at[at >= 0]
     return kernels.assign(name_call=calls["name"].array.take(at), start_call=calls["start"].to_numpy()[at],
                           end_call=calls["end"].to_numpy()[at], tid=calls["tid"].to_numpy()[at])
