@@ -374,11 +374,21 @@ def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np
         return step.copy()
     starts = np.flatnonzero(_firsts(group))
     base = np.cumsum(step)
-    base -= np.repeat(base[starts], np.diff(np.append(starts, len(step))))  # 0 at each group's first
+    if len(starts) == 1:  # one chain (a thread, a stream): in place, no array the size of the trace to spare
+        base -= base[0]
+    else:
+        base -= np.repeat(base[starts], np.diff(np.append(starts, len(step))))  # 0 at each group's first
     lifted = floor - base
     # a step with no floor of its own never sets the maximum: every chain's first has one, so the
     # smallest floor in the array stands for "none" without changing any running maximum
-    return base + _grouped_cummax(np.where(has_floor, lifted, lifted[has_floor].min()), group)
+    if not has_floor.all():
+        np.copyto(lifted, lifted[has_floor].min(), where=~has_floor)
+    if len(starts) == 1:
+        lifted = np.maximum.accumulate(lifted, out=lifted)
+    else:
+        lifted = _grouped_cummax(lifted, group)
+    lifted += base
+    return lifted
 
 
 @dataclass
@@ -539,6 +549,7 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
     C = _Segmented.of(call_seg, count, g.c_group)
     D = _Segmented.of(op_seg, count, g.d_group)
     R = _Segmented.of(wait_seg, count, None)
+    del call_seg, op_seg, wait_seg  # laid out in C, D and R now
     woken_before = np.concatenate([[0], np.cumsum(woken[C.order])])
     # plain ints and lists for the loop: numpy scalars cost more to index and compare with
     c_cuts, d_cuts, r_cuts = C.cuts.tolist(), D.cuts.tolist(), R.cuts.tolist()
