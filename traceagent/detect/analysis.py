@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from ..trace.heap import return_freed_memory
 from ..trace.model import Trace, TraceMeta
 from .core.bounds import out_of_range
 from .core.encode import to_data
@@ -380,6 +381,7 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
     kernels = timed("kernels", lambda: detect_hot_kernels(trace))
     steps = timed("steps", lambda: detect_steps(trace, params=idle_params, gaps=gaps))
     path = timed("critical_path", lambda: detect_critical_path(trace, [k.name for k in kernels.top]))
+    return_freed_memory()  # the path's walk freed as much as the trace holds; the replay next needs room
     findings = Findings(
         idle=idle, memcpy=copies, comm=comm, kernels=kernels, launch=timed("launch", lambda: detect_launch(trace)),
         steps=steps, has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,

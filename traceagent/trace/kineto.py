@@ -417,7 +417,10 @@ def load_kineto(path: str, max_bytes: int | None = None) -> Trace:
             # anything unusual (a cut-short gzip, malformed or too deep JSON, no events): the
             # whole-file reader, which owns every repair and error message
             read = _read_whole(path, max_bytes)
-    return _trace(path, *read)
+    trace = _trace(path, *read)
+    del read
+    heap.return_freed_memory()  # the pieces and structs decoded on the way: the analysis starts without them
+    return trace
 
 
 @contextmanager
