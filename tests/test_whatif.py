@@ -304,3 +304,16 @@ def test_another_precision_or_gpu(tmp_path, change):
 def test_a_gpu_the_table_lacks_is_one_line(capsys):
     assert main(["whatif", str(RESNET_NW0), "--change", "gpu=TPUv5"]) == 2
     assert "no GPU named 'TPUv5' in the peak table; it has V100 PCIe" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change", ["dataloader=0", "sync=0", "launch=graphs", "kernel:conv=x2"])
+def test_a_replay_cut_into_small_chunks_predicts_what_one_chunk_does(monkeypatch, change):
+    # the ordered replay gathers a chunk of segments at a time and cuts segments every CHUNK_NODES
+    # calls; any cut must give the same times (a node depends only on nodes that started before it)
+    from traceagent.detect.verdict import whatif
+
+    trace = analyzed(RESNET_NW0).ranks[0].trace
+    whole = simulate(trace, [parse_change(change)])
+    monkeypatch.setattr(whatif, "CHUNK_NODES", 64)  # the trace has ~15,000 calls: hundreds of chunks
+    chunked = simulate(trace, [parse_change(change)])
+    assert chunked.predicted_us == whole.predicted_us and chunked.passes == whole.passes
