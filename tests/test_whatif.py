@@ -317,3 +317,24 @@ def test_a_replay_cut_into_small_chunks_predicts_what_one_chunk_does(monkeypatch
     monkeypatch.setattr(whatif, "CHUNK_NODES", 64)  # the trace has ~15,000 calls: hundreds of chunks
     chunked = simulate(trace, [parse_change(change)])
     assert chunked.predicted_us == whole.predicted_us and chunked.passes == whole.passes
+
+
+def test_a_change_the_replay_finds_slower_saves_nothing(tmp_path):
+    # an Nsight export whose every other copy's source kind was damaged (found by the fuzz tests):
+    # copies=pinned replays 0.11% slower; as a saving that is none, never a negative one
+    import shutil
+    import sqlite3
+
+    import traceagent
+
+    path = tmp_path / "copies.sqlite"
+    shutil.copy(DATA / "test-cuda" / "report1.sqlite", path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET srcKind = 0 WHERE rowid % 2 = 0")
+    con.commit()
+    con.close()
+    rank = traceagent.analyze(path, use_cache=False).ranks[0]
+    slower = simulate(rank.trace, [parse_change("copies=pinned")])
+    assert slower.saving_pct < 0
+    saving = next(s for s in rank.findings.savings if s.change == "copies=pinned")
+    assert saving.simulated_pct == 0.0

@@ -1131,5 +1131,7 @@ def simulated(trace: Trace, savings: list[Saving]) -> list[Saving]:
             result = simulate(trace, [parse_change(spec)], graph, base, describe=False)
         except ValueError:
             result = None
-        predicted[spec] = result.saving_pct if result is not None else None
+        # a change the replay finds would not shorten the step saves nothing (not a negative saving: a pinned
+        # copy's call returning early can let the host queue work later, a hair slower in the replay)
+        predicted[spec] = max(result.saving_pct, 0.0) if result is not None else None
     return [replace(s, simulated_pct=predicted.get(s.change)) if s.change else s for s in savings]
