@@ -372,21 +372,14 @@ def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np
     within the group: one running maximum over every group at once (_grouped_cummax), no loop over events."""
     if not len(step):
         return step.copy()
-    starts = np.flatnonzero(_firsts(group))
-    base = np.cumsum(step)
-    if len(starts) == 1:  # one chain (a thread, a stream): in place, no array the size of the trace to spare
-        base -= base[0]
-    else:
-        base -= np.repeat(base[starts], np.diff(np.append(starts, len(step))))  # 0 at each group's first
+    opens = _firsts(group)
+    base = _run_base(step, opens)
     lifted = floor - base
     # a step with no floor of its own never sets the maximum: every chain's first has one, so the
     # smallest floor in the array stands for "none" without changing any running maximum
     if not has_floor.all():
         np.copyto(lifted, lifted[has_floor].min(), where=~has_floor)
-    if len(starts) == 1:
-        lifted = np.maximum.accumulate(lifted, out=lifted)
-    else:
-        lifted = _grouped_cummax(lifted, group)
+    lifted = _run_cummax(lifted, opens)
     lifted += base
     return lifted
 
@@ -405,13 +398,17 @@ class Replayed:
 def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None = None,
            c_wait: np.ndarray | None = None, d_dur: np.ndarray | None = None,
            d_delay: np.ndarray | None = None, c_anchor: np.ndarray | None = None) -> Replayed:
-    """The graph's times with some host gaps, call durations, waits (-1: none), op durations,
-    launch delays or the start of each thread's first call changed; unchanged, the trace's own times."""
+    """The graph's times with some host gaps, call durations, waits (-1: none), op durations
+    (a change's scaled ones rounded to whole ns), launch delays or the start of each thread's first
+    call changed; unchanged, the trace's own times."""
     c_gap_in, d_dur_in, d_delay_in = c_gap, d_dur, d_delay
     anchor = g.c_start if c_anchor is None else c_anchor
     c_gap = g.c_gap if c_gap is None else c_gap
     wait = g.c_wait if c_wait is None else c_wait
-    d_dur = (g.d_end - g.d_start) if d_dur is None else d_dur
+    if d_dur is None:
+        d_dur = g.d_end - g.d_start
+    elif d_dur.dtype.kind == "f":  # every time the replay sums is whole nanoseconds
+        d_dur = np.round(d_dur).astype(np.int64)
     d_delay = g.d_delay if d_delay is None else d_delay
     # a call's own time: for one that waited, only the part after the wait (its wait removed or not)
     own = np.where(g.c_wait >= 0, g.c_post, (g.c_end - g.c_start) if c_dur is None else c_dur)
@@ -458,15 +455,14 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
 @dataclass(frozen=True)
 class _Segmented:
     """One kind of node (calls, ops or returns) laid out segment by segment: `order` holds the
-    nodes' rows, each segment a slice of it between `cuts`; `run` numbers the runs of one chain
-    (a thread, a stream) inside a segment, `opens` marks each run's first, `runs` counts each
-    segment's runs. Everything a segment reads that does not move is gathered into this order once,
-    so a segment costs a few slices and array operations, whatever its size."""
+    nodes' rows, each segment a slice of it between `cuts`; `opens` marks the first of each run of
+    one chain (a thread, a stream) inside a segment, `runs` counts each segment's runs. Everything
+    a segment reads that does not move is gathered into this order once, so a segment costs a few
+    slices and array operations, whatever its size."""
 
     order: np.ndarray
     cuts: np.ndarray
     opens: np.ndarray
-    run: np.ndarray  # the run's number within its segment
     runs: np.ndarray  # by segment
 
     @classmethod
@@ -479,10 +475,8 @@ class _Segmented:
         if group is not None and len(order):
             keys = group[order]
             opens[1:] |= keys[1:] != keys[:-1]
-        run_id = np.cumsum(opens, dtype=np.int32 if len(opens) < 2**31 else np.int64) - 1
-        total = int(run_id[-1]) + 1 if len(order) else 0
-        first_run = np.append(run_id, total)[cuts]  # each segment's first run; past the end: the total
-        return cls(order, cuts, opens, run_id - np.repeat(first_run[:-1], np.diff(cuts)), np.diff(first_run))
+        runs_before = np.append(0, np.cumsum(opens))[cuts]  # the runs that open before each segment
+        return cls(order, cuts, opens, np.diff(runs_before))
 
 
 #: nodes (calls and ops) whose columns a chunk of segments gathers at most, unless one segment holds more
@@ -497,27 +491,27 @@ def _chunk_end(nodes_before: list[int], first: int) -> int:
 
 
 def _run_base(step: np.ndarray, opens: np.ndarray) -> np.ndarray:
-    """The steps summed within each run after its first (0 at each run's first)."""
-    total = np.cumsum(step)
+    """The steps summed within each run after its first (0 at each run's first; `opens` marks the
+    firsts, the array's first among them). One run (a thread, a stream) in place: no second array
+    the size of the trace."""
+    base = np.cumsum(step)
     starts = np.flatnonzero(opens)
-    return total - np.repeat(total[starts], np.diff(np.append(starts, len(step))))
+    if len(starts) == 1:
+        base -= base[0]
+    else:
+        base -= np.repeat(base[starts], np.diff(np.append(starts, len(step))))
+    return base
 
 
-def _run_cummax(values: np.ndarray, run: np.ndarray, runs: int) -> np.ndarray:
-    """The running maximum within each run of one segment (`run`: 0, 1… by position; each run's
-    first value is a real one); one accumulate, the runs lifted apart as _grouped_cummax does."""
-    if runs <= 1:
-        return np.maximum.accumulate(values)
-    if values.dtype.kind != "i":
-        return _grouped_cummax(values, run)
+def _run_cummax(values: np.ndarray, opens: np.ndarray, runs: int | None = None) -> np.ndarray:
+    """The running maximum within each run (`opens` marks each run's first, whose value is a real
+    one; _NEVER elsewhere means no floor), in place; `runs`: how many there are, where known."""
+    if (runs if runs is not None else int(opens.sum())) <= 1:
+        return np.maximum.accumulate(values, out=values)
     real = values > _NEVER
-    low = int(values[real].min())
-    values = np.where(real, values, low)
-    spread = int(values.max()) - low + 1
-    if spread * runs >= 2**62:
-        return _grouped_cummax(values, run)
-    lift = run * spread
-    return np.maximum.accumulate(values - low + lift) - lift + low
+    if not real.all():  # the smallest real value stands for "none" and lets the runs be lifted apart
+        np.copyto(values, values[real].min(), where=~real)
+    return _grouped_cummax(values, np.cumsum(opens))
 
 
 def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_dur: np.ndarray,
@@ -590,14 +584,8 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
         q_delay = d_delay[q]
         q_static = np.where(d_first[q] & ~q_linked, g.d_start[q], _NEVER)
         q_floored = q_opens | q_linked
-        q_step = q_gap + np.concatenate([zero, d_dur[q[:-1]]]) if len(q) else q_gap  # d_dur's type, as before
-        firsts = np.asarray(d_cuts[chunk_start:chunk_end], dtype=np.int64) - da
-        firsts = firsts[firsts < len(q)]
-        q_step[firsts] = q_gap[firsts]  # a segment's first follows nothing in it
-        # whole nanoseconds are summed once for the chunk; durations a change scaled (floats) segment by
-        # segment, as sums over more would round them differently
-        q_whole = q_step.dtype.kind == "i"
-        q_base = _run_base(q_step, q_opens) if len(q) and q_whole else q_step
+        # each op after the one before it in the chunk (a run's first has a floor: its step is not read)
+        q_base = _run_base(q_gap + np.concatenate([zero, d_dur[q[:-1]]]), q_opens) if len(q) else q_gap
         # returns: after the op waited for, and the call's own time after it
         r = R.order[ra:r_cuts[chunk_end]]
         r_own = own[r]
@@ -616,9 +604,7 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
                     start_floor = starts_at
                 base = p_base[a:b]
                 floor = np.where(p_floored[a:b], start_floor + p_own[a:b] - base, _NEVER)
-                runs = c_runs[seg]
-                ends = base + (np.maximum.accumulate(floor) if runs == 1 else _run_cummax(floor, C.run[ca + a:ca + b],
-                                                                                          runs))
+                ends = base + _run_cummax(floor, opens[a:b], c_runs[seg])
                 after = np.concatenate((zero, ends[:-1])) + p_gap[a:b]  # after the call before, and the time between
                 if woken_in[seg]:
                     after = np.maximum(after, wake)
@@ -630,11 +616,9 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
                 prev = np.where(q_use_prev[a:b], d_start[q_before[a:b]] + q_prev_dur[a:b] + q_gap[a:b], _NEVER)
                 launched = np.where(q_linked[a:b], launch_at[q_launch[a:b]] + q_delay[a:b], _NEVER)
                 floor = np.maximum(np.maximum(prev, launched), q_static[a:b])
-                base = q_base[a:b] if q_whole else _run_base(q_step[a:b], q_opens[a:b])
+                base = q_base[a:b]
                 floor = np.where(q_floored[a:b], floor - base, _NEVER)
-                runs = d_runs[seg]
-                d_start[di] = base + (np.maximum.accumulate(floor) if runs == 1 else _run_cummax(
-                    floor, D.run[da + a:da + b], runs))
+                d_start[di] = base + _run_cummax(floor, q_opens[a:b], d_runs[seg])
             a, b = r_cuts[seg] - ra, r_cuts[seg + 1] - ra
             if b > a:
                 wi = r[a:b]
@@ -850,9 +834,7 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
             c_dur = np.where(launches, 0, c_dur)
         applied.append(ChangeApplied(change.spec, change.assumption, matched))
     base = base or replay(g)
-    after = replay(g, c_gap=c_gap, c_dur=c_dur, c_wait=wait,
-                   d_dur=np.round(d_dur).astype(np.int64) if d_dur.dtype.kind == "f" else d_dur, d_delay=d_delay,
-                   c_anchor=c_anchor)
+    after = replay(g, c_gap=c_gap, c_dur=c_dur, c_wait=wait, d_dur=d_dur, d_delay=d_delay, c_anchor=c_anchor)
     window = _step_window(trace, g)
     assumptions = [a.assumption for a in applied]
     if g.unlinked:
