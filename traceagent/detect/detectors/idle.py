@@ -159,12 +159,12 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     # the device op right after each gap, and the host call that launched it
     work_start = view.work["start"].to_numpy(np.int64)
     next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
-    calls = calls_by_correlation(trace)
     corr = view.work["correlation"].to_numpy()[next_op]
-    launch = launch_calls(trace, corr, ("start", "end"))
+    launch = launch_calls(trace, corr, ("name", "start", "end"))
     launch_start = launch["start"].to_numpy(dtype=float)
     # subtracted before the cast: epoch nanoseconds lose precision as floats, durations do not
     launch_dur = (launch["end"] - launch["start"]).to_numpy(dtype=float)
+    is_launch_call = matches(launch["name"], LAUNCH_CALLS)  # no call: no name, not a launch
     del launch
 
     syncs = sync_calls(trace)
@@ -187,8 +187,6 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
         cause[drained >= 0] = "sync"
         undecided &= drained < 0
 
-    rows = launch_rows(trace, corr)
-    is_launch_call = np.append(matches(calls["name"], LAUNCH_CALLS), False)[rows]  # row -1 (no call): the False
     op_dur = (view.work["end"].to_numpy() - work_start)[next_op]
     late_launch = ~np.isnan(launch_start) & (launch_start >= g_start)
     is_launch = (undecided & late_launch & is_launch_call & (op_dur < launch_dur)
