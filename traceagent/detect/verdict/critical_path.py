@@ -144,7 +144,7 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     # host calls: the call before on the thread; a blocking call that returned when the GPU finished,
     # the device op that ended last before it returned
     c_pid = cpu["pid"].to_numpy(np.int64)[c_rows]
-    call_thread = c_pid * (1 << 32) + cpu["tid"].to_numpy(np.int64)[c_rows]  # as thread_key
+    call_thread = thread_keys(c_pid, cpu["tid"].to_numpy()[c_rows])
     prev_call = _previous(call_thread, c_start)
     prev_call = np.where(prev_call >= 0, prev_call + n_dev, -1)
     launched_by = np.where(launch >= 0, c_pid[np.clip(launch - n_dev, 0, max(len(c_pid) - 1, 0))] if len(c_pid) else -1, -1)
@@ -214,7 +214,12 @@ def range_window(trace: Trace, name: str, instance: int = 1) -> tuple[int, int]:
 
 def thread_key(rows: pd.DataFrame) -> np.ndarray:
     """Each host row's thread as one number: pid << 32 | tid."""
-    return rows["pid"].to_numpy(np.int64) * (1 << 32) + rows["tid"].to_numpy(np.int64)
+    return thread_keys(rows["pid"].to_numpy(), rows["tid"].to_numpy())
+
+
+def thread_keys(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """thread_key of pid and tid arrays."""
+    return np.asarray(pid, dtype=np.int64) * (1 << 32) + np.asarray(tid, dtype=np.int64)
 
 
 def blocking_waits(c_pid: np.ndarray, c_end: np.ndarray, blocking: np.ndarray, d_device: np.ndarray,

@@ -38,7 +38,7 @@ from ..core.view import us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.collectives import parse_payload
 from ..detectors.kernels import short_name
-from .critical_path import blocking_waits, thread_key
+from .critical_path import blocking_waits, thread_key, thread_keys
 from .savings import Saving
 
 #: the changes, as `--change` takes them
@@ -222,7 +222,7 @@ def build_graph(trace: Trace) -> Graph | None:
     origin = int(min(every_gpu["start"].min(), cpu["start"].min() if len(cpu) else every_gpu["start"].min()))
     # the rows kept, as positions into the trace's tables: each table is copied once, at the end
     c_rows = np.flatnonzero(cpu["kind"].isin(["runtime", "driver"]).to_numpy())
-    c_thread = cpu["pid"].to_numpy(np.int64)[c_rows] * (1 << 32) + cpu["tid"].to_numpy(np.int64)[c_rows]  # thread_key
+    c_thread = thread_keys(cpu["pid"].to_numpy()[c_rows], cpu["tid"].to_numpy()[c_rows])
     c_start = cpu["start"].to_numpy(np.int64)[c_rows] - origin
     order = np.lexsort((c_start, c_thread))
     c_rows, c_thread, c_start = c_rows[order], c_thread[order], c_start[order]
@@ -674,7 +674,7 @@ class Timeline:
     def host_times(self, pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Host times (ns on the trace clock) on their threads, moved as the replay moved each thread."""
         out = t.copy()
-        thread = pid.astype(np.int64) * (1 << 32) + tid.astype(np.int64)  # as thread_key
+        thread = thread_keys(pid, tid)
         for th in np.unique(thread):
             mine = thread == th
             out[mine] = _moved(self.graph, self.replayed, int(th), t[mine] - self.graph.origin, self.removed,
@@ -814,11 +814,11 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
                 applied.append(ChangeApplied(change.spec, f"{change.assumption}; {note}", matched))
                 continue
         elif change.what == "copies":
-            pageable, note = _pageable(trace, g)
+            pageable, pinned_ns, note = _pageable(trace, g)
             if not pageable.any():
                 raise ValueError(f"{change.spec!r}: the trace has no copies from or to pageable host memory")
             matched = int(pageable.sum())
-            d_dur = np.where(pageable, np.minimum(d_dur, _pinned_ns(trace, g)), d_dur)
+            d_dur = np.where(pageable, np.minimum(d_dur, pinned_ns), d_dur)
             calls = np.zeros(len(g.c_start), dtype=bool)
             calls[g.d_launch[pageable & (g.d_launch >= 0)]] = True
             c_dur = np.where(calls & (g.c_wait < 0), _launch_ns(g), c_dur)
@@ -929,21 +929,22 @@ def _link_scale(trace: Trace, g: Graph, change: Change, collective: np.ndarray) 
     return scale, f"{was} → {name} {peak:g} GB/s per GPU"
 
 
-def _pageable(trace: Trace, g: Graph) -> tuple[np.ndarray, str]:
-    """Which device ops are copies between the device and pageable host memory, and the pinned
-    bandwidth they would get, in words."""
+def _pageable(trace: Trace, g: Graph) -> tuple[np.ndarray, np.ndarray, str]:
+    """Which device ops are copies between the device and pageable host memory, each op's time as
+    a pinned copy of its bytes in its direction (0 for other ops), and the pinned bandwidth in words."""
     kind, src, dst = _copy_columns(g, "copy_kind", "src_kind", "dst_kind")
     pageable = (g.d_kind == "memcpy") & (((kind == "HtoD") & (src == "pageable")) | ((kind == "DtoH") & (dst == "pageable")))
-    rates = {d: _pinned_gbps(trace, g, d) for d in ("HtoD", "DtoH")}
+    rates = {"HtoD": _pinned_gbps(trace, g, kind, src, "HtoD"), "DtoH": _pinned_gbps(trace, g, kind, dst, "DtoH")}
     note = "; ".join(f"{d} at {gbps:.1f} GB/s ({why})" for d, (gbps, why) in rates.items()
                      if (pageable & (kind == d)).any())
-    return pageable, note
+    gbps = np.select([kind == "HtoD", kind == "DtoH"], [rates["HtoD"][0], rates["DtoH"][0]], default=np.inf)
+    return pageable, g.op_column("bytes").to_numpy(np.float64) / gbps, note
 
 
-def _pinned_gbps(trace: Trace, g: Graph, direction: str) -> tuple[float, str]:
-    """The bandwidth pinned copies of one direction reach: the trace's own pinned copies', else a
-    share of the host link's peak."""
-    kind, host_side = _copy_columns(g, "copy_kind", "src_kind" if direction == "HtoD" else "dst_kind")
+def _pinned_gbps(trace: Trace, g: Graph, kind: np.ndarray, host_side: np.ndarray, direction: str) -> tuple[float, str]:
+    """The bandwidth pinned copies of one direction reach (`kind`, `host_side`: the ops' copy kinds and
+    host-side memory kinds, from _copy_columns): the trace's own pinned copies', else a share of the
+    host link's peak."""
     pinned = (g.d_kind == "memcpy") & (kind == direction) & (host_side == "pinned")
     seconds = float((g.d_end - g.d_start)[pinned].sum()) / 1e9
     if pinned.any() and seconds > 0:
@@ -965,13 +966,6 @@ def _copy_columns(g: Graph, *names: str) -> list[np.ndarray]:
         out.append(values)
     return out
 
-
-def _pinned_ns(trace: Trace, g: Graph) -> np.ndarray:
-    """Each op's time as a pinned copy of its bytes in its direction (0 for other ops)."""
-    kind, = _copy_columns(g, "copy_kind")
-    gbps = np.select([kind == "HtoD", kind == "DtoH"], [_pinned_gbps(trace, g, "HtoD")[0],
-                                                        _pinned_gbps(trace, g, "DtoH")[0]], default=np.inf)
-    return g.op_column("bytes").to_numpy(np.float64) / gbps
 
 
 def _launch_ns(g: Graph) -> int:
