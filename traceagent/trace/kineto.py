@@ -809,8 +809,8 @@ def _concat(parts: list[dict]) -> dict:
     for key in list(parts[0]):
         pieces = [p.pop(key) for p in parts]
         joined[key] = np.concatenate(pieces)
-        counter.freed(joined[key].nbytes)  # the pieces go as this returns to the loop
         del pieces
+        counter.freed(joined[key].nbytes)  # as much as the pieces just let go
     return joined
 
 
