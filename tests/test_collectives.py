@@ -64,7 +64,7 @@ def test_bytes_and_bus_bandwidth_match_an_independent_reading(name):
 
 def test_every_bandwidth_share_says_the_link_it_assumed():
     a = traceagent.analyze(DATA / "tracelens/b200_eager_trace.json.gz")
-    result = a.focus.findings.extra["collectives"]
+    result = a.focus.results["collectives"]
     link = result.links[0]
     assert (link.kind, link.peak_gbps) == ("NVLink 5", 900.0)  # B200, ranks 0-7 in one node
     assert "ranks 0-7 in one node" in link.assumption and "8 GPUs per node assumed" in link.assumption
@@ -127,7 +127,7 @@ def one_large_or_many_small(tmp_path: Path, small: bool) -> Path:
 def test_one_large_collective_is_bandwidth_bound_and_many_small_ones_latency_bound(tmp_path):
     large = traceagent.analyze(one_large_or_many_small(tmp_path, small=False), use_cache=False)
     small = traceagent.analyze(one_large_or_many_small(tmp_path, small=True), use_cache=False)
-    big, tiny = large.focus.findings.extra["collectives"], small.focus.findings.extra["collectives"]
+    big, tiny = large.focus.results["collectives"], small.focus.results["collectives"]
     assert big.bytes == tiny.bytes == 100 << 20
     assert big.busbw_gbps == pytest.approx((100 << 20) * 1.75 / 600_000, rel=1e-3)
     assert tiny.busbw_gbps == pytest.approx((1 << 19) * 1.75 / 30_000, rel=1e-3)

@@ -36,7 +36,7 @@ def test_gc_and_import_pauses_under_idle_time_worked_out_by_hand(tmp_path):
     analysis = analyze(pauses_trace(tmp_path))
     r = analysis.ranks[0]
     assert r.findings.idle.idle_us == 800.0
-    result = r.findings.extra["host_pauses"]
+    result = r.results["host_pauses"]
     gc, imports = result.pauses
     assert (gc.kind, gc.pauses, gc.host_us, gc.idle_us, gc.share_of_idle_pct) == ("gc", 1, 300.0, 300.0, 37.5)
     assert (imports.kind, imports.pauses, imports.host_us, imports.idle_us, imports.share_of_idle_pct) == (
@@ -50,7 +50,7 @@ def test_gc_and_import_pauses_under_idle_time_worked_out_by_hand(tmp_path):
 
 def test_the_threshold_is_set_like_any_other_and_the_tool_and_report_say_it(tmp_path, capsys):
     path = pauses_trace(tmp_path)
-    only_gc = analyze(path, settings=["host_pauses.min_idle_us=250"]).ranks[0].findings.extra["host_pauses"]
+    only_gc = analyze(path, settings=["host_pauses.min_idle_us=250"]).ranks[0].results["host_pauses"]
     assert [p.kind for p in only_gc.pauses] == ["gc"]  # the import's 200 µs is under 250
     assert main(["analyze", str(path), "--set", "host_pauses.min_idle_us=250", "--json"]) == 0
     assert [p["kind"] for p in json.loads(capsys.readouterr().out)["ranks"][0]["host_pauses"]["pauses"]] == ["gc"]
@@ -59,7 +59,7 @@ def test_the_threshold_is_set_like_any_other_and_the_tool_and_report_say_it(tmp_
     assert usage.value.code == 2 and "no parameter 'min_idle'; there are min_idle_us" in capsys.readouterr().err
     analysis = analyze(path)
     tool = {t.name: t for t in build_tools(AnalysisContext(analysis))}["host_pauses"]
-    assert json.loads(tool.invoke({}))["pauses"] == to_data(analysis.ranks[0].findings.extra["host_pauses"])["pauses"]
+    assert json.loads(tool.invoke({}))["pauses"] == to_data(analysis.ranks[0].results["host_pauses"])["pauses"]
     report = tmp_path / "report.md"
     assert main(["report", str(path), "-o", str(report)]) == 0
     text = report.read_text()
@@ -71,6 +71,6 @@ def test_without_python_frames_the_trace_cannot_say(tmp_path):
     b.kernel("gemm", 0, 100)
     b.kernel("gemm", 600, 100)
     analysis = analyze(b.write(tmp_path / "t.json"))
-    assert analysis.ranks[0].findings.extra["host_pauses"] is None
+    assert analysis.ranks[0].results["host_pauses"] is None
     answer = json.loads({t.name: t for t in build_tools(AnalysisContext(analysis))}["host_pauses"].invoke({}))
     assert "with_stack=True" in answer["unavailable"]["how_to_get_it"]

@@ -60,7 +60,7 @@ def weighted_mean(times: list[int], values: list[float], over: list[tuple[int, i
 
 def test_pcie_and_nvlink_utilisation_during_copies_match_sums_done_here(tmp_path):
     path, times = with_gpu_metrics(tmp_path)
-    result = traceagent.analyze(path, use_cache=False).focus.findings.extra["interconnect"]
+    result = traceagent.analyze(path, use_cache=False).focus.results["interconnect"]
     # five metrics read (not the clock), NVLink RX requests and responses added into one: 4 per sample time
     assert result.metric_samples == len(times) * 4
     with sqlite3.connect(path) as db:
@@ -83,7 +83,7 @@ def test_pcie_and_nvlink_utilisation_during_copies_match_sums_done_here(tmp_path
 
 def test_copies_are_measured_against_the_host_link_with_the_assumption_said(tmp_path):
     a = traceagent.analyze(REPORT1)
-    result = a.focus.findings.extra["interconnect"]
+    result = a.focus.results["interconnect"]
     copies, memcpy = {c.kind: c for c in result.copies}, a.focus.findings.memcpy.by_kind
     link = result.links[copies["HtoD"].link]
     assert (link.kind, link.peak_gbps) == ("PCIe Gen4 x16", 31.5)  # an Ada GPU: PCIe 4.0, 16 GT/s × 16, 128b/130b

@@ -46,11 +46,11 @@ def most_idle_gpu(ctx) -> str:
 
 
 def links(ctx):
-    return focus(ctx).findings.extra["interconnect"]
+    return focus(ctx).results["interconnect"]
 
 
 def collectives(ctx):
-    return focus(ctx).findings.extra["collectives"]
+    return focus(ctx).results["collectives"]
 
 
 def comparison(ctx):
@@ -70,7 +70,7 @@ TABLE = [
      lambda c: [f"busbw {collectives(c).rows[0].busbw_gbps:.1f} GB/s"]),
     ("S", "How is the decode phase doing?", "phases", {},
      lambda c: ["**decode**: 1 step, 32 tokens",
-                f"{percent(focus(c).findings.extra['phases'].phases[0].graph_kernel_pct)} of kernel time replayed"]),
+                f"{percent(focus(c).results['phases'].phases[0].graph_kernel_pct)} of kernel time replayed"]),
     ("N", "Is flash_fwd_kernel on the critical path?", "critical_path", {},
      lambda c: [f"saves at most {duration(focus(c).findings.critical_path.kernels[0].saving_2x_us)}"]),
     ("R", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**No.**", "not by compute"]),

@@ -38,7 +38,7 @@ def _check(analysis: traceagent.Analysis) -> int:
         if len(steps.steps) == steps.count:  # every step listed: they add up to the idle inside steps
             inside = rank.gaps[rank.gaps["step_row"] >= 0]["dur"].sum() / 1000.0
             assert sum(by_step.values()) == pytest.approx(inside, rel=1e-6, abs=0.01)
-        phases = rank.findings.extra.get("phases")
+        phases = rank.results.get("phases")
         if phases is not None:  # a phase's idle is its steps' idle
             for p in phases.phases:
                 assert p.idle_pct == pytest.approx(100.0 - p.busy_pct, abs=0.02)

@@ -44,7 +44,7 @@ def raw_reading(path: Path, step_name: str) -> dict:
 @pytest.mark.parametrize("path, phase, tokens", [(SGLANG_DECODE, "decode", 32), (SGLANG_PREFILL, "prefill", 15360)])
 def test_sglang_steps_are_split_into_phases_with_figures_read_from_the_raw_json(path, phase, tokens):
     analysis = traceagent.analyze(path)
-    [p] = analysis.focus.findings.extra["phases"].phases
+    [p] = analysis.focus.results["phases"].phases
     # SGLang wraps its step[DECODE bs=32] in a wider execute_32_context_0(…)_generation_32(…) range: the outer one is the step
     [step_name] = analysis.focus.trace.steps["name"].astype(str)
     assert step_name.startswith("execute_")
@@ -58,7 +58,7 @@ def test_sglang_steps_are_split_into_phases_with_figures_read_from_the_raw_json(
 
 def test_a_vllm_step_with_prefill_and_decode_requests_is_mixed_and_replayed_from_graphs():
     analysis = traceagent.analyze(VLLM_MIXED)
-    [p] = analysis.focus.findings.extra["phases"].phases
+    [p] = analysis.focus.results["phases"].phases
     assert (p.phase, p.tokens) == ("mixed", 8192)  # execute_8192_context_9(…)_generation_37(…)
     assert p.graph_kernel_pct > 90 and not p.launch_bound
     assert analysis.verdict.limiter != "idle" and analysis.verdict.root_cause != "launch_overhead"
@@ -83,8 +83,8 @@ def decode_steps(tmp_path: Path, graphed: bool) -> Path:
 
 
 def test_a_launch_bound_decode_gets_cuda_graph_advice_and_a_graphed_one_does_not(tmp_path):
-    eager = traceagent.analyze(decode_steps(tmp_path, graphed=False), use_cache=False).focus.findings.extra["phases"]
-    graphed = traceagent.analyze(decode_steps(tmp_path, graphed=True), use_cache=False).focus.findings.extra["phases"]
+    eager = traceagent.analyze(decode_steps(tmp_path, graphed=False), use_cache=False).focus.results["phases"]
+    graphed = traceagent.analyze(decode_steps(tmp_path, graphed=True), use_cache=False).focus.results["phases"]
     [e], [g] = eager.phases, graphed.phases
     assert (e.phase, e.steps, e.tokens) == ("decode", 10, 80)
     assert e.launch_bound and "CUDA graphs" in e.next_step and e.graph_kernel_pct == 0.0
@@ -103,7 +103,7 @@ def test_vllm_steps_named_by_requests_and_tokens_split_into_prefill_decode_and_m
         work = 600 if "generation_0" in name else 100  # prefill kernels run 600 µs, decode 100 µs
         b.kernel("step_kernel", t0 + 50, work, launch_at=t0 + 10, launch_dur=5)
     phases = {p.phase: p for p in traceagent.analyze(b.write(tmp_path / "vllm.json"),
-                                                      use_cache=False).focus.findings.extra["phases"].phases}
+                                                      use_cache=False).focus.results["phases"].phases}
     assert (phases["prefill"].steps, phases["prefill"].tokens) == (2, 2 * 512)
     assert (phases["decode"].steps, phases["decode"].tokens) == (6, 6 * 8)
     assert (phases["mixed"].steps, phases["mixed"].tokens) == (1, 128 + 7)

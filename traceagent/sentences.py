@@ -168,5 +168,5 @@ def further_findings(rank: RankAnalysis) -> list[tuple[str, str]]:
     found = [("Throughput", flops_sentence(f.flops)), ("CUDA graphs", graphs_sentence(f.graphs)),
              ("Memory", memory_sentence(f.memory)), ("Annotations", annotations_sentence(f.annotations)),
              ("Critical path", critical_path_sentence(f.critical_path) if f.critical_path else None)]
-    found += [(d.title, d.sentence(f.extra[d.name])) for d in DETECTORS if f.extra.get(d.name) is not None]
+    found += [(d.title, d.say(rank.results.get(d.name), rank.params.params_for(d))) for d in DETECTORS]
     return [(title, text) for title, text in found if text]

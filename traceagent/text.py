@@ -55,3 +55,14 @@ def code(text: str) -> str:
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table; a cell's pipes are escaped and its line breaks become spaces (the cells
+    are already made safe: md_literal, code)."""
+    def cell(text: object) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -507,7 +507,8 @@ class OfflineAnalyst:
         if answer.result is None:
             return _unavailable(answer.unavailable, detector.title.lower()) if answer.unavailable else \
                 f"This trace has nothing for {detector.title.lower()}."
-        return f"{self._who(answer.scope)}**{detector.title}.** {detector.sentence(answer.result) or ''}".rstrip()
+        said = detector.say(answer.result, self.ctx.analysis.focus.params.params_for(detector))
+        return f"{self._who(answer.scope)}**{detector.title}.** {said or ''}".rstrip()
 
     def _scaling(self, q: Question, answer: CommAnswer, scaled: ScalingAnswer | None = None) -> str:
         """Two runs loaded: how the job scales between them; one: what in it grows with more GPUs,

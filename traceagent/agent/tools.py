@@ -593,7 +593,7 @@ def registered_tool(detector: Detector) -> Callable[..., Answer]:
 
     def tool(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> DetectorAnswer:
         r, scope = ctx.scoped(rank, device)
-        result = r.findings.extra.get(detector.name)
+        result = r.results.get(detector.name)
         return DetectorAnswer(result, scope,
                               unavailable(detector.title.lower(), *detector.needs) if result is None else None)
 

@@ -9,35 +9,27 @@ they cannot disagree with it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, make_dataclass, replace
+from functools import cached_property
 from typing import Any, Protocol
 
 import pandas as pd
 
-from ..trace.heap import return_freed_memory
 from ..trace.model import Trace, TraceMeta
 from .core.bounds import out_of_range
 from .core.encode import to_data
-from .core.timing import timed
-from .detectors.annotations import AnnotationsResult, detect_annotations
-from .detectors.breakdown import BreakdownResult, detect_breakdown
-from .detectors.comm import CommResult, detect_comm
-from .detectors.flops import FlopsResult, detect_flops
-from .detectors.graphs import GraphsResult, detect_graphs
-from .detectors.idle import IdleParams, IdleResult, detect_idle, trace_gaps
+from .detectors.breakdown import BreakdownResult
+from .detectors.comm import CommResult
+from .detectors.idle import IdleParams, trace_gaps
 from .detectors.kernel_profiles import KernelProfilesResult, joined
-from .detectors.kernels import HotKernel, KernelsResult, detect_hot_kernels
-from .detectors.launch import LaunchResult, detect_launch
-from .detectors.memcpy import MemcpyResult, detect_memcpy
-from .detectors.memory import MemoryResult, detect_memory
-from .detectors.steps import StepsResult, detect_steps
-from .detectors.stragglers import RankComparison, RankTimeline, StragglerParams, compare_ranks, rank_timeline
-from .detectors.timeline import TimelineResult, detect_timeline
-from .detectors.workload import Workload, detect_workload
-from .registry import DETECTORS, Inputs, run_all
-from .verdict.critical_path import CriticalPathResult, detect_critical_path
-from .verdict.diagnose import Evidence, Findings, Verdict, VerdictParams, diagnose, no_device_verdict, straggler_verdict
-from .verdict.savings import Saving, estimate_savings
-from .verdict.whatif import simulated
+from .detectors.kernels import KernelsResult, detect_hot_kernels
+from .detectors.launch import LaunchResult
+from .detectors.memcpy import MemcpyResult
+from .detectors.per_device import DeviceFindings
+from .detectors.steps import StepsResult
+from .detectors.stragglers import RankComparison, RankTimeline, StragglerParams, compare_ranks
+from .detectors.timeline import TimelineResult
+from .registry import DETECTORS, Detector, run_all
+from .verdict.diagnose import Evidence, Findings, Verdict, VerdictParams, no_device_verdict, straggler_verdict
 
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
 #: major number changes when a key is removed or changes meaning, the minor when keys are added. A
@@ -60,7 +52,11 @@ class AnalysisParams:
     idle: IdleParams = field(default_factory=IdleParams)
     verdict: VerdictParams = field(default_factory=VerdictParams)
     stragglers: StragglerParams = field(default_factory=StragglerParams)
-    detectors: dict[str, Any] = field(default_factory=lambda: {d.name: d.params for d in DETECTORS})
+    detectors: dict[str, Any] = field(default_factory=lambda: {d.name: d.params for d in DETECTORS if d.own_params})
+
+    def params_for(self, detector: Detector) -> Any:
+        """The parameters a detector runs with: the shared ones it names, else its own."""
+        return getattr(self, detector.settings) if detector.settings else self.detectors.get(detector.name, detector.params)
 
     def with_settings(self, settings: list[str]) -> AnalysisParams:
         """These parameters with `NAME.PARAM=VALUE` settings applied (`idle.launch_gap_us=50`,
@@ -104,31 +100,6 @@ def _set_field(params: Any, name: str, text: str, setting: str) -> Any:
     return replace(params, **{name: value})
 
 
-@dataclass(frozen=True)
-class DeviceFindings:
-    """What the tools report for one GPU of a rank, computed with the analysis (DESIGN: the tools
-    and the chat app read results, they never run a detector again)."""
-
-    memcpy: MemcpyResult
-    comm: CommResult
-    kernels: KernelsResult
-    launch: LaunchResult
-    steps: StepsResult | None  # idle per step from this GPU's gaps
-
-
-def device_findings(trace: Trace, findings: Findings, params: IdleParams,
-                    gaps: pd.DataFrame) -> dict[int, DeviceFindings]:
-    """Each GPU's findings; a rank with one GPU has the rank's. `gaps`: the rank's gap table."""
-    devices = sorted(int(d) for d in findings.idle.devices)
-    if len(devices) == 1:
-        f = findings
-        return {devices[0]: DeviceFindings(f.memcpy, f.comm, f.kernels, f.launch, f.steps)}
-    return {d: DeviceFindings(detect_memcpy(trace, device=d), detect_comm(trace, device=d),
-                              detect_hot_kernels(trace, device=d), detect_launch(trace, device=d),
-                              detect_steps(trace, params=params, device=d, gaps=gaps))
-            for d in devices}
-
-
 class EventSource(Protocol):
     """Loads a rank's events again (trace.load.RankSource): detectors know no files."""
 
@@ -137,25 +108,55 @@ class EventSource(Protocol):
 
 @dataclass(frozen=True)
 class RankAnalysis:
-    """One rank's results. They hold no events: `trace` is the rank's Trace where it was analysed
-    in this process, else loaded again from `source` when a narrower query needs its events; the
-    classified gaps likewise (they grow with the trace, and the cross-rank step does not read them)."""
+    """One rank's results: every detector's (registry.run_all) but the gap table, by name. They
+    hold no events: `trace` is the rank's Trace where it was analysed in this process, else loaded
+    again from `source` when a narrower query needs its events; the classified gaps likewise (they
+    grow with the trace, and the cross-rank step does not read them)."""
 
     rank: int | None
     params: AnalysisParams
     meta: TraceMeta
-    breakdown: BreakdownResult
-    findings: Findings
-    verdict: Verdict
-    timeline: RankTimeline  # what the cross-rank comparison reads
+    results: dict[str, Any]  # each detector's result by its name (None where the trace cannot say)
     counts: dict[str, int]  # events by kind (Trace.counts)
     streams: list[int]  # the streams device work ran on
     step_numbers: list[int]  # the steps the trace has
-    pictures: TimelineResult  # what the timeline charts draw: presentation never reads events
-    by_device: dict[int, DeviceFindings]  # each GPU's copies, collectives, kernels, launches, steps
+    has_device_activity: bool  # device work other than syncs
     source: EventSource | None = None
     loaded: Trace | None = field(default=None, repr=False, compare=False)
     kept_gaps: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def findings(self) -> Findings:
+        """The results the verdict and the presentation read by type."""
+        r = self.results
+        return Findings(idle=r["idle"], memcpy=r["memcpy"], comm=r["comm"], kernels=r["kernels"], launch=r["launch"],
+                        steps=r["steps"], has_python_frames=self.meta.has_python_frames,
+                        has_device_activity=self.has_device_activity,
+                        workload=r["workload"], savings=r["savings"], flops=r["flops"], memory=r["memory"],
+                        graphs=r["graphs"], annotations=r["annotations"], critical_path=r["critical_path"])
+
+    @property
+    def breakdown(self) -> BreakdownResult:
+        return self.results["breakdown"]
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.results["verdict"]
+
+    @property
+    def timeline(self) -> RankTimeline:
+        """What the cross-rank comparison reads."""
+        return self.results["rank_timeline"]
+
+    @property
+    def pictures(self) -> TimelineResult:
+        """What the timeline charts draw: presentation never reads events."""
+        return self.results["timeline"]
+
+    @property
+    def by_device(self) -> dict[int, DeviceFindings]:
+        """Each GPU's copies, collectives, kernels, launches, steps."""
+        return self.results["per_gpu"]
 
     @property
     def gaps(self) -> pd.DataFrame:
@@ -179,8 +180,9 @@ class RankAnalysis:
         """The same results under the rank the job settled on (a file name can say it)."""
         meta = replace(self.meta, rank=rank)
         loaded = replace(self.loaded, meta=meta) if self.loaded is not None else None
-        return replace(self, rank=rank, meta=meta, verdict=replace(self.verdict, rank=rank),
-                       timeline=replace(self.timeline, rank=rank), loaded=loaded)
+        results = {**self.results, "verdict": replace(self.verdict, rank=rank),
+                   "rank_timeline": replace(self.timeline, rank=rank)}
+        return replace(self, rank=rank, meta=meta, results=results, loaded=loaded)
 
     def device_gaps(self, device: int) -> pd.DataFrame:
         """The classified gaps of one device."""
@@ -217,39 +219,18 @@ class RankAnalysis:
         return self.findings.steps if device is None else self.by_device[device].steps
 
     def record(self) -> Any:
-        """The rank as `analyze --json` prints it (a RankRecord)."""
-        f = self.findings
+        """The rank as `analyze --json` prints it (a RankRecord): each detector's keys."""
         p = self.params
-        return RankRecord(
-            rank=self.rank, params=ParamsRecord(p.idle, p.verdict, p.stragglers, DetectorParams(**p.detectors)),
-            devices=dict(self.meta.devices), breakdown=self.breakdown, idle=f.idle, memcpy=f.memcpy, comm=f.comm,
-            hot_kernels=f.kernels.top, kernels=KernelCounts(f.kernels.kernels, f.kernels.distinct, f.kernels.total_us),
-            launch=f.launch, flops=f.flops, memory=f.memory, graphs=f.graphs, critical_path=f.critical_path,
-            annotations=f.annotations, **f.extra, steps=f.steps or NoSteps(), workload=f.workload,
-            savings=f.savings, verdict=self.verdict)
-
-
-@dataclass(frozen=True)
-class KernelCounts:
-    """A rank's kernels: how many ran, how many distinct names, their device time."""
-
-    count: int
-    distinct: int
-    total_us: float
-
-
-@dataclass(frozen=True)
-class NoSteps:
-    """A rank whose trace marks no steps."""
-
-    count: int = 0
-    mean_us: None = None
-    max_us: None = None
+        return RankRecord(rank=self.rank, params=ParamsRecord(p.idle, p.verdict, p.stragglers,
+                                                              DetectorParams(**p.detectors)),
+                          devices=dict(self.meta.devices),
+                          **{k.name: k.value(self.results[d.name]) for d in DETECTORS for k in d.json_keys()})
 
 
 #: Each registered detector's parameters, by its name: a type made from the registry, so the JSON
 #: Schema describes every one of them.
-DetectorParams = make_dataclass("DetectorParams", [(d.name, type(d.params)) for d in DETECTORS], frozen=True)
+DetectorParams = make_dataclass("DetectorParams", [(d.name, type(d.params)) for d in DETECTORS if d.own_params],
+                                frozen=True)
 
 
 @dataclass(frozen=True)
@@ -262,16 +243,12 @@ class ParamsRecord:
     detectors: DetectorParams  # type: ignore[valid-type]  # made from the registry
 
 
-#: A rank in `analyze --json`: the core detectors' results, then each registered detector's under
-#: its name (None where the trace cannot say), then the steps, the workload, the savings and the
-#: verdict. Made from the registry, so a new detector is a new key of the JSON and of its schema.
+#: A rank in `analyze --json`: its number, parameters and devices, then each detector's keys in
+#: their places (registry.DETECTORS). Made from the registry, so a new detector is a new key of the
+#: JSON and of its schema.
 RankRecord = make_dataclass("RankRecord", [
-    ("rank", int | None), ("params", ParamsRecord), ("devices", dict[int, str]), ("breakdown", BreakdownResult),
-    ("idle", IdleResult), ("memcpy", MemcpyResult), ("comm", CommResult), ("hot_kernels", list[HotKernel]),
-    ("kernels", KernelCounts), ("launch", LaunchResult), ("flops", FlopsResult | None), ("memory", MemoryResult | None),
-    ("graphs", GraphsResult | None), ("critical_path", CriticalPathResult | None),
-    ("annotations", AnnotationsResult | None), *((d.name, d.result | None) for d in DETECTORS),
-    ("steps", StepsResult | NoSteps), ("workload", Workload), ("savings", list[Saving]), ("verdict", Verdict),
+    ("rank", int | None), ("params", ParamsRecord), ("devices", dict[int, str]),
+    *((k.name, k.type) for d in DETECTORS for k in d.json_keys()),
 ], frozen=True)
 RankRecord.__module__ = DetectorParams.__module__ = __name__  # made here, not in dataclasses
 
@@ -373,36 +350,13 @@ def joined_on(profiled: KernelProfilesResult, rank: RankAnalysis, device: int | 
 
 def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
                   source: EventSource | None = None) -> RankAnalysis:
-    """Every detector on one rank, and its verdict."""
-    idle_params = params.idle
-    gaps = timed("gaps", lambda: trace_gaps(trace, idle_params))  # the one gap table: every detector reads it
-    idle = timed("idle", lambda: detect_idle(trace, idle_params, gaps))
-    copies, comm = timed("memcpy", lambda: detect_memcpy(trace)), timed("comm", lambda: detect_comm(trace))
-    kernels = timed("kernels", lambda: detect_hot_kernels(trace))
-    steps = timed("steps", lambda: detect_steps(trace, params=idle_params, gaps=gaps))
-    path = timed("critical_path", lambda: detect_critical_path(trace, [k.name for k in kernels.top]))
-    return_freed_memory()  # the path's walk freed as much as the trace holds; the replay next needs room
-    findings = Findings(
-        idle=idle, memcpy=copies, comm=comm, kernels=kernels, launch=timed("launch", lambda: detect_launch(trace)),
-        steps=steps, has_python_frames=trace.meta.has_python_frames, has_device_activity=trace.has_device_activity,
-        workload=timed("workload", lambda: detect_workload(trace)),
-        savings=timed("whatif", lambda: simulated(trace, estimate_savings(idle, copies, comm, kernels, steps, path))),
-        critical_path=path,
-    )
-    verdict = replace(diagnose(findings, params.verdict), rank=trace.meta.rank)
-    breakdown = timed("breakdown", lambda: detect_breakdown(trace, gaps))
-    findings = replace(
-        findings, flops=timed("flops", lambda: detect_flops(trace, breakdown.total.span_us, len(breakdown.devices))),
-        memory=timed("memory", lambda: detect_memory(trace, gaps)), graphs=timed("graphs", lambda: detect_graphs(trace)),
-        annotations=timed("annotations", lambda: detect_annotations(trace, gaps, breakdown.total.busy_us)),
-        extra=run_all(Inputs(trace, gaps, breakdown, copies), params.detectors))
-    timeline = timed("stragglers", lambda: rank_timeline(trace, gaps, breakdown.total))
-    pictures = timed("timeline", lambda: detect_timeline(trace, gaps))
-    by_device = timed("per_gpu", lambda: device_findings(trace, findings, idle_params, gaps))
-    return RankAnalysis(trace.meta.rank, params, trace.meta, breakdown, findings, verdict, timeline,
-                        counts=trace.counts(), streams=sorted(int(s) for s in trace.gpu["stream"].unique()),
-                        step_numbers=[int(s) for s in trace.steps["step"]], pictures=pictures, by_device=by_device,
-                        source=source, loaded=trace, kept_gaps=gaps)
+    """Every detector on one rank (registry.run_all), its verdict among them."""
+    results = run_all(trace, params.params_for)
+    gaps = results.pop("gaps")  # the one gap table: kept beside the results while the events are
+    return RankAnalysis(trace.meta.rank, params, trace.meta, results, counts=trace.counts(),
+                        streams=sorted(int(s) for s in trace.gpu["stream"].unique()),
+                        step_numbers=[int(s) for s in trace.steps["step"]],
+                        has_device_activity=trace.has_device_activity, source=source, loaded=trace, kept_gaps=gaps)
 
 
 def reduce_job(path: str, ranks: list[RankAnalysis], params: AnalysisParams,

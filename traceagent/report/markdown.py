@@ -7,12 +7,12 @@ import re
 
 from ..detect.analysis import Analysis, RankAnalysis
 from ..detect.compare.diff import DiffResult
-from ..detect.detectors.collectives import CollectivesResult
 from ..detect.detectors.kernel_profiles import SOL_PCT, KernelProfilesResult, profile_sentence
 from ..detect.detectors.kernels import short_name
+from ..detect.registry import DETECTORS
 from ..format import duration, of_span, percent, scope, shorten, size
 from ..sentences import further_findings, gap_evidence, gpu_behind, straggler_sentence
-from ..text import code, md_literal, visible
+from ..text import code, md_literal, md_table, visible
 
 TOP_GAPS = 8
 TOP_KERNELS = 10
@@ -20,15 +20,6 @@ TOP_KERNELS = 10
 
 #: the fold around the full kernel names, as raw HTML in Markdown (render_markdown's `fold`)
 FULL_NAMES_FOLD = ("<details><summary>Full kernel names</summary>", "</details>")
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    def cell(text: object) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def model_markdown(text: str) -> str:
@@ -78,7 +69,7 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
         return "\n".join(out) + "\n"
 
     out += ["", "## Where device time went", "",
-            _table(["rank", "GPU", "span", "busy", "idle", "compute", "communication", "exposed comm", "memcpy",
+            md_table(["rank", "GPU", "span", "busy", "idle", "compute", "communication", "exposed comm", "memcpy",
                     "memset", "verdict"],
                    [[str(r.rank), str(device), duration(b.span_us), duration(b.busy_us),
                      percent(b.idle_pct), duration(b.compute_us), duration(b.comm_us),
@@ -99,7 +90,7 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
         out += ["", "## Ranks compared", "",
                 f"{c.matched} collectives matched on every rank. Waiting is the part of a collective before the "
                 "last rank entered it: the late rank's cost, not communication.", "",
-                _table(["rank", "in collectives", "waiting", "exposed waiting", "communication proper", "entered last",
+                md_table(["rank", "in collectives", "waiting", "exposed waiting", "communication proper", "entered last",
                         "compute"],
                        [[str(x.rank), duration(x.comm_us), duration(x.waiting_us), duration(x.exposed_waiting_us),
                          duration(x.communication_us), str(x.last_count), duration(x.compute_us)] for x in c.ranks]),
@@ -123,7 +114,7 @@ def savings_section(rank: RankAnalysis, top: int = 6) -> list[str]:
             f"Predicted: the trace's dependency graph replayed with the change made (`traceagent whatif TRACE --change "
             f"SPEC` tries others); beside it, what the finding itself costs (a change can reach past it: launches from a CUDA "
             f"graph shorten every gap a launch causes). Shares of the mean {whole}.",
-            "", _table(["finding", "change", "predicted", "the finding costs"], rows)]
+            "", md_table(["finding", "change", "predicted", "the finding costs"], rows)]
 
 
 def kernel_profiles_section(result: KernelProfilesResult) -> list[str]:
@@ -133,7 +124,7 @@ def kernel_profiles_section(result: KernelProfilesResult) -> list[str]:
     out = ["", "## Why the profiled kernels are slow (Nsight Compute)", "",
            f"From {code(result.path)}{where}. A kernel is memory- or compute-bound when that unit reaches "
            f"{SOL_PCT:g}% of its peak (speed of light); below that on both it is latency-bound.", "",
-           _table(["kernel", "bound", "compute", "memory", "occupancy (theoretical)", "limited by", "waves",
+           md_table(["kernel", "bound", "compute", "memory", "occupancy (theoretical)", "limited by", "waves",
                    "profiled", "in the trace"],
                   [[code(shorten(short_name(k.name), 40)), k.bound, percent(k.compute_pct), percent(k.memory_pct),
                     f"{percent(k.achieved_occupancy_pct)} ({percent(k.theoretical_occupancy_pct)})",
@@ -166,18 +157,18 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
         said = [f"{scope(r.rank, next(iter(idle.devices), None))}: idle {duration(idle.idle_us)} of "
                 f"{duration(idle.span_us)} ({percent(idle.idle_pct)}) in {idle.gaps} gaps."]
     out = ["", f"## Idle time{who}", "", " ".join(said), "",
-           _table(["cause", "idle", f"share {of}", "gaps"],
+           md_table(["cause", "idle", f"share {of}", "gaps"],
                   [[c, duration(us), percent(idle.by_cause_pct[c]), str(idle.by_cause_count[c])]
                    for c, us in sorted(idle.by_cause_us.items(), key=lambda kv: -kv[1])])]
     if idle.top_gaps:
         out += ["", "Largest gaps:", "",
-                _table(["at", "trace clock (µs)", "length", "cause", "evidence"],
+                md_table(["at", "trace clock (µs)", "length", "cause", "evidence"],
                        [[duration(g.start_us), f"{g.ts_us:.3f}", duration(g.dur_us), g.cause,
                          gap_evidence(g, wrap=code)]
                         for g in idle.top_gaps[:TOP_GAPS]])]
     if idle.sync_sites:
         out += ["", "Synchronizations that stalled the device:", "",
-                _table(["call", "op", "Python line", "times", "idle after"],
+                md_table(["call", "op", "Python line", "times", "idle after"],
                        [[code(s.call), code(s.op) if s.op else "-", code(s.python) if s.python else "-",
                          str(s.count), duration(s.idle_us)]
                         for s in idle.sync_sites])]
@@ -186,7 +177,7 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
         out += [f"Copies ran {percent(copies.share_pct)} {of}; {percent(copies.exposed_pct)} {of} "
                 f"had copies and no compute. {copies.pageable_count} copies touched pageable memory "
                 f"({size(copies.pageable_bytes)}).", "",
-                _table(["kind", "count", "bytes", "time", "GB/s", "pageable", "exposed"],
+                md_table(["kind", "count", "bytes", "time", "GB/s", "pageable", "exposed"],
                        [[k, str(c.count), size(c.bytes), duration(c.us), f"{c.gbps:.1f}",
                          str(c.pageable_count), duration(c.exposed_us)] for k, c in copies.by_kind.items()])]
     else:
@@ -197,23 +188,24 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
                 f"{of}); {percent(comm.exposed_of_comm_pct)} of that time no compute overlapped "
                 f"({duration(comm.exposed_us)}, {percent(comm.exposed_pct)} {of})."]
         if comm.top:
-            out += ["", _table(["collective", "count", "total"],
+            out += ["", md_table(["collective", "count", "total"],
                                [[code(shorten(c["name"], 70)), str(c["count"]), duration(c["total_us"])]
                                 for c in comm.top])]
-        out += _collectives_table(f.extra.get("collectives"))
+        out += sections_under(r, "Communication", who)
     else:
         out.append("No collective kernels.")
     kernels = f.kernels.top[:TOP_KERNELS]
     out += ["", f"## Hot kernels{who}", "",
             f"{f.kernels.kernels} kernels of {f.kernels.distinct} distinct names ran "
             f"{duration(f.kernels.total_us)}. The top {len(kernels)}:", "",
-            _table(["#", "kernel", "count", "total", "share of busy", "mean", "median", "max", "launched by"],
+            md_table(["#", "kernel", "count", "total", "share of busy", "mean", "median", "max", "launched by"],
                    [[str(i), code(shorten(k.short_name, 40)), str(k.count), duration(k.total_us),
                      percent(k.share_of_busy_pct), duration(k.mean_us), duration(k.median_us),
                      duration(k.max_us), (code(shorten(k.op, 40)) + _op_source(k.op_from)) if k.op else "-"]
                     for i, k in enumerate(kernels, 1)])]
     for title, line in further_findings(r):
         out += ["", f"**{title}.** {md_literal(line)}"]
+    out += sections_under(r, "", who)
     if kernels:
         out += ["", fold[0], ""]
         out += [f"{i}. {code(k.name)}" for i, k in enumerate(kernels, 1)]
@@ -236,29 +228,22 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
     return out
 
 
+def sections_under(r: RankAnalysis, heading: str, who: str) -> list[str]:
+    """The report sections detectors put under a core section (`heading`: "Communication"), or, for
+    "", the sections of their own, each under its title (detectors/base.py: `section`)."""
+    out: list[str] = []
+    for d in DETECTORS:
+        result = r.results.get(d.name)
+        if d.section is None or d.report_under != heading or result is None:
+            continue
+        lines = d.section(result, r.params.params_for(d))
+        out += lines if heading else ["", f"## {md_literal(d.title)}{who}", *lines]
+    return out
+
+
 def _op_source(source: str | None) -> str:
     """How a replayed kernel's op was found: said, since a graph replay's launch names no op."""
     return {"capture": " (graph capture)", "kernel name": " (by kernel name)"}.get(source or "", "")
-
-
-def _collectives_table(c: CollectivesResult | None) -> list[str]:
-    """Bandwidth per collective and process group (nccl-tests' algbw and busbw), each share of a
-    link's peak followed by the link it assumed."""
-    if c is None:
-        return []
-    rows = [[r.collective, f"{md_literal(r.group)} ({r.group_size})", str(r.calls), size(r.bytes), size(r.median_bytes),
-             duration(r.time_us), f"{r.algbw_gbps:.1f}", f"{r.busbw_gbps:.1f}", f"{r.best_busbw_gbps:.1f}",
-             f"{percent(r.peak_pct)} of {c.links[r.link].kind} [{r.link + 1}]"] for r in c.rows]
-    links = [f"[{i}] {md_literal(link.kind)}: {link.peak_gbps:g} GB/s per GPU per direction ({md_literal(link.source)}); "
-             f"assumed: {md_literal(link.assumption)}." for i, link in enumerate(c.links, 1)]
-    sizes = ", ".join(f"{s.size}: {s.calls} ({percent(s.time_pct)} of the time)" for s in c.sizes)
-    missing = (f" {c.without_payload} collective kernels record no message sizes and are not counted."
-               if c.without_payload else "")
-    return ["", "Bandwidth (nccl-tests conventions: algbw = bytes / time, busbw = algbw × the collective's bus "
-                "factor, comparable with the link's peak):", "",
-            _table(["collective", "group (size)", "calls", "bytes", "median message", "time", "algbw GB/s",
-                    "busbw GB/s", "best busbw", "of the link's peak"], rows),
-            "", "  \n".join(links), "", f"Message sizes: {sizes}.{missing}"]
 
 
 def _maybe(value: float | None) -> str:
@@ -293,12 +278,12 @@ def render_diff_markdown(d: DiffResult) -> str:
     elif d.slower_pct >= d.noise_pct:
         out += ["", f"The after trace is {percent(d.slower_pct)} slower: the change did not help"
                     + (f"; {md_literal(d.grew)} grew most." if d.grew else ".")]
-    out += ["", _table(["metric", "before", "after", "change"],
+    out += ["", md_table(["metric", "before", "after", "change"],
                        [[m.name, _value(m.unit, m.before), _value(m.unit, m.after), _change(m)] for m in d.metrics])]
     if d.kernels:
         per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"Hot kernels ({per}):", "",
-                _table(["kernel", "before", "after", "share of kernel time", "calls"],
+                md_table(["kernel", "before", "after", "share of kernel time", "calls"],
                        [[code(shorten(k['short_name'], 40)), duration(k["before_us"]), duration(k["after_us"]),
                          f"{percent(k['before_share_pct'])} → {percent(k['after_share_pct'])}",
                          f"{k['before_count'] or 0} → {k['after_count'] or 0}"]
@@ -306,7 +291,7 @@ def render_diff_markdown(d: DiffResult) -> str:
     if d.ranges:
         per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"Ranges (record_function / NVTX, {per}; the most grown first):", "",
-                _table(["range", "host before", "host after", "change", "GPU before", "GPU after"],
+                md_table(["range", "host before", "host after", "change", "GPU before", "GPU after"],
                        [[code(shorten(r["name"], 50)), _maybe(r["before_host_us"]), _maybe(r["after_host_us"]),
                          f"{r['change_pct']:+.1f}%" if r["change_pct"] is not None else "-",
                          _maybe(r["before_gpu_us"]), _maybe(r["after_gpu_us"])] for r in d.ranges])]

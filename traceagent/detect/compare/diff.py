@@ -392,8 +392,8 @@ def _prediction(before: Analysis, basis: str, measured_pct: float) -> Prediction
 
 
 def _collectives_side(a: Analysis) -> CollectivesSide | None:
-    found: list[CollectivesResult] = [r.findings.extra["collectives"] for r in a.ranks
-                                      if r.findings.extra.get("collectives") is not None]
+    found: list[CollectivesResult] = [r.results["collectives"] for r in a.ranks
+                                      if r.results.get("collectives") is not None]
     if not found:
         return None
     time = sum(c.time_us for c in found) or 1.0

@@ -12,6 +12,7 @@ from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.host import kernel_launches
 from ..core.view import on_device, pct, us
+from .base import Detector
 
 
 def launched_gpu_ns(trace: Trace, ranges: pd.DataFrame, device: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -141,3 +142,9 @@ def _per_step(steps: pd.DataFrame, instances: pd.DataFrame, top: int, steps_show
         sums = group.groupby("name")["gpu_ns"].sum().nlargest(top)
         out.append(StepRanges(step=int(step), ranges=[RangeGpu(name=str(n), gpu_us=us(v)) for n, v in sums.items()]))
     return out[:steps_shown]
+
+
+DETECTOR = Detector("annotations", "Annotations", "record_function and NVTX ranges by GPU time and by the idle under them.",
+                    None, AnnotationsResult,
+                    lambda i, p: detect_annotations(i.trace, i["gaps"], i["breakdown"].total.busy_us),
+                    reads=("gaps", "breakdown"), place=20, tool=False)

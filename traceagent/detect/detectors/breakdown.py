@@ -11,6 +11,7 @@ from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.view import DeviceView, device_views, pct, us, wall_span_ns
 from ..core.vocabulary import WORK
+from .base import Detector, Key
 from .idle import idle_by, trace_gaps
 
 
@@ -142,3 +143,7 @@ def detect_breakdown(trace: Trace, gaps: pd.DataFrame | None = None) -> Breakdow
     return BreakdownResult(**asdict(total), devices=per_device, steps=steps,
                            exclusive_us={name: us(ns) for name, ns in exclusive.items()})
 
+
+DETECTOR = Detector("breakdown", "Breakdown", "Each device's span, busy time by kind of work, and idle, with its steps.",
+                    None, BreakdownResult, lambda i, p: detect_breakdown(i.trace, i["gaps"]), reads=("gaps",),
+                    keys=(Key("breakdown", BreakdownResult),), place=10, tool=False)

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...format import size
-from ...text import bounded, visible
+from ...format import duration, percent, size
+from ...text import bounded, md_literal, md_table, visible
 from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.bounds import Allowance, Bandwidth, Count, Micros, Percent
@@ -298,13 +298,32 @@ def collectives_sentence(result: CollectivesResult) -> str | None:
             f"{bound}{exposed}. Next: {'; and '.join(result.next_steps)}.")
 
 
+def collectives_section(c: CollectivesResult, params: CollectivesParams) -> list[str]:
+    """Bandwidth per collective and process group (nccl-tests' algbw and busbw), each share of a
+    link's peak followed by the link it assumed."""
+    rows = [[r.collective, f"{md_literal(r.group)} ({r.group_size})", str(r.calls), size(r.bytes), size(r.median_bytes),
+             duration(r.time_us), f"{r.algbw_gbps:.1f}", f"{r.busbw_gbps:.1f}", f"{r.best_busbw_gbps:.1f}",
+             f"{percent(r.peak_pct)} of {c.links[r.link].kind} [{r.link + 1}]"] for r in c.rows]
+    links = [f"[{i}] {md_literal(link.kind)}: {link.peak_gbps:g} GB/s per GPU per direction ({md_literal(link.source)}); "
+             f"assumed: {md_literal(link.assumption)}." for i, link in enumerate(c.links, 1)]
+    sizes = ", ".join(f"{s.size}: {s.calls} ({percent(s.time_pct)} of the time)" for s in c.sizes)
+    missing = (f" {c.without_payload} collective kernels record no message sizes and are not counted."
+               if c.without_payload else "")
+    return ["", "Bandwidth (nccl-tests conventions: algbw = bytes / time, busbw = algbw × the collective's bus "
+                "factor, comparable with the link's peak):", "",
+            md_table(["collective", "group (size)", "calls", "bytes", "median message", "time", "algbw GB/s",
+                    "busbw GB/s", "best busbw", "of the link's peak"], rows),
+            "", "  \n".join(links), "", f"Message sizes: {sizes}.{missing}"]
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("collectives", "Collective bandwidth", "Bytes, algorithm and bus bandwidth (nccl-tests conventions) per "
                     "collective and process group, against the assumed link's peak (NVLink, PCIe, xGMI, network; the "
                     "assumption is stated); the message-size distribution; whether communication is bandwidth-bound, "
                     "latency-bound (many small messages) or below the link's peak, and whether it is exposed.",
                     CollectivesParams(), CollectivesResult, lambda i, p: detect_collectives(i.trace, p),
-                    collectives_sentence, since="1.4",
+                    lambda r, p: collectives_sentence(r),
+                    section=collectives_section, report_under="Communication", since="1.4",
                     needs=("the trace's collective kernels carry no payload (message sizes), or it has none",
                            "profile with PyTorch >= 2.1, whose profiler records each NCCL/RCCL kernel's collective, "
                            "message sizes, dtype and process group"))

@@ -10,6 +10,7 @@ from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema
 from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.view import device_time_ns, on_device, pct, us, views_of
+from .base import Detector, Key
 from .streams import SharedStream, shared_streams
 
 
@@ -53,3 +54,7 @@ def detect_comm(trace: Trace, top: int = 5, device: int | None = None) -> CommRe
         top=[Collective(name=str(n), count=int(r["size"]), total_us=us(r["sum"])) for n, r in by_name.iterrows()],
         shared_streams=[s for s in shared_streams(trace) if device is None or s.device == device],
     )
+
+
+DETECTOR = Detector("comm", "Communication", "Collective kernels, their time and the part no compute overlaps.", None,
+                    CommResult, lambda i, p: detect_comm(i.trace), keys=(Key("comm", CommResult),), place=13, tool=False)

@@ -33,6 +33,7 @@ from ..core.host import calls_by_correlation
 from ..core.peaks import DTYPES, Peak, peak_for
 from ..core.view import us
 from .annotations import launched_gpu_ns
+from .base import Detector
 from .kernels import short_name
 
 TOP = 10
@@ -390,3 +391,8 @@ def _by_kernel(trace: Trace, ops: pd.DataFrame, known: pd.DataFrame, peak) -> li
 def _mfu(achieved: float | None, peak, dtype: str) -> float | None:
     rate = peak.tflops.get(dtype) if peak else None
     return round(100.0 * float(achieved) / rate, 2) if achieved and rate else None
+
+
+DETECTOR = Detector("flops", "Throughput", "FLOPs from recorded shapes, achieved FLOP/s and MFU.", None, FlopsResult,
+                    lambda i, p: detect_flops(i.trace, i["breakdown"].total.span_us, len(i["breakdown"].devices)),
+                    reads=("breakdown",), place=16, tool=False)

@@ -12,6 +12,7 @@ from ...trace.model import Trace, matches
 from ...trace.normalize import GRAPH_LAUNCH
 from ..core.host import LAUNCH_CALLS, calls_by_correlation
 from ..core.view import pct, us
+from .base import Detector
 
 
 @dataclass(frozen=True)
@@ -56,3 +57,7 @@ def detect_graphs(trace: Trace) -> GraphsResult:
     saved = max(n_replayed - replays, 0)
     return GraphsResult(len(launches), n_replayed, round(n_replayed / replays, 1) if replays else None, us(device),
                         pct(device, total), saved, round(float(np.float64(saved) * median_launch_us), 3))
+
+
+DETECTOR = Detector("graphs", "CUDA graphs", "CUDA graph launches and the kernels they replay.", None, GraphsResult,
+                    lambda i, p: detect_graphs(i.trace), place=18, tool=False)

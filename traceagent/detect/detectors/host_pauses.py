@@ -92,6 +92,6 @@ def host_pauses_sentence(result: HostPausesResult) -> str | None:
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("host_pauses", "Host pauses", "Idle GPU time while the host was in Python's garbage collector "
                     "(gc.collect) or importing modules: the calls, their host time and the device idle time under them.",
-                    HostPausesParams(), HostPausesResult, lambda i, p: detect_host_pauses(i.trace, i.gaps, p),
-                    host_pauses_sentence, since="1.2",
+                    HostPausesParams(), HostPausesResult, lambda i, p: detect_host_pauses(i.trace, i["gaps"], p),
+                    lambda r, p: host_pauses_sentence(r), reads=("gaps",), since="1.2",
                     needs=("the trace has no Python frames", "profile with torch.profiler.profile(with_stack=True)"))

@@ -51,6 +51,7 @@ from ..core.host import (
 )
 from ..core.view import DeviceView, device_time_ns, device_views, pct, us, wall_span_ns
 from ..core.vocabulary import GAP_CAUSES
+from .base import Detector, Key
 
 
 @dataclass(frozen=True)
@@ -439,3 +440,12 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
     return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,
                ts_us=us(gap.start),
                evidence=evidence)
+
+
+#: the one gap table of a rank (trace_gaps): every detector that reads gaps reads this one
+GAPS = Detector("gaps", "Gaps", "Every idle interval of every device, with its cause and the step, phase and range that "
+                "own it.", None, pd.DataFrame, lambda i, p: trace_gaps(i.trace, p), settings="idle", keys=(), place=0,
+                tool=False)
+DETECTOR = Detector("idle", "Idle", "Idle device time by cause, the largest gaps and what the host was doing over them.",
+                    IdleParams(), IdleResult, lambda i, p: detect_idle(i.trace, p, i["gaps"]), reads=("gaps",),
+                    settings="idle", keys=(Key("idle", IdleResult),), place=11, tool=False)

@@ -197,7 +197,7 @@ DETECTOR = Detector("interconnect", "Links", "Each copy kind's achieved bandwidt
                     "host link, PCIe or NVLink-C2C; PtoP: NVLink), with the assumption; and, from Nsight Systems GPU "
                     "metrics, PCIe and NVLink throughput measured during copies and collectives and SM and tensor-core "
                     "activity during the hot kernels, per GPU.",
-                    InterconnectParams(), InterconnectResult, lambda i, p: detect_interconnect(i.trace, i.copies, p),
-                    interconnect_sentence, since="1.4",
+                    InterconnectParams(), InterconnectResult, lambda i, p: detect_interconnect(i.trace, i["memcpy"], p),
+                    lambda r, p: interconnect_sentence(r), reads=("memcpy",), since="1.4",
                     needs=("the trace has no copies between host and device or between GPUs, and no GPU metrics",
                            "for link utilisation, profile with nsys --gpu-metrics-devices=all and export to SQLite"))

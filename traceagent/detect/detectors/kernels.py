@@ -10,6 +10,7 @@ import pandas as pd
 from ...trace.model import Trace, matches, rows_where
 from ..core import intervals as iv
 from ..core.view import on_device, pct, us, views_of
+from .base import Detector, Key
 
 
 def short_name(name: str) -> str:
@@ -102,3 +103,19 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
         saving_2x_us=us(r["sum"] / 2), op_from=ops[name][1] if name in ops else None,
     ) for name, r in chosen.iterrows()]
     return KernelsResult(kernels=len(kernels), distinct=len(stats), total_us=us(dur.sum()), top=rows)
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    """A rank's kernels: how many ran, how many distinct names, their device time."""
+
+    count: int
+    distinct: int
+    total_us: float
+
+
+#: printed as two keys: the hot kernels, and how many kernels ran
+DETECTOR = Detector("kernels", "Hot kernels", "The kernels that take the most device time.", None, KernelsResult,
+                    lambda i, p: detect_hot_kernels(i.trace), place=14, tool=False,
+                    keys=(Key("hot_kernels", list[HotKernel], lambda r: r.top),
+                          Key("kernels", KernelCounts, lambda r: KernelCounts(r.kernels, r.distinct, r.total_us))))

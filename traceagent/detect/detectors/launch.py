@@ -10,6 +10,7 @@ import numpy as np
 from ...trace.model import Trace, matches
 from ..core.host import LAUNCH_CALLS, kernel_launches
 from ..core.view import on_device, pct, us
+from .base import Detector, Key
 
 
 @dataclass(frozen=True)
@@ -43,3 +44,8 @@ def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:
         short_kernel_pct=pct((kernel_dur < call_dur).sum(), len(linked)),
         by_call={str(k): int(v) for k, v in by_call.items()}, before_launch_pct=pct(int(skewed.sum()), len(linked)),
     )
+
+
+DETECTOR = Detector("launch", "Launches", "Launch latency and kernels shorter than their launch call.", None,
+                    LaunchResult, lambda i, p: detect_launch(i.trace), keys=(Key("launch", LaunchResult),), place=15,
+                    tool=False)

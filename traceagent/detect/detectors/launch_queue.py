@@ -117,7 +117,7 @@ DETECTOR = Detector("launch_queue", "Launch queue", "Per stream, the launched op
                     "the time-weighted mean, a curve), and the host time spent blocked in launch calls on a full queue (the "
                     "GPU, not the host, then sets the pace).",
                     LaunchQueueParams(), LaunchQueueResult, lambda i, p: detect_launch_queue(i.trace, p),
-                    launch_queue_sentence, since="2.0",
+                    lambda r, p: launch_queue_sentence(r), since="2.0",
                     needs=("no device op's launch call is in the trace",
                            "profile with CPU and CUDA activities, so that launch calls link to their kernels"),
                     asks=r"launch queue|queue(?:d)? (?:length|depth)|queued launches|outstanding (?:launches|kernels)"

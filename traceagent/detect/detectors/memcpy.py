@@ -10,6 +10,7 @@ import pandas as pd
 from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.view import device_time_ns, on_device, pct, us, views_of
+from .base import Detector, Key
 
 
 @dataclass(frozen=True)
@@ -84,3 +85,7 @@ def detect_memcpy(trace: Trace, device: int | None = None) -> MemcpyResult:
         side_stream_bytes=side_bytes,
     )
 
+
+DETECTOR = Detector("memcpy", "Copies", "Copies by kind, pageable or pinned, their bandwidth and the part no compute hides.",
+                    None, MemcpyResult, lambda i, p: detect_memcpy(i.trace), keys=(Key("memcpy", MemcpyResult),),
+                    place=12, tool=False)

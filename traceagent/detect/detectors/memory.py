@@ -20,6 +20,7 @@ import pandas as pd
 from ...trace.model import Trace, matches
 from ..core import intervals as iv
 from ..core.view import us
+from .base import Detector
 
 #: allocator calls that synchronize the device (the async and stream-ordered ones do not)
 ALLOCATOR_CALLS = re.compile(r"^(?:cudaMalloc|cudaFree|cudaMallocHost|cudaFreeHost|cudaHostAlloc|cudaHostRegister|"
@@ -90,3 +91,7 @@ def _device(device: int, events: pd.DataFrame, steps: pd.DataFrame) -> DeviceMem
     return DeviceMemory(device, len(events), allocations, peak, int(reserved[reserved >= 0].max()) if (reserved >= 0).any()
                         else None, int(max(level.max(initial=0), 0)), int(level[-1]) if len(level) else 0, per_step,
                         bool(leak), round(allocations / len(steps), 1) if len(steps) else None, reconstructed)
+
+
+DETECTOR = Detector("memory", "Memory", "Allocated device memory over the steps, its peak and its growth.", None,
+                    MemoryResult, lambda i, p: detect_memory(i.trace, i["gaps"]), reads=("gaps",), place=17, tool=False)

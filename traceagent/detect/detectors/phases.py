@@ -181,7 +181,8 @@ DETECTOR = Detector("phases", "Inference phases", "An inference server's steps (
                     "execute_N_context_C(…)_generation_G(…)) split into prefill, decode and mixed: per phase the steps and "
                     "tokens, busy and idle time, launch gaps, the share of kernel time replayed from CUDA graphs, whether it "
                     "is launch-bound (and CUDA-graph advice), FLOP/s and MFU, and its hot kernels.",
-                    PhasesParams(), PhasesResult, lambda i, p: detect_phases(i.trace, i.gaps, p), phases_sentence, since="1.4",
+                    PhasesParams(), PhasesResult, lambda i, p: detect_phases(i.trace, i["gaps"], p),
+                    lambda r, p: phases_sentence(r), reads=("gaps",), since="1.4",
                     needs=("the trace has no inference server steps (SGLang's step[...] or vLLM's execute_... ranges)",
                            "profile the server with its own profiler hooks (SGLang /start_profile, vLLM --profiler-config), "
                            "which record those ranges"))

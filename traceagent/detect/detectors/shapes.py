@@ -146,7 +146,8 @@ DETECTOR = Detector("shapes", "Shapes", "Matmul, convolution and attention per u
                     "the convolution's input and weight) and dtype: calls, device time, achieved TFLOP/s (all calls, the "
                     "slowest, the fastest), TB/s, MFU, and which shapes run at under half their op's best shape (slow, "
                     "with the time they lose).",
-                    ShapesParams(), ShapesResult, lambda i, p: detect_shapes(i.trace, p), shapes_sentence, since="2.0",
+                    ShapesParams(), ShapesResult, lambda i, p: detect_shapes(i.trace, p),
+                    lambda r, p: shapes_sentence(r), since="2.0",
                     needs=("no matmul, convolution or attention op has recorded shapes and device time",
                            "profile with torch.profiler.profile(record_shapes=True)"),
                     asks=r"\bshapes?\b|\bm\s*[x×/]\s*n\s*[x×/]\s*k\b|which (?:matmul|gemm|conv\w*|attention)s?\b.{0,30}"

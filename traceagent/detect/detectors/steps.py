@@ -10,6 +10,7 @@ import pandas as pd
 
 from ...trace.model import Trace
 from ..core.view import us
+from .base import Detector, Key
 from .idle import IdleParams, idle_by, trace_gaps
 
 
@@ -94,3 +95,17 @@ def _row(row: dict[str, Any], ts_us: float, start_us: float) -> StepRow:
                    round(float(row["idle_us"]), 3),
                    {k.removeprefix("idle_").removesuffix("_us"): round(float(v), 3) for k, v in row.items()
                     if k.startswith("idle_") and k != "idle_us"}, ts_us, start_us)
+
+
+@dataclass(frozen=True)
+class NoSteps:
+    """A rank whose trace marks no steps."""
+
+    count: int = 0
+    mean_us: None = None
+    max_us: None = None
+
+
+DETECTOR = Detector("steps", "Steps", "Step times and each step's idle by cause.", IdleParams(), StepsResult,
+                    lambda i, p: detect_steps(i.trace, params=p, gaps=i["gaps"]), reads=("gaps",), settings="idle",
+                    keys=(Key("steps", StepsResult | NoSteps, lambda r: r or NoSteps()),), place=80, tool=False)

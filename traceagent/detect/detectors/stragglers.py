@@ -23,6 +23,7 @@ from ..core import intervals as iv
 from ..core.bounds import Cover, Micros, Percent
 from ..core.view import device_views, pct, us
 from ..core.vocabulary import GAP_ROOT
+from .base import Detector
 from .breakdown import Breakdown
 from .collectives import moved_bytes
 
@@ -298,3 +299,9 @@ def _straggler_cause(tables: list[pd.DataFrame], late: np.ndarray, s: int,
     if idle_total and idle_total >= params.cause_cover * sum(extra.values()):
         return max((k for k in extra if k != "hot_kernel"), key=extra.__getitem__), by_cause
     return "hot_kernel", by_cause
+
+
+#: what the cross-rank comparison reads of each rank (not a key of its own in analyze --json)
+DETECTOR = Detector("rank_timeline", "Rank timeline", "Each collective's entry and the lead-up to it on this rank.", None,
+                    RankTimeline, lambda i, p: rank_timeline(i.trace, i["gaps"], i["breakdown"].total),
+                    reads=("gaps", "breakdown"), keys=(), place=90, tool=False)

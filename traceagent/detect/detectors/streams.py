@@ -153,6 +153,7 @@ DETECTOR = Detector("streams", "Streams", "Each GPU stream over its own span: op
                     "host wait (the next op launched only after the stream emptied), kernel wait (queued ops' own overhead) "
                     "and other wait (another stream, an event); and streams where collectives and compute take turns, "
                     "which cannot overlap (with the fix).",
-                    StreamsParams(), StreamsResult, lambda i, p: detect_streams(i.trace, p), streams_sentence, since="2.0",
+                    StreamsParams(), StreamsResult, lambda i, p: detect_streams(i.trace, p),
+                    lambda r, p: streams_sentence(r), since="2.0",
                     needs=("the trace has no device work", "profile with CUDA (or ROCm) activities on"),
                     asks=r"\bstreams?\b|host wait|kernel wait")

@@ -16,6 +16,7 @@ import pandas as pd
 from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.view import device_views
+from .base import Detector
 
 FINE_BINS = 8192  # a GPU's busy curve over its own span: the chat app's strip re-bins it to its width
 STREAM_BINS = 480  # each stream's busy share over the rank's span, as the HTML report draws it
@@ -112,3 +113,8 @@ def _memory_lines(mem: pd.DataFrame) -> list[MemoryLine]:
         lines.append(MemoryLine(int(device), group["time"].to_numpy()[::step], level[::step],
                                 max(float(level.max()), 1.0)))
     return lines
+
+
+#: what the timeline charts draw (not a key of analyze --json): presentation never reads events
+DETECTOR = Detector("timeline", "Timeline", "Each device's busy and idle per step, for the charts.", None, TimelineResult,
+                    lambda i, p: detect_timeline(i.trace, i["gaps"]), reads=("gaps",), keys=(), place=91, tool=False)

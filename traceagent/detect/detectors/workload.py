@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from ...trace.model import Trace, matches
+from .base import Detector, Key
 
 _TRAINING = re.compile(r"backward|Backward|autograd::engine|Optimizer\.(step|zero_grad)|optimizer\.step|zero_grad")
 _MULTI = re.compile(r"_MultiProcessingDataLoaderIter")
@@ -33,3 +34,8 @@ def detect_workload(trace: Trace) -> Workload:
     else:
         loader = None
     return Workload(training, loader, int(cpu["kind"].isin(["runtime", "driver"]).sum()))
+
+
+DETECTOR = Detector("workload", "Workload", "What kind of job the trace is: training or inference, and its runtime calls.",
+                    None, Workload, lambda i, p: detect_workload(i.trace), keys=(Key("workload", Workload),), place=81,
+                    tool=False)

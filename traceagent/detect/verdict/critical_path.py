@@ -29,6 +29,7 @@ from ...trace.model import Trace, matches, rows_where
 from ...trace.normalize import innermost_enclosing
 from ..core.view import pct, us
 from ..core.vocabulary import BLOCKING_NAME
+from ..detectors.base import Detector
 from ..detectors.kernels import short_name
 
 TOP = 10
@@ -351,3 +352,9 @@ def critical_path_sentence(result: CriticalPathResult) -> str | None:
     if result.host_ops:
         text += "; its host time is in " + ", ".join(f"{h.name} {duration(h.on_path_us)}" for h in result.host_ops[:3])
     return text + "."
+
+
+#: its walk frees about as much as the trace holds: the pages go back before the replay needs room
+DETECTOR = Detector("critical_path", "Critical path", "The chain of work and waits that sets the trace's length.", None,
+                    CriticalPathResult, lambda i, p: detect_critical_path(i.trace, [k.name for k in i["kernels"].top]),
+                    reads=("kernels",), place=19, tool=False, frees=True)

@@ -10,7 +10,6 @@ busy computing, and the hot kernels are what to look at.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
@@ -18,6 +17,7 @@ from ...format import of_span
 from ..core.bounds import Percent, Share
 from ..core.vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES, blocking, gap_causes_of
 from ..detectors.annotations import AnnotationsResult
+from ..detectors.base import Detector, Inputs, Key
 from ..detectors.comm import CommResult
 from ..detectors.flops import FlopsResult
 from ..detectors.graphs import GraphsResult
@@ -148,7 +148,6 @@ class Findings:
     graphs: GraphsResult | None = None
     annotations: AnnotationsResult | None = None
     critical_path: CriticalPathResult | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # the registered detectors' results by name (registry.py)
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:
@@ -420,3 +419,20 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
         evidence, _missing(late), [f"On rank {rank} itself: {late_verdict.headline}.", *late_verdict.other_losses],
         rank=rank, saving=saving,
     )
+
+
+def rank_verdict(inputs: Inputs, params: VerdictParams) -> Verdict:
+    """The verdict of one rank, drawn from the results of the detectors it reads."""
+    trace = inputs.trace
+    findings = Findings(
+        idle=inputs["idle"], memcpy=inputs["memcpy"], comm=inputs["comm"], kernels=inputs["kernels"],
+        launch=inputs["launch"], steps=inputs["steps"], has_python_frames=trace.meta.has_python_frames,
+        has_device_activity=trace.has_device_activity, workload=inputs["workload"], savings=inputs["savings"],
+        critical_path=inputs["critical_path"])
+    return replace(diagnose(findings, params), rank=trace.meta.rank)
+
+
+DETECTOR = Detector("verdict", "Verdict", "What limits the rank, its root cause, evidence, next step and saving.",
+                    VerdictParams(), Verdict, rank_verdict, settings="verdict", keys=(Key("verdict", Verdict),),
+                    reads=("idle", "memcpy", "comm", "kernels", "launch", "steps", "workload", "savings", "critical_path"),
+                    place=83, tool=False)

@@ -36,10 +36,11 @@ from ..core.links import NAMED_LINKS, host_link, link_for, named_link
 from ..core.peaks import known_gpus, peak_for
 from ..core.view import us
 from ..core.vocabulary import BLOCKING_NAME
+from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
 from ..detectors.kernels import short_name
 from .critical_path import blocking_waits, thread_key, thread_keys
-from .savings import Saving
+from .savings import Saving, estimate_savings
 
 #: the changes, as `--change` takes them
 CHANGES = {
@@ -1111,3 +1112,11 @@ def simulated(trace: Trace, savings: list[Saving]) -> list[Saving]:
         # copy's call returning early can let the host queue work later, a hair slower in the replay)
         predicted[spec] = max(result.saving_pct, 0.0) if result is not None else None
     return [replace(s, simulated_pct=predicted.get(s.change)) if s.change else s for s in savings]
+
+
+#: each finding's saving: the bound, and the replay's prediction where a change models the fix
+DETECTOR = Detector("savings", "Savings", "What fixing each finding would give back, replayed where a change models it.",
+                    None, list, lambda i, p: simulated(i.trace, estimate_savings(
+                        i["idle"], i["memcpy"], i["comm"], i["kernels"], i["steps"], i["critical_path"])),
+                    reads=("idle", "memcpy", "comm", "kernels", "steps", "critical_path"),
+                    keys=(Key("savings", list[Saving]),), place=82, tool=False)

@@ -139,6 +139,9 @@ def _findings(r: RankAnalysis, verdict: Verdict, several_ranks: bool) -> list[tu
         found.append((f"{f.steps.count} steps, mean {duration(f.steps.mean_us)}", f"How long is a step{on}?"))
     # each registered detector with something to say, and a question the offline analyst answers with it
     for d in DETECTORS:
-        if d.asks and d.tool and f.extra.get(d.name) is not None:
-            found.append((d.title.lower(), f"Tell me about the {d.title.lower()}{on}."))
+        result = r.results.get(d.name)
+        if d.asks and d.tool and result is not None:
+            label = d.finding(result) if d.finding else d.title.lower()
+            if label:
+                found.append((label, f"Tell me about the {d.title.lower()}{on}."))
     return found
