@@ -66,11 +66,11 @@ def test_a_new_detector_reads_another_detectors_result_and_its_parameters(monkey
         kernels = gpu[gpu["kind"] == "kernel"]
         return int(((kernels["end"] - kernels["start"]) < under_us * 1000).sum())
 
-    short = Detector("short_kernels", "Short kernels", "", 2.0, int, short_kernels, reads=("kernels", "gaps"),
-                     keys=(Key("short_kernels", int),))
+    short = Detector("tiny_kernels", "Tiny kernels", "", 2.0, int, short_kernels, reads=("kernels", "gaps"),
+                     keys=(Key("tiny_kernels", int),))
     monkeypatch.setattr(registry, "RUN_ORDER", registry._in_order((short, *registry.DETECTORS)))
     trace = load_file(str(TRACE), use_cache=False)
     rank = analyze_trace(trace)
     assert seen["kernels"] is rank.results["kernels"] and seen["gaps"] is rank.kept_gaps
     kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
-    assert rank.results["short_kernels"] == int(((kernels["end"] - kernels["start"]) < 2000).sum()) > 0
+    assert rank.results["tiny_kernels"] == int(((kernels["end"] - kernels["start"]) < 2000).sum()) > 0
