@@ -40,6 +40,18 @@ def test_the_schema_rejects_what_breaks_the_contract():
     assert any("'limiter' is a required property" in m for m in messages)
 
 
+def test_a_verdicts_evidence_holds_only_its_kinds_keys():
+    data = json.loads(json.dumps(analyzed(RESNET_NW0).to_dict()))
+    evidence = data["verdict"]["evidence"]
+    assert evidence["kind"] == data["verdict"]["limiter"] == "idle"
+    assert validator("analyze").is_valid(data)
+    evidence["kernel"] = "gemm"  # a compute verdict's key on an idle verdict's evidence
+    assert not validator("analyze").is_valid(data)
+    del evidence["kernel"]
+    evidence["kind"] = "compute"  # the tag decides which keys are allowed: cause is an idle key
+    assert not validator("analyze").is_valid(data)
+
+
 def test_diff_json_validates():
     data = json.loads(json.dumps(to_data(diff(analyzed(RESNET_NW0), analyzed(RESNET_NW4)))))
     assert data["schema_version"] == SCHEMA_VERSION

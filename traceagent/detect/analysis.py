@@ -29,7 +29,7 @@ from .detectors.steps import StepsResult
 from .detectors.stragglers import RankComparison, RankTimeline, StragglerParams, compare_ranks
 from .detectors.timeline import TimelineResult
 from .registry import DETECTORS, Detector, run_all
-from .verdict.diagnose import Evidence, Findings, Verdict, VerdictParams, no_device_verdict, straggler_verdict
+from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdict, straggler_verdict
 
 #: The version of the JSON that analyze --json and diff --json print (traceagent/schema.py): the
 #: major number changes when a key is removed or changes meaning, the minor when keys are added. A
@@ -41,7 +41,9 @@ from .verdict.diagnose import Evidence, Findings, Verdict, VerdictParams, no_dev
 #: caused_waiting_us, collectives.nics_per_node, diff's grew. 2.1: added each saving's change and
 #: simulated_pct (the what-if replay), diff's prediction simulated_pct and change. 2.2: steps.step_time_us
 #: (the loop's step time, the GPU's where it runs behind the host: what savings and diff divide by).
-SCHEMA_VERSION = max(["2.2", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
+#: 2.3: a verdict's evidence says its kind (idle, communication, data_movement, compute, straggler,
+#: none) and holds only that kind's keys (the schema: a union tagged by `kind`).
+SCHEMA_VERSION = max(["2.3", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 
 @dataclass(frozen=True)
@@ -388,7 +390,8 @@ def _job_verdict(ranks: list[RankAnalysis], comparison: RankComparison | None, p
     chosen = max((r for r in active if r.verdict.limiter == limiter), key=lambda r: _loss(r, limiter))
     v = chosen.verdict
     evidence = v.evidence.copy()
-    evidence.update(Evidence(rank=chosen.rank, limiter_by_rank={str(r.rank): r.verdict.limiter for r in ranks}))
+    evidence["rank"] = chosen.rank
+    evidence["limiter_by_rank"] = {str(r.rank): r.verdict.limiter for r in ranks}
     return replace(v, headline=f"{v.headline} (rank {chosen.rank}; {counts[limiter]} of {len(ranks)} ranks share "
                                "this limiter)", evidence=evidence)
 

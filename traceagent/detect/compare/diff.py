@@ -226,7 +226,7 @@ def job_share(a: Analysis, name: str) -> float:
     if name in GAP_CAUSES:
         return s["cause_pct"].get(name, 0.0)
     top = a.focus.findings.kernels.top
-    return _cause_share(s, a, name, a.verdict.evidence.get("kernel") or (top[0].name if top else None))
+    return _cause_share(s, a, name, a.verdict.hot_kernel() or (top[0].name if top else None))
 
 
 def _cause_share(s: dict[str, Any], a: Analysis, root: str | None, kernel: str | None = None) -> float:
@@ -271,7 +271,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         metrics.append(ShareMetric(f"idle: {cause}", b["cause_pct"].get(cause, 0.0), a["cause_pct"].get(cause, 0.0)))
 
     root = before.verdict.root_cause
-    kernel = before.verdict.evidence.get("kernel")
+    kernel = before.verdict.hot_kernel()
     share_before, share_after = _cause_share(b, before, root, kernel), _cause_share(a, after, root, kernel)
     gone = root is not None and share_after < GONE_BELOW_PCT
     words = ROOT_CAUSES[root].measure if root in ROOT_CAUSES else (root or "")
@@ -280,7 +280,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     new = []
     v_after = after.verdict
     if v_after.root_cause and v_after.root_cause != root:
-        kernel_after = v_after.evidence.get("kernel")
+        kernel_after = v_after.hot_kernel()
         grown = (_cause_share(a, after, v_after.root_cause, kernel_after)
                  - _cause_share(b, before, v_after.root_cause, kernel_after))
         if grown >= NEW_PROBLEM_POINTS or not gone:

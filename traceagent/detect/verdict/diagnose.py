@@ -10,8 +10,14 @@ busy computing, and the hot kernels are what to look at.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import (
+    Annotated,
+    Literal,
+    Required,  # pydantic reads these (the JSON Schema) on Python < 3.12
+)
 
-from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
+from pydantic import Field
+from typing_extensions import TypedDict
 
 from ...format import of_span
 from ..core.bounds import Percent, Share
@@ -50,14 +56,19 @@ class SharedStreamEvidence(TypedDict):
     compute_kernels: int
 
 
-class Evidence(TypedDict, total=False):
-    """What a verdict rests on: the keys of its limiter's kind (any subset), each always meaning the
-    same thing. Idle: the idle and the gap cause(s) the root cause adds up; a sync's call, op, line
-    and the line after it; launch statistics; the host events and line of the largest gap.
-    Communication, copies, compute, a straggler: their own figures. A job's verdict adds the rank
-    it was drawn from and each rank's limiter."""
+class JobEvidence(TypedDict, total=False):
+    """What every verdict's evidence may carry: a job's verdict adds the rank it was drawn from and
+    each rank's limiter."""
 
-    # idle
+    rank: int | None
+    limiter_by_rank: dict[str, str | None]
+
+
+class IdleEvidence(JobEvidence, total=False):
+    """An idle verdict's: the idle and the gap cause(s) the root cause adds up; a sync's call, op,
+    line and the line after it; launch statistics; the host events and line of the largest gap."""
+
+    kind: Required[Literal["idle"]]
     idle_pct: float
     idle_us: float
     span_us: float
@@ -69,7 +80,7 @@ class Evidence(TypedDict, total=False):
     dataloader: str | None  # the DataLoader seen: multi_process, single_process
     sync_call: str
     op: str | None
-    python: str | None  # the user's line: of a sync, of the largest gap's host work, of a straggler's delay
+    python: str | None  # the user's line: of a sync, or of the largest gap's host work
     after: str  # a sync's: the user's line the host worked at once the wait returned
     sync_count: int
     sync_kind: str
@@ -79,7 +90,13 @@ class Evidence(TypedDict, total=False):
     launch_bound: list[LaunchBound]
     launches_by_call: dict[str, int]
     host_events: list[str]
-    # communication
+
+
+class CommunicationEvidence(JobEvidence, total=False):
+    """Exposed communication's: collective time, its exposed part, the top collective, and a stream
+    collectives share with compute."""
+
+    kind: Required[Literal["communication"]]
     comm_us: float
     comm_share_pct: float
     exposed_us: float
@@ -87,20 +104,39 @@ class Evidence(TypedDict, total=False):
     exposed_of_comm_pct: float
     top_collective: str | None
     shared_stream: SharedStreamEvidence
-    # copies
+
+
+class DataMovementEvidence(JobEvidence, total=False):
+    """Copies': their share, exposed part, bytes, pageable bytes and bandwidth by kind."""
+
+    kind: Required[Literal["data_movement"]]
     memcpy_share_pct: float
+    exposed_pct: float
+    exposed_us: float
     bytes: int
     pageable_count: int
     pageable_bytes: int
     by_kind_gbps: dict[str, float | None]
     side_stream_bytes: int
-    # compute
+
+
+class ComputeEvidence(JobEvidence, total=False):
+    """A busy device's: the idle left and the hot kernel."""
+
+    kind: Required[Literal["compute"]]
+    idle_pct: float
     kernel: str
     short_name: str
     kernel_share_of_busy_pct: float
     kernel_total_us: float
     kernel_count: int
-    # a straggler
+
+
+class StragglerEvidence(JobEvidence, total=False):
+    """Waiting for a straggler's: the rank, what it was doing, how often it came last, and what its
+    lateness cost the others."""
+
+    kind: Required[Literal["straggler"]]
     straggler_rank: int | None
     straggler_cause: str
     last_pct: float
@@ -109,9 +145,19 @@ class Evidence(TypedDict, total=False):
     others_waiting_us: float
     others_exposed_waiting_pct: float
     lateness_by_cause_us: dict[str, float]
-    # a job
-    rank: int | None
-    limiter_by_rank: dict[str, str | None]
+    python: str | None  # the straggler's line before it entered late
+
+
+class NoEvidence(JobEvidence, total=False):
+    """A verdict with no limiter (no device activity) rests on nothing."""
+
+    kind: Required[Literal["none"]]
+
+
+#: What a verdict rests on: a union tagged by `kind` (its limiter, or the straggler), each key of a
+#: kind always meaning the same thing.
+Evidence = Annotated[IdleEvidence | CommunicationEvidence | DataMovementEvidence | ComputeEvidence | StragglerEvidence
+                     | NoEvidence, Field(discriminator="kind")]
 
 
 @dataclass(frozen=True)
@@ -121,11 +167,15 @@ class Verdict:
     headline: str
     hypothesis: str
     next_step: str
-    evidence: Evidence = field(default_factory=lambda: Evidence())
+    evidence: Evidence = field(default_factory=lambda: NoEvidence(kind="none"))
     also: list[str] = field(default_factory=list)  # what would sharpen the diagnosis
     other_losses: list[str] = field(default_factory=list)  # losses besides the limiter over their threshold
     rank: int | None = None  # the rank it is about (None: no device activity anywhere)
     saving: Saving | None = None  # what fixing the root cause would save at most
+
+    def hot_kernel(self) -> str | None:
+        """The kernel a compute verdict names (None for any other)."""
+        return self.evidence.get("kernel") if self.evidence["kind"] == "compute" else None
 
 
 @dataclass(frozen=True)
@@ -245,9 +295,9 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     cause = causes[0]
     cause_us = round(sum(idle.by_cause_us[c] for c in causes), 3)
     cause_pct = round(sum(idle.cause_pct(c) for c in causes), 2)
-    evidence = Evidence(idle_pct=idle.idle_pct, idle_us=idle.idle_us, span_us=idle.span_us, cause=cause,
-                        cause_us=cause_us, cause_pct=cause_pct,
-                        cause_gaps=sum(idle.by_cause_count.get(c, 0) for c in causes))
+    evidence = IdleEvidence(kind="idle", idle_pct=idle.idle_pct, idle_us=idle.idle_us, span_us=idle.span_us, cause=cause,
+                            cause_us=cause_us, cause_pct=cause_pct,
+                            cause_gaps=sum(idle.by_cause_count.get(c, 0) for c in causes))
     if len(causes) > 1:  # which gap causes the root cause's share adds up
         evidence["gap_causes"] = {c: idle.cause_pct(c) for c in causes}
     head = (f"GPU idle {idle.idle_pct:.1f}% of the time" if len(idle.devices) <= 1
@@ -315,9 +365,10 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
 
 def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
     comm = f.comm
-    evidence = Evidence(comm_us=comm.comm_us, comm_share_pct=comm.share_pct, exposed_us=comm.exposed_us,
-                        exposed_pct=comm.exposed_pct, exposed_of_comm_pct=comm.exposed_of_comm_pct,
-                        top_collective=comm.top[0]["name"] if comm.top else None)
+    evidence = CommunicationEvidence(kind="communication", comm_us=comm.comm_us, comm_share_pct=comm.share_pct,
+                                     exposed_us=comm.exposed_us,
+                                     exposed_pct=comm.exposed_pct, exposed_of_comm_pct=comm.exposed_of_comm_pct,
+                                     top_collective=comm.top[0]["name"] if comm.top else None)
     if comm.shared_streams:  # overlap is impossible where they take turns on one stream: say that first
         s = comm.shared_streams[0]
         evidence["shared_stream"] = SharedStreamEvidence(device=s.device, stream=s.stream, collectives=s.collectives,
@@ -341,9 +392,11 @@ def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
 
 def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
     copies = f.memcpy
-    evidence = Evidence(memcpy_share_pct=copies.share_pct, exposed_pct=copies.exposed_pct, exposed_us=copies.exposed_us,
-                        bytes=copies.bytes, pageable_count=copies.pageable_count, pageable_bytes=copies.pageable_bytes,
-                        by_kind_gbps={k: v.gbps for k, v in copies.by_kind.items()})
+    evidence = DataMovementEvidence(kind="data_movement", memcpy_share_pct=copies.share_pct,
+                                    exposed_pct=copies.exposed_pct, exposed_us=copies.exposed_us,
+                                    bytes=copies.bytes, pageable_count=copies.pageable_count,
+                                    pageable_bytes=copies.pageable_bytes,
+                                    by_kind_gbps={k: v.gbps for k, v in copies.by_kind.items()})
     evidence["side_stream_bytes"] = copies.side_stream_bytes
     if copies.bytes and copies.pageable_bytes / copies.bytes >= params.pageable_share:
         hypothesis, step = advice.pageable_copies(copies)
@@ -359,11 +412,12 @@ def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
 def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
     kernels = f.kernels
     top = kernels.top[0] if kernels.top else None
-    evidence = Evidence(idle_pct=f.idle.idle_pct)
+    evidence = ComputeEvidence(kind="compute", idle_pct=f.idle.idle_pct)
     if top is None:
         return Verdict("compute", "hot_kernel", "The device is busy, but the trace names no kernels", "", "", evidence, also)
-    evidence.update(Evidence(kernel=top.name, short_name=top.short_name, kernel_share_of_busy_pct=top.share_of_busy_pct,
-                             kernel_total_us=top.total_us, kernel_count=top.count))
+    evidence |= ComputeEvidence(kind="compute", kernel=top.name, short_name=top.short_name,
+                                kernel_share_of_busy_pct=top.share_of_busy_pct, kernel_total_us=top.total_us,
+                                kernel_count=top.count)
     return Verdict("compute", "hot_kernel",
                    f"{_busy(f)}; the top kernel, {top.short_name}, "
                    f"takes {top.share_of_busy_pct:.1f}% of busy time",
@@ -401,11 +455,12 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
     if where:
         what += f" (at {where})"
     saving = straggler_saving(comparison, late.steps)
-    evidence = Evidence(straggler_rank=rank, straggler_cause=cause, last_pct=comparison.straggler_last_pct,
-                        caused_waiting_pct=comparison.caused_waiting_pct, matched_collectives=comparison.matched,
-                        others_waiting_us=comparison.others_waiting_us,
-                        others_exposed_waiting_pct=comparison.others_exposed_waiting_pct,
-                        lateness_by_cause_us=comparison.straggler_cause_us, rank=rank)
+    evidence = StragglerEvidence(kind="straggler", straggler_rank=rank, straggler_cause=cause,
+                                 last_pct=comparison.straggler_last_pct,
+                                 caused_waiting_pct=comparison.caused_waiting_pct, matched_collectives=comparison.matched,
+                                 others_waiting_us=comparison.others_waiting_us,
+                                 others_exposed_waiting_pct=comparison.others_exposed_waiting_pct,
+                                 lateness_by_cause_us=comparison.straggler_cause_us, rank=rank)
     if where:
         evidence["python"] = where
     return Verdict(
