@@ -80,7 +80,7 @@ def test_the_chat_loads_a_capture_in_its_child_process_as_analyze_does():
     from traceagent.request import AnalyzeRequest
     from traceagent.tui.loader import load_in_child
 
-    analysis, _, _ = load_in_child(AnalyzeRequest(str(EXECUTION), graph_capture=str(CAPTURE)))
+    analysis, _ = load_in_child(AnalyzeRequest(str(EXECUTION), graph_capture=str(CAPTURE)))
     expected = traceagent.analyze(EXECUTION, graph_capture=CAPTURE).focus.findings.kernels.top
     assert [(k.name, k.op, k.op_from) for k in analysis.focus.findings.kernels.top] == \
         [(k.name, k.op, k.op_from) for k in expected]

@@ -135,7 +135,7 @@ def test_the_chat_app_loads_the_export_with_its_trace():
     from traceagent.tui.loader import load_in_child
 
     trace = DATA / "tracelens" / "b200_eager_trace.json.gz"
-    analysis, _, _ = load_in_child(AnalyzeRequest(str(trace), kernels=str(REAL)))  # in a child process, as the app does
+    analysis, _ = load_in_child(AnalyzeRequest(str(trace), kernels=str(REAL)))  # in a child process, as the app does
     assert analysis.kernel_profiles is not None and analysis.kernel_profiles.kernels[0].bound == "latency"
 
 

@@ -186,11 +186,11 @@ def test_the_chat_apps_loader_receives_one_request_object(monkeypatch):
 
     def child(command, input, capture_output):
         sent.append((command, pickle.loads(input)))
-        return subprocess.CompletedProcess(command, 0, pickle.dumps(("analysis", None, None)), b"")
+        return subprocess.CompletedProcess(command, 0, pickle.dumps(("analysis", None)), b"")
 
     monkeypatch.setattr(loader.subprocess, "run", child)
     request = AnalyzeRequest("t.json", steps=r"step_(\d+)", settings=("idle.top=3",), graph_capture="cap.json")
-    assert loader.load_in_child(request, request.of_other("u.json")) == ("analysis", None, None)
+    assert loader.load_in_child(request, request.of_other("u.json")) == ("analysis", None)
     (command, (received, compare)), = sent
     assert command[-1] == "traceagent.tui.loader"  # no options as argv values
     assert received == request and received.pattern.pattern == r"step_(\d+)"

@@ -21,7 +21,6 @@ from traceagent.tui.screens import HelpScreen
 from traceagent.tui.widgets.conversation import AnswerBlock, Conversation, ErrorMessage, NoteMessage, ToolBlock, UserMessage
 from traceagent.tui.widgets.prompt import PromptInput
 from traceagent.tui.widgets.side_panel import SidePanel
-from traceagent.tui.widgets.timeline import timeline_data
 
 SIZE = (120, 40)
 # one worker runs them all: the module fixtures (a cluster, loaded apps) start once
@@ -31,8 +30,7 @@ pytestmark = pytest.mark.xdist_group("tui")
 @cache
 def _loaded(path: str, compare: str | None):
     """What the loader's child would send: the session's analyses (test_tui's loading tests run the child)."""
-    analysis = analyzed(Path(path))
-    return analysis, analyzed(Path(compare)) if compare else None, timeline_data(analysis.focus)
+    return analyzed(Path(path)), analyzed(Path(compare)) if compare else None
 
 
 class InProcessApp(TraceAgentApp):
@@ -412,3 +410,52 @@ def test_f5_records_the_run_again_and_shows_the_new_run_beside_it(tmp_path):
     assert (again.label, again.steps, again.skip, again.baseline) == (f"again: {before.script}", 1, 1, before.id)
     assert compare == str(folder / "traces") and title == f"traceagent · {before.id} vs {again.id}"
     assert any(n.startswith(f"Recorded run {again.id}: ") for n in notes)
+
+
+def test_the_conversation_draws_the_typed_messages_its_worker_posts():
+    # what a session's events become: a tool call and its result, a streamed answer and its end
+    from textual.app import App
+
+    from traceagent.agent.events import Answer, Token, ToolCall, ToolResult
+
+    class Chat(App):
+        def compose(self):
+            yield Conversation()
+
+    async def run():
+        app = Chat()
+        async with app.run_test(size=SIZE) as pilot:
+            conversation = app.query_one(Conversation)
+            for message in [Conversation.ToolCalled(ToolCall("1", "verdict", {})),
+                            Conversation.ToolReturned(ToolResult("1", "verdict", '{"limiter": "idle"}', True)),
+                            Conversation.TokenStreamed(Token("Idle ")), Conversation.TokenStreamed(Token("39.4%.")),
+                            Conversation.Answered(Answer("Idle 39.4%.", unverified=["39.4%"]))]:
+                conversation.post_message(message)
+            await pilot.pause()
+            return str(app.query_one(ToolBlock).title), [b.text for b in app.query(AnswerBlock)]
+
+    title, answers = asyncio.run(run())
+    assert title == "tool: verdict()  ✓"
+    assert len(answers) == 1 and answers[0].startswith("Idle 39.4%.") and "Unverified numbers" in answers[0]
+
+
+def test_one_scope_moves_the_timeline_the_panel_and_the_questions_together():
+    # the palette's path: the app's scope is set, and everything bound to it follows
+    from conftest import DLRM_8RANK
+    from textual.widgets import Select
+
+    from traceagent.detect.core.view import device_views
+    from traceagent.tui.widgets.timeline import Timeline
+
+    async def run():
+        app = InProcessApp(str(DLRM_8RANK))
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            app._pick_scope(5, 5)
+            await pilot.pause()
+            return (app.query_one(Timeline).data[0].span, app.query_one("#scope", Select).value,
+                    app.session.ctx.focus, app.sub_title)
+
+    span, selected, focus, title = asyncio.run(run())
+    assert span == device_views(analyzed(DLRM_8RANK).rank(5).trace)[0].span
+    assert selected == focus == (5, 5) and title.endswith("showing rank 5, GPU 5")

@@ -16,7 +16,6 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
-from ..agent.events import Answer, Cancelled, Failure, Notice, Token, ToolCall, ToolResult
 from ..agent.offline import CANNED_QUESTIONS
 from ..agent.session import Session
 from ..agent.tools import AnalysisContext
@@ -29,8 +28,8 @@ from .loader import load_in_child
 from .screens import HelpScreen
 from .widgets.conversation import Conversation
 from .widgets.prompt import PromptInput
-from .widgets.side_panel import SidePanel, scope_options
-from .widgets.timeline import Timeline, timeline_data
+from .widgets.side_panel import SidePanel, default_scope, scope_options
+from .widgets.timeline import Timeline
 
 
 class TraceAgentApp(App):
@@ -38,7 +37,8 @@ class TraceAgentApp(App):
 
     TITLE = "traceagent"
     CSS_PATH = Path(__file__).parent / "app.tcss"
-    #: the rank and GPU the user chose in the side panel (or the palette); None: the verdict's rank
+    #: the rank and GPU the user chose in the side panel (or the palette); None: the verdict's rank.
+    #: The one scope: the timeline and the side panel are bound to it, and the session reads it
     scope: reactive[tuple[int, int] | None] = reactive(None, init=False)
 
     BINDINGS = [
@@ -77,10 +77,10 @@ class TraceAgentApp(App):
         yield Header()
         with Horizontal():
             with Vertical(id="main"):
-                yield Timeline(id="timeline")
+                yield Timeline(id="timeline").data_bind(TraceAgentApp.scope)
                 yield Conversation(id="conversation")
                 yield PromptInput(id="prompt")
-            yield SidePanel(id="panel")
+            yield SidePanel(id="panel").data_bind(TraceAgentApp.scope)
         yield Footer()
 
     async def on_mount(self) -> None:
@@ -94,7 +94,7 @@ class TraceAgentApp(App):
     async def load_trace(self) -> None:
         conversation = self.query_one(Conversation)
         try:
-            analysis, other, timeline = await asyncio.to_thread(self._load_and_analyze)
+            analysis, other = await asyncio.to_thread(self._load_and_analyze)
         except TraceError as exc:
             await conversation.add_error(f"Cannot load the trace: {exc}")
             self.query_one("#summary", Static).update("Not loaded.")
@@ -103,8 +103,8 @@ class TraceAgentApp(App):
         self.session = Session(AnalysisContext(analysis, other, focus=self.scope), self.model, self.config)
         comparison = await asyncio.to_thread(diff, analysis, other) if other is not None else None
         await self.query_one(SidePanel).show(analysis, other, comparison)
-        if timeline is not None:
-            self.query_one(Timeline).data = timeline
+        self.query_one(Timeline).show(analysis)
+        self._say_shown(self.scope or default_scope(analysis))
         await conversation.add_note(f"Loaded: {analysis.verdict.headline}. Ask a question, or F1 for help.")
         for question in self.waiting:
             self.ask(question)
@@ -117,27 +117,20 @@ class TraceAgentApp(App):
 
     # -- asking ---------------------------------------------------------------------------------
 
-    async def on_input_submitted(self, event: Input.Submitted) -> None:
+    def on_input_submitted(self, event: Input.Submitted) -> None:
         question = event.value.strip()
         if not question:
             return
         prompt = self.query_one(PromptInput)
         prompt.remember(question)
         prompt.value = ""
-        if self.session is None:
-            self.waiting.append(question)
-            await self.query_one(Conversation).add_user(question)
-            await self.query_one(Conversation).add_note("The trace is still loading; this question is next.")
-            return
         self.ask(question, echo=True)
 
     def on_side_panel_finding_selected(self, message: SidePanel.FindingSelected) -> None:
         self.ask(message.question, echo=True)
 
     def on_side_panel_scope_selected(self, message: SidePanel.ScopeSelected) -> None:
-        self.show_scope(message.rank, message.device)
-        if message.chosen:
-            self.scope = (message.rank, message.device)
+        self.scope = (message.rank, message.device)
 
     async def watch_scope(self, scope: tuple[int, int] | None) -> None:
         """The rank and GPU the user chose: the tools' default from now on, for the model and the
@@ -145,82 +138,34 @@ class TraceAgentApp(App):
         if self.session is not None:
             self.session.ctx.focus = scope
         if scope is not None:
+            self._say_shown(scope)
             await self.query_one(Conversation).add_note(f"Questions are now about rank {scope[0]}, GPU {scope[1]} "
                                                         "unless they name another.")
 
-    @work(exclusive=True, group="scope")
-    async def show_scope(self, rank: int, device: int) -> None:
-        """Redraw the timeline for one rank's GPU (from its analysis: no events are read)."""
-        if self.analysis is None:
-            return
-        self.query_one(Timeline).data = timeline_data(self.analysis.rank(rank), device)
-        self.sub_title = f"{self._model_title} · showing rank {rank}, GPU {device}"
+    def _say_shown(self, scope: tuple[int | None, int] | None) -> None:
+        """The header names the rank and GPU the timeline and findings show."""
+        self.sub_title = self._model_title + (f" · showing rank {scope[0]}, GPU {scope[1]}" if scope else "")
 
     def _pick_scope(self, rank: int, device: int) -> None:
         """From the command palette: the same as choosing it in the side panel's select."""
-        from textual.widgets import Select
+        self.scope = (rank, device)
 
-        self.query_one("#scope", Select).value = (rank, device)
-
-    @work(exclusive=True, group="chat")
-    async def ask(self, question: str, echo: bool = False) -> None:
+    def ask(self, question: str, echo: bool = False) -> None:
+        """Ask the session; the conversation streams the answer. A question asked while the trace
+        loads waits in self.waiting, and is asked once it has loaded."""
         conversation = self.query_one(Conversation)
-        if echo:
-            await conversation.add_user(question)
-        if self.session is None:  # questions asked while loading wait in self.waiting
+        if self.session is not None:
+            conversation.ask(self.session, question, echo)
             return
-        answer = None
-        tools = {}
-        events = self.session.ask(question)
-        try:
-            async for event in events:
-                if isinstance(event, Notice) and event.progress:
-                    await conversation.show_progress(event.message)
-                    continue
-                await conversation.clear_progress()
-                if isinstance(event, Notice):
-                    if event.replaced_because and answer is not None:  # what streamed is not the answer: say so
-                        await answer.finish(note=f"Replaced: {event.replaced_because}")
-                        answer = None
-                    await conversation.add_note(event.message)
-                elif isinstance(event, Token):
-                    if answer is None:
-                        answer = await conversation.add_answer()
-                    await answer.add(event.text)
-                    conversation.scroll_end(animate=False)
-                elif isinstance(event, ToolCall):
-                    tools[event.id] = await conversation.add_tool(event.id, event.name, event.args)
-                elif isinstance(event, ToolResult) and event.id in tools:
-                    tools[event.id].show_result(event.summary, event.ok)
-                elif isinstance(event, Failure):
-                    await conversation.add_error(event.message)
-                elif isinstance(event, Cancelled):
-                    await self._stopped(answer)
-                    return
-                elif isinstance(event, Answer):
-                    if answer is None:
-                        answer = await conversation.add_answer()
-                        await answer.add(event.text)
-                    await answer.finish(event.unverified, warnings=event.warnings, text=event.text,
-                                        note=f"Incomplete: {event.incomplete}" if event.incomplete else None)
-        except asyncio.CancelledError:
-            await events.aclose()  # the session keeps what was said, marked stopped, before a save can run
-            await self._stopped(answer)
-            raise
-
-    async def _stopped(self, answer) -> None:
-        await self.query_one(Conversation).clear_progress()  # "waiting for the model…" is over
-        if answer is not None:
-            await answer.finish(note="stopped (Escape)")
-        else:
-            await self.query_one(Conversation).add_note("Stopped.")
+        self.waiting.append(question)
+        conversation.show_waiting(question if echo else None)
 
     # -- actions --------------------------------------------------------------------------------
 
     def action_cancel(self) -> None:
         if self.session is not None:
             self.session.cancel()
-        self.workers.cancel_group(self, "chat")
+        self.query_one(Conversation).stop()
 
     async def action_new_conversation(self) -> None:
         self.action_cancel()

@@ -16,14 +16,11 @@ import sys
 from ..api import run
 from ..errors import TraceError
 from ..request import AnalyzeRequest
-from .widgets.timeline import timeline_data
 
 
 def load_and_analyze(request: AnalyzeRequest, compare: AnalyzeRequest | None = None):
-    """(analysis, analysis of the trace to compare or None, the timeline's data or None)."""
-    analysis = run(request)
-    other = run(compare) if compare is not None else None
-    return analysis, other, timeline_data(analysis.focus)
+    """(analysis, analysis of the trace to compare or None)."""
+    return run(request), run(compare) if compare is not None else None
 
 
 def load_in_child(request: AnalyzeRequest, compare: AnalyzeRequest | None = None):

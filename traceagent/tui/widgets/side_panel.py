@@ -7,6 +7,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import Markdown, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
@@ -39,15 +40,15 @@ class SidePanel(VerticalScroll):
             self.question = question
 
     class ScopeSelected(Message):
-        """Which rank and GPU the timeline and findings show: `chosen` by the user, or the panel's
-        own first pick (the verdict's rank), which questions need not be narrowed to."""
+        """The rank and GPU the user chose in the select."""
 
-        def __init__(self, rank: int, device: int, chosen: bool) -> None:
+        def __init__(self, rank: int, device: int) -> None:
             super().__init__()
-            self.rank, self.device, self.chosen = rank, device, chosen
+            self.rank, self.device = rank, device
 
     questions: list[str] = []
-    _opening: tuple[int | None, int] | None = None  # the pick show() made, until its change arrives
+    #: the rank and GPU shown (bound to the app's scope); None: the verdict's rank
+    scope: reactive[tuple[int, int] | None] = reactive(None, init=False)
 
     def compose(self) -> ComposeResult:
         yield Static("Trace", classes="title")
@@ -77,14 +78,18 @@ class SidePanel(VerticalScroll):
         v = analysis.verdict
         verdict = f"**{v.headline}**\n\n{v.next_step}" if v.limiter else f"**{v.headline}**"
         await self.query_one("#verdict", Markdown).update(verdict)
-        scopes = scope_options(analysis)
-        select = self.query_one("#scope", Select)
-        select.set_options([(Text(label), value) for label, value in scopes])
-        focus = analysis.focus
-        if scopes:
-            self._opening = next((value for _, value in scopes if value[0] == focus.rank), scopes[0][1])
-            select.value = self._opening
-        self.show_findings(focus.rank)
+        self.query_one("#scope", Select).set_options([(Text(label), value) for label, value in scope_options(analysis)])
+        self.watch_scope(self.scope)
+
+    def watch_scope(self, scope: tuple[int, int] | None) -> None:
+        """Show a scope's rank and its findings; the select says which (set here, it is not the user's choice)."""
+        if not hasattr(self, "analysis"):
+            return
+        shown = scope or default_scope(self.analysis)
+        if shown is not None:
+            with self.prevent(Select.Changed):
+                self.query_one("#scope", Select).value = shown
+        self.show_findings(shown[0] if shown is not None else self.analysis.focus.rank)
 
     def show_findings(self, rank: int | None) -> None:
         """The findings of one rank (the verdict's at first)."""
@@ -99,15 +104,17 @@ class SidePanel(VerticalScroll):
         if not isinstance(event.value, tuple) or not hasattr(self, "analysis"):  # Select.BLANK: nothing chosen
             return
         rank, device = event.value
-        self.show_findings(rank)
-        # the first change is the panel's own pick (see show); any other is the user's
-        chosen = event.value != self._opening
-        self._opening = None
-        self.post_message(self.ScopeSelected(rank, device, chosen))
+        self.post_message(self.ScopeSelected(rank, device))
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         self.post_message(self.FindingSelected(self.questions[event.option_index]))
+
+
+def default_scope(analysis: Analysis) -> tuple[int | None, int] | None:
+    """What the timeline and the panel show until the user chooses: the verdict's rank's first GPU."""
+    scopes = [value for _, value in scope_options(analysis)]
+    return next((value for value in scopes if value[0] == analysis.focus.rank), scopes[0] if scopes else None)
 
 
 def scope_options(analysis: Analysis) -> list[tuple[str, tuple[int | None, int]]]:

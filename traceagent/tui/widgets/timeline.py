@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ...detect.analysis import RankAnalysis
+from ...detect.analysis import Analysis, RankAnalysis
 from ...detect.core.vocabulary import GAP_CAUSES
 from ...detect.detectors.timeline import DeviceTimeline
 
@@ -16,13 +16,26 @@ _SHADES = " ▁▂▃▄▅▆▇█"
 
 
 class Timeline(Widget):
-    """Set `data` to what it draws of one GPU (timeline_data)."""
+    """One GPU of the loaded analysis (`show`): the rank and GPU in `scope` (bound to the app's), or
+    the first GPU of the verdict's rank."""
 
     DEFAULT_CSS = """
     Timeline { height: 4; padding: 0 1; }
     """
     # always_update: the pictures hold arrays, which cannot be compared for equality
     data: reactive[tuple[DeviceTimeline, list[int]] | None] = reactive(None, always_update=True)
+    scope: reactive[tuple[int, int] | None] = reactive(None, init=False)
+    analysis: Analysis | None = None
+
+    def show(self, analysis: Analysis) -> None:
+        """Draw from this analysis (its pictures: no events are read)."""
+        self.analysis = analysis
+        self.watch_scope(self.scope)
+
+    def watch_scope(self, scope: tuple[int, int] | None) -> None:
+        if self.analysis is not None:
+            self.data = timeline_data(self.analysis.rank(scope[0]), scope[1]) if scope is not None else \
+                timeline_data(self.analysis.focus)
 
     def render(self) -> Text:
         if self.data is None:
