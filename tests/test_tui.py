@@ -340,7 +340,8 @@ def test_a_finding_on_a_huge_kernel_name_asks_with_the_name_capped(tmp_path):
     from builder import TraceBuilder
 
     from traceagent import analyze
-    from traceagent.tui.widgets.side_panel import QUESTION_NAME_CHARS, _findings
+    from traceagent.text import QUESTION_NAME_CHARS
+    from traceagent.tui.widgets.side_panel import _findings
 
     name = "triton_fused_" + "x" * 3098 + "`"
     b = TraceBuilder()

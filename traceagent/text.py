@@ -40,6 +40,9 @@ def bounded(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     return text[: limit - len(tail)] + tail
 
 
+#: the most of a trace string that a question built from a finding carries
+QUESTION_NAME_CHARS = 60
+
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>!&|#~{}])")
 
 

@@ -70,8 +70,10 @@ class Detector:
     # in `report_under` ("" for a section of its own, headed by its title)
     section: Callable[[Any, Any], list[str]] | None = None
     report_under: str = ""
-    # (result) -> the side panel's label for it ("host pauses 12.0 ms idle"), or None for nothing to show
-    finding: Callable[[Any], str | None] | None = None
+    # (result, on) -> the chat app's side-panel findings: (label, the question choosing it asks), `on`
+    # naming the rank (" on rank 3") where the job has several; None: its title, asking about it,
+    # where the offline analyst answers its questions (`asks`) and it has a result
+    findings: Callable[[Any, str], list[tuple[str, str]]] | None = None
 
     def json_keys(self) -> tuple[Key, ...]:
         """Its keys in a rank of `analyze --json` (the result, or null where the trace cannot say)."""
@@ -81,6 +83,14 @@ class Detector:
     def own_params(self) -> bool:
         """Whether it has parameters of its own, under its name in the analysis' `detectors`."""
         return not self.settings and self.params is not None
+
+    def panel(self, result: Any, on: str) -> list[tuple[str, str]]:
+        """Its side-panel findings for a result (none without one)."""
+        if result is None:
+            return []
+        if self.findings is not None:
+            return self.findings(result, on)
+        return [(self.title.lower(), f"Tell me about the {self.title.lower()}{on}.")] if self.asks and self.tool else []
 
     def say(self, result: Any, params: Any) -> str | None:
         """Its sentence for a result, or None where it has nothing to say."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
+from ...format import percent
 from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.view import device_time_ns, on_device, pct, us, views_of
@@ -56,5 +57,11 @@ def detect_comm(trace: Trace, top: int = 5, device: int | None = None) -> CommRe
     )
 
 
+def comm_findings(result: CommResult, on: str) -> list[tuple[str, str]]:
+    return [(f"communication exposed {percent(result.exposed_of_comm_pct)}",
+             f"Is communication overlapped{on}?")] if result.kernels else []
+
+
 DETECTOR = Detector("comm", "Communication", "Collective kernels, their time and the part no compute overlaps.", None,
-                    CommResult, lambda i, p: detect_comm(i.trace), keys=(Key("comm", CommResult),), place=13, tool=False)
+                    CommResult, lambda i, p: detect_comm(i.trace), keys=(Key("comm", CommResult),), place=13, tool=False,
+                    findings=comm_findings)

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
+from ...format import percent
 from ...trace.model import Trace, matches
 from ..core import intervals as iv
 from ..core.bounds import Count, Cover, Micros
@@ -446,6 +447,12 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
 GAPS = Detector("gaps", "Gaps", "Every idle interval of every device, with its cause and the step, phase and range that "
                 "own it.", None, pd.DataFrame, lambda i, p: trace_gaps(i.trace, p), settings="idle", keys=(), place=0,
                 tool=False)
+def idle_findings(result: IdleResult, on: str) -> list[tuple[str, str]]:
+    """The three largest causes of idle time, each asked about."""
+    return [(f"idle {percent(p)}: {cause}", f"Tell me about the idle time from {cause}{on}.")
+            for cause, p in sorted(result.by_cause_pct.items(), key=lambda kv: -kv[1])[:3]]
+
+
 DETECTOR = Detector("idle", "Idle", "Idle device time by cause, the largest gaps and what the host was doing over them.",
                     IdleParams(), IdleResult, lambda i, p: detect_idle(i.trace, p, i["gaps"]), reads=("gaps",),
-                    settings="idle", keys=(Key("idle", IdleResult),), place=11, tool=False)
+                    settings="idle", keys=(Key("idle", IdleResult),), place=11, tool=False, findings=idle_findings)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ...format import percent, shorten
+from ...text import QUESTION_NAME_CHARS, code
 from ...trace.model import Trace, matches, rows_where
 from ..core import intervals as iv
 from ..core.view import on_device, pct, us, views_of
@@ -114,8 +116,15 @@ class KernelCounts:
     total_us: float
 
 
+def kernel_findings(result: KernelsResult, on: str) -> list[tuple[str, str]]:
+    """The three hottest kernels; the question is the user's words: the name capped and quoted as
+    code, however long or odd."""
+    return [(f"kernel {shorten(k.short_name, 24)} {percent(k.share_of_busy_pct)}",
+             f"Why is {code(shorten(k.short_name, QUESTION_NAME_CHARS))} hot{on}?") for k in result.top[:3]]
+
+
 #: printed as two keys: the hot kernels, and how many kernels ran
 DETECTOR = Detector("kernels", "Hot kernels", "The kernels that take the most device time.", None, KernelsResult,
-                    lambda i, p: detect_hot_kernels(i.trace), place=14, tool=False,
+                    lambda i, p: detect_hot_kernels(i.trace), place=14, tool=False, findings=kernel_findings,
                     keys=(Key("hot_kernels", list[HotKernel], lambda r: r.top),
                           Key("kernels", KernelCounts, lambda r: KernelCounts(r.kernels, r.distinct, r.total_us))))

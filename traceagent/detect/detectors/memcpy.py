@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ...format import percent
 from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.view import device_time_ns, on_device, pct, us, views_of
@@ -86,6 +87,11 @@ def detect_memcpy(trace: Trace, device: int | None = None) -> MemcpyResult:
     )
 
 
+def memcpy_findings(result: MemcpyResult, on: str) -> list[tuple[str, str]]:
+    return [(f"copies {percent(result.share_pct)}, {result.pageable_count} pageable",
+             f"How much time goes to memcpy{on}?")] if result.count else []
+
+
 DETECTOR = Detector("memcpy", "Copies", "Copies by kind, pageable or pinned, their bandwidth and the part no compute hides.",
                     None, MemcpyResult, lambda i, p: detect_memcpy(i.trace), keys=(Key("memcpy", MemcpyResult),),
-                    place=12, tool=False)
+                    place=12, tool=False, findings=memcpy_findings)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...format import duration
 from ...trace.model import Trace
 from ..core.view import us
 from .base import Detector, Key
@@ -106,6 +107,11 @@ class NoSteps:
     max_us: None = None
 
 
+def steps_findings(result: StepsResult, on: str) -> list[tuple[str, str]]:
+    return [(f"{result.count} steps, mean {duration(result.mean_us)}", f"How long is a step{on}?")] if result.count else []
+
+
 DETECTOR = Detector("steps", "Steps", "Step times and each step's idle by cause.", IdleParams(), StepsResult,
                     lambda i, p: detect_steps(i.trace, params=p, gaps=i["gaps"]), reads=("gaps",), settings="idle",
-                    keys=(Key("steps", StepsResult | NoSteps, lambda r: r or NoSteps()),), place=80, tool=False)
+                    keys=(Key("steps", StepsResult | NoSteps, lambda r: r or NoSteps()),), place=80, tool=False,
+                    findings=steps_findings)

@@ -15,12 +15,7 @@ from ...detect.analysis import Analysis, RankAnalysis
 from ...detect.compare.diff import DiffResult
 from ...detect.registry import DETECTORS
 from ...detect.verdict.diagnose import Verdict
-from ...format import duration, percent, shorten
 from ...sentences import device_lines
-from ...text import code
-
-#: the most of a trace string that a question built from a finding carries
-QUESTION_NAME_CHARS = 60
 
 
 class SidePanel(VerticalScroll):
@@ -124,31 +119,9 @@ def scope_options(analysis: Analysis) -> list[tuple[str, tuple[int | None, int]]
 
 
 def _findings(r: RankAnalysis, verdict: Verdict, several_ranks: bool) -> list[tuple[str, str]]:
-    """(label, the question it asks) for what the detectors found on one rank."""
+    """(label, the question it asks) for what the detectors found on one rank: each detector's
+    side-panel findings (detectors/base.py: `findings`), in their order."""
     if not verdict.limiter:
         return []
     on = f" on rank {r.rank}" if several_ranks else ""
-    found = []
-    f = r.findings
-    for cause, pct in sorted(f.idle.by_cause_pct.items(), key=lambda kv: -kv[1])[:3]:
-        found.append((f"idle {percent(pct)}: {cause}", f"Tell me about the idle time from {cause}{on}."))
-    if f.memcpy.count:
-        found.append((f"copies {percent(f.memcpy.share_pct)}, {f.memcpy.pageable_count} pageable",
-                      f"How much time goes to memcpy{on}?"))
-    if f.comm.kernels:
-        found.append((f"communication exposed {percent(f.comm.exposed_of_comm_pct)}",
-                      f"Is communication overlapped{on}?"))
-    for k in f.kernels.top[:3]:
-        # the question is the user's words: the name capped and quoted as code, however long or odd
-        found.append((f"kernel {shorten(k.short_name, 24)} {percent(k.share_of_busy_pct)}",
-                      f"Why is {code(shorten(k.short_name, QUESTION_NAME_CHARS))} hot{on}?"))
-    if f.steps and f.steps.count:
-        found.append((f"{f.steps.count} steps, mean {duration(f.steps.mean_us)}", f"How long is a step{on}?"))
-    # each registered detector with something to say, and a question the offline analyst answers with it
-    for d in DETECTORS:
-        result = r.results.get(d.name)
-        if d.asks and d.tool and result is not None:
-            label = d.finding(result) if d.finding else d.title.lower()
-            if label:
-                found.append((label, f"Tell me about the {d.title.lower()}{on}."))
-    return found
+    return [found for d in DETECTORS for found in d.panel(r.results.get(d.name), on)]
