@@ -10,6 +10,7 @@ import importlib.util
 import io
 import json
 import os
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -180,6 +181,19 @@ def test_a_command_past_its_timeout_is_interrupted_as_ctrl_c_would(tmp_path):
     # (it came during start-up once, under load, and the child was killed: -9)
     handler = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)\n"
     code, interrupted = _run([sys.executable, "-S", "-c", handler], dict(os.environ), timeout=2.0)
+    assert (code, interrupted) == (7, True)
+
+
+def test_the_timeout_reaches_a_script_even_where_the_shell_ignores_ctrl_c(tmp_path):
+    # `traceagent profile ... &` from a script: SIGINT is ignored here, and would be in the child,
+    # which then could not be interrupted (only killed, after the grace, its trace unwritten)
+    handler = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)\n"
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code, interrupted = _run([sys.executable, "-S", "-c", handler], dict(os.environ), timeout=2.0)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # as this process had it
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert (code, interrupted) == (7, True)
 
 

@@ -10,8 +10,10 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -222,14 +224,31 @@ def _compare(base: tuple[Path, runs.RunRecord], after: Analysis) -> DiffResult |
     return diff(before, after)
 
 
+@contextmanager
+def _interruptible_children() -> Iterator[None]:
+    """Children started here get SIGINT at its default. A shell that starts us in the background
+    (`traceagent profile … &` in a script, nohup) ignores SIGINT, a child inherits that, and the
+    timeout's interrupt would never reach the script (killed after the grace, its trace unwritten);
+    a handler, unlike an ignored signal, is reset to the default in the child when it starts."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run(argv: list[str], env: dict[str, str], timeout: float | None = None, quiet: bool = False) -> tuple[int, bool]:
     """The command's exit status, and whether it was interrupted (Ctrl+C reaches the script too:
     it shares the terminal; the script then gets INTERRUPT_GRACE_S to write what it recorded). Past
     `timeout` seconds it is interrupted as Ctrl+C would (its process group), then killed."""
     try:
         output = subprocess.DEVNULL if quiet else None
-        child = subprocess.Popen(argv, env=env, start_new_session=timeout is not None or quiet, stdout=output,
-                                 stderr=output, stdin=output)
+        with _interruptible_children():
+            child = subprocess.Popen(argv, env=env, start_new_session=timeout is not None or quiet, stdout=output,
+                                     stderr=output, stdin=output)
     except OSError as exc:
         raise ProfileError(f"{argv[0]}: cannot start it ({exc.strerror})") from None
     try:
