@@ -14,7 +14,8 @@ from conftest import DATA, NSYS_BEFORE, RESNET_NW0, analyzed
 import traceagent
 from traceagent import analyze
 from traceagent.agent.tools import AnalysisContext, build_tools
-from traceagent.sentences import annotations_sentence, memory_sentence
+from traceagent.detect.detectors.annotations import annotations_sentence
+from traceagent.detect.detectors.memory import memory_sentence
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 GRAPHS = DATA / "hta" / "negative_queue_rank0.json.gz"

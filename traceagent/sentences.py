@@ -6,16 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .detect.analysis import RankAnalysis
-from .detect.detectors.annotations import AnnotationsResult
-from .detect.detectors.flops import FlopsResult
-from .detect.detectors.graphs import GraphsResult
 from .detect.detectors.idle import Gap
-from .detect.detectors.memory import DeviceMemory, MemoryResult
 from .detect.detectors.steps import StepsResult
 from .detect.detectors.stragglers import RankComparison
 from .detect.registry import DETECTORS
-from .detect.verdict.critical_path import critical_path_sentence
-from .format import duration, percent, scope, shorten, size
+from .format import duration, percent, scope, shorten
 
 
 def gap_evidence(gap: Gap, name_width: int = 50, wrap: Callable[[str], str] = str) -> str:
@@ -71,102 +66,9 @@ def device_lines(rank: RankAnalysis) -> list[str]:
             f"idle {percent(b.idle_pct)}" for device, b in rank.breakdown.devices.items()]
 
 
-def flops_sentence(flops: FlopsResult | None) -> str | None:
-    """What the recorded shapes say about throughput, with the GPU, dtype and peak MFU assumed;
-    None when the trace has no shapes."""
-    if not flops or not flops.shaped_ops:
-        return None
-    if not flops.counted_ops:
-        return f"{flops.shaped_ops} ops have recorded shapes, but none could be counted: {flops.note}."
-    achieved = (f"{flops.achieved_tflops:.1f} TFLOP/s achieved" if flops.achieved_tflops is not None
-                else "no throughput: their kernels did not run in the trace (a graph capture records launches only)")
-    text = (f"Ops with recorded shapes ({flops.counted_ops} of {flops.shaped_ops} counted): "
-            f"{flops.gflop:.1f} GFLOP in {duration(flops.gpu_us)} of their kernels, {achieved}")
-    if flops.mfu_pct is not None:
-        text += (f"; MFU {percent(flops.mfu_pct)} over the span ({flops.dtype} on {flops.peak_family}, "
-                 f"peak {flops.peak_tflops:g} TFLOP/s per GPU: {flops.peak_source})")
-    return text + "." + (f" Not counted: {flops.note}." if flops.note else "") + _roofline(flops)
-
-
-def _roofline(flops: FlopsResult) -> str:
-    """' Roofline (least bytes: inputs read once, outputs written once): aten::mm 662 FLOP/byte, …'"""
-    placed = [o for o in flops.by_op if o.intensity_flop_per_byte is not None][:3]
-    text = ""
-    if placed:
-        ridge = (f" against {flops.peak_family}'s {flops.dtype} ridge point of {flops.ridge_flop_per_byte:g} FLOP/byte "
-                 f"({flops.peak_tflops:g} TFLOP/s over {flops.memory_gbps:g} GB/s)" if flops.ridge_flop_per_byte else "")
-        text += (f" Roofline (bytes as the least traffic: inputs read once, outputs written once){ridge}: "
-                 + "; ".join(f"{o.name} ({o.dtype}) {o.intensity_flop_per_byte:g} FLOP/byte"
-                             + (f", {o.roofline}-bound" if o.roofline else "") for o in placed) + ".")
-    moving = [t for t in flops.traffic if t.achieved_gbps][:3]
-    if moving:
-        text += (" Low-FLOP ops (memory-bound by nature): "
-                 + "; ".join(f"{t.name} ({t.dtype}) moved at least {size(t.gbytes * 1e9)} in {duration(t.gpu_us)}, "
-                             f"{t.achieved_gbps:g} GB/s"
-                             + (f" ({percent(t.memory_peak_pct)} of the {flops.memory_gbps:g} GB/s peak)"
-                                if t.memory_peak_pct is not None else "") for t in moving) + ".")
-    return text
-
-
-def memory_peak(device: DeviceMemory) -> str:
-    """One GPU's peak memory: the allocator's totals, or growth from the trace's start without them."""
-    if device.peak_allocated_bytes is None:
-        return f"up to {size(device.growth_bytes)} above the start"
-    if device.reconstructed:
-        return (f"peak {size(device.peak_allocated_bytes)} allocated (reconstructed from the events' bytes: "
-                "the trace has no allocator totals)")
-    reserved = device.peak_reserved_bytes
-    return (f"peak {size(device.peak_allocated_bytes)} allocated"
-            + (f", {size(reserved)} reserved" if reserved is not None else ""))
-
-
-def memory_sentence(memory: MemoryResult | None) -> str | None:
-    """Peak memory per GPU, a leak, and synchronizing allocator calls; None without [memory] events."""
-    if not memory or not memory.devices:
-        return None
-    parts = [f"GPU {d.device}: {memory_peak(d)}" + ("; grows in every step (a leak)" if d.leak else "")
-             for d in memory.devices]
-    text = "; ".join(parts) + "."
-    if memory.allocator_calls:
-        text += (f" {memory.allocator_calls} synchronizing allocator calls, {duration(memory.allocator_idle_us)} "
-                 "of idle device time during them.")
-    return text
-
-
-def graphs_sentence(graphs: GraphsResult | None) -> str | None:
-    """CUDA graph replays and what they saved; None when the trace has none."""
-    if not graphs or not graphs.used:
-        return None
-    return (f"{graphs.launches} CUDA graph replays ran {graphs.kernels} kernels "
-            f"({percent(graphs.share_of_kernel_time_pct)} of kernel time), saving {graphs.launch_calls_saved} "
-            f"launch calls (about {duration(graphs.saved_us)} of host time).")
-
-
-def annotations_sentence(annotations: AnnotationsResult | None, top: int = 3) -> str | None:
-    """The annotated ranges (record_function / NVTX) that launched the most GPU time, and those the
-    GPU sat idle under without work of their own."""
-    waiting = [r for r in annotations.idle_ranges if not r.gpu_us][:top] if annotations else []
-    if not annotations or not (annotations.ranges or annotations.idle_ranges):
-        return None
-    parts = []
-    if annotations.ranges:
-        parts.append("Annotated ranges by GPU time launched inside them: " + "; ".join(
-            f"{shorten(r.name, 40)} {duration(r.gpu_us)} ({percent(r.share_of_busy_pct)} of busy)"
-            for r in annotations.ranges[:top]) + ".")
-    if waiting:
-        parts.append("The GPU sat idle under ranges that launched nothing: " + "; ".join(
-            f"{shorten(r.name, 40)} {duration(r.idle_us)} ({percent(r.share_of_idle_pct)} of idle)"
-            for r in waiting) + ".")
-    return " ".join(parts)
-
-
 def further_findings(rank: RankAnalysis) -> list[tuple[str, str]]:
-    """(title, sentence) for what a rank's trace also says beyond the limiters: throughput and
-    MFU, CUDA graphs, memory, annotation ranges, then each registered detector's sentence; only
-    those it has."""
-    f = rank.findings
-    found = [("Throughput", flops_sentence(f.flops)), ("CUDA graphs", graphs_sentence(f.graphs)),
-             ("Memory", memory_sentence(f.memory)), ("Annotations", annotations_sentence(f.annotations)),
-             ("Critical path", critical_path_sentence(f.critical_path) if f.critical_path else None)]
-    found += [(d.title, d.say(rank.results.get(d.name), rank.params.params_for(d))) for d in DETECTORS]
+    """(title, sentence) for what a rank's trace also says beyond the limiters: each detector's
+    sentence (throughput and MFU, memory, CUDA graphs, the critical path, annotation ranges, then
+    the registered detectors'), in the registry's order; only those it has."""
+    found = [(d.title, d.say(rank.results.get(d.name), rank.params.params_for(d))) for d in DETECTORS]
     return [(title, text) for title, text in found if text]

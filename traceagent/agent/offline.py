@@ -22,6 +22,7 @@ from ..detect.detectors.collectives import CollectivesResult, collectives_senten
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import short_name
+from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.steps import StepRow
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
@@ -29,7 +30,7 @@ from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import whatif_sentence
 from ..format import duration, of_span, percent, shorten, size
-from ..sentences import device_lines, gpu_behind, memory_peak, straggler_sentence
+from ..sentences import device_lines, gpu_behind, straggler_sentence
 from ..trace.model import GPU_METRICS
 from .answers import (
     MAX_ITEMS,

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
+from ...format import duration, percent, shorten
 from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.host import kernel_launches
@@ -144,7 +145,27 @@ def _per_step(steps: pd.DataFrame, instances: pd.DataFrame, top: int, steps_show
     return out[:steps_shown]
 
 
+
+def annotations_sentence(annotations: AnnotationsResult | None, top: int = 3) -> str | None:
+    """The annotated ranges (record_function / NVTX) that launched the most GPU time, and those the
+    GPU sat idle under without work of their own."""
+    waiting = [r for r in annotations.idle_ranges if not r.gpu_us][:top] if annotations else []
+    if not annotations or not (annotations.ranges or annotations.idle_ranges):
+        return None
+    parts = []
+    if annotations.ranges:
+        parts.append("Annotated ranges by GPU time launched inside them: " + "; ".join(
+            f"{shorten(r.name, 40)} {duration(r.gpu_us)} ({percent(r.share_of_busy_pct)} of busy)"
+            for r in annotations.ranges[:top]) + ".")
+    if waiting:
+        parts.append("The GPU sat idle under ranges that launched nothing: " + "; ".join(
+            f"{shorten(r.name, 40)} {duration(r.idle_us)} ({percent(r.share_of_idle_pct)} of idle)"
+            for r in waiting) + ".")
+    return " ".join(parts)
+
+
 DETECTOR = Detector("annotations", "Annotations", "record_function and NVTX ranges by GPU time and by the idle under them.",
                     None, AnnotationsResult,
                     lambda i, p: detect_annotations(i.trace, i["gaps"], i["breakdown"].total.busy_us),
-                    reads=("gaps", "breakdown"), place=20, tool=False)
+                    reads=("gaps", "breakdown"), place=20, tool=False,
+                    sentence=lambda r, p: annotations_sentence(r))

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from ...format import duration, percent, size
 from ...trace.model import Trace, matches, rows_where
 from ..core.host import calls_by_correlation
 from ..core.peaks import DTYPES, Peak, peak_for
@@ -393,6 +394,45 @@ def _mfu(achieved: float | None, peak, dtype: str) -> float | None:
     return round(100.0 * float(achieved) / rate, 2) if achieved and rate else None
 
 
+
+def flops_sentence(flops: FlopsResult | None) -> str | None:
+    """What the recorded shapes say about throughput, with the GPU, dtype and peak MFU assumed;
+    None when the trace has no shapes."""
+    if not flops or not flops.shaped_ops:
+        return None
+    if not flops.counted_ops:
+        return f"{flops.shaped_ops} ops have recorded shapes, but none could be counted: {flops.note}."
+    achieved = (f"{flops.achieved_tflops:.1f} TFLOP/s achieved" if flops.achieved_tflops is not None
+                else "no throughput: their kernels did not run in the trace (a graph capture records launches only)")
+    text = (f"Ops with recorded shapes ({flops.counted_ops} of {flops.shaped_ops} counted): "
+            f"{flops.gflop:.1f} GFLOP in {duration(flops.gpu_us)} of their kernels, {achieved}")
+    if flops.mfu_pct is not None:
+        text += (f"; MFU {percent(flops.mfu_pct)} over the span ({flops.dtype} on {flops.peak_family}, "
+                 f"peak {flops.peak_tflops:g} TFLOP/s per GPU: {flops.peak_source})")
+    return text + "." + (f" Not counted: {flops.note}." if flops.note else "") + _roofline(flops)
+
+
+def _roofline(flops: FlopsResult) -> str:
+    """' Roofline (least bytes: inputs read once, outputs written once): aten::mm 662 FLOP/byte, …'"""
+    placed = [o for o in flops.by_op if o.intensity_flop_per_byte is not None][:3]
+    text = ""
+    if placed:
+        ridge = (f" against {flops.peak_family}'s {flops.dtype} ridge point of {flops.ridge_flop_per_byte:g} FLOP/byte "
+                 f"({flops.peak_tflops:g} TFLOP/s over {flops.memory_gbps:g} GB/s)" if flops.ridge_flop_per_byte else "")
+        text += (f" Roofline (bytes as the least traffic: inputs read once, outputs written once){ridge}: "
+                 + "; ".join(f"{o.name} ({o.dtype}) {o.intensity_flop_per_byte:g} FLOP/byte"
+                             + (f", {o.roofline}-bound" if o.roofline else "") for o in placed) + ".")
+    moving = [t for t in flops.traffic if t.achieved_gbps][:3]
+    if moving:
+        text += (" Low-FLOP ops (memory-bound by nature): "
+                 + "; ".join(f"{t.name} ({t.dtype}) moved at least {size(t.gbytes * 1e9)} in {duration(t.gpu_us)}, "
+                             f"{t.achieved_gbps:g} GB/s"
+                             + (f" ({percent(t.memory_peak_pct)} of the {flops.memory_gbps:g} GB/s peak)"
+                                if t.memory_peak_pct is not None else "") for t in moving) + ".")
+    return text
+
+
 DETECTOR = Detector("flops", "Throughput", "FLOPs from recorded shapes, achieved FLOP/s and MFU.", None, FlopsResult,
                     lambda i, p: detect_flops(i.trace, i["breakdown"].total.span_us, len(i["breakdown"].devices)),
-                    reads=("breakdown",), place=16, tool=False)
+                    reads=("breakdown",), place=16, tool=False,
+                    sentence=lambda r, p: flops_sentence(r))

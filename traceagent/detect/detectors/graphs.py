@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...format import duration, percent
 from ...trace.model import Trace, matches
 from ...trace.normalize import GRAPH_LAUNCH
 from ..core.host import LAUNCH_CALLS, calls_by_correlation
@@ -59,5 +60,16 @@ def detect_graphs(trace: Trace) -> GraphsResult:
                         pct(device, total), saved, round(float(np.float64(saved) * median_launch_us), 3))
 
 
+
+def graphs_sentence(graphs: GraphsResult | None) -> str | None:
+    """CUDA graph replays and what they saved; None when the trace has none."""
+    if not graphs or not graphs.used:
+        return None
+    return (f"{graphs.launches} CUDA graph replays ran {graphs.kernels} kernels "
+            f"({percent(graphs.share_of_kernel_time_pct)} of kernel time), saving {graphs.launch_calls_saved} "
+            f"launch calls (about {duration(graphs.saved_us)} of host time).")
+
+
 DETECTOR = Detector("graphs", "CUDA graphs", "CUDA graph launches and the kernels they replay.", None, GraphsResult,
-                    lambda i, p: detect_graphs(i.trace), place=18, tool=False)
+                    lambda i, p: detect_graphs(i.trace), place=18, tool=False,
+                    sentence=lambda r, p: graphs_sentence(r))

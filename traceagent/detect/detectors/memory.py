@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ...format import duration, size
 from ...trace.model import Trace, matches
 from ..core import intervals as iv
 from ..core.view import us
@@ -93,5 +94,32 @@ def _device(device: int, events: pd.DataFrame, steps: pd.DataFrame) -> DeviceMem
                         bool(leak), round(allocations / len(steps), 1) if len(steps) else None, reconstructed)
 
 
+
+def memory_peak(device: DeviceMemory) -> str:
+    """One GPU's peak memory: the allocator's totals, or growth from the trace's start without them."""
+    if device.peak_allocated_bytes is None:
+        return f"up to {size(device.growth_bytes)} above the start"
+    if device.reconstructed:
+        return (f"peak {size(device.peak_allocated_bytes)} allocated (reconstructed from the events' bytes: "
+                "the trace has no allocator totals)")
+    reserved = device.peak_reserved_bytes
+    return (f"peak {size(device.peak_allocated_bytes)} allocated"
+            + (f", {size(reserved)} reserved" if reserved is not None else ""))
+
+
+def memory_sentence(memory: MemoryResult | None) -> str | None:
+    """Peak memory per GPU, a leak, and synchronizing allocator calls; None without [memory] events."""
+    if not memory or not memory.devices:
+        return None
+    parts = [f"GPU {d.device}: {memory_peak(d)}" + ("; grows in every step (a leak)" if d.leak else "")
+             for d in memory.devices]
+    text = "; ".join(parts) + "."
+    if memory.allocator_calls:
+        text += (f" {memory.allocator_calls} synchronizing allocator calls, {duration(memory.allocator_idle_us)} "
+                 "of idle device time during them.")
+    return text
+
+
 DETECTOR = Detector("memory", "Memory", "Allocated device memory over the steps, its peak and its growth.", None,
-                    MemoryResult, lambda i, p: detect_memory(i.trace, i["gaps"]), reads=("gaps",), place=17, tool=False)
+                    MemoryResult, lambda i, p: detect_memory(i.trace, i["gaps"]), reads=("gaps",), place=17, tool=False,
+                    sentence=lambda r, p: memory_sentence(r))

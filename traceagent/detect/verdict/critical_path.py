@@ -357,4 +357,5 @@ def critical_path_sentence(result: CriticalPathResult) -> str | None:
 #: its walk frees about as much as the trace holds: the pages go back before the replay needs room
 DETECTOR = Detector("critical_path", "Critical path", "The chain of work and waits that sets the trace's length.", None,
                     CriticalPathResult, lambda i, p: detect_critical_path(i.trace, [k.name for k in i["kernels"].top]),
-                    reads=("kernels",), place=19, tool=False, frees=True)
+                    reads=("kernels",), place=19, tool=False, frees=True,
+                    sentence=lambda r, p: critical_path_sentence(r))
