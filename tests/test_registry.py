@@ -74,3 +74,11 @@ def test_a_new_detector_reads_another_detectors_result_and_its_parameters(monkey
     assert seen["kernels"] is rank.results["kernels"] and seen["gaps"] is rank.kept_gaps
     kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
     assert rank.results["tiny_kernels"] == int(((kernels["end"] - kernels["start"]) < 2000).sum()) > 0
+
+
+def test_a_detector_reads_only_what_it_declares(monkeypatch):
+    # the kernels detector runs before this one, but this one does not name it in its reads
+    sneaky = Detector("sneaky", "Sneaky", "", None, object, lambda i, p: i["kernels"], reads=("gaps",), tool=False)
+    monkeypatch.setattr(registry, "RUN_ORDER", registry._in_order((*registry.DETECTORS, sneaky)))
+    with pytest.raises(KeyError, match="detector 'sneaky' reads 'kernels': name it in its Detector's reads"):
+        analyze_trace(load_file(str(TRACE), use_cache=False))

@@ -73,8 +73,8 @@ def run_all(trace: Trace, params_of: Callable[[Detector], Any]) -> dict[str, Any
     """Every detector's result on one rank (None where the trace cannot say), by name, each run
     after those it reads with the parameters `params_of` gives it."""
     results: dict[str, Any] = {}
-    inputs = Inputs(trace, results)
     for d in RUN_ORDER:
+        inputs = Inputs(trace, {name: results[name] for name in d.reads}, d.name)
         results[d.name] = timed(d.name, partial(d.run, inputs, params_of(d)))
         if d.frees:
             return_freed_memory()  # what its work freed is room the next one needs

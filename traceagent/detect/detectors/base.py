@@ -18,14 +18,18 @@ from ...trace.model import Trace
 @dataclass(frozen=True)
 class Inputs:
     """What a detector may read of one rank: its events, and the results of the detectors it names
-    in `Detector.reads` (`inputs["gaps"]`: the one gap table; `inputs["breakdown"]`, ...).
-    Detectors never read files."""
+    in `Detector.reads` (`inputs["gaps"]`: the one gap table; `inputs["breakdown"]`, ...), and only
+    those, so the order the runner chose cannot hide a read nobody declared. Detectors never read files."""
 
     trace: Trace
     results: Mapping[str, Any]
+    reader: str = ""  # the detector these are for
 
     def __getitem__(self, name: str) -> Any:
-        return self.results[name]
+        try:
+            return self.results[name]
+        except KeyError:
+            raise KeyError(f"detector {self.reader!r} reads {name!r}: name it in its Detector's reads") from None
 
 
 @dataclass(frozen=True)
