@@ -130,12 +130,7 @@ class RankAnalysis:
     @cached_property
     def findings(self) -> Findings:
         """The results the verdict and the presentation read by type."""
-        r = self.results
-        return Findings(idle=r["idle"], memcpy=r["memcpy"], comm=r["comm"], kernels=r["kernels"], launch=r["launch"],
-                        steps=r["steps"], has_python_frames=self.meta.has_python_frames,
-                        has_device_activity=self.has_device_activity,
-                        workload=r["workload"], savings=r["savings"], flops=r["flops"], memory=r["memory"],
-                        graphs=r["graphs"], annotations=r["annotations"], critical_path=r["critical_path"])
+        return Findings.of(self.results, self.meta.has_python_frames, self.has_device_activity)
 
     @property
     def breakdown(self) -> BreakdownResult:

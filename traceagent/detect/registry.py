@@ -17,7 +17,7 @@ from ..trace.model import Trace
 from .core.timing import timed
 from .detectors.base import Detector, Inputs, Key
 
-__all__ = ["DETECTORS", "Detector", "Inputs", "Key", "by_name", "run_all"]
+__all__ = ["DETECTORS", "Detector", "Inputs", "Key", "run_all"]
 
 
 def _version(detector: Detector) -> tuple[int, ...]:
@@ -47,26 +47,20 @@ def _in_order(detectors: tuple[Detector, ...]) -> tuple[Detector, ...]:
         if unknown := [r for r in d.reads if r not in names]:
             raise TypeError(f"detector {d.name!r} reads {', '.join(map(repr, unknown))}, which no detector provides")
     done: list[Detector] = []
+    ran: set[str] = set()
     waiting = list(detectors)
     while waiting:
-        ready = next((d for d in waiting if all(r in {x.name for x in done} for r in d.reads)), None)
+        ready = next((d for d in waiting if ran.issuperset(d.reads)), None)
         if ready is None:
             raise TypeError(f"detectors read each other in a cycle: {', '.join(d.name for d in waiting)}")
         done.append(ready)
+        ran.add(ready.name)
         waiting.remove(ready)
     return tuple(done)
 
 
 DETECTORS: tuple[Detector, ...] = _discovered()
 RUN_ORDER: tuple[Detector, ...] = _in_order(DETECTORS)
-
-
-_BY_NAME = {d.name: d for d in DETECTORS}
-
-
-def by_name(name: str) -> Detector:
-    """The detector of that name (KeyError when there is none)."""
-    return _BY_NAME[name]
 
 
 def run_all(trace: Trace, params_of: Callable[[Detector], Any]) -> dict[str, Any]:

@@ -9,15 +9,12 @@ busy computing, and the hot kernels are what to look at.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import (
-    Annotated,
-    Literal,
-    Required,  # pydantic reads these (the JSON Schema) on Python < 3.12
-)
+from typing import Annotated, Any, Literal, Required
 
 from pydantic import Field
-from typing_extensions import TypedDict
+from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ...format import of_span
 from ..core.bounds import Percent, Share
@@ -198,6 +195,16 @@ class Findings:
     graphs: GraphsResult | None = None
     annotations: AnnotationsResult | None = None
     critical_path: CriticalPathResult | None = None
+
+    @classmethod
+    def of(cls, results: Mapping[str, Any], has_python_frames: bool, has_device_activity: bool) -> Findings:
+        """The findings among detectors' results by name (registry.run_all); those the verdict does
+        not read (throughput, memory, graphs, annotations) may be absent."""
+        return cls(idle=results["idle"], memcpy=results["memcpy"], comm=results["comm"], kernels=results["kernels"],
+                   launch=results["launch"], steps=results["steps"], has_python_frames=has_python_frames,
+                   has_device_activity=has_device_activity, workload=results["workload"], savings=results["savings"],
+                   critical_path=results["critical_path"], flops=results.get("flops"), memory=results.get("memory"),
+                   graphs=results.get("graphs"), annotations=results.get("annotations"))
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:
@@ -479,11 +486,7 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
 def rank_verdict(inputs: Inputs, params: VerdictParams) -> Verdict:
     """The verdict of one rank, drawn from the results of the detectors it reads."""
     trace = inputs.trace
-    findings = Findings(
-        idle=inputs["idle"], memcpy=inputs["memcpy"], comm=inputs["comm"], kernels=inputs["kernels"],
-        launch=inputs["launch"], steps=inputs["steps"], has_python_frames=trace.meta.has_python_frames,
-        has_device_activity=trace.has_device_activity, workload=inputs["workload"], savings=inputs["savings"],
-        critical_path=inputs["critical_path"])
+    findings = Findings.of(inputs.results, trace.meta.has_python_frames, trace.has_device_activity)
     return replace(diagnose(findings, params), rank=trace.meta.rank)
 
 
