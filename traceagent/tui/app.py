@@ -25,10 +25,11 @@ from ..errors import TraceError
 from ..outputs import write_atomically
 from ..request import AnalyzeRequest
 from .loader import load_in_child
+from .scope import default_scope, scope_options
 from .screens import HelpScreen
 from .widgets.conversation import Conversation
 from .widgets.prompt import PromptInput
-from .widgets.side_panel import SidePanel, default_scope, scope_options
+from .widgets.side_panel import SidePanel
 from .widgets.timeline import Timeline
 
 

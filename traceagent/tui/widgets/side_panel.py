@@ -16,6 +16,7 @@ from ...detect.compare.diff import DiffResult
 from ...detect.registry import DETECTORS
 from ...detect.verdict.diagnose import Verdict
 from ...sentences import device_lines
+from ..scope import default_scope, scope_options
 
 
 class SidePanel(VerticalScroll):
@@ -104,18 +105,6 @@ class SidePanel(VerticalScroll):
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         self.post_message(self.FindingSelected(self.questions[event.option_index]))
-
-
-def default_scope(analysis: Analysis) -> tuple[int | None, int] | None:
-    """What the timeline and the panel show until the user chooses: the verdict's rank's first GPU."""
-    scopes = [value for _, value in scope_options(analysis)]
-    return next((value for value in scopes if value[0] == analysis.focus.rank), scopes[0] if scopes else None)
-
-
-def scope_options(analysis: Analysis) -> list[tuple[str, tuple[int | None, int]]]:
-    """(label, (rank, GPU)) for every GPU of every rank."""
-    return [(f"rank {r.rank} · GPU {device}", (r.rank, device))
-            for r in analysis.ranks for device in r.breakdown.devices]
 
 
 def _findings(r: RankAnalysis, verdict: Verdict, several_ranks: bool) -> list[tuple[str, str]]:

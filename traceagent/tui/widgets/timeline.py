@@ -11,6 +11,7 @@ from textual.widget import Widget
 from ...detect.analysis import Analysis, RankAnalysis
 from ...detect.core.vocabulary import GAP_CAUSES
 from ...detect.detectors.timeline import DeviceTimeline
+from ..scope import default_scope
 
 _SHADES = " ▁▂▃▄▅▆▇█"
 
@@ -34,8 +35,8 @@ class Timeline(Widget):
 
     def watch_scope(self, scope: tuple[int, int] | None) -> None:
         if self.analysis is not None:
-            self.data = timeline_data(self.analysis.rank(scope[0]), scope[1]) if scope is not None else \
-                timeline_data(self.analysis.focus)
+            shown = scope or default_scope(self.analysis)
+            self.data = timeline_data(self.analysis.rank(shown[0]), shown[1]) if shown is not None else None
 
     def render(self) -> Text:
         if self.data is None:
