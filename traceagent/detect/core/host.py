@@ -13,7 +13,7 @@ from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema
 from ...trace.model import Trace, matches, per_trace, rows_where
 from ...trace.normalize import STEP_NAME, innermost_enclosing, nesting_depth
 from . import intervals as iv
-from .view import us
+from .view import index_type, us
 from .vocabulary import BLOCKING_NAME
 
 #: Kernel-launch calls (runtime and driver, CUDA and HIP, graphs).
@@ -84,7 +84,7 @@ def _rows_by_id(trace: Trace) -> tuple[int, np.ndarray | None]:
     if not len(ids) or int(ids[-1]) - int(ids[0]) + 1 > _TABLE_SPREAD * len(ids) + 1024:
         return 0, None
     low = int(ids[0])
-    table = np.full(int(ids[-1]) - low + 1, -1, dtype=np.int32 if len(ids) < 2**31 else np.int64)
+    table = np.full(int(ids[-1]) - low + 1, -1, dtype=index_type(len(ids)))
     table[ids - low] = np.arange(len(ids))
     return low, table
 

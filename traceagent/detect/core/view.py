@@ -98,6 +98,12 @@ def device_time_ns(views: list[DeviceView]) -> int:
     return sum(v.span_ns for v in views)
 
 
+def index_type(count: int) -> type[np.signedinteger]:
+    """The narrowest exact type for positions into (or labels of) `count` rows: int32 below 2**31
+    (a table of ten million rows holds half the bytes), else int64."""
+    return np.int32 if count < 2**31 else np.int64
+
+
 def us(ns: float | int | np.integer) -> float:
     """ns → µs, rounded to the nanosecond. Whole nanoseconds are divided as integers first: an
     epoch time (1.6e18 ns) is past a float's exact range, and float(ns) / 1000 would be off by 0.2 µs."""

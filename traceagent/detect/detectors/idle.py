@@ -50,7 +50,7 @@ from ..core.host import (
     range_above,
     sync_calls,
 )
-from ..core.view import DeviceView, device_time_ns, device_views, pct, us, wall_span_ns
+from ..core.view import DeviceView, device_time_ns, device_views, index_type, pct, us, wall_span_ns
 from ..core.vocabulary import GAP_CAUSES
 from .base import Detector, Key
 
@@ -202,7 +202,7 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     cause[undecided & (host_share < params.host_cover)] = "no_host_activity"
     # cause stays an object column: pandas 3 would infer Arrow strings, slower to compare and group
     # row labels and positions in int32 where they fit (times stay int64 ns): a gap table has a row per gap
-    index = np.int32 if max(len(trace.cpu), len(view.work)) < 2**31 else np.int64
+    index = index_type(max(len(trace.cpu), len(view.work)))
     return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": pd.Series(cause, dtype=object),
                          "sync": sync_label.astype(index), "next_op": next_op.astype(index)})
 

@@ -34,7 +34,7 @@ from ...trace.model import Trace, matches
 from ..core import intervals as iv
 from ..core.links import NAMED_LINKS, host_link, link_for, named_link
 from ..core.peaks import known_gpus, peak_for
-from ..core.view import us
+from ..core.view import index_type, us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
@@ -275,7 +275,7 @@ def build_graph(trace: Trace) -> Graph | None:
     c_gap = np.where(c_waker >= 0, 0, c_gap)  # it waited for the other thread, not for host work of its own
     # positions and group numbers in the narrowest exact type (times stay int64 ns): the graph of ten million
     # events is held through every replay
-    index = np.int32 if max(len(cpu), len(every_gpu)) < 2**31 else np.int64
+    index = index_type(max(len(cpu), len(every_gpu)))
     return Graph(origin, c_start, c_end, _groups(c_thread).astype(index), c_gap, c_wait.astype(index),
                  np.maximum(c_post, 0), c_waker.astype(index), c_names, c_thread, d_start, d_end,
                  _groups(d_key).astype(index), d_gap, d_launch.astype(index), np.maximum(d_delay, 0),
@@ -468,7 +468,7 @@ class _Segmented:
 
     @classmethod
     def of(cls, segment: np.ndarray, count: int, group: np.ndarray | None) -> _Segmented:
-        order = np.argsort(segment, kind="stable").astype(np.int32 if len(segment) < 2**31 else np.int64)
+        order = np.argsort(segment, kind="stable").astype(index_type(len(segment)))
         order = order[segment[order] >= 0]
         cuts = np.searchsorted(segment[order], np.arange(count + 1))
         opens = np.zeros(len(order), dtype=bool)
@@ -966,7 +966,6 @@ def _copy_columns(g: Graph, *names: str) -> list[np.ndarray]:
         values[copies] = (column if name == "copy_kind" else column.str.lower()).to_numpy()
         out.append(values)
     return out
-
 
 
 def _launch_ns(g: Graph) -> int:
