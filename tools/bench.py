@@ -52,17 +52,15 @@ _REPORT = ("\nprint(json.dumps({'wall_s': time.perf_counter() - t0, "
            "'rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
            "'worker_rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, "
            "'found': globals().get('FOUND')}))\n")
+#: the floor: every file decoded by a JSON library alone (`{decode}`); a gzipped one is inflated
+#: with the standard library's gzip, as a plain script would
+_FLOOR = ("import gzip, {module}\n"
+          "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
+          "t0 = time.perf_counter()\nfor f in files:\n    raw = open(f, 'rb').read()\n"
+          "    data = {decode}(gzip.decompress(raw) if raw[:2] == b'\\x1f\\x8b' else raw)\n    del data, raw")
 CASES = {
-    # the floors read a gzipped file with the standard library's gzip (what a plain script would do)
-    "floor": ("import gzip, orjson\n"
-              "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
-              "t0 = time.perf_counter()\nfor f in files:\n    raw = open(f, 'rb').read()\n"
-              "    data = orjson.loads(gzip.decompress(raw) if raw[:2] == b'\\x1f\\x8b' else raw)\n    del data, raw"),
-    "floor_msgspec": ("import gzip, msgspec\n"
-                      "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
-                      "t0 = time.perf_counter()\nfor f in files:\n    raw = open(f, 'rb').read()\n"
-                      "    data = msgspec.json.decode(gzip.decompress(raw) if raw[:2] == b'\\x1f\\x8b' else raw)\n"
-                      "    del data, raw"),
+    "floor": _FLOOR.format(module="orjson", decode="orjson.loads"),
+    "floor_msgspec": _FLOOR.format(module="msgspec", decode="msgspec.json.decode"),
     "load": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH, use_cache=False)"),
     "warm": ("import traceagent\nt0 = time.perf_counter()\ntraceagent.load(PATH)"),
     "load_cached": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH)"),

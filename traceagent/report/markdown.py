@@ -70,12 +70,12 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
 
     out += ["", "## Where device time went", "",
             md_table(["rank", "GPU", "span", "busy", "idle", "compute", "communication", "exposed comm", "memcpy",
-                    "memset", "verdict"],
-                   [[str(r.rank), str(device), duration(b.span_us), duration(b.busy_us),
-                     percent(b.idle_pct), duration(b.compute_us), duration(b.comm_us),
-                     duration(b.exposed_comm_us), duration(b.memcpy_us), duration(b.memset_us),
-                     f"{r.verdict.limiter}/{r.verdict.root_cause}"]
-                    for r in analysis.ranks for device, b in r.breakdown.devices.items()])]
+                      "memset", "verdict"],
+                     [[str(r.rank), str(device), duration(b.span_us), duration(b.busy_us),
+                       percent(b.idle_pct), duration(b.compute_us), duration(b.comm_us),
+                       duration(b.exposed_comm_us), duration(b.memcpy_us), duration(b.memset_us),
+                       f"{r.verdict.limiter}/{r.verdict.root_cause}"]
+                      for r in analysis.ranks for device, b in r.breakdown.devices.items()])]
     out += ["", "Each row is one GPU over its own span. Classes of work are unions over all streams; two "
                 "classes running at once both count."]
     out += savings_section(analysis.focus)
@@ -91,9 +91,9 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
                 f"{c.matched} collectives matched on every rank. Waiting is the part of a collective before the "
                 "last rank entered it: the late rank's cost, not communication.", "",
                 md_table(["rank", "in collectives", "waiting", "exposed waiting", "communication proper", "entered last",
-                        "compute"],
-                       [[str(x.rank), duration(x.comm_us), duration(x.waiting_us), duration(x.exposed_waiting_us),
-                         duration(x.communication_us), str(x.last_count), duration(x.compute_us)] for x in c.ranks]),
+                          "compute"],
+                         [[str(x.rank), duration(x.comm_us), duration(x.waiting_us), duration(x.exposed_waiting_us),
+                           duration(x.communication_us), str(x.last_count), duration(x.compute_us)] for x in c.ranks]),
                 "", straggler_sentence(c)]
     if analysis.kernel_profiles:
         out += kernel_profiles_section(analysis.kernel_profiles)
@@ -125,13 +125,13 @@ def kernel_profiles_section(result: KernelProfilesResult) -> list[str]:
            f"From {code(result.path)}{where}. A kernel is memory- or compute-bound when that unit reaches "
            f"{SOL_PCT:g}% of its peak (speed of light); below that on both it is latency-bound.", "",
            md_table(["kernel", "bound", "compute", "memory", "occupancy (theoretical)", "limited by", "waves",
-                   "profiled", "in the trace"],
-                  [[code(shorten(short_name(k.name), 40)), k.bound, percent(k.compute_pct), percent(k.memory_pct),
-                    f"{percent(k.achieved_occupancy_pct)} ({percent(k.theoretical_occupancy_pct)})",
-                    ", ".join(k.occupancy_limiters) or "-", f"{k.waves:g}" if k.waves is not None else "-",
-                    duration(k.duration_us),
-                    f"{k.trace_count} × = {duration(k.trace_total_us)}" if k.trace_total_us is not None else "-"]
-                   for k in result.kernels])]
+                     "profiled", "in the trace"],
+                    [[code(shorten(short_name(k.name), 40)), k.bound, percent(k.compute_pct), percent(k.memory_pct),
+                      f"{percent(k.achieved_occupancy_pct)} ({percent(k.theoretical_occupancy_pct)})",
+                      ", ".join(k.occupancy_limiters) or "-", f"{k.waves:g}" if k.waves is not None else "-",
+                      duration(k.duration_us),
+                      f"{k.trace_count} × = {duration(k.trace_total_us)}" if k.trace_total_us is not None else "-"]
+                     for k in result.kernels])]
     for k in result.kernels[:5]:
         out += ["", f"- {md_literal(profile_sentence(k))}"]
         out += [f"  - ncu {md_literal(r.name)}"
@@ -158,28 +158,28 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
                 f"{duration(idle.span_us)} ({percent(idle.idle_pct)}) in {idle.gaps} gaps."]
     out = ["", f"## Idle time{who}", "", " ".join(said), "",
            md_table(["cause", "idle", f"share {of}", "gaps"],
-                  [[c, duration(us), percent(idle.by_cause_pct[c]), str(idle.by_cause_count[c])]
-                   for c, us in sorted(idle.by_cause_us.items(), key=lambda kv: -kv[1])])]
+                    [[c, duration(us), percent(idle.by_cause_pct[c]), str(idle.by_cause_count[c])]
+                     for c, us in sorted(idle.by_cause_us.items(), key=lambda kv: -kv[1])])]
     if idle.top_gaps:
         out += ["", "Largest gaps:", "",
                 md_table(["at", "trace clock (µs)", "length", "cause", "evidence"],
-                       [[duration(g.start_us), f"{g.ts_us:.3f}", duration(g.dur_us), g.cause,
-                         gap_evidence(g, wrap=code)]
-                        for g in idle.top_gaps[:TOP_GAPS]])]
+                         [[duration(g.start_us), f"{g.ts_us:.3f}", duration(g.dur_us), g.cause,
+                           gap_evidence(g, wrap=code)]
+                          for g in idle.top_gaps[:TOP_GAPS]])]
     if idle.sync_sites:
         out += ["", "Synchronizations that stalled the device:", "",
                 md_table(["call", "op", "Python line", "times", "idle after"],
-                       [[code(s.call), code(s.op) if s.op else "-", code(s.python) if s.python else "-",
-                         str(s.count), duration(s.idle_us)]
-                        for s in idle.sync_sites])]
+                         [[code(s.call), code(s.op) if s.op else "-", code(s.python) if s.python else "-",
+                           str(s.count), duration(s.idle_us)]
+                          for s in idle.sync_sites])]
     out += ["", f"## Data movement{who}", ""]
     if copies.count:
         out += [f"Copies ran {percent(copies.share_pct)} {of}; {percent(copies.exposed_pct)} {of} "
                 f"had copies and no compute. {copies.pageable_count} copies touched pageable memory "
                 f"({size(copies.pageable_bytes)}).", "",
                 md_table(["kind", "count", "bytes", "time", "GB/s", "pageable", "exposed"],
-                       [[k, str(c.count), size(c.bytes), duration(c.us), f"{c.gbps:.1f}",
-                         str(c.pageable_count), duration(c.exposed_us)] for k, c in copies.by_kind.items()])]
+                         [[k, str(c.count), size(c.bytes), duration(c.us), f"{c.gbps:.1f}",
+                           str(c.pageable_count), duration(c.exposed_us)] for k, c in copies.by_kind.items()])]
     else:
         out.append("No copies.")
     out += ["", f"## Communication{who}", ""]
@@ -189,8 +189,8 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
                 f"({duration(comm.exposed_us)}, {percent(comm.exposed_pct)} {of})."]
         if comm.top:
             out += ["", md_table(["collective", "count", "total"],
-                               [[code(shorten(c["name"], 70)), str(c["count"]), duration(c["total_us"])]
-                                for c in comm.top])]
+                                 [[code(shorten(c["name"], 70)), str(c["count"]), duration(c["total_us"])]
+                                  for c in comm.top])]
         out += sections_under(r, "Communication", who)
     else:
         out.append("No collective kernels.")
@@ -199,10 +199,10 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
             f"{f.kernels.kernels} kernels of {f.kernels.distinct} distinct names ran "
             f"{duration(f.kernels.total_us)}. The top {len(kernels)}:", "",
             md_table(["#", "kernel", "count", "total", "share of busy", "mean", "median", "max", "launched by"],
-                   [[str(i), code(shorten(k.short_name, 40)), str(k.count), duration(k.total_us),
-                     percent(k.share_of_busy_pct), duration(k.mean_us), duration(k.median_us),
-                     duration(k.max_us), (code(shorten(k.op, 40)) + _op_source(k.op_from)) if k.op else "-"]
-                    for i, k in enumerate(kernels, 1)])]
+                     [[str(i), code(shorten(k.short_name, 40)), str(k.count), duration(k.total_us),
+                       percent(k.share_of_busy_pct), duration(k.mean_us), duration(k.median_us),
+                       duration(k.max_us), (code(shorten(k.op, 40)) + _op_source(k.op_from)) if k.op else "-"]
+                      for i, k in enumerate(kernels, 1)])]
     for title, line in further_findings(r):
         out += ["", f"**{title}.** {md_literal(line)}"]
     out += sections_under(r, "", who)
@@ -279,22 +279,22 @@ def render_diff_markdown(d: DiffResult) -> str:
         out += ["", f"The after trace is {percent(d.slower_pct)} slower: the change did not help"
                     + (f"; {md_literal(d.grew)} grew most." if d.grew else ".")]
     out += ["", md_table(["metric", "before", "after", "change"],
-                       [[m.name, _value(m.unit, m.before), _value(m.unit, m.after), _change(m)] for m in d.metrics])]
+                         [[m.name, _value(m.unit, m.before), _value(m.unit, m.after), _change(m)] for m in d.metrics])]
     if d.kernels:
         per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"Hot kernels ({per}):", "",
                 md_table(["kernel", "before", "after", "share of kernel time", "calls"],
-                       [[code(shorten(k['short_name'], 40)), duration(k["before_us"]), duration(k["after_us"]),
-                         f"{percent(k['before_share_pct'])} → {percent(k['after_share_pct'])}",
-                         f"{k['before_count'] or 0} → {k['after_count'] or 0}"]
-                        for k in d.kernels])]
+                         [[code(shorten(k['short_name'], 40)), duration(k["before_us"]), duration(k["after_us"]),
+                           f"{percent(k['before_share_pct'])} → {percent(k['after_share_pct'])}",
+                           f"{k['before_count'] or 0} → {k['after_count'] or 0}"]
+                          for k in d.kernels])]
     if d.ranges:
         per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"Ranges (record_function / NVTX, {per}; the most grown first):", "",
                 md_table(["range", "host before", "host after", "change", "GPU before", "GPU after"],
-                       [[code(shorten(r["name"], 50)), _maybe(r["before_host_us"]), _maybe(r["after_host_us"]),
-                         f"{r['change_pct']:+.1f}%" if r["change_pct"] is not None else "-",
-                         _maybe(r["before_gpu_us"]), _maybe(r["after_gpu_us"])] for r in d.ranges])]
+                         [[code(shorten(r["name"], 50)), _maybe(r["before_host_us"]), _maybe(r["after_host_us"]),
+                           f"{r['change_pct']:+.1f}%" if r["change_pct"] is not None else "-",
+                           _maybe(r["before_gpu_us"]), _maybe(r["after_gpu_us"])] for r in d.ranges])]
     out += ["", "New problems:" if d.new_problems else "No new problems."]
     out += [f"- {md_literal(p)}" for p in d.new_problems]
     out += [f"\n_{n}_" for n in d.notes]

@@ -312,7 +312,7 @@ def collectives_section(c: CollectivesResult, params: CollectivesParams) -> list
     return ["", "Bandwidth (nccl-tests conventions: algbw = bytes / time, busbw = algbw × the collective's bus "
                 "factor, comparable with the link's peak):", "",
             md_table(["collective", "group (size)", "calls", "bytes", "median message", "time", "algbw GB/s",
-                    "busbw GB/s", "best busbw", "of the link's peak"], rows),
+                      "busbw GB/s", "best busbw", "of the link's peak"], rows),
             "", "  \n".join(links), "", f"Message sizes: {sizes}.{missing}"]
 
 
