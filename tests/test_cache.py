@@ -271,6 +271,7 @@ def test_an_analysis_is_read_back_while_the_file_parameters_and_code_are_the_sam
     assert again.to_dict() == first.to_dict()
     # events come back from the trace's own cache entry when a query needs them
     assert again.ranks[0].gaps["dur"].sum() / 1000 == first.ranks[0].findings.idle.idle_us
+    assert again.ranks[0].gaps is again.ranks[0].gaps  # classified once, not at every query
     # other parameters are other results: computed, not read
     with pytest.raises(AssertionError, match="not used"):
         traceagent.analyze(path, settings=["idle.launch_gap_us=5"])

@@ -63,6 +63,7 @@ def test_a_query_past_the_results_loads_that_rank_again(job, cluster):
     there = build_tools(AnalysisContext(analysis))
     # loaded once while it is asked about: what detectors memoize per Trace is not redone per query
     assert analysis.rank(4).trace is analysis.rank(4).trace and analysis.rank(4).trace.meta.rank == 4
+    assert analysis.rank(4).gaps is analysis.rank(4).gaps  # its gaps, likewise: classified once, not per tool call
     # each worker cached the ranks it parsed, where TRACEAGENT_CACHE_DIR says on that worker
     assert all(cache.read(cache.key(str(f))) is not None for f in job.iterdir())
     here = build_tools(AnalysisContext(traceagent.analyze(job, scheduler="none")))

@@ -75,8 +75,10 @@ class Session:
         self.max_tool_rounds = max_tool_rounds
         self.max_calls_per_round = max_calls_per_round
         self.tools = {t.name: t for t in [*build_tools(ctx), final_answer_tool()]}
+        # each tool's schema is built once (pydantic's JSON schema: the costly part of a session)
+        schemas = [convert_to_openai_tool(t) for t in self.tools.values()]
         # tool_choice: some servers (llama-cpp-python) offer the model no tools without it
-        self.model = model.bind_tools(list(self.tools.values()), tool_choice="auto") if model is not None else None
+        self.model = model.bind_tools(schemas, tool_choice="auto") if model is not None else None
         self.draft = config.draft if config is not None else True
         # a marked answer gives way to the detectors' draft (False: it stays, marked: a report's summary)
         self.replace_marked = True
@@ -84,7 +86,7 @@ class Session:
         self.claims = ClaimCheck(ctx)
         self.structured = StructuredCheck(ctx, self.claims)
         # what every request carries besides the conversation: the system prompt and the tools' schemas
-        self.fixed_chars = len(self.system) + sum(len(json.dumps(convert_to_openai_tool(t))) for t in self.tools.values())
+        self.fixed_chars = len(self.system) + sum(len(json.dumps(schema)) for schema in schemas)
         self.turns: list[list[BaseMessage]] = []  # each: question, tool calls and results, answer
         self.transcript: list[tuple[str, str]] = []  # (role, markdown)
         self._partial: list[str] = []  # the answer so far, for the transcript if it is stopped

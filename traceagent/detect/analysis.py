@@ -8,6 +8,8 @@ they cannot disagree with it.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass, field, fields, make_dataclass, replace
 from functools import cached_property
 from typing import Any, Protocol
@@ -158,7 +160,9 @@ class RankAnalysis:
     @property
     def gaps(self) -> pd.DataFrame:
         """Every classified gap of every device (see idle.trace_gaps); ns on the trace clock."""
-        return self.kept_gaps if self.kept_gaps is not None else trace_gaps(self.trace, self.params.idle)
+        if self.kept_gaps is not None:
+            return self.kept_gaps
+        return _regapped(self.trace, self.params.idle)
 
     @property
     def trace(self) -> Trace:
@@ -354,6 +358,26 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
                         streams=sorted(int(s) for s in trace.gpu["stream"].unique()),
                         step_numbers=[int(s) for s in trace.steps["step"]],
                         has_device_activity=trace.has_device_activity, source=source, loaded=trace, kept_gaps=gaps)
+
+
+def _regapped(trace: Trace, params: IdleParams) -> pd.DataFrame:
+    """The gap table of a Trace loaded again (RankSource.load hands back the same object while it
+    keeps it): classified once, not at every tool call, and held only while that Trace lives, for
+    the last two asked for, like the Traces themselves."""
+    with _REGAPPED_LOCK:  # the chat's tools run on threads
+        for i, (held, its_params, gaps) in enumerate(_REGAPPED):
+            if held() is trace and its_params == params:
+                _REGAPPED.append(_REGAPPED.pop(i))
+                return gaps
+    gaps = trace_gaps(trace, params)
+    with _REGAPPED_LOCK:
+        _REGAPPED.append((weakref.ref(trace), params, gaps))
+        del _REGAPPED[:-2]
+    return gaps
+
+
+_REGAPPED: list[tuple[weakref.ref[Trace], IdleParams, pd.DataFrame]] = []  # most recently used last
+_REGAPPED_LOCK = threading.Lock()
 
 
 def reduce_job(path: str, ranks: list[RankAnalysis], params: AnalysisParams,
