@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import RESNET_NW0, SECRET, analyzed
 from fakes import FakeOpenAIServer, Reply
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
+import traceagent
 from traceagent.agent.answers import plain
+from traceagent.agent.structured import final_answer_tool
+from traceagent.agent.tools import AnalysisContext, build_tools
 from traceagent.cli import main
 from traceagent.format import duration
 
@@ -178,12 +182,17 @@ def test_unreadable_config_file_is_one_line_and_exit_2(monkeypatch, capsys, tmp_
 # -- what real servers do (llama.cpp's llama-server, llama-cpp-python, vLLM, Ollama) -------------------
 
 def test_tools_are_offered_with_tool_choice_and_a_token_limit(model_env, capsys, tiny):
-    with FakeOpenAIServer([Reply.text(f"Idle {said('idle_pct')}.")]) as server:
+    with FakeOpenAIServer([Reply.text(f"Idle {said('idle_pct')}.")] * 2) as server:
         model_env(server.url)
         ask(capsys, trace=tiny)
+        ask(capsys, trace=tiny)  # a second session: its schemas come from the first's, the same
     request = server.requests[0]
     assert request["tool_choice"] == "auto" and request["tools"]  # without it llama-cpp-python offers no tools
     assert request["max_tokens"] == request["max_completion_tokens"] == 2048  # each server reads one of them
+    # what LangChain makes of each tool, made here anew
+    made = [convert_to_openai_tool(t) for t in [*build_tools(AnalysisContext(traceagent.analyze(tiny))),
+                                                final_answer_tool()]]
+    assert server.requests[0]["tools"] == server.requests[-1]["tools"] == json.loads(json.dumps(made))
 
 
 @pytest.mark.parametrize("reply, why", [

@@ -16,14 +16,13 @@ from typing import Annotated
 
 import mcp.types as types
 from langchain_core.tools import BaseTool, StructuredTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from pydantic import Field, ValidationError
 
 from . import __version__
 from .agent.answers import plain
-from .agent.tools import AnalysisContext, ToolInputError, build_tools, dumps, overview, tool_schemas
+from .agent.tools import AnalysisContext, ToolInputError, build_tools, dumps, openai_schema, overview, tool_schemas
 from .api import run
 from .errors import TraceError
 from .format import shorten
@@ -109,7 +108,7 @@ def tool_specs(tools: list[BaseTool]) -> list[types.Tool]:
     """MCP tool descriptions from the LangChain tools: the same names, descriptions and schemas."""
     specs = []
     for tool in tools:
-        function = convert_to_openai_tool(tool)["function"]
+        function = openai_schema(tool)["function"]
         specs.append(types.Tool(name=function["name"], description=function.get("description", ""),
                                 input_schema=function.get("parameters") or {"type": "object", "properties": {}}))
     return specs

@@ -18,7 +18,6 @@ from dataclasses import replace
 from datetime import datetime
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from ..detect.core.vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES
 from ..text import bounded, visible
@@ -39,7 +38,7 @@ from .structured import (
     written_final,
 )
 from .textcalls import could_be_call, written_calls
-from .tools import AnalysisContext, ToolInputError, build_tools, model_json
+from .tools import AnalysisContext, ToolInputError, build_tools, model_json, openai_schema
 
 __all__ = ["Answer", "Cancelled", "Event", "Failure", "Notice", "Session", "Token", "ToolCall", "ToolResult"]
 
@@ -75,8 +74,7 @@ class Session:
         self.max_tool_rounds = max_tool_rounds
         self.max_calls_per_round = max_calls_per_round
         self.tools = {t.name: t for t in [*build_tools(ctx), final_answer_tool()]}
-        # each tool's schema is built once (pydantic's JSON schema: the costly part of a session)
-        schemas = [convert_to_openai_tool(t) for t in self.tools.values()]
+        schemas = [openai_schema(t) for t in self.tools.values()]
         # tool_choice: some servers (llama-cpp-python) offer the model no tools without it
         self.model = model.bind_tools(schemas, tool_choice="auto") if model is not None else None
         self.draft = config.draft if config is not None else True

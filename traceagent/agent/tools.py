@@ -11,6 +11,7 @@ of a few words, an enum, so a typo is an error the model can correct rather than
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import operator
 import re
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.tools.base import create_schema_from_function
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field
 
 from ..detect.analysis import Analysis, RankAnalysis, joined_on
@@ -621,6 +623,21 @@ def tool_schemas() -> list[BaseTool]:
     """Every tool as a client sees it (name, description, argument schema) before a trace is open;
     running one needs build_tools."""
     return [_structured(func, None) for func in tool_functions().values()]
+
+
+def openai_schema(tool: BaseTool) -> dict:
+    """The tool as the server is told of it. Built once per process for each name, description and
+    argument class (pydantic's JSON schema generation was most of what starting a session cost),
+    and copied, so no request can change the next one's."""
+    if not isinstance(tool.args_schema, type):
+        return convert_to_openai_tool(tool)
+    key = (tool.name, tool.description, tool.args_schema)
+    if (schema := _SCHEMAS.get(key)) is None:
+        schema = _SCHEMAS[key] = convert_to_openai_tool(tool)
+    return copy.deepcopy(schema)
+
+
+_SCHEMAS: dict[tuple[str, str, type], dict] = {}
 
 
 def _structured(func: Callable[..., Answer], ctx: AnalysisContext | None) -> BaseTool:
