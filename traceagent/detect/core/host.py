@@ -251,7 +251,7 @@ class OtherThreadEvent(TypedDict):
 
 class GapEvidence(TypedDict, total=False):
     """What a gap's evidence says: the blocking call, its op and line (a sync), or what the
-    launching thread was in (GapHost.to_dict)."""
+    launching thread was in (a GapHost, encoded)."""
 
     sync_call: str | None
     op: str | None
