@@ -248,3 +248,49 @@ def test_a_cpu_copy_then_milliseconds_of_bookkeeping_is_a_sync_with_both_lines(t
     assert v.evidence["python"] == "eval.py(30): evaluate" and v.evidence["after"] == "eval.py(31): evaluate"
     top = idle.top_gaps[0]
     assert top.cause == "sync" and top.evidence["after"] == "eval.py(31): evaluate"
+
+
+def _item_then_python(python_us: float, steps: int = 4) -> TraceBuilder:
+    """Each step: a 100 µs kernel launched at 0 (runs 10-110); `.item()` at train.py(41) waits in
+    cudaStreamSynchronize from 7 until 111, 1 µs after the kernel ends; then `python_us` of Python
+    at train.py(42) from 112; the next step starts 20 µs after the Python began plus its length."""
+    b = TraceBuilder()
+    t, step = 0.0, python_us + 120
+    for i in range(steps):
+        b.op(f"ProfilerStep#{i + 1}", t, step)
+        b.kernel("gemm", t + 10, 100, launch_at=t)
+        b.python("train.py(41): train_step", t + 6, 106)
+        b.op("aten::item", t + 6, 105)
+        b.runtime("cudaStreamSynchronize", t + 7, 104)
+        b.python("train.py(42): train_step", t + 112, python_us)
+        t += step
+    return b
+
+
+def test_a_wait_whose_removal_the_replay_finds_worth_little_points_at_the_host_work_first(tmp_path):
+    # 1 ms of Python after each wait, 1120 µs steps. By hand: the gap from a kernel's end (110) to the
+    # next step's kernel (1130) is 1020 µs, a sync's: 3 of them over 4 steps, 765 µs a step, 68.3% of
+    # it (the bound). Without the wait the call keeps only its 1 µs after the kernel, so the host runs
+    # 103 µs earlier each step and the step is 103 / 1120 = 9.2% shorter: under a quarter of the
+    # bound. The host's 1 ms of Python, not the wait, paces the step.
+    analysis = analyze(_item_then_python(1000).write(tmp_path / "host_paced.json"), use_cache=False)
+    v = analysis.verdict
+    assert (v.limiter, v.root_cause) == ("idle", "sync")
+    assert (v.saving.step_pct, v.saving.simulated_pct) == (68.3, 9.2)
+    assert "the wait does not set the pace" in v.hypothesis and "9.2% shorter" in v.hypothesis
+    assert v.next_step.startswith("Cut the host's work at train.py(42): train_step first")
+    assert "Then remove the wait at train.py(41): train_step" in v.next_step
+    # where the share asked for is smaller, a 9.2% prediction is enough: the wait first, as usual
+    asked = analyze(tmp_path / "host_paced.json", use_cache=False, settings=["verdict.replayed_share=0.1"]).verdict
+    assert asked.next_step.startswith("Remove the wait at train.py(41): train_step")
+
+
+def test_a_wait_whose_removal_the_replay_finds_worth_its_bound_is_the_first_fix(tmp_path):
+    # 100 µs of Python after each wait, 220 µs steps: gaps of 120 µs, 3 over 4 steps, 40.9% of a step
+    # (the bound); without the wait the host again runs 103 µs earlier: 103 / 220 = 46.8% (the last
+    # step's wait counts in the replay, not in the gaps before a next step: above the bound)
+    analysis = analyze(_item_then_python(100).write(tmp_path / "wait_paced.json"), use_cache=False)
+    v = analysis.verdict
+    assert (v.saving.step_pct, v.saving.simulated_pct) == (40.91, 46.82)
+    assert v.next_step.startswith("Remove the wait at train.py(41): train_step")
+    assert "the wait does not set the pace" not in v.hypothesis

@@ -44,8 +44,9 @@ from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdic
 #: simulated_pct (the what-if replay), diff's prediction simulated_pct and change. 2.2: steps.step_time_us
 #: (the loop's step time, the GPU's where it runs behind the host: what savings and diff divide by).
 #: 2.3: a verdict's evidence says its kind (idle, communication, data_movement, compute, straggler,
-#: none) and holds only that kind's keys (the schema: a union tagged by `kind`).
-SCHEMA_VERSION = max(["2.3", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
+#: none) and holds only that kind's keys (the schema: a union tagged by `kind`). 2.4: the verdict
+#: parameter replayed_share (a wait whose replayed removal saves under that share of its bound).
+SCHEMA_VERSION = max(["2.4", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 
 @dataclass(frozen=True)

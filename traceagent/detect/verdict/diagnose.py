@@ -44,6 +44,9 @@ class VerdictParams:
     comm_pct: Percent = 10.0  # exposed communication (or waiting for a straggler) share of the span
     memcpy_pct: Percent = 10.0  # exposed copy share of the span
     pageable_share: Share = 0.5  # share of copied bytes from pageable memory that names it the cause
+    # a wait whose removal the replay predicts saves under this share of its bound does not pace the step:
+    # the verdict points at the host work it exposes first
+    replayed_share: Share = 0.25
 
 
 class SharedStreamEvidence(TypedDict):
@@ -255,7 +258,7 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
 
 def _verdict_for(limiter: str, f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
     if limiter == "idle":
-        return _idle_verdict(f, also)
+        return _idle_verdict(f, params, also)
     if limiter == "communication":
         return _comm_verdict(f, also)
     if limiter == "data_movement":
@@ -296,7 +299,7 @@ def _top_idle_root(idle: IdleResult) -> tuple[str, list[str]]:
     return root, causes
 
 
-def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
+def _idle_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
     idle = f.idle
     root, causes = _top_idle_root(idle)
     cause = causes[0]
@@ -325,8 +328,24 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
                 evidence["after"] = site.after
         kind = blocking(site.call if site else None)  # the fix depends on what blocked: a read-back, the allocator…
         evidence["sync_kind"] = kind.kind
-        step = (f"Remove the wait{f' at {site.python}' if site and site.python else ''}: {kind.fix}.")
-        if site and site.after:
+        at_line = f" at {site.python}" if site and site.python else ""
+        hypothesis = (f"The host blocks on the GPU{where} ({kind.label}), so it cannot queue work ahead and the GPU "
+                      "drains while the host catches up.")
+        step = f"Remove the wait{at_line}: {kind.fix}."
+        replayed = saving_for(f.savings, "sync")
+        if _replay_finds_little(replayed, params):
+            # the host's own work between the waits is as long as the step: without them it still paces the GPU
+            assert replayed is not None and replayed.simulated_pct is not None
+            host_work = f" at {site.after}" if site and site.after else " between the waits"
+            hypothesis = (f"The host blocks on the GPU{where} ({kind.label}), but the wait does not set the pace: "
+                          f"replayed without the waits (`sync=0`) the step is only {replayed.simulated_pct:.1f}% "
+                          f"shorter (the bound is {replayed.bound}), because the host's own work{host_work} takes "
+                          "about as long as the step. The GPU idles for the host, not for the wait.")
+            step = (f"Cut the host's work{host_work} first: `py-spy record -o host.svg -- python train.py` shows "
+                    "where its time goes, and fewer, larger launches (a larger batch, torch.compile, CUDA graphs) "
+                    f"cut the per-op Python overhead. Then remove the wait{at_line} ({kind.fix}), so that what "
+                    "remains of the host's work overlaps the GPU's.")
+        elif site and site.after:
             step += (f" The host work at {site.after} that follows it shows only because of the wait: once the "
                      "value stays on the device, that work overlaps the GPU's.")
         if kind.tries:  # a setting may do it: measured against the run as it is, with no code edit
@@ -334,8 +353,7 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
         if not f.has_python_frames:
             step += f" Re-profile with `{advice.profile_line()}` (Python frames on) to get the line."
         return Verdict("idle", root, f"{head}, mostly after host synchronizations ({cause_pct:.1f}% {_of(f)})",
-                       f"The host blocks on the GPU{where} ({kind.label}), so it cannot queue work ahead and the GPU "
-                       "drains while the host catches up.", step, evidence, also)
+                       hypothesis, step, evidence, also)
     if root == "launch_overhead":
         launch = f.launch
         evidence.update({"short_kernel_pct": launch.short_kernel_pct, "median_kernel_us": launch.median_kernel_us,
@@ -368,6 +386,15 @@ def _idle_verdict(f: Findings, also: list[str]) -> Verdict:
     return Verdict("idle", "host_other", f"{head}, while the host does other work ({cause_pct:.1f}% {_of(f)})",
                    f"The host spends the gaps in its own work{what} rather than in launching device work.", step,
                    evidence, also)
+
+
+def _replay_finds_little(saving: Saving | None, params: VerdictParams) -> bool:
+    """Whether the replay of a fix predicts it saves under `replayed_share` of its bound: what the
+    bound counts is real, but something else paces the step once it is gone."""
+    if saving is None or saving.simulated_pct is None:
+        return False
+    bound = saving.step_pct if saving.step_pct is not None else saving.pct
+    return saving.simulated_pct < params.replayed_share * bound
 
 
 def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
