@@ -337,10 +337,13 @@ def _idle_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
             # the host's own work between the waits is as long as the step: without them it still paces the GPU
             assert replayed is not None and replayed.simulated_pct is not None
             host_work = f" at {site.after}" if site and site.after else " between the waits"
+            whole = "step" if replayed.step_pct is not None else "span"
+            shorter = (f"only {replayed.simulated_pct:.1f}% shorter" if replayed.simulated_pct >= 0.05
+                       else "no shorter")
             hypothesis = (f"The host blocks on the GPU{where} ({kind.label}), but the wait does not set the pace: "
-                          f"replayed without the waits (`sync=0`) the step is only {replayed.simulated_pct:.1f}% "
-                          f"shorter (the bound is {replayed.bound}), because the host's own work{host_work} takes "
-                          "about as long as the step. The GPU idles for the host, not for the wait.")
+                          f"replayed without the waits (`sync=0`) the {whole} is {shorter} (the bound is "
+                          f"{replayed.bound}), because the host's own work{host_work} takes about as long as the "
+                          f"{whole}. The GPU idles for the host, not for the wait.")
             step = (f"Cut the host's work{host_work} first: `py-spy record -o host.svg -- python train.py` shows "
                     "where its time goes, and fewer, larger launches (a larger batch, torch.compile, CUDA graphs) "
                     f"cut the per-op Python overhead. Then remove the wait{at_line} ({kind.fix}), so that what "
