@@ -140,13 +140,6 @@ def matches(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:
     return np.append(hit, False)[codes]  # code -1 (no name) → False
 
 
-def one_of(column: pd.Series, values: list[str]) -> np.ndarray:
-    """Rows of a categorical column whose value is among `values`, testing each distinct value once
-    (Series.isin gathers the categories for every row)."""
-    hit = np.asarray(column.cat.categories.isin(values), dtype=bool)
-    return np.append(hit, False)[column.cat.codes.to_numpy()]  # code -1 (no value) → False
-
-
 def typed_frame(columns: dict[str, list | np.ndarray], schema: dict[str, str]) -> pd.DataFrame:
     """Build a frame with exactly the schema's columns and dtypes (missing ones empty/default)."""
     n = len(next(iter(columns.values()))) if columns else 0

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration
-from ...trace.model import Trace, matches, one_of
+from ...trace.model import Trace, matches
 from ..core import intervals as iv
 from ..core.links import NAMED_LINKS, host_link, link_for, named_link
 from ..core.peaks import known_gpus, peak_for
@@ -298,7 +298,7 @@ def _wakers(cpu: pd.DataFrame, c_thread: np.ndarray, c_start: np.ndarray, c_end:
     candidates = np.flatnonzero(~first & (c_gap >= IDLE_THREAD_NS))
     if not len(candidates) or len(np.unique(c_thread)) < 2:
         return waker
-    traced = _thread_intervals(cpu, ~one_of(cpu["kind"], ["runtime", "driver"]))
+    traced = _thread_intervals(cpu.loc[~cpu["kind"].isin(["runtime", "driver"]).to_numpy(), ["pid", "tid", "start", "end"]])
     busy = np.zeros(len(candidates))
     for t in np.unique(c_thread[candidates]):
         mine = c_thread[candidates] == t
@@ -975,11 +975,10 @@ def _launch_ns(g: Graph) -> int:
     return int(np.median((g.c_end - g.c_start)[calls])) if len(calls) else 0
 
 
-def _thread_intervals(cpu: pd.DataFrame, keep: np.ndarray) -> dict[int, iv.Intervals]:
-    """Each thread's union of the spans of the host rows `keep` marks (ns on the trace clock), by
-    thread key: the columns gathered as arrays, not as a frame of the rows."""
-    thread = thread_keys(cpu["pid"].to_numpy()[keep], cpu["tid"].to_numpy()[keep])
-    starts, ends = cpu["start"].to_numpy(np.int64)[keep], cpu["end"].to_numpy(np.int64)[keep]
+def _thread_intervals(rows: pd.DataFrame) -> dict[int, iv.Intervals]:
+    """Each thread's union of the rows' spans (ns on the trace clock), by thread key."""
+    thread = thread_key(rows)
+    starts, ends = rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64)
     return {int(t): iv.union(starts[thread == t], ends[thread == t]) for t in np.unique(thread)}
 
 
@@ -988,7 +987,7 @@ _NONE: iv.Intervals = iv.union(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np
 
 def _loading(trace: Trace) -> dict[int, iv.Intervals]:
     """Each thread's data loading (a thread's own: another thread's gap is not shortened by it)."""
-    return _thread_intervals(trace.cpu, (trace.cpu["kind"] == "dataloader").to_numpy())
+    return _thread_intervals(trace.cpu[(trace.cpu["kind"] == "dataloader").to_numpy()])
 
 
 def _loading_in_gaps(trace: Trace, g: Graph) -> np.ndarray:
@@ -1014,9 +1013,9 @@ def _loading_before_first(trace: Trace, g: Graph) -> np.ndarray:
 def _called_or_under(trace: Trace, g: Graph, name: str) -> np.ndarray:
     """Calls named `name`, or inside an op named `name` on their thread."""
     named = np.asarray(g.c_names == name)
-    ops = ((trace.cpu["kind"] == "op") & (trace.cpu["name"] == name)).to_numpy()
+    ops = trace.cpu[((trace.cpu["kind"] == "op") & (trace.cpu["name"] == name)).to_numpy()]
     under = np.zeros(len(g.c_start), dtype=bool)
-    for t, spans in _thread_intervals(trace.cpu, ops).items():
+    for t, spans in _thread_intervals(ops).items():
         mine = g.c_thread == t
         t0 = g.c_start[mine] + g.origin
         under[mine] = iv.covered(spans, t0, t0 + 1) > 0
