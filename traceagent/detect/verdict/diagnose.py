@@ -332,22 +332,21 @@ def _idle_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
         hypothesis = (f"The host blocks on the GPU{where} ({kind.label}), so it cannot queue work ahead and the GPU "
                       "drains while the host catches up.")
         step = f"Remove the wait{at_line}: {kind.fix}."
-        replayed = saving_for(f.savings, "sync")
-        if _replay_finds_little(replayed, params):
-            # the host's own work between the waits is as long as the step: without them it still paces the GPU
-            assert replayed is not None and replayed.simulated_pct is not None
+        replayed = _replayed_little(saving_for(f.savings, "sync"), params)
+        if replayed is not None:  # the host's own work between the waits is as long as the step: it paces the GPU
+            saving, simulated = replayed
             host_work = f" at {site.after}" if site and site.after else " between the waits"
-            whole = "step" if replayed.step_pct is not None else "span"
-            shorter = (f"only {replayed.simulated_pct:.1f}% shorter" if replayed.simulated_pct >= 0.05
-                       else "no shorter")
+            whole = "step" if saving.step_pct is not None else "span"
+            shorter = f"only {simulated:.1f}% shorter" if simulated >= 0.05 else "no shorter"
             hypothesis = (f"The host blocks on the GPU{where} ({kind.label}), but the wait does not set the pace: "
                           f"replayed without the waits (`sync=0`) the {whole} is {shorter} (the bound is "
-                          f"{replayed.bound}), because the host's own work{host_work} takes about as long as the "
+                          f"{saving.bound}), because the host's own work{host_work} takes about as long as the "
                           f"{whole}. The GPU idles for the host, not for the wait.")
-            step = (f"Cut the host's work{host_work} first: `py-spy record -o host.svg -- python train.py` shows "
-                    "where its time goes, and fewer, larger launches (a larger batch, torch.compile, CUDA graphs) "
-                    f"cut the per-op Python overhead. Then remove the wait{at_line} ({kind.fix}), so that what "
-                    "remains of the host's work overlaps the GPU's.")
+            step = (f"Cut the host's work{host_work} first (`py-spy record -o host.svg -- python train.py` shows where "
+                    "its time goes): do it less often, off the thread that launches GPU work, or cheaper; where it is "
+                    "per-op Python overhead, fewer and larger launches (torch.compile, CUDA graphs) cut it. Then "
+                    f"remove the wait{at_line} ({kind.fix}), so that what remains of the host's work overlaps the "
+                    "GPU's.")
         elif site and site.after:
             step += (f" The host work at {site.after} that follows it shows only because of the wait: once the "
                      "value stays on the device, that work overlaps the GPU's.")
@@ -391,13 +390,14 @@ def _idle_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
                    evidence, also)
 
 
-def _replay_finds_little(saving: Saving | None, params: VerdictParams) -> bool:
-    """Whether the replay of a fix predicts it saves under `replayed_share` of its bound: what the
-    bound counts is real, but something else paces the step once it is gone."""
+def _replayed_little(saving: Saving | None, params: VerdictParams) -> tuple[Saving, float] | None:
+    """The saving and its replayed share where the replay of its fix predicts under `replayed_share`
+    of its bound (what the bound counts is real, but something else paces the step once it is
+    gone); None otherwise, or where nothing was replayed."""
     if saving is None or saving.simulated_pct is None:
-        return False
+        return None
     bound = saving.step_pct if saving.step_pct is not None else saving.pct
-    return saving.simulated_pct < params.replayed_share * bound
+    return (saving, saving.simulated_pct) if saving.simulated_pct < params.replayed_share * bound else None
 
 
 def _comm_verdict(f: Findings, also: list[str]) -> Verdict:
