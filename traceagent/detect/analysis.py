@@ -8,15 +8,13 @@ they cannot disagree with it.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass, field, fields, make_dataclass, replace
 from functools import cached_property
 from typing import Any, Protocol
 
 import pandas as pd
 
-from ..trace.model import Trace, TraceMeta
+from ..trace.model import Trace, TraceMeta, per_trace
 from .core.bounds import out_of_range
 from .core.encode import to_data
 from .detectors.breakdown import BreakdownResult
@@ -163,7 +161,10 @@ class RankAnalysis:
         """Every classified gap of every device (see idle.trace_gaps); ns on the trace clock."""
         if self.kept_gaps is not None:
             return self.kept_gaps
-        return _regapped(self.trace, self.params.idle)
+        tables, params = _gap_tables(self.trace), self.params.idle
+        if (gaps := tables.get(params)) is None:
+            gaps = tables[params] = trace_gaps(self.trace, params)
+        return gaps
 
     @property
     def trace(self) -> Trace:
@@ -361,24 +362,12 @@ def analyze_trace(trace: Trace, params: AnalysisParams = AnalysisParams(),
                         has_device_activity=trace.has_device_activity, source=source, loaded=trace, kept_gaps=gaps)
 
 
-def _regapped(trace: Trace, params: IdleParams) -> pd.DataFrame:
-    """The gap table of a Trace loaded again (RankSource.load hands back the same object while it
-    keeps it): classified once, not at every tool call, and held only while that Trace lives, for
-    the last two asked for, like the Traces themselves."""
-    with _REGAPPED_LOCK:  # the chat's tools run on threads
-        for i, (held, its_params, gaps) in enumerate(_REGAPPED):
-            if held() is trace and its_params == params:
-                _REGAPPED.append(_REGAPPED.pop(i))
-                return gaps
-    gaps = trace_gaps(trace, params)
-    with _REGAPPED_LOCK:
-        _REGAPPED.append((weakref.ref(trace), params, gaps))
-        del _REGAPPED[:-2]
-    return gaps
-
-
-_REGAPPED: list[tuple[weakref.ref[Trace], IdleParams, pd.DataFrame]] = []  # most recently used last
-_REGAPPED_LOCK = threading.Lock()
+@per_trace
+def _gap_tables(trace: Trace) -> dict[IdleParams, pd.DataFrame]:
+    """The gap tables of a Trace loaded again (RankSource.load hands back the same object while it
+    keeps it), by parameters, filled as queries ask: classified once, not at every tool call, and
+    gone with the Trace."""
+    return {}
 
 
 def reduce_job(path: str, ranks: list[RankAnalysis], params: AnalysisParams,
