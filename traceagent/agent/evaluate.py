@@ -114,11 +114,10 @@ def _conclusion_of(before: Analysis, after: Analysis, asked: Analysis, answer: s
 def _saving(a: Analysis, answer: str) -> tuple[bool, str]:
     saving = a.verdict.saving
     assert saving is not None  # applies() keeps the question for traces whose verdict has one
-    bound = saving.step_pct if saving.step_pct is not None else saving.pct
-    said = [p for p in (saving.simulated_pct, bound) if p is not None]  # the prediction, or the bound
+    said = [p for p in (saving.simulated_pct, saving.bound_pct) if p is not None]  # the prediction, or the bound
     return (any(_states(answer, p, "percent", 0.02) for p in said) and _names_cause(answer, a.verdict.root_cause),
             f"names {a.verdict.root_cause} and states its saving, {said[0]:.1f}%"
-            + (f" (the bound: {bound:.1f}%)" if len(said) > 1 else ""))
+            + (f" (the bound: {saving.bound_pct:.1f}%)" if len(said) > 1 else ""))
 
 
 def _profile_next(a: Analysis, answer: str) -> tuple[bool, str]:

@@ -396,8 +396,7 @@ def _replayed_little(saving: Saving | None, params: VerdictParams) -> tuple[Savi
     gone); None otherwise, or where nothing was replayed."""
     if saving is None or saving.simulated_pct is None:
         return None
-    bound = saving.step_pct if saving.step_pct is not None else saving.pct
-    return (saving, saving.simulated_pct) if saving.simulated_pct < params.replayed_share * bound else None
+    return (saving, saving.simulated_pct) if saving.simulated_pct < params.replayed_share * saving.bound_pct else None
 
 
 def _comm_verdict(f: Findings, also: list[str]) -> Verdict:

@@ -46,6 +46,11 @@ class Saving:
         object.__setattr__(self, "sentence", self._sentence())
 
     @property
+    def bound_pct(self) -> float:
+        """The bound as a share: of the mean step where the trace has steps, else of the span."""
+        return self.step_pct if self.step_pct is not None else self.pct
+
+    @property
     def bound(self) -> str:
         return f"{self.step_pct:.1f}% of step time" if self.step_pct is not None else f"{self.pct:.1f}% of the span"
 
@@ -56,8 +61,8 @@ class Saving:
             whole = "step time" if self.step_pct is not None else "the span"
             how = "with that change" if self.root_cause == "hot_kernel" else f"with `{self.change}`"
             why = self.reasoning.removeprefix("an upper bound: ")
-            bound = self.step_pct if self.step_pct is not None else self.pct
-            if self.simulated_pct > bound + 0.05:  # the change reaches past this finding (launches: every gap they cause)
+            # the change reaches past this finding (launches: every gap they cause)
+            if self.simulated_pct > self.bound_pct + 0.05:
                 return (f"Fixing {self.finding} would save {self.simulated_pct:.1f}% of {whole} (simulated {how} on the "
                         f"trace's dependency graph, a change that also shortens other findings; this one alone costs "
                         f"{self.bound}).")
