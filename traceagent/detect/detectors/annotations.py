@@ -145,7 +145,6 @@ def _per_step(steps: pd.DataFrame, instances: pd.DataFrame, top: int, steps_show
     return out[:steps_shown]
 
 
-
 def annotations_sentence(annotations: AnnotationsResult | None, top: int = 3) -> str | None:
     """The annotated ranges (record_function / NVTX) that launched the most GPU time, and those the
     GPU sat idle under without work of their own."""

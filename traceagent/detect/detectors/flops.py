@@ -394,7 +394,6 @@ def _mfu(achieved: float | None, peak, dtype: str) -> float | None:
     return round(100.0 * float(achieved) / rate, 2) if achieved and rate else None
 
 
-
 def flops_sentence(flops: FlopsResult | None) -> str | None:
     """What the recorded shapes say about throughput, with the GPU, dtype and peak MFU assumed;
     None when the trace has no shapes."""

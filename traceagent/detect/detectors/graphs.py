@@ -60,7 +60,6 @@ def detect_graphs(trace: Trace) -> GraphsResult:
                         pct(device, total), saved, round(float(np.float64(saved) * median_launch_us), 3))
 
 
-
 def graphs_sentence(graphs: GraphsResult | None) -> str | None:
     """CUDA graph replays and what they saved; None when the trace has none."""
     if not graphs or not graphs.used:

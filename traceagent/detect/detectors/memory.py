@@ -94,7 +94,6 @@ def _device(device: int, events: pd.DataFrame, steps: pd.DataFrame) -> DeviceMem
                         bool(leak), round(allocations / len(steps), 1) if len(steps) else None, reconstructed)
 
 
-
 def memory_peak(device: DeviceMemory) -> str:
     """One GPU's peak memory: the allocator's totals, or growth from the trace's start without them."""
     if device.peak_allocated_bytes is None:
