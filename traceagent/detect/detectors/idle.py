@@ -447,6 +447,8 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
 GAPS = Detector("gaps", "Gaps", "Every idle interval of every device, with its cause and the step, phase and range that "
                 "own it.", None, pd.DataFrame, lambda i, p: trace_gaps(i.trace, p), settings="idle", keys=(), place=0,
                 tool=False)
+
+
 def idle_findings(result: IdleResult, on: str) -> list[tuple[str, str]]:
     """The three largest causes of idle time, each asked about."""
     return [(f"idle {percent(p)}: {cause}", f"Tell me about the idle time from {cause}{on}.")
