@@ -248,8 +248,8 @@ def rows_where(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
 
 def per_trace(build: Callable[[Trace], R]) -> Callable[[Trace], R]:
     """`build(trace)` computed once per trace and kept as long as the trace lives: what several
-    detectors ask of one trace. Callers must not modify what it returns, but for a memo table it
-    starts empty for them to fill."""
+    detectors ask of one trace. Callers must not modify what it returns, unless it is a table
+    built empty as their memo."""
     built: weakref.WeakKeyDictionary[Trace, R] = weakref.WeakKeyDictionary()
 
     @functools.wraps(build)
