@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration
-from ...trace.model import Trace, rows_where
+from ...trace.model import Trace, per_trace, rows_where
 from ..core.bounds import Count, Micros
 from ..core.host import launch_calls
 from ..core.view import pct, us
@@ -81,8 +81,9 @@ SHARED_FIX = ("run collectives on a stream of their own: DDP and FSDP do; for to
               "needed")
 
 
+@per_trace  # the rank's comm, its streams and each of its GPUs' comm read them
 def shared_streams(trace: Trace) -> list[SharedStream]:
-    """The streams where collectives and compute kernels both run (cheap: the comm verdict asks too)."""
+    """The streams where collectives and compute kernels both run, on every device of the rank."""
     kernels = rows_where(trace.gpu, (trace.gpu["kind"] == "kernel").to_numpy())
     if kernels.empty or not kernels["is_comm"].any():
         return []
@@ -126,7 +127,7 @@ def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> Str
                               us(span), us(span - idle), us(idle), us(int(g["host"].sum())), us(int(g["kernel"].sum())),
                               us(int(g["other"].sum())), pct(span - idle, span)))
     rows.sort(key=lambda r: -r.busy_us)
-    return StreamsResult(len(rows), rows[:params.top], shared_streams(trace), us(int(table["host"].sum())),
+    return StreamsResult(len(rows), rows[:params.top], list(shared_streams(trace)), us(int(table["host"].sum())),
                          us(int(table["kernel"].sum())), us(int(table["other"].sum())))
 
 
