@@ -253,3 +253,20 @@ def test_a_200_mb_kernel_name_in_an_nsight_export_is_cut_before_it_reaches_pytho
     cut = [n for n in trace.gpu["name"].cat.categories if n.startswith("kkkk")]
     assert len(cut) == 1 and len(cut[0]) <= MAX_TEXT_CHARS and "[200000000 characters, id" in cut[0]
     print(f"200 MB name in StringIds: {seconds:.1f} s, peak {peak / GiB:.2f} GiB")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="NumPy madvises huge pages on Linux only")
+@pytest.mark.parametrize("user_setting, huge_pages", [(None, False), ("1", True)])
+def test_the_command_line_gives_arrays_small_pages_unless_the_user_chose(tmp_path, user_setting, huge_pages):
+    # huge pages stalled the analysis where the kernel compacts memory to find them (heap.small_pages_for_arrays)
+    trace = TraceBuilder()
+    trace.kernel("k", 10, 5)
+    path = trace.write(tmp_path / "t.json")
+    script = ("import numpy, sys; from traceagent.cli import main\n"
+              "main(['info', sys.argv[1]])\n"
+              "print(numpy._core.multiarray._get_madvise_hugepage(), file=sys.stderr)")
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if user_setting is not None:
+        env["NUMPY_MADVISE_HUGEPAGE"] = user_setting
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env, check=True)
+    assert done.stderr.strip().splitlines()[-1] == str(huge_pages)

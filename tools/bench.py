@@ -58,13 +58,15 @@ _FLOOR = ("import gzip, {module}\n"
           "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
           "t0 = time.perf_counter()\nfor f in files:\n    raw = open(f, 'rb').read()\n"
           "    data = {decode}(gzip.decompress(raw) if raw[:2] == b'\\x1f\\x8b' else raw)\n    del data, raw")
+#: traceagent as its command line runs it: arrays on small pages (trace/heap.small_pages_for_arrays)
+_AS_CLI = "import traceagent\nfrom traceagent.trace.heap import small_pages_for_arrays\nsmall_pages_for_arrays()\n"
 CASES = {
     "floor": _FLOOR.format(module="orjson", decode="orjson.loads"),
     "floor_msgspec": _FLOOR.format(module="msgspec", decode="msgspec.json.decode"),
-    "load": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH, use_cache=False)"),
-    "warm": ("import traceagent\nt0 = time.perf_counter()\ntraceagent.load(PATH)"),
-    "load_cached": ("import traceagent\nt0 = time.perf_counter()\njob = traceagent.load(PATH)"),
-    "analyze": ("import traceagent\nfrom traceagent import analyze\nt0 = time.perf_counter()\n"
+    "load": (_AS_CLI + "t0 = time.perf_counter()\njob = traceagent.load(PATH, use_cache=False)"),
+    "warm": (_AS_CLI + "t0 = time.perf_counter()\ntraceagent.load(PATH)"),
+    "load_cached": (_AS_CLI + "t0 = time.perf_counter()\njob = traceagent.load(PATH)"),
+    "analyze": (_AS_CLI + "from traceagent import analyze\nt0 = time.perf_counter()\n"
                 "out = json.dumps(analyze(traceagent.load(PATH, use_cache=False)).to_dict())"),
     # the same floor on every core at once: what this machine's cores give in parallel
     "floor_parallel": ("import orjson, multiprocessing\n"
@@ -74,7 +76,7 @@ CASES = {
                        "t0 = time.perf_counter()\npool.map(one, files, chunksize=1)"),
     # a rank directory on a LocalCluster: the driver's RSS is RUSAGE_SELF, the largest worker's
     # RUSAGE_CHILDREN (the workers are this process's children, reaped when the cluster closes)
-    "dask": ("import traceagent\nt0 = time.perf_counter()\n"
+    "dask": (_AS_CLI + "t0 = time.perf_counter()\n"
              "a = traceagent.analyze(PATH, use_cache=False, scheduler='local')\nout = json.dumps(a.to_dict())\n"
              "FOUND = {'ranks': len(a.ranks), 'straggler': a.comparison.straggler}"),
     "hta": ("import logging, warnings\nlogging.disable(logging.WARNING)\nwarnings.simplefilter('ignore')\n"
@@ -303,7 +305,7 @@ def detector_shares(path: Path, profile: bool = False) -> str:
     """Where one rank's load and analysis spend time and memory, in a fresh process: each detector's
     time, share of the analysis and how far it raised the process's peak memory
     (traceagent.detect.core.timing); with `profile`, cProfile's busiest functions of each."""
-    code = ("import cProfile, io, json, pstats, sys, time\nfrom traceagent.detect.analysis import analyze_trace\n"
+    code = (_AS_CLI + "import cProfile, io, json, pstats, sys, time\nfrom traceagent.detect.analysis import analyze_trace\n"
             "from traceagent.detect.core.timing import collect, peak_rss_mb\nfrom traceagent.trace.load import load_file\n"
             "PROFILE = sys.argv[2] == '1'\n"
             "def top(run):\n    if not PROFILE:\n        return run(), ''\n    p = cProfile.Profile(); value = p.runcall(run)\n"

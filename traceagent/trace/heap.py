@@ -1,4 +1,5 @@
-"""Handing freed memory back to the operating system while a large trace is built.
+"""Handing freed memory back to the operating system while a large trace is built, and the
+page size large arrays get.
 
 A trace is read as many small column pieces, then joined into large arrays. The pieces are freed
 as they are joined, but glibc's allocator keeps small freed blocks for reuse instead of returning
@@ -12,6 +13,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
+
+import numpy as np
 
 #: freed bytes worth a trim: each trim walks the heap (a few ms), so not after every small piece
 TRIM_EVERY_BYTES = 32 << 20
@@ -42,3 +46,18 @@ class FreedCounter:
         if self._since >= TRIM_EVERY_BYTES:
             self._since = 0
             return_freed_memory()
+
+
+def small_pages_for_arrays() -> None:
+    """Stop NumPy asking Linux for huge pages for each array of 4 MiB or more (madvise), unless
+    the user set NUMPY_MADVISE_HUGEPAGE. Where the kernel compacts memory to find a huge page at
+    first touch (transparent_hugepage/defrag `madvise`, the default of many distributions), an
+    array's first use can stall, and the analysis makes and frees large temporaries detector after
+    detector, handing pages back between them (above): 1 M tiny kernels took 5.9-6.5 s with huge
+    pages and 5.3 s without, the same at 200 MB (numpy/numpy#31590). Called by the command line and
+    the chat app's loader, not on import: a program that imports traceagent keeps its own setting."""
+    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        return
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or getattr(np.core, "multiarray", None)
+    if (setter := getattr(multiarray, "_set_madvise_hugepage", None)) is not None:
+        setter(False)
