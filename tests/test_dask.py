@@ -228,6 +228,26 @@ def test_our_local_cluster_keeps_glibc_adaptive_malloc(monkeypatch):
     assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536"  # put back for others here
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="NumPy madvises huge pages on Linux only")
+def test_spawned_workers_are_told_the_pages_this_process_gives_arrays(monkeypatch):
+    # a forked worker inherits NumPy's switch (heap.small_pages_for_arrays); a spawned one reads
+    # NUMPY_MADVISE_HUGEPAGE when it imports NumPy, so it is told; a user's own setting is left alone
+    from numpy._core import multiarray
+
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    before = multiarray._get_madvise_hugepage()
+    try:
+        multiarray._set_madvise_hugepage(False)
+        assert tasks._worker_environ()["NUMPY_MADVISE_HUGEPAGE"] == "0"
+        multiarray._set_madvise_hugepage(True)
+        assert "NUMPY_MADVISE_HUGEPAGE" not in tasks._worker_environ()  # NumPy's default, as here
+        monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")
+        multiarray._set_madvise_hugepage(False)
+        assert "NUMPY_MADVISE_HUGEPAGE" not in tasks._worker_environ()  # workers inherit the user's 1
+    finally:
+        multiarray._set_madvise_hugepage(before)
+
+
 _DYING_LOADER = """
 import os
 import traceagent.api as api

@@ -223,7 +223,13 @@ def _worker_environ() -> dict:
     and the largest worker's peak RSS was 205 MB without it, 200 MB with it."""
     import dask
 
-    return {k: v for k, v in dask.config.get(_WORKER_ENVIRON, {}).items() if k != _TRIM}
+    from .trace.heap import arrays_on_small_pages
+
+    environ = {k: v for k, v in dask.config.get(_WORKER_ENVIRON, {}).items() if k != _TRIM}
+    # a spawned worker starts NumPy afresh: its arrays get the pages this process's get, as a forked one's do
+    if "NUMPY_MADVISE_HUGEPAGE" not in os.environ and arrays_on_small_pages():
+        environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
+    return environ
 
 
 _TRIM = "MALLOC_TRIM_THRESHOLD_"

@@ -55,9 +55,19 @@ def small_pages_for_arrays() -> None:
     array's first use can stall, and the analysis makes and frees large temporaries detector after
     detector, handing pages back between them (above): 1 M tiny kernels took 5.9-6.5 s with huge
     pages and 5.3 s without, the same at 200 MB (numpy/numpy#31590). Called by the command line and
-    the chat app's loader, not on import: a program that imports traceagent keeps its own setting."""
-    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
-        return
-    multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or getattr(np.core, "multiarray", None)
-    if (setter := getattr(multiarray, "_set_madvise_hugepage", None)) is not None:
+    the chat app's loader (the Dask workers they start follow them: tasks._worker_environ), not on
+    import: a program that imports traceagent keeps its own setting."""
+    if "NUMPY_MADVISE_HUGEPAGE" not in os.environ and (setter := _numpy_switch("_set_madvise_hugepage")):
         setter(False)
+
+
+def arrays_on_small_pages() -> bool:
+    """Whether this process's NumPy keeps from asking for huge pages (small_pages_for_arrays, or
+    the system's or the user's choice): what a worker started afresh should be told."""
+    getter = _numpy_switch("_get_madvise_hugepage")
+    return getter is not None and not getter()
+
+
+def _numpy_switch(name: str):  # -> NumPy's function of that name, or None where this NumPy has none
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None) or getattr(np.core, "multiarray", None)
+    return getattr(multiarray, name, None)
