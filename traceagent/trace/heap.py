@@ -54,7 +54,8 @@ def small_pages_for_arrays() -> None:
     first touch (transparent_hugepage/defrag `madvise`, the default of many distributions), an
     array's first use can stall, and the analysis makes and frees large temporaries detector after
     detector, handing pages back between them (above): 1 M tiny kernels took 5.9-6.5 s with huge
-    pages and 5.3 s without, the same at 200 MB (numpy/numpy#31590). Called by the command line and
+    pages and 5.3 s without, 3 M 19 s and 15 s, the same at 200 MB (numpy/numpy#31590); at 10 M
+    (3.3 GB) the small pages' own faults cost more (84 s against 77-80 s). Called by the command line and
     the chat app's loader (the Dask workers they start follow them: tasks._worker_environ), not on
     import: a program that imports traceagent keeps its own setting."""
     if "NUMPY_MADVISE_HUGEPAGE" not in os.environ and (setter := _numpy_switch("_set_madvise_hugepage")):
