@@ -9,7 +9,7 @@ import json
 
 import pytest
 from builder import TraceBuilder
-from conftest import RESNET_NW0, RESNET_NW4, analyzed
+from conftest import NSYS_AFTER, RESNET_NW0, RESNET_NW4, analyzed
 from test_schema import ALL_TRACES, DATA
 
 from traceagent.cli import main
@@ -338,3 +338,19 @@ def test_a_change_the_replay_finds_slower_saves_nothing(tmp_path):
     assert slower.saving_pct < 0
     saving = next(s for s in rank.findings.savings if s.change == "copies=pinned")
     assert saving.simulated_pct == 0.0
+
+
+def test_on_a_two_gpu_rank_a_hot_kernels_bound_is_a_share_of_the_span_as_its_replay_is():
+    # time on the critical path is wall time: the kernel runs on both GPUs at once, and halving it
+    # shortens the rank's span by half its time on the path, as the replay (a separate model) finds;
+    # the gaps stay a share of the GPUs' device time (their spans added up) and say so
+    rank = analyzed(NSYS_AFTER).ranks[0]
+    idle = rank.results["idle"]
+    assert len(idle.devices) == 2 and idle.device_time_us > 1.9 * idle.span_us
+    kernel = next(s for s in rank.findings.savings if s.root_cause == "hot_kernel" and s.simulated_pct is not None)
+    assert kernel.gpus == 1 and kernel.pct == pytest.approx(100 * kernel.upper_bound_us / idle.span_us, abs=0.01)
+    assert kernel.simulated_pct == pytest.approx(kernel.pct, abs=0.5)  # was half of it: a bound below its replay
+    assert f"{kernel.pct:.1f}% of the span" in kernel.sentence
+    gap = next(s for s in rank.findings.savings if s.root_cause != "hot_kernel")
+    assert gap.gpus == 2 and gap.pct == pytest.approx(100 * gap.upper_bound_us / idle.device_time_us, abs=0.01)
+    assert f"{gap.pct:.1f}% of device time (2 GPUs)" in gap.sentence

@@ -44,7 +44,9 @@ from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdic
 #: 2.3: a verdict's evidence says its kind (idle, communication, data_movement, compute, straggler,
 #: none) and holds only that kind's keys (the schema: a union tagged by `kind`). 2.4: the verdict
 #: parameter replayed_share (a wait whose replayed removal saves under that share of its bound).
-SCHEMA_VERSION = max(["2.4", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
+#: 2.5: each saving's gpus (how many GPUs' device time its pct is over; a kernel's time on the
+#: critical path is over the rank's span).
+SCHEMA_VERSION = max(["2.5", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 
 @dataclass(frozen=True)

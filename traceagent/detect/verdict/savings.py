@@ -34,12 +34,13 @@ class Saving:
     finding: str  # what would be fixed, in words
     root_cause: str  # a vocabulary.ROOT_CAUSES name
     upper_bound_us: float  # over the whole trace (this rank)
-    pct: float  # of the rank's span (device time with several GPUs)
+    pct: float  # of the rank's span, or where gpus > 1 of its GPUs' device time (their spans added up)
     per_step_us: float | None  # per step, when the trace has steps
     step_pct: float | None  # of the mean step time
     reasoning: str
     change: str | None = None  # the what-if change that fixes it (`traceagent whatif --change`), if the simulator has one
     simulated_pct: float | None = None  # what the replay with that change saves, of the mean step (else of the span)
+    gpus: int = 1  # how many GPUs' spans pct is over: 1, the rank's span (wall time); more, their device time
     sentence: str = field(init=False, default="")  # the saving in words (_sentence): what reports and answers quote
 
     def __post_init__(self) -> None:
@@ -52,7 +53,9 @@ class Saving:
 
     @property
     def bound(self) -> str:
-        return f"{self.step_pct:.1f}% of step time" if self.step_pct is not None else f"{self.pct:.1f}% of the span"
+        if self.step_pct is not None:
+            return f"{self.step_pct:.1f}% of step time"
+        return f"{self.pct:.1f}% of device time ({self.gpus} GPUs)" if self.gpus > 1 else f"{self.pct:.1f}% of the span"
 
     def _sentence(self) -> str:
         """'Fixing idle time waiting for data loading would save 26.8% of step time (simulated…)', or
@@ -72,28 +75,31 @@ class Saving:
 
 
 def _saving(finding: str, root: str, us_: float, whole_us: float, steps: StepsResult | None,
-            reasoning: str, change: str | None = None) -> Saving:
+            reasoning: str, change: str | None = None, gpus: int = 1) -> Saving:
     per_step = round(us_ / steps.count, 3) if steps and steps.count else None
     step_pct = pct(per_step, steps.step_time_us) if per_step is not None and steps and steps.step_time_us else None
     return Saving(finding, root, round(us_, 3), pct(us_, whole_us), per_step,
-                  min(step_pct, 100.0) if step_pct is not None else None, reasoning, change or ROOT_CAUSES[root].change or None)
+                  min(step_pct, 100.0) if step_pct is not None else None, reasoning, change or ROOT_CAUSES[root].change or None,
+                  gpus=gpus)
 
 
 def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, kernels: KernelsResult,
                      steps: StepsResult | None, path: CriticalPathResult | None = None) -> list[Saving]:
-    """Every finding's saving, largest first."""
-    whole = idle.device_time_us
+    """Every finding's saving, largest first: idle, copies and communication over the device time
+    of the rank's GPUs (its span with one); time on the critical path over the span."""
+    whole, gpus = idle.device_time_us, max(1, len(idle.devices))
     out = []
     for cause, us_ in idle.by_cause_us.items():
         out.append(_saving(f"idle time {GAP_CAUSES[cause].label}", GAP_ROOT[cause], us_, whole, steps,
-                           "an upper bound: removing a gap saves at most its length"))
+                           "an upper bound: removing a gap saves at most its length", gpus=gpus))
     if copies.exposed_us:
         root = "pageable_memcpy" if copies.pageable_bytes * 2 >= max(copies.bytes, 1) else "memcpy"
         out.append(_saving("exposed copies", root, copies.exposed_us, whole, steps,
-                           "an upper bound: a copy hidden behind compute saves at most its exposed part"))
+                           "an upper bound: a copy hidden behind compute saves at most its exposed part", gpus=gpus))
     if comm.exposed_us:
         out.append(_saving("exposed communication", "communication", comm.exposed_us, whole, steps,
-                           "an upper bound: communication hidden behind compute saves at most its exposed part"))
+                           "an upper bound: communication hidden behind compute saves at most its exposed part",
+                           gpus=gpus))
     on_path = {k.name: k.on_path_us for k in path.kernels} if path else {}
     for k in kernels.top[:3]:
         if k.is_comm:
@@ -103,10 +109,10 @@ def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, k
             out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
                                k.total_us * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
                                f"an upper bound: a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
-                               f"{1 - 1 / KERNEL_SPEEDUP:.0%} of its time, if nothing else was hiding it", change))
-        elif k.name in on_path:
+                               f"{1 - 1 / KERNEL_SPEEDUP:.0%} of its time, if nothing else was hiding it", change, gpus))
+        elif k.name in on_path:  # time on the path is wall time: a share of the rank's span, not of its GPUs' summed time
             out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
-                               on_path[k.name] * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
+                               on_path[k.name] * (1 - 1 / KERNEL_SPEEDUP), idle.span_us, steps,
                                f"an upper bound: it is on the critical path for {on_path[k.name]:g} µs of its "
                                f"{k.total_us:g} µs, and a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
                                f"{1 - 1 / KERNEL_SPEEDUP:.0%} of that", change))
@@ -129,7 +135,7 @@ def saving_for(savings: list[Saving], root_cause: str) -> Saving | None:
     same = len({s.change for s in mine}) == 1
     return Saving(ROOT_CAUSES[root_cause].label, root_cause, round(total, 3),
                   round(sum(s.pct for s in mine), 2), per_step, min(step_pct, 100.0) if step_pct is not None else None,
-                  first.reasoning, first.change if same else None, first.simulated_pct if same else None)
+                  first.reasoning, first.change if same else None, first.simulated_pct if same else None, first.gpus)
 
 
 def _sum_of_all(values: list[float | None]) -> float | None:
