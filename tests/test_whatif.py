@@ -12,6 +12,7 @@ from builder import TraceBuilder
 from conftest import NSYS_AFTER, RESNET_NW0, RESNET_NW4, analyzed
 from test_schema import ALL_TRACES, DATA
 
+import traceagent
 from traceagent.cli import main
 from traceagent.detect.verdict.whatif import parse_change, simulate
 
@@ -354,3 +355,24 @@ def test_on_a_two_gpu_rank_a_hot_kernels_bound_is_a_share_of_the_span_as_its_rep
     gap = next(s for s in rank.findings.savings if s.root_cause != "hot_kernel")
     assert gap.gpus == 2 and gap.pct == pytest.approx(100 * gap.upper_bound_us / idle.device_time_us, abs=0.01)
     assert f"{gap.pct:.1f}% of device time (2 GPUs)" in gap.sentence
+
+
+def test_on_a_two_gpu_rank_a_steps_share_is_of_each_gpus_step_time(tmp_path):
+    # by hand: 4 steps of 1000 µs; on each of 2 GPUs a 400 µs kernel at 10 of every step, so 3 gaps
+    # of 600 µs a GPU, 3600 µs summed: 900 µs a step over 2 × 1000 µs of the GPUs' step time, 45%
+    # (it said 90% "of step time"). The host's 900 µs of Python paces the loop: the critical path
+    # holds one kernel, the last (400 µs), whose halving is 200 µs over 4 steps, 5% of a step's wall time.
+    b = TraceBuilder()
+    b.top["deviceProperties"].append({"id": 1, "name": "Test GPU"})
+    for i in range(4):
+        t = i * 1000.0
+        b.op(f"ProfilerStep#{i + 1}", t, 1000)
+        for device in (0, 1):
+            b.kernel("gemm", t + 10, 400, launch_at=t + 2, device=device)
+        b.python("train.py(9): load_batch", t + 20, 900)
+    rank = traceagent.analyze(b.write(tmp_path / "two_gpus.json"), use_cache=False).ranks[0]
+    gaps = next(s for s in rank.findings.savings if s.root_cause != "hot_kernel")
+    assert (gaps.upper_bound_us, gaps.per_step_us, gaps.step_pct, gaps.gpus) == (3600, 900, 45.0, 2)
+    assert "45.0% of step time on each of 2 GPUs" in gaps.sentence
+    kernel = next(s for s in rank.findings.savings if s.root_cause == "hot_kernel")
+    assert (kernel.per_step_us, kernel.step_pct, kernel.gpus) == (50, 5.0, 1)

@@ -36,7 +36,7 @@ class Saving:
     upper_bound_us: float  # over the whole trace (this rank)
     pct: float  # of the rank's span, or where gpus > 1 of its GPUs' device time (their spans added up)
     per_step_us: float | None  # per step, when the trace has steps
-    step_pct: float | None  # of the mean step time
+    step_pct: float | None  # of the mean step time (where gpus > 1, of that time on each GPU: device time in a step)
     reasoning: str
     change: str | None = None  # the what-if change that fixes it (`traceagent whatif --change`), if the simulator has one
     simulated_pct: float | None = None  # what the replay with that change saves, of the mean step (else of the span)
@@ -54,7 +54,7 @@ class Saving:
     @property
     def bound(self) -> str:
         if self.step_pct is not None:
-            return f"{self.step_pct:.1f}% of step time"
+            return f"{self.step_pct:.1f}% of step time" + (f" on each of {self.gpus} GPUs" if self.gpus > 1 else "")
         return f"{self.pct:.1f}% of device time ({self.gpus} GPUs)" if self.gpus > 1 else f"{self.pct:.1f}% of the span"
 
     def _sentence(self) -> str:
@@ -77,7 +77,8 @@ class Saving:
 def _saving(finding: str, root: str, us_: float, whole_us: float, steps: StepsResult | None,
             reasoning: str, change: str | None = None, gpus: int = 1) -> Saving:
     per_step = round(us_ / steps.count, 3) if steps and steps.count else None
-    step_pct = pct(per_step, steps.step_time_us) if per_step is not None and steps and steps.step_time_us else None
+    # a step's time on each of the GPUs the µs are summed over: a share of device time, as pct is
+    step_pct = pct(per_step, steps.step_time_us * gpus) if per_step is not None and steps and steps.step_time_us else None
     return Saving(finding, root, round(us_, 3), pct(us_, whole_us), per_step,
                   min(step_pct, 100.0) if step_pct is not None else None, reasoning, change or ROOT_CAUSES[root].change or None,
                   gpus=gpus)
