@@ -109,8 +109,7 @@ def savings_section(rank: RankAnalysis, top: int = 6) -> list[str]:
     whole = "step" if any(s.step_pct is not None for s in savings) else "span"
     rows = [[md_literal(s.finding), code(s.change) if s.change and s.simulated_pct is not None else "-",
              percent(max(s.simulated_pct, 0.0)) if s.simulated_pct is not None else "-",
-             percent(s.bound_pct) + (f" of device time ({s.gpus} GPUs)" if s.step_pct is None and s.gpus > 1 else "")]
-            for s in savings]
+             percent(s.bound_pct) if s.gpus == 1 else s.bound] for s in savings]  # several GPUs: their device time
     return ["", f"## What each fix would buy (rank {rank.rank})", "",
             f"Predicted: the trace's dependency graph replayed with the change made (`traceagent whatif TRACE --change "
             f"SPEC` tries others); beside it, what the finding itself costs (a change can reach past it: launches from a CUDA "
