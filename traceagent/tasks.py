@@ -224,13 +224,9 @@ def _worker_environ() -> dict:
     process keeps NumPy off huge pages, the setting that keeps a spawned worker's NumPy off them."""
     import dask
 
-    from .trace.heap import arrays_on_small_pages
+    from .trace.heap import pages_environ
 
-    environ = {k: v for k, v in dask.config.get(_WORKER_ENVIRON, {}).items() if k != _TRIM}
-    # a spawned worker starts NumPy afresh (a forked one inherits the switch)
-    if "NUMPY_MADVISE_HUGEPAGE" not in os.environ and arrays_on_small_pages():
-        environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
-    return environ
+    return {**{k: v for k, v in dask.config.get(_WORKER_ENVIRON, {}).items() if k != _TRIM}, **pages_environ()}
 
 
 _TRIM = "MALLOC_TRIM_THRESHOLD_"

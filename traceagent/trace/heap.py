@@ -48,6 +48,10 @@ class FreedCounter:
             return_freed_memory()
 
 
+#: NumPy reads it when imported; a value the user set is theirs and is never changed
+PAGES_ENV = "NUMPY_MADVISE_HUGEPAGE"
+
+
 def small_pages_for_arrays() -> None:
     """Stop NumPy asking Linux for huge pages for each array of 4 MiB or more (madvise), unless
     the user set NUMPY_MADVISE_HUGEPAGE. Where the kernel compacts memory to find a huge page at
@@ -58,15 +62,17 @@ def small_pages_for_arrays() -> None:
     (3.3 GB) the small pages' own faults cost more (84 s against 77-80 s). Called by the command line and
     the chat app's loader (the Dask workers they start follow them: tasks._worker_environ), not on
     import: a program that imports traceagent keeps its own setting."""
-    if "NUMPY_MADVISE_HUGEPAGE" not in os.environ and (setter := _numpy_switch("_set_madvise_hugepage")):
+    if PAGES_ENV not in os.environ and (setter := _numpy_switch("_set_madvise_hugepage")):
         setter(False)
 
 
-def arrays_on_small_pages() -> bool:
-    """Whether this process's NumPy keeps from asking for huge pages (small_pages_for_arrays, or
-    the system's or the user's choice): what a worker started afresh should be told."""
+def pages_environ() -> dict[str, str]:
+    """What a process started afresh (a spawned Dask worker) needs in its environment for its
+    arrays to get the pages this process's get: nothing where the user set PAGES_ENV (it inherits
+    theirs) or NumPy's default holds here (a forked worker inherits the switch itself)."""
     getter = _numpy_switch("_get_madvise_hugepage")
-    return getter is not None and not getter()
+    small = getter is not None and not getter()
+    return {PAGES_ENV: "0"} if small and PAGES_ENV not in os.environ else {}
 
 
 def _numpy_switch(name: str):  # -> NumPy's function of that name, or None where this NumPy has none
