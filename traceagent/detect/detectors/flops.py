@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration, percent, size
-from ...trace.model import Trace, matches, rows_where
+from ...trace.model import Trace, matches, per_trace, rows_where, texts
 from ..core.host import calls_by_correlation
 from ..core.peaks import DTYPES, Peak, peak_for
 from ..core.view import us
@@ -258,11 +258,29 @@ def _conv_forward(dims: list[Any], concrete: list[Any] | None) -> float | None:
 
 def per_op(ops: pd.DataFrame, cost: Callable[[str, str], R]) -> list[R]:
     """`cost(name, shapes)` for each shaped op row, worked out once per distinct (name, shapes):
-    an op repeats its shapes every step."""
-    pairs = pd.MultiIndex.from_arrays([ops["name"].astype(str), ops["shapes"].astype(str)])
-    distinct = pairs.unique()
-    once = [cost(n, s) for n, s in distinct]
-    return [once[i] for i in distinct.get_indexer(pairs)]
+    an op repeats its shapes every step. Pairs are told apart by their category codes."""
+    name, shapes = ops["name"].array, ops["shapes"].array
+    pair = name.codes.astype(np.int64) * (len(shapes.categories) + 1) + shapes.codes
+    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    names, shaped = texts(ops["name"]), texts(ops["shapes"])
+    once = [cost(names[i], shaped[i]) for i in first]
+    return [once[i] for i in inverse.ravel()]
+
+
+@per_trace
+def counted_ops(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ops whose FLOPs are counted (COUNTED, with recorded shapes), and beside them a table
+    of each one's name, dtype, FLOPs and least bytes (NaN: not known) and the device ns of the
+    kernels launched inside it: what the throughput and the shapes detectors both read."""
+    cpu = trace.cpu
+    recorded = cpu[cpu["shapes"].notna().to_numpy()]
+    ops = recorded[matches(recorded["name"], COUNTED)]
+    computed = per_op(ops, lambda n, s: (*op_flops(n, s), op_bytes(n, s)))
+    gpu_ns, _ = launched_gpu_ns(trace, ops)
+    return ops, pd.DataFrame({"name": texts(ops["name"]), "dtype": [d for _, d, _ in computed],
+                              "flops": np.array([f if f is not None else np.nan for f, _, _ in computed]),
+                              "bytes": np.array([b if b is not None else np.nan for _, _, b in computed]),
+                              "gpu_ns": gpu_ns})
 
 
 def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
@@ -270,8 +288,8 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
     and roofline side; the low-FLOP ops' bytes and achieved bandwidth."""
     cpu = trace.cpu
     recorded = cpu[cpu["shapes"].notna().to_numpy()]
-    counted = matches(recorded["name"], COUNTED)
-    shaped, low_flop = recorded[counted], recorded[~counted]
+    low_flop = recorded[~matches(recorded["name"], COUNTED)]
+    shaped, table = counted_ops(trace)
     names = next(iter(trace.meta.devices.values()), None)
     peak = peak_for(names) if names else None
     memory_gbps = peak.hbm_gbps if peak else None
@@ -282,12 +300,6 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
                            "no recorded shapes: profile with torch.profiler.profile(record_shapes=True)"
                            if recorded.empty else "no matmul, attention or convolution ops with recorded shapes",
                            memory_gbps=memory_gbps, traffic=traffic)
-    computed = per_op(shaped, lambda n, s: (*op_flops(n, s), op_bytes(n, s)))
-    flops = np.array([f if f is not None else np.nan for f, _, _ in computed])
-    nbytes = np.array([b if b is not None else np.nan for _, _, b in computed])
-    gpu_ns, _ = launched_gpu_ns(trace, shaped)
-    table = pd.DataFrame({"name": shaped["name"].astype(str).to_numpy(), "dtype": [d for _, d, _ in computed],
-                          "flops": flops, "bytes": nbytes, "gpu_ns": gpu_ns})
     known = table[table["flops"].notna()]
     rows = []
     for (name, dtype), group in known.groupby(["name", "dtype"]):
@@ -336,7 +348,7 @@ def _traffic(trace: Trace, ops: pd.DataFrame, memory_gbps: float | None) -> list
         return []
     computed = per_op(ops, lambda n, s: (op_bytes(n, s), op_flops(n, s)[1]))
     gpu_ns, _ = launched_gpu_ns(trace, ops)
-    table = pd.DataFrame({"name": ops["name"].astype(str).to_numpy(), "dtype": [d for _, d in computed],
+    table = pd.DataFrame({"name": texts(ops["name"]), "dtype": [d for _, d in computed],
                           "bytes": [b if b is not None else np.nan for b, _ in computed], "gpu_ns": gpu_ns})
     table = table[table["bytes"].notna() & (table["gpu_ns"] > 0)]  # ops that launched no device work say nothing
     out = []
@@ -378,8 +390,8 @@ def _by_kernel(trace: Trace, ops: pd.DataFrame, known: pd.DataFrame, peak) -> li
                                   "flops": op_flops_[owner] * share, "dur": dur}))
     if not rows:
         return []
-    table = pd.concat(rows).groupby(["name", "dtype"]).agg(count=("dur", "size"), flops=("flops", "sum"),
-                                                          dur=("dur", "sum")).reset_index()
+    by = pd.concat(rows).groupby(["name", "dtype"])  # apart: pandas' named aggregation costs twice as much
+    table = by[["flops", "dur"]].sum().assign(count=by.size()).reset_index()
     table = table.sort_values("flops", ascending=False).head(TOP)
     out = []
     for t in table.itertuples():

@@ -13,17 +13,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-import numpy as np
-import pandas as pd
-
 from ...format import duration
-from ...trace.model import Trace, matches
+from ...trace.model import Trace
 from ..core.bounds import Count, Percent
 from ..core.peaks import peak_for
 from ..core.view import us
-from .annotations import launched_gpu_ns
 from .base import Detector
-from .flops import COUNTED, causal_share, op_bytes, op_flops, per_op
+from .flops import causal_share, counted_ops, per_op
 
 
 @dataclass(frozen=True)
@@ -90,24 +86,19 @@ def shape_key(name: str, shapes: str) -> str | None:
 
 def detect_shapes(trace: Trace, params: ShapesParams = ShapesParams()) -> ShapesResult | None:
     """None when no counted op has recorded shapes and device time."""
-    cpu = trace.cpu
-    recorded = cpu[cpu["shapes"].notna().to_numpy()]
-    ops = recorded[matches(recorded["name"], COUNTED)]
+    ops, counted = counted_ops(trace)
     if ops.empty:
         return None
-    computed = per_op(ops, lambda n, s: (*op_flops(n, s), op_bytes(n, s), shape_key(n, s)))
-    gpu_ns, _ = launched_gpu_ns(trace, ops)
-    table = pd.DataFrame({"op": ops["name"].astype(str).to_numpy(), "shape": [c[3] for c in computed],
-                          "dtype": [c[1] for c in computed],
-                          "flops": [c[0] if c[0] is not None else np.nan for c in computed],
-                          "bytes": [c[2] if c[2] is not None else np.nan for c in computed], "gpu_ns": gpu_ns})
+    table = counted.rename(columns={"name": "op"}).assign(shape=per_op(ops, shape_key))
     table = table[table["flops"].notna() & table["shape"].notna() & (table["gpu_ns"] > 0)]
     if table.empty:
         return None
-    table = table.assign(rate=table["flops"] / table["gpu_ns"] / 1e3)  # TFLOP/s of each call
-    grouped = table.groupby(["op", "shape", "dtype"], sort=False).agg(
-        calls=("rate", "size"), gpu_ns=("gpu_ns", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum"),
-        bytes_known=("bytes", lambda b: b.notna().all()), min_rate=("rate", "min"), max_rate=("rate", "max"))
+    # TFLOP/s of each call; bytes not known counted per group (a group's TB/s needs them all)
+    table = table.assign(rate=table["flops"] / table["gpu_ns"] / 1e3, bytes_unknown=table["bytes"].isna())
+    by = table.groupby(["op", "shape", "dtype"], sort=False)  # apart: pandas' named aggregation costs twice as much
+    grouped = by[["gpu_ns", "flops", "bytes", "bytes_unknown"]].sum().assign(
+        calls=by.size(), min_rate=by["rate"].min(), max_rate=by["rate"].max())
+    grouped["bytes_known"] = grouped["bytes_unknown"] == 0
     grouped["tflops"] = grouped["flops"] / grouped["gpu_ns"] / 1e3
     best = grouped.groupby(level=["op", "dtype"])["tflops"].transform("max")
     names = next(iter(trace.meta.devices.values()), None)
