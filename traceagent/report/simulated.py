@@ -14,7 +14,7 @@ import numpy as np
 
 from ..detect.verdict.whatif import Simulation
 from ..outputs import write_atomically
-from ..trace.model import Trace
+from ..trace.model import Trace, among
 
 _DEVICE_CATEGORY = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 _HOST_CATEGORY = {"runtime": "cuda_runtime", "driver": "cuda_driver", "op": "cpu_op", "annotation": "user_annotation",
@@ -44,7 +44,7 @@ def simulated_events(trace: Trace, simulation: Simulation) -> list[dict[str, Any
         events.append({"ph": "X", "cat": _HOST_CATEGORY[str(row.kind)], "name": str(row.name), "pid": int(row.pid),
                        "tid": int(row.tid), "ts": start / 1000, "dur": (end - start) / 1000,
                        "args": {"correlation": int(row.correlation)} if row.correlation >= 0 else {}})
-    host = trace.cpu[~trace.cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
+    host = trace.cpu[~among(trace.cpu["kind"], ["runtime", "driver"])]
     pid, tid = host["pid"].to_numpy(np.int64), host["tid"].to_numpy(np.int64)
     starts = timeline.host_times(pid, tid, host["start"].to_numpy(np.int64))
     ends = np.maximum(timeline.host_times(pid, tid, host["end"].to_numpy(np.int64)), starts)

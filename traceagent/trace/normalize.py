@@ -20,6 +20,7 @@ from .model import (
     STEP_COLUMNS,
     Trace,
     TraceMeta,
+    among,
     categorical,
     in_order_of_appearance,
     matches,
@@ -273,8 +274,9 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
     launch call with its correlation id instead of the op's id; ids are the fallback when the
     launch call is missing (sampled traces).
     """
-    ops = cpu.loc[cpu["kind"].isin(["op", "annotation", "dataloader"]), ["pid", "tid", "start", "end", "external_id", "name"]]
-    calls = cpu.loc[cpu["kind"].isin(["runtime", "driver"]) & (cpu["correlation"] >= 0), ["pid", "tid", "start", "correlation"]]
+    ops = cpu.loc[among(cpu["kind"], ["op", "annotation", "dataloader"]), ["pid", "tid", "start", "end", "external_id", "name"]]
+    calls = cpu.loc[among(cpu["kind"], ["runtime", "driver"]) & (cpu["correlation"] >= 0).to_numpy(),
+                    ["pid", "tid", "start", "correlation"]]
     calls = calls.drop_duplicates("correlation")
     owner = innermost_enclosing(ops, calls["pid"].to_numpy(), calls["tid"].to_numpy(), calls["start"].to_numpy())
     call = pd.Index(calls["correlation"].to_numpy()).get_indexer(gpu["correlation"].to_numpy())
@@ -300,7 +302,7 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
 
 def _launch_calls(cpu: pd.DataFrame) -> pd.DataFrame:
     """Runtime and driver calls with a correlation id: the columns replay attribution reads."""
-    mask = cpu["kind"].isin(["runtime", "driver"]).to_numpy() & (cpu["correlation"] >= 0).to_numpy()
+    mask = among(cpu["kind"], ["runtime", "driver"]) & (cpu["correlation"] >= 0).to_numpy()
     return cpu.loc[mask, ["name", "correlation", "pid", "tid", "start", "kernel"]]
 
 
@@ -322,7 +324,7 @@ def _capture_ops(cpu: pd.DataFrame) -> dict[str, str]:
     calls = calls[calls["kernel"].notna().to_numpy()]
     if calls.empty:
         return {}
-    ops = cpu.loc[cpu["kind"].isin(["op"]).to_numpy(), ["pid", "tid", "start", "end", "name"]]
+    ops = cpu.loc[among(cpu["kind"], ["op"]), ["pid", "tid", "start", "end", "name"]]
     owner = innermost_enclosing(ops, calls["pid"].to_numpy(), calls["tid"].to_numpy(), calls["start"].to_numpy())
     kernels, names = calls["kernel"].array, ops["name"].array
     best = _most_common(kernels.codes[owner >= 0], names.codes[owner[owner >= 0]], len(kernels.categories),
@@ -354,7 +356,7 @@ def attributed_replays(gpu: pd.DataFrame, cpu: pd.DataFrame, captured: dict[str,
         source[has_op] = "launch"
         return categorical(source)
     graph_calls = cpu["correlation"].to_numpy()[matches(cpu["name"], GRAPH_LAUNCH)
-                                                & cpu["kind"].isin(["runtime", "driver"]).to_numpy()]
+                                                & among(cpu["kind"], ["runtime", "driver"])]
     kernel = (gpu["kind"] == "kernel").to_numpy()
     replay = kernel & np.isin(gpu["correlation"].to_numpy(), graph_calls)
     source[has_op & ~replay] = "launch"
@@ -417,7 +419,7 @@ def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, pattern: re.Pattern | Non
     starts, ends = host["start"].to_numpy(), host["end"].to_numpy()
 
     work = gpu[gpu["kind"] != "sync"]
-    calls = cpu[cpu["kind"].isin(["runtime", "driver"]) & (cpu["correlation"] >= 0)]
+    calls = cpu[among(cpu["kind"], ["runtime", "driver"]) & (cpu["correlation"] >= 0)]
     launch_at = work["correlation"].map(calls.drop_duplicates("correlation").set_index("correlation")["start"])
     launch_at = launch_at.fillna(work["start"]).to_numpy(dtype=np.int64)
     slot = np.searchsorted(starts, launch_at, side="right") - 1
@@ -470,10 +472,10 @@ def _step_ranges(cpu: pd.DataFrame, pattern: re.Pattern, kinds: tuple[str, ...])
     hit = np.array([m is not None for m in found] + [False])[cpu["name"].cat.codes.to_numpy()]
     numbers = np.array([_number(m.group(1)) if m and m.groups() and m.group(1) else -1
                         for m in found] + [-1], dtype=np.int64)[cpu["name"].cat.codes.to_numpy()]
-    rows = hit & cpu["kind"].isin(kinds).to_numpy()
+    rows = hit & among(cpu["kind"], kinds)
+    if not rows.any():  # most patterns find nothing: no copy of the frame to say so
+        return cpu.iloc[:0]
     host = cpu[rows].copy()
-    if host.empty:
-        return host
     host["step"] = numbers[rows]
     host["dur"] = host["end"] - host["start"]
     if (host["step"] < 0).any():  # names without a number: number them in order of their start

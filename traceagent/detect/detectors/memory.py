@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration, size
-from ...trace.model import Trace, matches
+from ...trace.model import Trace, among, matches
 from ..core import intervals as iv
 from ..core.view import us
 from .base import Detector
@@ -60,7 +60,7 @@ def detect_memory(trace: Trace, gaps: pd.DataFrame) -> MemoryResult:
     steps = trace.steps.sort_values("start")
     devices = [_device(int(d), group, steps) for d, group in mem.groupby("device")]
     cpu = trace.cpu
-    calls = cpu[cpu["kind"].isin(["runtime", "driver"]).to_numpy() & matches(cpu["name"], ALLOCATOR_CALLS)]
+    calls = cpu[among(cpu["kind"], ["runtime", "driver"]) & matches(cpu["name"], ALLOCATOR_CALLS)]
     call_iv = iv.union(calls["start"].to_numpy(np.int64), calls["end"].to_numpy(np.int64))
     gap_iv = iv.union(gaps["start"].to_numpy(np.int64), gaps["end"].to_numpy(np.int64))
     idle_ns = iv.length(iv.intersect(call_iv, gap_iv)) if len(calls) and len(gaps) else 0

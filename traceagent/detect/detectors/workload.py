@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ...trace.model import Trace, matches
+from ...trace.model import Trace, among, matches
 from .base import Detector, Key
 
 _TRAINING = re.compile(r"backward|Backward|autograd::engine|Optimizer\.(step|zero_grad)|optimizer\.step|zero_grad")
@@ -24,7 +24,7 @@ class Workload:
 def detect_workload(trace: Trace) -> Workload:
     cpu = trace.cpu
     # masks over the whole name column (each distinct name tested once), not a copy of the rows
-    ops = cpu["kind"].isin(["op", "python", "annotation"]).to_numpy()
+    ops = among(cpu["kind"], ["op", "python", "annotation"])
     training = bool((matches(cpu["name"], _TRAINING) & ops).any()) if ops.any() else None
     loading = (cpu["kind"] == "dataloader").to_numpy()
     if (matches(cpu["name"], _MULTI) & loading).any():
@@ -33,7 +33,7 @@ def detect_workload(trace: Trace) -> Workload:
         loader = "single_process"
     else:
         loader = None
-    return Workload(training, loader, int(cpu["kind"].isin(["runtime", "driver"]).sum()))
+    return Workload(training, loader, int(among(cpu["kind"], ["runtime", "driver"]).sum()))
 
 
 DETECTOR = Detector("workload", "Workload", "What kind of job the trace is: training or inference, and its runtime calls.",

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration
-from ...trace.model import Trace, matches, rows_where
+from ...trace.model import Trace, among, matches, rows_where
 from ...trace.normalize import innermost_enclosing
 from ..core.view import pct, us
 from ..core.vocabulary import BLOCKING_NAME
@@ -107,7 +107,7 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
         return None
     cpu = trace.cpu
     # the calls as positions in the host table: each column read for them alone, as it is needed
-    c_rows = np.flatnonzero(cpu["kind"].isin(["runtime", "driver"]).to_numpy())
+    c_rows = np.flatnonzero(among(cpu["kind"], ["runtime", "driver"]))
     n_dev = len(gpu)
     d_start, d_end = gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64)
     c_start, c_end = cpu["start"].to_numpy(np.int64)[c_rows], cpu["end"].to_numpy(np.int64)[c_rows]
@@ -208,7 +208,7 @@ def range_window(trace: Trace, name: str, instance: int = 1) -> tuple[int, int]:
     start, end = int(row["start"]), int(row["end"])
     gpu = trace.gpu
     launched = gpu["correlation"].isin(cpu.loc[(cpu["start"] >= start).to_numpy() & (cpu["end"] <= end).to_numpy()
-                                               & cpu["kind"].isin(["runtime", "driver"]).to_numpy(), "correlation"])
+                                               & among(cpu["kind"], ["runtime", "driver"]), "correlation"])
     device_end = int(gpu.loc[launched.to_numpy(), "end"].max()) if launched.any() else end
     return start, max(end, device_end)
 

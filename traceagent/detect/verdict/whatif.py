@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration
-from ...trace.model import Trace, matches
+from ...trace.model import Trace, among, matches
 from ..core import intervals as iv
 from ..core.links import NAMED_LINKS, host_link, link_for, named_link
 from ..core.peaks import known_gpus, peak_for
@@ -222,7 +222,7 @@ def build_graph(trace: Trace) -> Graph | None:
     cpu = trace.cpu
     origin = int(min(every_gpu["start"].min(), cpu["start"].min() if len(cpu) else every_gpu["start"].min()))
     # the rows kept, as positions into the trace's tables: each table is copied once, at the end
-    c_rows = np.flatnonzero(cpu["kind"].isin(["runtime", "driver"]).to_numpy())
+    c_rows = np.flatnonzero(among(cpu["kind"], ["runtime", "driver"]))
     c_thread = thread_keys(cpu["pid"].to_numpy()[c_rows], cpu["tid"].to_numpy()[c_rows])
     c_start = cpu["start"].to_numpy(np.int64)[c_rows] - origin
     order = np.lexsort((c_start, c_thread))
@@ -298,7 +298,7 @@ def _wakers(cpu: pd.DataFrame, c_thread: np.ndarray, c_start: np.ndarray, c_end:
     candidates = np.flatnonzero(~first & (c_gap >= IDLE_THREAD_NS))
     if not len(candidates) or len(np.unique(c_thread)) < 2:
         return waker
-    traced = _thread_intervals(cpu.loc[~cpu["kind"].isin(["runtime", "driver"]).to_numpy(), ["pid", "tid", "start", "end"]])
+    traced = _thread_intervals(cpu.loc[~among(cpu["kind"], ["runtime", "driver"]), ["pid", "tid", "start", "end"]])
     busy = np.zeros(len(candidates))
     for t in np.unique(c_thread[candidates]):
         mine = c_thread[candidates] == t
