@@ -58,9 +58,8 @@ def annotation_table(instances: pd.DataFrame) -> pd.DataFrame:
     columns = ["name", "count", "host_ns", "gpu_us", "kernels", "idle_us"]
     if instances.empty:
         return pd.DataFrame(columns=columns)
-    grouped = instances.groupby("name").agg(count=("host_ns", "size"), host_ns=("host_ns", "sum"),
-                                            gpu_ns=("gpu_ns", "sum"), kernels=("kernels", "sum"),
-                                            idle_ns=("idle_ns", "sum")).reset_index()
+    by = instances.groupby("name")  # sums and size apart: pandas' named aggregation costs twice as much
+    grouped = by[["host_ns", "gpu_ns", "kernels", "idle_ns"]].sum().assign(count=by.size()).reset_index()
     return grouped.assign(gpu_us=grouped["gpu_ns"] / 1000.0, idle_us=grouped["idle_ns"] / 1000.0)[columns]
 
 

@@ -90,8 +90,8 @@ def shared_streams(trace: Trace) -> list[SharedStream]:
     dur = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
     table = pd.DataFrame({"device": kernels["device"].to_numpy(), "stream": kernels["stream"].to_numpy(),
                           "comm": kernels["is_comm"].to_numpy(), "comm_ns": np.where(kernels["is_comm"], dur, 0)})
-    grouped = table.groupby(["device", "stream"]).agg(collectives=("comm", "sum"), kernels=("comm", "size"),
-                                                      comm_ns=("comm_ns", "sum"))
+    by = table.groupby(["device", "stream"])  # sums and size apart: pandas' named aggregation costs twice as much
+    grouped = by[["comm", "comm_ns"]].sum().rename(columns={"comm": "collectives"}).assign(kernels=by.size())
     mixed = grouped[(grouped["collectives"] > 0) & (grouped["collectives"] < grouped["kernels"])]
     return [SharedStream(int(d), int(s), int(r["collectives"]), int(r["kernels"] - r["collectives"]), us(r["comm_ns"]))
             for (d, s), r in mixed.sort_values("comm_ns", ascending=False).iterrows()]
