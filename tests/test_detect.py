@@ -283,3 +283,19 @@ def test_host_overlaps_per_thread_match_a_pandas_groupby(window):
     want["overlap"] = np.minimum(want["overlap"], hi - lo)
     assert len(got) > 0
     pd.testing.assert_frame_equal(got[list(want.columns)], want, check_dtype=False)
+
+
+def test_a_kernel_as_long_as_its_launch_is_not_launch_bound_at_epoch_timestamps(tmp_path):
+    # Kineto's µs since the epoch pass 2**53 as ns, where a float holds 256 ns steps: read through
+    # floats (as they were where some kernel after a gap had no launch call), this 6 µs launch
+    # measured 6.144 µs, and the 6 µs kernel after it was "shorter than its launch"
+    origin = 1_694_128_201_426_674
+    b = TraceBuilder()
+    b.kernel("first", origin, 100, launch_at=origin - 10)
+    b.kernel("as_long", origin + 112, 6, launch_at=origin + 105, launch_dur=6)  # gap [100, 112): 12 µs
+    b.kernel("shorter", origin + 130, 5, launch_at=origin + 120, launch_dur=6)  # gap [118, 130): 12 µs
+    b.kernel("unlaunched", origin + 200, 5)  # gap [135, 200); its launch call is not in the trace
+    idle = detect_idle(b.load(tmp_path))
+    # a gap ends in launch overhead when its kernel's launch came after the gap began and took longer
+    # than the kernel: only the second
+    assert idle.by_cause_us.get("launch_overhead") == 12 and idle.by_cause_count["launch_overhead"] == 1

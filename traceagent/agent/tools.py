@@ -402,7 +402,8 @@ def kernel_instances(ctx: AnalysisContext,
     match = kernels[matches(kernels["name"], re.compile(re.escape(name), re.IGNORECASE))]
     if match.empty:
         raise ToolInputError(f"no kernel name contains {name!r} in this scope; call hot_kernels to see names")
-    launch = launch_calls(trace, match["correlation"].to_numpy(), ("start",))["start"].to_numpy()  # in match's order
+    # in match's order, exact ns (-1: no launch call in the trace)
+    launch = launch_calls(trace, match["correlation"].to_numpy(), ("start",))["start"].to_numpy("int64", na_value=-1)
     origin = trace.origin_ns()
     chosen = match.assign(dur=match["end"] - match["start"], launch=launch).nlargest(_top(top), "dur")
     return InstancesAnswer(
@@ -410,7 +411,7 @@ def kernel_instances(ctx: AnalysisContext,
         us((match["end"] - match["start"]).sum()),
         [KernelInstance(us(k.start - origin), us(k.start), us(k.dur), int(k.device), int(k.stream),
                         None if k.op is None or k.op != k.op else str(k.op),
-                        None if k.launch != k.launch else us(k.start - k.launch))
+                        None if k.launch < 0 else us(k.start - k.launch))
          for k in chosen.itertuples()])
 
 

@@ -91,8 +91,9 @@ def _rows_by_id(trace: Trace) -> tuple[int, np.ndarray | None]:
 
 def launch_calls(trace: Trace, correlation: np.ndarray, columns: tuple[str, ...] | None = None) -> pd.DataFrame:
     """Each correlation id's call (its `columns`, default all), as
-    `calls_by_correlation(trace).reindex(correlation)` gives it: rows of NaN where an id has none,
-    whole columns then floats. Found by launch_rows."""
+    `calls_by_correlation(trace).reindex(correlation)` gives it, rows <NA> where an id has none:
+    integer columns then nullable integers (epoch nanoseconds as floats would be off by up to
+    128 ns), others floats. Found by launch_rows."""
     calls = calls_by_correlation(trace)
     rows = launch_rows(trace, correlation)
     found = rows >= 0
@@ -106,6 +107,9 @@ def launch_calls(trace: Trace, correlation: np.ndarray, columns: tuple[str, ...]
             out[name] = pd.Categorical.from_codes(codes if every else np.where(found, codes, -1), dtype=values.dtype)
         elif every:
             out[name] = np.asarray(values)[at]
+        elif np.asarray(values).dtype.kind in "iu":
+            out[name] = pd.arrays.IntegerArray(np.asarray(values)[at] if len(values) else np.zeros(len(at), np.int64),
+                                               ~found)
         else:
             column = np.asarray(values, dtype=np.float64)[at] if len(values) else np.zeros(len(at))
             out[name] = np.where(found, column, np.nan)

@@ -163,9 +163,9 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
     corr = view.work["correlation"].to_numpy()[next_op]
     launch = launch_calls(trace, corr, ("name", "start", "end"))
-    launch_start = launch["start"].to_numpy(dtype=float)
-    # subtracted before the cast: epoch nanoseconds lose precision as floats, durations do not
-    launch_dur = (launch["end"] - launch["start"]).to_numpy(dtype=float)
+    launched = launch["start"].notna().to_numpy()
+    launch_start = launch["start"].to_numpy(np.int64, na_value=-1)  # exact: epoch ns as floats are not
+    launch_dur = (launch["end"] - launch["start"]).to_numpy(dtype=float)  # NaN: no call
     is_launch_call = matches(launch["name"], LAUNCH_CALLS)  # no call: no name, not a launch
     del launch
 
@@ -190,7 +190,7 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
         undecided &= drained < 0
 
     op_dur = (view.work["end"].to_numpy() - work_start)[next_op]
-    late_launch = ~np.isnan(launch_start) & (launch_start >= g_start)
+    late_launch = launched & (launch_start >= g_start)
     is_launch = (undecided & late_launch & is_launch_call & (op_dur < launch_dur)
                  & (dur <= params.launch_bound_max_us * 1000))
     cause[is_launch] = "launch_overhead"
@@ -350,7 +350,7 @@ def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[Launch
         launch = launch_calls(trace, work["correlation"].to_numpy(), ("name", "pid", "tid", "start"))
         known = launch["start"].notna().to_numpy()
         names = np.full(len(launch), None, dtype=object)
-        names[known] = range_above(trace, launch[known].astype({"pid": np.int64, "tid": np.int64, "start": np.int64}))
+        names[known] = range_above(trace, launch[known])
         rows.append(pd.DataFrame({"op": work["op"].astype(object).fillna("(no op)").to_numpy(),
                                   "launch_call": launch["name"].astype(object).fillna("-").to_numpy(),
                                   "range": pd.Series(names, dtype=object).fillna("").to_numpy(),

@@ -105,15 +105,16 @@ def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> Str
     work = work.sort_values(["device", "stream", "start"], kind="stable")
     device, stream = work["device"].to_numpy(np.int64), work["stream"].to_numpy(np.int64)
     start, end = work["start"].to_numpy(np.int64), work["end"].to_numpy(np.int64)
-    launched_at = launch_calls(trace, work["correlation"].to_numpy(), ("start",))["start"].to_numpy(dtype=float)
+    launch = launch_calls(trace, work["correlation"].to_numpy(), ("start",))["start"]
+    launched, launched_at = launch.notna().to_numpy(), launch.to_numpy(np.int64, na_value=-1)  # exact ns
     same = np.r_[False, (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])]  # a previous op on this stream
     # what each stream had done before each op: the end of its latest op so far (ops may overlap by ns)
     key = device * (1 << 32) + stream
     ended = pd.Series(end).groupby(key).cummax().to_numpy()
     before = np.r_[0, ended[:-1]]
     gap = np.where(same, np.maximum(start - before, 0), 0)
-    queued = np.isfinite(launched_at) & (launched_at < before)
-    host = same & np.isfinite(launched_at) & ~queued
+    queued = launched & (launched_at < before)
+    host = same & launched & ~queued
     short = queued & (gap < params.kernel_wait_us * 1000)
     table = pd.DataFrame({"device": device, "stream": stream, "dur": end - start, "gap": gap,
                           "host": np.where(same & host, gap, 0), "kernel": np.where(same & short, gap, 0),
