@@ -230,6 +230,20 @@ def test_microseconds_become_the_nearest_nanosecond_each_on_its_own(us):
     assert [int(_ns(np.array([u]))[0]) for u in us] == expected
 
 
+def test_steps_device_ranges_are_exact_nanoseconds_at_epoch_timestamps(tmp_path):
+    # Kineto's µs since the epoch pass 2**53 as ns, where floats hold 256 ns steps: a step without
+    # device work, or a device op without a launch call, once made every step's range floats
+    origin = 1_694_128_201_426_674
+    b = TraceBuilder()
+    b.op("ProfilerStep#1", origin, 50)
+    b.kernel("k", origin + 5, 10, launch_at=origin + 1)
+    b.op("ProfilerStep#2", origin + 60, 50)  # launches nothing
+    b.kernel("unlaunched", origin + 120, 5)  # its launch call is not in the trace
+    steps = b.load(tmp_path).steps
+    assert steps["gpu_start"].tolist()[0] == (origin + 5) * 1000 and steps["gpu_end"].tolist()[0] == (origin + 15) * 1000
+    assert steps["gpu_start"].isna().tolist() == [False, True]
+
+
 def test_unreadable_entries_of_a_rank_directory_are_failed_ranks_with_the_reason(tmp_path, capsys):
     from traceagent.cli import main
 

@@ -420,25 +420,35 @@ def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, pattern: re.Pattern | Non
 
     work = gpu[gpu["kind"] != "sync"]
     calls = cpu[among(cpu["kind"], ["runtime", "driver"]) & (cpu["correlation"] >= 0)]
-    launch_at = work["correlation"].map(calls.drop_duplicates("correlation").set_index("correlation")["start"])
-    launch_at = launch_at.fillna(work["start"]).to_numpy(dtype=np.int64)
+    first = calls.drop_duplicates("correlation")
+    pos = pd.Index(first["correlation"].to_numpy()).get_indexer(work["correlation"].to_numpy())
+    # in exact ns, an op without a launch call at its own start (a map would make every time a float)
+    launch_at = np.where(pos >= 0, np.append(first["start"].to_numpy(np.int64), 0)[pos], work["start"].to_numpy(np.int64))
     slot = np.searchsorted(starts, launch_at, side="right") - 1
     inside = (slot >= 0) & (launch_at < ends[np.clip(slot, 0, None)])
     grouped = pd.DataFrame({"slot": slot[inside], "start": work["start"].to_numpy()[inside],
                             "end": work["end"].to_numpy()[inside]}).groupby("slot")
-    gpu_start = grouped["start"].min().reindex(range(len(host)))
-    gpu_end = grouped["end"].max().reindex(range(len(host)))
+    gpu_start, gpu_end = _each_step(grouped["start"].min(), len(host)), _each_step(grouped["end"].max(), len(host))
     served = [serving_phase(str(n)) for n in host["name"].astype(object)]
     return typed_frame({
         "step": host["step"].to_numpy(),
         "name": host["name"].astype(object).to_numpy(),
         "start": starts,
         "end": ends,
-        "gpu_start": gpu_start.astype("Int64").to_numpy(),
-        "gpu_end": gpu_end.astype("Int64").to_numpy(),
+        "gpu_start": gpu_start,
+        "gpu_end": gpu_end,
         "phase": [p for p, _ in served],
         "tokens": pd.array([t for _, t in served], dtype="Int64"),
     }, STEP_COLUMNS)
+
+
+def _each_step(by_slot: pd.Series, steps: int) -> pd.arrays.IntegerArray:
+    """A value per step from one per slot (step position) that has device work, <NA> for the
+    others, in exact ns (a reindex would make them floats, off by up to 128 ns at epoch times)."""
+    values, missing = np.zeros(steps, dtype=np.int64), np.ones(steps, dtype=bool)
+    values[by_slot.index.to_numpy()] = by_slot.to_numpy(np.int64)
+    missing[by_slot.index.to_numpy()] = False
+    return pd.arrays.IntegerArray(values, missing)
 
 
 def serving_phase(name: str) -> tuple[str | None, int | None]:

@@ -291,13 +291,15 @@ def gap_step_rows(trace: Trace, starts: np.ndarray) -> np.ndarray:
     so every idle nanosecond of a step's range belongs to it. Steps, the tools, reports and
     annotations all read this rule, through trace_gaps' `step` column or here."""
     steps = trace.steps
-    lo = steps["gpu_start"].astype("float64").to_numpy()
-    hi = steps["gpu_end"].astype("float64").to_numpy()
-    order = np.argsort(np.nan_to_num(lo, nan=np.inf), kind="stable")
-    ranged = int(np.isfinite(lo).sum())  # steps with device work, first in `order`
+    # exact ns (epoch times as floats are off by up to 128 ns); steps without device work sort last
+    last = np.iinfo(np.int64).max
+    lo = steps["gpu_start"].to_numpy(np.int64, na_value=last)
+    hi = steps["gpu_end"].to_numpy(np.int64, na_value=last)
+    order = np.argsort(lo, kind="stable")
+    ranged = int(steps["gpu_start"].notna().sum())  # steps with device work, first in `order`
     if not ranged or not len(starts):
         return np.full(len(starts), -1, dtype=np.int64)
-    start = starts.astype(float)
+    start = starts.astype(np.int64)
     slot = np.searchsorted(lo[order][:ranged], start, side="right") - 1
     inside = (slot >= 0) & (start < hi[order[np.clip(slot, 0, None)]])
     owner = np.where(inside, slot, slot + 1)  # not inside one: the step that comes next owns it
