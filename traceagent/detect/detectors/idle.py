@@ -403,8 +403,8 @@ def _line_during(trace: Trace, gaps: pd.DataFrame) -> np.ndarray:
         if not known.any():
             continue
         middle = ((gaps["start"].to_numpy(np.int64) + gaps["end"].to_numpy(np.int64)) // 2)[mine]
-        at = pd.DataFrame({"pid": launch["pid"].to_numpy()[known].astype(np.int64),
-                           "tid": launch["tid"].to_numpy()[known].astype(np.int64), "start": middle[known]})
+        at = pd.DataFrame({"pid": launch["pid"].to_numpy(np.int64, na_value=-1)[known],
+                           "tid": launch["tid"].to_numpy(np.int64, na_value=-1)[known], "start": middle[known]})
         found[mine[known]] = python_line_above(trace, at)
     return found
 

@@ -66,8 +66,8 @@ def detect_launch_queue(trace: Trace, params: LaunchQueueParams = LaunchQueuePar
     if not known.any():
         return None
     table = pd.DataFrame({"device": work["device"].to_numpy()[known], "stream": work["stream"].to_numpy()[known],
-                          "launched": launch["start"].to_numpy()[known].astype(np.int64),
-                          "call_ns": (launch["end"] - launch["start"]).to_numpy()[known].astype(np.int64),
+                          "launched": launch["start"].to_numpy(np.int64, na_value=-1)[known],
+                          "call_ns": (launch["end"] - launch["start"]).to_numpy(np.int64, na_value=-1)[known],
                           "start": work["start"].to_numpy(np.int64)[known], "end": work["end"].to_numpy(np.int64)[known]})
     origin = trace.origin_ns()
     streams = []

@@ -86,8 +86,8 @@ def _frames_by_root(trace: Trace, gaps: pd.DataFrame) -> dict[str, str]:
         mine = host[host["device"] == view.device]
         launch = launch_calls(trace, view.work["correlation"].to_numpy()[mine["next_op"].to_numpy()], ("pid", "tid"))
         known = launch["pid"].notna().to_numpy()
-        rows.append(pd.DataFrame({"pid": launch["pid"].to_numpy()[known].astype(np.int64),
-                                  "tid": launch["tid"].to_numpy()[known].astype(np.int64),
+        rows.append(pd.DataFrame({"pid": launch["pid"].to_numpy(np.int64, na_value=-1)[known],
+                                  "tid": launch["tid"].to_numpy(np.int64, na_value=-1)[known],
                                   "start": ((mine["start"] + mine["end"]) // 2).to_numpy()[known],
                                   "cause": mine["cause"].to_numpy()[known], "dur": mine["dur"].to_numpy()[known]}))
     at = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
