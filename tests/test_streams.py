@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from builder import TraceBuilder
 
 from traceagent import analyze
@@ -60,7 +61,9 @@ def test_collectives_on_their_own_stream_are_not_shared(tmp_path):
     assert analyze(b.write(tmp_path / "own.json")).ranks[0].findings.comm.shared_streams == []
 
 
-def test_a_full_launch_queue_blocks_the_host_by_hand(tmp_path):
+# at 0, and at Kineto's µs since the epoch, which pass 2**53 as ns (a float holds them to 256 ns)
+@pytest.mark.parametrize("origin", [0, 1_694_128_201_426_674], ids=["zero", "epoch"])
+def test_a_full_launch_queue_blocks_the_host_by_hand(tmp_path, origin):
     from traceagent.detect.detectors.launch_queue import LaunchQueueParams, detect_launch_queue, launch_queue_sentence
 
     # 12 kernels of 100 µs back to back (kernel i runs 100·i to 100·(i+1)) and a queue that holds 5.
@@ -72,10 +75,12 @@ def test_a_full_launch_queue_blocks_the_host_by_hand(tmp_path):
     for i in range(12):
         call = i if i < 6 else 100 * (i - 5)
         returns = call + 1 if i < 5 else 100 * (i - 4)
-        b.kernel("gemm", 100 * i, 100, launch_at=call, launch_dur=returns - call)
+        b.kernel("gemm", origin + 100 * i, 100, launch_at=origin + call, launch_dur=returns - call)
+    b.kernel("unlaunched", origin + 1300, 10, stream=9)  # its launch call is not in the trace
     result = detect_launch_queue(b.load(tmp_path), LaunchQueueParams(full_at=5))
     (stream,) = result.streams
     assert (stream.launches, stream.max_queue) == (12, 5)
     assert stream.blocked_us == 695.0 and result.blocked_us == 695.0
-    assert len(stream.curve) == 64 and stream.curve[0][1] == 1 and stream.curve[-1][1] == 0
+    # the curve from the first kernel's start (the first event) to the last one's end, 1200 µs later
+    assert len(stream.curve) == 64 and stream.curve[0] == (0.0, 1) and stream.curve[-1] == (1200.0, 0)
     assert "blocked in launch calls on a full queue" in launch_queue_sentence(result)

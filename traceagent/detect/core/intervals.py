@@ -94,10 +94,16 @@ def covered(iv: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return _cumulative(iv, np.asarray(ends, dtype=np.int64)) - _cumulative(iv, np.asarray(starts, dtype=np.int64))
 
 
+def even_edges(lo: int, hi: int, bins: int) -> np.ndarray:
+    """The bins + 1 edges of [lo, hi] cut into `bins` equal bins, in exact ns: the first lo, the
+    last hi (spaced from lo: epoch ns as floats would be off by up to 128 ns)."""
+    return int(lo) + np.linspace(0, int(hi) - int(lo), bins + 1).astype(np.int64)
+
+
 def binned_share(iv: Intervals, lo: int, hi: int, bins: int) -> tuple[np.ndarray, np.ndarray]:
     """(bin edges, share of each bin covered by `iv`): [lo, hi] cut into `bins` equal bins, as the
     chat app's timeline and the HTML report draw device busy time."""
-    edges = np.linspace(lo, hi, bins + 1).astype(np.int64)
+    edges = even_edges(lo, hi, bins)
     return edges, covered(iv, edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ...format import duration
 from ...trace.model import Trace, rows_where
+from ..core import intervals as iv
 from ..core.bounds import Count
 from ..core.host import calls_by_correlation, launch_calls
 from ..core.view import us
@@ -96,7 +97,7 @@ def _stream(device: int, stream: int, g: pd.DataFrame, origin: int, full_at: int
     total = int(times[-1] - times[0])
     mean = float((level * held).sum() / total) if total else float(level.max())
     full = int(held[level >= full_at].sum())
-    samples = np.linspace(times[0], times[-1], SAMPLES).astype(np.int64)
+    samples = iv.even_edges(times[0], times[-1], SAMPLES - 1)
     queued = np.searchsorted(entered, samples, side="right") - np.searchsorted(ends, samples, side="right")
     return StreamQueue(device, stream, len(entered), int(level.max()), round(mean, 2), us(full), us(blocked),
                        [(us(int(t) - origin), int(q)) for t, q in zip(samples, queued)])

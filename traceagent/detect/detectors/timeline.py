@@ -36,13 +36,14 @@ class Coverage:
     def share(self, lo: int, hi: int, bins: int) -> np.ndarray:
         """The share of each of `bins` equal bins of [lo, hi] that was covered (exact at the
         stored edges, linear between them)."""
-        edges = np.linspace(lo, hi, bins + 1).astype(np.int64)
-        covered = np.interp(edges, self.edges, self.covered)
+        edges = iv.even_edges(lo, hi, bins)
+        origin = self.edges[0]  # interpolated from it: epoch ns as floats are off by up to 128 ns
+        covered = np.interp(edges - origin, self.edges - origin, self.covered)
         return np.diff(covered) / np.maximum(np.diff(edges), 1)
 
 
 def coverage(intervals: iv.Intervals, lo: int, hi: int, bins: int) -> Coverage:
-    edges = np.linspace(lo, hi, bins + 1).astype(np.int64)
+    edges = iv.even_edges(lo, hi, bins)
     covered = np.r_[0, np.cumsum(iv.covered(intervals, edges[:-1], edges[1:]))]
     return Coverage(edges, covered)
 

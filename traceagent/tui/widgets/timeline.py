@@ -9,6 +9,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from ...detect.analysis import Analysis, RankAnalysis
+from ...detect.core import intervals as iv
 from ...detect.core.vocabulary import GAP_CAUSES
 from ...detect.detectors.timeline import DeviceTimeline
 from ..scope import default_scope
@@ -45,7 +46,7 @@ class Timeline(Widget):
         lo, hi = device.span
         gaps = device.gaps[device.gaps["cause"] != "launch_latency"]  # what a host-side fix cannot remove
         width = max(self.size.width - 2, 10)
-        edges, share = np.linspace(lo, hi, width + 1).astype(np.int64), device.busy.share(lo, hi, width)
+        edges, share = iv.even_edges(lo, hi, width), device.busy.share(lo, hi, width)
         # the cause of the longest gap overlapping each slice
         slice_cause = np.full(width, None, dtype=object)
         if len(gaps):
