@@ -148,3 +148,20 @@ def test_the_path_of_one_step(tmp_path):
     assert (whole["length_us"], whole["events"]) == (300, 2) and [k["name"] for k in step["kernels"]] == ["b"]
     with pytest.raises(ToolInputError, match="no step 3; the steps are 1, 2"):
         tool.invoke({"step": 3})
+
+
+def test_a_ranges_window_runs_to_the_end_of_the_device_work_launched_inside_it(tmp_path):
+    from traceagent.detect.verdict.critical_path import range_window
+
+    b = TraceBuilder()
+    b.op("fwd", 0, 20, cat="user_annotation")
+    b.kernel("a", 15, 100, launch_at=5)  # launched inside the first fwd, ends at 115
+    b.op("fwd", 200, 20, cat="user_annotation")  # launches nothing
+    b.op("other", 300, 10, cat="user_annotation")
+    trace = b.load(tmp_path)
+    # by hand: the first instance from 0 µs to its kernel's end, the second its own 200-220 µs
+    assert range_window(trace, "fwd") == (0, 115_000) and range_window(trace, "fwd", 2) == (200_000, 220_000)
+    with pytest.raises(KeyError, match="no instance 3 of a range named 'fwd' \\(2 in the trace\\)"):
+        range_window(trace, "fwd", 3)
+    with pytest.raises(KeyError, match="no instance 1 of a range named 'missing' \\(0 in the trace\\)"):
+        range_window(trace, "missing")

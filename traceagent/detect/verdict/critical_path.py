@@ -201,7 +201,7 @@ def range_window(trace: Trace, name: str, instance: int = 1) -> tuple[int, int]:
     its start to its end, or to the end of the device work launched inside it; KeyError when there
     is no such range."""
     cpu = trace.cpu
-    rows = cpu[(cpu["name"].astype(str) == name).to_numpy()].sort_values("start")
+    rows = cpu[among(cpu["name"], [name])].sort_values("start")  # by its categories: no string per event
     if len(rows) < instance or instance < 1:
         raise KeyError(f"no instance {instance} of a range named {name!r} ({len(rows)} in the trace)")
     row = rows.iloc[instance - 1]
