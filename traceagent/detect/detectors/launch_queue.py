@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from ...format import duration
 from ...trace.model import Trace, rows_where
@@ -66,33 +65,55 @@ def detect_launch_queue(trace: Trace, params: LaunchQueueParams = LaunchQueuePar
     known = launch["start"].notna().to_numpy()
     if not known.any():
         return None
-    table = pd.DataFrame({"device": work["device"].to_numpy()[known], "stream": work["stream"].to_numpy()[known],
-                          "launched": launch["start"].to_numpy(np.int64, na_value=-1)[known],
-                          "call_ns": (launch["end"] - launch["start"]).to_numpy(np.int64, na_value=-1)[known],
-                          "start": work["start"].to_numpy(np.int64)[known], "end": work["end"].to_numpy(np.int64)[known]})
+    every = bool(known.all())
+
+    def kept(values: np.ndarray) -> np.ndarray:  # the ops with a launch call; no copy when that is all of them
+        return values if every else values[known]
+
+    called = kept(launch["start"].to_numpy(np.int64, na_value=-1))
+    call_ns = kept(launch["end"].to_numpy(np.int64, na_value=-1)) - called
+    start, end = kept(work["start"].to_numpy(np.int64)), kept(work["end"].to_numpy(np.int64))
+    device, stream = kept(work["device"].to_numpy()), kept(work["stream"].to_numpy())
+    del launch
     origin = trace.origin_ns()
     streams = []
-    for (device, stream), g in table.groupby(["device", "stream"], sort=False):  # one pass per stream
-        streams.append(_stream(int(device), int(stream), g, origin, params.full_at))
+    for rows, first in _by_stream(device, stream):  # one pass per stream
+        streams.append(_stream(int(device[first]), int(stream[first]), called[rows], call_ns[rows], start[rows],
+                               end[rows], origin, params.full_at))
     streams.sort(key=lambda s: (-s.max_queue, -s.blocked_us))
     return LaunchQueueResult(params.full_at, streams[:params.top], us(sum(s.blocked_us * 1000 for s in streams)),
                              max(s.max_queue for s in streams))
 
 
-def _stream(device: int, stream: int, g: pd.DataFrame, origin: int, full_at: int) -> StreamQueue:
-    called, call_ns = g["launched"].to_numpy(), g["call_ns"].to_numpy()
+def _by_stream(device: np.ndarray, stream: np.ndarray) -> list[tuple[np.ndarray | slice, int]]:
+    """Each stream's rows and its first row, streams in order of first appearance; one stream's
+    rows as a slice (no copy of a million-op table to take all of it)."""
+    key = device.astype(np.int64) * (1 << 32) + stream.astype(np.int64)
+    if bool((key == key[0]).all()):
+        return [(slice(None), 0)]
+    order = np.argsort(key, kind="stable")
+    parts = np.split(order, np.flatnonzero(np.diff(key[order])) + 1)
+    return sorted(((rows, int(rows[0])) for rows in parts), key=lambda part: part[1])
+
+
+def _stream(device: int, stream: int, called: np.ndarray, call_ns: np.ndarray, start: np.ndarray, end: np.ndarray,
+            origin: int, full_at: int) -> StreamQueue:
     # an op is in the queue once its launch call returns, or once it starts if that is sooner
-    entered = np.sort(np.minimum(called + call_ns, g["start"].to_numpy()))
-    ends = np.sort(g["end"].to_numpy())
+    entered = np.sort(np.minimum(called + call_ns, start))
+    ends = np.sort(end)
     # queued when each launch call began: entered by then, not yet finished; full: the call blocks
     before = np.searchsorted(entered, called, side="right") - np.searchsorted(ends, called, side="right")
     blocked = int(call_ns[before >= full_at].sum())
-    # the queue as a step function: -1 as each op ends, +1 as each enters (ends first at the same
-    # instant: a blocked launch returns as the op it waited for finishes)
-    times = np.concatenate([ends, entered])
-    steps = np.concatenate([-np.ones(len(ends), np.int64), np.ones(len(entered), np.int64)])
-    at = np.argsort(times, kind="stable")
-    times, level = times[at], np.cumsum(steps[at])
+    del before
+    # the queue as a step function: -1 as each op ends, +1 as each enters, ends first at the same instant
+    # (a blocked launch returns as the op it waited for finishes). Times doubled with the low bit 0 for an
+    # end and 1 for an entry order both in one sort of two sorted runs: no argsort, no gathers (times are
+    # within ±2**61 ns: doubled, they stay in int64)
+    events = np.concatenate([ends * 2, entered * 2 + 1])
+    events.sort(kind="stable")
+    level = np.cumsum(events & 1) * 2 - np.arange(1, len(events) + 1)  # entries so far less ends so far
+    times = events >> 1
+    del events
     held = np.diff(times, append=times[-1])
     total = int(times[-1] - times[0])
     mean = float((level * held).sum() / total) if total else float(level.max())
