@@ -113,7 +113,8 @@ def launch_calls(trace: Trace, correlation: np.ndarray, columns: tuple[str, ...]
         else:
             column = np.asarray(values, dtype=np.float64)[at] if len(values) else np.zeros(len(at))
             out[name] = np.where(found, column, np.nan)
-    return pd.DataFrame(out, index=pd.Index(np.asarray(correlation), name="correlation"))
+    # the columns as gathered, not consolidated into a copy (a million-row lookup is a gap table's every gap)
+    return pd.DataFrame(out, index=pd.Index(np.asarray(correlation), name="correlation"), copy=False)
 
 
 def kernel_launches(trace: Trace) -> pd.DataFrame:
