@@ -122,8 +122,7 @@ def categorical(values) -> pd.Categorical:
 def texts(column: pd.Series) -> np.ndarray:
     """A categorical column's values as an object array of strings, NaN where missing: what
     `astype(str).to_numpy()` gives, by one take from its categories instead of a conversion per row."""
-    values = column.array
-    return np.append(np.asarray(values.categories, dtype=object), np.nan)[values.codes]
+    return _per_row(column, np.asarray(column.array.categories, dtype=object), np.nan)
 
 
 def among(column: pd.Series, values) -> np.ndarray:
@@ -131,8 +130,7 @@ def among(column: pd.Series, values) -> np.ndarray:
     (a tenth of pandas' cost on a small rank, where per-call overhead is most of the work)."""
     wanted = set(values)
     categories = column.array.categories
-    hit = np.fromiter((c in wanted for c in categories), dtype=bool, count=len(categories))
-    return np.append(hit, False)[column.array.codes]  # code -1 (missing) → False
+    return _per_row(column, np.fromiter((c in wanted for c in categories), dtype=bool, count=len(categories)), False)
 
 
 def in_order_of_appearance(codes: np.ndarray, categories) -> pd.Categorical:
@@ -151,9 +149,14 @@ def matches(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:
     """Rows whose name matches a regex (re.search), testing each distinct name once."""
     regex = re.compile(pattern) if isinstance(pattern, str) else pattern
     categories = column.cat.categories
-    hit = np.fromiter((bool(regex.search(str(c))) for c in categories), dtype=bool, count=len(categories))
-    codes = column.cat.codes.to_numpy()
-    return np.append(hit, False)[codes]  # code -1 (no name) → False
+    return _per_row(column, np.fromiter((bool(regex.search(str(c))) for c in categories), dtype=bool,
+                                        count=len(categories)), False)
+
+
+def _per_row(column: pd.Series, per_category: np.ndarray, missing: bool | float) -> np.ndarray:
+    """A categorical column's rows looked up in `per_category` (an entry for each of its
+    categories) by their codes, `missing` for rows without a value (code -1)."""
+    return np.append(per_category, missing)[column.array.codes]
 
 
 def typed_frame(columns: dict[str, list | np.ndarray], schema: dict[str, str]) -> pd.DataFrame:
