@@ -275,9 +275,7 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
     launch call is missing (sampled traces).
     """
     ops = cpu.loc[among(cpu["kind"], ["op", "annotation", "dataloader"]), ["pid", "tid", "start", "end", "external_id", "name"]]
-    calls = cpu.loc[among(cpu["kind"], ["runtime", "driver"]) & (cpu["correlation"] >= 0).to_numpy(),
-                    ["pid", "tid", "start", "correlation"]]
-    calls = calls.drop_duplicates("correlation")
+    calls = _first_launch_calls(cpu)
     owner = innermost_enclosing(ops, calls["pid"].to_numpy(), calls["tid"].to_numpy(), calls["start"].to_numpy())
     call = pd.Index(calls["correlation"].to_numpy()).get_indexer(gpu["correlation"].to_numpy())
     op_pos = np.append(owner, -1)[call]  # no launch call (-1): no op
@@ -301,9 +299,15 @@ def _link_ops(gpu: pd.DataFrame, cpu: pd.DataFrame) -> None:
 
 
 def _launch_calls(cpu: pd.DataFrame) -> pd.DataFrame:
-    """Runtime and driver calls with a correlation id: the columns replay attribution reads."""
+    """Runtime and driver calls with a correlation id: the columns linking ops, steps and replay
+    attribution read."""
     mask = among(cpu["kind"], ["runtime", "driver"]) & (cpu["correlation"] >= 0).to_numpy()
     return cpu.loc[mask, ["name", "correlation", "pid", "tid", "start", "kernel"]]
+
+
+def _first_launch_calls(cpu: pd.DataFrame) -> pd.DataFrame:
+    """Each correlation id's launch call: its first call (as core/host.calls_by_correlation)."""
+    return _launch_calls(cpu).drop_duplicates("correlation")
 
 
 def capture_ops(trace: Trace) -> dict[str, str]:
@@ -419,8 +423,7 @@ def derive_steps(gpu: pd.DataFrame, cpu: pd.DataFrame, pattern: re.Pattern | Non
     starts, ends = host["start"].to_numpy(), host["end"].to_numpy()
 
     work = gpu[gpu["kind"] != "sync"]
-    calls = cpu[among(cpu["kind"], ["runtime", "driver"]) & (cpu["correlation"] >= 0)]
-    first = calls.drop_duplicates("correlation")
+    first = _first_launch_calls(cpu)
     pos = pd.Index(first["correlation"].to_numpy()).get_indexer(work["correlation"].to_numpy())
     # in exact ns, an op without a launch call at its own start (a map would make every time a float)
     launch_at = np.where(pos >= 0, np.append(first["start"].to_numpy(np.int64), 0)[pos], work["start"].to_numpy(np.int64))
