@@ -538,94 +538,108 @@ def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_
                                           _at(op_seg, wait)), -1).astype(np.int32)
     c_first = _firsts(g.c_group)
     d_first = _firsts(g.d_group)
-    c_start, c_end = g.c_start.copy(), g.c_end.copy()
+    # one slot past the calls holds 0: an op with no launch call reads its launch floor there, 0 + _NEVER
+    c_start = np.append(g.c_start, 0)
+    c_end = g.c_end.copy()
     d_start = g.d_start.copy()
+    unlaunched = len(g.c_start)
+    zero = np.zeros(1, dtype=np.int64)
 
     C = _Segmented.of(call_seg, count, g.c_group)
     D = _Segmented.of(op_seg, count, g.d_group)
     R = _Segmented.of(wait_seg, count, None)
     del call_seg, op_seg, wait_seg  # laid out in C, D and R now
-    woken_before = np.concatenate([[0], np.cumsum(woken[C.order])])
     # plain ints and lists for the loop: numpy scalars cost more to index and compare with
     c_cuts, d_cuts, r_cuts = C.cuts.tolist(), D.cuts.tolist(), R.cuts.tolist()
     c_runs, d_runs = C.runs.tolist(), D.runs.tolist()
-    woken_in = (woken_before[C.cuts[1:]] > woken_before[C.cuts[:-1]]).tolist()  # by segment
-    zero = np.zeros(1, dtype=np.int64)
-    launch_at = c_start if len(c_start) else zero  # an op is linked only where calls exist
     # segments are replayed a chunk at a time, what each reads gathered for its chunk alone: memory holds
-    # a chunk's columns, not a copy of every column of the graph
+    # a chunk's columns, not a copy of every column of the graph. What a segment adds to a chunk's floors
+    # comes from earlier segments at a few places (a run's first, a woken call): those are gathered as
+    # short lists cut by segment, so a segment costs a few array operations, whatever its size.
     nodes_before = [c + d for c, d in zip(c_cuts, d_cuts)]
     chunk_start = 0
     while chunk_start < count:
         chunk_end = _chunk_end(nodes_before, chunk_start)
         ca, da, ra = c_cuts[chunk_start], d_cuts[chunk_start], r_cuts[chunk_start]
-        # calls: a thread's first at its anchor; a run's first after the call before it on its thread and the
-        # host time between; a woken call no earlier than its waker's end and the measured delay since
+        # calls: x = base + running max of (floor - base), the floors: a thread's first at its anchor; a run's
+        # first after the call before it on its thread and the host time between; a woken call no earlier than
+        # its waker's end and the measured delay since. A call starts its own time before its end.
         p = C.order[ca:c_cuts[chunk_end]]
         opens = C.opens[ca:c_cuts[chunk_end]]
-        p_gap, p_own = c_gap[p], own[p]
-        p_before = np.maximum(p - 1, 0)
+        p_own = own[p]
+        p_base = _run_base(c_gap[p] + p_own, opens) if len(p) else p_own
         p_first = c_first[p]
-        p_reopens = opens & ~p_first  # a run's first that follows a call of an earlier segment
-        p_anchor = np.where(p_first, anchor[p], _NEVER)
-        p_woken = woken[p]
-        p_waker = np.maximum(g.c_waker[p], 0)
-        p_wake_delta = g.c_start[p] - g.c_end[p_waker]
-        p_floored = opens | p_first | p_woken
-        p_base = _run_base(p_gap + p_own, opens) if len(p) else p_gap
+        p_floor = np.where(p_first, anchor[p] + p_own - p_base, _NEVER)
+        reopen = np.flatnonzero(opens & ~p_first)  # each follows a call of an earlier segment
+        reopen_after = p[reopen] - 1
+        reopen_add = (c_gap[p] + p_own - p_base)[reopen]
+        woke = np.flatnonzero(woken[p])
+        waker = g.c_waker[p[woke]]
+        woke_add = (g.c_start[p[woke]] - g.c_end[waker]) + (p_own - p_base)[woke]
         del p_first
         # ops: after the op before on their stream (its duration and the gap), and their launch call's start
         q = D.order[da:d_cuts[chunk_end]]
         q_opens = D.opens[da:d_cuts[chunk_end]]
-        q_before = np.maximum(q - 1, 0)
-        q_use_prev = q_opens & ~d_first[q]  # the op before bounds a run's first (not a stream's first)
-        q_prev_dur, q_gap = d_dur[q_before], g.d_gap[q]
         q_linked = linked[q]
-        q_launch = np.maximum(g.d_launch[q], 0)
-        q_delay = d_delay[q]
-        q_static = np.where(d_first[q] & ~q_linked, g.d_start[q], _NEVER)
-        q_floored = q_opens | q_linked
         # each op after the one before it in the chunk (a run's first has a floor: its step is not read)
-        q_base = _run_base(q_gap + np.concatenate([zero, d_dur[q[:-1]]]), q_opens) if len(q) else q_gap
+        q_base = _run_base(g.d_gap[q] + np.concatenate([zero, d_dur[q[:-1]]]), q_opens) if len(q) else g.d_gap[q]
+        q_launch = np.where(q_linked, g.d_launch[q], unlaunched)
+        q_add = np.where(q_linked, d_delay[q] - q_base, _NEVER)
+        q_first = d_first[q]
+        fixed = np.flatnonzero(q_first & ~q_linked)  # a stream's first op with no launch: its measured start
+        fixed_floor = (g.d_start[q] - q_base)[fixed]
+        follows = np.flatnonzero(q_opens & ~q_first)  # after the op before on its stream, of an earlier segment
+        follows_after = q[follows] - 1
+        follows_add = (d_dur[follows_after] + g.d_gap[q[follows]]) - q_base[follows]
+        del q_first, q_linked
         # returns: after the op waited for, and the call's own time after it
         r = R.order[ra:r_cuts[chunk_end]]
-        r_own = own[r]
         r_wait = wait[r]
         r_after_wait = d_dur[r_wait] + g.c_post[r]
+        # where each segment's few floors from earlier segments begin in their lists
+        c_starts = np.array(c_cuts[chunk_start:chunk_end + 1]) - ca
+        d_starts = np.array(d_cuts[chunk_start:chunk_end + 1]) - da
+        reopen_at = np.searchsorted(reopen, c_starts).tolist()
+        woke_at = np.searchsorted(woke, c_starts).tolist()
+        fixed_at = np.searchsorted(fixed, d_starts).tolist()
+        follows_at = np.searchsorted(follows, d_starts).tolist()
 
-        for seg in range(chunk_start, chunk_end):
+        for k, seg in enumerate(range(chunk_start, chunk_end)):
             a, b = c_cuts[seg] - ca, c_cuts[seg + 1] - ca
             if b > a:
+                i, j = reopen_at[k], reopen_at[k + 1]
+                if j > i:
+                    p_floor[reopen[i:j]] = c_end[reopen_after[i:j]] + reopen_add[i:j]
+                i, j = woke_at[k], woke_at[k + 1]
+                if j > i:
+                    at = woke[i:j]
+                    p_floor[at] = np.maximum(p_floor[at], c_end[waker[i:j]] + woke_add[i:j])
+                ends = _run_cummax(p_floor[a:b], opens[a:b], c_runs[seg])
+                ends += p_base[a:b]
                 ci = p[a:b]
-                starts_at = np.where(p_reopens[a:b], c_end[p_before[a:b]] + p_gap[a:b], p_anchor[a:b])
-                if woken_in[seg]:
-                    wake = np.where(p_woken[a:b], c_end[p_waker[a:b]] + p_wake_delta[a:b], _NEVER)
-                    start_floor = np.maximum(starts_at, wake)
-                else:
-                    start_floor = starts_at
-                base = p_base[a:b]
-                floor = np.where(p_floored[a:b], start_floor + p_own[a:b] - base, _NEVER)
-                ends = base + _run_cummax(floor, opens[a:b], c_runs[seg])
-                after = np.concatenate((zero, ends[:-1])) + p_gap[a:b]  # after the call before, and the time between
-                if woken_in[seg]:
-                    after = np.maximum(after, wake)
-                c_start[ci] = np.where(opens[a:b], start_floor, after)
                 c_end[ci] = ends  # a blocking call's return: below, once what it waits for is known
+                c_start[ci] = ends - p_own[a:b]
             a, b = d_cuts[seg] - da, d_cuts[seg + 1] - da
             if b > a:
-                di = q[a:b]
-                prev = np.where(q_use_prev[a:b], d_start[q_before[a:b]] + q_prev_dur[a:b] + q_gap[a:b], _NEVER)
-                launched = np.where(q_linked[a:b], launch_at[q_launch[a:b]] + q_delay[a:b], _NEVER)
-                floor = np.maximum(np.maximum(prev, launched), q_static[a:b])
-                base = q_base[a:b]
-                floor = np.where(q_floored[a:b], floor - base, _NEVER)
-                d_start[di] = base + _run_cummax(floor, q_opens[a:b], d_runs[seg])
+                floor = c_start[q_launch[a:b]]
+                floor += q_add[a:b]
+                i, j = fixed_at[k], fixed_at[k + 1]
+                if j > i:
+                    at = fixed[i:j] - a
+                    floor[at] = np.maximum(floor[at], fixed_floor[i:j])
+                i, j = follows_at[k], follows_at[k + 1]
+                if j > i:
+                    at = follows[i:j] - a
+                    floor[at] = np.maximum(floor[at], d_start[follows_after[i:j]] + follows_add[i:j])
+                floor = _run_cummax(floor, q_opens[a:b], d_runs[seg])
+                floor += q_base[a:b]
+                d_start[q[a:b]] = floor
             a, b = r_cuts[seg] - ra, r_cuts[seg + 1] - ra
             if b > a:
                 wi = r[a:b]
-                c_end[wi] = np.maximum(c_start[wi] + r_own[a:b], d_start[r_wait[a:b]] + r_after_wait[a:b])
+                c_end[wi] = np.maximum(c_end[wi], d_start[r_wait[a:b]] + r_after_wait[a:b])
         chunk_start = chunk_end
-    return c_start, c_end, d_start
+    return c_start[:unlaunched], c_end, d_start
 
 
 @dataclass(frozen=True)
