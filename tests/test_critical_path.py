@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from builder import TraceBuilder
 from conftest import DATA, NSYS_BEFORE, RESNET_NW0
+from hypothesis import given
+from hypothesis import strategies as st
 
 import traceagent
-from traceagent.detect.verdict.critical_path import KINDS, critical_path, critical_path_sentence
+from traceagent.detect.verdict.critical_path import KINDS, critical_path, critical_path_sentence, ended_last_before
 from traceagent.report.annotate import annotate
 
 
@@ -165,3 +167,31 @@ def test_a_ranges_window_runs_to_the_end_of_the_device_work_launched_inside_it(t
         range_window(trace, "fwd", 3)
     with pytest.raises(KeyError, match="no instance 1 of a range named 'missing' \\(0 in the trace\\)"):
         range_window(trace, "missing")
+
+
+def test_an_op_of_no_duration_does_not_end_the_path(tmp_path):
+    """Kineto's microsecond clock records a short memset as 0 µs. k1 runs 6-100 µs, the memset at
+    106 (0 µs), k2 106-156, all on stream 7, launched at 0, 10 and 20. By hand, from k2's end: k2
+    50 µs, the memset 0, 6 µs waiting on the stream after k1, k1 94: the whole 150 µs of device
+    work. (The memset once read as ended before itself, the latest of its dependencies, and the
+    path stopped at it: 50 µs.)"""
+    b = TraceBuilder()
+    b.kernel("k1", 6, 94, launch_at=0)
+    b._device("gpu_memset", "Memset (Device)", 106, 0, 7, 10, 5.0, "cudaMemsetAsync")
+    b.kernel("k2", 106, 50, launch_at=20)
+    path = traceagent.analyze(b.write(tmp_path / "memset.json"), use_cache=False).focus.findings.critical_path
+    assert (path.length_us, path.device_us, path.wait_us, path.events) == (150.0, 144.0, 6.0, 3)
+
+
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 3), st.booleans()), max_size=14))
+def test_the_op_that_ended_last_before_each_started_against_brute_force(events):
+    # (start, length, zero): about half the ops of no duration, many sharing a start or an end
+    start = np.sort(np.array([s for s, _, _ in events], dtype=np.int64))
+    end = start + np.array([0 if zero else n for _, n, zero in events], dtype=np.int64)
+    found = ended_last_before(start, end)
+    for i in range(len(start)):
+        ended = [j for j in range(i) if end[j] <= start[i]]  # before it in start order, and ended by its start
+        if not ended:
+            assert found[i] == -1
+        else:
+            assert found[i] in ended and end[found[i]] == max(end[j] for j in ended)

@@ -120,9 +120,8 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     before = np.full(n_dev, -1, dtype=np.int64)
     for d in np.unique(device):
         mine = np.flatnonzero(device == d)
-        by_end = mine[np.argsort(d_end[mine], kind="stable")]
-        at = np.searchsorted(d_end[by_end], d_start[mine], side="right") - 1
-        before[mine] = np.where(at >= 0, by_end[np.maximum(at, 0)], -1)
+        ended = ended_last_before(d_start[mine], d_end[mine])
+        before[mine] = np.where(ended >= 0, mine[np.maximum(ended, 0)], -1)
     correlation = cpu["correlation"].to_numpy()[c_rows]
     known = correlation >= 0
     by_corr = pd.Series(np.flatnonzero(known), index=correlation[known])
@@ -245,6 +244,23 @@ def blocking_waits(c_pid: np.ndarray, c_end: np.ndarray, blocking: np.ndarray, d
         at = np.searchsorted(d_end[by_end], c_end[asking], side="right") - 1
         waited[asking] = np.where(at >= 0, by_end[np.maximum(at, 0)], -1)
     return waited, lost
+
+
+def ended_last_before(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each event (in start order), the one that ended last by the time it started, among the
+    events before it in that order; -1 where none did. An event of no duration ends as it starts: it
+    never counts as ended before itself, nor before an event that starts with it later in the order,
+    which would make each the other's dependency and end the walk there."""
+    n = len(start)
+    by_end = np.argsort(end, kind="stable")  # equal ends in start order
+    ends = end[by_end]
+    at = np.searchsorted(ends, start, side="left") - 1  # ended strictly before it started
+    tied = np.flatnonzero(ends[np.minimum(at + 1, n - 1)] == start) if n else at
+    if len(tied):  # others ended just as it started: those before it in the order count too
+        rank = np.concatenate([[0], np.cumsum(ends[1:] != ends[:-1])])  # equal ends, one rank
+        keys = rank * n + by_end  # ascending: by end, then by order
+        at[tied] = np.searchsorted(keys, rank[at[tied] + 1] * n + tied, side="left") - 1
+    return np.where(at >= 0, by_end[np.maximum(at, 0)], -1)
 
 
 def _walk(pred: memoryview, end: memoryview, node: int, floor: int) -> np.ndarray:
