@@ -3,6 +3,7 @@ fixing it would save. Traces are built by hand here; the comments give the expec
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -10,6 +11,8 @@ from builder import TraceBuilder
 from conftest import RESNET_NW0, RESNET_NW4, analyzed
 
 import traceagent
+from traceagent.agent.session import Session
+from traceagent.agent.tools import AnalysisContext
 from traceagent.cli import main
 from traceagent.detect.analysis import analyze_trace
 
@@ -317,3 +320,32 @@ def test_a_launch_bound_optimizer_is_named_by_its_range_and_told_to_fuse(tmp_pat
     v = analysis.verdict
     assert v.root_cause == "launch_overhead" and "fused=True" in v.next_step
     assert "in `Optimizer.step#AdamW.step`" in v.hypothesis
+
+
+def test_a_trace_without_launch_calls_is_not_called_launch_bound_on_numbers_it_lacks(tmp_path, capsys):
+    """Only the GPU recorded (no CUDA runtime, no host events): 40 kernels of 2 µs, 0.5 µs apart.
+    By hand: span 40 × 2.5 − 0.5 = 99.5 µs, 39 gaps of 0.5 µs idle = 19.5 µs (19.6%), launch
+    latency by the gaps' length alone. No kernel has a launch call, so no launch cost is quoted
+    (once: "median 0.0 µs against their launch cost (median 0.0 µs)")."""
+    b = TraceBuilder()
+    for i in range(40):
+        b.kernel("k", 2.5 * i, 2.0)
+    path = b.write(tmp_path / "device_only.json")
+    r = traceagent.analyze(path, use_cache=False).focus
+    assert r.findings.launch.kernels == 0 and r.findings.idle.by_cause_us == {"launch_latency": 19.5}
+    v = r.verdict
+    assert v.root_cause == "launch_overhead" and "no launch calls in the trace" in v.headline
+    assert "cannot launch kernels fast enough" not in v.headline and "median" not in v.hypothesis
+    assert "ProfilerActivity.CPU" in v.next_step
+    assert main(["analyze", str(path), "--no-cache"]) == 0
+    assert "launch cost cannot be measured" in capsys.readouterr().out
+    assert main(["report", str(path), "--no-cache", "-o", str(tmp_path / "r.md")]) == 0
+    report = (tmp_path / "r.md").read_text()
+    assert "launch cost cannot be measured" in report and "start a median" not in report
+    ctx = AnalysisContext(traceagent.analyze(path, use_cache=False))
+    said = asyncio.run(_offline_answer(ctx, "What's the kernel launch overhead?"))
+    assert "launch cost cannot be measured" in said.text and "0 kernels" not in said.text and not said.unverified
+
+
+async def _offline_answer(ctx, question):
+    return [e async for e in Session(ctx).ask(question)][-1]

@@ -22,6 +22,7 @@ from ..detect.detectors.collectives import CollectivesResult, collectives_senten
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import short_name
+from ..detect.detectors.launch import NO_LAUNCHES
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.steps import StepRow
 from ..detect.registry import DETECTORS, Detector
@@ -616,7 +617,7 @@ class OfflineAnalyst:
     def _launch(self, q: Question, answer: LaunchesAnswer, verdict: VerdictAnswer) -> str:
         la, v = answer.launch, verdict.verdict
         if not la.kernels:
-            return "No kernel in this trace is linked to its launch call, so launch overhead cannot be measured."
+            return NO_LAUNCHES
         bound = v.root_cause == "launch_overhead"
         share = answer.launch_overhead_idle_pct
         graphs = answer.graphs

@@ -9,6 +9,7 @@ from ..detect.analysis import Analysis, RankAnalysis
 from ..detect.compare.diff import DiffResult
 from ..detect.detectors.kernel_profiles import SOL_PCT, KernelProfilesResult, profile_sentence
 from ..detect.detectors.kernels import short_name
+from ..detect.detectors.launch import NO_LAUNCHES
 from ..detect.registry import DETECTORS
 from ..format import duration, of_span, percent, scope, shorten, size
 from ..sentences import further_findings, gap_evidence, gpu_behind, straggler_sentence
@@ -212,6 +213,7 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
         out += ["", fold[1]]
     launch, steps = f.launch, f.steps
     out += ["", f"## Launch and steps{who}", "",
+            NO_LAUNCHES if not launch.kernels else
             f"Kernels start a median {duration(launch.median_latency_us)} after their launch call (queueing "
             f"included; p90 {duration(launch.p90_latency_us)}). {percent(launch.short_kernel_pct)} of kernels "
             f"ran shorter than their launch call (median kernel {duration(launch.median_kernel_us)}, median "

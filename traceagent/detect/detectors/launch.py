@@ -25,6 +25,11 @@ class LaunchResult:
     before_launch_pct: float = 0.0  # kernels that start before their launch call: host and device clocks disagree
 
 
+#: what reports say of launches where no kernel is linked to its launch call (kernels == 0)
+NO_LAUNCHES = ("No kernel is linked to the call that launched it (the trace has no CUDA runtime events): launch "
+               "latency and launch cost cannot be measured here.")
+
+
 def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:
     """Launch statistics of the kernels of every GPU, or of one."""
     linked = on_device(kernel_launches(trace), device)

@@ -365,8 +365,9 @@ def _idle_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
         named: dict[tuple[str, ...], str] = {("launch_overhead",): "launch-bound gaps",
                                              ("launch_latency",): "launch latency"}
         gaps = named.get(tuple(causes), "launch-bound gaps and launch latency")
-        return Verdict("idle", root, f"{head}: the host cannot launch kernels fast enough "
-                                     f"({cause_pct:.1f}% {_of(f)} in {gaps})",
+        why = ("in short gaps between kernels, with no launch calls in the trace to show why" if not launch.kernels
+               else "the host cannot launch kernels fast enough")
+        return Verdict("idle", root, f"{head}: {why} ({cause_pct:.1f}% {_of(f)} in {gaps})",
                        hypothesis, step, evidence, also)
     top = idle.top_gaps[0] if idle.top_gaps else None
     hosts = [h["name"] for h in (top.evidence.get("host", []) if top else [])][:3]
