@@ -14,7 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import traceagent
-from traceagent.detect.verdict.critical_path import KINDS, critical_path, critical_path_sentence, ended_last_before
+from traceagent.detect.verdict.critical_path import (
+    KINDS,
+    _walk,
+    critical_path,
+    critical_path_sentence,
+    ended_last_before,
+)
 from traceagent.report.annotate import annotate
 
 
@@ -195,3 +201,20 @@ def test_the_op_that_ended_last_before_each_started_against_brute_force(events):
             assert found[i] == -1
         else:
             assert found[i] in ended and end[found[i]] == max(end[j] for j in ended)
+
+
+@given(st.lists(st.tuples(st.integers(-1, 30), st.integers(0, 5)), min_size=1, max_size=30),
+       st.integers(0, 29), st.integers(0, 4), st.integers(1, 4))
+def test_the_walk_takes_runs_whole_and_follows_what_one_step_at_a_time_follows(links, node, floor, whole_from):
+    # each event: its dependency (-1: none; a later one or itself: a damaged trace's cycle; often the one just
+    # before, so that runs form) and its end. The walk, one event at a time, as it was written first:
+    pred = np.array([i - 1 if p % 3 == 0 else min(p, len(links) - 1) for i, (p, _) in enumerate(links)], dtype=np.int64)
+    end = np.array([e for _, e in links], dtype=np.int64)
+    node = min(node, len(links) - 1)
+    expected, seen = [], set()
+    at = node
+    while at >= 0 and at not in seen and end[at] > floor:
+        seen.add(at)
+        expected.append(at)
+        at = int(pred[at])
+    assert _walk(pred, end, node, floor, whole_from).tolist() == expected

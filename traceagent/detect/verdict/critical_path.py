@@ -27,7 +27,7 @@ import pandas as pd
 from ...format import duration
 from ...trace.model import Trace, among, matches, rows_where
 from ...trace.normalize import innermost_enclosing
-from ..core.view import pct, us
+from ..core.view import index_type, pct, us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector
 from ..detectors.kernels import short_name
@@ -164,7 +164,7 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
             return None
         last = int(inside[np.argmax(d_end[inside])])
         first_device = max(first_device, window[0])
-    nodes = _walk(pred.data, end.data, last, first_device)
+    nodes = _walk(pred, end, last, first_device)
     follows = pred[nodes]
     del pred
     node_start, node_end = start[nodes], end[nodes]
@@ -263,16 +263,47 @@ def ended_last_before(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.where(at >= 0, by_end[np.maximum(at, 0)], -1)
 
 
-def _walk(pred: memoryview, end: memoryview, node: int, floor: int) -> np.ndarray:
-    """Follow each event's binding dependency back from `node` while it ends after `floor`: the
-    only loop over the path (memoryviews of the int64 arrays: each read a Python int, as fast as a
-    list's, without a list of every event's ints)."""
-    path, seen = array("q"), bytearray(len(pred))  # 8 bytes a node, not a list's int objects
-    while node >= 0 and not seen[node] and end[node] > floor:  # a damaged trace's cycle stops the walk
-        seen[node] = 1
-        path.append(node)
-        node = pred[node]
-    return np.frombuffer(path, dtype=np.int64) if len(path) else np.zeros(0, dtype=np.int64)
+#: a run of events each following the one just before it (pred[i] == i - 1) this long or longer is
+#: walked as one slice: back-to-back kernels on a stream, a thread's launch calls one after another
+RUN_WALKED_WHOLE = 32
+
+
+def _walk(pred: np.ndarray, end: np.ndarray, node: int, floor: int, whole_from: int = RUN_WALKED_WHOLE) -> np.ndarray:
+    """Follow each event's binding dependency back from `node` while it ends after `floor`. Where
+    the path follows a long run of events each bound by the one just before it, the run is taken
+    as one slice; elsewhere one event at a time (memoryviews of the int64 arrays: each read a
+    Python int, as fast as a list's, without a list of every event's ints)."""
+    n = len(pred)
+    index = np.arange(n, dtype=index_type(n))
+    # each event's run's first event: the last one at or before it that does not follow the one before
+    opens = np.ones(n, dtype=bool)
+    opens[1:] = pred[1:] != index[:-1]
+    first_of_run = np.maximum.accumulate(np.where(opens, index, 0))
+    del index, opens
+    pred_at, end_at, first_at = pred.data, end.data, first_of_run.data
+    seen = np.zeros(n, dtype=bool)
+    seen_at = seen.data.cast("B")
+    pieces: list[np.ndarray] = []
+    path = array("q")  # 8 bytes an event, not a list's int objects
+    while node >= 0 and not seen_at[node] and end_at[node] > floor:  # a damaged trace's cycle stops the walk
+        first = first_at[node]
+        if node - first < whole_from:
+            seen_at[node] = 1
+            path.append(node)
+            node = pred_at[node]
+            continue
+        # the run from `node` down to `first`, up to where it reaches the floor or a seen event
+        stops = np.flatnonzero((end[first:node + 1] <= floor) | seen[first:node + 1])
+        low = first + int(stops[-1]) + 1 if len(stops) else first
+        if path:
+            pieces.append(np.frombuffer(path, dtype=np.int64))
+            path = array("q")
+        pieces.append(np.arange(node, low - 1, -1, dtype=np.int64))
+        seen[low:node + 1] = True
+        node = pred_at[low]  # below the run, or the event that stopped it: the loop tests it
+    if path:
+        pieces.append(np.frombuffer(path, dtype=np.int64))
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
 def _previous(group: np.ndarray, t: np.ndarray) -> np.ndarray:
