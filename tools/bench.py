@@ -5,7 +5,7 @@
     python tools/bench.py --sizes 10MB 100MB 1GB --ranks-case 8x100MB --runs 3
     python tools/bench.py --real tests/data/param/resnet_kineto.json.gz --sizes 200MB 1GB --ranks-case ''
     python tools/bench.py --dask-ranks 32 64 256 --rank-size 20MB --runs 1
-    python tools/bench.py --sizes --ranks-case '' --tiny-kernels 10000000 --runs 1
+    python tools/bench.py --sizes --ranks-case '' --tiny-kernels 10000000 --bare-kernels 10000000 --runs 1
 
 With --real, the traces are a real trace tiled to each size instead of synthetic ones: copies
 one after another in time, with fresh correlation, external and flow ids, so every copy links as
@@ -356,6 +356,9 @@ def main() -> int:
     parser.add_argument("--tiny-kernels", type=int, nargs="*", default=[], metavar="COUNT",
                         help="also bench traces of COUNT tiny kernels each with its launch (10000000): the "
                              "launch-bound shape, where per-event costs decide speed and memory")
+    parser.add_argument("--bare-kernels", type=int, nargs="*", default=[], metavar="COUNT",
+                        help="also bench traces of COUNT tiny kernels alone, no launches and no args (10000000): a "
+                             "GPU-only trace, about 85 bytes an event")
     parser.add_argument("--detectors", type=Path, help="print where the load and the analysis of this trace spend time "
                                                        "and memory, detector by detector, and stop")
     parser.add_argument("--profile", action="store_true", help="with each detector table, cProfile's busiest functions")
@@ -395,13 +398,14 @@ def main() -> int:
                 gzipped(path, packed)
             rows.append(run(f"{label} gzipped", packed, args))
             rows[-1]["plain_analyze_s"] = _wall(rows[-2], "analyze")
-    for count in args.tiny_kernels:
-        path = args.workdir / f"tiny-kernels-{count}.json"
+    for count, launches in [*((c, True) for c in args.tiny_kernels), *((c, False) for c in args.bare_kernels)]:
+        shape = "tiny-kernels" if launches else "bare-kernels"
+        path = args.workdir / f"{shape}-{count}.json"
         if not path.exists():
             started = time.perf_counter()
-            tiny_kernels(path, count)
+            tiny_kernels(path, count, launches=launches)
             print(f"wrote {path} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
-        rows.append(run(f"{count:,} tiny kernels", path, args))
+        rows.append(run(f"{count:,} {shape.replace('-', ' ')}", path, args))
         files.append(path)
     if args.ranks_case:
         ranks, size_text = args.ranks_case.lower().split("x")

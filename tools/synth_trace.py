@@ -204,10 +204,12 @@ def synthesize(out: Path, size: int, plant: str | None = None, seed: int = 0, ra
     return out
 
 
-def tiny_kernels(out: Path, count: int, per_step: int = 10_000, seed: int = 0) -> Path:
+def tiny_kernels(out: Path, count: int, per_step: int = 10_000, seed: int = 0, launches: bool = True) -> Path:
     """Write a trace of `count` kernels of 1–3 µs, each with the cudaLaunchKernel that queued it
     (correlated), in ProfilerStep ranges of `per_step` kernels: the launch-bound shape (many tiny
-    kernels, few bytes each) where per-event costs, not bytes, decide a reader's speed and memory."""
+    kernels, few bytes each) where per-event costs, not bytes, decide a reader's speed and memory.
+    Without `launches`: the kernels alone, with no args, as a trace of the GPU's activity alone
+    records them (about 85 bytes an event)."""
     rng = random.Random(seed)
     writer = Writer(out, 0, 1)
     names = [k[0].split("(")[0][:60] for k in KERNELS]  # short names: the event count, not the bytes, is the load
@@ -217,18 +219,24 @@ def tiny_kernels(out: Path, count: int, per_step: int = 10_000, seed: int = 0) -
         n = min(per_step, count - first)
         step_start = t
         for corr in range(first + 1, first + n + 1):
+            dur = round(rng.uniform(1.0, 3.0), 3)
+            if not launches:
+                batch.append({"ph": "X", "cat": "kernel", "name": rng.choice(names), "pid": 0, "tid": 7,
+                              "ts": round(gpu, 3), "dur": dur})
+                gpu += dur + 0.5
+                continue
             batch.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": PID, "tid": MAIN,
                           "ts": round(t, 3), "dur": 2.5, "args": {"correlation": corr, "cbid": 211}})
             gpu = max(gpu, t + 3.0)
-            dur = round(rng.uniform(1.0, 3.0), 3)
             batch.append({"ph": "X", "cat": "kernel", "name": rng.choice(names), "pid": 0, "tid": 7,
                           "ts": round(gpu, 3), "dur": dur,
                           "args": {"correlation": corr, "device": 0, "stream": 7}})
             gpu += dur + 0.5
             t += 3.0
-        batch.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{first // per_step + 1}",
-                      "pid": PID, "tid": MAIN, "ts": round(step_start, 3), "dur": round(t - step_start, 3),
-                      "args": {}})
+        if launches:
+            batch.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{first // per_step + 1}",
+                          "pid": PID, "tid": MAIN, "ts": round(step_start, 3), "dur": round(t - step_start, 3),
+                          "args": {}})
         writer.events(batch)
     writer.close()
     return out
