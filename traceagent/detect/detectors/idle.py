@@ -149,20 +149,39 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     n = len(dur)
     cause = np.empty(n, dtype=object)
     cause[:] = "launch_latency"  # one str shared by every row (np.full would make a str for each)
-    long = dur >= params.launch_gap_us * 1000
-    undecided = long.copy()
-
-    loader = host_union(trace, ("dataloader",))
-    loader_share = iv.covered(loader, g_start, g_end) / np.maximum(dur, 1)
-    is_loader = undecided & (loader_share >= params.loader_cover)
-    cause[is_loader] = "dataloader"
-    undecided &= ~is_loader
-
-    # the device op right after each gap, and the host call that launched it
+    # the device op right after each gap (kept in the table for every gap)
     work_start = view.work["start"].to_numpy(np.int64)
     next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
-    corr = view.work["correlation"].to_numpy()[next_op]
-    launch = launch_calls(trace, corr, ("name", "start", "end"))
+    sync_label = np.full(n, -1, dtype=np.int64)
+    # a short gap is launch latency whatever the host did: only the long ones are looked into
+    # (millions of tiny kernels leave millions of gaps, few of them long)
+    at = np.flatnonzero(dur >= params.launch_gap_us * 1000)
+    if len(at):
+        cause[at], sync_label[at] = _long_gap_causes(trace, view, g_start[at], g_end[at], next_op[at], params)
+    # cause stays an object column: pandas 3 would infer Arrow strings, slower to compare and group
+    # row labels and positions in int32 where they fit (times stay int64 ns): a gap table has a row per gap
+    index = index_type(max(len(trace.cpu), len(view.work)))
+    return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": pd.Series(cause, dtype=object),
+                         "sync": sync_label.astype(index), "next_op": next_op.astype(index)}, copy=False)
+
+
+def _long_gap_causes(trace: Trace, view: DeviceView, start: np.ndarray, end: np.ndarray, op: np.ndarray,
+                     params: IdleParams) -> tuple[np.ndarray, np.ndarray]:
+    """Each long gap's cause and the label (in trace.cpu) of the blocking call it waited for, or -1:
+    data loading over most of it, a sync, a launch that came late, other host work, or nothing on the host."""
+    length = end - start
+    reason = np.empty(len(start), dtype=object)
+    reason[:] = "launch_latency"
+    label = np.full(len(start), -1, dtype=np.int64)
+    undecided = np.ones(len(start), dtype=bool)
+
+    loader = host_union(trace, ("dataloader",))
+    is_loader = iv.covered(loader, start, end) / np.maximum(length, 1) >= params.loader_cover
+    reason[is_loader] = "dataloader"
+    undecided &= ~is_loader
+
+    # the host call that launched the op after each gap
+    launch = launch_calls(trace, view.work["correlation"].to_numpy()[op], ("name", "start", "end"))
     launched = launch["start"].notna().to_numpy()
     launch_start = launch["start"].to_numpy(np.int64, na_value=-1)  # exact: epoch ns as floats are not
     launch_dur = (launch["end"] - launch["start"]).to_numpy(dtype=float)  # NaN: no call
@@ -170,41 +189,36 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     del launch
 
     syncs = sync_calls(trace)
-    sync_label = np.full(n, -1, dtype=np.int64)
     if len(syncs):
         ends, starts = syncs["end"].to_numpy(np.int64), syncs["start"].to_numpy(np.int64)
         slack = int(params.sync_slack_us * 1000)
-        first = np.searchsorted(ends, g_start - slack, side="left")
+        first = np.searchsorted(ends, start - slack, side="left")
         ok = first < len(ends)
         # it returned inside the gap (or just before it), and it was already waiting when the GPU
         # ran dry: a blocking call made once the GPU was idle (a pinned allocation while the host
         # initialises cuDNN) waited for nothing, and did not cause the gap
-        ok[ok] = (ends[first[ok]] <= g_end[ok]) & (starts[first[ok]] < g_start[ok])
+        ok[ok] = (ends[first[ok]] <= end[ok]) & (starts[first[ok]] < start[ok])
         is_sync = undecided & ok
-        sync_label[is_sync] = syncs.index.to_numpy()[first[is_sync]]
-        cause[is_sync] = "sync"
+        label[is_sync] = syncs.index.to_numpy()[first[is_sync]]
+        reason[is_sync] = "sync"
         undecided &= ~is_sync
-        drained = _drained_by_sync(trace, view, syncs, g_start, next_op, undecided & long, params)
-        sync_label[drained >= 0] = drained[drained >= 0]
-        cause[drained >= 0] = "sync"
+        drained = _drained_by_sync(trace, view, syncs, start, op, undecided, params)
+        label[drained >= 0] = drained[drained >= 0]
+        reason[drained >= 0] = "sync"
         undecided &= drained < 0
 
-    op_dur = (view.work["end"].to_numpy() - work_start)[next_op]
-    late_launch = launched & (launch_start >= g_start)
+    op_dur = view.work["end"].to_numpy(np.int64)[op] - view.work["start"].to_numpy(np.int64)[op]
+    late_launch = launched & (launch_start >= start)
     is_launch = (undecided & late_launch & is_launch_call & (op_dur < launch_dur)
-                 & (dur <= params.launch_bound_max_us * 1000))
-    cause[is_launch] = "launch_overhead"
+                 & (length <= params.launch_bound_max_us * 1000))
+    reason[is_launch] = "launch_overhead"
     undecided &= ~is_launch
 
     host = host_union(trace, ("op", "python", "runtime", "driver", "annotation"))
-    host_share = iv.covered(host, g_start, g_end) / np.maximum(dur, 1)
-    cause[undecided & (host_share >= params.host_cover)] = "host_other"
-    cause[undecided & (host_share < params.host_cover)] = "no_host_activity"
-    # cause stays an object column: pandas 3 would infer Arrow strings, slower to compare and group
-    # row labels and positions in int32 where they fit (times stay int64 ns): a gap table has a row per gap
-    index = index_type(max(len(trace.cpu), len(view.work)))
-    return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": pd.Series(cause, dtype=object),
-                         "sync": sync_label.astype(index), "next_op": next_op.astype(index)})
+    host_share = iv.covered(host, start, end) / np.maximum(length, 1)
+    reason[undecided & (host_share >= params.host_cover)] = "host_other"
+    reason[undecided & (host_share < params.host_cover)] = "no_host_activity"
+    return reason, label
 
 
 def _drained_by_sync(trace: Trace, view: DeviceView, syncs: pd.DataFrame, g_start: np.ndarray, next_op: np.ndarray,
