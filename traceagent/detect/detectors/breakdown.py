@@ -114,6 +114,9 @@ def exclusive_work(view: DeviceView) -> dict[str, int]:
     covered = view.compute
     split = {"compute": iv.length(view.compute)}
     for name, part in (("communication", view.comm), ("copies", view.memcpy), ("memset", view.memset)):
+        if not len(part[0]):  # nothing of the kind: no sweep over every busy interval to say so
+            split[name] = 0
+            continue
         split[name] = iv.length(iv.subtract(part, covered))
         covered = iv.union(np.r_[covered[0], part[0]], np.r_[covered[1], part[1]])
     return split

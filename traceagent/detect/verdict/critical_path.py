@@ -129,17 +129,17 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     launch = pd.Series(gpu["correlation"].to_numpy()).map(by_corr).fillna(-1).to_numpy(np.int64)
     launch = np.where(launch >= 0, launch + n_dev, -1)
     del by_corr, correlation, known
-    candidates = np.stack([prev_on_stream, before, launch])
-    del prev_on_stream, before
-    # when each candidate was ready, in place (three rows of every op: the largest arrays here)
-    ready = end[np.maximum(candidates, 0)]
-    ready[candidates < 0] = np.iinfo(np.int64).min
-    ready[ready > d_end] = np.iinfo(np.int64).min  # a dependency ends before its dependant does
-    choice = ready.argmax(axis=0)
-    found = np.take_along_axis(ready, choice[None, :], axis=0)[0] > np.iinfo(np.int64).min
-    del ready
-    pred = np.where(found, np.take_along_axis(candidates, choice[None, :], axis=0)[0], -1)
-    del candidates, choice, found
+    # the candidate ready last, the first of them on a tie: one candidate at a time, so memory holds
+    # two rows of every op, not three of candidates and three of their times
+    pred = np.full(n_dev, -1, dtype=np.int64)
+    latest = np.full(n_dev, np.iinfo(np.int64).min, dtype=np.int64)
+    for candidate in (prev_on_stream, before, launch):
+        ready = np.where(candidate >= 0, end[np.maximum(candidate, 0)], np.iinfo(np.int64).min)
+        later = (ready > latest) & (ready <= d_end)  # a dependency ends before its dependant does
+        np.copyto(latest, ready, where=later)
+        np.copyto(pred, candidate, where=later)
+        del ready, later
+    del prev_on_stream, before, latest
 
     # host calls: the call before on the thread; a blocking call that returned when the GPU finished,
     # the device op that ended last before it returned
