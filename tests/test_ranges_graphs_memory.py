@@ -189,3 +189,21 @@ def test_a_range_with_no_gpu_work_where_the_gpu_waits_is_a_finding_too(tmp_path)
 
     assert "Ranges that launched no GPU work while the GPU sat idle:\n- `postprocess`: 500.0 µs of idle GPU time " \
            "(51.0% of the idle time), once" in asyncio.run(ask())
+
+
+def test_a_range_nested_in_one_of_its_name_counts_its_time_once(tmp_path):
+    """`forward` runs 0-1,000 µs and, inside it on the same thread, `forward` again 100-900 (a module
+    called within itself). Kernel a (50 µs) is launched at 150 inside both, b (50 µs) at 950 inside the
+    outer one only; the GPU runs a 160-210 and b 960-1,010. By hand, per name: host time 1,000 µs
+    (the union, not 1,800), GPU time 100 µs of the 100 µs busy (not 150: a once), idle while it ran
+    750 µs (210-960) of the rank's 750 (not the 750 + 690 that summing the two instances gives: 192%)."""
+    b = TraceBuilder()
+    b.op("forward", 0, 1000, cat="user_annotation")
+    b.op("forward", 100, 800, cat="user_annotation")
+    b.kernel("a", 160, 50, launch_at=150, launch_dur=5)
+    b.kernel("b", 960, 50, launch_at=950, launch_dur=5)
+    r = analyze(b.write(tmp_path / "nested.json"), use_cache=False).ranks[0]
+    assert r.findings.idle.idle_us == 750.0
+    (forward,) = r.findings.annotations.ranges
+    assert (forward.count, forward.host_us, forward.gpu_us, forward.kernels) == (2, 1000.0, 100.0, 2)
+    assert (forward.share_of_busy_pct, forward.idle_us, forward.share_of_idle_pct) == (100.0, 750.0, 100.0)

@@ -39,18 +39,41 @@ def launched_gpu_ns(trace: Trace, ranges: pd.DataFrame, device: int | None = Non
 def range_instances(trace: Trace, device: int | None = None, gaps: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every annotation range: name, start, host ns, the device ns and count of the kernels
     launched inside it on its thread (on every GPU, or one), and the device idle ns while it ran
-    (from `gaps`)."""
+    (from `gaps`). Each counts only the time no earlier instance of its name on its thread already
+    covers: a range nested in another of its name (a module called inside itself) adds nothing twice,
+    so a name's sums stay within its thread's time."""
     cpu = trace.cpu
     ranges = cpu[cpu["kind"] == "annotation"]
-    gpu_ns, count = launched_gpu_ns(trace, ranges, device)
+    start, end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
+    names = ranges["name"].cat.codes.to_numpy() if len(ranges) else np.zeros(0, dtype=np.int64)
+    own_start = _past_earlier(names, ranges["tid"].to_numpy(np.int64), start, end)
+    own = ranges.assign(start=own_start)
+    gpu_ns, count = launched_gpu_ns(trace, own, device)
+    empty = own_start >= end  # wholly inside an earlier instance: its launches are that one's
+    gpu_ns[empty], count[empty] = 0, 0
     idle_ns = np.zeros(len(ranges))
     if gaps is not None and len(gaps) and len(ranges):
         chosen = gaps if device is None else gaps[gaps["device"] == device]
         idle = iv.union(chosen["start"].to_numpy(np.int64), chosen["end"].to_numpy(np.int64))
-        idle_ns = iv.covered(idle, ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64))
-    return pd.DataFrame({"name": ranges["name"].astype(str).to_numpy(), "start": ranges["start"].to_numpy(np.int64),
-                         "host_ns": (ranges["end"] - ranges["start"]).to_numpy(), "gpu_ns": gpu_ns, "kernels": count,
-                         "idle_ns": idle_ns})
+        idle_ns = iv.covered(idle, own_start, end)
+    return pd.DataFrame({"name": ranges["name"].astype(str).to_numpy(), "start": start,
+                         "host_ns": end - own_start, "gpu_ns": gpu_ns, "kernels": count, "idle_ns": idle_ns})
+
+
+def _past_earlier(name: np.ndarray, thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each range's start moved past the end of every earlier-starting range of its name and
+    thread (at most to its own end): [that, end) is the time it alone adds to its name."""
+    if not len(start):
+        return start
+    order = np.lexsort((start, thread, name))
+    name, thread = name[order], thread[order]
+    group = np.cumsum(np.r_[True, (name[1:] != name[:-1]) | (thread[1:] != thread[:-1])])
+    # the latest end among the ranges before each in its group
+    reach = pd.Series(end[order]).groupby(group).cummax().groupby(group).shift(1)
+    moved = np.minimum(np.maximum(start[order], reach.fillna(np.iinfo(np.int64).min).to_numpy(np.int64)), end[order])
+    out = np.empty_like(start)
+    out[order] = moved
+    return out
 
 
 def annotation_table(instances: pd.DataFrame) -> pd.DataFrame:
