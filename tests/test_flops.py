@@ -206,3 +206,25 @@ def test_two_gemm_shapes_of_which_one_is_slow_by_hand(tmp_path):
     assert slow.lost_us == pytest.approx(80 - 40 * 1000 / 1024, abs=0.001)
     assert slow.mfu_pct == pytest.approx(100 * slow.tflops / 989.5, abs=0.01)
     assert result.slow == [slow] and "M=1024 K=1000 N=1024" in shapes_sentence(result)
+
+
+def test_an_op_called_inside_one_of_its_name_is_counted_once_and_no_op_beats_the_memory(tmp_path):
+    """H100 SXM (3350 GB/s), bf16. aten::mm (1000³, 2 GFLOP) runs 0-100 µs and calls aten::mm again,
+    with the same shapes, 5-95 (one dispatching to the other); one 10 µs kernel is launched inside
+    both. By hand: 2 GFLOP in 10 µs, 200 TFLOP/s, once (not 4 GFLOP over 20 µs). An aten::add of two
+    1024² tensors at 2000 µs: 6 MiB in 10 µs, 629.1 GB/s, listed; an aten::mul whose shapes say two
+    4096² tensors (96 MiB) in 10 µs would be 10,066 GB/s, three times the memory's peak (a broadcast
+    input, strides unrecorded): not listed."""
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    for start, dur in ((0, 100), (5, 90)):
+        mm = b.op("aten::mm", start, dur)
+        mm["args"] |= {"Input Dims": [[1000, 1000], [1000, 1000]], "Input type": ["c10::BFloat16"] * 2}
+    b.kernel("sm90_gemm", 20, 10, launch_at=10)
+    for start, name, side in ((2000, "aten::add", 1024), (3000, "aten::mul", 4096)):
+        op = b.op(name, start, 60)
+        op["args"] |= {"Input Dims": [[side, side], [side, side], []], "Input type": ["c10::BFloat16"] * 3}
+        b.kernel(f"kernel_of_{name}", start + 20, 10, launch_at=start + 10)
+    flops = analyze(b.write(tmp_path / "t.json"), use_cache=False).ranks[0].findings.flops
+    assert (flops.gflop, flops.gpu_us, flops.achieved_tflops) == (2.0, 10.0, 200.0)
+    assert [(o.name, o.count) for o in flops.by_op] == [("aten::mm", 1)]
+    assert [(t.name, t.achieved_gbps) for t in flops.traffic] == [("aten::add", round(6 * 1024**2 / 10_000, 1))]

@@ -37,6 +37,30 @@ LIBRARY_FRAME = re.compile(
     r"|Optimizer\.|(?:" + "|".join(LIBRARY_PACKAGES) + r")/)")
 
 
+def reach_of_earlier(rows: pd.DataFrame) -> np.ndarray:
+    """For each host event (rows with name, tid, start, end), the latest end among the events of
+    its name on its thread that started before it (int64's least where none did): an op or range
+    called inside one of its name (aten::div dispatching to aten::div, a module's range nested in
+    itself) ends by then, and what it did is already the outer one's."""
+    start, end = rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64)
+    if not len(start):
+        return start.copy()
+    name, thread = rows["name"].cat.codes.to_numpy(), rows["tid"].to_numpy(np.int64)
+    order = np.lexsort((-end, start, thread, name))  # at one start, the longer first: it holds the other
+    name, thread = name[order], thread[order]
+    group = np.cumsum(np.r_[True, (name[1:] != name[:-1]) | (thread[1:] != thread[:-1])])
+    reach = pd.Series(end[order]).groupby(group).cummax().groupby(group).shift(1)
+    out = np.empty_like(start)
+    out[order] = reach.fillna(np.iinfo(np.int64).min).to_numpy(np.int64)
+    return out
+
+
+def nested_in_its_name(rows: pd.DataFrame) -> np.ndarray:
+    """Whether each host event lies inside an earlier one of its name on its thread (reach_of_earlier)."""
+    reach = reach_of_earlier(rows)
+    return (reach >= rows["end"].to_numpy(np.int64)) & (reach > rows["start"].to_numpy(np.int64))
+
+
 def sync_calls(trace: Trace) -> pd.DataFrame:
     """Host calls that wait for the GPU (vocabulary.BLOCKING_CALLS), sorted by end."""
     cpu = trace.cpu

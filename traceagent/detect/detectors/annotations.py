@@ -11,7 +11,7 @@ from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema
 from ...format import duration, percent, shorten
 from ...trace.model import Trace
 from ..core import intervals as iv
-from ..core.host import kernel_launches
+from ..core.host import kernel_launches, reach_of_earlier
 from ..core.view import on_device, pct, us
 from .base import Detector
 
@@ -45,8 +45,7 @@ def range_instances(trace: Trace, device: int | None = None, gaps: pd.DataFrame 
     cpu = trace.cpu
     ranges = cpu[cpu["kind"] == "annotation"]
     start, end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
-    names = ranges["name"].cat.codes.to_numpy() if len(ranges) else np.zeros(0, dtype=np.int64)
-    own_start = _past_earlier(names, ranges["tid"].to_numpy(np.int64), start, end)
+    own_start = np.minimum(np.maximum(start, reach_of_earlier(ranges)), end)  # [own_start, end): its own time
     own = ranges.assign(start=own_start)
     gpu_ns, count = launched_gpu_ns(trace, own, device)
     empty = own_start >= end  # wholly inside an earlier instance: its launches are that one's
@@ -58,22 +57,6 @@ def range_instances(trace: Trace, device: int | None = None, gaps: pd.DataFrame 
         idle_ns = iv.covered(idle, own_start, end)
     return pd.DataFrame({"name": ranges["name"].astype(str).to_numpy(), "start": start,
                          "host_ns": end - own_start, "gpu_ns": gpu_ns, "kernels": count, "idle_ns": idle_ns})
-
-
-def _past_earlier(name: np.ndarray, thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Each range's start moved past the end of every earlier-starting range of its name and
-    thread (at most to its own end): [that, end) is the time it alone adds to its name."""
-    if not len(start):
-        return start
-    order = np.lexsort((start, thread, name))
-    name, thread = name[order], thread[order]
-    group = np.cumsum(np.r_[True, (name[1:] != name[:-1]) | (thread[1:] != thread[:-1])])
-    # the latest end among the ranges before each in its group
-    reach = pd.Series(end[order]).groupby(group).cummax().groupby(group).shift(1)
-    moved = np.minimum(np.maximum(start[order], reach.fillna(np.iinfo(np.int64).min).to_numpy(np.int64)), end[order])
-    out = np.empty_like(start)
-    out[order] = moved
-    return out
 
 
 def annotation_table(instances: pd.DataFrame) -> pd.DataFrame:

@@ -30,7 +30,7 @@ import pandas as pd
 
 from ...format import duration, percent, size
 from ...trace.model import Trace, matches, per_trace, rows_where, texts
-from ..core.host import calls_by_correlation
+from ..core.host import calls_by_correlation, nested_in_its_name
 from ..core.peaks import DTYPES, Peak, peak_for
 from ..core.view import us
 from .annotations import launched_gpu_ns
@@ -267,14 +267,22 @@ def per_op(ops: pd.DataFrame, cost: Callable[[str, str], R]) -> list[R]:
     return [once[i] for i in inverse.ravel()]
 
 
+def _recorded(trace: Trace) -> pd.DataFrame:
+    """The host ops with recorded shapes, less those called inside one of their name (its work,
+    kernels and bytes are the outer one's: counted twice, an aten::div's bytes ran at 119% of the
+    GPU's memory bandwidth)."""
+    cpu = trace.cpu
+    recorded = cpu[cpu["shapes"].notna().to_numpy()]
+    return recorded[~nested_in_its_name(recorded)]
+
+
 @per_trace
 def counted_ops(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The ops whose FLOPs are counted (COUNTED, with recorded shapes), and beside them a table
     of each one's name, dtype, FLOPs and least bytes (NaN: not known) and the device ns of the
     kernels launched inside it: what the throughput and the shapes detectors both read."""
-    cpu = trace.cpu
-    recorded = cpu[cpu["shapes"].notna().to_numpy()]
-    ops = recorded[matches(recorded["name"], COUNTED)]
+    ops = _recorded(trace)
+    ops = ops[matches(ops["name"], COUNTED)]
     computed = per_op(ops, lambda n, s: (*op_flops(n, s), op_bytes(n, s)))
     gpu_ns, _ = launched_gpu_ns(trace, ops)
     return ops, pd.DataFrame({"name": texts(ops["name"]), "dtype": [d for _, d, _ in computed],
@@ -286,8 +294,7 @@ def counted_ops(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame]:
 def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
     """FLOPs of the shaped ops, their achieved TFLOP/s, and MFU over the rank's span; their bytes
     and roofline side; the low-FLOP ops' bytes and achieved bandwidth."""
-    cpu = trace.cpu
-    recorded = cpu[cpu["shapes"].notna().to_numpy()]
+    recorded = _recorded(trace)
     low_flop = recorded[~matches(recorded["name"], COUNTED)]
     shaped, table = counted_ops(trace)
     names = next(iter(trace.meta.devices.values()), None)
@@ -342,6 +349,12 @@ def _ridge(peak: Peak | None, dtype: str) -> float | None:
     return rate * 1e12 / (peak.hbm_gbps * 1e9) if peak and rate and peak.hbm_gbps else None
 
 
+#: an op's least bytes over its kernels' time above this share of the memory's peak cannot be right
+#: (the shapes say nothing of strides: a broadcast input reads far less than its shape); a little
+#: above 1 allows for traces timed to the microsecond
+OVER_PEAK = 1.05
+
+
 def _traffic(trace: Trace, ops: pd.DataFrame, memory_gbps: float | None) -> list[OpTraffic]:
     """The low-FLOP ops by name and dtype: their least bytes over their kernels' time."""
     if ops.empty:
@@ -355,6 +368,8 @@ def _traffic(trace: Trace, ops: pd.DataFrame, memory_gbps: float | None) -> list
     for (name, dtype), group in table.groupby(["name", "dtype"]):
         gpu, moved = float(group["gpu_ns"].sum()), float(group["bytes"].sum())
         gbps = moved / gpu if gpu else None  # bytes/ns = GB/s
+        if gbps and memory_gbps and gbps > OVER_PEAK * memory_gbps:
+            continue  # faster than the memory can go: the shapes overstate the bytes (an expanded, broadcast input)
         out.append(OpTraffic(name, dtype, len(group), round(moved / 1e9, 3), us(gpu),
                              round(gbps, 1) if gbps else None,
                              round(100.0 * gbps / memory_gbps, 2) if gbps and memory_gbps else None))
