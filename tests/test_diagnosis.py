@@ -15,6 +15,7 @@ from traceagent.agent.session import Session
 from traceagent.agent.tools import AnalysisContext
 from traceagent.cli import main
 from traceagent.detect.analysis import analyze_trace
+from traceagent.detect.detectors.streams import streams_sentence
 
 HELPER = 200  # a thread that launches nothing (a progress bar's monitor, a tracing exporter)
 
@@ -337,6 +338,9 @@ def test_a_trace_without_launch_calls_is_not_called_launch_bound_on_numbers_it_l
     assert v.root_cause == "launch_overhead" and "no launch calls in the trace" in v.headline
     assert "cannot launch kernels fast enough" not in v.headline and "median" not in v.hypothesis
     assert "ProfilerActivity.CPU" in v.next_step
+    (stream,) = r.results["streams"].rows  # its idle is before ops with no launch call: why, unknown
+    assert (stream.idle_us, stream.other_wait_us, stream.unlaunched_wait_us, stream.host_wait_us) == (19.5, 19.5, 19.5, 0)
+    assert "19.5 µs is before ops whose launch call is not in the trace" in streams_sentence(r.results["streams"])
     assert main(["analyze", str(path), "--no-cache"]) == 0
     assert "launch cost cannot be measured" in capsys.readouterr().out
     assert main(["report", str(path), "--no-cache", "-o", str(tmp_path / "r.md")]) == 0

@@ -7,7 +7,8 @@ A stream's idle is the time between its ops, within its own span. Each stretch b
 - kernel wait: the op was already queued and the stretch is shorter than `kernel_wait_us` (the
   GPU's own overhead between queued kernels);
 - other wait: the op was queued and still waited longer (for another stream's event, a
-  dependency, a host-side stream wait), or its launch is not in the trace.
+  dependency, a host-side stream wait), or its launch is not in the trace (that part also apart:
+  a trace of the GPU alone cannot say what its streams waited for).
 
 A stream that runs both collective kernels and compute kernels serializes them: communication
 there cannot overlap compute, however the code is written.
@@ -53,6 +54,7 @@ class StreamRow:
     kernel_wait_us: float
     other_wait_us: float
     busy_of_span_pct: float
+    unlaunched_wait_us: float = 0.0  # of the other wait: before ops whose launch call is not in the trace
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> Str
     short = queued & (gap < params.kernel_wait_us * 1000)
     table = pd.DataFrame({"device": device, "stream": stream, "dur": end - start, "gap": gap,
                           "host": np.where(same & host, gap, 0), "kernel": np.where(same & short, gap, 0),
-                          "other": np.where(same & ~host & ~short, gap, 0), "start": start, "end": end,
+                          "other": np.where(same & ~host & ~short, gap, 0),
+                          "unlaunched": np.where(same & ~launched, gap, 0), "start": start, "end": end,
                           "is_kernel": (work["kind"] == "kernel").to_numpy(), "is_comm": work["is_comm"].to_numpy()})
     rows = []
     for (d, s), g in table.groupby(["device", "stream"], sort=False):  # one row per stream
@@ -126,7 +129,7 @@ def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> Str
         idle = int(g["gap"].sum())
         rows.append(StreamRow(int(d), int(s), len(g), int(g["is_kernel"].sum()), int((g["is_kernel"] & g["is_comm"]).sum()),
                               us(span), us(span - idle), us(idle), us(int(g["host"].sum())), us(int(g["kernel"].sum())),
-                              us(int(g["other"].sum())), pct(span - idle, span)))
+                              us(int(g["other"].sum())), pct(span - idle, span), us(int(g["unlaunched"].sum()))))
     rows.sort(key=lambda r: -r.busy_us)
     return StreamsResult(len(rows), rows[:params.top], list(shared_streams(trace)), us(int(table["host"].sum())),
                          us(int(table["kernel"].sum())), us(int(table["other"].sum())))
@@ -145,6 +148,9 @@ def streams_sentence(result: StreamsResult) -> str | None:
     why = max(waits, key=waits.__getitem__)
     idle = (f"; of its {duration(busiest.idle_us)} idle, most waits for {why}: {duration(waits[why])}"
             if busiest.idle_us else "")
+    if busiest.idle_us and busiest.unlaunched_wait_us > busiest.idle_us / 2:  # no host side recorded for its ops
+        idle = (f"; of its {duration(busiest.idle_us)} idle, {duration(busiest.unlaunched_wait_us)} is before ops "
+                "whose launch call is not in the trace, so what they waited for is unknown (other wait)")
     many = f"{result.streams} streams; the busiest, " if result.streams > 1 else "One stream, "
     return text + (f"{many}GPU {busiest.device} stream {busiest.stream}, is busy {busiest.busy_of_span_pct:.1f}% of "
                    f"its span{idle}.")
