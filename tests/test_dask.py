@@ -249,19 +249,37 @@ def test_spawned_workers_are_told_the_pages_this_process_gives_arrays(monkeypatc
 
 
 _DYING_LOADER = """
+import importlib.abc
+import importlib.util
 import os
-import traceagent.api as api
-
-_load_file = api.load_file_keyed
+import sys
 
 
-def _dying(file, *args):
-    if file == os.environ["DOOMED_RANK_FILE"]:
-        os._exit(9)  # as the OOM killer ends a worker: no exception, no goodbye
-    return _load_file(file, *args)
+def _dying_loader(api):
+    load_file = api.load_file_keyed
+
+    def _dying(file, *args):
+        if file == os.environ["DOOMED_RANK_FILE"]:
+            os._exit(9)  # as the OOM killer ends a worker: no exception, no goodbye
+        return load_file(file, *args)
+
+    api.load_file_keyed = _dying
 
 
-api.load_file_keyed = _dying
+class _Patch(importlib.abc.MetaPathFinder):
+    # patches traceagent.api once a process imports it: the processes that never do (Dask's
+    # scheduler helpers, multiprocessing's resource tracker) skip its import
+    def find_spec(self, name, path, target=None):
+        if name != "traceagent.api":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+        spec.loader.exec_module = lambda module: (run(module), _dying_loader(module))
+        return spec
+
+
+sys.meta_path.insert(0, _Patch())
 """
 
 
