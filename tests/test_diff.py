@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import CPU_ONLY, RESNET_NW0, RESNET_NW4, analyzed
+from conftest import CPU_ONLY, DATA, RESNET_NW0, RESNET_NW4, analyzed
 
 from traceagent.cli import main
 from traceagent.detect.compare.diff import diff
+from traceagent.report.markdown import render_diff_markdown
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +37,16 @@ def test_a_trace_against_itself_did_not_help():
     assert d.slower_pct == 0 and not d.root_cause["gone"]
     assert not d.helped and d.noise_pct > 0 and d.prediction["measured_pct"] == 0.0
     assert "measured 0.0%" in d.prediction["sentence"]  # never "-0.0%"
+
+
+def test_a_change_within_the_noise_is_no_gain_never_a_negative_speedup():
+    # the two test-cuda exports: the after one a little slower, by less than runs differ by
+    d = diff(analyzed(DATA / "test-cuda" / "report1.sqlite"), analyzed(DATA / "test-cuda" / "report2.sqlite"))
+    slower = d.slower_pct
+    assert 0 < slower < d.noise_pct and d.prediction["measured_pct"] == -round(slower, 2)
+    said = render_diff_markdown(d)
+    assert f"about as fast ({-d.prediction['measured_pct']:.1f}% slower; runs differ by up to" in said
+    assert f"{d.prediction['measured_pct']:.1f}% faster" not in said  # once "-0.7% faster, within the estimate"
 
 
 def test_diff_json_and_regression_gate(capsys):

@@ -265,6 +265,10 @@ def render_diff_markdown(d: DiffResult) -> str:
         if p["measured_pct"] <= -d.noise_pct:
             outcome = (f"the after trace is {percent(-p['measured_pct'])} slower: the change did not help"
                        + (f"; {md_literal(d.grew)} grew most" if d.grew else ""))
+        elif p["measured_pct"] < d.noise_pct:  # never "-0.7% faster", nor a gain of nothing "within the estimate"
+            direction = "slower" if p["measured_pct"] < 0 else "faster"
+            outcome = (f"the after trace is about as fast ({percent(abs(p['measured_pct']))} {direction}; runs differ by "
+                       f"up to {percent(d.noise_pct)}): no gain to measure")
         else:
             held = ("within the estimate (it is an upper bound)" if p["within_estimate"]
                     else "more than estimated: something besides the root cause changed too")
