@@ -140,7 +140,7 @@ def test_a_second_limiter_over_its_threshold_is_named_too(tmp_path):
     # span 1100 µs: idle [500, 1000) = 45.5%, comm [100, 500) runs alone = 36.4% exposed
     assert ra.verdict.limiter == "idle"
     (other,) = ra.verdict.other_losses  # with its own cause and next step
-    assert other.startswith("Exposed communication also costs 36.4% of the span, from exposed communication: ")
+    assert other.startswith("Exposed communication also costs 36.4% of the span: ")  # not "from exposed communication"
     assert other.endswith(_verdict_for("communication", ra.findings, VerdictParams(), []).next_step)
     assert not any("also costs" in note for note in ra.verdict.also)  # also says what would sharpen it
 

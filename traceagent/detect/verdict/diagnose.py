@@ -250,8 +250,9 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
         if k != limiter:
             other = _verdict_for(k, f, params, also)
             cause = ROOT_CAUSES[other.root_cause].label if other.root_cause else "an unknown cause"
-            others.append(f"{LIMITERS[k].label.capitalize()} also costs {over[k]:.1f}% {_of(f)}, from {cause}: "
-                          f"{other.next_step}")
+            what = LIMITERS[k].label
+            source = "" if cause.lower() == what.lower() else f", from {cause}"  # not "communication, from communication"
+            others.append(f"{what.capitalize()} also costs {over[k]:.1f}% {_of(f)}{source}: {other.next_step}")
     saving = saving_for(f.savings, verdict.root_cause) if verdict.root_cause else None
     return replace(verdict, other_losses=others, saving=saving)
 
