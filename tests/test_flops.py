@@ -179,7 +179,7 @@ def test_roofline_side_and_memory_bandwidth_on_a_hand_built_trace(tmp_path):
     small = (2 * 16 * 4096 * 4096) / (2 * (4096 + 16 * 4096 + 4096 * 4096 + 16 * 4096))
     assert ops["aten::addmm"].intensity_flop_per_byte == round(small, 2) and ops["aten::addmm"].roofline == "memory"
     [add] = flops.traffic
-    assert (add.name, add.gbytes, add.gpu_us) == ("aten::add", round(6 * 1024**2 / 1e9, 6), 10.0)
+    assert (add.name, add.gbytes, add.gpu_us) == ("aten::add", round(6 * 1024**2 / 1e9, 9), 10.0)
     assert add.achieved_gbps == round(6 * 1024**2 / 10_000, 1)
     assert add.memory_peak_pct == round(100 * (6 * 1024**2 / 10_000) / 3350, 2)
 

@@ -62,7 +62,7 @@ class OpFlops:
     gpu_us: float  # its kernels' device time
     achieved_tflops: float | None
     mfu_pct: float | None  # achieved over the GPU's peak for this dtype
-    gbytes: float | None = None  # the least traffic: inputs read once, outputs written once (to the kB)
+    gbytes: float | None = None  # the least traffic: inputs read once, outputs written once (to the byte)
     intensity_flop_per_byte: float | None = None
     roofline: str | None = None  # memory or compute: below or above the GPU's ridge point for this dtype
 
@@ -317,7 +317,7 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
         ridge = _ridge(peak, dtype)
         rows.append(OpFlops(name, dtype, len(group), round(float(group["flops"].sum()) / 1e9, 3), us(gpu),
                             round(float(achieved), 3) if achieved else None, _mfu(achieved, peak, dtype),
-                            round(moved / 1e9, 6) if moved else None, round(intensity, 2) if intensity else None,
+                            round(moved / 1e9, 9) if moved else None, round(intensity, 2) if intensity else None,
                             ("memory" if intensity < ridge else "compute") if intensity and ridge else None))
     rows.sort(key=lambda r: -r.gflop)
     total, gpu_total = float(known["flops"].sum()), float(known["gpu_ns"].sum())
@@ -370,7 +370,7 @@ def _traffic(trace: Trace, ops: pd.DataFrame, memory_gbps: float | None) -> list
         gbps = moved / gpu if gpu else None  # bytes/ns = GB/s
         if gbps and memory_gbps and gbps > OVER_PEAK * memory_gbps:
             continue  # faster than the memory can go: the shapes overstate the bytes (an expanded, broadcast input)
-        out.append(OpTraffic(name, dtype, len(group), round(moved / 1e9, 6), us(gpu),
+        out.append(OpTraffic(name, dtype, len(group), round(moved / 1e9, 9), us(gpu),
                              round(gbps, 1) if gbps else None,
                              round(100.0 * gbps / memory_gbps, 2) if gbps and memory_gbps else None))
     return sorted(out, key=lambda r: -r.gpu_us)[:TOP]
