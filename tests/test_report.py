@@ -15,7 +15,7 @@ from conftest import CPU_ONLY, DATA, DLRM_8RANK, NSYS_BEFORE, RESNET_NW0, analyz
 import traceagent
 from traceagent import analyze
 from traceagent.cli import main
-from traceagent.format import duration, percent
+from traceagent.format import duration, percent, rate
 from traceagent.report.html import render_html
 from traceagent.report.markdown import render_markdown
 from traceagent.text import md_literal
@@ -29,6 +29,9 @@ SECTIONS = ["## Verdict", "## What would sharpen this diagnosis", "## Where devi
 def test_duration_and_percent_formats():
     assert [duration(x) for x in (0.5, 812.04, 12_345.6, 1_234_567.0)] == ["0.5 µs", "812.0 µs", "12.35 ms", "1.235 s"]
     assert percent(28.64) == "28.6%"
+    # a few bytes' copy is slow, never "0.0 GB/s"
+    assert [rate(x) for x in (148.94, 3.7, 0.0205, 0.000812, None)] == ["148.9 GB/s", "3.7 GB/s", "20.5 MB/s",
+                                                                        "812.0 kB/s", "-"]
 
 
 @pytest.mark.parametrize("path", SHARED, ids=lambda p: str(p.relative_to(DATA)))

@@ -27,6 +27,17 @@ def size(nbytes: int | float) -> str:
     return f"{int(nbytes)} B"
 
 
+def rate(gbps: float | None) -> str:
+    """GB/s → '3.1 GB/s', '20.5 MB/s', '812.0 kB/s' (decimal units, as bandwidths are quoted):
+    a few bytes' copy is slow, not '0.0 GB/s'."""
+    if gbps is None:
+        return "-"
+    for unit, scale in (("GB/s", 1.0), ("MB/s", 1e-3)):
+        if abs(gbps) >= scale:
+            return f"{gbps / scale:.1f} {unit}"
+    return f"{gbps * 1e6:.1f} kB/s"
+
+
 def shorten(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 

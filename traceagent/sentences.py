@@ -10,7 +10,7 @@ from .detect.detectors.idle import Gap
 from .detect.detectors.steps import StepsResult
 from .detect.detectors.stragglers import RankComparison
 from .detect.registry import DETECTORS
-from .format import duration, percent, scope, shorten
+from .format import duration, percent, rate, scope, shorten
 
 
 def gap_evidence(gap: Gap, name_width: int = 50, wrap: Callable[[str], str] = str) -> str:
@@ -54,7 +54,7 @@ def straggler_sentence(comparison: RankComparison) -> str:
                 "time with no compute beside it.")
     if c.busbw_gbps is not None and c.busbw_without_waiting_gbps is not None:
         text += (f" Over the {c.payload_matched} matched collectives with recorded sizes, every rank's bus bandwidth "
-                 f"is {c.busbw_gbps:.1f} GB/s over their kernel time and {c.busbw_without_waiting_gbps:.1f} GB/s "
+                 f"is {rate(c.busbw_gbps)} over their kernel time and {rate(c.busbw_without_waiting_gbps)} "
                  "after the last rank entered: the difference is waiting, not the link.")
     return text
 

@@ -30,7 +30,7 @@ from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import whatif_sentence
-from ..format import duration, of_span, percent, shorten, size
+from ..format import duration, of_span, percent, rate, shorten, size
 from ..sentences import device_lines, gpu_behind, straggler_sentence
 from ..trace.model import GPU_METRICS
 from .answers import (
@@ -370,7 +370,7 @@ class OfflineAnalyst:
         lines = [f"{self._who(movement.scope)}Copies ran **{percent(m.share_pct)}** {of}, mostly {main_kind}; "
                  f"{percent(m.exposed_pct)} {of} had copies and no compute beside them ({duration(m.exposed_us)}). "
                  "By kind:"]
-        lines += [f"- {kind}: {c.count} copies, {size(c.bytes)}, {duration(c.us)}, {c.gbps:.1f} GB/s, "
+        lines += [f"- {kind}: {c.count} copies, {size(c.bytes)}, {duration(c.us)}, {rate(c.gbps)}, "
                   + (f"{c.pageable_count} from pageable memory" if c.pageable_count else "pinned or device memory")
                   for kind, c in kinds]
         if m.pageable_count:
@@ -521,7 +521,7 @@ class OfflineAnalyst:
             for run in r.runs[1:]:
                 lines.append(f"- {run.world_size} GPUs: " + "; ".join(
                     f"{PARTS[loss.part]} {loss.points:+.1f} ({duration(loss.per_step_us)})" for loss in run.losses[:3]))
-            lines += [f"- the {f.kind} model ({f.link}): {duration(f.latency_us)} + bytes at {f.busbw_gbps:.1f} GB/s"
+            lines += [f"- the {f.kind} model ({f.link}): {duration(f.latency_us)} + bytes at {rate(f.busbw_gbps)}"
                       for f in r.fits]
             return "\n".join(lines)
         ranks = len(self.ctx.analysis.ranks)
@@ -845,7 +845,7 @@ def _bandwidth_lines(c: CollectivesResult) -> str:
     """The collectives' bandwidth: the verdict (bandwidth- or latency-bound), the largest rows,
     each share of a link's peak with the link it assumed."""
     rows = [f"- {r.collective} on group {r.group} ({r.group_size} ranks): {r.calls} calls, {size(r.bytes)}, "
-            f"busbw {r.busbw_gbps:.1f} GB/s (best call {r.best_busbw_gbps:.1f}), {percent(r.peak_pct)} of "
+            f"busbw {rate(r.busbw_gbps)} (best call {rate(r.best_busbw_gbps)}), {percent(r.peak_pct)} of "
             f"{c.links[r.link].kind}'s {c.links[r.link].peak_gbps:g} GB/s" for r in c.rows[:3]]
     assumed = "; ".join(f"{link.kind}: {link.assumption} ({link.source})" for link in c.links)
     return "\n".join([f"\n{collectives_sentence(c)}", *rows, f"\nLink assumed: {assumed}."])

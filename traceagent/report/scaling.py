@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 
 from ..detect.compare.scaling import PARTS, ScalingResult
-from ..format import duration
+from ..format import duration, rate
 from ..text import md_literal
 from .html import markdown_renderer, page
 
@@ -47,7 +47,7 @@ def render_scaling_markdown(result: ScalingResult) -> str:
         out += ["", "## Communication model: time = latency + bus bytes / bandwidth", "",
                 "| collective | link | latency | bus bandwidth | error | calls | latency-bound below |",
                 "| --- | --- | --- | --- | --- | --- | --- |"]
-        out += [f"| {f.kind} | {f.link} | {duration(f.latency_us)} | {f.busbw_gbps:.1f} GB/s | {f.error_pct:.1f}% | "
+        out += [f"| {f.kind} | {f.link} | {duration(f.latency_us)} | {rate(f.busbw_gbps)} | {f.error_pct:.1f}% | "
                 f"{f.calls} | {f.crossover_bytes / 1e6:.2f} MB |" for f in result.fits]
         out += ["", *(f"- {f.kind}, the median message of each run: " + "; ".join(
             f"{md_literal(run)} {size / 1e6:.2f} MB ({'bandwidth' if size >= f.crossover_bytes else 'latency'}-bound)"

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
-from ...format import duration, percent, size
+from ...format import duration, percent, rate, size
 from ..analysis import SCHEMA_VERSION, Analysis
 from ..core.view import pct
 from ..core.vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
@@ -421,7 +421,7 @@ def _collectives(before: Analysis, after: Analysis) -> CollectivesChange | None:
              and a["calls_per_step"] is not None else f"{b['calls']} → {a['calls']}")
     sentence = (f"Collectives: {calls}, {size(b['mean_bytes'])} → {size(a['mean_bytes'])} each; "
                 f"{words[b['bound']]} → {words[a['bound']]} (bus bandwidth {b['busbw_gbps']:.1f} → "
-                f"{a['busbw_gbps']:.1f} GB/s, {percent(b['peak_pct'])} → {percent(a['peak_pct'])} of the assumed "
+                f"{rate(a['busbw_gbps'])}, {percent(b['peak_pct'])} → {percent(a['peak_pct'])} of the assumed "
                 f"link's peak); not hidden by compute: {percent(b['exposed_of_comm_pct'])} → "
                 f"{percent(a['exposed_of_comm_pct'])} of collective time.")
     return CollectivesChange(before=b, after=a, sentence=sentence)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...format import duration, percent, size
+from ...format import duration, percent, rate, size
 from ...text import bounded, md_literal, md_table, visible
 from ...trace.model import Trace
 from ..core import intervals as iv
@@ -293,7 +293,7 @@ def collectives_sentence(result: CollectivesResult) -> str | None:
              "below_peak": "well below the link's peak on large messages"}[result.bound]
     exposed = f"; {result.exposed_of_comm_pct:.0f}% of collective time is not hidden by compute" if result.exposed else ""
     plural = "s" if result.calls != 1 else ""
-    return (f"{result.calls} collective{plural} moved {size(result.bytes)} at {result.busbw_gbps:.1f} GB/s bus bandwidth, "
+    return (f"{result.calls} collective{plural} moved {size(result.bytes)} at {rate(result.busbw_gbps)} bus bandwidth, "
             f"{result.peak_pct:.1f}% of {link.kind}'s {link.peak_gbps:g} GB/s (assumed: {link.assumption}): "
             f"{bound}{exposed}. Next: {'; and '.join(result.next_steps)}.")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...format import percent
+from ...format import percent, rate
 from ...trace.model import GPU_METRICS, Trace
 from ..core import intervals as iv
 from ..core.bounds import Count, Percent
@@ -182,7 +182,7 @@ def interconnect_sentence(result: InterconnectResult) -> str | None:
         link = result.links[c.link]
         measured = (f"; {GPU_METRICS[COPY_METRIC[c.kind]]} measured {percent(c.measured_pct)} of peak during them"
                     if c.measured_pct is not None else "")
-        parts.append(f"{c.kind} copies ran at {c.gbps:.1f} GB/s, {percent(c.peak_pct)} of {link.kind}'s "
+        parts.append(f"{c.kind} copies ran at {rate(c.gbps)}, {percent(c.peak_pct)} of {link.kind}'s "
                      f"{link.peak_gbps:g} GB/s (assumed: {link.assumption}), {percent(c.pageable_pct)} of their bytes "
                      f"pageable{measured}" + (f". Next: {c.next_step}" if c.next_step else ""))
     for w in result.windows:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ...format import duration
+from ...format import duration, rate
 from ...trace.model import Trace, among, matches
 from ..core import intervals as iv
 from ..core.links import NAMED_LINKS, host_link, link_for, named_link
@@ -950,7 +950,7 @@ def _pageable(trace: Trace, g: Graph) -> tuple[np.ndarray, np.ndarray, str]:
     kind, src, dst = _copy_columns(g, "copy_kind", "src_kind", "dst_kind")
     pageable = (g.d_kind == "memcpy") & (((kind == "HtoD") & (src == "pageable")) | ((kind == "DtoH") & (dst == "pageable")))
     rates = {"HtoD": _pinned_gbps(trace, g, kind, src, "HtoD"), "DtoH": _pinned_gbps(trace, g, kind, dst, "DtoH")}
-    note = "; ".join(f"{d} at {gbps:.1f} GB/s ({why})" for d, (gbps, why) in rates.items()
+    note = "; ".join(f"{d} at {rate(gbps)} ({why})" for d, (gbps, why) in rates.items()
                      if (pageable & (kind == d)).any())
     gbps = np.select([kind == "HtoD", kind == "DtoH"], [rates["HtoD"][0], rates["DtoH"][0]], default=np.inf)
     return pageable, g.op_column("bytes").to_numpy(np.float64) / gbps, note
