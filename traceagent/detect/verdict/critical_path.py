@@ -26,7 +26,7 @@ import pandas as pd
 
 from ...format import duration
 from ...trace.model import Trace, among, matches, rows_where
-from ...trace.normalize import innermost_enclosing
+from ...trace.normalize import innermost_enclosing, thread_time
 from ..core.view import index_type, pct, us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector
@@ -370,19 +370,38 @@ def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list
     ops = cpu.loc[(cpu["kind"] == "op").to_numpy(), ["pid", "tid", "start", "end", "name"]].reset_index(drop=True)
     if not len(host) or ops.empty:
         return []
-    thread = np.repeat(path.thread[host], _SAMPLES)
     fraction = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
-    at_time = (path.start[host][:, None] + dur[host][:, None] * fraction[None, :]).astype(np.int64).ravel()
-    at = innermost_enclosing(ops, thread >> 32, thread & 0xFFFFFFFF, at_time)
+    at_time = (path.start[host][:, None] + dur[host][:, None] * fraction[None, :]).astype(np.int64)
+    # where no op on the segment's thread starts or ends between its first and last point, every point
+    # has the first one's op: that one is asked for, with the whole segment's time (a launch call, mostly)
+    uniform = ~_op_boundary_between(ops, path.thread[host], at_time[:, 0], at_time[:, -1])
+    asked = np.where(uniform[:, None], np.arange(_SAMPLES)[None, :] == 0, True)
+    thread = np.repeat(path.thread[host], _SAMPLES).reshape(-1, _SAMPLES)[asked]
+    share = np.where(uniform, dur[host], dur[host] / _SAMPLES)[:, None].repeat(_SAMPLES, axis=1)[asked]
+    at = innermost_enclosing(ops, thread >> 32, thread & 0xFFFFFFFF, at_time[asked])
     named = at >= 0
     if not named.any():
         return []
     codes = ops["name"].cat.codes.to_numpy()[at[named]]
-    share = np.repeat(dur[host] / _SAMPLES, _SAMPLES)[named]
+    share = share[named]
     time = np.bincount(codes, weights=share, minlength=len(ops["name"].cat.categories))
     whole = float(dur[host].sum())
     best = np.argsort(-time, kind="stable")[:top]
     return [PathHostOp(str(ops["name"].cat.categories[i]), us(time[i]), pct(time[i], whole)) for i in best if time[i] > 0]
+
+
+def _op_boundary_between(ops: pd.DataFrame, thread: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Whether an op of the thread (pid << 32 | tid) starts or ends in [first, last], for each query."""
+    pid, tid = ops["pid"].to_numpy(np.int64), ops["tid"].to_numpy(np.int64)
+    start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+    t_min = int(min(start.min(), first.min()))
+    width = int(max(end.max(), last.max()) - t_min) + 1
+    keyed = thread_time(np.r_[pid, pid, thread >> 32, thread >> 32], np.r_[tid, tid, thread & 0xFFFFFFFF,
+                        thread & 0xFFFFFFFF], np.r_[start, end, first, last], t_min, width)
+    n, q = len(pid), len(first)
+    bounds = np.sort(keyed[:2 * n])
+    inside = np.searchsorted(bounds, keyed[2 * n + q:], side="right") - np.searchsorted(bounds, keyed[2 * n:2 * n + q])
+    return inside > 0
 
 
 def critical_path_sentence(result: CriticalPathResult) -> str | None:
