@@ -26,7 +26,7 @@ import pandas as pd
 
 from ...format import duration
 from ...trace.model import Trace, among, matches, rows_where
-from ...trace.normalize import innermost_enclosing, thread_time
+from ...trace.normalize import innermost_enclosing
 from ..core.view import index_type, pct, us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector
@@ -367,7 +367,10 @@ def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list
     named host nodes (`aten::empty`, `cudnn_batch_norm`) where the path says host work."""
     host = np.flatnonzero((path.kind == 1) | (path.kind == 2))
     cpu = trace.cpu
-    ops = cpu.loc[(cpu["kind"] == "op").to_numpy(), ["pid", "tid", "start", "end", "name"]].reset_index(drop=True)
+    # the ops of the threads the path's host time is on (one or two, of however many the trace has)
+    rows = np.flatnonzero(among(cpu["kind"], ["op"]))
+    rows = rows[np.isin(thread_keys(cpu["pid"].to_numpy()[rows], cpu["tid"].to_numpy()[rows]), path.thread[host])]
+    ops = cpu[["pid", "tid", "start", "end", "name"]].take(rows).reset_index(drop=True)
     if not len(host) or ops.empty:
         return []
     fraction = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
@@ -391,17 +394,16 @@ def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list
 
 
 def _op_boundary_between(ops: pd.DataFrame, thread: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Whether an op of the thread (pid << 32 | tid) starts or ends in [first, last], for each query."""
-    pid, tid = ops["pid"].to_numpy(np.int64), ops["tid"].to_numpy(np.int64)
+    """Whether an op of the thread (pid << 32 | tid) starts or ends in [first, last], for each query:
+    a thread at a time (the path's host time is on few)."""
+    op_thread = thread_keys(ops["pid"].to_numpy(), ops["tid"].to_numpy())
     start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
-    t_min = int(min(start.min(), first.min()))
-    width = int(max(end.max(), last.max()) - t_min) + 1
-    keyed = thread_time(np.r_[pid, pid, thread >> 32, thread >> 32], np.r_[tid, tid, thread & 0xFFFFFFFF,
-                        thread & 0xFFFFFFFF], np.r_[start, end, first, last], t_min, width)
-    n, q = len(pid), len(first)
-    bounds = np.sort(keyed[:2 * n])
-    inside = np.searchsorted(bounds, keyed[2 * n + q:], side="right") - np.searchsorted(bounds, keyed[2 * n:2 * n + q])
-    return inside > 0
+    inside = np.zeros(len(first), dtype=bool)
+    for t in np.unique(thread):
+        mine, asked = op_thread == t, np.flatnonzero(thread == t)
+        bounds = np.sort(np.concatenate([start[mine], end[mine]]))
+        inside[asked] = np.searchsorted(bounds, last[asked], side="right") > np.searchsorted(bounds, first[asked])
+    return inside
 
 
 def critical_path_sentence(result: CriticalPathResult) -> str | None:
