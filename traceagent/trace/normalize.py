@@ -86,9 +86,12 @@ def _take(values: list, codes: np.ndarray) -> pd.Categorical:
 def thread_time(pid: np.ndarray, tid: np.ndarray, t: np.ndarray, t_min: int, width: int) -> np.ndarray:
     """Times shifted so each thread owns a disjoint stretch of one axis: per-thread interval
     work then runs as a single sorted-array pass over all threads."""
-    keys = (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
-    thread, _ = pd.factorize(keys)  # threads numbered in any order: hashing, not sorting
+    thread, _ = pd.factorize(_thread_key(pid, tid))  # threads numbered in any order: hashing, not sorting
     return thread.astype(np.int64) * width + (t - t_min)
+
+
+def _thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    return (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
 
 
 def nesting_depth(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -141,13 +144,17 @@ def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t
     result = np.full(len(t), -1, dtype=np.int64)
     if len(outer) == 0 or len(t) == 0:
         return result
-    o_pid, o_tid = outer["pid"].to_numpy(np.int64), outer["tid"].to_numpy(np.int64)
     o_start, o_end = outer["start"].to_numpy(np.int64), outer["end"].to_numpy(np.int64)
     t_min = int(min(o_start.min(), t.min()))
     width = int(max(o_end.max(), t.max()) - t_min) + 1
-    both = thread_time(np.r_[o_pid, pid], np.r_[o_tid, tid], np.r_[o_start, t], t_min, width)
-    s, q = both[: len(outer)], both[len(outer):]
-    del both
+    # the events' threads numbered by hashing, each query's looked up among them (-1: a thread with
+    # no event, where no query finds one): no concatenated copy of events and queries
+    threads, known = pd.factorize(_thread_key(outer["pid"].to_numpy(np.int64), outer["tid"].to_numpy(np.int64)))
+    asked_thread = pd.Index(known).get_indexer(_thread_key(np.asarray(pid, dtype=np.int64), np.asarray(tid, dtype=np.int64)))
+    s = threads.astype(np.int64) * width + (o_start - t_min)
+    del threads
+    q = np.where(asked_thread >= 0, asked_thread.astype(np.int64) * width + (np.asarray(t, dtype=np.int64) - t_min), -1)
+    del asked_thread
     order = np.argsort(s, kind="stable")
     e = (s + (o_end - o_start))[order]
     last_started = np.searchsorted(s[order], q, side="right") - 1
