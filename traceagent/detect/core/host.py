@@ -38,17 +38,17 @@ LIBRARY_FRAME = re.compile(
 
 
 def reach_of_earlier(rows: pd.DataFrame) -> np.ndarray:
-    """For each host event (rows with name, tid, start, end), the latest end among the events of
-    its name on its thread that started before it (int64's least where none did): an op or range
+    """For each host event (rows with name, pid, tid, start, end), the latest end among the events
+    of its name on its thread that started before it (int64's least where none did): an op or range
     called inside one of its name (aten::div dispatching to aten::div, a module's range nested in
     itself) ends by then, and what it did is already the outer one's."""
     start, end = rows["start"].to_numpy(np.int64), rows["end"].to_numpy(np.int64)
     if not len(start):
         return start.copy()
-    name, thread = rows["name"].cat.codes.to_numpy(), rows["tid"].to_numpy(np.int64)
-    order = np.lexsort((-end, start, thread, name))  # at one start, the longer first: it holds the other
-    name, thread = name[order], thread[order]
-    group = np.cumsum(np.r_[True, (name[1:] != name[:-1]) | (thread[1:] != thread[:-1])])
+    name, pid, tid = rows["name"].cat.codes.to_numpy(), rows["pid"].to_numpy(np.int64), rows["tid"].to_numpy(np.int64)
+    order = np.lexsort((-end, start, tid, pid, name))  # at one start, the longer first: it holds the other
+    name, pid, tid = name[order], pid[order], tid[order]
+    group = np.cumsum(np.r_[True, (name[1:] != name[:-1]) | (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])])
     reach = pd.Series(end[order]).groupby(group).cummax().groupby(group).shift(1)
     out = np.empty_like(start)
     out[order] = reach.fillna(np.iinfo(np.int64).min).to_numpy(np.int64)

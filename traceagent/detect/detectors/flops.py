@@ -267,6 +267,7 @@ def per_op(ops: pd.DataFrame, cost: Callable[[str, str], R]) -> list[R]:
     return [once[i] for i in inverse.ravel()]
 
 
+@per_trace  # the throughput detector and counted_ops (the shapes detector's too) read them
 def _recorded(trace: Trace) -> pd.DataFrame:
     """The host ops with recorded shapes, less those called inside one of their name (its work,
     kernels and bytes are the outer one's: counted twice, an aten::div's bytes ran at 119% of the
