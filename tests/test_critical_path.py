@@ -189,6 +189,19 @@ def test_an_op_of_no_duration_does_not_end_the_path(tmp_path):
     assert (path.length_us, path.device_us, path.wait_us, path.events) == (150.0, 144.0, 6.0, 3)
 
 
+def test_ops_of_no_duration_at_the_ends_leave_the_path_within_the_span(tmp_path):
+    """A 0 µs memset at 2 µs, kernel k 6-106 µs, another 0 µs memset at 150. The devices' span is
+    their busy time's, 6-106 (an op of no duration is no busy time): by hand the path is k alone,
+    100 µs, not the 148 µs from the first memset to the last."""
+    b = TraceBuilder()
+    b._device("gpu_memset", "Memset (Device)", 2, 0, 7, 0, 1.0, "cudaMemsetAsync")
+    b.kernel("k", 6, 100, launch_at=3, launch_dur=2)
+    b._device("gpu_memset", "Memset (Device)", 150, 0, 7, 140, 1.0, "cudaMemsetAsync")
+    r = traceagent.analyze(b.write(tmp_path / "edges.json"), use_cache=False).focus
+    path = r.findings.critical_path
+    assert (path.length_us, path.device_us, path.events) == (100.0, 100.0, 1) == (r.breakdown.total.span_us, 100.0, 1)
+
+
 @given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 3), st.booleans()), max_size=14))
 def test_the_op_that_ended_last_before_each_started_against_brute_force(events):
     # (start, length, zero): about half the ops of no duration, many sharing a start or an end

@@ -156,8 +156,13 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     pred = np.concatenate([pred, np.where(gpu_set, waited, prev_call)])
     del waited, gpu_set, prev_call
 
-    first_device = int(d_start.min())
-    last = int(np.argmax(d_end))
+    # from the first to the last device work that lasted, as the devices' spans run (an op of no
+    # duration at either end is not busy time: the path would outrun the span)
+    lasting = d_end > d_start
+    lasted = np.flatnonzero(lasting) if lasting.any() else np.arange(n_dev)
+    first_device = int(d_start[lasted].min())
+    last = int(lasted[np.argmax(d_end[lasted])])
+    del lasting, lasted
     if window is not None:
         inside = np.flatnonzero((d_end <= window[1]) & (d_end > window[0]))
         if not len(inside):
