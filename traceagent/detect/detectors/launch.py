@@ -26,8 +26,8 @@ class LaunchResult:
 
 
 #: what reports say of launches where no kernel is linked to its launch call (kernels == 0)
-NO_LAUNCHES = ("No kernel is linked to the call that launched it (the trace has no CUDA runtime events): launch "
-               "latency and launch cost cannot be measured here.")
+NO_LAUNCHES = ("No kernel is linked to the call that launched it (the trace has no kernels, or no CUDA runtime "
+               "events for them): launch latency and launch cost cannot be measured here.")
 
 
 def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:

@@ -74,9 +74,10 @@ def launch_bound(idle: IdleResult, launch: LaunchResult) -> tuple[str, str]:
     """Launch-bound gaps, named by the op that launched the waited-for kernels: an unfused
     optimizer, kernels launched one by one through the driver (Triton, torch.compile), or other ops."""
     if not launch.kernels:  # no kernel is linked to its launch call: nothing here measures the launch cost
-        return ("The GPU idles in gaps too short for host work between kernels (launch latency), but the trace "
-                "has no launch call linked to its kernels (its host side, the CUDA runtime, was not recorded), "
-                "so it cannot show whether the host launched too slowly or each kernel waited for the one before.",
+        return ("The GPU idles in gaps too short for host work between its ops (launch latency), but no kernel in "
+                "the trace is linked to a launch call (it has no kernels, or its host side, the CUDA runtime, was "
+                "not recorded), so it cannot show whether the host launched too slowly or each op waited for the "
+                "one before.",
                 "Record the host side too, then look again: "
                 f"`{profile_line()}` (or torch.profiler with ProfilerActivity.CPU beside CUDA).")
     top = idle.launch_bound[0] if idle.launch_bound else None
