@@ -374,7 +374,9 @@ def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list
     cpu = trace.cpu
     # the ops of the threads the path's host time is on (one or two, of however many the trace has)
     rows = np.flatnonzero(among(cpu["kind"], ["op"]))
-    rows = rows[np.isin(thread_keys(cpu["pid"].to_numpy()[rows], cpu["tid"].to_numpy()[rows]), path.thread[host])]
+    op_thread = thread_keys(cpu["pid"].to_numpy()[rows], cpu["tid"].to_numpy()[rows])
+    on_path = np.isin(op_thread, path.thread[host])
+    rows, op_thread = rows[on_path], op_thread[on_path]
     ops = cpu[["pid", "tid", "start", "end", "name"]].take(rows).reset_index(drop=True)
     if not len(host) or ops.empty:
         return []
@@ -382,7 +384,7 @@ def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list
     at_time = (path.start[host][:, None] + dur[host][:, None] * fraction[None, :]).astype(np.int64)
     # where no op on the segment's thread starts or ends between its first and last point, every point
     # has the first one's op: that one is asked for, with the whole segment's time (a launch call, mostly)
-    uniform = ~_op_boundary_between(ops, path.thread[host], at_time[:, 0], at_time[:, -1])
+    uniform = ~_op_boundary_between(ops, op_thread, path.thread[host], at_time[:, 0], at_time[:, -1])
     asked = np.where(uniform[:, None], np.arange(_SAMPLES)[None, :] == 0, True)
     thread = np.repeat(path.thread[host], _SAMPLES).reshape(-1, _SAMPLES)[asked]
     share = np.where(uniform, dur[host], dur[host] / _SAMPLES)[:, None].repeat(_SAMPLES, axis=1)[asked]
@@ -398,10 +400,10 @@ def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list
     return [PathHostOp(str(ops["name"].cat.categories[i]), us(time[i]), pct(time[i], whole)) for i in best if time[i] > 0]
 
 
-def _op_boundary_between(ops: pd.DataFrame, thread: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Whether an op of the thread (pid << 32 | tid) starts or ends in [first, last], for each query:
-    a thread at a time (the path's host time is on few)."""
-    op_thread = thread_keys(ops["pid"].to_numpy(), ops["tid"].to_numpy())
+def _op_boundary_between(ops: pd.DataFrame, op_thread: np.ndarray, thread: np.ndarray, first: np.ndarray,
+                         last: np.ndarray) -> np.ndarray:
+    """Whether an op of the thread (thread_keys: the ops' in `op_thread`) starts or ends in
+    [first, last], for each query: a thread at a time (the path's host time is on few)."""
     start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
     inside = np.zeros(len(first), dtype=bool)
     for t in np.unique(thread):
