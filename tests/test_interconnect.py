@@ -92,3 +92,16 @@ def test_copies_are_measured_against_the_host_link_with_the_assumption_said(tmp_
     assert copies["HtoD"].measured_pct is None and result.windows == []  # this export has no GPU metrics
     line = next(line for line in render_markdown(a).splitlines() if line.startswith("**Links.**"))
     assert "of PCIe Gen4 x16's 31.5 GB/s (assumed: NVIDIA GeForce RTX 4060 Ti" in line and "x16 slot assumed" in line
+
+
+def test_a_one_byte_copy_is_quoted_at_its_rate_not_rounded_to_zero(tmp_path):
+    from builder import TraceBuilder
+
+    b = TraceBuilder("NVIDIA H100 80GB HBM3")
+    b.kernel("gemm", 0, 100, launch_at=0)
+    b.memcpy(110, 2.368, 1, kind="DtoH", src="Device", dst="Pinned", launch_at=100)
+    a = traceagent.analyze(b.write(tmp_path / "t.json"), use_cache=False)
+    # by hand: 1 byte in 2368 ns is 1 / 2368 GB/s, 422.3 kB/s (rounded to the MB/s it read 0.0)
+    assert a.focus.findings.memcpy.by_kind["DtoH"].gbps == pytest.approx(1 / 2368, rel=1e-3)
+    line = next(line for line in render_markdown(a).splitlines() if line.startswith("**Links.**"))
+    assert "DtoH copies ran at 422.3 kB/s" in line

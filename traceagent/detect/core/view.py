@@ -113,5 +113,14 @@ def us(ns: float | int | np.integer) -> float:
     return round(float(ns) / 1000.0, 3)
 
 
+def gbps(nbytes: float, ns: float) -> float:
+    """Bytes over nanoseconds (= GB/s) to the MB/s, and below 1 GB/s to 4 significant digits: a
+    1-byte copy's 0.4 MB/s rounded to the MB/s would read 0.0, and a rate is quoted down to kB/s."""
+    if not ns:
+        return 0.0
+    rate = float(nbytes) / float(ns)
+    return round(rate, 3) if rate >= 1 else float(f"{rate:.4g}")
+
+
 def pct(part: float, whole: float) -> float:
     return round(100.0 * float(part) / float(whole), 2) if whole else 0.0

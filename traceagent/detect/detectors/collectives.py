@@ -27,7 +27,7 @@ from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.bounds import Allowance, Bandwidth, Count, Micros, Percent
 from ..core.links import Link, link_for
-from ..core.view import pct, us, views_of
+from ..core.view import gbps, pct, us, views_of
 from .base import Detector
 
 #: bytes per element of PyTorch's scalar types, as Kineto names them in a collective's `dtype`
@@ -234,7 +234,7 @@ def detect_collectives(trace: Trace, params: CollectivesParams = CollectivesPara
     main = links[int(np.bincount(link, weights=dur, minlength=len(links)).argmax())]
     return CollectivesResult(
         calls=len(calls), without_payload=len(comm) - len(calls), bytes=int(nbytes.sum()), time_us=us(total_ns),
-        busbw_gbps=round(float(moved.sum() / total_ns), 3), peak_pct=peak_pct, links=links, rows=rows,
+        busbw_gbps=gbps(moved.sum(), total_ns), peak_pct=peak_pct, links=links, rows=rows,
         sizes=_sizes(nbytes, dur, total_ns), small_bytes=int(params.latency_us * 1000.0 * main.peak_gbps),
         small_time_pct=small_pct, exposed_of_comm_pct=exposed,
         calls_per_step=round(len(calls) / len(trace.steps), 2) if len(trace.steps) else None,
@@ -266,12 +266,13 @@ def _rows(payloads: list[_Payload | None], codes: np.ndarray, nbytes: np.ndarray
             continue
         at = int(link[i[0]])
         time_ns = int(dur[i].sum())
+        best = int(np.argmax(moved[i] / dur[i]))
         rows.append(CollectiveRow(
             collective=first.kind, names=sorted({p.name for c in np.unique(codes[i]) if (p := payloads[c])}),
             group=first.group, group_size=first.group_size, calls=len(i), bytes=int(nbytes[i].sum()),
             median_bytes=int(np.median(nbytes[i])), time_us=us(time_ns),
-            algbw_gbps=round(float(nbytes[i].sum() / time_ns), 3), busbw_gbps=round(float(moved[i].sum() / time_ns), 3),
-            best_busbw_gbps=round(float((moved[i] / dur[i]).max()), 3),
+            algbw_gbps=gbps(nbytes[i].sum(), time_ns), busbw_gbps=gbps(moved[i].sum(), time_ns),
+            best_busbw_gbps=gbps(moved[i][best], dur[i][best]),
             peak_pct=pct(moved[i].sum() / links[at].peak_gbps, time_ns), link=at))
     return sorted(rows, key=lambda r: -r.time_us)
 

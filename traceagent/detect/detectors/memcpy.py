@@ -10,7 +10,7 @@ import pandas as pd
 from ...format import percent
 from ...trace.model import Trace
 from ..core import intervals as iv
-from ..core.view import device_time_ns, on_device, pct, us, views_of
+from ..core.view import device_time_ns, gbps, on_device, pct, us, views_of
 from .base import Detector, Key
 
 
@@ -72,7 +72,7 @@ def detect_memcpy(trace: Trace, device: int | None = None) -> MemcpyResult:
         page = pageable.loc[rows.index]
         by_kind[kind] = CopyKind(
             count=len(rows), bytes=int(rows["bytes"].sum()), us=us(dur),
-            gbps=round(float(rows["bytes"].sum()) / dur, 3) if dur else 0.0,  # bytes/ns = GB/s
+            gbps=gbps(rows["bytes"].sum(), dur),
             pageable_count=int(page.sum()), pageable_bytes=int(rows.loc[page, "bytes"].sum()),
             exposed_us=us(rows["exposed"].sum()),
         )
