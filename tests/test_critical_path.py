@@ -64,6 +64,16 @@ def test_savings_count_only_time_on_the_critical_path(tmp_path):
     assert "critical path" in kernels["kernel k1 made 2× faster"].reasoning
 
 
+def test_a_compute_verdicts_saving_is_its_own_kernels_not_every_hot_kernels(tmp_path):
+    # k1 (199 µs on the path) and k3 (30 µs) each made 2× faster are two fixes: the verdict that
+    # names k1 quotes k1's 99.5 µs, not the 114.5 µs of both with k1's reasoning
+    r = traceagent.analyze(one_step(tmp_path), use_cache=False).focus
+    assert (r.verdict.root_cause, r.verdict.evidence["kernel"]) == ("hot_kernel", "k1")
+    assert r.verdict.saving is not None
+    assert (r.verdict.saving.finding, r.verdict.saving.upper_bound_us) == ("kernel k1 made 2× faster", 99.5)
+    assert "199 µs of its 199 µs" in r.verdict.saving.sentence
+
+
 def test_annotate_draws_the_path_as_a_track(tmp_path):
     source = one_step(tmp_path)
     out = tmp_path / "annotated.json"

@@ -253,7 +253,8 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
             what = LIMITERS[k].label
             source = "" if cause.lower() == what.lower() else f", from {cause}"  # not "communication, from communication"
             others.append(f"{what.capitalize()} also costs {over[k]:.1f}% {_of(f)}{source}: {other.next_step}")
-    saving = saving_for(f.savings, verdict.root_cause) if verdict.root_cause else None
+    kernel = verdict.evidence.get("kernel") if verdict.evidence["kind"] == "compute" else None
+    saving = saving_for(f.savings, verdict.root_cause, kernel) if verdict.root_cause else None
     return replace(verdict, other_losses=others, saving=saving)
 
 

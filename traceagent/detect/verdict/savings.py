@@ -29,6 +29,11 @@ from .critical_path import CriticalPathResult
 KERNEL_SPEEDUP = 2.0  # the k of "a kernel made k× faster"
 
 
+def kernel_change(name: str) -> str:
+    """The what-if change that makes the kernel named `name` KERNEL_SPEEDUP× faster."""
+    return f"kernel:^{re.escape(name)}$=x{KERNEL_SPEEDUP:g}"
+
+
 @dataclass(frozen=True)
 class Saving:
     finding: str  # what would be fixed, in words
@@ -105,7 +110,7 @@ def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, k
     for k in kernels.top[:3]:
         if k.is_comm:
             continue
-        change = f"kernel:^{re.escape(k.name)}$=x{KERNEL_SPEEDUP:g}"
+        change = kernel_change(k.name)
         if path is None:
             out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
                                k.total_us * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
@@ -120,18 +125,21 @@ def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, k
     return sorted(out, key=lambda s: -s.upper_bound_us)
 
 
-def saving_for(savings: list[Saving], root_cause: str) -> Saving | None:
+def saving_for(savings: list[Saving], root_cause: str, kernel: str | None = None) -> Saving | None:
     """The verdict's saving: every finding of its root cause together (e.g. idle from launch
-    overhead and launch latency), or None."""
+    overhead and launch latency), or None. Hot kernels are each a fix of their own: with `kernel`
+    (the one a compute verdict names), that kernel's saving alone."""
     mine = [s for s in savings if s.root_cause == root_cause]
+    if kernel is not None and root_cause == "hot_kernel":
+        return next((s for s in mine if s.change == kernel_change(kernel)), None)
     if not mine:
         return None
     if len(mine) == 1:
         return mine[0]
     first = mine[0]
     total = sum(s.upper_bound_us for s in mine)
-    per_step = _sum_of_all([s.per_step_us for s in mine])
-    step_pct = _sum_of_all([s.step_pct for s in mine])
+    per_step = _sum_of_all([s.per_step_us for s in mine], 3)
+    step_pct = _sum_of_all([s.step_pct for s in mine], 2)
     # one change fixing them all (launch overhead and launch latency: launch=graphs) was simulated once
     same = len({s.change for s in mine}) == 1
     return Saving(ROOT_CAUSES[root_cause].label, root_cause, round(total, 3),
@@ -139,10 +147,10 @@ def saving_for(savings: list[Saving], root_cause: str) -> Saving | None:
                   first.reasoning, first.change if same else None, first.simulated_pct if same else None, first.gpus)
 
 
-def _sum_of_all(values: list[float | None]) -> float | None:
-    """The sum, or None if any is None (a per-step figure one part lacks is no figure)."""
+def _sum_of_all(values: list[float | None], digits: int) -> float | None:
+    """The sum rounded as its parts are, or None if any is None (a per-step figure one part lacks is no figure)."""
     known = [v for v in values if v is not None]
-    return sum(known) if len(known) == len(values) else None
+    return round(sum(known), digits) if len(known) == len(values) else None
 
 
 def straggler_saving(comparison: RankComparison, steps: StepsResult | None) -> Saving:
