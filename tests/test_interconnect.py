@@ -105,3 +105,19 @@ def test_a_one_byte_copy_is_quoted_at_its_rate_not_rounded_to_zero(tmp_path):
     assert a.focus.findings.memcpy.by_kind["DtoH"].gbps == pytest.approx(1 / 2368, rel=1e-3)
     line = next(line for line in render_markdown(a).splitlines() if line.startswith("**Links.**"))
     assert "DtoH copies ran at 422.3 kB/s" in line
+
+
+@pytest.mark.parametrize(("copy_us", "advised"), [(100.0, True), (2.0, False)])
+def test_slow_copies_get_a_next_step_only_where_they_cost_time(tmp_path, copy_us, advised):
+    # 8 pageable bytes after a 1000 µs kernel: exposed 100 µs is 9.1% of the 1100 µs span (worth
+    # pinning), 2 µs is 0.2% (under the 1% worth_pct: a slow link that costs nothing)
+    from builder import TraceBuilder
+
+    b = TraceBuilder("NVIDIA H100 80GB HBM3")
+    b.kernel("gemm", 0, 1000, launch_at=0)
+    b.memcpy(1000, copy_us, 8, kind="HtoD", launch_at=990)
+    copy = traceagent.analyze(b.write(tmp_path / "t.json"), use_cache=False).focus.results["interconnect"].copies[0]
+    assert copy.peak_pct < 25.0 and copy.pageable_pct == 100.0
+    assert (copy.next_step is not None) == advised
+    if advised:
+        assert copy.next_step.startswith("pin the host memory")

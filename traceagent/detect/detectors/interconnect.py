@@ -20,7 +20,7 @@ from ...trace.model import GPU_METRICS, Trace
 from ..core import intervals as iv
 from ..core.bounds import Count, Percent
 from ..core.links import Link, host_link, link_for
-from ..core.view import pct, us, views_of
+from ..core.view import device_time_ns, pct, us, views_of
 from .base import Detector
 from .kernels import short_name
 from .memcpy import MemcpyResult
@@ -38,10 +38,12 @@ WINDOW_METRICS = {
 
 @dataclass(frozen=True)
 class InterconnectParams:
-    """slow_link_pct: copies under this share of their link's peak get a next step; hot_kernels:
-    how many of a GPU's hottest kernels get their SM and tensor activity measured."""
+    """slow_link_pct: copies under this share of their link's peak get a next step, if their
+    exposed time is at least worth_pct of device time (a slow copy that costs nothing is not worth
+    a change); hot_kernels: how many of a GPU's hottest kernels get their SM and tensor activity measured."""
 
     slow_link_pct: Percent = 25.0
+    worth_pct: Percent = 1.0
     hot_kernels: Count = 3
 
 
@@ -88,6 +90,7 @@ def detect_interconnect(trace: Trace, copies: MemcpyResult,
     links: list[Link] = []
     rows = []
     samples = _samples(trace)
+    whole_us = us(device_time_ns(views_of(trace)))
     held = {kind: _copy_intervals(trace, kind) for kind in COPY_METRIC} if samples else {}  # read by both below
     for kind, c in crossing.items():
         link = host_link(device_name) if kind != "PtoP" else link_for(device_name, None, 2)
@@ -97,7 +100,7 @@ def detect_interconnect(trace: Trace, copies: MemcpyResult,
         pageable = pct(c.pageable_bytes, c.bytes)
         measured = _window_mean(samples, held[kind], COPY_METRIC[kind]) if samples else None
         step = None
-        if share < params.slow_link_pct:
+        if share < params.slow_link_pct and pct(c.exposed_us, whole_us) >= params.worth_pct:
             step = ("pin the host memory (DataLoader(pin_memory=True), tensor.pin_memory()) and copy with "
                     "non_blocking=True: pageable copies are staged through a bounce buffer" if pageable >= 50.0 else
                     "copy fewer, larger buffers: small copies are dominated by their fixed cost")
