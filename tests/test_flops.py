@@ -184,6 +184,19 @@ def test_roofline_side_and_memory_bandwidth_on_a_hand_built_trace(tmp_path):
     assert add.memory_peak_pct == round(100 * (6 * 1024**2 / 10_000) / 3350, 2)
 
 
+def test_a_tiny_matmuls_rate_is_quoted_in_gflop_s_not_rounded_to_zero(tmp_path):
+    from traceagent.detect.detectors.flops import flops_sentence
+
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    mm = b.op("aten::mm", 0, 20)
+    mm["args"] |= {"Input Dims": [[16, 16], [16, 128]], "Input type": ["c10::BFloat16"] * 2}
+    b.kernel("gemm_small", 5, 7.5, launch_at=2)
+    result = analyze(b.write(tmp_path / "t.json"), use_cache=False).ranks[0].findings.flops
+    # by hand: 2·16·16·128 = 65536 FLOP in 7.5 µs, 8.738 GFLOP/s (to the GFLOP/s, 0.009 TFLOP/s read "0.0")
+    assert result.achieved_tflops == pytest.approx(65536 / 7.5e-6 / 1e12, rel=1e-3)
+    assert "8.7 GFLOP/s achieved" in flops_sentence(result)
+
+
 def test_two_gemm_shapes_of_which_one_is_slow_by_hand(tmp_path):
     from traceagent.detect.detectors.shapes import detect_shapes, shapes_sentence
 

@@ -15,7 +15,7 @@ from conftest import CPU_ONLY, DATA, DLRM_8RANK, NSYS_BEFORE, RESNET_NW0, analyz
 import traceagent
 from traceagent import analyze
 from traceagent.cli import main
-from traceagent.format import duration, percent, rate
+from traceagent.format import duration, flop_rate, percent, rate
 from traceagent.report.html import render_html
 from traceagent.report.markdown import render_markdown
 from traceagent.text import md_literal
@@ -32,6 +32,8 @@ def test_duration_and_percent_formats():
     # a few bytes' copy is slow, never "0.0 GB/s"
     assert [rate(x) for x in (148.94, 3.7, 0.0205, 0.000812, None)] == ["148.9 GB/s", "3.7 GB/s", "20.5 MB/s",
                                                                         "812.0 kB/s", "-"]
+    assert [flop_rate(x) for x in (153.66, 0.0088, 0.000012, None)] == ["153.7 TFLOP/s", "8.8 GFLOP/s",
+                                                                        "12.0 MFLOP/s", "-"]
 
 
 @pytest.mark.parametrize("path", SHARED, ids=lambda p: str(p.relative_to(DATA)))

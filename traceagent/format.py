@@ -30,12 +30,24 @@ def size(nbytes: int | float) -> str:
 def rate(gbps: float | None) -> str:
     """GB/s → '3.1 GB/s', '20.5 MB/s', '812.0 kB/s' (decimal units, as bandwidths are quoted):
     a few bytes' copy is slow, not '0.0 GB/s'."""
-    if gbps is None:
+    return _scaled(gbps, ("GB/s", "MB/s", "kB/s"))
+
+
+def flop_rate(tflops: float | None) -> str:
+    """TFLOP/s → '153.7 TFLOP/s', '8.8 GFLOP/s', '12.0 MFLOP/s': a tiny matmul is slow, not '0.0 TFLOP/s'."""
+    return _scaled(tflops, ("TFLOP/s", "GFLOP/s", "MFLOP/s"))
+
+
+def _scaled(value: float | None, units: tuple[str, ...]) -> str:
+    """`value` (in units[0]) in the first of `units`, each 1000× smaller, that it reaches 1 of (else the last)."""
+    if value is None:
         return "-"
-    for unit, scale in (("GB/s", 1.0), ("MB/s", 1e-3)):
-        if abs(gbps) >= scale:
-            return f"{gbps / scale:.1f} {unit}"
-    return f"{gbps * 1e6:.1f} kB/s"
+    scale = 1.0
+    for unit in units[:-1]:
+        if abs(value) >= scale:
+            return f"{value / scale:.1f} {unit}"
+        scale *= 1e-3
+    return f"{value / scale:.1f} {units[-1]}"
 
 
 def shorten(text: str, width: int = 60) -> str:

@@ -30,7 +30,7 @@ from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import whatif_sentence
-from ..format import duration, of_span, percent, rate, shorten, size
+from ..format import duration, flop_rate, of_span, percent, rate, shorten, size
 from ..sentences import device_lines, gpu_behind, straggler_sentence
 from ..trace.model import GPU_METRICS
 from .answers import (
@@ -698,15 +698,15 @@ class OfflineAnalyst:
                      + f" over the span: the {flops.dtype} FLOPs "
                      f"of the counted ops against the {flops.peak_family} {flops.dtype} peak of "
                      f"{flops.peak_tflops:g} TFLOP/s per GPU ({flops.peak_source}).",
-                     f"Inside their own kernels those ops reach {flops.achieved_tflops:g} TFLOP/s "
+                     f"Inside their own kernels those ops reach {flop_rate(flops.achieved_tflops)} "
                      f"({flops.counted_ops} of {flops.shaped_ops} shaped ops counted). By op:"]
-            lines += [f"- `{o.name}` ({o.dtype}, {_times(o.count)}): {o.achieved_tflops:g} TFLOP/s"
+            lines += [f"- `{o.name}` ({o.dtype}, {_times(o.count)}): {flop_rate(o.achieved_tflops)}"
                       + (f", {percent(o.mfu_pct)} of peak" if o.mfu_pct is not None else "")
                       for o in flops.by_op[:5] if o.achieved_tflops is not None]
             measured = [k for k in flops.by_kernel if k.achieved_tflops is not None][:3]
             if measured:
                 lines.append("By kernel: " + "; ".join(
-                    f"`{shorten(k.short_name, 50)}` {k.achieved_tflops:g} TFLOP/s"
+                    f"`{shorten(k.short_name, 50)}` {flop_rate(k.achieved_tflops)}"
                     + (f" ({percent(k.mfu_pct)} of peak)" if k.mfu_pct is not None else "") for k in measured) + ".")
             if flops.note:
                 lines.append(f"\nNot counted: {flops.note}.")

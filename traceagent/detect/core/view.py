@@ -113,13 +113,16 @@ def us(ns: float | int | np.integer) -> float:
     return round(float(ns) / 1000.0, 3)
 
 
+def rounded_rate(value: float) -> float:
+    """A rate (GB/s, TFLOP/s) to 3 decimals, and below 1 to 4 significant digits: a 1-byte copy's
+    0.0004 GB/s or a tiny matmul's 0.0088 TFLOP/s would round to 0, and rates are quoted down to kB/s
+    and MFLOP/s (format.rate, format.flop_rate)."""
+    return round(value, 3) if abs(value) >= 1 else float(f"{value:.4g}")
+
+
 def gbps(nbytes: float, ns: float) -> float:
-    """Bytes over nanoseconds (= GB/s) to the MB/s, and below 1 GB/s to 4 significant digits: a
-    1-byte copy's 0.4 MB/s rounded to the MB/s would read 0.0, and a rate is quoted down to kB/s."""
-    if not ns:
-        return 0.0
-    rate = float(nbytes) / float(ns)
-    return round(rate, 3) if rate >= 1 else float(f"{rate:.4g}")
+    """Bytes over nanoseconds: GB/s, rounded_rate."""
+    return rounded_rate(float(nbytes) / float(ns)) if ns else 0.0
 
 
 def pct(part: float, whole: float) -> float:

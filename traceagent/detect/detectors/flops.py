@@ -28,11 +28,11 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from ...format import duration, percent, size
+from ...format import duration, flop_rate, percent, size
 from ...trace.model import Trace, matches, per_trace, rows_where, texts
 from ..core.host import calls_by_correlation, nested_in_its_name
 from ..core.peaks import DTYPES, Peak, peak_for
-from ..core.view import us
+from ..core.view import rounded_rate, us
 from .annotations import launched_gpu_ns
 from .base import Detector
 from .kernels import short_name
@@ -317,7 +317,7 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
         intensity = float(group["flops"].sum()) / moved if moved else None
         ridge = _ridge(peak, dtype)
         rows.append(OpFlops(name, dtype, len(group), round(float(group["flops"].sum()) / 1e9, 3), us(gpu),
-                            round(float(achieved), 3) if achieved else None, _mfu(achieved, peak, dtype),
+                            rounded_rate(float(achieved)) if achieved else None, _mfu(achieved, peak, dtype),
                             round(moved / 1e9, 9) if moved else None, round(intensity, 2) if intensity else None,
                             ("memory" if intensity < ridge else "compute") if intensity and ridge else None))
     rows.sort(key=lambda r: -r.gflop)
@@ -338,7 +338,7 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
         note = (note + "; " if note else "") + f"no peak throughput is known for {names or 'this GPU'}: no MFU"
     ridge = _ridge(peak, dtype) if dtype else None
     return FlopsResult(len(table), len(known), round(total / 1e9, 3), us(gpu_total),
-                       round(total / gpu_total / 1e3, 3) if gpu_total else None, names,
+                       rounded_rate(total / gpu_total / 1e3) if gpu_total else None, names,
                        peak.gpu if peak else None, peak.source if peak else None, dtype, peak_tflops, mfu, span_us,
                        rows[:TOP], note, _by_kernel(trace, shaped[table["flops"].notna().to_numpy()], known, peak),
                        memory_gbps, round(ridge, 1) if ridge else None, traffic)
@@ -413,7 +413,7 @@ def _by_kernel(trace: Trace, ops: pd.DataFrame, known: pd.DataFrame, peak) -> li
     for t in table.itertuples():
         achieved = t.flops / t.dur / 1e3 if t.dur else None
         out.append(KernelFlops(t.name, short_name(t.name), t.dtype, int(t.count), round(float(t.flops) / 1e9, 3),
-                               us(t.dur), round(float(achieved), 3) if achieved else None, _mfu(achieved, peak, t.dtype)))
+                               us(t.dur), rounded_rate(float(achieved)) if achieved else None, _mfu(achieved, peak, t.dtype)))
     return out
 
 
@@ -429,7 +429,7 @@ def flops_sentence(flops: FlopsResult | None) -> str | None:
         return None
     if not flops.counted_ops:
         return f"{flops.shaped_ops} ops have recorded shapes, but none could be counted: {flops.note}."
-    achieved = (f"{flops.achieved_tflops:.1f} TFLOP/s achieved" if flops.achieved_tflops is not None
+    achieved = (f"{flop_rate(flops.achieved_tflops)} achieved" if flops.achieved_tflops is not None
                 else "no throughput: their kernels did not run in the trace (a graph capture records launches only)")
     text = (f"Ops with recorded shapes ({flops.counted_ops} of {flops.shaped_ops} counted): "
             f"{flops.gflop:.1f} GFLOP in {duration(flops.gpu_us)} of their kernels, {achieved}")

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ...format import duration
+from ...format import duration, flop_rate
 from ...trace.model import Trace
 from ..core.bounds import Count, Percent
 from ..core.peaks import peak_for
-from ..core.view import us
+from ..core.view import rounded_rate, us
 from .base import Detector
 from .flops import causal_share, counted_ops, per_op
 
@@ -109,8 +109,8 @@ def detect_shapes(trace: Trace, params: ShapesParams = ShapesParams()) -> Shapes
         lost = float(g["gpu_ns"] - g["flops"] / (best[(op, shape, dtype)] * 1e3))
         rate = peak.tflops.get(dtype) if peak else None
         rows.append(ShapeRow(str(op), str(shape), str(dtype), int(g["calls"]), us(float(g["gpu_ns"])),
-                             round(float(g["flops"]) / 1e9, 3), round(float(g["tflops"]), 3),
-                             round(float(g["min_rate"]), 3), round(float(g["max_rate"]), 3),
+                             round(float(g["flops"]) / 1e9, 3), rounded_rate(float(g["tflops"])),
+                             rounded_rate(float(g["min_rate"])), rounded_rate(float(g["max_rate"])),
                              round(float(g["bytes"] / g["gpu_ns"] / 1e3), 4) if g["bytes_known"] else None,
                              round(100.0 * float(g["tflops"]) / rate, 2) if rate else None, round(of_best, 2),
                              us(max(lost, 0.0)), bool(of_best < params.slow_pct)))
@@ -124,10 +124,10 @@ def shapes_sentence(result: ShapesResult) -> str | None:
         top = result.rows[0]
         return (f"{result.shapes} matmul, convolution and attention shapes; none is under half the best shape's "
                 f"throughput of its op; the most time: {top.op} {top.shape} ({top.dtype}), {duration(top.gpu_us)} "
-                f"at {top.tflops:.1f} TFLOP/s.")
+                f"at {flop_rate(top.tflops)}.")
     s = result.slow[0]
     mfu = f", {s.mfu_pct:g}% MFU on {result.gpu}" if s.mfu_pct is not None else ""
-    return (f"The slowest shape for its op: {s.op} {s.shape} ({s.dtype}) runs at {s.tflops:.1f} TFLOP/s{mfu}, "
+    return (f"The slowest shape for its op: {s.op} {s.shape} ({s.dtype}) runs at {flop_rate(s.tflops)}{mfu}, "
             f"{s.of_best_pct:.0f}% of that op's best shape: {duration(s.lost_us)} lost over its {s.calls} calls. "
             "Pad its dimensions to multiples of 64 (8 for fp16/bf16 tensor cores at least), or batch such calls.")
 
