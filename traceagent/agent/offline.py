@@ -199,10 +199,10 @@ class OfflineAnalyst:
         causes = sorted(t.by_cause_us.items(), key=lambda kv: -kv[1])
         of = self._of(idle.scope)
         lines.append(f"{self._who(idle.scope)}The GPU is idle **{percent(t.idle_pct)}** {of} "
-                     f"({duration(t.idle_us)} of {duration(t.whole_us)}, in {t.gaps} gaps). By cause:")
+                     f"({duration(t.idle_us)} of {duration(t.whole_us)}, in {_gaps(t.gaps)}). By cause:")
         pcts = t.by_cause_pct or {}
         lines += [f"- {label(GAP_CAUSES, c)}: {duration(us)}" + (f" ({percent(pcts[c])} {of}" if c in pcts else " (")
-                  + f"{', ' if c in pcts else ''}{t.by_cause_count[c]} gaps)" for c, us in causes[:5] if us > 0]
+                  + f"{', ' if c in pcts else ''}{_gaps(t.by_cause_count[c])})" for c, us in causes[:5] if us > 0]
         lines += self._largest_gap(idle) + self._sync_line(idle)
         lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
         return "\n".join(lines)
@@ -854,6 +854,10 @@ def _bandwidth_lines(c: CollectivesResult) -> str:
 def _unavailable(u: Unavailable, what: str | None = None) -> str:
     """'This trace cannot say which rank…: why. To get it: how.' from a tool's `unavailable`."""
     return f"This trace cannot say {what or u['what']}: {u['why']}. To get it: {u['how_to_get_it']}."
+
+
+def _gaps(n: int) -> str:
+    return "1 gap" if n == 1 else f"{n} gaps"
 
 
 def _times(n: int) -> str:

@@ -290,6 +290,8 @@ class GapEvidence(TypedDict, total=False):
     thread: ThreadId | None
     host: list[HostEventJSON]
     other_threads: list[OtherThreadEvent]
+    queued_op: str | None  # a device stall: the op the device held back
+    queued_us: float | None  # ...how long it sat queued on the idle device (from its launch call's return or the gap's start)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ LIMITERS = _table(
          "#2e86ab", "blue"),
 )
 
+#: how answers and questions name a stalled device (its root cause and its gaps' cause alike)
+_STALL_SAID = r"stall(?:s|ed)? (?:gpu|device)|(?:gpu|device) stall|queued (?:but|and) not (?:started|run)|outside the trace"
+
 #: Why the limiter happens: one per verdict.
 ROOT_CAUSES = _table(
     Word("dataloader", "data loading", "the launching thread is inside the DataLoader while the GPU waits",
@@ -49,6 +52,9 @@ ROOT_CAUSES = _table(
          "#f3a712", "yellow", "idle from launch overhead", change="launch=graphs"),
     Word("host_other", "other host work", "the host is busy with work that launches nothing, or untraced",
          "#29335c", "blue", "idle during other host work"),
+    Word("device_stall", "a stalled device", "the device does not start work the host has already launched: "
+         "something outside the trace holds it (another process on the GPU, the driver, another device)",
+         "#6c5b7b", "bright_magenta", "idle with work queued", said=_STALL_SAID),
     Word("pageable_memcpy", "copies from pageable memory", "copies staged through a pinned buffer, slow and "
          "synchronous for the host", "#3bb273", "green", "bytes copied from pageable memory",
          said=r"pageable|pin(?:ned|_memory)", change="copies=pinned"),
@@ -76,6 +82,9 @@ GAP_CAUSES = _table(
          said=r"other host work|host[\s_]other|host-side work"),
     Word("no_host_activity", "nothing traced on the host", "no host event covers the gap (untraced Python, I/O, "
          "another process)", "#9aa0a6", "bright_black", said=r"nothing traced|untraced|no host activity|no_host_activity"),
+    Word("device_stall", "with work queued that the device did not start", "the op after the gap had been "
+         "launched for most of it, and the device ran nothing", "#6c5b7b", "bright_magenta",
+         said=_STALL_SAID),
     Word("launch_latency", "launch latency (short gaps between kernels)",
          "a gap shorter than launch_gap_us between two device ops",
          "#f7d08a", "bright_yellow", said=r"launch[\s_-]?latency"),
@@ -83,7 +92,8 @@ GAP_CAUSES = _table(
 
 #: The root cause each gap cause counts towards.
 GAP_ROOT = {"dataloader": "dataloader", "sync": "sync", "launch_overhead": "launch_overhead",
-            "launch_latency": "launch_overhead", "host_other": "host_other", "no_host_activity": "host_other"}
+            "launch_latency": "launch_overhead", "host_other": "host_other", "no_host_activity": "host_other",
+            "device_stall": "device_stall"}
 
 #: Classes of device work, as the breakdown and the charts split busy time.
 WORK = _table(

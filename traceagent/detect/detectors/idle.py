@@ -3,6 +3,11 @@
 A gap shorter than `launch_gap_us` is launch latency. A longer one gets the first cause that
 holds, in this order:
 
+0. `device_stall`: the op after the gap had been launched (its launch call had returned) for at
+   least `host_cover` of the gap and `stall_min_us`, and the device ran nothing: whatever the host
+   did meanwhile, the GPU had work and did not start it. Something outside the trace held it
+   (another process on the GPU, the driver, a wait on another device); the evidence names the op
+   and how long it was queued.
 1. `dataloader`: DataLoader/DataPipe `__next__` covers at least `loader_cover` of the gap. Put
    before `sync` (DESIGN.md lists sync first) because a sync that precedes a loader-bound gap
    is not what to fix: without it the host would still be loading the batch the next kernels need.
@@ -64,6 +69,9 @@ class IdleParams:
     loader_cover: Cover = 0.5  # share of a gap the DataLoader must cover to be its cause
     host_cover: Cover = 0.5  # share of a gap host events must cover for `host_other`
     launch_bound_max_us: Micros = 1000.0  # longer gaps are not put down to launch cost
+    # queued at least this long before a gap's end (and over host_cover of it) with the device idle is a stall:
+    # shorter waits are launch latency and the host and device clocks' alignment
+    stall_min_us: Micros = 100.0
     top: Count = 10  # how many gaps to report with evidence
 
 
@@ -175,15 +183,19 @@ def _long_gap_causes(trace: Trace, view: DeviceView, start: np.ndarray, end: np.
     label = np.full(len(start), -1, dtype=np.int64)
     undecided = np.ones(len(start), dtype=bool)
 
-    loader = host_union(trace, ("dataloader",))
-    is_loader = iv.covered(loader, start, end) / np.maximum(length, 1) >= params.loader_cover
-    reason[is_loader] = "dataloader"
-    undecided &= ~is_loader
-
     # the host call that launched the op after each gap
     launch = launch_calls(trace, view.work["correlation"].to_numpy()[op], ("name", "start", "end"))
     launched = launch["start"].notna().to_numpy()
     launch_start = launch["start"].to_numpy(np.int64, na_value=-1)  # exact: epoch ns as floats are not
+    queued = np.where(launched, end - np.maximum(launch["end"].to_numpy(np.int64, na_value=0), start), 0)
+    is_stall = launched & (queued >= params.host_cover * length) & (queued >= params.stall_min_us * 1000)
+    reason[is_stall] = "device_stall"
+    undecided &= ~is_stall
+
+    loader = host_union(trace, ("dataloader",))
+    is_loader = undecided & (iv.covered(loader, start, end) / np.maximum(length, 1) >= params.loader_cover)
+    reason[is_loader] = "dataloader"
+    undecided &= ~is_loader
     launch_dur = (launch["end"] - launch["start"]).to_numpy(dtype=float)  # NaN: no call
     is_launch_call = matches(launch["name"], LAUNCH_CALLS)  # no call: no name, not a launch
     del launch
@@ -454,9 +466,19 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
             evidence["after"] = after  # the host work the wait exposed
     elif gap.cause != "launch_latency":  # a host-side cause: what the launching thread was doing
         evidence = GapEvidence(**to_data(gap_host_activity(trace, gap)))
+        if gap.cause == "device_stall":  # and the op the device held back
+            evidence |= _queued(trace, gap)
     return Gap(device=int(gap.device), start_us=us(gap.start - origin), dur_us=us(gap.dur), cause=gap.cause,
                ts_us=us(gap.start),
                evidence=evidence)
+
+
+def _queued(trace: Trace, gap) -> GapEvidence:
+    """A stalled gap's op (the one after it) and how long it had been queued when it started."""
+    view = next(v for v in device_views(trace) if v.device == gap.device)
+    work = view.work.iloc[int(gap.next_op)]
+    returned = launch_calls(trace, np.array([work["correlation"]]), ("end",))["end"].to_numpy(np.int64, na_value=0)[0]
+    return GapEvidence(queued_op=_text(work["name"]), queued_us=us(int(work["start"]) - max(int(returned), gap.start)))
 
 
 #: the one gap table of a rank (trace_gaps): every detector that reads gaps reads this one

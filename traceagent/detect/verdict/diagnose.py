@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Required
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
-from ...format import of_span
+from ...format import duration, of_span
 from ..core.bounds import Percent, Share
 from ..core.vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES, blocking, gap_causes_of
 from ..detectors.annotations import AnnotationsResult
@@ -25,7 +25,7 @@ from ..detectors.comm import CommResult
 from ..detectors.flops import FlopsResult
 from ..detectors.graphs import GraphsResult
 from ..detectors.idle import IdleResult, LaunchBound
-from ..detectors.kernels import KernelsResult
+from ..detectors.kernels import KernelsResult, short_name
 from ..detectors.launch import LaunchResult
 from ..detectors.memcpy import MemcpyResult
 from ..detectors.memory import MemoryResult
@@ -90,6 +90,7 @@ class IdleEvidence(JobEvidence, total=False):
     launch_bound: list[LaunchBound]
     launches_by_call: dict[str, int]
     host_events: list[str]
+    queued_us: float  # a device stall's: how long the largest stall's op sat queued on the idle device
 
 
 class CommunicationEvidence(JobEvidence, total=False):
@@ -371,6 +372,8 @@ def _idle_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
                else "the host cannot launch kernels fast enough")
         return Verdict("idle", root, f"{head}: {why} ({cause_pct:.1f}% {_of(f)} in {gaps})",
                        hypothesis, step, evidence, also)
+    if root == "device_stall":
+        return _stall_verdict(f, head, cause_pct, evidence, also)
     top = idle.top_gaps[0] if idle.top_gaps else None
     hosts = [h["name"] for h in (top.evidence.get("host", []) if top else [])][:3]
     user = top.evidence.get("python") if top else None  # the innermost frame of the user's own code
@@ -448,6 +451,29 @@ def _copy_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
                    hypothesis, step, evidence, also)
 
 
+def _stall_verdict(f: Findings, head: str, cause_pct: float, evidence: IdleEvidence, also: list[str]) -> Verdict:
+    """The device had work queued and ran nothing: what the trace can say is which op waited and
+    how long; why is outside it."""
+    stall = next((g for g in f.idle.top_gaps if g.cause == "device_stall"), None)
+    what = ""
+    if stall is not None and (op := stall.evidence.get("queued_op")):
+        queued = stall.evidence.get("queued_us") or 0.0
+        evidence.update({"op": op, "queued_us": queued})
+        held = "all of it" if queued >= stall.dur_us else f"{duration(queued)} of it"
+        what = (f": in the largest such gap ({duration(stall.dur_us)} on GPU {stall.device}), {short_name(op)} had "
+                f"been launched and sat queued for {held}")
+    return Verdict("idle", "device_stall",
+                   f"{head}, with work queued that the device did not start ({cause_pct:.1f}% {_of(f)})",
+                   f"The host had already launched the next work, yet the trace shows the GPU running nothing{what}. "
+                   "What held it is outside the trace: device work the trace does not hold (a sampled or filtered "
+                   "trace, events the profiler dropped), another process on the GPU, the driver or runtime (a JIT "
+                   "compile, memory mapping), or a wait on another device. The host's work is not what to speed up.",
+                   "Check that the trace is whole (the profiler's warnings about dropped events; no filtering or "
+                   "sampling), then what else runs on the GPU during the job (`nvidia-smi` or `rocm-smi` while it "
+                   "runs; `nsys profile` records every process); profile more steps: a stall in one step only (a "
+                   "warm-up, a JIT compile, a first allocation) may not recur.", evidence, also)
+
+
 def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
     kernels = f.kernels
     top = kernels.top[0] if kernels.top else None
@@ -476,6 +502,8 @@ _STRAGGLER_STEPS = {
                        "with torch.compile.",
     "host_other": "Its host does work the others do not before the collective (logging, checkpointing, evaluation "
                   "on one rank): profile that rank's host with py-spy and move the work off the critical path.",
+    "device_stall": "Its GPU did not start work its host had already launched: check what else runs on that GPU "
+                    "(nvidia-smi, rocm-smi) and its health (nvidia-smi -q: clocks, temperature, ECC).",
     "hot_kernel": "Its GPU computes longer than the others' before each collective: check for uneven work "
                   "(sharding, sequence lengths, routing), and for a slower GPU (nvidia-smi -q: clocks, "
                   "temperature, ECC, PCIe/NVLink placement).",
