@@ -105,15 +105,19 @@ def test_host_work_and_nothing_on_the_host(tmp_path):
     assert idle.by_cause_us == {"no_host_activity": 510}
 
 
-@pytest.mark.parametrize(("returned_at", "cause"), [(115, "device_stall"), (520, "host_other")])
-def test_work_queued_through_a_gap_is_a_stalled_device_not_the_hosts(tmp_path, returned_at, cause):
+@pytest.mark.parametrize(("returned_at", "event_recorded_at", "cause"),
+                         [(115, None, "device_stall"), (520, None, "host_other"), (115, 590, "host_other")])
+def test_work_queued_through_a_gap_is_a_stalled_device_not_the_hosts(tmp_path, returned_at, event_recorded_at, cause):
     # k1 ends at 100; the host works 100-600 (an op) and k2 starts at 610. Launched by a call that
     # returned at 115, k2 sat queued 495 µs of the 510 µs gap (over half, and over 100 µs): the GPU had
-    # work and ran none, whatever the host did. Returned at 520, it was queued 90 µs: the host's work
+    # work and ran none, whatever the host did. Returned at 520, it was queued 90 µs: the host's work.
+    # With an event the host records at 590, k2 may have waited for it (cudaStreamWaitEvent): the host's
     b = TraceBuilder()
     b.kernel("k1", 0, 100, launch_at=-10)
     b.op("my_preprocessing", 100, 500)
     b.kernel("k2", 610, 500, launch_at=returned_at - 5, launch_dur=5)
+    if event_recorded_at is not None:
+        b.runtime("cudaEventRecord", event_recorded_at, 3)
     ra = analyze_trace(b.load(tmp_path))
     idle = ra.findings.idle
     assert idle.by_cause_us == {cause: 510}

@@ -14,7 +14,7 @@ from ...trace.model import Trace, among, matches, per_trace, rows_where
 from ...trace.normalize import STEP_NAME, innermost_enclosing, nesting_depth
 from . import intervals as iv
 from .view import index_type, us
-from .vocabulary import BLOCKING_NAME
+from .vocabulary import BLOCKING_NAME, EVENT_RECORD_NAME
 
 #: Kernel-launch calls (runtime and driver, CUDA and HIP, graphs).
 LAUNCH_CALLS = re.compile(r"^(cuda|hip|cu)(Ext)?(Module)?(Launch|GraphLaunch)|^cudaLaunch|^hipLaunch")
@@ -66,6 +66,15 @@ def sync_calls(trace: Trace) -> pd.DataFrame:
     cpu = trace.cpu
     rows = cpu[among(cpu["kind"], ["runtime", "driver"]) & matches(cpu["name"], BLOCKING_NAME)]
     return rows.sort_values("end", kind="stable")
+
+
+@per_trace
+def event_records(trace: Trace) -> np.ndarray:
+    """When the host recorded events (vocabulary.EVENT_RECORD_NAME calls' starts), sorted: work
+    queued behind a cudaStreamWaitEvent may start only once its event is recorded."""
+    cpu = trace.cpu
+    rows = among(cpu["kind"], ["runtime", "driver"]) & matches(cpu["name"], EVENT_RECORD_NAME)
+    return np.sort(cpu.loc[rows, "start"].to_numpy(np.int64))
 
 
 @per_trace

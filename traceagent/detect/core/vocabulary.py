@@ -177,6 +177,10 @@ BLOCKING_NAME = re.compile(r"^(" + "|".join(sorted(_BLOCKING_KIND, key=len, reve
                            + r")(?:_v\d+)?(?:_pt(?:ds|sz))?$")
 
 
+#: host calls that record an event: a stream waiting on it (cudaStreamWaitEvent) may start only then
+EVENT_RECORD_NAME = re.compile(r"^(?:cuda|hip|cu)EventRecord(?:WithFlags)?(?:_v\d+)?(?:_pt(?:ds|sz))?$")
+
+
 def blocking(call: str | None) -> Blocking:
     """What kind of blocking call `call` is (a synchronize when it is not in the table)."""
     found = BLOCKING_NAME.match(call or "")

@@ -4,8 +4,9 @@ A gap shorter than `launch_gap_us` is launch latency. A longer one gets the firs
 holds, in this order:
 
 0. `device_stall`: the op after the gap had been launched (its launch call had returned) for at
-   least `host_cover` of the gap and `stall_min_us`, and the device ran nothing: whatever the host
-   did meanwhile, the GPU had work and did not start it. Something outside the trace held it
+   least `host_cover` of the gap and `stall_min_us`, the host recorded no event meanwhile (one a
+   cudaStreamWaitEvent may have held the op for), and the device ran nothing: whatever the host
+   did, the GPU had work and did not start it. Something outside the trace held it
    (another process on the GPU, the driver, a wait on another device); the evidence names the op
    and how long it was queued.
 1. `dataloader`: DataLoader/DataPipe `__next__` covers at least `loader_cover` of the gap. Put
@@ -46,6 +47,7 @@ from ..core.host import (
     GapEvidence,
     GapHost,
     calls_by_correlation,
+    event_records,
     gap_host,
     host_union,
     launch_calls,
@@ -187,8 +189,12 @@ def _long_gap_causes(trace: Trace, view: DeviceView, start: np.ndarray, end: np.
     launch = launch_calls(trace, view.work["correlation"].to_numpy()[op], ("name", "start", "end"))
     launched = launch["start"].notna().to_numpy()
     launch_start = launch["start"].to_numpy(np.int64, na_value=-1)  # exact: epoch ns as floats are not
-    queued = np.where(launched, end - np.maximum(launch["end"].to_numpy(np.int64, na_value=0), start), 0)
-    is_stall = launched & (queued >= params.host_cover * length) & (queued >= params.stall_min_us * 1000)
+    queued_from = np.maximum(launch["end"].to_numpy(np.int64, na_value=0), start)
+    queued = np.where(launched, end - queued_from, 0)
+    # an event the host recorded meanwhile may be what the op waited for (a cudaStreamWaitEvent before it)
+    records = event_records(trace)
+    released = np.searchsorted(records, end) > np.searchsorted(records, queued_from)
+    is_stall = launched & ~released & (queued >= params.host_cover * length) & (queued >= params.stall_min_us * 1000)
     reason[is_stall] = "device_stall"
     undecided &= ~is_stall
 
