@@ -144,6 +144,18 @@ def test_one_large_collective_is_bandwidth_bound_and_many_small_ones_latency_bou
     jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(json.loads(json.dumps(small.to_dict())))
 
 
+def test_collectives_that_take_little_of_the_device_time_get_no_next_step(tmp_path):
+    from traceagent.detect.detectors.collectives import collectives_sentence
+
+    # one 22 µs all-reduce beside 10 ms of compute: 0.2% of the span, under worth_pct (1%): a fact, no advice
+    b = TraceBuilder(H100)
+    b.kernel("gemm", 0, 10_000)
+    b.collective(10_000, 22, 1 << 10)
+    result = traceagent.analyze(b.write(tmp_path / "t.json"), use_cache=False).focus.results["collectives"]
+    assert result.bound == "latency" and result.next_steps == []
+    assert "Next:" not in collectives_sentence(result)
+
+
 def test_across_ranks_the_wait_for_the_last_rank_is_taken_out_of_the_bus_bandwidth(tmp_path):
     """Two ranks, one 100 MiB bf16 all-reduce (bus factor 2·1/2 = 1): rank 0 enters at 0, rank 1 at
     800 µs, both end at 1000 µs. Over kernel time: 2 × 100 MiB / 1200 µs = 174.8 GB/s; after the

@@ -27,7 +27,7 @@ from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.bounds import Allowance, Bandwidth, Count, Micros, Percent
 from ..core.links import Link, link_for
-from ..core.view import gbps, pct, us, views_of
+from ..core.view import device_time_ns, gbps, pct, us, views_of
 from .base import Detector
 
 #: bytes per element of PyTorch's scalar types, as Kineto names them in a collective's `dtype`
@@ -71,12 +71,14 @@ class CollectivesParams:
     """latency_us: a message is small when its link would move it in less than this at peak
     (NCCL's per-call latency is about 5-30 µs). near_peak_pct: bus bandwidth at or above this share
     of the link's peak is bandwidth-bound. exposed_pct: collective time not hidden by compute at or
-    above this share asks for overlap. gpus_per_node, nics_per_node and nic_gbps: the layout
-    assumed for the link; across nodes a GPU's peak is its share of the node's NICs."""
+    above this share asks for overlap. worth_pct: collectives taking less of device time get no next
+    step (22 µs of collectives in an 84 ms trace are not worth a change). gpus_per_node, nics_per_node
+    and nic_gbps: the layout assumed for the link; across nodes a GPU's peak is its share of the node's NICs."""
 
     latency_us: Micros = 10.0
     near_peak_pct: Percent = 50.0
     exposed_pct: Percent = 50.0
+    worth_pct: Percent = 1.0
     gpus_per_node: Count = 8
     nic_gbps: Bandwidth = 0.0  # each NIC's line rate; 0: the NIC usual for the GPU (links.py)
     nics_per_node: Allowance = 0  # 0: one NIC per GPU
@@ -239,7 +241,8 @@ def detect_collectives(trace: Trace, params: CollectivesParams = CollectivesPara
         small_time_pct=small_pct, exposed_of_comm_pct=exposed,
         calls_per_step=round(len(calls) / len(trace.steps), 2) if len(trace.steps) else None,
         bound=bound, exposed=is_exposed,
-        next_steps=[NEXT_STEPS[bound]] + ([NEXT_STEPS["exposed"]] if is_exposed else []),
+        next_steps=([NEXT_STEPS[bound]] + ([NEXT_STEPS["exposed"]] if is_exposed else [])
+                    if pct(total_ns, device_time_ns(views)) >= params.worth_pct else []),
     )
 
 
@@ -296,7 +299,7 @@ def collectives_sentence(result: CollectivesResult) -> str | None:
     plural = "s" if result.calls != 1 else ""
     return (f"{result.calls} collective{plural} moved {size(result.bytes)} at {rate(result.busbw_gbps)} bus bandwidth, "
             f"{result.peak_pct:.1f}% of {link.kind}'s {link.peak_gbps:g} GB/s (assumed: {link.assumption}): "
-            f"{bound}{exposed}. Next: {'; and '.join(result.next_steps)}.")
+            f"{bound}{exposed}." + (f" Next: {'; and '.join(result.next_steps)}." if result.next_steps else ""))
 
 
 def collectives_section(c: CollectivesResult, params: CollectivesParams) -> list[str]:
