@@ -76,6 +76,19 @@ def test_removing_a_sync_leaves_the_gpu_to_set_the_pace(tmp_path):
     assert result.limits_after.startswith("device work sets the pace")
 
 
+def test_a_stall_the_change_does_not_touch_is_said_to_set_the_pace(tmp_path):
+    # k1's call at -10 (5 µs), k1 0-100; k2's call at 105 returns at 110, but k2 starts only at 1000,
+    # the GPU idle: a measured delay the replay keeps. k1 made 2× faster changes nothing after it.
+    # The replayed path runs from k1's call at -10 to k2's end at 1100: 1110 µs, of which k2's 100
+    # on the GPU, 115 of host (k1's call and the host time to k2's call) and the 895 from k2's call
+    # to its start waiting: 81%, where it read "device work sets the pace: 95% on the GPU"
+    b = TraceBuilder()
+    b.kernel("k1", 0, 100, launch_at=-10)
+    b.kernel("k2", 1000, 100, launch_at=105, launch_dur=5)
+    result = predicted(tmp_path, b, "kernel:k1=x2")
+    assert result.limits_after.startswith("waits set the pace: 81% of the replayed critical path")
+
+
 def test_a_named_sync_that_the_trace_lacks_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no blocking call named or under 'aten::item'"):
         predicted(tmp_path, sync_loop(), "sync:aten::item=0")

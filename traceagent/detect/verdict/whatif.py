@@ -1078,18 +1078,25 @@ def _after(g: Graph, r: Replayed, d_delay: np.ndarray, wait: np.ndarray,
                 host_ns += int(r.c_start[node] - r.c_end[node - 1]) + int(r.c_end[node - 1] - r.c_start[node - 1])
                 loading_ns += int(loading[node])
                 node -= 1
-    path = device_ns + host_ns
+    # the rest of the path is waits: a launched op's delay before it started, gaps kept between device ops
+    began = int(r.d_start[node] if on_device else r.c_start[node])
+    path = max(int(r.d_end.max()) - began, device_ns + host_ns)
     host_pct = 100 * host_ns / path if path else 0.0
+    wait_pct = 100 * (path - device_ns - host_ns) / path if path else 0.0
     top = max(kernels, key=kernels.__getitem__) if kernels else -1
     top_name = str(g.d_names.categories[top]) if top >= 0 else ""
     loading_pct = 100 * loading_ns / path if path else 0.0
-    if host_pct >= 50:
+    if wait_pct >= 50:
+        limits = (f"waits set the pace: {wait_pct:.0f}% of the replayed critical path is launched work not yet "
+                  f"running (kept as measured: the change does not touch them), and the GPU is busy {busy_pct:.1f}% "
+                  "of the replayed span")
+    elif host_pct >= 50:
         loaded = f"{loading_pct:.0f} points of it data loading, the rest " if loading_pct >= 1 else ""
         limits = (f"the host sets the pace: {host_pct:.0f}% of the replayed critical path is host time ({loaded}"
                   f"launch calls and the Python and framework work between them), and the GPU is busy "
                   f"{busy_pct:.1f}% of the replayed span")
     else:
-        limits = (f"device work sets the pace: {100 - host_pct:.0f}% of the replayed critical path is on the GPU"
+        limits = (f"device work sets the pace: {100 * device_ns / path:.0f}% of the replayed critical path is on the GPU"
                   + (f", most in {short_name(top_name)}" if top_name else "")
                   + f", busy {busy_pct:.1f}% of the replayed span; the hot kernels come next")
     return busy_pct, bound, limits
