@@ -267,6 +267,15 @@ def test_offset_amd_device_ids_take_the_listed_gpu_name(tmp_path):
     assert trace.meta.devices == {9: "AMD Instinct MI300X"}
 
 
+@pytest.mark.parametrize("device", [0, 2])
+def test_a_gpu_listed_with_an_empty_name_is_named_by_its_id(tmp_path, device):
+    # as TraceLens' vLLM graph-execution trace on MI300 lists it: {"id": 0, "name": ""}, work on GPU 2
+    b = TraceBuilder(device_name="")
+    b.kernel("gemm", 0, 100, device=device, launch_at=0)
+    trace = b.load(tmp_path)
+    assert trace.meta.devices == {device: f"GPU {device}"}
+
+
 @pytest.mark.parametrize("name", ["multimem_all_reduce_kernel<bf16>", "ncclDevKernel_Generic",
                                   "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
                                   "two_shot_all_reduce_kernel"])

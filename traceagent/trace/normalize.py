@@ -401,10 +401,11 @@ def attributed_replays(gpu: pd.DataFrame, cpu: pd.DataFrame, captured: dict[str,
 def device_names(used: list[int], listed: dict[int, str]) -> dict[int, str]:
     """Names for the devices that ran work. When the trace lists one device and work ran on one
     other id (AMD traces number GPUs by their system index, 2 or 9, while deviceProperties says
-    0), that one listed device is the one in use."""
+    0), that one listed device is the one in use. A device listed without a name (an empty one, as
+    some ROCm traces write) is named by its id."""
     if len(listed) == 1 and len(used) == 1 and used[0] not in listed:
-        return {used[0]: next(iter(listed.values()))}
-    return {d: listed.get(d, f"GPU {d}") for d in used}
+        return {used[0]: next(iter(listed.values())) or f"GPU {used[0]}"}
+    return {d: listed.get(d) or f"GPU {d}" for d in used}
 
 
 def _comm_flags(gpu: pd.DataFrame) -> np.ndarray:
