@@ -197,6 +197,21 @@ def test_a_tiny_matmuls_rate_is_quoted_in_gflop_s_not_rounded_to_zero(tmp_path):
     assert "8.7 GFLOP/s achieved" in flops_sentence(result)
 
 
+@pytest.mark.parametrize(("name", "dims", "concrete", "expected"), [
+    ("aten::_convolution", [[10, 128, 28, 28], [256, 128, 1, 1], [], [], [], [], []],
+     ["", "", "", "[2, 2]", "[0, 0]", "[1, 1]", "False"], "in=[10, 128, 28, 28] weight=[256, 128, 1, 1] stride=[2, 2]"),
+    # as MI300's ResNet trace records it: (grad_output, input, weight, bias_sizes, stride, …); the
+    # bias_sizes [0] is not the stride
+    ("aten::convolution_backward", [[10, 256, 14, 14], [10, 128, 28, 28], [256, 128, 1, 1], [], [], [], [], [], [], [], []],
+     ["", "", "", "[0]", "[2, 2]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1", "[True, True, False]"],
+     "in=[10, 128, 28, 28] weight=[256, 128, 1, 1] stride=[2, 2]"),
+])
+def test_a_convolutions_shape_names_its_stride(name, dims, concrete, expected):
+    from traceagent.detect.detectors.shapes import shape_key
+
+    assert shape_key(name, shapes(dims, concrete=concrete)) == expected
+
+
 def test_two_gemm_shapes_of_which_one_is_slow_by_hand(tmp_path):
     from traceagent.detect.detectors.shapes import detect_shapes, shapes_sentence
 

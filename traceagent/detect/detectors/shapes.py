@@ -76,8 +76,11 @@ def shape_key(name: str, shapes: str) -> str | None:
             causal = causal_share(op, concrete if isinstance(concrete, list) else None, length, k[-2]) < 1
             return f"B={b} H={h} L={length} S={k[-2]} E={e}" + (" causal" if causal else "")
         if op in ("_convolution", "convolution_backward"):
-            x, w = (dims[1], dims[2]) if op == "convolution_backward" else (dims[0], dims[1])
-            stride = concrete[3] if isinstance(concrete, list) and len(concrete) > 3 and concrete[3] else None
+            # (grad_output, input, weight, bias_sizes, stride, …) backward; (input, weight, bias, stride, …) forward
+            backward = op == "convolution_backward"
+            x, w = (dims[1], dims[2]) if backward else (dims[0], dims[1])
+            at = 4 if backward else 3
+            stride = concrete[at] if isinstance(concrete, list) and len(concrete) > at and concrete[at] else None
             return f"in={x} weight={w}" + (f" stride={stride}" if stride else "")
     except (ValueError, TypeError, IndexError, KeyError):
         return None
