@@ -74,6 +74,20 @@ def test_a_compute_verdicts_saving_is_its_own_kernels_not_every_hot_kernels(tmp_
     assert "199 µs of its 199 µs" in r.verdict.saving.sentence
 
 
+def test_a_kernel_off_the_path_sharing_the_short_name_of_one_on_it_is_another(tmp_path):
+    # the one_step trace with k1 and k2 renamed to two instantiations of one template: k1's
+    # (on the path) and k2's (beside it, off) both read "Kernel2"
+    b = TraceBuilder()
+    b.kernel("void cutlass::Kernel2<tile_256x128>(Params)", 6, 199, stream=7, launch_at=0, launch_dur=5)
+    b.kernel("void cutlass::Kernel2<tile_64x64>(Params)", 16, 20, stream=8, launch_at=10, launch_dur=5)
+    b.runtime("cudaDeviceSynchronize", 40, 166)
+    b.kernel("k3", 220, 30, stream=7, launch_at=210, launch_dur=5)
+    path = traceagent.analyze(b.write(tmp_path / "t.json"), use_cache=False).focus.findings.critical_path
+    assert path.kernels[0].short_name == "Kernel2" and path.off_path == ["Kernel2"]
+    assert "Kernel2 is on it" in critical_path_sentence(path)
+    assert "not on it: another Kernel2 (other work hides them" in critical_path_sentence(path)
+
+
 def test_annotate_draws_the_path_as_a_track(tmp_path):
     source = one_step(tmp_path)
     out = tmp_path / "annotated.json"

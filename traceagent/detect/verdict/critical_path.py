@@ -422,8 +422,10 @@ def critical_path_sentence(result: CriticalPathResult) -> str | None:
         text += (f"; {k.short_name} is on it for {duration(k.on_path_us)} of its {duration(k.total_us)}, so making it "
                  f"twice as fast saves at most {duration(k.saving_2x_us)}")
     if result.off_path:
-        text += (f"; not on it: {', '.join(result.off_path[:3])} (other work hides them: "
-                 "faster, they save nothing)")
+        # short names are not unique (cutlass::Kernel2<…> of two tile shapes): one on the path makes an off one "another"
+        on = {k.short_name for k in result.kernels}
+        off = [f"another {name}" if name in on else name for name in result.off_path[:3]]
+        text += f"; not on it: {', '.join(off)} (other work hides them: faster, they save nothing)"
     if result.host_ops:
         text += "; its host time is in " + ", ".join(f"{h.name} {duration(h.on_path_us)}" for h in result.host_ops[:3])
     return text + "."
