@@ -178,7 +178,8 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
 def _long_gap_causes(trace: Trace, view: DeviceView, start: np.ndarray, end: np.ndarray, op: np.ndarray,
                      params: IdleParams) -> tuple[np.ndarray, np.ndarray]:
     """Each long gap's cause and the label (in trace.cpu) of the blocking call it waited for, or -1:
-    data loading over most of it, a sync, a launch that came late, other host work, or nothing on the host."""
+    a device that did not start work already queued, data loading over most of it, a sync, a launch
+    that came late, other host work, or nothing on the host."""
     length = end - start
     reason = np.empty(len(start), dtype=object)
     reason[:] = "launch_latency"
