@@ -18,12 +18,26 @@ from traceagent.cli import main
 from traceagent.format import duration, flop_rate, percent, rate
 from traceagent.report.html import render_html
 from traceagent.report.markdown import render_markdown
-from traceagent.text import md_literal
+from traceagent.text import md_literal, md_prose
 
 SHARED = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json.gz", ".sqlite")) and "dlrm" not in str(p))
 SHARED.append(DLRM_8RANK)
 SECTIONS = ["## Verdict", "## What would sharpen this diagnosis", "## Where device time went", "## Idle time",
             "## Data movement", "## Communication", "## Hot kernels", "## Launch and steps"]
+
+
+def test_our_code_spans_stay_code_and_the_rest_shows_as_written():
+    assert md_prose("Run `py-spy record -o a_b.svg` on set_x") == "Run `py-spy record -o a_b.svg` on set\\_x"
+    # an odd backtick (a trace string holding one): no span can be told apart, all of it escaped
+    assert md_prose("at `evil` ![i](http://e/x.png)` here") == md_literal("at `evil` ![i](http://e/x.png)` here")
+    # a span's content renders nothing, whatever it holds
+    assert md_prose("a `[x](http://e)` b") == "a `[x](http://e)` b"
+
+
+def test_the_reports_next_step_shows_its_command_as_code():
+    md = render_markdown(analyzed(DATA / "hta" / "alexnet_critical_path.json.gz"))
+    step = next(line for line in md.splitlines() if line.startswith("**Next step.**"))
+    assert "`py-spy record -o host.svg -- python train.py`" in step and "\\`" not in step
 
 
 def test_duration_and_percent_formats():
@@ -44,8 +58,8 @@ def test_markdown_report_matches_analyze_json(path, capsys):
     report = capsys.readouterr().out
 
     v = data["verdict"]
-    # verdict prose shows literally in Markdown (it quotes trace strings): escaped as md_literal does
-    assert f"**{md_literal(v['headline'])}**" in report and md_literal(v["next_step"]) in report
+    # verdict prose shows literally in Markdown (it quotes trace strings), its own code spans as code (md_prose)
+    assert f"**{md_prose(v['headline'])}**" in report and md_prose(v["next_step"]) in report
     if v["limiter"] is None:
         assert "## Idle time" not in report
         return
@@ -156,7 +170,7 @@ def test_a_second_loss_sits_in_the_verdict_not_under_what_would_sharpen_it():
     verdict, _, rest = md.partition("## What would sharpen this diagnosis")
     sharpen = rest.split("\n## ")[0]
     assert result.verdict.other_losses  # the straggler's own losses: rank 7 is mostly idle, exposed comm 14.4%
-    for loss in map(md_literal, result.verdict.other_losses):
+    for loss in map(md_prose, result.verdict.other_losses):
         assert loss in verdict and loss not in sharpen
 
 

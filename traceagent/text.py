@@ -52,6 +52,16 @@ def md_literal(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", visible(text)).replace("\n", " ")
 
 
+def md_prose(text: str) -> str:
+    """One of our sentences, which may carry trace strings, as Markdown: its `code spans` stay code
+    spans (nothing renders inside one) and the rest shows as written (md_literal). With an odd number
+    of backticks (a trace string holding one) no span can be told apart: all of it is md_literal."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:
+        return md_literal(text)
+    return "".join(md_literal(part) if i % 2 == 0 else code(part) for i, part in enumerate(parts))
+
+
 def code(text: str) -> str:
     """A Markdown code span showing `text` literally, whatever backticks it holds."""
     text = visible(text)

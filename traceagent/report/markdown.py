@@ -13,7 +13,7 @@ from ..detect.detectors.launch import NO_LAUNCHES
 from ..detect.registry import DETECTORS
 from ..format import duration, of_span, percent, scope, shorten, size
 from ..sentences import further_findings, gap_evidence, gpu_behind, straggler_sentence
-from ..text import code, md_literal, md_table, visible
+from ..text import code, md_literal, md_prose, md_table, visible
 
 TOP_GAPS = 8
 TOP_KERNELS = 10
@@ -48,16 +48,16 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
         out.append(f"\n> Not analysed: {code(failed.file)}: {md_literal(failed.error)} (the other ranks were)")
     out += ["", "## Verdict", ""]
     if v.limiter:
-        out.append(f"**{md_literal(v.headline)}**  ")
+        out.append(f"**{md_prose(v.headline)}**  ")
         out.append(f"Limiter: `{v.limiter}` · root cause: `{v.root_cause}`")
     else:
-        out.append(f"**{md_literal(v.headline)}**")
+        out.append(f"**{md_prose(v.headline)}**")
     # verdict prose quotes trace strings (kernel names, frames): everything in it shows literally
-    out += ["", f"**Hypothesis.** {md_literal(v.hypothesis)}", "", f"**Next step.** {md_literal(v.next_step)}"]
+    out += ["", f"**Hypothesis.** {md_prose(v.hypothesis)}", "", f"**Next step.** {md_prose(v.next_step)}"]
     if v.saving:
-        out += ["", f"**What fixing it would save.** {md_literal(v.saving.sentence)}"]
+        out += ["", f"**What fixing it would save.** {md_prose(v.saving.sentence)}"]
     if v.other_losses:
-        out += ["", f"**Also.** {md_literal(' '.join(v.other_losses))}"]
+        out += ["", f"**Also.** {md_prose(' '.join(v.other_losses))}"]
     if summary:
         out += ["", "## Summary", "", model_markdown(summary)]
     out += ["", "## What would sharpen this diagnosis", ""]
@@ -65,7 +65,7 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
     if len(analysis.ranks) == 1 and (analysis.world_size or 1) > 1:
         missing.append(f"This is one rank of {analysis.world_size}: load the directory of all ranks' traces to "
                        "compare ranks.")
-    out += [f"- {md_literal(m)}" for m in missing] or ["- Nothing obvious: the trace has steps and Python frames."]
+    out += [f"- {md_prose(m)}" for m in missing] or ["- Nothing obvious: the trace has steps and Python frames."]
     if not v.limiter:
         return "\n".join(out) + "\n"
 
@@ -205,7 +205,7 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
                        duration(k.max_us), (code(shorten(k.op, 40)) + _op_source(k.op_from)) if k.op else "-"]
                       for i, k in enumerate(kernels, 1)])]
     for title, line in further_findings(r):
-        out += ["", f"**{title}.** {md_literal(line)}"]
+        out += ["", f"**{title}.** {md_prose(line)}"]
     out += sections_under(r, "", who)
     if kernels:
         out += ["", fold[0], ""]

@@ -16,6 +16,7 @@ from ...detect.compare.diff import DiffResult
 from ...detect.registry import DETECTORS
 from ...detect.verdict.diagnose import Verdict
 from ...sentences import device_lines
+from ...text import md_prose
 from ..scope import default_scope, scope_options
 
 
@@ -72,7 +73,8 @@ class SidePanel(VerticalScroll):
             lines += device_lines(r)
         self.query_one("#summary", Static).update("\n".join(lines))
         v = analysis.verdict
-        verdict = f"**{v.headline}**\n\n{v.next_step}" if v.limiter else f"**{v.headline}**"
+        # trace strings in the verdict show as written: no link or markup comes out of a kernel's name
+        verdict = f"**{md_prose(v.headline)}**" + (f"\n\n{md_prose(v.next_step)}" if v.limiter else "")
         await self.query_one("#verdict", Markdown).update(verdict)
         self.query_one("#scope", Select).set_options([(Text(label), value) for label, value in scope_options(analysis)])
         self.watch_scope(self.scope)
