@@ -101,6 +101,26 @@ def test_question_gets_tool_blocks_and_a_streamed_answer(tmp_path):
     assert cut.startswith("Because the") and "the model reached its limit" in cut  # not shown as finished
 
 
+def test_a_link_in_an_answer_is_shown_not_opened(tmp_path):
+    # a model (or the offline analyst) quoting a kernel named "[docs](http://e/x)" makes a link
+    model = scripted(AIMessage(content="See [docs](http://e/x) for the kernel."))
+
+    async def run():
+        app = InProcessApp(str(RESNET_NW0), model=model, save_dir=tmp_path)
+        opened: list[str] = []
+        app.open_url = lambda url, **_: opened.append(url)  # type: ignore[method-assign]
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(app, pilot)
+            await ask(pilot, app, "What are the hot kernels?")
+            block = app.query(AnswerBlock).last()
+            block.post_message(AnswerBlock.LinkClicked(block, "http://e/x"))
+            await pilot.pause()
+            return opened, [str(n.message) for n in app._notifications]
+
+    opened, notes = asyncio.run(run())
+    assert opened == [] and any("http://e/x" in n for n in notes)
+
+
 def test_escape_stops_the_answer(tmp_path):
     model = scripted(tool_call("verdict"), AIMessage(content=" ".join(f"word{i}" for i in range(400))), delay_s=0.02)
 

@@ -91,9 +91,14 @@ class AnswerBlock(Markdown):
     """
 
     def __init__(self) -> None:
-        super().__init__("")
+        super().__init__("", open_links=False)  # an answer may quote a trace string shaped as a link
         self.text = ""
         self._stream: MarkdownStream | None = None
+
+    def on_markdown_link_clicked(self, event: Markdown.LinkClicked) -> None:
+        """A link is shown, not opened: answers quote trace strings, and a trace may name a kernel
+        '[docs](http://…)'."""
+        self.notify(f"Not opened (answers can quote trace strings): {event.href}", markup=False)
 
     async def add(self, text: str) -> None:
         if self._stream is None:
