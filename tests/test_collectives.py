@@ -98,6 +98,8 @@ def test_a_16_rank_two_node_all_reduce_is_measured_against_one_gpus_share_of_the
 
 
 def test_kernels_without_a_payload_are_counted_not_guessed(tmp_path):
+    from traceagent.detect.detectors.collectives import collectives_sentence
+
     b = TraceBuilder(H100)
     b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 0, 50)  # an NCCL kernel, no payload recorded
     assert detect_collectives(b.load(tmp_path)) is None
@@ -105,6 +107,8 @@ def test_kernels_without_a_payload_are_counted_not_guessed(tmp_path):
     b.collective(200, 20, 1024)
     result = detect_collectives(b.load(tmp_path, "two.json"))
     assert (result.calls, result.without_payload, result.bytes) == (1, 2, 2048)
+    assert collectives_sentence(result).startswith(
+        "1 collective (and 2 collective kernels without a recorded payload, not counted) moved 2.05 kB")
 
 
 def one_large_or_many_small(tmp_path: Path, small: bool) -> Path:

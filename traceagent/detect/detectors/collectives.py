@@ -297,7 +297,10 @@ def collectives_sentence(result: CollectivesResult) -> str | None:
              "below_peak": "well below the link's peak on large messages"}[result.bound]
     exposed = f"; {result.exposed_of_comm_pct:.0f}% of collective time is not hidden by compute" if result.exposed else ""
     plural = "s" if result.calls != 1 else ""
-    return (f"{result.calls} collective{plural} moved {size(result.bytes)} at {rate(result.busbw_gbps)} bus bandwidth, "
+    # kernels without a payload (symm_mem's multimem all-reduce, old PyTorch) are counted apart, never guessed
+    unread = (f" (and {result.without_payload} collective kernel{'s' if result.without_payload != 1 else ''} without "
+              "a recorded payload, not counted)") if result.without_payload else ""
+    return (f"{result.calls} collective{plural}{unread} moved {size(result.bytes)} at {rate(result.busbw_gbps)} bus bandwidth, "
             f"{result.peak_pct:.1f}% of {link.kind}'s {link.peak_gbps:g} GB/s (assumed: {link.assumption}): "
             f"{bound}{exposed}." + (f" Next: {'; and '.join(result.next_steps)}." if result.next_steps else ""))
 
