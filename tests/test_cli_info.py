@@ -40,6 +40,11 @@ def test_info_on_nsight_export_lists_two_devices(capsys):
     assert data["format"] == "nsys"
     assert data["traces"][0]["devices"] == {"0": "GPU 0", "1": "GPU 1"}
     assert data["traces"][0]["counts"]["kernels"] == 4010
+    code, out, _ = run_cli("info", str(NSYS_BEFORE), capsys=capsys)
+    rows = [line.split("│")[2].strip() for line in out.splitlines() if line.startswith("│")]
+    assert code == 0 and rows == ["0", "1"]  # unnamed GPUs by their id, not "0: GPU 0"
+    code, out, _ = run_cli("info", str(DLRM_8RANK), capsys=capsys)
+    assert "│ 0: Tesla" in out  # a named GPU keeps its name
 
 
 def test_cpu_only_trace_loads_and_says_so(capsys):

@@ -197,7 +197,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         if not r.breakdown.devices:
             table.add_row(str(r.rank), "none", "-", *counts)
         for i, (device, part) in enumerate(r.breakdown.devices.items()):
-            name = escape(f"{device}: {r.meta.devices.get(device, f'GPU {device}')}")
+            named = r.meta.devices.get(device, f"GPU {device}")
+            name = escape(str(device) if named == f"GPU {device}" else f"{device}: {named}")  # not "0: GPU 0"
             table.add_row(str(r.rank) if i == 0 else "", name, duration(part.span_us), *(counts if i == 0 else [""] * 5))
     out.print(table)
     for r in analysis.ranks:
