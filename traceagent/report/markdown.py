@@ -52,7 +52,7 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
         out.append(f"Limiter: `{v.limiter}` · root cause: `{v.root_cause}`")
     else:
         out.append(f"**{md_prose(v.headline)}**")
-    # verdict prose quotes trace strings (kernel names, frames): everything in it shows literally
+    # verdict prose quotes trace strings (kernel names, frames): it shows literally but for our own code spans
     out += ["", f"**Hypothesis.** {md_prose(v.hypothesis)}", "", f"**Next step.** {md_prose(v.next_step)}"]
     if v.saving:
         out += ["", f"**What fixing it would save.** {md_prose(v.saving.sentence)}"]
