@@ -187,7 +187,7 @@ def test_every_finding_carries_its_saving(capsys):
     from traceagent.detect.core.vocabulary import GAP_CAUSES, GAP_ROOT
 
     for cause, idle_us in rank["idle"]["by_cause_us"].items():  # a gap removed saves at most its length
-        (mine,) = [s for s in rank["savings"] if GAP_CAUSES[cause].label in s["finding"]]
+        (mine,) = [s for s in rank["savings"] if s["finding"] == GAP_CAUSES[cause].finding]
         assert (mine["upper_bound_us"], mine["root_cause"]) == (idle_us, GAP_ROOT[cause])
     assert any(s["upper_bound_us"] == rank["memcpy"]["exposed_us"] for s in rank["savings"])  # exposed copies
     assert all(k["saving_2x_us"] == round(k["total_us"] / 2, 3) for k in rank["hot_kernels"])

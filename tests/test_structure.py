@@ -157,6 +157,7 @@ def test_every_word_has_a_label_meaning_and_colours():
     assert set(vocabulary.GAP_ROOT) == set(vocabulary.GAP_CAUSES)
     assert set(vocabulary.GAP_ROOT.values()) <= set(vocabulary.ROOT_CAUSES)
     assert all(word.measure for word in vocabulary.ROOT_CAUSES.values())
+    assert all(word.finding for word in vocabulary.GAP_CAUSES.values())  # each names its saving
 
 
 def test_the_system_prompt_states_the_four_limiters():

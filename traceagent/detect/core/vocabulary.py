@@ -23,6 +23,7 @@ class Word:
     measure: str = ""  # root causes: the quantity `diff` follows before and after
     said: str = ""  # how answers and questions name it (a regex): what an answer blames, what a question asks about
     change: str = ""  # root causes: the what-if change that fixes it (`traceagent whatif --change`), where there is one
+    finding: str = ""  # gap causes: their idle time as a saving names it ("Fixing idle time during other host work …")
 
 
 def _table(*words: Word) -> dict[str, Word]:
@@ -71,23 +72,28 @@ ROOT_CAUSES = _table(
 #: What the launching thread was doing over an idle gap.
 GAP_CAUSES = _table(
     Word("dataloader", "waiting for data loading", "the DataLoader (or a data range) covers the gap",
-         "#e4572e", "red", said=r"data[\s_-]?load(?:ing|er)|dataloader|input pipeline"),
+         "#e4572e", "red", said=r"data[\s_-]?load(?:ing|er)|dataloader|input pipeline",
+         finding="idle time waiting for data loading"),
     Word("sync", "after host synchronizations", "a synchronization call ended inside the gap or just before it",
          "#8e44ad", "magenta", said=r"\bsync(?:hroni[sz]\w*)?|\.item\(\)|\.cpu\(\)|cuda\w*synchronize|"
-         r"block(?:s|ed|ing)? (?:on|for) the (?:gpu|device)|wait(?:s|ed|ing)? for the (?:gpu|device) to finish"),
+         r"block(?:s|ed|ing)? (?:on|for) the (?:gpu|device)|wait(?:s|ed|ing)? for the (?:gpu|device) to finish",
+         finding="idle time after host synchronizations"),
     Word("launch_overhead", "launch-bound (kernels shorter than their launch)",
          "the host was launching, and each kernel is shorter than its launch",
-         "#f3a712", "yellow", said=r"launch[\s_-]?(?:overhead|bound)"),
+         "#f3a712", "yellow", said=r"launch[\s_-]?(?:overhead|bound)",
+         finding="launch-bound idle time (kernels shorter than their launch)"),
     Word("host_other", "other host work", "host events cover the gap but launch nothing", "#29335c", "blue",
-         said=r"other host work|host[\s_]other|host-side work"),
+         said=r"other host work|host[\s_]other|host-side work", finding="idle time during other host work"),
     Word("no_host_activity", "nothing traced on the host", "no host event covers the gap (untraced Python, I/O, "
-         "another process)", "#9aa0a6", "bright_black", said=r"nothing traced|untraced|no host activity|no_host_activity"),
+         "another process)", "#9aa0a6", "bright_black", said=r"nothing traced|untraced|no host activity|no_host_activity",
+         finding="idle time with nothing traced on the host"),
     Word("device_stall", "with work queued that the device did not start", "the op after the gap had been "
          "launched for most of it, and the device ran nothing", "#6c5b7b", "bright_magenta",
-         said=_STALL_SAID),
+         said=_STALL_SAID, finding="idle time with work queued that the device did not start"),
     Word("launch_latency", "launch latency (short gaps between kernels)",
          "a gap shorter than launch_gap_us between two device ops",
-         "#f7d08a", "bright_yellow", said=r"launch[\s_-]?latency"),
+         "#f7d08a", "bright_yellow", said=r"launch[\s_-]?latency",
+         finding="idle time in launch latency (short gaps between kernels)"),
 )
 
 #: The root cause each gap cause counts towards.

@@ -96,7 +96,7 @@ def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, k
     whole, gpus = idle.device_time_us, max(1, len(idle.devices))
     out = []
     for cause, us_ in idle.by_cause_us.items():
-        out.append(_saving(f"idle time {GAP_CAUSES[cause].label}", GAP_ROOT[cause], us_, whole, steps,
+        out.append(_saving(GAP_CAUSES[cause].finding, GAP_ROOT[cause], us_, whole, steps,
                            "an upper bound: removing a gap saves at most its length", gpus=gpus))
     if copies.exposed_us:
         root = "pageable_memcpy" if copies.pageable_bytes * 2 >= max(copies.bytes, 1) else "memcpy"
