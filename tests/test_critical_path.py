@@ -88,6 +88,15 @@ def test_a_kernel_off_the_path_sharing_the_short_name_of_one_on_it_is_another(tm
     assert "not on it: another Kernel2 (other work hides them" in critical_path_sentence(path)
 
 
+def test_the_sentence_names_a_kernel_to_80_characters(tmp_path):
+    name = "Cijk_Alik_Bljk_BBS_BH_" + "_".join(f"OPT{i}" for i in range(100))  # a Tensile GEMM's name: 600 characters
+    b = TraceBuilder()
+    b.kernel(name, 10, 100, launch_at=0)
+    path = traceagent.analyze(b.write(tmp_path / "t.json"), use_cache=False).focus.findings.critical_path
+    assert path.kernels[0].name == name  # whole in the result
+    assert f"; {name[:79]}… is on it" in critical_path_sentence(path)
+
+
 def test_annotate_draws_the_path_as_a_track(tmp_path):
     source = one_step(tmp_path)
     out = tmp_path / "annotated.json"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...format import duration
+from ...format import duration, shorten
 from ...trace.model import Trace, among, matches, rows_where
 from ...trace.normalize import innermost_enclosing
 from ..core.view import index_type, pct, us
@@ -419,12 +419,13 @@ def critical_path_sentence(result: CriticalPathResult) -> str | None:
             f"{result.host_work_pct:.1f}% host work between them and {result.wait_pct:.1f}% waits")
     if result.kernels:
         k = result.kernels[0]
-        text += (f"; {k.short_name} is on it for {duration(k.on_path_us)} of its {duration(k.total_us)}, so making it "
-                 f"twice as fast saves at most {duration(k.saving_2x_us)}")
+        # a sentence names kernels to 80 characters (a Tensile GEMM's name runs to 600); tables and tools keep them whole
+        text += (f"; {shorten(k.short_name, 80)} is on it for {duration(k.on_path_us)} of its {duration(k.total_us)}, "
+                 f"so making it twice as fast saves at most {duration(k.saving_2x_us)}")
     if result.off_path:
         # short names are not unique (cutlass::Kernel2<…> of two tile shapes): one on the path makes an off one "another"
         on = {k.short_name for k in result.kernels}
-        off = [f"another {name}" if name in on else name for name in result.off_path[:3]]
+        off = [f"another {shorten(name, 80)}" if name in on else shorten(name, 80) for name in result.off_path[:3]]
         text += f"; not on it: {', '.join(off)} (other work hides them: faster, they save nothing)"
     if result.host_ops:
         text += "; its host time is in " + ", ".join(f"{h.name} {duration(h.on_path_us)}" for h in result.host_ops[:3])

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ...format import duration, rate
+from ...format import duration, rate, shorten
 from ...trace.model import Trace, among, matches
 from ..core import intervals as iv
 from ..core.links import NAMED_LINKS, host_link, link_for, named_link
@@ -1097,7 +1097,7 @@ def _after(g: Graph, r: Replayed, d_delay: np.ndarray, wait: np.ndarray,
                   f"{busy_pct:.1f}% of the replayed span")
     else:
         limits = (f"device work sets the pace: {100 * device_ns / path:.0f}% of the replayed critical path is on the GPU"
-                  + (f", most in {short_name(top_name)}" if top_name else "")
+                  + (f", most in {shorten(short_name(top_name), 80)}" if top_name else "")
                   + f", busy {busy_pct:.1f}% of the replayed span; the hot kernels come next")
     return busy_pct, bound, limits
 
