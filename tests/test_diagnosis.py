@@ -304,6 +304,20 @@ def test_host_work_names_the_users_own_line_not_the_librarys(tmp_path):
     assert v.next_step.startswith("Start at data.py(20): tokenize_batch")
 
 
+@pytest.mark.parametrize("generated", ["/tmp/torchinductor_root/od/cod4x.py(232): call",
+                                       "<eval_with_key>.12(5): forward"])
+def test_code_torch_compile_generated_is_not_the_users_line(tmp_path, generated):
+    # the user's step calls a compiled function: Inductor's generated file (or an FX graph module)
+    # is torch's, not a line to edit; the verdict starts at the user's frame above it
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, launch_at=0, launch_dur=1)
+    b.python("train.py(30): step", 100, 500)
+    b.python(generated, 110, 480)
+    b.kernel("gemm", 610, 90, launch_at=600)
+    v = traceagent.analyze(b.write(tmp_path / "compiled.json"), use_cache=False).verdict
+    assert v.evidence["python"] == "train.py(30): step" and v.next_step.startswith("Start at train.py(30): step")
+
+
 def test_a_launch_bound_optimizer_is_named_by_its_range_and_told_to_fuse(tmp_path):
     # an unfused AdamW: inside `Optimizer.step#AdamW.step` the host launches one 3 µs kernel per
     # parameter from aten::add_ (the op names no optimizer), each launch taking 15 µs: 30 gaps of

@@ -30,9 +30,11 @@ LIBRARY_PACKAGES = (
     "hydra", "omegaconf", "google", "grpc", "requests", "urllib3", "fsspec", "pyarrow", "msgspec", "packaging",
     "importlib", "multiprocessing", "concurrent", "asyncio", "json", "logging", "collections", "dataclasses",
 )
-#: Python frames from libraries or the standard library rather than the user's code.
+#: Python frames from libraries or the standard library rather than the user's code, and code that
+#: torch.compile generated (Inductor's cache `/tmp/torchinductor_<user>/…`, FX's `<eval_with_key>`).
 LIBRARY_FRAME = re.compile(
-    r"^(<built-in|<frozen|nn\.Module:|threading\.py|contextlib\.py|typing\.py|functools\.py"
+    r"^(<built-in|<frozen|<eval_with_key>|.*/torchinductor_[^/]*/|nn\.Module:|threading\.py|contextlib\.py"
+    r"|typing\.py|functools\.py"
     r"|enum\.py|abc\.py|copy\.py|weakref\.py|<string>|.*site-packages/|.*/lib/python\d|.*dist-packages/"
     r"|Optimizer\.|(?:" + "|".join(LIBRARY_PACKAGES) + r")/)")
 
