@@ -85,3 +85,21 @@ def test_the_chat_loads_a_capture_in_its_child_process_as_analyze_does():
     assert [(k.name, k.op, k.op_from) for k in analysis.focus.findings.kernels.top] == \
         [(k.name, k.op, k.op_from) for k in expected]
     assert any(k.op_from == "capture" for k in expected)
+
+
+def test_a_graph_replays_kernels_have_one_launch_latency_and_no_launch_cost_of_their_own(tmp_path):
+    # by hand: a cudaGraphLaunch at 0-10 µs replays three 5 µs kernels from 20, 25 and 30; a
+    # cudaLaunchKernel at 100-105 launches a 2 µs kernel at 110. Latency: the replay's first kernel
+    # (20 µs) and the plain one (10 µs), median 15 (not 22.5 over every node); launch cost and
+    # "shorter than its launch": the plain kernel's alone (5 µs, 1 of 1), not the graph call's 10 µs
+    from traceagent.detect.detectors.launch import detect_launch
+
+    b = TraceBuilder()
+    b.runtime("cudaGraphLaunch", 0, 10, correlation=99)
+    for start in (20, 25, 30):
+        b._x("kernel", f"node_{start}", start, 5, pid=0, tid=7, device=0, stream=7, correlation=99)
+    b.kernel("plain", 110, 2, launch_at=100, launch_dur=5)
+    result = detect_launch(b.load(tmp_path))
+    assert (result.kernels, result.by_call) == (4, {"cudaGraphLaunch": 3, "cudaLaunchKernel": 1})
+    assert (result.median_latency_us, result.median_launch_us, result.median_kernel_us) == (15.0, 5.0, 2.0)
+    assert result.short_kernel_pct == 100.0

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...trace.model import Trace, matches
+from ...trace.normalize import GRAPH_LAUNCH
 from ..core.host import LAUNCH_CALLS, kernel_launches
 from ..core.view import on_device, pct, us
 from .base import Detector, Key
@@ -16,11 +17,11 @@ from .base import Detector, Key
 @dataclass(frozen=True)
 class LaunchResult:
     kernels: int  # kernels linked to their launch call
-    median_latency_us: float  # launch call start → kernel start
+    median_latency_us: float  # launch call start → kernel start (a graph replay's: its first kernel's)
     p90_latency_us: float
-    median_launch_us: float  # duration of the launch call itself
+    median_launch_us: float  # duration of the launch call itself (graph replays' kernels have none of their own)
     median_kernel_us: float
-    short_kernel_pct: float  # kernels shorter than their launch call
+    short_kernel_pct: float  # kernels shorter than their launch call, of those not replayed from a graph
     by_call: dict[str, int]  # launches per API (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch...)
     before_launch_pct: float = 0.0  # kernels that start before their launch call: host and device clocks disagree
 
@@ -36,18 +37,24 @@ def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:
     linked = linked[matches(linked["name_call"], LAUNCH_CALLS)]
     if linked.empty:
         return LaunchResult(0, 0.0, 0.0, 0.0, 0.0, 0.0, {})
-    latency = (linked["start"] - linked["start_call"]).to_numpy()
+    # a graph launch is one call for all its kernels: the first kernel of each replay measures the
+    # launch latency (a later one waits for the nodes before it), and none pays a launch of its own
+    graph = matches(linked["name_call"], GRAPH_LAUNCH)
+    timed = ~graph | ~linked.duplicated(["tid", "start_call"]).to_numpy()  # rows are in start order
+    latency = (linked["start"] - linked["start_call"]).to_numpy()[timed]
     # a kernel cannot start before it is launched: such pairs measure clock skew, not latency
     skewed = latency < 0
     measured = latency[~skewed] if (~skewed).any() else np.zeros(1, dtype=np.int64)
-    call_dur = (linked["end_call"] - linked["start_call"]).to_numpy()
-    kernel_dur = (linked["end"] - linked["start"]).to_numpy()
+    own = linked[~graph]
+    call_dur = (own["end_call"] - own["start_call"]).to_numpy()
+    kernel_dur = (own["end"] - own["start"]).to_numpy()
     by_call = linked["name_call"].astype(object).value_counts()  # not str: pandas 3 would build Arrow strings
     return LaunchResult(
         kernels=len(linked), median_latency_us=us(np.median(measured)), p90_latency_us=us(np.percentile(measured, 90)),
-        median_launch_us=us(np.median(call_dur)), median_kernel_us=us(np.median(kernel_dur)),
-        short_kernel_pct=pct((kernel_dur < call_dur).sum(), len(linked)),
-        by_call={str(k): int(v) for k, v in by_call.items()}, before_launch_pct=pct(int(skewed.sum()), len(linked)),
+        median_launch_us=us(np.median(call_dur)) if len(own) else 0.0,
+        median_kernel_us=us(np.median(kernel_dur)) if len(own) else 0.0,
+        short_kernel_pct=pct((kernel_dur < call_dur).sum(), len(own)),
+        by_call={str(k): int(v) for k, v in by_call.items()}, before_launch_pct=pct(int(skewed.sum()), len(latency)),
     )
 
 
