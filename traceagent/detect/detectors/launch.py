@@ -40,20 +40,23 @@ def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:
     # a graph launch is one call for all its kernels: the first kernel of each replay measures the
     # launch latency (a later one waits for the nodes before it), and none pays a launch of its own
     graph = matches(linked["name_call"], GRAPH_LAUNCH)
-    timed = ~graph | ~linked.duplicated(["tid", "start_call"]).to_numpy()  # rows are in start order
-    latency = (linked["start"] - linked["start_call"]).to_numpy()[timed]
+    own = ~graph
+    timed = own.copy()
+    if graph.any():  # rows are in start order: a replay's first is the first of its call (thread, start)
+        timed[graph] = ~linked.loc[graph, ["tid", "start_call"]].duplicated().to_numpy()
+    start, start_call = linked["start"].to_numpy(), linked["start_call"].to_numpy()
+    latency = (start - start_call)[timed]
     # a kernel cannot start before it is launched: such pairs measure clock skew, not latency
     skewed = latency < 0
     measured = latency[~skewed] if (~skewed).any() else np.zeros(1, dtype=np.int64)
-    own = linked[~graph]
-    call_dur = (own["end_call"] - own["start_call"]).to_numpy()
-    kernel_dur = (own["end"] - own["start"]).to_numpy()
+    call_dur = (linked["end_call"].to_numpy() - start_call)[own]
+    kernel_dur = (linked["end"].to_numpy() - start)[own]
     by_call = linked["name_call"].astype(object).value_counts()  # not str: pandas 3 would build Arrow strings
     return LaunchResult(
         kernels=len(linked), median_latency_us=us(np.median(measured)), p90_latency_us=us(np.percentile(measured, 90)),
-        median_launch_us=us(np.median(call_dur)) if len(own) else 0.0,
-        median_kernel_us=us(np.median(kernel_dur)) if len(own) else 0.0,
-        short_kernel_pct=pct((kernel_dur < call_dur).sum(), len(own)),
+        median_launch_us=us(np.median(call_dur)) if len(call_dur) else 0.0,
+        median_kernel_us=us(np.median(kernel_dur)) if len(kernel_dur) else 0.0,
+        short_kernel_pct=pct((kernel_dur < call_dur).sum(), len(call_dur)),
         by_call={str(k): int(v) for k, v in by_call.items()}, before_launch_pct=pct(int(skewed.sum()), len(latency)),
     )
 
