@@ -133,7 +133,8 @@ def test_a_path_kernel_is_timed_as_the_raw_trace_has_it():
     assert 0 < top.on_path_us <= top.total_us
 
 
-def test_the_host_ops_on_the_path_are_named(tmp_path):
+@pytest.mark.parametrize("tid", [100, -1220540864])  # Kineto writes pthread ids cut to int32: negative too
+def test_the_host_ops_on_the_path_are_named(tmp_path, tid):
     # one thread: aten::empty 0-80 (host work, no launch), aten::relu 80-100 launching at 85-95 a
     # kernel that runs 100-110; then aten::empty 110-190, aten::relu 190-210 launching at 195-205 a
     # kernel 210-220. The path, walked back from the last kernel to the first device work (100):
@@ -144,6 +145,8 @@ def test_the_host_ops_on_the_path_are_named(tmp_path):
         b.op("aten::empty", t, 80)
         b.op("aten::relu", t + 80, 20)
         b.kernel("relu_kernel", t + 100, 10, launch_at=t + 85, launch_dur=10)
+    for event in b.events:
+        event["tid"] = tid if event["tid"] == 100 else event["tid"]  # the host thread's; the kernels' is their stream
     path = traceagent.analyze(b.write(tmp_path / "host_ops.json")).ranks[0].findings.critical_path
     assert [(h.name, h.on_path_us) for h in path.host_ops] == [("aten::empty", 7 * 95 / 8), ("aten::relu", 10.0)]
     assert path.host_ops[0].share_of_host_pct == round(100 * 7 * 95 / 8 / 105, 2)

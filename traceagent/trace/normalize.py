@@ -86,12 +86,14 @@ def _take(values: list, codes: np.ndarray) -> pd.Categorical:
 def thread_time(pid: np.ndarray, tid: np.ndarray, t: np.ndarray, t_min: int, width: int) -> np.ndarray:
     """Times shifted so each thread owns a disjoint stretch of one axis: per-thread interval
     work then runs as a single sorted-array pass over all threads."""
-    thread, _ = pd.factorize(_thread_key(pid, tid))  # threads numbered in any order: hashing, not sorting
+    thread, _ = pd.factorize(thread_keys(pid, tid))  # threads numbered in any order: hashing, not sorting
     return thread.astype(np.int64) * width + (t - t_min)
 
 
-def _thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    return (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
+def thread_keys(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Each (pid, tid) as one int64: the pid above 32 bits, the tid's 32 bits below (Kineto writes
+    pthread ids cut to int32, negative ones too), so `key >> 32` is the pid again."""
+    return (np.asarray(pid, dtype=np.int64) << 32) ^ (np.asarray(tid, dtype=np.int64) & 0xFFFFFFFF)
 
 
 def nesting_depth(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -149,8 +151,8 @@ def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t
     width = int(max(o_end.max(), t.max()) - t_min) + 1
     # the events' threads numbered by hashing, each query's looked up among them (-1: a thread with
     # no event, where no query finds one): no concatenated copy of events and queries
-    threads, known = pd.factorize(_thread_key(outer["pid"].to_numpy(np.int64), outer["tid"].to_numpy(np.int64)))
-    asked_thread = pd.Index(known).get_indexer(_thread_key(np.asarray(pid, dtype=np.int64), np.asarray(tid, dtype=np.int64)))
+    threads, known = pd.factorize(thread_keys(outer["pid"].to_numpy(), outer["tid"].to_numpy()))
+    asked_thread = pd.Index(known).get_indexer(thread_keys(pid, tid))
     s = threads.astype(np.int64) * width + (o_start - t_min)
     del threads
     q = np.where(asked_thread >= 0, asked_thread.astype(np.int64) * width + (np.asarray(t, dtype=np.int64) - t_min), -1)

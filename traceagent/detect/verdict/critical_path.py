@@ -26,7 +26,7 @@ import pandas as pd
 
 from ...format import duration, shorten
 from ...trace.model import Trace, among, matches, rows_where
-from ...trace.normalize import innermost_enclosing
+from ...trace.normalize import innermost_enclosing, thread_keys
 from ..core.view import index_type, pct, us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector
@@ -218,13 +218,8 @@ def range_window(trace: Trace, name: str, instance: int = 1) -> tuple[int, int]:
 
 
 def thread_key(rows: pd.DataFrame) -> np.ndarray:
-    """Each host row's thread as one number: pid << 32 | tid."""
+    """Each host row's thread as one number (normalize.thread_keys)."""
     return thread_keys(rows["pid"].to_numpy(), rows["tid"].to_numpy())
-
-
-def thread_keys(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """thread_key of pid and tid arrays."""
-    return np.asarray(pid, dtype=np.int64) * (1 << 32) + np.asarray(tid, dtype=np.int64)
 
 
 def blocking_waits(c_pid: np.ndarray, c_end: np.ndarray, blocking: np.ndarray, d_device: np.ndarray,

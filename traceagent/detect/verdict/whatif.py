@@ -31,6 +31,7 @@ import pandas as pd
 
 from ...format import duration, rate, shorten
 from ...trace.model import Trace, among, matches
+from ...trace.normalize import thread_keys
 from ..core import intervals as iv
 from ..core.links import NAMED_LINKS, host_link, link_for, named_link
 from ..core.peaks import known_gpus, peak_for
@@ -39,7 +40,7 @@ from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
 from ..detectors.kernels import short_name
-from .critical_path import blocking_waits, thread_key, thread_keys
+from .critical_path import blocking_waits, thread_key
 from .savings import Saving, estimate_savings
 
 #: the changes, as `--change` takes them
