@@ -15,6 +15,7 @@ import traceagent
 from traceagent.detect.compare.diff import diff
 from traceagent.detect.core.encode import to_data
 from traceagent.detect.detectors.collectives import CollectivesParams, detect_collectives
+from traceagent.format import rate
 from traceagent.report.markdown import render_diff_markdown, render_markdown
 from traceagent.schema import SCHEMAS
 
@@ -143,6 +144,7 @@ def test_one_large_collective_is_bandwidth_bound_and_many_small_ones_latency_bou
     change = diff(small, large).collectives
     assert change["before"]["calls_per_step"] == 200 and change["after"]["calls_per_step"] == 1
     assert "latency-bound → bandwidth-bound" in change["sentence"]
+    assert f"bus bandwidth {rate(tiny.busbw_gbps)} → {rate(big.busbw_gbps)}," in change["sentence"]  # each side alike
     assert change["sentence"] in render_diff_markdown(diff(small, large))
     jsonschema.Draft202012Validator(SCHEMAS["diff"]()).validate(json.loads(json.dumps(to_data(diff(small, large)))))
     jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(json.loads(json.dumps(small.to_dict())))

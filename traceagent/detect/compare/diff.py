@@ -420,7 +420,7 @@ def _collectives(before: Analysis, after: Analysis) -> CollectivesChange | None:
     calls = (f"{b['calls_per_step']:g} → {a['calls_per_step']:g} per step" if b["calls_per_step"] is not None
              and a["calls_per_step"] is not None else f"{b['calls']} → {a['calls']}")
     sentence = (f"Collectives: {calls}, {size(b['mean_bytes'])} → {size(a['mean_bytes'])} each; "
-                f"{words[b['bound']]} → {words[a['bound']]} (bus bandwidth {b['busbw_gbps']:.1f} → "
+                f"{words[b['bound']]} → {words[a['bound']]} (bus bandwidth {rate(b['busbw_gbps'])} → "
                 f"{rate(a['busbw_gbps'])}, {percent(b['peak_pct'])} → {percent(a['peak_pct'])} of the assumed "
                 f"link's peak); not hidden by compute: {percent(b['exposed_of_comm_pct'])} → "
                 f"{percent(a['exposed_of_comm_pct'])} of collective time.")
