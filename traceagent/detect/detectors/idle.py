@@ -481,7 +481,8 @@ def _evidence(trace: Trace, gap, origin: int, details: pd.DataFrame) -> Gap:
 
 
 def _queued(trace: Trace, gap) -> GapEvidence:
-    """A stalled gap's op (the one after it) and how long it had been queued when it started."""
+    """A stalled gap's op (the one after it) and how long it sat queued on the idle device: from its
+    launch call's return, or the gap's start if later, to its start (the classifier's `queued`)."""
     view = next(v for v in device_views(trace) if v.device == gap.device)
     work = view.work.iloc[int(gap.next_op)]
     returned = launch_calls(trace, np.array([work["correlation"]]), ("end",))["end"].to_numpy(np.int64, na_value=0)[0]
