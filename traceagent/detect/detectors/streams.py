@@ -146,11 +146,13 @@ def streams_sentence(result: StreamsResult) -> str | None:
     waits = {"the host (host wait)": busiest.host_wait_us, "queued kernels (kernel wait)": busiest.kernel_wait_us,
              "other streams or events (other wait)": busiest.other_wait_us}
     why = max(waits, key=waits.__getitem__)
-    idle = (f"; of its {duration(busiest.idle_us)} idle, most waits for {why}: {duration(waits[why])}"
-            if busiest.idle_us else "")
-    if busiest.idle_us and busiest.unlaunched_wait_us > busiest.idle_us / 2:  # no host side recorded for its ops
+    if not busiest.idle_us:
+        idle = ""
+    elif busiest.unlaunched_wait_us > busiest.idle_us / 2:  # no host side recorded for its ops
         idle = (f"; of its {duration(busiest.idle_us)} idle, {duration(busiest.unlaunched_wait_us)} is before ops "
                 "whose launch call is not in the trace, so what they waited for is unknown (other wait)")
+    else:
+        idle = f"; of its {duration(busiest.idle_us)} idle, most waits for {why}: {duration(waits[why])}"
     many = f"{result.streams} streams; the busiest, " if result.streams > 1 else "One stream, "
     return text + (f"{many}GPU {busiest.device} stream {busiest.stream}, is busy {busiest.busy_of_span_pct:.1f}% of "
                    f"its span{idle}.")
