@@ -1,0 +1,111 @@
+"""GPU time by class of work (a registered detector): each device op classed by its kernel's name
+and the op that launched it. The trace is built here and every share worked out by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import jsonschema
+from builder import TraceBuilder
+
+from traceagent import analyze
+from traceagent.agent.offline import OfflineAnalyst
+from traceagent.agent.tools import AnalysisContext, build_tools
+from traceagent.cli import main
+from traceagent.detect.core.encode import to_data
+from traceagent.detect.detectors.time_by_class import time_by_class_sentence
+from traceagent.schema import SCHEMAS
+
+#: (launching op or None, kernel name, µs): 300 µs of device work back to back from t=0, plus a
+#: collective (25 µs) and a copy (15 µs) — 340 µs in all
+WORK = [
+    ("aten::mm", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", 100),
+    # cuDNN runs a GEMM for the convolution: the op decides, it is the convolution's time
+    ("aten::cudnn_convolution", "volta_sgemm_64x64_nt", 50),
+    ("aten::_flash_attention_forward", "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64>>(Flash_fwd_params)", 40),
+    ("aten::mul", "void at::native::vectorized_elementwise_kernel<4, at::native::mul_kernel>(int, T)", 30),
+    ("aten::native_layer_norm", "void at::native::vectorized_layer_norm_kernel<float>(int, float)", 20),
+    # a generic op: the kernel's name decides (a softmax, not an elementwise op)
+    ("aten::_softmax", "void softmax_warp_forward<float, float, float, 10>(float*, int)", 10),
+    # rotary embedding is elementwise work, not an embedding lookup
+    (None, "rotary_embedding_kernel", 5),
+    ("aten::embedding", "void at::native::indexSelectLargeIndex<float, long>(T*, long)", 5),
+    (None, "my_custom_kernel", 40),
+]
+
+
+async def _last(events):
+    return [e async for e in events][-1]
+
+
+def classes_trace(tmp_path):
+    b = TraceBuilder()
+    t = 0
+    for op, kernel, dur in WORK:
+        if op:
+            b.op(op, t, 4)
+        b.kernel(kernel, t, dur, launch_at=t + 1, launch_dur=2)
+        t += dur
+    b.collective(t, 25, nelems=1 << 20)
+    b.memcpy(t + 25, 15, 1 << 20, src="Pinned", launch_at=t + 20, launch_dur=2)
+    return b.write(tmp_path / "classes.json")
+
+
+def test_every_op_is_classed_and_the_shares_are_worked_out_by_hand(tmp_path):
+    analysis = analyze(classes_trace(tmp_path))
+    result = analysis.ranks[0].results["time_by_class"]
+    assert result.device_time_us == 340.0
+    by_name = {c.name: (c.ops, c.time_us, c.share_pct) for c in result.classes}
+    assert by_name == {
+        "gemm": (1, 100.0, 29.41), "convolution": (1, 50.0, 14.71), "attention": (1, 40.0, 11.76),
+        "other": (1, 40.0, 11.76), "elementwise": (2, 35.0, 10.29), "communication": (1, 25.0, 7.35),
+        "normalization": (1, 20.0, 5.88), "copy": (1, 15.0, 4.41), "reduction": (1, 10.0, 2.94),
+        "indexing": (1, 5.0, 1.47)}
+    assert [c.name for c in result.classes][:3] == ["gemm", "convolution", "attention"]  # most time first
+    assert result.classes[0].top == ["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"]
+    # by nature: compute 190 µs, memory (elementwise 35, norm 20, copy 15, reduction 10, indexing 5) 85 µs
+    assert (result.compute_pct, result.memory_pct, result.communication_pct, result.other_pct) == (
+        55.88, 25.0, 7.35, 11.76)
+    data = json.loads(json.dumps(analysis.to_dict()))
+    assert data["ranks"][0]["time_by_class"] == to_data(result)
+    jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(data)
+
+
+def test_the_tool_the_report_and_the_offline_analyst_say_the_same_shares(tmp_path, capsys):
+    path = classes_trace(tmp_path)
+    analysis = analyze(path)
+    result = analysis.ranks[0].results["time_by_class"]
+    ctx = AnalysisContext(analysis)
+    tool = {t.name: t for t in build_tools(ctx)}["time_by_class"]
+    assert json.loads(tool.invoke({}))["classes"] == to_data(result)["classes"]
+    attention = next(c for c in result.classes if c.name == "attention")
+    answer = asyncio.run(_last(OfflineAnalyst(ctx).answer("How much time does attention take?")))
+    assert f"attention {attention.share_pct:.1f}%" in answer.text
+    assert main(["report", str(path), "-o", str(tmp_path / "report.md")]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "GPU time by class" in report and f"| attention | {attention.share_pct:.1f}% |" in report
+
+
+def test_mostly_memory_bound_kernels_get_the_advice_to_fuse_them_and_copies_do_not(tmp_path):
+    b = TraceBuilder()
+    b.op("aten::mm", 0, 4)
+    b.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", 0, 30, launch_at=1)
+    for i in range(7):  # 70 µs of elementwise kernels against 30 µs of matmul
+        b.op("aten::add", 30 + i * 10, 4)
+        b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::add_kernel>(int, T)", 30 + i * 10, 10,
+                 launch_at=31 + i * 10)
+    eager = analyze(b.write(tmp_path / "eager.json")).ranks[0].results["time_by_class"]
+    assert "70.0% of it is in kernels that are memory-bound by nature" in time_by_class_sentence(eager)
+    copies = TraceBuilder()
+    copies.memcpy(0, 90, 1 << 24, launch_at=0)
+    copies.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::add_kernel>(int, T)", 90, 10)
+    moved = analyze(copies.write(tmp_path / "copies.json")).ranks[0].results["time_by_class"]
+    assert moved.memory_pct == 100.0 and "fusing" not in time_by_class_sentence(moved)
+
+
+def test_a_rank_without_device_work_cannot_say(tmp_path):
+    b = TraceBuilder()
+    b.op("aten::add", 0, 10)
+    analysis = analyze(b.write(tmp_path / "cpu.json"))
+    assert analysis.ranks[0].results["time_by_class"] is None
