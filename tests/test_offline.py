@@ -53,6 +53,10 @@ def collectives(ctx):
     return focus(ctx).results["collectives"]
 
 
+def classes(ctx):
+    return focus(ctx).results["time_by_class"]
+
+
 def comparison(ctx):
     return ctx.analysis.comparison
 
@@ -75,6 +79,12 @@ TABLE = [
      lambda c: [f"saves at most {duration(focus(c).findings.critical_path.kernels[0].saving_2x_us)}"]),
     ("R", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**No.**", "not by compute"]),
     ("R", "Is it input-bound?", "bound", {"limit": "input"}, lambda c: ["**Yes.**"]),
+    # two bounds named: which of them, or neither; kernels memory-bound by nature against compute-heavy ones
+    ("R", "Are we bound by communication or data loading?", "bound", {"limits": ("communication", "input")},
+     lambda c: ["**Data loading**, not communication."]),
+    ("R", "Is it compute-bound or memory-bound?", "bound", {"limits": ("memory_bound", "compute")},
+     lambda c: ["**Neither.**", f"{percent(classes(c).compute_pct)} of device time is in compute-heavy kernels",
+                f"{percent(classes(c).memory_kernels_pct)} in kernels memory-bound by nature"]),
     ("R", "Which kernel is slowest per call?", "slow_kernel", {},
      lambda c: [detect_hot_kernels(focus(c).trace, top=1, order="mean").top[0].short_name, top_kernel(c).short_name]),
     ("R", "Why is dgrad_engine so slow?", "kernel", {"kernel": "dgrad_engine"},
@@ -133,6 +143,8 @@ TABLE = [
     ("D", "Why is rank 9 slow?", "idle", {"rank": 9}, lambda c: ["no rank 9 in this trace"]),
     ("D", "What should I optimize first on rank 0?", "optimize_first", {"rank": 0}, lambda c: ["Start with"]),
     ("N", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**Yes.**"]),
+    ("N", "compute bound or memory bound?", "bound", {"limits": ("memory_bound", "compute")},
+     lambda c: ["**Compute**, not memory bandwidth.", f"{percent(classes(c).compute_pct)} of device time is in compute-heavy"]),
     ("N", "Why is GPU 1 idle?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(idle(c).devices[1].idle_pct)}**"]),
     ("N", "did it help?", "compare", {},

@@ -51,6 +51,7 @@ UNITS["kB"], UNITS["kB/s"] = UNITS["KB"], UNITS["KB/s"]
 _KEY_UNITS = [(re.compile(p), q, s) for p, q, s in [
     (r"(^|_)us$", "time", 1.0), (r"(^|_)ns$", "time", 1e-3), (r"(^|_)ms$", "time", 1e3), (r"_s$", "time", 1e6),
     (r"(^|_)(pct|percent)$", "percent", 1.0), (r"(^|_)gbps$", "bandwidth", 1.0), (r"(^|_)bytes$", "bytes", 1.0),
+    (r"(^|_)gbytes$", "bytes", 1e9),
     (r"(^|_)(x|ratio|speedup)$", "ratio", 1.0), (r"(^|_)tflops$", "flops", 1e12), (r"(^|_)flops$", "flops", 1.0),
 ]]
 # keys that name a thing (rank 3, GPU 0, step 8, stream 7) rather than measure it

@@ -19,6 +19,7 @@ from functools import partial
 from ..detect.compare.scaling import PARTS
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
+from ..detect.detectors.flops import roofline
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import short_name
@@ -101,7 +102,9 @@ class OfflineAnalyst:
             "optimize_first": Plan(lambda q, at: [("verdict", at)], self._optimize_first),
             "saving": Plan(lambda q, at: [("verdict", at)], self._saving),
             "whatif": Plan(lambda q, at: [("what_if", {"change": self._change(q)} | _rank(at))], self._what_if),
-            "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)], self._bound),
+            "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)]
+                          + ([("time_by_class", at), ("flops", at)] if {"compute", "memory_bound"} & set(q.limits) else []),
+                          self._bound),
             "slow_kernel": Plan(lambda q, at: [("hot_kernels", at | {"order_by": "mean", "top": 5}),
                                                ("hot_kernels", at | {"top": 3}), ("kernel_profiles", {})],
                                 self._slow_kernel),
@@ -291,25 +294,50 @@ class OfflineAnalyst:
             lines += [f"- {s.sentence}" for s in others]
         return "\n".join(lines)
 
-    def _bound(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer) -> str:
+    def _bound(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer,
+               classes: DetectorAnswer | None = None, flops: FlopsAnswer | None = None) -> str:
         v = verdict.verdict
         limiter, root = v.limiter, v.root_cause
         if not limiter:
             return v.headline + "."
-        asked = q.limit
-        bound = BOUNDS.get(asked or "")
-        yes = None if bound is None else bool({limiter, root} & bound.means)
+        by_class = classes.result if classes is not None else None
         what = (f"{label(LIMITERS, limiter)}" + (f" ({label(ROOT_CAUSES, root)})" if root else ""))
-        if bound is None or yes is None:
+        asked = [k for k in q.limits if k in BOUNDS]
+
+        # kernels mostly memory-bound by nature, on a busy device: "compute- or memory-bound?" is then memory
+        memory = None if by_class is None else by_class.memory_kernels_pct > by_class.compute_pct
+
+        def holds(kind: str) -> bool | None:
+            if kind == "memory_bound":
+                return None if memory is None else limiter == "compute" and memory
+            busy = bool({limiter, root} & BOUNDS[kind].means)
+            return busy and not memory if kind == "compute" and "memory_bound" in asked and memory is not None else busy
+
+        said = {k: holds(k) for k in asked}
+        yes = [k for k, held in said.items() if held]
+        if not asked or None in said.values():
             head = f"It is limited by **{what}**."
-        elif yes:
-            head = f"**Yes.** It is limited by {what}."
+        elif len(asked) == 1:
+            head = (f"**Yes.** It is limited by {what}." if yes else
+                    f"**No.** It is limited by {what}, not by {BOUNDS[asked[0]].label}.")
+        elif yes:  # "compute- or memory-bound?": which of them
+            others = [BOUNDS[k].label for k in asked if k not in yes]
+            head = (f"**{', '.join(BOUNDS[k].label for k in yes).capitalize()}**" + (f", not {' or '.join(others)}"
+                    if others else "") + f". It is limited by {what}.")
         else:
-            head = f"**No.** It is limited by {what}, not by {bound.label}."
+            head = f"**Neither.** It is limited by {what}, not by {' or '.join(BOUNDS[k].label for k in asked)}."
         lines = [head, "", f"{self._who(verdict.scope)}{v.headline}. {v.hypothesis}"]
-        if asked == "copies":
-            lines.append("Whether kernels are bound by GPU memory bandwidth is not in a timeline trace: profile the "
-                         "hot kernel with Nsight Compute (`ncu --set full`) to see its DRAM throughput.")
+        if by_class is not None:
+            lines.append(f"By class of work: {percent(by_class.compute_pct)} of device time is in compute-heavy kernels "
+                         f"(matmul, attention, convolution), {percent(by_class.memory_kernels_pct)} in kernels "
+                         "memory-bound by nature (elementwise, normalization, reductions, indexing)"
+                         + (f", {percent(copies.share_pct)} in copies and memsets" if (copies := next(
+                             (c for c in by_class.classes if c.name == "copy"), None)) else "") + ".")
+        if flops is not None and flops.flops is not None and (placed := roofline(flops.flops).strip()):
+            lines.append(placed)
+        if {"copies", "memory_bound"} & set(asked):
+            lines.append("A kernel's own DRAM throughput is not in a timeline trace: profile the hot kernel with Nsight "
+                         "Compute (`ncu --set full`) to measure it.")
         lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
         return "\n".join(lines)
 

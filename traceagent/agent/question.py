@@ -65,9 +65,11 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"report)"),
 ]]
 LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kind, p in [
+    # kernels bound by the GPU's memory bandwidth, not copies: "memory-bound", "bound by bandwidth"
+    ("memory_bound", r"\b(?:memory|bandwidth|dram|hbm)[- ]bound|\bbound by (?:the )?(?:memory|bandwidth|dram|hbm)"),
     ("communication", r"\b(?:communication|comm|nccl|network|collective)"),
     ("launch", r"\b(?:launch|overhead)"),
-    ("input", r"\b(?:input|data[- ]?load|dataloader|i/?o)\b|\bdata[- ]bound"),
+    ("input", r"\b(?:input|data[- ]?load\w*|dataloader|i/?o)\b|\bdata[- ]bound"),
     ("host", r"\b(?:cpu|host|python)\b"),
     ("copies", r"\b(?:memory|bandwidth|copy|copies|memcpy|pcie)"),
     ("compute", r"\b(?:compute|gpu|math|flops?)\b"),
@@ -94,8 +96,9 @@ class Question:
     steps: list[int] = field(default_factory=list)
     kernel: str | None = None  # a hot kernel of this trace that the question names (its short name)
     min_us: float | None = None
-    limit: str | None = None  # for "is it X-bound?": compute, copies, communication, launch, host, input
+    limit: str | None = None  # for "is it X-bound?": compute, copies, communication, launch, host, input, memory_bound
     foreign: bool = False  # mostly non-Latin script: open questions need a model
+    limits: tuple[str, ...] = ()  # every bound the question names ("compute- or memory-bound?"), `limit` first
 
 
 def understand(text: str, ctx: AnalysisContext) -> Question:
@@ -109,14 +112,24 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     device = int(m.group(1)) if (m := _DEVICE.search(text)) else None
     steps = [int(n) for m in _STEPS.finditer(text) for n in m.groups() if n]
     min_us = float(m.group(1)) * _SCALE[m.group(2).lower()] if (m := _THRESHOLD.search(text)) else None
-    limit = next((kind for kind, pattern in LIMIT_WORDS if pattern.search(text)), None) if intent == "bound" else None
+    limits = _limits(text) if intent == "bound" else ()
+    limit = limits[0] if limits else None
     kernel = named_kernel(text, ctx)
     if kernel and intent in (None, "idle", "summary", "kernels", "slow_kernel"):
         intent = "kernel"  # "why is dgrad_engine so slow?": about that kernel
     letters = [c for c in text if c.isalpha()]
     english = len(set(re.findall(r"[a-z]+", text.lower())) & _ENGLISH)
     foreign = bool(letters) and (sum(c.isascii() for c in letters) < len(letters) / 2 or (not english and intent is None))
-    return Question(text, intent, rank, device, steps, kernel, min_us, limit, foreign)
+    return Question(text, intent, rank, device, steps, kernel, min_us, limit, foreign, limits)
+
+
+def _limits(text: str) -> tuple[str, ...]:
+    """The bounds a question names, in LIMIT_WORDS' order; "memory-bound" is about kernels, so
+    "memory" then names copies only beside a copy word."""
+    named = [kind for kind, pattern in LIMIT_WORDS if pattern.search(text)]
+    if "memory_bound" in named and "copies" in named and not re.search(r"\b(?:cop(?:y|ies)|memcpy|pcie)", text, re.I):
+        named.remove("copies")
+    return tuple(named)
 
 
 def named_kernel(text: str, ctx: AnalysisContext) -> str | None:

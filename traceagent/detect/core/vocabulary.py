@@ -127,6 +127,8 @@ BOUNDS = {
     "launch": Bound("kernel launches", frozenset({"launch_overhead"})),
     "host": Bound("the host (CPU)", frozenset({"launch_overhead", "host_other", "sync", "dataloader"})),
     "input": Bound("data loading", frozenset({"dataloader"})),
+    # no verdict names it: the device time by class says (kernels memory-bound by nature against compute-heavy)
+    "memory_bound": Bound("memory bandwidth", frozenset()),
 }
 
 

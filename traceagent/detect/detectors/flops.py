@@ -436,10 +436,10 @@ def flops_sentence(flops: FlopsResult | None) -> str | None:
     if flops.mfu_pct is not None:
         text += (f"; MFU {percent(flops.mfu_pct)} over the span ({flops.dtype} on {flops.peak_family}, "
                  f"peak {flops.peak_tflops:g} TFLOP/s per GPU: {flops.peak_source})")
-    return text + "." + (f" Not counted: {flops.note}." if flops.note else "") + _roofline(flops)
+    return text + "." + (f" Not counted: {flops.note}." if flops.note else "") + roofline(flops)
 
 
-def _roofline(flops: FlopsResult) -> str:
+def roofline(flops: FlopsResult) -> str:
     """' Roofline (least bytes: inputs read once, outputs written once): aten::mm 662 FLOP/byte, …'"""
     placed = [o for o in flops.by_op if o.intensity_flop_per_byte is not None][:3]
     text = ""
