@@ -109,3 +109,55 @@ def test_a_rank_without_device_work_cannot_say(tmp_path):
     b.op("aten::add", 0, 10)
     analysis = analyze(b.write(tmp_path / "cpu.json"))
     assert analysis.ranks[0].results["time_by_class"] is None
+
+
+ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::add_kernel>(int, T)"
+
+
+def eager_trace(tmp_path, name: str, elementwise: list[float], kernel: str = ELEMENTWISE):
+    """A matmul of 30 µs, then elementwise kernels of the lengths given, back to back from t=0 on
+    one stream with no launch calls (the replay keeps each op's measured gap after the one before: 0)."""
+    b = TraceBuilder()
+    b.op("aten::mm", 0, 1)
+    b.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", 0, 30)
+    t = 30.0
+    for dur in elementwise:
+        b.kernel(kernel, t, dur)
+        t += dur
+    return b.write(tmp_path / name)
+
+
+def test_a_busy_device_mostly_in_memory_bound_kernels_is_told_to_fuse_them_and_the_saving_is_replayed(tmp_path):
+    # 100 µs busy, no idle: 30 µs of matmul, 70 µs of elementwise kernels (70% memory-bound, 30% compute-heavy)
+    analysis = analyze(eager_trace(tmp_path, "eager.json", [10.0] * 7))
+    v = analysis.verdict
+    assert (v.limiter, v.root_cause) == ("compute", "memory_bound_kernels")
+    assert (v.evidence["memory_kernels_pct"], v.evidence["compute_heavy_pct"]) == (70.0, 30.0)
+    assert "70.0% of device time is in kernels memory-bound by nature" in v.headline
+    assert "torch.compile" in v.next_step
+    # the bound: 70 µs 2× faster saves 35 µs of the 100 µs span; the replay: each elementwise kernel 5 µs
+    # shorter, back to back, the span 65 µs: the same 35%
+    assert v.saving is not None and v.saving.change == "class:memory_bound=x2"
+    assert (v.saving.upper_bound_us, v.saving.pct, v.saving.simulated_pct) == (35.0, 35.0, 35.0)
+    compiled = analyze(eager_trace(tmp_path, "compiled.json", [10.0] * 7, kernel="triton_poi_fused_add_mul_0"))
+    assert "torch.compile's generated kernels already" in compiled.verdict.next_step
+    # one hot matmul does not make it: 70 µs of GEMM against 30 µs of elementwise work
+    b = TraceBuilder()
+    b.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", 0, 70)
+    b.kernel(ELEMENTWISE, 70, 30)
+    assert analyze(b.write(tmp_path / "matmul.json")).verdict.root_cause == "hot_kernel"
+
+
+def test_whatif_makes_a_class_of_kernels_faster_and_diff_follows_their_share(tmp_path, capsys):
+    before = eager_trace(tmp_path, "before.json", [10.0] * 7)
+    assert main(["whatif", str(before), "--change", "class:elementwise=x2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["measured_us"], result["predicted_us"]) == (100.0, 65.0)
+    assert main(["whatif", str(before), "--change", "class:matmuls=x2"]) == 2
+    assert "no class 'matmuls'; the classes are gemm, attention" in capsys.readouterr().err
+    # fused: one elementwise kernel of 20 µs; memory-bound kernels 70% of the span before, 40% after
+    after = eager_trace(tmp_path, "after.json", [20.0])
+    assert main(["diff", str(before), str(after), "--json"]) == 0
+    root = json.loads(capsys.readouterr().out)["root_cause"]
+    assert (root["cause"], root["before_pct"], root["after_pct"], root["gone"]) == ("memory_bound_kernels", 70.0, 40.0,
+                                                                                    False)

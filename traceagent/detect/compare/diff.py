@@ -17,6 +17,7 @@ from ..analysis import SCHEMA_VERSION, Analysis
 from ..core.view import pct
 from ..core.vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
 from ..detectors.collectives import CollectivesParams, CollectivesResult, classify
+from ..detectors.time_by_class import memory_kernels_us
 
 # a root cause below this share of the span (or of copied bytes) counts as gone
 GONE_BELOW_PCT = 2.0
@@ -242,6 +243,8 @@ def _cause_share(s: dict[str, Any], a: Analysis, root: str | None, kernel: str |
         return s["comm_exposed_pct"]
     if root == "straggler":  # the others' waiting for it, over their device time
         return s["straggler_pct"]
+    if root == "memory_bound_kernels":  # their time in this trace, over this trace's span
+        return pct(sum(memory_kernels_us(c) for r in a.ranks if (c := r.results.get("time_by_class"))), s["span_us"])
     if root == "hot_kernel":  # that kernel's time in this trace, over this trace's span
         total = sum(k.total_us for r in a.ranks for k in r.findings.kernels.top if k.name == kernel)
         return pct(total, s["span_us"])

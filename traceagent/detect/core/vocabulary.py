@@ -65,6 +65,10 @@ ROOT_CAUSES = _table(
          "magenta", "exposed communication", said=r"communicat|nccl|rccl|collective|all-?reduce|all-?gather"),
     Word("straggler", "a straggler rank", "one rank enters collectives last and the others wait for it",
          "#c0392b", "bright_red", "waiting for the straggler", said=r"straggler|slow(?:est)? rank|late rank|lateness"),
+    Word("memory_bound_kernels", "memory-bound kernels", "most device time goes to kernels that move more bytes "
+         "than they compute with (elementwise, normalization, reductions), spread over many ops", "#17becf", "cyan",
+         "time in memory-bound kernels", said=r"memory[- ]bound|\bfus(?:e|ed|ing|ion)\b|elementwise",
+         change="class:memory_bound=x2"),
     Word("hot_kernel", "a hot kernel", "one kernel takes the largest share of device time", "#2e86ab", "blue",
          "time in the top kernel", said=r"\bkernel|gemm|matmul|compute"),
 )

@@ -86,6 +86,9 @@ OP_CLASSES = [(name, re.compile(pattern)) for name, pattern in [
 #: op classes that decide over the kernel's name (the kernels such an op runs are its work)
 _OP_DECIDES = ("communication", "attention", "convolution", "gemm", "normalization", "optimizer")
 _ORDER = list(CLASSES)
+#: kernels memory-bound by nature limit a busy device where they take at least this share of its
+#: time and more than the compute-heavy ones
+MEMORY_BOUND_MIN_PCT = 40.0
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ def _codes(column: pd.Series, classify) -> np.ndarray:
     return table[column.cat.codes.to_numpy()]  # code -1 (missing) takes the last entry
 
 
-def classify(device_ops: pd.DataFrame) -> np.ndarray:
+def classes_of(device_ops: pd.DataFrame) -> np.ndarray:
     """Each device op's class, as an index into CLASSES' order."""
     by_kernel, by_op = _codes(device_ops["name"], kernel_class), _codes(device_ops["op"], op_class)
     decides = np.isin(by_op, [_ORDER.index(c) for c in _OP_DECIDES])
@@ -144,6 +147,28 @@ def classify(device_ops: pd.DataFrame) -> np.ndarray:
     return chosen
 
 
+def class_rows(device_ops: pd.DataFrame, names: list[str]) -> np.ndarray:
+    """The device ops of the classes named (a class, or a nature: memory_bound, compute_heavy);
+    ValueError naming the classes there are."""
+    unknown = [n for n in names if n not in CLASSES and n not in NATURES]
+    if unknown:
+        raise ValueError(f"no class {', '.join(map(repr, unknown))}; the classes are {', '.join(CLASSES)}, and the "
+                         f"natures {', '.join(NATURES)}")
+    wanted = [i for i, c in enumerate(CLASSES.values()) if c.name in names or c.nature in names]
+    return np.isin(classes_of(device_ops), wanted)
+
+
+def memory_kernels_us(result: TimeByClassResult) -> float:
+    """The device time of kernels memory-bound by nature (copies and memsets left out)."""
+    return round(sum(c.time_us for c in result.classes if c.nature == "memory_bound" and c.name != "copy"), 3)
+
+
+def memory_bound_dominates(result: TimeByClassResult) -> bool:
+    """Whether kernels memory-bound by nature take most of a busy device's time: fusing them, not
+    one hot kernel, is then what to do."""
+    return result.memory_kernels_pct >= MEMORY_BOUND_MIN_PCT and result.memory_kernels_pct > result.compute_pct
+
+
 def detect_time_by_class(trace: Trace) -> TimeByClassResult | None:
     """None where the rank ran no device work."""
     gpu = trace.gpu
@@ -151,7 +176,7 @@ def detect_time_by_class(trace: Trace) -> TimeByClassResult | None:
     if ops.empty:
         return None
     dur = (ops["end"].to_numpy(np.int64) - ops["start"].to_numpy(np.int64)).clip(0)
-    chosen = classify(ops)
+    chosen = classes_of(ops)
     time = np.bincount(chosen, weights=dur, minlength=len(_ORDER))
     count = np.bincount(chosen, minlength=len(_ORDER))
     total = int(dur.sum())
@@ -187,7 +212,7 @@ def time_by_class_sentence(result: TimeByClassResult) -> str:
     text = (f"Of {duration(result.device_time_us)} of device time (its ops' durations added up, every GPU of the "
             f"rank): {'; '.join(parts)}. By nature: " + ", ".join(f"{percent(p)} {what}" for p, what in natures if p)
             + ".")
-    if result.memory_kernels_pct >= 30 and result.memory_kernels_pct > result.compute_pct:
+    if memory_bound_dominates(result):
         text += (f" {percent(result.memory_kernels_pct)} of it is in kernels that are memory-bound by nature (elementwise, "
                  "normalization, reductions, indexing): fusing them (torch.compile, fused norm and activation "
                  "kernels) cuts the bytes they move.")

@@ -25,13 +25,14 @@ from ..detectors.comm import CommResult
 from ..detectors.flops import FlopsResult
 from ..detectors.graphs import GraphsResult
 from ..detectors.idle import IdleResult, LaunchBound
-from ..detectors.kernels import KernelsResult, short_name
+from ..detectors.kernels import HotKernel, KernelsResult, short_name
 from ..detectors.launch import LaunchResult
 from ..detectors.memcpy import MemcpyResult
 from ..detectors.memory import MemoryResult
 from ..detectors.steps import StepsResult
 from ..detectors.stragglers import RankComparison
 from ..detectors.streams import SHARED_FIX
+from ..detectors.time_by_class import TimeByClassResult, memory_bound_dominates
 from ..detectors.workload import Workload
 from . import advice
 from .critical_path import CriticalPathResult
@@ -131,6 +132,9 @@ class ComputeEvidence(JobEvidence, total=False):
     kernel_share_of_busy_pct: float
     kernel_total_us: float
     kernel_count: int
+    # where kernels memory-bound by nature take most of the device (root cause memory_bound_kernels)
+    memory_kernels_pct: float  # of device time: elementwise, normalization, reductions, indexing, optimizer
+    compute_heavy_pct: float  # of device time: matmul, attention, convolution
 
 
 class StragglerEvidence(JobEvidence, total=False):
@@ -199,6 +203,7 @@ class Findings:
     graphs: GraphsResult | None = None
     annotations: AnnotationsResult | None = None
     critical_path: CriticalPathResult | None = None
+    classes: TimeByClassResult | None = None  # device time by class of work
 
     @classmethod
     def of(cls, results: Mapping[str, Any], has_python_frames: bool, has_device_activity: bool) -> Findings:
@@ -208,7 +213,8 @@ class Findings:
                    launch=results["launch"], steps=results["steps"], has_python_frames=has_python_frames,
                    has_device_activity=has_device_activity, workload=results["workload"], savings=results["savings"],
                    critical_path=results["critical_path"], flops=results.get("flops"), memory=results.get("memory"),
-                   graphs=results.get("graphs"), annotations=results.get("annotations"))
+                   graphs=results.get("graphs"), annotations=results.get("annotations"),
+                   classes=results.get("time_by_class"))
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:
@@ -483,6 +489,8 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
     evidence |= ComputeEvidence(kind="compute", kernel=top.name, short_name=top.short_name,
                                 kernel_share_of_busy_pct=top.share_of_busy_pct, kernel_total_us=top.total_us,
                                 kernel_count=top.count)
+    if f.classes is not None and memory_bound_dominates(f.classes):
+        return _memory_bound_verdict(f, f.classes, top, evidence, also)
     return Verdict("compute", "hot_kernel",
                    f"{_busy(f)}; the top kernel, {top.short_name}, "
                    f"takes {top.share_of_busy_pct:.1f}% of busy time",
@@ -491,6 +499,29 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
                    f"Profile that kernel: `{advice.profile_line('--ncu', repr(top.short_name))}` (Nsight Compute on "
                    "it, joined to the trace), and check it runs in a fast dtype (bf16/TF32) and shape.",
                    evidence, also)
+
+
+def _memory_bound_verdict(f: Findings, classes: TimeByClassResult, top: HotKernel, evidence: ComputeEvidence,
+                          also: list[str]) -> Verdict:
+    """A busy device whose time goes mostly to kernels memory-bound by nature, over many ops: no
+    one kernel is the fix; fusing them is."""
+    evidence |= ComputeEvidence(kind="compute", memory_kernels_pct=classes.memory_kernels_pct,
+                                compute_heavy_pct=classes.compute_pct)
+    memory = [c for c in classes.classes if c.nature == "memory_bound" and c.name != "copy"]
+    named = "; ".join(f"{c.label} {c.share_pct:.1f}%" + (f" (led by {c.top[0]})" if c.top else "")
+                      for c in memory[:3] if c.share_pct >= 1.0)
+    generated = bool(memory and memory[0].top and memory[0].top[0].startswith("triton_"))
+    step = ("They are torch.compile's generated kernels already: find what splits the graph (`TORCH_LOGS=graph_breaks`), "
+            "try `mode=\"max-autotune\"`, and keep activations in bf16 (half the bytes)" if generated else
+            "Fuse them: compile the model with `torch.compile` (or use fused kernels for the norms, activations and "
+            "rotary embeddings; for inference, a serving engine such as vLLM or SGLang)")
+    return Verdict("compute", "memory_bound_kernels",
+                   f"{_busy(f)}; {classes.memory_kernels_pct:.1f}% of device time is in kernels memory-bound by nature, "
+                   f"{classes.compute_pct:.1f}% in matmul, attention and convolution",
+                   f"Time goes into kernel execution, mostly into kernels that move more bytes than they compute "
+                   f"with: {named}. They are many small ops, not one kernel: the top kernel, {top.short_name}, takes "
+                   f"{top.share_of_busy_pct:.1f}% of busy time. Fusing them cuts the bytes they move and their launches.",
+                   f"{step}; then re-profile and compare with `traceagent diff before after`.", evidence, also)
 
 
 _STRAGGLER_STEPS = {
@@ -504,6 +535,9 @@ _STRAGGLER_STEPS = {
                   "on one rank): profile that rank's host with py-spy and move the work off the critical path.",
     "device_stall": "Its GPU did not start work its host had already launched: check what else runs on that GPU "
                     "(nvidia-smi, rocm-smi) and its health (nvidia-smi -q: clocks, temperature, ECC).",
+    "memory_bound_kernels": "Its GPU spends longer than the others' in memory-bound kernels before each collective: "
+                            "check for uneven work (sequence lengths, routing) and for a GPU with slower memory "
+                            "(nvidia-smi -q: clocks, temperature, ECC).",
     "hot_kernel": "Its GPU computes longer than the others' before each collective: check for uneven work "
                   "(sharding, sequence lengths, routing), and for a slower GPU (nvidia-smi -q: clocks, "
                   "temperature, ECC, PCIe/NVLink placement).",
@@ -552,5 +586,6 @@ def rank_verdict(inputs: Inputs, params: VerdictParams) -> Verdict:
 
 DETECTOR = Detector("verdict", "Verdict", "What limits the rank, its root cause, evidence, next step and saving.",
                     VerdictParams(), Verdict, rank_verdict, settings="verdict", keys=(Key("verdict", Verdict),),
-                    reads=("idle", "memcpy", "comm", "kernels", "launch", "steps", "workload", "savings", "critical_path"),
+                    reads=("idle", "memcpy", "comm", "kernels", "launch", "steps", "workload", "savings", "critical_path",
+                           "time_by_class"),
                     place=83, tool=False)

@@ -24,6 +24,7 @@ from ..detectors.kernels import KernelsResult
 from ..detectors.memcpy import MemcpyResult
 from ..detectors.steps import StepsResult
 from ..detectors.stragglers import RankComparison
+from ..detectors.time_by_class import TimeByClassResult, memory_bound_dominates, memory_kernels_us
 from .critical_path import CriticalPathResult
 
 KERNEL_SPEEDUP = 2.0  # the k of "a kernel made k× faster"
@@ -90,9 +91,11 @@ def _saving(finding: str, root: str, us_: float, whole_us: float, steps: StepsRe
 
 
 def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, kernels: KernelsResult,
-                     steps: StepsResult | None, path: CriticalPathResult | None = None) -> list[Saving]:
+                     steps: StepsResult | None, path: CriticalPathResult | None = None,
+                     classes: TimeByClassResult | None = None) -> list[Saving]:
     """Every finding's saving, largest first: idle, copies and communication over the device time
-    of the rank's GPUs (its span with one); time on the critical path over the span."""
+    of the rank's GPUs (its span with one); time on the critical path over the span; kernels
+    memory-bound by nature, where they take most of the device, over its device time."""
     whole, gpus = idle.device_time_us, max(1, len(idle.devices))
     out = []
     for cause, us_ in idle.by_cause_us.items():
@@ -106,6 +109,11 @@ def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, k
         out.append(_saving("exposed communication", "communication", comm.exposed_us, whole, steps,
                            "an upper bound: communication hidden behind compute saves at most its exposed part",
                            gpus=gpus))
+    if classes is not None and memory_bound_dominates(classes):
+        out.append(_saving(f"memory-bound kernels made {KERNEL_SPEEDUP:g}× faster (fused)", "memory_bound_kernels",
+                           memory_kernels_us(classes) * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
+                           f"an upper bound: kernels {KERNEL_SPEEDUP:g}× faster save at most "
+                           f"{1 - 1 / KERNEL_SPEEDUP:.0%} of their time, if nothing else was hiding them", gpus=gpus))
     on_path = {k.name: k.on_path_us for k in path.kernels} if path else {}
     for k in kernels.top[:3]:
         if k.is_comm:

@@ -40,6 +40,7 @@ from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
 from ..detectors.kernels import short_name
+from ..detectors.time_by_class import class_rows
 from .critical_path import blocking_waits, thread_key
 from .savings import Saving, estimate_savings
 
@@ -49,6 +50,8 @@ CHANGES = {
     "sync=0": "every blocking wait removed, the value left on the device (sync:NAME=0: calls named NAME, or under op NAME)",
     "kernel:REGEX=xF": "kernels whose name matches REGEX F times faster",
     "op:NAME=xF": "the kernels an op (aten::mm, a record_function range) launches F times faster",
+    "class:NAMES=xF": "kernels of these classes of work F times faster (time_by_class's classes, or a nature: "
+                      "class:memory_bound=x2, what fusing memory-bound kernels buys at least)",
     "launch=graphs": "kernels launched from a CUDA graph: each launch call's host cost gone",
     "copies=pinned": "copies from pageable host memory made from pinned memory: asynchronous, at pinned bandwidth",
     "amp": "mixed precision: matmul-class kernels at the GPU's tensor-core peak ratio, the rest at half the bytes",
@@ -61,7 +64,7 @@ CHANGES = {
 # kernels that do matrix math (compute-bound at size); every other kernel is taken to move memory
 MATMUL_CLASS = re.compile(r"gemm|conv|cutlass|cublas|xmma|wgrad|dgrad|fprop|matmul|attention|attn|fmha|flash|sdpa|"
                           r"implicit_convolve|winograd|cudnn::detail|nchw.*(?:fw|bw)", re.I)
-_SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|launch|copies)(?::(?P<pattern>.+?))?=(?P<value>x?[\d.]+|graphs|"
+_SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|class|launch|copies)(?::(?P<pattern>.+?))?=(?P<value>x?[\d.]+|graphs|"
                    r"pinned)$")
 PINNED_SHARE = 0.8  # of the host link's peak, what pinned copies reach where the trace has none to measure
 _NEVER = np.iinfo(np.int64).min // 4  # no floor (a quarter of the range: sums stay in range)
@@ -90,6 +93,9 @@ class Change:
             return f"kernels matching {self.pattern!r} run {self.factor:g}× faster; launches and other work as measured"
         if self.what == "op":
             return f"the kernels {self.pattern!r} launches run {self.factor:g}× faster"
+        if self.what == "class":
+            return (f"kernels of class {self.pattern} run {self.factor:g}× faster (fusion also saves launches and "
+                    "round trips through memory that this leaves as measured)")
         if self.what == "amp":
             return ("mixed precision: matmul-class kernels run at the tensor-core peak ratio of the lower precision "
                     "(an upper bound: kernels rarely reach peak in either), every other kernel on half the bytes; "
@@ -154,7 +160,13 @@ def parse_change(spec: str) -> Change:
         raise ValueError(f"{spec!r}: write =0 (removed) or =xF (F times faster); the changes are: {valid}")
     if what == "sync" and not math.isinf(factor):
         raise ValueError(f"{spec!r}: a wait is removed (sync=0), not made faster")
-    if what in ("kernel", "op") and not pattern:
+    if what == "class":  # the names are checked before any trace is read
+        try:
+            class_rows(pd.DataFrame(columns=["name", "op", "kind", "is_comm"]).astype("category"),
+                       (pattern or "").split(","))
+        except ValueError as exc:
+            raise ValueError(f"{spec!r}: {exc}") from None
+    if what in ("kernel", "op", "class") and not pattern:
         raise ValueError(f"{spec!r}: name the kernels ({what}:NAME=xF)")
     if what == "kernel":
         try:
@@ -801,14 +813,19 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
                                                                         if change.pattern else "") + " in the trace")
             matched = int(hit.sum())
             wait = np.where(hit, -1, wait)
-        elif change.what in ("kernel", "op"):
-            column = g.d_names if change.what == "kernel" else g.d_ops
+        elif change.what in ("kernel", "op", "class"):
             pattern = change.pattern or ""
-            hit = matches(pd.Series(column), re.compile(pattern if change.what == "kernel" else f"^{re.escape(pattern)}$"))
+            if change.what == "class":
+                hit = class_rows(trace.gpu, pattern.split(","))[g.d_rows]
+            else:
+                column = g.d_names if change.what == "kernel" else g.d_ops
+                hit = matches(pd.Series(column), re.compile(pattern if change.what == "kernel"
+                                                            else f"^{re.escape(pattern)}$"))
             hit &= g.d_kind == "kernel"
             if not hit.any():
-                raise ValueError(f"{change.spec!r}: no kernel " + (f"matches {pattern!r}" if change.what == "kernel"
-                                                                   else f"is launched by op {pattern!r}"))
+                raise ValueError(f"{change.spec!r}: no kernel " + {"kernel": f"matches {pattern!r}",
+                                                                   "op": f"is launched by op {pattern!r}",
+                                                                   "class": f"is of class {pattern}"}[change.what])
             matched = int(hit.sum())
             d_dur = np.where(hit, d_dur / change.factor, d_dur)
         elif change.what in ("amp", "gpu"):
@@ -1138,6 +1155,7 @@ def simulated(trace: Trace, savings: list[Saving]) -> list[Saving]:
 #: each finding's saving: the bound, and the replay's prediction where a change models the fix
 DETECTOR = Detector("savings", "Savings", "What fixing each finding would give back, replayed where a change models it.",
                     None, list, lambda i, p: simulated(i.trace, estimate_savings(
-                        i["idle"], i["memcpy"], i["comm"], i["kernels"], i["steps"], i["critical_path"])),
-                    reads=("idle", "memcpy", "comm", "kernels", "steps", "critical_path"),
+                        i["idle"], i["memcpy"], i["comm"], i["kernels"], i["steps"], i["critical_path"],
+                        i["time_by_class"])),
+                    reads=("idle", "memcpy", "comm", "kernels", "steps", "critical_path", "time_by_class"),
                     keys=(Key("savings", list[Saving]),), place=82, tool=False)
