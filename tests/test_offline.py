@@ -53,6 +53,11 @@ def collectives(ctx):
     return focus(ctx).results["collectives"]
 
 
+def inside(ctx, op: str):
+    """The kernels an op launched, read from the events by the detector's own query."""
+    return detect_hot_kernels(focus(ctx).trace, top=5, op_filter=op)
+
+
 def classes(ctx):
     return focus(ctx).results["time_by_class"]
 
@@ -173,10 +178,16 @@ TABLE = [
      lambda c: [f"1. `{focus(c).findings.annotations.ranges[0].name}`"]),
     ("B", "Why is multimem_all_reduce_kernel slow?", "kernel", {"kernel": "multimem_all_reduce_kernel"},
      lambda c: ["**`multimem_all_reduce_kernel`** ran"]),
+    # an op named (not a kernel, and not vLLM's phases): its kernels, from the events at test time
+    ("B", "Where is the time going inside vllm::moe_forward?", "op", {"op": "vllm::moe_forward"},
+     lambda c: [f"**`vllm::moe_forward`** launched {inside(c, 'vllm::moe_forward').kernels} kernels",
+                f"1. `{inside(c, 'vllm::moe_forward').top[0].short_name[:40]}"]),
+    ("B", "how long does aten::addmm take?", "op", {"op": "aten::addmm"},
+     lambda c: [f"for {duration(inside(c, 'aten::addmm').total_us)} of device time"]),
 ]
 # Known gaps: questions an engineer asks that the table's reading does not handle yet.
 KNOWN_GAPS = {
-    ("B", "Where is the time going inside vllm::moe_forward?"),  # an op (not a kernel) named: no op filter yet
+    ("B", "Where is the time going inside the MoE layer?"),  # a layer named in words, not an op of the trace
 }
 
 ROWS = [pytest.param(*row, id=f"{row[0]}: {row[1]}") for row in TABLE]

@@ -33,6 +33,7 @@ from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import whatif_sentence
 from ..format import duration, flop_rate, of_span, percent, rate, shorten, size
 from ..sentences import device_lines, gpu_behind, straggler_sentence
+from ..text import code
 from ..trace.model import GPU_METRICS
 from .answers import (
     MAX_ITEMS,
@@ -111,6 +112,7 @@ class OfflineAnalyst:
             "kernel": Plan(lambda q, at: [("hot_kernels", at | {"name_filter": q.kernel, "top": 3}),
                                           ("kernel_instances", at | {"name": q.kernel, "top": 3}),
                                           ("kernel_profiles", {})], self._kernel),
+            "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5})], self._op),
             "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})], self._kernels),
             "copies": Plan(lambda q, at: [("data_movement", at), ("interconnect", at)], self._copies),
             "memory": Plan(lambda q, at: [("memory", at)], self._memory),
@@ -373,6 +375,18 @@ class OfflineAnalyst:
                 for i in inst) + ".")
         lines += ["", f"If it ran twice as fast it would save at most {duration(k.saving_2x_us)}.",
                   _why_slow([k.name], profiled)]
+        return "\n".join(lines)
+
+    def _op(self, q: Question, kernels: KernelsAnswer) -> str:
+        """Where the time inside one op goes: the kernels it launched, most time first."""
+        k = kernels.kernels
+        if not kernels.top:
+            return f"No kernel in this scope was launched by {code(q.op or '')}."
+        lines = [f"{self._who(kernels.scope)}**{code(q.op or '')}** launched {k.kernels} kernels ({k.distinct} distinct) "
+                 f"for {duration(k.total_us)} of device time. Its kernels, most time first:"]
+        lines += [f"{i}. {code(shorten(r.kernel.short_name, 60))}: {duration(r.kernel.total_us)} over {r.kernel.count} "
+                  f"calls (mean {duration(r.kernel.mean_us)}), {percent(r.kernel.share_of_busy_pct)} of busy time"
+                  + (f", from `{r.python}`" if r.python else "") for i, r in enumerate(kernels.top, 1)]
         return "\n".join(lines)
 
     def _kernels(self, q: Question, kernels: KernelsAnswer, profiled: KernelProfilesAnswer) -> str:

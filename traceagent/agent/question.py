@@ -83,6 +83,7 @@ _STEPS = re.compile(r"\bsteps?\s*#?(\d+)(?:\s*(?:vs\.?|versus|and|against|compar
                     r"(?:step\s*#?)?(\d+))?", re.I)
 _THRESHOLD = re.compile(r"\b(?:longer|more|over|above|at least|bigger|larger) than\s*(\d+(?:\.\d+)?)\s*(µs|us|ms|s)\b", re.I)
 _SCALE = {"µs": 1.0, "us": 1.0, "ms": 1e3, "s": 1e6}
+_OP_NAME = re.compile(r"[A-Za-z_][\w.]*::[\w.:]+")  # an op as the profiler names it: aten::mm, vllm::moe_forward
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class Question:
     device: int | None = None
     steps: list[int] = field(default_factory=list)
     kernel: str | None = None  # a hot kernel of this trace that the question names (its short name)
+    op: str | None = None  # an op of this trace that launched kernels and that the question names (aten::mm)
     min_us: float | None = None
     limit: str | None = None  # for "is it X-bound?": compute, copies, communication, launch, host, input, memory_bound
     foreign: bool = False  # mostly non-Latin script: open questions need a model
@@ -103,9 +105,11 @@ class Question:
 
 def understand(text: str, ctx: AnalysisContext) -> Question:
     """The intent and entities of a question about the loaded trace."""
+    # what the question asks is read without the ops it names ("vllm::moe_forward" is not about vLLM's phases)
+    words = _OP_NAME.sub(" ", text)
     # a registered detector that names its questions answers them first: its words are its own
-    asked = next((d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, text, re.I)), None)
-    intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(text)), None)
+    asked = next((d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, words, re.I)), None)
+    intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
     if intent == "compare" and ctx.other is None and _STEPS.search(text):
         intent = "one_step"  # "did step 5 improve?" with one trace: about that step
     rank = int(m.group(1)) if (m := _RANK.search(text)) else None
@@ -115,12 +119,15 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     limits = _limits(text) if intent == "bound" else ()
     limit = limits[0] if limits else None
     kernel = named_kernel(text, ctx)
+    op = None if kernel else named_op(text, ctx)
     if kernel and intent in (None, "idle", "summary", "kernels", "slow_kernel"):
         intent = "kernel"  # "why is dgrad_engine so slow?": about that kernel
+    elif op and intent in (None, "idle", "summary", "kernels", "slow_kernel"):
+        intent = "op"  # "where is the time going inside vllm::moe_forward?": that op's kernels
     letters = [c for c in text if c.isalpha()]
     english = len(set(re.findall(r"[a-z]+", text.lower())) & _ENGLISH)
     foreign = bool(letters) and (sum(c.isascii() for c in letters) < len(letters) / 2 or (not english and intent is None))
-    return Question(text, intent, rank, device, steps, kernel, min_us, limit, foreign, limits)
+    return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits)
 
 
 def _limits(text: str) -> tuple[str, ...]:
@@ -130,6 +137,17 @@ def _limits(text: str) -> tuple[str, ...]:
     if "memory_bound" in named and "copies" in named and not re.search(r"\b(?:cop(?:y|ies)|memcpy|pcie)", text, re.I):
         named.remove("copies")
     return tuple(named)
+
+
+def named_op(text: str, ctx: AnalysisContext) -> str | None:
+    """The op (namespace::name) of this trace that launched kernels and that the question names:
+    the one written, else the shortest that contains it."""
+    words = {w.lower().rstrip(".") for w in _OP_NAME.findall(text)}
+    if not words:
+        return None
+    ops = {str(c) for r in ctx.analysis.ranks for c in r.trace.gpu["op"].cat.categories}
+    hits = [o for o in ops if o.lower() in words] or [o for o in ops if any(w in o.lower() for w in words)]
+    return min(hits, key=lambda o: (len(o), o)) if hits else None
 
 
 def named_kernel(text: str, ctx: AnalysisContext) -> str | None:

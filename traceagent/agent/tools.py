@@ -326,18 +326,23 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
                 rank: Rank = None, device: Device = None, full_names: FullNames = False,
                 order_by: Annotated[KernelOrder, Field(description="rank by total time (default), by time per call "
                                                                     "(mean or max), or by launches (count)")] = "total",
+                op_filter: Annotated[str | None, Field(description="only kernels launched by an op whose name contains "
+                                                                    "this (aten::mm, vllm::moe_forward)")] = None,
                 ) -> KernelsAnswer:
     """Kernels ranked by total device time (or per call, or by launches): count, total, mean,
     median, max, share of busy time, the op that launched them, the user's Python line (when the
-    trace has frames) and achieved TFLOP/s and MFU (when it has shapes), on a rank's GPUs or one."""
+    trace has frames) and achieved TFLOP/s and MFU (when it has shapes), on a rank's GPUs or one;
+    with op_filter, where the time inside one op goes (the totals are then that op's kernels')."""
     r, scope = ctx.scoped(rank, device)
-    result = r.hot_kernels(top=_top(top), name_filter=name_filter, device=device, order=order_by)
+    result = r.hot_kernels(top=_top(top), name_filter=name_filter, device=device, order=order_by, op_filter=op_filter)
     frames = r.findings.has_python_frames
     lines = kernel_python_lines(r.trace, [k.name for k in result.top]) if frames else {}
     # from recorded shapes, over the rank's GPUs (see the flops tool)
     throughput = {k.name: k for k in r.findings.flops.by_kernel} if r.findings.flops and device is None else {}
     rows = [KernelRow(k, lines.get(k.name), throughput.get(k.name), full_names) for k in result.top]
-    note = None if result.kernels else (f"no kernels match {name_filter!r}" if name_filter else "no kernels in this scope")
+    wanted = " and ".join(w for w in (f"match {name_filter!r}" if name_filter else "",
+                                      f"are launched by an op matching {op_filter!r}" if op_filter else "") if w)
+    note = None if result.kernels else (f"no kernels {wanted}" if wanted else "no kernels in this scope")
     return KernelsAnswer(result, rows, scope, order_by, None if frames else NO_FRAMES, note)
 
 

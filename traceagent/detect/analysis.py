@@ -199,13 +199,14 @@ class RankAnalysis:
         return sorted(int(d) for d in self.findings.idle.devices)
 
     def hot_kernels(self, top: int = 10, name_filter: str | None = None, device: int | None = None,
-                    order: str = "total") -> KernelsResult:
+                    order: str = "total", op_filter: str | None = None) -> KernelsResult:
         """The hot kernels as analyzed (of the rank, or of one GPU), or a query of the events for
-        what the analysis did not list (a name filter, a longer list, another order)."""
+        what the analysis did not list (a name or op filter, a longer list, another order)."""
         kernels = self.findings.kernels if device is None else self.by_device[device].kernels
-        if name_filter is None and order == "total" and top <= len(kernels.top):
+        if name_filter is None and op_filter is None and order == "total" and top <= len(kernels.top):
             return replace(kernels, top=kernels.top[:top])
-        return detect_hot_kernels(self.trace, top=top, name_filter=name_filter, device=device, order=order)
+        return detect_hot_kernels(self.trace, top=top, name_filter=name_filter, device=device, order=order,
+                                  op_filter=op_filter)
 
     def memcpy(self, device: int | None = None) -> MemcpyResult:
         """Copies on the rank, or on one of its GPUs."""
