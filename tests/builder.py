@@ -41,18 +41,18 @@ class TraceBuilder:
         return self._x(cat, name, start, dur, tid=tid, **args)
 
     def _device(self, cat: str, name: str, start: float, dur: float, stream: int, launch_at: float | None,
-                launch_dur: float, call: str, device: int = 0, **args) -> dict:
+                launch_dur: float, call: str, device: int = 0, launch_tid: int = TID, **args) -> dict:
         self.correlation += 1
         if launch_at is not None:
             driver = call.startswith("cu") and not call.startswith("cuda")
             self.runtime(call, launch_at, launch_dur, correlation=self.correlation,
-                         cat="cuda_driver" if driver else "cuda_runtime")
+                         cat="cuda_driver" if driver else "cuda_runtime", tid=launch_tid)
         return self._x(cat, name, start, dur, pid=device, tid=stream, device=device, stream=stream,
                        correlation=self.correlation, **args)
 
     def kernel(self, name: str, start: float, dur: float, stream: int = 7, launch_at: float | None = None,
-               launch_dur: float = 5.0, device: int = 0, call: str = "cudaLaunchKernel") -> dict:
-        return self._device("kernel", name, start, dur, stream, launch_at, launch_dur, call, device)
+               launch_dur: float = 5.0, device: int = 0, call: str = "cudaLaunchKernel", launch_tid: int = TID) -> dict:
+        return self._device("kernel", name, start, dur, stream, launch_at, launch_dur, call, device, launch_tid)
 
     def collective(self, start: float, dur: float, nelems: int, name: str = "allreduce", dtype: str = "BFloat16",
                    ranks: list[int] | None = None, out_nelems: int | None = None, stream: int = 20,

@@ -21,6 +21,8 @@ Cover = Annotated[float, Meta(ge=0, le=2)]
 Count = Annotated[int, Meta(ge=1, le=1_000_000)]
 #: how many of something to allow (zero allowed)
 Allowance = Annotated[int, Meta(ge=0, le=1_000_000)]
+#: how many times something else a quantity may be (a ratio)
+Times = Annotated[float, Meta(ge=0, le=1e6)]
 #: a bandwidth in Gb/s or GB/s; 0 where the field says it means "the usual one"
 Bandwidth = Annotated[float, Meta(ge=0, le=1e6)]
 

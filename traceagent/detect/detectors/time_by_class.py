@@ -238,7 +238,7 @@ DETECTOR = Detector("time_by_class", "GPU time by class", "Device time by class 
                     asks=r"\bby (?:class|category|kind|type)\b|\bcategor(?:y|ies)\b|\bbreakdown\b|"
                          r"\bwhat kinds? of (?:kernels|work|ops)\b|\bhow much (?:of the )?(?:\w+ ){0,3}time\b.{0,40}"
                          r"\b(?:attention|gemms?|matmuls?|convolutions?|elementwise|normali[sz]ations?|norms?|softmax|"
-                         r"reductions?|optimi[sz]er|embeddings?|indexing)\b|\b(?:attention|gemms?|matmuls?|"
-                         r"convolutions?|elementwise|normali[sz]ation|softmax|optimi[sz]er|embeddings?)\b.{0,30}"
+                         r"reductions?|embeddings?|indexing)\b|\b(?:attention|gemms?|matmuls?|"
+                         r"convolutions?|elementwise|normali[sz]ation|softmax|embeddings?)\b.{0,30}"
                          r"\b(?:take|takes|took|spend|spent|share|fraction|percent(?:age)?)\b",
                     section=time_by_class_section, place=62)
