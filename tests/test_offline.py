@@ -87,6 +87,17 @@ TABLE = [
     # two bounds named: which of them, or neither; kernels memory-bound by nature against compute-heavy ones
     ("R", "Are we bound by communication or data loading?", "bound", {"limits": ("communication", "input")},
      lambda c: ["**Data loading**, not communication."]),
+    # changes named with what they would buy: replayed (the step time predicted comes from the replay at test time)
+    ("R", "Would mixed precision help?", "whatif", {}, lambda c: ["**With amp: step "]),
+    ("R", "What would I gain on an H100?", "whatif", {}, lambda c: ["**With gpu=H100: step "]),
+    ("R", "Am I using tensor cores?", "mfu", {}, lambda c: ["the matmuls run in fp32", "--change amp"]),
+    ("R", "Should I use torch.compile?", "compile", {},
+     lambda c: ["**Not for what limits this trace first.**",
+                f"here they take {percent(classes(c).memory_kernels_pct)} of device time"]),
+    ("R", "What fraction of time is elementwise?", "detector:time_by_class", {},
+     lambda c: [f"elementwise {percent(next(k for k in classes(c).classes if k.name == 'elementwise').share_pct)}"]),
+    ("R", "How does the forward compare with the backward?", "detector:training_phases", {},
+     lambda c: [f"The backward takes {focus(c).results['training_phases'].backward_per_forward_x:g}× the forward"]),
     ("R", "Is it compute-bound or memory-bound?", "bound", {"limits": ("memory_bound", "compute")},
      lambda c: ["**Neither.**", f"{percent(classes(c).compute_pct)} of device time is in compute-heavy kernels",
                 f"{percent(classes(c).memory_kernels_pct)} in kernels memory-bound by nature"]),

@@ -59,7 +59,7 @@ IDENTIFIER_KEYS = {"rank": "rank", "ranks": "rank", "straggler": "rank", "device
                    "step": "step", "slowest": "step", "stream": "stream"}
 # our own prose: numbers written here are the detectors' (trace strings inside are masked)
 PROSE_KEYS = {"headline", "hypothesis", "next_step", "sentence", "reasoning", "other_losses", "also", "note",
-              "ranks_note", "prediction", "summary", "why", "how"}
+              "ranks_note", "prediction", "summary", "why", "how", "assumptions", "limits_after"}
 
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _UNIT = "|".join(re.escape(u) for u in sorted(UNITS, key=len, reverse=True))
@@ -222,6 +222,7 @@ class Sources:
             return self.add_prose(str(text))
         prose: list[str] = []
         self._walk(data, (), prose)
+        self.trace_strings.difference_update(prose)  # ours, where another key holds it too (a change's assumption)
         for p in prose:  # after the walk, so every trace string of this result is known
             self.add_prose(p)
 

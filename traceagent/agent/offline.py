@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..detect.compare.scaling import PARTS
+from ..detect.core.peaks import peak_for
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
 from ..detect.detectors.flops import roofline
@@ -60,7 +61,7 @@ from .answers import (
 from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
-from .question import Question, understand
+from .question import PRECISION, Question, understand
 from .tools import NO_ANNOTATIONS, NO_MEMORY, NO_STEPS, AnalysisContext, ToolInputError, dumps, tool_functions
 
 NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from templates over the detectors. "
@@ -137,6 +138,7 @@ class OfflineAnalyst:
             "longest_gap": Plan(lambda q, at: [("idle_gaps", at | {"top": 1} | _min(q))], self._longest_gap),
             "gaps": Plan(lambda q, at: [("idle_gaps", at | {"top": 5} | _min(q))], self._gaps),
             "annotations": Plan(lambda q, at: [("annotations", at)], self._annotations),
+            "compile": Plan(lambda q, at: [("verdict", at), ("launches", at), ("time_by_class", at)], self._compile),
             "mfu": Plan(lambda q, at: [("flops", at), ("overview", at), ("hot_kernels", at | {"top": 1})], self._mfu),
             "profile_next": Plan(lambda q, at: [("overview", {}), ("verdict", at), ("hot_kernels", at | {"top": 1})],
                                  self._profile_next),
@@ -250,6 +252,11 @@ class OfflineAnalyst:
         factor = float(m.group(1)) if (m := _FACTOR.search(q.text)) else 2.0
         if q.kernel:
             return f"kernel:{re.escape(q.kernel)}=x{factor:g}"
+        if re.search(rf"\b(?:{PRECISION})\b", q.text, re.I):
+            return "amp"
+        named = [w for w in re.findall(r"[A-Za-z]+\d+\w*", q.text) if peak_for(w) is not None]
+        if named:  # another GPU, by a name the peak table knows (H100, MI300X)
+            return f"gpu={named[0]}"
         for root, word in ROOT_CAUSES.items():  # the causes a change fixes, by their words
             if word.change and (_names_cause(q.text, root) or (word.change == "launch=graphs"
                                                                and re.search(r"cuda ?graph|launch", q.text, re.I))):
@@ -752,6 +759,7 @@ class OfflineAnalyst:
                     + (f" ({percent(k.mfu_pct)} of peak)" if k.mfu_pct is not None else "") for k in measured) + ".")
             if flops.note:
                 lines.append(f"\nNot counted: {flops.note}.")
+            lines += ["", _tensor_cores(flops.dtype)]
             return "\n".join(lines)
         busy = overview.ranks[0].source.breakdown.total.busy_pct
         top = kernels.top[0].kernel if kernels.top else None
@@ -764,6 +772,25 @@ class OfflineAnalyst:
                  "To measure it: profile with `torch.profiler.profile(record_shapes=True)` (PyTorch ≥ 2.1 for "
                  "convolutions), or run the hot kernel under Nsight Compute "
                  "(`ncu --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed`)."]
+        return "\n".join(lines)
+
+    def _compile(self, q: Question, verdict: VerdictAnswer, launches: LaunchesAnswer, classes: DetectorAnswer) -> str:
+        """Whether torch.compile answers what limits this trace: it fuses memory-bound kernels, and its
+        reduce-overhead mode replays the step from CUDA graphs (no launch overhead)."""
+        v, by_class = verdict.verdict, classes.result
+        helps = v.root_cause in ("memory_bound_kernels", "launch_overhead")
+        lines = [("**Yes: it answers what limits this trace.**" if helps else
+                  "**Not for what limits this trace first.**") + f" {v.headline}.", "",
+                 "torch.compile helps in two ways:"]
+        if by_class is not None:
+            lines.append(f"- it fuses kernels memory-bound by nature (elementwise, normalization, reductions) into fewer "
+                         f"passes over memory: here they take {percent(by_class.memory_kernels_pct)} of device time "
+                         f"({percent(by_class.compute_pct)} is in matmul, attention and convolution, which it leaves "
+                         "to cuBLAS and cuDNN);")
+        if launches.launch.kernels and (idle := launches.launch_overhead_idle_pct) is not None:
+            lines.append(f"- with `mode=\"reduce-overhead\"` it replays the step from CUDA graphs, so launches cost the "
+                         f"host nothing: here launch-bound gaps leave the GPU idle {percent(idle)} of device time.")
+        lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
         return "\n".join(lines)
 
     def _profile_next(self, q: Question, overview: OverviewAnswer, verdict: VerdictAnswer,
@@ -908,6 +935,16 @@ def _times(n: int) -> str:
 
 def _value(unit: str, value: float | None) -> str:
     return duration(value) if unit == "us" else percent(value)
+
+
+def _tensor_cores(dtype: str | None) -> str:
+    """Whether the matmuls' data type runs on tensor cores, and the change that would."""
+    if dtype == "fp32":
+        return ("**Tensor cores:** the matmuls run in fp32 (from the recorded shapes), which has no tensor-core path "
+                "unless TF32 is on (A100 and later: `torch.backends.cuda.matmul.allow_tf32 = True`; kernels named "
+                "`…tf32…` or `…1688…` show it). Mixed precision (`torch.autocast(\"cuda\", dtype=torch.bfloat16)`) runs "
+                "them on tensor cores: `traceagent whatif TRACE --change amp` predicts what it buys.")
+    return f"**Tensor cores:** the matmuls run in {dtype}, a tensor-core data type." if dtype else ""
 
 
 def _saving(v: Verdict) -> list[str]:

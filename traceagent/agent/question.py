@@ -14,6 +14,10 @@ from ..detect.registry import DETECTORS
 from .tools import AnalysisContext
 
 # (intent, pattern): the order is the priority
+#: what a question calls mixed precision, and another GPU (by its name in the peak table's words)
+PRECISION = r"mixed[- ]precision|autocast|amp|bf16|bfloat16|fp16|float16|half[- ]precision"
+OTHER_GPU = r"(?:a |an )?(?:faster|newer|bigger|better) gpu|h100|h200|h800|a100|a10g?|l40s?|l4|b200|b100|gb200|mi300x?|" \
+            r"mi325x?|mi250x?|v100|t4|rtx ?\d{4}"
 INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for name, pattern in [
     ("step_vs_step", r"\bsteps?\s*#?\d+\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–)\s*(?:step\s*#?)?\d+"),
     ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
@@ -26,7 +30,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("scaling", r"\b(?:scal(?:e|es|ing|ability)\b|(?:more|twice as many) (?:gpus|nodes|ranks)\b|parallel efficiency|"
                 r"(?:strong|weak) scaling)"),
     ("most_idle", r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)"),
-    ("mfu", r"\b(?:mfu|flop/?s|flops|tflops|model flops|tensor core utili[sz]ation|achieved (?:flop|throughput))\b"),
+    ("mfu", r"\b(?:mfu|flop/?s|flops|tflops|model flops|tensor ?cores?|tensor core utili[sz]ation|"
+            r"achieved (?:flop|throughput))\b"),
     ("interconnect", r"\b(?:interconnect|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
                      r"(?:collective|nccl|rccl|all-?reduce|all-?gather|communication)s?\b.{0,40}\b(?:bandwidth|latency)|"
                      r"(?:bandwidth|latency)\b.{0,40}\b(?:collective|nccl|rccl|all-?reduce|all-?gather|communication))"),
@@ -39,7 +44,11 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                      r"nsight|\bncu\b|\bnsys\b|measure next|dig deeper|more detail|what (?:else )?to measure)"),
     ("whatif", r"\bwhat if\b|\bwhat (?:would|will) happen if\b|\bif (?:i|we) (?:removed?|used?|switch(?:ed)?|made|make|"
                r"turn(?:ed)?|enabled?|add(?:ed)?|pinn?(?:ed)?|drop(?:ped)?|fix(?:ed)?|sped|speed)\b|\bsimulat\w*|"
-               r"\bpredict\w*|\bwhatif\b"),
+               r"\bpredict\w*|\bwhatif\b|"
+               # a change named with what it would buy: mixed precision, another GPU
+               rf"\b(?:{PRECISION}|{OTHER_GPU})\b.{{0,40}}\b(?:help|gain|buy|save|faster|speed\w*|worth)|"
+               rf"\b(?:help|gain|buy|save|faster|speed\w*)\b.{{0,40}}\b(?:{PRECISION}|{OTHER_GPU})\b"),
+    ("compile", r"\btorch\.?compile|\bcompil(?:e|ing) (?:the|my) model|\binductor\b|\bkernel fusion\b"),
     ("saving", r"\bhow much (?:\w+ ){0,8}?(?:would|could|will|can|might|does|do)\b.{0,80}\b(?:save|gain|buy|win|cut|"
                r"speed|faster)|\bhow much (?:faster|time)\b.{0,60}\b(?:fix|remov|if)|\bwhat (?:would|could) "
                r"(?:fixing|removing|getting rid of)\b.{0,60}\b(?:save|gain|buy)|\bwhat(?:'s| is) the (?:potential |expected )?"
@@ -76,7 +85,7 @@ LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kin
 ]]
 # a question with none of these words, and no intent found, is taken to be in another language
 _ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "
-               "did can should i we me you be slow fast time".split())
+               "did can should i we me you be slow fast time would could will help use using much many more".split())
 _RANK = re.compile(r"\brank\s*#?(\d+)", re.I)
 _DEVICE = re.compile(r"\b(?:gpu|device|cuda:)\s*#?(\d+)", re.I)
 _STEPS = re.compile(r"\bsteps?\s*#?(\d+)(?:\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–|,)\s*"

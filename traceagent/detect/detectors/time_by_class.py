@@ -227,6 +227,11 @@ def time_by_class_section(result: TimeByClassResult, params: None) -> list[str]:
             md_table(["class", "share", "time", "ops", "nature", "top kernels"], rows)]
 
 
+#: the classes as questions name them ("how much time does attention take?")
+_ASKED_CLASSES = (r"(?:attention|gemms?|matmuls?|convolutions?|elementwise|normali[sz]ations?|norms?|softmax|reductions?|"
+                  r"embeddings?|indexing)")
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("time_by_class", "GPU time by class", "Device time by class of work (matmul, attention, convolution, "
                     "normalization, elementwise, reductions, indexing, optimizer, communication, copies, other), each "
@@ -235,10 +240,9 @@ DETECTOR = Detector("time_by_class", "GPU time by class", "Device time by class 
                     None, TimeByClassResult, lambda i, p: detect_time_by_class(i.trace),
                     lambda r, p: time_by_class_sentence(r), since="2.6",
                     needs=("the rank ran no device work", "profile with CUDA activities on"),
-                    asks=r"\bby (?:class|category|kind|type)\b|\bcategor(?:y|ies)\b|\bbreakdown\b|"
-                         r"\bwhat kinds? of (?:kernels|work|ops)\b|\bhow much (?:of the )?(?:\w+ ){0,3}time\b.{0,40}"
-                         r"\b(?:attention|gemms?|matmuls?|convolutions?|elementwise|normali[sz]ations?|norms?|softmax|"
-                         r"reductions?|embeddings?|indexing)\b|\b(?:attention|gemms?|matmuls?|"
-                         r"convolutions?|elementwise|normali[sz]ation|softmax|embeddings?)\b.{0,30}"
-                         r"\b(?:take|takes|took|spend|spent|share|fraction|percent(?:age)?)\b",
+                    asks=r"\b(?:kernels?|ops|work|gpu time|device time) by (?:class|category|kind|type)\b|"
+                         r"\bkernel categor(?:y|ies)\b|\b(?:kernel|gpu|device|compute) (?:time )?breakdown\b|"
+                         r"\bbreakdown of (?:the )?(?:kernel|gpu|device) time\b|\bwhat kinds? of (?:kernels|work|ops)\b|"
+                         rf"\b(?:how much|fraction|percent(?:age)?|share|proportion)\b.{{0,40}}\b{_ASKED_CLASSES}\b|"
+                         rf"\b{_ASKED_CLASSES}\b.{{0,30}}\b(?:take|takes|took|spend|spent|share|fraction|percent(?:age)?)\b",
                     section=time_by_class_section, place=62)

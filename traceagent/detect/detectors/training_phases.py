@@ -138,7 +138,7 @@ DETECTOR = Detector("training_phases", "Forward, backward and optimizer",
                     needs=("the rank shows no autograd work (an inference run, or a trace without host ops)",
                            "profile a training step with CPU activities on (torch.profiler records autograd's ops)"),
                     asks=r"\b(?:forward|backward)(?: pass)?\b.{0,40}\b(?:take|takes|took|time|long|share|slow\w*|vs|"
-                         r"versus|ratio)\b|\b(?:take|takes|took|time|long|share)\b.{0,40}\b(?:forward|backward) pass|"
+                         r"versus|ratio|compar\w*)\b|\b(?:take|takes|took|time|long|share)\b.{0,40}\b(?:forward|backward) pass|"
                          r"\boptimi[sz]er(?: step)?\b.{0,30}\b(?:take|takes|took|time|long|share|slow\w*)\b|"
                          r"\btraining phases?\b",
                     place=63)
