@@ -74,8 +74,10 @@ CANNED_QUESTIONS = ["Why is my GPU idle?", "What should I optimize first?", "Is 
                     "What is the longest gap?", "Which GPU is most idle?", "How long is a step?",
                     "How does the slowest step differ from the median?",
                     "Should I use CUDA graphs?", "What if I removed the data loading?", "What is the MFU?",
-                    "What should I profile next?",
+                    "What should I profile next?", "How much time does attention take?",
+                    "How long does the backward pass take?", "Should I use torch.compile?", "Would mixed precision help?",
                     "Did it help?", "Summarize this trace."]
+
 
 @dataclass(frozen=True)
 class Plan:
