@@ -256,6 +256,8 @@ class OfflineAnalyst:
             return f"kernel:{re.escape(q.kernel)}=x{factor:g}"
         if re.search(rf"\b(?:{PRECISION})\b", q.text, re.I):
             return "amp"
+        if re.search(r"\boverlap", q.text, re.I):
+            return "comm=overlap"
         named = [w for w in re.findall(r"[A-Za-z]+\d+\w*", q.text) if peak_for(w) is not None]
         if named:  # another GPU, by a name the peak table knows (H100, MI300X)
             return f"gpu={named[0]}"

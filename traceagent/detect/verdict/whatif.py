@@ -1109,7 +1109,8 @@ def _after(g: Graph, r: Replayed, d_delay: np.ndarray, wait: np.ndarray,
                   f"running (kept as measured: the change does not touch them), and the GPU is busy {busy_pct:.1f}% "
                   "of the replayed span")
     elif host_pct >= 50:
-        loaded = f"{loading_pct:.0f} points of it data loading, the rest " if loading_pct >= 1 else ""
+        loaded = (f"{loading_pct:.0f} point{'' if round(loading_pct) == 1 else 's'} of it data loading, the rest "
+                  if loading_pct >= 1 else "")
         limits = (f"the host sets the pace: {host_pct:.0f}% of the replayed critical path is host time ({loaded}"
                   f"launch calls and the Python and framework work between them), and the GPU is busy "
                   f"{busy_pct:.1f}% of the replayed span")
