@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from traceagent import analyze
+from traceagent.agent.question import understand
+from traceagent.agent.tools import AnalysisContext
 from traceagent.detect import registry
 from traceagent.detect.analysis import analyze_trace
 from traceagent.detect.detectors.base import Detector, Inputs, Key
@@ -82,3 +85,15 @@ def test_a_detector_reads_only_what_it_declares(monkeypatch):
     monkeypatch.setattr(registry, "RUN_ORDER", registry._in_order((*registry.DETECTORS, sneaky)))
     with pytest.raises(KeyError, match="detector 'sneaky' reads 'kernels': name it in its Detector's reads"):
         analyze_trace(load_file(str(TRACE), use_cache=False))
+
+
+def test_each_side_panel_finding_of_a_registered_detector_asks_a_question_it_answers():
+    """A click on a detector's finding in the chat app's side panel asks its question: the offline
+    analyst must read it as that detector's, on every rank of a real trace."""
+    analysis = analyze(TRACE)
+    ctx = AnalysisContext(analysis)
+    asked = [(d.name, question) for r in analysis.ranks for d in registry.DETECTORS if d.asks and d.tool
+             for _, question in d.panel(r.results.get(d.name), " on rank 0")]
+    assert len(asked) >= 4  # the registered detectors this trace has results for
+    for name, question in asked:
+        assert understand(question, ctx).intent == f"detector:{name}", question
