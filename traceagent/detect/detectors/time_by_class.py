@@ -200,7 +200,7 @@ def detect_time_by_class(trace: Trace) -> TimeByClassResult | None:
 
 def time_by_class_sentence(result: TimeByClassResult) -> str:
     """'Of 45.6 ms of device time (ops' durations added up): matmul (GEMM) 42.1%, … By nature: …'"""
-    parts = [f"{c.label} {percent(c.share_pct)}" + (f" (led by {code(shorten(c.top[0], 50))})" if c.top else "")
+    parts = [f"{c.label} {percent(c.share_pct)}" + (f" (led by {shorten(c.top[0], 50)})" if c.top else "")
              for c in result.classes if c.share_pct >= 0.05]
     natures = [(result.compute_pct, "compute-heavy (matmul, attention, convolution)"),
                (result.memory_pct, "memory-bound by nature (elementwise, normalization, reductions, indexing, "

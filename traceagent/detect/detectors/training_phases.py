@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...format import duration, percent
-from ...text import code
+from ...format import duration, percent, shorten
 from ...trace.model import Trace, among, matches, rows_where
 from ...trace.normalize import innermost_enclosing
 from ..core.bounds import Percent, Times
@@ -120,7 +119,7 @@ def training_phases_sentence(result: TrainingPhasesResult) -> str:
     """'Of 603.6 ms of device time: forward 31.0% (187.1 ms), backward 62.0% …, optimizer 6.2% ….'"""
     words = {"communication": "collectives", "unlaunched": "with no launch call in the trace"}
     parts = [f"{words.get(p.name, p.name)} {percent(p.share_pct)} ({duration(p.time_us)}"
-             + (f", led by {code(p.top[0])}" if p.top else "") + ")" for p in result.phases]
+             + (f", led by {shorten(p.top[0], 50)}" if p.top else "") + ")" for p in result.phases]
     text = f"Of {duration(result.device_time_us)} of device time (every GPU of the rank): {'; '.join(parts)}."
     if result.backward_per_forward_x is not None and not any(a.startswith("The backward") for a in result.advice):
         apart = " (collectives left out)" if any(p.name == "communication" for p in result.phases) else ""
