@@ -158,6 +158,12 @@ def test_whatif_makes_a_class_of_kernels_faster_and_diff_follows_their_share(tmp
     # fused: one elementwise kernel of 20 µs; memory-bound kernels 70% of the span before, 40% after
     after = eager_trace(tmp_path, "after.json", [20.0])
     assert main(["diff", str(before), str(after), "--json"]) == 0
-    root = json.loads(capsys.readouterr().out)["root_cause"]
+    result = json.loads(capsys.readouterr().out)
+    root = result["root_cause"]
     assert (root["cause"], root["before_pct"], root["after_pct"], root["gone"]) == ("memory_bound_kernels", 70.0, 40.0,
                                                                                     False)
+    # the classes side by side (no steps: per trace), each a share of its own trace's device time
+    assert [(c["name"], c["before_us"], c["after_us"], c["before_share_pct"], c["after_share_pct"])
+            for c in result["classes"]] == [("elementwise", 70.0, 20.0, 70.0, 40.0), ("gemm", 30.0, 30.0, 30.0, 60.0)]
+    assert main(["diff", str(before), str(after)]) == 0
+    assert "GPU time by class of work (in the trace, every GPU)" in capsys.readouterr().out

@@ -294,6 +294,12 @@ def render_diff_markdown(d: DiffResult) -> str:
                            f"{percent(k['before_share_pct'])} → {percent(k['after_share_pct'])}",
                            f"{k['before_count'] or 0} → {k['after_count'] or 0}"]
                           for k in d.kernels])]
+    if d.classes:
+        per = "per step" if d.time_basis == "step" else "in the trace"
+        out += ["", f"GPU time by class of work ({per}, every GPU):", "",
+                md_table(["class", "before", "after", "share of device time"],
+                         [[c["label"], _maybe(c["before_us"]), _maybe(c["after_us"]),
+                           f"{percent(c['before_share_pct'])} → {percent(c['after_share_pct'])}"] for c in d.classes])]
     if d.ranges:
         per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"Ranges (record_function / NVTX, {per}; the most grown first):", "",

@@ -115,6 +115,18 @@ class Prediction(TypedDict):
     sentence: str
 
 
+class ClassChange(TypedDict):
+    """One class of work (time_by_class) in both traces: device time per step (or per trace), and
+    its share of its own trace's device time."""
+
+    name: str
+    label: str
+    before_us: float | None
+    after_us: float | None
+    before_share_pct: float | None
+    after_share_pct: float | None
+
+
 class KernelChange(TypedDict):
     """One kernel in both traces: time per step (or per trace), calls, share of its trace's kernel time."""
 
@@ -183,6 +195,7 @@ class DiffResult:
     noise_pct: float = NOISE_PCT  # a smaller change in step time (or span) is run-to-run noise
     grew: str | None = None  # when the after trace is slower: what grew most, in words
     ranges: list[RangeChange] = field(default_factory=list)  # in both traces, the most grown first
+    classes: list[ClassChange] = field(default_factory=list)  # device time by class of work, the largest first
 
 
 def _summary(a: Analysis) -> dict[str, Any]:
@@ -317,7 +330,30 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
         kernels=kernels, headline=headline, notes=notes, prediction=prediction, collectives=collectives,
         helped=-slower >= NOISE_PCT or (root_cause["gone"] and slower < NOISE_PCT), grew=grew, ranges=ranges,
+        classes=_classes(before, after, per(b), per(a)),
     )
+
+
+def _classes(before: Analysis, after: Analysis, per_b: int, per_a: int) -> list[ClassChange]:
+    """Device time by class of work in both traces (every rank added up), per step (or per trace),
+    the classes either trace has, the largest first."""
+    def totals(a: Analysis, per: int) -> tuple[dict[str, tuple[str, float]], float]:
+        out: dict[str, tuple[str, float]] = {}
+        whole = 0.0
+        for r in a.ranks:
+            if (result := r.results.get("time_by_class")) is None:
+                continue
+            whole += result.device_time_us
+            for c in result.classes:
+                out[c.name] = (c.label, out.get(c.name, (c.label, 0.0))[1] + c.time_us)
+        return {n: (label, us_ / per) for n, (label, us_) in out.items()}, whole
+
+    (tb, all_b), (ta, all_a) = totals(before, per_b), totals(after, per_a)
+    names = sorted(set(tb) | set(ta), key=lambda n: -max(tb.get(n, ("", 0.0))[1], ta.get(n, ("", 0.0))[1]))
+    return [ClassChange(name=n, label=(tb.get(n) or ta[n])[0],
+                        before_us=round(tb[n][1], 3) if n in tb else None, after_us=round(ta[n][1], 3) if n in ta else None,
+                        before_share_pct=pct(tb[n][1] * per_b, all_b) if n in tb else None,
+                        after_share_pct=pct(ta[n][1] * per_a, all_a) if n in ta else None) for n in names]
 
 
 def _ranges(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[RangeChange]:
