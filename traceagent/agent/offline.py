@@ -545,6 +545,7 @@ class OfflineAnalyst:
         for p in answer.result.phases:
             line = (f"- **{p.phase}**: {p.steps} step{'s' if p.steps != 1 else ''}"
                     + (f", {p.tokens} tokens" if p.tokens is not None else "")
+                    + (f" ({p.tokens_per_s:g} tokens/s over its steps)" if p.tokens_per_s else "")
                     + f", mean step {duration(p.mean_step_us)}; busy {percent(p.busy_pct)}, idle {percent(p.idle_pct)}, "
                     f"launch gaps {percent(p.launch_idle_pct)}; {percent(p.graph_kernel_pct)} of kernel time replayed "
                     "from CUDA graphs" + (f"; MFU {percent(p.mfu_pct)}" if p.mfu_pct is not None else ""))
@@ -554,6 +555,10 @@ class OfflineAnalyst:
             lines.append(line + ".")
             if p.next_step:
                 lines.append(f"  {p.next_step}.")
+        if re.search(r"\bttft\b|first token|\btpot\b|inter-?token|per output token", q.text, re.I):
+            lines.append("\nTime to first token and per output token are per request: they include queueing and "
+                         "batching the trace does not show. A prefill step's time above is the first token's compute; "
+                         "a decode step's, each next token's for the whole batch.")
         lines.append(f"\nOverall: {verdict.verdict.headline}.")
         return "\n".join(lines)
 

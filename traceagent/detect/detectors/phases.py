@@ -65,6 +65,7 @@ class Phase:
     mfu_pct: float | None  # against the GPU's peak for the main dtype
     top_kernels: list[PhaseKernel]
     next_step: str | None
+    tokens_per_s: float | None = None  # its tokens over its steps' time (their host ranges added up)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ def _phase(trace: Trace, gaps: pd.DataFrame, phase: str, steps: pd.DataFrame, ke
     tflops = gflop * 1e9 / device_ns / 1e3 if gflop is not None and device_ns else None  # FLOP/ns → TFLOP/s
     rate = peak.tflops.get(dtype) if peak and dtype else None
     tokens = steps["tokens"].dropna()
+    step_ns = int((steps["end"] - steps["start"]).sum())
     return Phase(
         phase=phase, steps=len(steps), tokens=int(tokens.sum()) if len(tokens) else None,
         mean_step_us=us((steps["end"] - steps["start"]).mean()), device_us=us(device_ns),
@@ -128,7 +130,8 @@ def _phase(trace: Trace, gaps: pd.DataFrame, phase: str, steps: pd.DataFrame, ke
         graph_kernel_pct=graph_pct, launch_bound=launch_bound, gflop=gflop,
         tflops=round(tflops, 3) if tflops is not None else None,
         mfu_pct=round(100.0 * tflops / rate, 2) if tflops is not None and rate else None,
-        top_kernels=top, next_step=_next_step(phase, launch_pct, graph_pct, launch_bound, params))
+        top_kernels=top, next_step=_next_step(phase, launch_pct, graph_pct, launch_bound, params),
+        tokens_per_s=round(float(tokens.sum()) * 1e9 / step_ns, 1) if len(tokens) and step_ns else None)
 
 
 def _flops(trace: Trace, windows: iv.Intervals) -> tuple[float | None, str | None]:
@@ -163,7 +166,8 @@ def phases_sentence(result: PhasesResult) -> str | None:
     parts = []
     for p in result.phases:
         text = (f"{p.phase}: {p.steps} step{'s' if p.steps != 1 else ''}"
-                + (f" ({p.tokens} tokens)" if p.tokens is not None else "")
+                + (f" ({p.tokens} tokens" + (f", {p.tokens_per_s:g} tokens/s" if p.tokens_per_s else "") + ")"
+                   if p.tokens is not None else "")
                 + f", mean {duration(p.mean_step_us)}, busy {p.busy_pct:.1f}%, launch gaps "
                 f"{p.launch_idle_pct:.1f}%, {p.graph_kernel_pct:.0f}% of kernel time in CUDA graphs")
         if p.mfu_pct is not None:
