@@ -393,8 +393,9 @@ class OfflineAnalyst:
         k = kernels.kernels
         if not kernels.top:
             return f"No kernel in this scope was launched by {code(q.op or '')}."
-        lines = [f"{self._who(kernels.scope)}**{code(q.op or '')}** launched {k.kernels} kernels ({k.distinct} distinct) "
-                 f"for {duration(k.total_us)} of device time. Its kernels, most time first:"]
+        what = f"**{code(q.op or '')}**" if "::" in (q.op or "") else f"Ops whose name contains **{code(q.op or '')}**"
+        lines = [f"{self._who(kernels.scope)}{what} launched {k.kernels} kernels ({k.distinct} distinct) "
+                 f"for {duration(k.total_us)} of device time. Their kernels, most time first:"]
         lines += [f"{i}. {code(shorten(r.kernel.short_name, 60))}: {duration(r.kernel.total_us)} over {r.kernel.count} "
                   f"calls (mean {duration(r.kernel.mean_us)}), {percent(r.kernel.share_of_busy_pct)} of busy time"
                   + (f", from `{r.python}`" if r.python else "") for i, r in enumerate(kernels.top, 1)]
@@ -628,6 +629,9 @@ class OfflineAnalyst:
             return _unavailable(answer.unavailable or NO_STEPS)
         extra = ", ".join(f"{label(GAP_CAUSES, k.removeprefix('idle_').removesuffix('_us'))} idle +{duration(v)}"
                           for k, v in steps.slowest_vs_median.items() if k != "idle_us")
+        if steps.count == 1:  # one step: no mean, median or slowest to speak of
+            return f"{self._who(answer.scope)}1 step (step {steps.slowest}): **{duration(steps.mean_us)}**." + \
+                gpu_behind(steps)
         return (f"{self._who(answer.scope)}{steps.count} steps: mean **{duration(steps.mean_us)}**, "
                 f"median {duration(steps.median_us)}, "
                 f"from {duration(steps.min_us)} to {duration(steps.max_us)} (slowest: step {steps.slowest})."

@@ -97,6 +97,12 @@ _STEPS = re.compile(r"\bsteps?\s*#?(\d+)(?:\s*(?:vs\.?|versus|and|against|compar
                     r"(?:step\s*#?)?(\d+))?", re.I)
 _THRESHOLD = re.compile(r"\b(?:longer|more|over|above|at least|bigger|larger) than\s*(\d+(?:\.\d+)?)\s*(µs|us|ms|s)\b", re.I)
 _SCALE = {"µs": 1.0, "us": 1.0, "ms": 1e3, "s": 1e6}
+#: parts of op names that name no block of work of their own (namespaces, directions, plain tensor ops,
+#: question words): a question saying them does not name an op
+_GENERIC_OP_WORDS = set(("aten prims c10d nccl rccl cuda hip cudnn miopen native torch autograd engine evaluate "
+                          "function forward backward step copy add mul sub div view empty fill zero clone contiguous "
+                          "item linear matmul conv softmax norm layer layers model time kernel kernels and inside into "
+                          "from gpu gpus device rank ranks vllm sglang call calls data loader take").split()) | _ENGLISH
 _OP_NAME = re.compile(r"[A-Za-z_][\w.]*::[\w.:]+")  # an op as the profiler names it: aten::mm, vllm::moe_forward
 
 
@@ -155,13 +161,16 @@ def _limits(text: str) -> tuple[str, ...]:
 
 def named_op(text: str, ctx: AnalysisContext) -> str | None:
     """The op (namespace::name) of this trace that launched kernels and that the question names:
-    the one written, else the shortest that contains it."""
-    words = {w.lower().rstrip(".") for w in _OP_NAME.findall(text)}
-    if not words:
-        return None
+    the one written, else the shortest that contains it; or a word that is a distinctive part of
+    such ops' names ("the MoE layer": moe, of vllm::moe_forward), for every op that contains it."""
     ops = {str(c) for r in ctx.analysis.ranks for c in r.trace.gpu["op"].cat.categories}
-    hits = [o for o in ops if o.lower() in words] or [o for o in ops if any(w in o.lower() for w in words)]
-    return min(hits, key=lambda o: (len(o), o)) if hits else None
+    words = {w.lower().rstrip(".") for w in _OP_NAME.findall(text)}
+    if words:
+        hits = [o for o in ops if o.lower() in words] or [o for o in ops if any(w in o.lower() for w in words)]
+        return min(hits, key=lambda o: (len(o), o)) if hits else None
+    parts = {p for o in ops for p in re.split(r"[^a-z0-9]+", o.lower()) if len(p) >= 3}
+    asked = [w for w in re.findall(r"[a-z][a-z0-9]{2,}", text.lower()) if w in parts and w not in _GENERIC_OP_WORDS]
+    return asked[0] if asked else None
 
 
 def named_kernel(text: str, ctx: AnalysisContext) -> str | None:
