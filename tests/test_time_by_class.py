@@ -91,10 +91,9 @@ def test_mostly_memory_bound_kernels_get_the_advice_to_fuse_them_and_copies_do_n
     b = TraceBuilder()
     b.op("aten::mm", 0, 4)
     b.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", 0, 30, launch_at=1)
-    for i in range(7):  # 70 µs of elementwise kernels against 30 µs of matmul
-        b.op("aten::add", 30 + i * 10, 4)
-        b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::add_kernel>(int, T)", 30 + i * 10, 10,
-                 launch_at=31 + i * 10)
+    for i, functor in enumerate(FUNCTORS):  # 70 µs of elementwise kernels, one each, against 30 µs of matmul
+        b.op(f"aten::{functor}", 30 + i * 10, 4)
+        b.kernel(ELEMENTWISE.replace("add", functor), 30 + i * 10, 10, launch_at=31 + i * 10)
     eager = analyze(b.write(tmp_path / "eager.json")).ranks[0].results["time_by_class"]
     assert "70.0% of it is in kernels that are memory-bound by nature" in time_by_class_sentence(eager)
     copies = TraceBuilder()
@@ -112,17 +111,20 @@ def test_a_rank_without_device_work_cannot_say(tmp_path):
 
 
 ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::add_kernel>(int, T)"
+#: eager PyTorch's elementwise ops: one kernel template, a different functor (a different kernel) each
+FUNCTORS = ["add", "mul", "silu", "neg", "pow", "rsqrt", "copy"]
 
 
 def eager_trace(tmp_path, name: str, elementwise: list[float], kernel: str = ELEMENTWISE):
-    """A matmul of 30 µs, then elementwise kernels of the lengths given, back to back from t=0 on
-    one stream with no launch calls (the replay keeps each op's measured gap after the one before: 0)."""
+    """A matmul of 30 µs, then elementwise kernels of the lengths given (each op its own kernel:
+    `kernel` with the next functor), back to back from t=0 on one stream with no launch calls (the
+    replay keeps each op's measured gap after the one before: 0)."""
     b = TraceBuilder()
     b.op("aten::mm", 0, 1)
     b.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", 0, 30)
     t = 30.0
-    for dur in elementwise:
-        b.kernel(kernel, t, dur)
+    for functor, dur in zip(FUNCTORS, elementwise):
+        b.kernel(kernel.replace("add", functor), t, dur)
         t += dur
     return b.write(tmp_path / name)
 
@@ -146,6 +148,9 @@ def test_a_busy_device_mostly_in_memory_bound_kernels_is_told_to_fuse_them_and_t
     b.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", 0, 70)
     b.kernel(ELEMENTWISE, 70, 30)
     assert analyze(b.write(tmp_path / "matmul.json")).verdict.root_cause == "hot_kernel"
+    # nor one slow elementwise kernel: 70 µs of memory-bound time, 40 µs of it one kernel (over half)
+    one = analyze(eager_trace(tmp_path, "one.json", [40.0, 10.0, 10.0, 10.0])).verdict
+    assert (one.root_cause, one.evidence["short_name"]) == ("hot_kernel", "vectorized_elementwise_kernel")
 
 
 def test_whatif_makes_a_class_of_kernels_faster_and_diff_follows_their_share(tmp_path, capsys):

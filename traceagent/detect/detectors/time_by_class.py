@@ -100,6 +100,7 @@ class ClassTime:
     time_us: float  # their durations added up
     share_pct: float  # of device_time_us (the classes add up to 100%)
     top: list[str]  # its kernels (short names) with the most time, up to three
+    lead_us: float = 0.0  # the time of its one kernel (by full name) with the most
 
 
 @dataclass(frozen=True)
@@ -164,9 +165,12 @@ def memory_kernels_us(result: TimeByClassResult) -> float:
 
 
 def memory_bound_dominates(result: TimeByClassResult) -> bool:
-    """Whether kernels memory-bound by nature take most of a busy device's time: fusing them, not
-    one hot kernel, is then what to do."""
-    return result.memory_kernels_pct >= MEMORY_BOUND_MIN_PCT and result.memory_kernels_pct > result.compute_pct
+    """Whether kernels memory-bound by nature take most of a busy device's time, spread over many
+    (no one of them holds half their time): fusing them, not one hot kernel, is then what to do."""
+    if result.memory_kernels_pct < MEMORY_BOUND_MIN_PCT or result.memory_kernels_pct <= result.compute_pct:
+        return False
+    lead = max((c.lead_us for c in result.classes if c.nature == "memory_bound" and c.name != "copy"), default=0.0)
+    return lead < memory_kernels_us(result) / 2
 
 
 def detect_time_by_class(trace: Trace) -> TimeByClassResult | None:
@@ -190,7 +194,8 @@ def detect_time_by_class(trace: Trace) -> TimeByClassResult | None:
         by_name = np.bincount(names[mine] + 1, weights=dur[mine], minlength=len(categories) + 1)[1:]
         top = [n for n in np.argsort(-by_name, kind="stable")[:3] if by_name[n] > 0]
         classes.append(ClassTime(c.name, c.label, c.nature, int(count[i]), us(int(time[i])), pct(time[i], total),
-                                 list(dict.fromkeys(short_name(str(categories[n])) for n in top))))
+                                 list(dict.fromkeys(short_name(str(categories[n])) for n in top)),
+                                 us(int(by_name[top[0]])) if top else 0.0))
     nature_ns = {n: sum(time[_ORDER.index(c.name)] for c in CLASSES.values() if c.nature == n) for n in NATURES}
     copy_ns = time[_ORDER.index("copy")]
     share = {n: pct(ns, total) for n, ns in nature_ns.items()}
