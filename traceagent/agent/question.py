@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from ..detect.registry import DETECTORS
 from .tools import AnalysisContext
 
-# (intent, pattern): the order is the priority
 #: what a question calls mixed precision, and another GPU (by its name in the peak table's words)
 PRECISION = r"mixed[- ]precision|autocast|amp|bf16|bfloat16|fp16|float16|half[- ]precision"
 OTHER_GPU = r"(?:a |an )?(?:faster|newer|bigger|better) gpu|h100|h200|h800|a100|a10g?|l40s?|l4|b200|b100|gb200|mi300x?|" \
             r"mi325x?|mi250x?|v100|t4|rtx ?\d{4}"
+# (intent, pattern): the order is the priority
 INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for name, pattern in [
     ("step_vs_step", r"\bsteps?\s*#?\d+\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–)\s*(?:step\s*#?)?\d+"),
     ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"

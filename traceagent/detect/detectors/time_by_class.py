@@ -148,15 +148,19 @@ def classes_of(device_ops: pd.DataFrame) -> np.ndarray:
     return chosen
 
 
-def class_rows(device_ops: pd.DataFrame, names: list[str]) -> np.ndarray:
-    """The device ops of the classes named (a class, or a nature: memory_bound, compute_heavy);
-    ValueError naming the classes there are."""
+def class_indices(names: list[str]) -> list[int]:
+    """The classes named (a class, or a nature: memory_bound, compute_heavy), as indices into
+    CLASSES' order; ValueError naming the classes there are."""
     unknown = [n for n in names if n not in CLASSES and n not in NATURES]
     if unknown:
         raise ValueError(f"no class {', '.join(map(repr, unknown))}; the classes are {', '.join(CLASSES)}, and the "
                          f"natures {', '.join(NATURES)}")
-    wanted = [i for i, c in enumerate(CLASSES.values()) if c.name in names or c.nature in names]
-    return np.isin(classes_of(device_ops), wanted)
+    return [i for i, c in enumerate(CLASSES.values()) if c.name in names or c.nature in names]
+
+
+def class_rows(device_ops: pd.DataFrame, names: list[str]) -> np.ndarray:
+    """The device ops of the classes named (class_indices)."""
+    return np.isin(classes_of(device_ops), class_indices(names))
 
 
 def memory_kernels_us(result: TimeByClassResult) -> float:

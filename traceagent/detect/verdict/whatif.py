@@ -40,7 +40,7 @@ from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
 from ..detectors.kernels import short_name
-from ..detectors.time_by_class import class_rows
+from ..detectors.time_by_class import class_indices, class_rows
 from .critical_path import blocking_waits, thread_key
 from .savings import Saving, estimate_savings
 
@@ -162,8 +162,7 @@ def parse_change(spec: str) -> Change:
         raise ValueError(f"{spec!r}: a wait is removed (sync=0), not made faster")
     if what == "class":  # the names are checked before any trace is read
         try:
-            class_rows(pd.DataFrame(columns=["name", "op", "kind", "is_comm"]).astype("category"),
-                       (pattern or "").split(","))
+            class_indices((pattern or "").split(","))
         except ValueError as exc:
             raise ValueError(f"{spec!r}: {exc}") from None
     if what in ("kernel", "op", "class") and not pattern:
