@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from ...format import percent, shorten
@@ -23,6 +24,17 @@ def short_name(name: str) -> str:
     text = _strip_bracketed(text, "<", ">")
     text = text.strip().split(" ")[-1] if " " in text.strip() else text.strip()
     return text.split("::")[-1] or name[:60]
+
+
+def leading_kernels(names: pd.Series, dur: np.ndarray, rows: np.ndarray, top: int = 3) -> tuple[list[str], int]:
+    """Among the device ops in `rows` (a mask over a categorical `names` column and its ops'
+    durations in ns): the short names of the kernels with the most time, and the time of the
+    first (by full name), by one bincount over the names' codes."""
+    categories = names.cat.categories
+    codes = names.cat.codes.to_numpy(np.int64)[rows] + 1  # -1 (no name) counts apart, at 0
+    by_name = np.bincount(codes, weights=dur[rows], minlength=len(categories) + 1)[1:]
+    best = [n for n in np.argsort(-by_name, kind="stable")[:top] if by_name[n] > 0]
+    return list(dict.fromkeys(short_name(str(categories[n])) for n in best)), int(by_name[best[0]]) if best else 0
 
 
 def _strip_bracketed(text: str, open_: str, close: str) -> str:

@@ -22,7 +22,7 @@ from ...text import code, md_table
 from ...trace.model import Trace, rows_where
 from ..core.view import pct, us
 from .base import Detector
-from .kernels import short_name
+from .kernels import leading_kernels, short_name
 
 
 @dataclass(frozen=True)
@@ -189,17 +189,14 @@ def detect_time_by_class(trace: Trace) -> TimeByClassResult | None:
     count = np.bincount(chosen, minlength=len(_ORDER))
     total = int(dur.sum())
     # each class's top kernels: time per (class, name) pair, by codes
-    names, categories = ops["name"].cat.codes.to_numpy(np.int64), ops["name"].cat.categories
     classes = []
     for i in np.argsort(-time, kind="stable"):  # a dozen classes, not events
         if not count[i]:
             continue
-        c, mine = CLASSES[_ORDER[i]], chosen == i
-        by_name = np.bincount(names[mine] + 1, weights=dur[mine], minlength=len(categories) + 1)[1:]
-        top = [n for n in np.argsort(-by_name, kind="stable")[:3] if by_name[n] > 0]
-        classes.append(ClassTime(c.name, c.label, c.nature, int(count[i]), us(int(time[i])), pct(time[i], total),
-                                 list(dict.fromkeys(short_name(str(categories[n])) for n in top)),
-                                 us(int(by_name[top[0]])) if top else 0.0))
+        c = CLASSES[_ORDER[i]]
+        top, lead_ns = leading_kernels(ops["name"], dur, chosen == i)
+        classes.append(ClassTime(c.name, c.label, c.nature, int(count[i]), us(int(time[i])), pct(time[i], total), top,
+                                 us(lead_ns)))
     nature_ns = {n: sum(time[_ORDER.index(c.name)] for c in CLASSES.values() if c.nature == n) for n in NATURES}
     copy_ns = time[_ORDER.index("copy")]
     share = {n: pct(ns, total) for n, ns in nature_ns.items()}

@@ -23,7 +23,7 @@ from ..core.bounds import Percent, Times
 from ..core.host import calls_by_correlation, launch_rows
 from ..core.view import pct, us
 from .base import Detector
-from .kernels import short_name
+from .kernels import leading_kernels
 
 BACKWARD = re.compile(r"^autograd::engine::evaluate_function|Backward\d*$|^torch::autograd::AccumulateGrad$")
 OPTIMIZER = re.compile(r"^Optimizer\.(?:step|zero_grad)#")
@@ -85,16 +85,12 @@ def detect_training_phases(trace: Trace, params: TrainingPhasesParams = Training
     time = np.bincount(phase, weights=dur, minlength=len(PHASES))
     count = np.bincount(phase, minlength=len(PHASES))
     total = int(dur.sum())
-    names, categories = ops["name"].cat.codes.to_numpy(np.int64), ops["name"].cat.categories
     phases = []
     for i, name in enumerate(PHASES):  # five phases, not events
         if not count[i]:
             continue
-        mine = phase == i
-        by_name = np.bincount(names[mine] + 1, weights=dur[mine], minlength=len(categories) + 1)[1:]
-        top = [n for n in np.argsort(-by_name, kind="stable")[:3] if by_name[n] > 0]
         phases.append(TrainingPhase(name, int(count[i]), us(int(time[i])), pct(time[i], total),
-                                    list(dict.fromkeys(short_name(str(categories[n])) for n in top))))
+                                    leading_kernels(ops["name"], dur, phase == i)[0]))
     forward, back = time[PHASES.index("forward")], time[PHASES.index("backward")]
     ratio = round(float(back / forward), 2) if forward else None
     return TrainingPhasesResult(us(total), phases, ratio, _advice(phases, ratio, params))
