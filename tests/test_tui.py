@@ -294,12 +294,14 @@ async def _answered(pilot, question: str) -> None:
     # the streamed answer renders in the background: under load it can still be growing (and the
     # view scrolling after it) here, so wait until the conversation stays scrolled to its end
     conversation = app.query_one(Conversation)
+    # (stable for 0.8 s: on a loaded machine the final render of an answer can come half a second after
+    # the last token's)
     settled, seen = 0, None
-    for _ in range(50):
+    for _ in range(100):
         now = (conversation.virtual_size.height, conversation.max_scroll_y)
         at_end = conversation.scroll_y >= conversation.max_scroll_y
         settled = settled + 1 if at_end and now == seen else 0
-        if settled == 3:
+        if settled == 8:
             break
         seen = now
         await pilot.pause(0.1)
