@@ -140,6 +140,7 @@ class OfflineAnalyst:
             "longest_gap": Plan(lambda q, at: [("idle_gaps", at | {"top": 1} | _min(q))], self._longest_gap),
             "gaps": Plan(lambda q, at: [("idle_gaps", at | {"top": 5} | _min(q))], self._gaps),
             "annotations": Plan(lambda q, at: [("annotations", at)], self._annotations),
+            "batch_size": Plan(lambda q, at: [("verdict", at), ("launches", at), ("overview", {})], self._batch_size),
             "compile": Plan(lambda q, at: [("verdict", at), ("launches", at), ("time_by_class", at)], self._compile),
             "mfu": Plan(lambda q, at: [("flops", at), ("overview", at), ("hot_kernels", at | {"top": 1})], self._mfu),
             "profile_next": Plan(lambda q, at: [("overview", {}), ("verdict", at), ("hot_kernels", at | {"top": 1})],
@@ -785,6 +786,27 @@ class OfflineAnalyst:
                  "To measure it: profile with `torch.profiler.profile(record_shapes=True)` (PyTorch ≥ 2.1 for "
                  "convolutions), or run the hot kernel under Nsight Compute "
                  "(`ncu --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed`)."]
+        return "\n".join(lines)
+
+    def _batch_size(self, q: Question, verdict: VerdictAnswer, launches: LaunchesAnswer, overview: OverviewAnswer) -> str:
+        """What the trace says of the batch size, which it does not record: a small batch shows as short
+        kernels the host cannot launch fast enough and a GPU that is mostly idle."""
+        v, la = verdict.verdict, launches.launch
+        small = v.root_cause == "launch_overhead"
+        lines = [("**Probably: the GPU waits on kernel launches, as it does with small batches.**" if small else
+                  "**Not what limits this trace.**") + f" {v.headline}.", "",
+                 "The trace does not record the batch size; what a too-small batch looks like in it:"]
+        if la.kernels:
+            lines.append(f"- short kernels: the median kernel runs {duration(la.median_kernel_us)} against a "
+                         f"{duration(la.median_launch_us)} launch call, and {percent(la.short_kernel_pct)} of kernels "
+                         "are shorter than their own launch"
+                         + (f"; launch-bound gaps leave the GPU idle {percent(launches.launch_overhead_idle_pct)} of "
+                            "device time" if launches.launch_overhead_idle_pct is not None else "") + ";")
+        lines += [f"- busy and idle: {line}" for r in overview.ranks[:4] for line in device_lines(r.source)]
+        lines += ["", "A larger batch (or more tokens per step) makes each kernel longer at the same launch cost; where "
+                  "memory allows it, try doubling it and compare: `traceagent diff before.json after.json`. CUDA "
+                  "graphs or torch.compile(mode=\"reduce-overhead\") remove the launch cost at the same batch size.",
+                  "", f"**Next step:** {v.next_step}"]
         return "\n".join(lines)
 
     def _compile(self, q: Question, verdict: VerdictAnswer, launches: LaunchesAnswer, classes: DetectorAnswer) -> str:
