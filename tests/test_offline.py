@@ -116,6 +116,13 @@ TABLE = [
      lambda c: [f"{focus(c).results['phases'].phases[0].tokens_per_s:g} tokens/s over its steps"]),
     ("S", "What's the time to first token?", "phases", {}, lambda c: ["include queueing and batching"]),
     ("B", "What is the GPU doing most of the time?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
+    # asked the other way round: enough workers is no where the GPU waits for data
+    ("R", "Is the data loader using enough workers?", "dataloader", {}, lambda c: ["**No:** the GPU waits for data"]),
+    ("R", "Does the GPU wait for data loading?", "dataloader", {}, lambda c: ["**Yes:** the GPU waits for data"]),
+    # layers by their nn.Module ranges, where the trace records them
+    ("R", "Which layer is the slowest?", "detector:modules", {}, lambda c: ["with_modules=True"]),
+    ("B", "Which layer is the slowest?", "detector:modules", {},
+     lambda c: [f"The slowest of the modules called more than once: {focus(c).results['modules'].slowest_per_call}"]),
     # the batch size is not in a trace: what a small one looks like in it, against the verdict
     ("R", "Is my batch size too small?", "batch_size", {},
      lambda c: ["**Not what limits this trace.**", f"{percent(focus(c).findings.launch.short_kernel_pct)} of kernels"]),
@@ -213,7 +220,7 @@ TABLE = [
 ]
 # Known gaps: questions an engineer asks that the table's reading does not handle yet.
 KNOWN_GAPS = {
-    ("R", "Which layer is the slowest?"),  # layers (nn.Module ranges) are not read as such: a trace needs with_modules
+    ("R", "Why is the first step slower than the rest?"),  # steps named by their order, not their number
 }
 
 ROWS = [pytest.param(*row, id=f"{row[0]}: {row[1]}") for row in TABLE]

@@ -75,7 +75,8 @@ CANNED_QUESTIONS = ["Why is my GPU idle?", "What should I optimize first?", "Is 
                     "How does the slowest step differ from the median?",
                     "Should I use CUDA graphs?", "What if I removed the data loading?", "What is the MFU?",
                     "What should I profile next?", "How much time does attention take?",
-                    "How long does the backward pass take?", "Should I use torch.compile?", "Would mixed precision help?",
+                    "How long does the backward pass take?", "Which layer is the slowest?", "Should I use torch.compile?",
+                    "Would mixed precision help?",
                     "Did it help?", "Summarize this trace."]
 
 
@@ -469,10 +470,13 @@ class OfflineAnalyst:
         v = verdict.verdict
         waited = idle.totals.by_cause_us.get("dataloader", 0.0)
         who = self._who(idle.scope)
+        # "does it wait for data?" is yes where it waits; "is the loader fast enough?" is then no
+        keeps_up = bool(re.search(r"\benough\b|\bkeep(?:s|ing)? up\b|\b(?:fine|ok|okay|good)\b", q.text, re.I))
+        said = ("**Yes:** ", "**No:** ") if keeps_up else ("**No:** ", "**Yes:** ")
         if not waited:
-            return f"{who}{'**No:** ' if _yes_no(q) else ''}the GPU never waits for data loading in this trace. {v.headline}."
+            return f"{who}{said[0] if _yes_no(q) else ''}the GPU never waits for data loading in this trace. {v.headline}."
         pct = (idle.totals.by_cause_pct or {}).get("dataloader")
-        lines = [f"{who}{'**Yes:** ' if _yes_no(q) else ''}the GPU waits for data loading {duration(waited)}"
+        lines = [f"{who}{said[1] if _yes_no(q) else ''}the GPU waits for data loading {duration(waited)}"
                  + (f" ({percent(pct)} {self._of(idle.scope)})" if pct is not None else "")
                  + f", in {idle.totals.by_cause_count['dataloader']} gaps."]
         lines += self._largest_gap(idle)

@@ -1,0 +1,66 @@
+"""Device time by module (a registered detector): the device ops launched inside each nn.Module
+call, its children's included. The trace is built here and the figures worked out by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import jsonschema
+from builder import TraceBuilder
+
+from traceagent import analyze
+from traceagent.agent.offline import OfflineAnalyst
+from traceagent.agent.tools import AnalysisContext, build_tools
+from traceagent.detect.core.encode import to_data
+from traceagent.schema import SCHEMAS
+
+
+def model_trace(tmp_path):
+    """Model_0 (0-1000 µs) holds Layer_0 (0-400) and Layer_1 (400-800), each holding an Attention
+    (5-15, 405-415). Launches: at 10 (100 µs kernel, inside Attention_0), 20 (50 µs, Layer_0 only),
+    410 (100 µs, Attention_1), 900 (25 µs, Model only), 1100 (25 µs, outside every module).
+    Device time 300 µs; Model 275, Layer 250 over 2 calls (150 and 100), Attention 200 over 2."""
+    b = TraceBuilder()
+    b.python("nn.Module: Model_0", 0, 1000)
+    b.python("nn.Module: Layer_0", 0, 400)
+    b.python("nn.Module: Attention_0", 5, 10)
+    b.python("nn.Module: Layer_1", 400, 400)
+    b.python("nn.Module: Attention_1", 405, 10)
+    for at, start, dur in [(10, 10, 100), (20, 110, 50), (410, 410, 100), (900, 900, 25), (1100, 1100, 25)]:
+        b.kernel("sm90_xmma_gemm_bf16", start, dur, launch_at=at, launch_dur=2)
+    return b.write(tmp_path / "model.json")
+
+
+def test_each_module_type_s_time_holds_its_children_and_is_worked_out_by_hand(tmp_path):
+    analysis = analyze(model_trace(tmp_path))
+    result = analysis.ranks[0].results["modules"]
+    assert result.device_time_us == 300.0
+    assert [(m.name, m.calls, m.device_us, m.mean_device_us, m.max_device_us, m.host_us, m.share_pct)
+            for m in result.modules] == [("Model", 1, 275.0, 275.0, 275.0, 1000.0, 91.67),
+                                         ("Layer", 2, 250.0, 125.0, 150.0, 800.0, 83.33),
+                                         ("Attention", 2, 200.0, 100.0, 100.0, 20.0, 66.67)]
+    assert result.slowest_per_call == "Layer"  # the model's single call is not a layer
+    data = json.loads(json.dumps(analysis.to_dict()))
+    assert data["ranks"][0]["modules"] == to_data(result)
+    jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(data)
+
+
+def test_the_tool_and_the_offline_analyst_say_the_same_and_a_trace_without_modules_cannot(tmp_path):
+    analysis = analyze(model_trace(tmp_path))
+    ctx = AnalysisContext(analysis)
+    tool = {t.name: t for t in build_tools(ctx)}["modules"]
+    assert json.loads(tool.invoke({}))["modules"] == to_data(analysis.ranks[0].results["modules"])["modules"]
+
+    async def ask(question: str) -> str:
+        return [e async for e in OfflineAnalyst(ctx).answer(question)][-1].text
+
+    text = asyncio.run(ask("Which layer is the slowest?"))
+    assert "Layer, 2 calls, 250.0 µs (83.3% of device time), 125.0 µs a call" in text
+    assert "The slowest of the modules called more than once: Layer, 125.0 µs a call" in text
+    b = TraceBuilder()
+    b.kernel("sm90_xmma_gemm_bf16", 0, 100, launch_at=0)
+    bare = analyze(b.write(tmp_path / "bare.json"))
+    assert bare.ranks[0].results["modules"] is None
+    answer = json.loads({t.name: t for t in build_tools(AnalysisContext(bare))}["modules"].invoke({}))
+    assert "with_modules=True" in answer["unavailable"]["how_to_get_it"]

@@ -1,0 +1,137 @@
+"""Device time by module: which layer of the model the GPU's time goes to.
+
+PyTorch's profiler records each `nn.Module` call as a range (`nn.Module: Qwen2DecoderLayer_3`, with
+`with_stack=True`: the module hooks run in the forward pass only). A module call's device time is
+that of the device ops launched inside its range on its thread, its children's included (a layer
+holds its attention and MLP); calls are grouped by module type (the name less its `_3` suffix).
+Each call's time is one range sum over the launches in thread-time order, never a loop per event.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...format import duration, percent, shorten
+from ...text import code, md_table
+from ...trace.model import Trace, matches, rows_where
+from ...trace.normalize import thread_keys
+from ..core.bounds import Count
+from ..core.host import calls_by_correlation, launch_rows
+from ..core.view import pct, us
+from .base import Detector
+
+MODULE = re.compile(r"^nn\.Module: ")
+_INSTANCE = re.compile(r"_\d+$")
+
+
+@dataclass(frozen=True)
+class ModulesParams:
+    """top: how many module types to keep, most device time first."""
+
+    top: Count = 12
+
+
+@dataclass(frozen=True)
+class ModuleTime:
+    name: str  # the module's type: its range's name less "nn.Module: " and the instance suffix
+    calls: int
+    device_us: float  # the device ops launched inside its calls (children included), durations added up
+    mean_device_us: float  # per call
+    max_device_us: float  # its longest call's
+    host_us: float  # its calls' host time, added up
+    share_pct: float  # of the rank's device time (shares overlap: a module holds its children)
+
+
+@dataclass(frozen=True)
+class ModulesResult:
+    """Per rank, every GPU of it, the forward pass (where module ranges are recorded)."""
+
+    device_time_us: float  # every device op's duration added up: the shares' denominator
+    modules: list[ModuleTime]  # the top types by device time
+    slowest_per_call: str | None  # the type with the longest mean call, of those kept that are called more than once
+
+
+def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> ModulesResult | None:
+    """None where the trace records no module ranges or no device work."""
+    cpu, gpu = trace.cpu, trace.gpu
+    modules = cpu.loc[(cpu["kind"] == "python").to_numpy() & matches(cpu["name"], MODULE),
+                      ["name", "pid", "tid", "start", "end"]]
+    ops = rows_where(gpu, (gpu["kind"] != "sync").to_numpy())
+    if modules.empty or ops.empty:
+        return None
+    dur = (ops["end"].to_numpy(np.int64) - ops["start"].to_numpy(np.int64)).clip(0)
+    calls = calls_by_correlation(trace)
+    rows = launch_rows(trace, ops["correlation"].to_numpy())
+    launched = rows >= 0
+    at = rows[launched]
+    l_pid, l_tid, l_t = (calls[c].to_numpy(np.int64)[at] for c in ("pid", "tid", "start"))
+    m_pid, m_tid = modules["pid"].to_numpy(np.int64), modules["tid"].to_numpy(np.int64)
+    m_start, m_end = modules["start"].to_numpy(np.int64), modules["end"].to_numpy(np.int64)
+    # one axis for every thread (threads numbered together, so the two sides agree): each call's
+    # device time is a range sum over the launches sorted along it
+    thread, _ = pd.factorize(thread_keys(np.concatenate([m_pid, l_pid]), np.concatenate([m_tid, l_tid])))
+    t_min = int(min(m_start.min(), l_t.min() if len(l_t) else m_start.min()))
+    width = int(max(m_end.max(), l_t.max() if len(l_t) else m_end.max())) - t_min + 1
+    axis = thread.astype(np.int64) * width
+    m_axis, l_axis = axis[:len(modules)], axis[len(modules):] + (l_t - t_min)
+    order = np.argsort(l_axis, kind="stable")
+    sorted_axis = l_axis[order]
+    summed = np.concatenate([[0], np.cumsum(dur[launched][order])])
+    lo = np.searchsorted(sorted_axis, m_axis + (m_start - t_min), side="left")
+    hi = np.searchsorted(sorted_axis, m_axis + (m_end - t_min), side="right")
+    per_call = summed[hi] - summed[lo]
+    kind = pd.Series(modules["name"].astype(str).str.removeprefix("nn.Module: ").str.replace(_INSTANCE, "", regex=True)
+                     .to_numpy())
+    table = pd.DataFrame({"type": kind, "device": per_call, "host": m_end - m_start})
+    grouped = table.groupby("type", sort=False).agg(calls=("device", "size"), device=("device", "sum"),
+                                                    mean=("device", "mean"), longest=("device", "max"),
+                                                    host=("host", "sum"))
+    grouped = grouped[grouped["device"] > 0].sort_values("device", ascending=False, kind="stable").head(params.top)
+    total = int(dur.sum())
+    kept = [ModuleTime(str(name), int(r["calls"]), us(int(r["device"])), us(float(r["mean"])), us(int(r["longest"])),
+                       us(int(r["host"])), pct(r["device"], total)) for name, r in grouped.iterrows()]
+    repeated = [m for m in kept if m.calls > 1]  # layers repeat; the model's own single call is not one
+    slowest = max(repeated, key=lambda m: m.mean_device_us).name if repeated else None
+    return ModulesResult(us(total), kept, slowest)
+
+
+def modules_sentence(result: ModulesResult) -> str | None:
+    """'By module (a module's time holds its children's; the forward pass): Qwen2DecoderLayer, 24
+    calls, 30.1 ms (66.2% of device time), 1.25 ms a call; …'"""
+    if not result.modules:
+        return None
+    parts = [f"{shorten(m.name, 40)}, {m.calls} call{'s' if m.calls != 1 else ''}, {duration(m.device_us)} "
+             f"({percent(m.share_pct)} of device time), {duration(m.mean_device_us)} a call" for m in result.modules[:6]]
+    text = (f"By module (nn.Module ranges, the forward pass; a module's time holds its children's, so shares overlap): "
+            f"{'; '.join(parts)}.")
+    slowest = next((m for m in result.modules if m.name == result.slowest_per_call), None)
+    if slowest is not None:
+        text += (f" The slowest of the modules called more than once: {shorten(slowest.name, 40)}, "
+                 f"{duration(slowest.mean_device_us)} a call (longest {duration(slowest.max_device_us)}).")
+    return text
+
+
+def modules_section(result: ModulesResult, params: ModulesParams) -> list[str]:
+    """The report's table: one row per module type kept."""
+    rows = [[code(shorten(m.name, 50)), str(m.calls), duration(m.device_us), percent(m.share_pct),
+             duration(m.mean_device_us), duration(m.max_device_us), duration(m.host_us)] for m in result.modules]
+    return [modules_sentence(result) or "", "",
+            md_table(["module", "calls", "device time", "share", "per call", "longest", "host time"], rows)]
+
+
+#: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
+DETECTOR = Detector("modules", "Modules", "Device time by nn.Module type in the forward pass (a module's calls, the device "
+                    "time of the ops launched inside them with their children's, per call, the longest call, host time, "
+                    "share of device time), and the slowest module per call.",
+                    ModulesParams(), ModulesResult, lambda i, p: detect_modules(i.trace, p),
+                    lambda r, p: modules_sentence(r), since="2.6",
+                    needs=("the trace records no nn.Module ranges",
+                           "profile with torch.profiler.profile(with_stack=True, with_modules=True)"),
+                    asks=r"\b(?:which|slowest|heaviest|most expensive|costliest) (?:layers?|modules?)\b|"
+                         r"\b(?:layers?|modules?)\b.{0,30}\b(?:slow\w*|take|takes|took|cost\w*|expensive)\b|"
+                         r"\bper (?:layer|module)\b|\bnn\.module\b|\bby (?:layer|module)\b",
+                    section=modules_section, place=64)
