@@ -678,6 +678,8 @@ class OfflineAnalyst:
         lines = [f"{self._who(answer.scope)}{self._step_line(answer, row)}."]
         if answer.steps and row.step == answer.steps.slowest:
             lines.append("It is the slowest step.")
+        elif answer.steps and re.search(r"\bslow", q.text, re.I):  # "why is the first step slower?"
+            lines.append(f"It is not the slowest step: step {answer.steps.slowest} is.")
         lines += self._largest_gap(idle)
         return "\n".join(lines)
 

@@ -98,6 +98,7 @@ _STEPS = re.compile(r"\bsteps?\s*#?(\d+)(?:\s*(?:vs\.?|versus|and|against|compar
                     r"(?:step\s*#?)?(\d+))?", re.I)
 _THRESHOLD = re.compile(r"\b(?:longer|more|over|above|at least|bigger|larger) than\s*(\d+(?:\.\d+)?)\s*(µs|us|ms|s)\b", re.I)
 _SCALE = {"µs": 1.0, "us": 1.0, "ms": 1e3, "s": 1e6}
+_ORDINAL_STEP = re.compile(r"\b(first|second|third|last|final) (?:training |profiled )?(?:step|iteration)\b", re.I)
 #: parts of op names that name no block of work of their own (namespaces, directions, plain tensor ops,
 #: question words): a question saying them does not name an op
 _GENERIC_OP_WORDS = set(("aten prims c10d nccl rccl cuda hip cudnn miopen native torch autograd engine evaluate "
@@ -136,6 +137,10 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     rank = int(m.group(1)) if (m := _RANK.search(text)) else None
     device = int(m.group(1)) if (m := _DEVICE.search(text)) else None
     steps = [int(n) for m in _STEPS.finditer(text) for n in m.groups() if n]
+    if not steps and (m := _ORDINAL_STEP.search(text)):  # "the first step": its number in this trace
+        steps = _step_by_order(m.group(1).lower(), ctx)
+        if steps and intent in (None, "idle", "steps", "summary"):
+            intent = "one_step"
     min_us = float(m.group(1)) * _SCALE[m.group(2).lower()] if (m := _THRESHOLD.search(text)) else None
     limits = _limits(text) if intent == "bound" else ()
     limit = limits[0] if limits else None
@@ -149,6 +154,13 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     english = len(set(re.findall(r"[a-z]+", text.lower())) & _ENGLISH)
     foreign = bool(letters) and (sum(c.isascii() for c in letters) < len(letters) / 2 or (not english and intent is None))
     return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits)
+
+
+def _step_by_order(word: str, ctx: AnalysisContext) -> list[int]:
+    """[the step number the word names] (first, second, third, last) among the focus rank's steps, or []."""
+    numbers = sorted(int(n) for n in ctx.analysis.focus.trace.steps["step"].dropna().unique())
+    at = {"first": 0, "second": 1, "third": 2, "last": -1, "final": -1}[word]
+    return [numbers[at]] if numbers and -len(numbers) <= at < len(numbers) else []
 
 
 def _limits(text: str) -> tuple[str, ...]:
