@@ -107,6 +107,17 @@ def launch_rows(trace: Trace, correlation: np.ndarray) -> np.ndarray:
     return np.where(ids[at] == correlation, at, -1)
 
 
+def launch_points(trace: Trace, correlation: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where each device op (by correlation id) was launched: (found, a mask over the ids; then the
+    pid, tid and start of the launch call of each found one, in the ids' order)."""
+    calls = calls_by_correlation(trace)
+    rows = launch_rows(trace, correlation)
+    found = rows >= 0
+    at = rows[found]
+    pid, tid, start = (calls[c].to_numpy(np.int64)[at] for c in ("pid", "tid", "start"))
+    return found, pid, tid, start
+
+
 #: ids spread over at most this many times as many numbers as there are calls get a lookup table
 _TABLE_SPREAD = 4
 

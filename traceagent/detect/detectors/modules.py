@@ -20,7 +20,7 @@ from ...text import code, md_table
 from ...trace.model import Trace, matches, rows_where
 from ...trace.normalize import thread_keys
 from ..core.bounds import Count
-from ..core.host import calls_by_correlation, launch_rows
+from ..core.host import launch_points
 from ..core.view import pct, us
 from .base import Detector
 
@@ -64,11 +64,7 @@ def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> Mod
     if modules.empty or ops.empty:
         return None
     dur = (ops["end"].to_numpy(np.int64) - ops["start"].to_numpy(np.int64)).clip(0)
-    calls = calls_by_correlation(trace)
-    rows = launch_rows(trace, ops["correlation"].to_numpy())
-    launched = rows >= 0
-    at = rows[launched]
-    l_pid, l_tid, l_t = (calls[c].to_numpy(np.int64)[at] for c in ("pid", "tid", "start"))
+    launched, l_pid, l_tid, l_t = launch_points(trace, ops["correlation"].to_numpy())
     m_pid, m_tid = modules["pid"].to_numpy(np.int64), modules["tid"].to_numpy(np.int64)
     m_start, m_end = modules["start"].to_numpy(np.int64), modules["end"].to_numpy(np.int64)
     # one axis for every thread (threads numbered together, so the two sides agree): each call's

@@ -20,7 +20,7 @@ from ...format import duration, percent, shorten
 from ...trace.model import Trace, among, matches, rows_where
 from ...trace.normalize import innermost_enclosing
 from ..core.bounds import Percent, Times
-from ..core.host import calls_by_correlation, launch_rows
+from ..core.host import launch_points
 from ..core.view import pct, us
 from .base import Detector
 from .kernels import leading_kernels
@@ -71,11 +71,7 @@ def detect_training_phases(trace: Trace, params: TrainingPhasesParams = Training
     if backward.empty or ops.empty:
         return None
     optimizer = cpu.loc[host & matches(cpu["name"], OPTIMIZER), columns].reset_index(drop=True)
-    calls = calls_by_correlation(trace)
-    rows = launch_rows(trace, ops["correlation"].to_numpy())
-    found = rows >= 0
-    at = rows[found]
-    pid, tid, t = (calls[c].to_numpy(np.int64)[at] for c in ("pid", "tid", "start"))
+    found, pid, tid, t = launch_points(trace, ops["correlation"].to_numpy())
     phase = np.full(len(ops), PHASES.index("unlaunched"), dtype=np.int8)
     phase[found] = np.where(innermost_enclosing(optimizer, pid, tid, t) >= 0, PHASES.index("optimizer"),
                             np.where(innermost_enclosing(backward, pid, tid, t) >= 0, PHASES.index("backward"),
