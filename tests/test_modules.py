@@ -12,6 +12,7 @@ from builder import TraceBuilder
 from traceagent import analyze
 from traceagent.agent.offline import OfflineAnalyst
 from traceagent.agent.tools import AnalysisContext, build_tools
+from traceagent.cli import main
 from traceagent.detect.core.encode import to_data
 from traceagent.schema import SCHEMAS
 
@@ -64,3 +65,14 @@ def test_the_tool_and_the_offline_analyst_say_the_same_and_a_trace_without_modul
     assert bare.ranks[0].results["modules"] is None
     answer = json.loads({t.name: t for t in build_tools(AnalysisContext(bare))}["modules"].invoke({}))
     assert "with_modules=True" in answer["unavailable"]["how_to_get_it"]
+
+
+def test_the_report_says_it_once_in_its_section_with_trace_strings_shown_as_written(tmp_path):
+    b = TraceBuilder()
+    b.python("nn.Module: *Evil*_[x](http://e)_0", 0, 200)
+    b.kernel("sm90_xmma_gemm_bf16", 0, 100, launch_at=1)
+    path = b.write(tmp_path / "evil.json")
+    assert main(["report", str(path), "-o", str(tmp_path / "report.md")]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert text.count("By module (nn.Module ranges") == 1  # in its section, not again among the findings
+    assert r"\*Evil\*\_\[x\](http://e), 1 call" in text and "| `*Evil*_[x](http://e)` |" in text

@@ -204,8 +204,11 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
                        percent(k.share_of_busy_pct), duration(k.mean_us), duration(k.median_us),
                        duration(k.max_us), (code(shorten(k.op, 40)) + _op_source(k.op_from)) if k.op else "-"]
                       for i, k in enumerate(kernels, 1)])]
+    # a detector with a section of its own says its sentence there, once
+    own = {d.title for d in DETECTORS if d.section is not None and not d.report_under and r.results.get(d.name) is not None}
     for title, line in further_findings(r):
-        out += ["", f"**{title}.** {md_prose(line)}"]
+        if title not in own:
+            out += ["", f"**{title}.** {md_prose(line)}"]
     out += sections_under(r, "", who)
     if kernels:
         out += ["", fold[0], ""]

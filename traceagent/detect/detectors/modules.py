@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration, percent, shorten
-from ...text import code, md_table
+from ...text import code, md_prose, md_table
 from ...trace.model import Trace, matches, rows_where
 from ...trace.normalize import thread_keys
 from ..core.bounds import Count
@@ -115,7 +115,7 @@ def modules_section(result: ModulesResult, params: ModulesParams) -> list[str]:
     """The report's table: one row per module type kept."""
     rows = [[code(shorten(m.name, 50)), str(m.calls), duration(m.device_us), percent(m.share_pct),
              duration(m.mean_device_us), duration(m.max_device_us), duration(m.host_us)] for m in result.modules]
-    return [modules_sentence(result) or "", "",
+    return [md_prose(modules_sentence(result) or ""), "",
             md_table(["module", "calls", "device time", "share", "per call", "longest", "host time"], rows)]
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ...format import duration, percent, shorten
-from ...text import code, md_table
+from ...text import code, md_prose, md_table
 from ...trace.model import Trace, rows_where
 from ..core.view import pct, us
 from .base import Detector
@@ -226,7 +226,7 @@ def time_by_class_section(result: TimeByClassResult, params: None) -> list[str]:
     """The report's table: one row per class."""
     rows = [[c.label, percent(c.share_pct), duration(c.time_us), str(c.ops), NATURES[c.nature],
              ", ".join(code(shorten(k, 50)) for k in c.top)] for c in result.classes]
-    return [time_by_class_sentence(result), "",
+    return [md_prose(time_by_class_sentence(result)), "",
             md_table(["class", "share", "time", "ops", "nature", "top kernels"], rows)]
 
 
