@@ -256,3 +256,20 @@ def test_an_op_called_inside_one_of_its_name_is_counted_once_and_no_op_beats_the
     assert (flops.gflop, flops.gpu_us, flops.achieved_tflops) == (2.0, 10.0, 200.0)
     assert [(o.name, o.count) for o in flops.by_op] == [("aten::mm", 1)]
     assert [(t.name, t.achieved_gbps) for t in flops.traffic] == [("aten::add", round(6 * 1024**2 / 10_000, 1))]
+
+
+def test_a_hot_kernel_near_its_peak_is_not_sent_to_nsight_compute(tmp_path):
+    """2 GFLOP in 3 µs on an H100 is 666.67 TFLOP/s, 67.37% of the bf16 dense peak (989.5): at 60%
+    or more the verdict looks past the kernel; in 10 µs (20.21%) it still says to profile it."""
+    def verdict(dur: float):
+        b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+        mm = b.op("aten::mm", 0, 100)
+        mm["args"] |= {"Input Dims": [[1000, 1000], [1000, 1000]], "Input type": ["c10::BFloat16"] * 2}
+        b.kernel("sm90_gemm", 20, dur, launch_at=10)
+        return analyze(b.write(tmp_path / f"t{dur}.json"), use_cache=False).verdict
+
+    near, far = verdict(3.0), verdict(10.0)
+    assert near.root_cause == far.root_cause == "hot_kernel"
+    assert f"It already runs at {round(100 * 2000 / 3 / 989.5, 1)}% of the GPU's bf16 peak" in near.hypothesis
+    assert near.next_step.startswith("Look past this kernel") and "Nsight Compute" not in near.next_step
+    assert far.next_step.startswith("Profile that kernel") and "already runs" not in far.hypothesis

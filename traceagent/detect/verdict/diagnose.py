@@ -198,7 +198,7 @@ class Findings:
     ranks: int = 1
     workload: Workload = field(default_factory=lambda: Workload(None, None, 0))
     savings: list[Saving] = field(default_factory=list)  # every finding's, largest first
-    flops: FlopsResult | None = None  # from recorded shapes; not part of the verdict
+    flops: FlopsResult | None = None  # from recorded shapes: whether the hot kernel already runs near peak
     memory: MemoryResult | None = None
     graphs: GraphsResult | None = None
     annotations: AnnotationsResult | None = None
@@ -491,14 +491,21 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
                                 kernel_count=top.count)
     if f.classes is not None and memory_bound_dominates(f.classes):
         return _memory_bound_verdict(f, f.classes, top, evidence, also)
+    hypothesis = (f"Time goes into kernel execution, led by {top.short_name} ({top.count} launches"
+                  + (f", from {top.op}" if top.op else "") + "); speeding it up is the largest single gain.")
+    step = (f"Profile that kernel: `{advice.profile_line('--ncu', repr(top.short_name))}` (Nsight Compute on it, "
+            "joined to the trace), and check it runs in a fast dtype (bf16/TF32) and shape.")
+    rated = next((k for k in (f.flops.by_kernel if f.flops else []) if k.name == top.name and k.mfu_pct is not None), None)
+    if rated is not None and rated.mfu_pct is not None and rated.mfu_pct >= NEAR_PEAK_PCT:
+        # a kernel near its peak has little left to give: the gain is in doing less of it
+        hypothesis += (f" It already runs at {rated.mfu_pct:.1f}% of the GPU's {rated.dtype} peak (from the recorded "
+                       "shapes), so a faster kernel has little room left.")
+        step = ("Look past this kernel: it runs near peak already. Do less of its math (a lower precision such as fp8 "
+                "where the GPU has it, smaller or fewer matmuls), and cut the time around it: the other kernels and "
+                "the gaps between them (`traceagent analyze` lists both).")
     return Verdict("compute", "hot_kernel",
                    f"{_busy(f)}; the top kernel, {top.short_name}, "
-                   f"takes {top.share_of_busy_pct:.1f}% of busy time",
-                   f"Time goes into kernel execution, led by {top.short_name} ({top.count} launches"
-                   + (f", from {top.op}" if top.op else "") + "); speeding it up is the largest single gain.",
-                   f"Profile that kernel: `{advice.profile_line('--ncu', repr(top.short_name))}` (Nsight Compute on "
-                   "it, joined to the trace), and check it runs in a fast dtype (bf16/TF32) and shape.",
-                   evidence, also)
+                   f"takes {top.share_of_busy_pct:.1f}% of busy time", hypothesis, step, evidence, also)
 
 
 def _memory_bound_verdict(f: Findings, classes: TimeByClassResult, top: HotKernel, evidence: ComputeEvidence,
@@ -522,6 +529,10 @@ def _memory_bound_verdict(f: Findings, classes: TimeByClassResult, top: HotKerne
                    f"with: {named}. They are many small ops, not one kernel: the top kernel, {top.short_name}, takes "
                    f"{top.share_of_busy_pct:.1f}% of busy time. Fusing them cuts the bytes they move and their launches.",
                    f"{step}; then re-profile and compare with `traceagent diff before after`.", evidence, also)
+
+
+#: a hot kernel at this share of its dtype's peak FLOP/s or more runs near peak: little is left to gain in it
+NEAR_PEAK_PCT = 60.0
 
 
 _STRAGGLER_STEPS = {
@@ -587,5 +598,5 @@ def rank_verdict(inputs: Inputs, params: VerdictParams) -> Verdict:
 DETECTOR = Detector("verdict", "Verdict", "What limits the rank, its root cause, evidence, next step and saving.",
                     VerdictParams(), Verdict, rank_verdict, settings="verdict", keys=(Key("verdict", Verdict),),
                     reads=("idle", "memcpy", "comm", "kernels", "launch", "steps", "workload", "savings", "critical_path",
-                           "time_by_class"),
+                           "time_by_class", "flops"),
                     place=83, tool=False)
