@@ -76,3 +76,14 @@ def test_the_report_says_it_once_in_its_section_with_trace_strings_shown_as_writ
     text = (tmp_path / "report.md").read_text()
     assert text.count("By module (nn.Module ranges") == 1  # in its section, not again among the findings
     assert r"\*Evil\*\_\[x\](http://e), 1 call" in text and "| `*Evil*_[x](http://e)` |" in text
+
+
+def test_a_call_inside_a_call_of_its_own_type_counts_once(tmp_path):
+    """vLLM's piecewise graphs nest GraphModules: the inner call's 100 µs kernel is the outer's work,
+    so the type has one call of 100 µs (100% of device time), not 200 µs (200%)."""
+    b = TraceBuilder()
+    b.python("nn.Module: GraphModule_0", 0, 300)
+    b.python("nn.Module: GraphModule_1", 10, 90)
+    b.kernel("triton_poi_fused_add_0", 20, 100, launch_at=20)
+    (graph,) = analyze(b.write(tmp_path / "nested.json")).ranks[0].results["modules"].modules
+    assert (graph.name, graph.calls, graph.device_us, graph.share_pct) == ("GraphModule", 1, 100.0, 100.0)

@@ -3,7 +3,8 @@
 PyTorch's profiler records each `nn.Module` call as a range (`nn.Module: Qwen2DecoderLayer_3`, with
 `with_stack=True`: the module hooks run in the forward pass only). A module call's device time is
 that of the device ops launched inside its range on its thread, its children's included (a layer
-holds its attention and MLP); calls are grouped by module type (the name less its `_3` suffix).
+holds its attention and MLP); calls are grouped by module type (the name less its `_3` suffix); a call inside another call of
+its own type is that call's work, counted once.
 Each call's time is one range sum over the launches in thread-time order, never a loop per event.
 """
 
@@ -82,7 +83,13 @@ def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> Mod
     per_call = summed[hi] - summed[lo]
     kind = pd.Series(modules["name"].astype(str).str.removeprefix("nn.Module: ").str.replace(_INSTANCE, "", regex=True)
                      .to_numpy())
-    table = pd.DataFrame({"type": kind, "device": per_call, "host": m_end - m_start})
+    table = pd.DataFrame({"type": kind, "device": per_call, "host": m_end - m_start,
+                          "at": m_axis + (m_start - t_min), "until": m_axis + (m_end - t_min)})
+    # a call inside another call of its own type (a GraphModule within a GraphModule) is that call's
+    # work: only the outermost calls of a type count, or its time would count twice
+    table = table.sort_values(["type", "at", "until"], ascending=[True, True, False], kind="stable")
+    reached = table.groupby("type", sort=False)["until"].cummax().groupby(table["type"], sort=False).shift(1)
+    table = table[~(table["at"] < reached).to_numpy()]
     grouped = table.groupby("type", sort=False).agg(calls=("device", "size"), device=("device", "sum"),
                                                     mean=("device", "mean"), longest=("device", "max"),
                                                     host=("host", "sum"))
