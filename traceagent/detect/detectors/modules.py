@@ -19,7 +19,7 @@ import pandas as pd
 from ...format import duration, percent, shorten
 from ...text import code, md_prose, md_table
 from ...trace.model import Trace, matches, rows_where
-from ...trace.normalize import thread_keys
+from ...trace.normalize import thread_time
 from ..core.bounds import Count
 from ..core.host import launch_points
 from ..core.view import pct, us
@@ -66,25 +66,24 @@ def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> Mod
         return None
     dur = (ops["end"].to_numpy(np.int64) - ops["start"].to_numpy(np.int64)).clip(0)
     launched, l_pid, l_tid, l_t = launch_points(trace, ops["correlation"].to_numpy())
-    m_pid, m_tid = modules["pid"].to_numpy(np.int64), modules["tid"].to_numpy(np.int64)
     m_start, m_end = modules["start"].to_numpy(np.int64), modules["end"].to_numpy(np.int64)
-    # one axis for every thread (threads numbered together, so the two sides agree): each call's
-    # device time is a range sum over the launches sorted along it
-    thread, _ = pd.factorize(thread_keys(np.concatenate([m_pid, l_pid]), np.concatenate([m_tid, l_tid])))
-    t_min = int(min(m_start.min(), l_t.min() if len(l_t) else m_start.min()))
-    width = int(max(m_end.max(), l_t.max() if len(l_t) else m_end.max())) - t_min + 1
-    axis = thread.astype(np.int64) * width
-    m_axis, l_axis = axis[:len(modules)], axis[len(modules):] + (l_t - t_min)
+    # calls' starts and launches on one axis where each thread owns a stretch (normalize.thread_time,
+    # numbered together so both sides agree): each call's device time is a range sum over the launches
+    t = np.concatenate([m_start, l_t])
+    t_min, width = int(t.min()), int(max(m_end.max(), t.max()) - t.min()) + 1
+    axis = thread_time(np.concatenate([modules["pid"].to_numpy(np.int64), l_pid]),
+                       np.concatenate([modules["tid"].to_numpy(np.int64), l_tid]), t, t_min, width)
+    m_axis, l_axis = axis[:len(modules)], axis[len(modules):]  # m_axis: each call's start
     order = np.argsort(l_axis, kind="stable")
     sorted_axis = l_axis[order]
     summed = np.concatenate([[0], np.cumsum(dur[launched][order])])
-    lo = np.searchsorted(sorted_axis, m_axis + (m_start - t_min), side="left")
-    hi = np.searchsorted(sorted_axis, m_axis + (m_end - t_min), side="right")
+    lo = np.searchsorted(sorted_axis, m_axis, side="left")
+    hi = np.searchsorted(sorted_axis, m_axis + (m_end - m_start), side="right")
     per_call = summed[hi] - summed[lo]
     kind = pd.Series(modules["name"].astype(str).str.removeprefix("nn.Module: ").str.replace(_INSTANCE, "", regex=True)
                      .to_numpy())
     table = pd.DataFrame({"type": kind, "device": per_call, "host": m_end - m_start,
-                          "at": m_axis + (m_start - t_min), "until": m_axis + (m_end - t_min)})
+                          "at": m_axis, "until": m_axis + (m_end - m_start)})
     # a call inside another call of its own type (a GraphModule within a GraphModule) is that call's
     # work: only the outermost calls of a type count, or its time would count twice
     table = table.sort_values(["type", "at", "until"], ascending=[True, True, False], kind="stable")
