@@ -163,9 +163,15 @@ def class_rows(device_ops: pd.DataFrame, names: list[str]) -> np.ndarray:
     return np.isin(classes_of(device_ops), class_indices(names))
 
 
+def memory_kernel_classes(result: TimeByClassResult) -> list[ClassTime]:
+    """The classes of kernels memory-bound by nature, most time first (copies and memsets left out:
+    fusing kernels does not remove them)."""
+    return [c for c in result.classes if c.nature == "memory_bound" and c.name != "copy"]
+
+
 def memory_kernels_us(result: TimeByClassResult) -> float:
-    """The device time of kernels memory-bound by nature (copies and memsets left out)."""
-    return round(sum(c.time_us for c in result.classes if c.nature == "memory_bound" and c.name != "copy"), 3)
+    """The device time of kernels memory-bound by nature."""
+    return round(sum(c.time_us for c in memory_kernel_classes(result)), 3)
 
 
 def memory_bound_dominates(result: TimeByClassResult) -> bool:
@@ -173,7 +179,7 @@ def memory_bound_dominates(result: TimeByClassResult) -> bool:
     (no one of them holds half their time): fusing them, not one hot kernel, is then what to do."""
     if result.memory_kernels_pct < MEMORY_BOUND_MIN_PCT or result.memory_kernels_pct <= result.compute_pct:
         return False
-    lead = max((c.lead_us for c in result.classes if c.nature == "memory_bound" and c.name != "copy"), default=0.0)
+    lead = max((c.lead_us for c in memory_kernel_classes(result)), default=0.0)
     return lead < memory_kernels_us(result) / 2
 
 

@@ -32,7 +32,7 @@ from ..detectors.memory import MemoryResult
 from ..detectors.steps import StepsResult
 from ..detectors.stragglers import RankComparison
 from ..detectors.streams import SHARED_FIX
-from ..detectors.time_by_class import TimeByClassResult, memory_bound_dominates
+from ..detectors.time_by_class import TimeByClassResult, memory_bound_dominates, memory_kernel_classes
 from ..detectors.workload import Workload
 from . import advice
 from .critical_path import CriticalPathResult
@@ -514,7 +514,7 @@ def _memory_bound_verdict(f: Findings, classes: TimeByClassResult, top: HotKerne
     one kernel is the fix; fusing them is."""
     evidence |= ComputeEvidence(kind="compute", memory_kernels_pct=classes.memory_kernels_pct,
                                 compute_heavy_pct=classes.compute_pct)
-    memory = [c for c in classes.classes if c.nature == "memory_bound" and c.name != "copy"]
+    memory = memory_kernel_classes(classes)
     named = "; ".join(f"{c.label} {c.share_pct:.1f}%" + (f" (led by {c.top[0]})" if c.top else "")
                       for c in memory[:3] if c.share_pct >= 1.0)
     generated = bool(memory and memory[0].top and memory[0].top[0].startswith("triton_"))
