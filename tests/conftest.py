@@ -62,6 +62,18 @@ def analyzed(path: Path) -> traceagent.Analysis:
     return traceagent.analyze(path)
 
 
+def offline_answer(analysis: traceagent.Analysis, question: str) -> str:
+    """The offline analyst's answer to one question about an analysis (its last event's text)."""
+    import asyncio
+
+    from traceagent.agent.offline import OfflineAnalyst
+    from traceagent.agent.tools import AnalysisContext
+
+    async def run() -> str:
+        return [e async for e in OfflineAnalyst(AnalysisContext(analysis)).answer(question)][-1].text
+    return asyncio.run(run())
+
+
 def write_trace(path: Path, events: list[dict], compress: bool = False, **top) -> Path:
     """Write a Kineto-style trace file from a few hand-made events."""
     doc = {"schemaVersion": 1, **top, "traceEvents": events}

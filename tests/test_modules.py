@@ -3,14 +3,13 @@ call, its children's included. The trace is built here and the figures worked ou
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import jsonschema
 from builder import TraceBuilder
+from conftest import offline_answer
 
 from traceagent import analyze
-from traceagent.agent.offline import OfflineAnalyst
 from traceagent.agent.tools import AnalysisContext, build_tools
 from traceagent.cli import main
 from traceagent.detect.core.encode import to_data
@@ -53,10 +52,7 @@ def test_the_tool_and_the_offline_analyst_say_the_same_and_a_trace_without_modul
     tool = {t.name: t for t in build_tools(ctx)}["modules"]
     assert json.loads(tool.invoke({}))["modules"] == to_data(analysis.ranks[0].results["modules"])["modules"]
 
-    async def ask(question: str) -> str:
-        return [e async for e in OfflineAnalyst(ctx).answer(question)][-1].text
-
-    text = asyncio.run(ask("Which layer is the slowest?"))
+    text = offline_answer(analysis, "Which layer is the slowest?")
     assert "Layer, 2 calls, 250.0 µs (83.3% of device time), 125.0 µs a call" in text
     assert "The slowest of the modules called more than once: Layer, 125.0 µs a call" in text
     b = TraceBuilder()

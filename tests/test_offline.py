@@ -159,6 +159,17 @@ TABLE = [
     ("R", "What is the MFU?", "mfu", {},  # shapes, but forward convolutions lack their stride: a lower bound
      lambda c: [f"**MFU {percent(focus(c).findings.flops.mfu_pct)}** (a lower bound", "V100 SXM2 fp32 peak"]),
     ("N", "What's the MFU?", "mfu", {}, lambda c: ["**The trace cannot say:**", "record_shapes=True"]),
+    ("B", "What is the achieved TFLOP/s of the matmuls?", "mfu", {},
+     lambda c: [f"**MFU {percent(focus(c).findings.flops.mfu_pct)}**"]),
+    ("B", "What is the throughput of the matmul kernels?", "mfu", {},
+     lambda c: [f"**MFU {percent(focus(c).findings.flops.mfu_pct)}**"]),
+    # what the job is: training or inference, the model
+    ("S", "Is this inference or training?", "detector:workload", {}, lambda c: ["An inference server (decode steps)"]),
+    ("R", "Is this a training run?", "detector:workload", {},
+     lambda c: ["A training job", "single-process DataLoader (num_workers=0)", "with_modules=True"]),
+    ("B", "What model is this?", "detector:workload", {},
+     lambda c: [f"`{focus(c).results['workload'].model}` (its outermost nn.Module)",
+                duration(focus(c).results["workload"].forward_device_us)]),
     ("R", "What should I profile next?", "profile_next", {},
      lambda c: ["`traceagent profile --nsys -- python train.py`",
                 f"`traceagent profile --ncu {top_kernel(c).short_name!r} -- python train.py`"]),

@@ -3,14 +3,13 @@ and the op that launched it. The trace is built here and every share worked out 
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import jsonschema
 from builder import TraceBuilder
+from conftest import offline_answer
 
 from traceagent import analyze
-from traceagent.agent.offline import OfflineAnalyst
 from traceagent.agent.tools import AnalysisContext, build_tools
 from traceagent.cli import main
 from traceagent.detect.core.encode import to_data
@@ -33,10 +32,6 @@ WORK = [
     ("aten::embedding", "void at::native::indexSelectLargeIndex<float, long>(T*, long)", 5),
     (None, "my_custom_kernel", 40),
 ]
-
-
-async def _last(events):
-    return [e async for e in events][-1]
 
 
 def classes_trace(tmp_path):
@@ -80,8 +75,7 @@ def test_the_tool_the_report_and_the_offline_analyst_say_the_same_shares(tmp_pat
     tool = {t.name: t for t in build_tools(ctx)}["time_by_class"]
     assert json.loads(tool.invoke({}))["classes"] == to_data(result)["classes"]
     attention = next(c for c in result.classes if c.name == "attention")
-    answer = asyncio.run(_last(OfflineAnalyst(ctx).answer("How much time does attention take?")))
-    assert f"attention {attention.share_pct:.1f}%" in answer.text
+    assert f"attention {attention.share_pct:.1f}%" in offline_answer(analysis, "How much time does attention take?")
     assert main(["report", str(path), "-o", str(tmp_path / "report.md")]) == 0
     report = (tmp_path / "report.md").read_text()
     assert "GPU time by class" in report and f"| attention | {attention.share_pct:.1f}% |" in report

@@ -3,14 +3,13 @@ phase whose launch call put it there. The trace is built here and the shares wor
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import jsonschema
 from builder import TraceBuilder
+from conftest import offline_answer
 
 from traceagent import analyze
-from traceagent.agent.offline import OfflineAnalyst
 from traceagent.agent.tools import AnalysisContext, build_tools
 from traceagent.cli import main
 from traceagent.detect.core.encode import to_data
@@ -64,10 +63,7 @@ def test_the_thresholds_are_settings_and_the_tool_and_offline_analyst_say_the_sa
     tool = {t.name: t for t in build_tools(ctx)}["training_phases"]
     assert json.loads(tool.invoke({}))["phases"] == to_data(analysis.ranks[0].results["training_phases"])["phases"]
 
-    async def ask(question: str) -> str:
-        return [e async for e in OfflineAnalyst(ctx).answer(question)][-1].text
-
-    text = asyncio.run(ask("How much time does the backward pass take?"))
+    text = offline_answer(analysis, "How much time does the backward pass take?")
     assert "backward 47.1% (200.0 µs" in text and "The backward takes 2× the forward (collectives left out)" in text
     assert main(["report", str(path), "-o", str(tmp_path / "report.md")]) == 0
     assert "Forward, backward and optimizer" in (tmp_path / "report.md").read_text()

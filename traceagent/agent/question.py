@@ -32,8 +32,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("most_idle", r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)|"
                   r"\b(?:utili[sz]ation|busy|idle)\b.{0,30}\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b|"
                   r"\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b.{0,30}\b(?:utili[sz]ation|busy|idle)\b"),
-    ("mfu", r"\b(?:mfu|flop/?s|flops|tflops|model flops|tensor ?cores?|tensor core utili[sz]ation|"
-            r"achieved (?:flop|throughput))\b"),
+    ("mfu", r"\b(?:mfu|t?flop/?s|t?flops|model flops|tensor ?cores?|tensor core utili[sz]ation|"
+            r"achieved (?:t?flop|throughput))\b|"
+            # the math's rate asked in words: "the throughput of the matmul kernels"
+            r"\b(?:throughput|efficien\w*)\b.{0,20}\b(?:matmuls?|gemms?|math)\b"),
     ("interconnect", r"\b(?:interconnect|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
                      r"(?:collective|nccl|rccl|all-?reduce|all-?gather|communication)s?\b.{0,40}\b(?:bandwidth|latency)|"
                      r"(?:bandwidth|latency)\b.{0,40}\b(?:collective|nccl|rccl|all-?reduce|all-?gather|communication))"),

@@ -45,8 +45,9 @@ from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdic
 #: none) and holds only that kind's keys (the schema: a union tagged by `kind`). 2.4: the verdict
 #: parameter replayed_share (a wait whose replayed removal saves under that share of its bound).
 #: 2.5: each saving's gpus (how many GPUs' device time its pct is over; a kernel's time on the
-#: critical path is over the rank's span).
-SCHEMA_VERSION = max(["2.5", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
+#: critical path is over the rank's span). 2.7: the workload's model, forward passes, serving
+#: phases and steps, the modules' model.
+SCHEMA_VERSION = max(["2.7", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 
 @dataclass(frozen=True)

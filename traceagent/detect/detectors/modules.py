@@ -54,6 +54,9 @@ class ModulesResult:
     device_time_us: float  # every device op's duration added up: the shares' denominator
     modules: list[ModuleTime]  # the top types by device time
     slowest_per_call: str | None  # the type with the longest mean call, of those kept that are called more than once
+    # the model: the type of the call that holds the most other module calls (the outermost module of
+    # the forward pass; a checkpointed block re-run in the backward holds a few); None where no call holds another
+    model: str | None = None
 
 
 def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> ModulesResult | None:
@@ -84,6 +87,7 @@ def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> Mod
                      .to_numpy())
     table = pd.DataFrame({"type": kind, "device": per_call, "host": m_end - m_start,
                           "at": m_axis, "until": m_axis + (m_end - m_start)})
+    model = _outermost_type(table)
     # a call inside another call of its own type (a GraphModule within a GraphModule) is that call's
     # work: only the outermost calls of a type count, or its time would count twice
     table = table.sort_values(["type", "at", "until"], ascending=[True, True, False], kind="stable")
@@ -98,7 +102,17 @@ def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> Mod
                        us(int(r["host"])), pct(r["device"], total)) for name, r in grouped.iterrows()]
     repeated = [m for m in kept if m.calls > 1]  # layers repeat; the model's own single call is not one
     slowest = max(repeated, key=lambda m: m.mean_device_us).name if repeated else None
-    return ModulesResult(us(total), kept, slowest)
+    return ModulesResult(us(total), kept, slowest, model)
+
+
+def _outermost_type(calls: pd.DataFrame) -> str | None:
+    """The type of the call that holds the most other module calls: calls sorted by start on the
+    one per-thread axis, those inside a call are the ones that start before it ends."""
+    at, until = calls["at"].to_numpy(np.int64), calls["until"].to_numpy(np.int64)
+    order = np.lexsort((-until, at))
+    inside = np.searchsorted(at[order], until[order], side="left") - np.arange(len(order)) - 1
+    best = int(np.argmax(inside))
+    return str(calls["type"].iloc[order[best]]) if inside[best] > 0 else None
 
 
 def modules_sentence(result: ModulesResult) -> str | None:

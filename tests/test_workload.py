@@ -1,0 +1,95 @@
+"""What kind of job a trace shows (a registered detector): training or inference, the model (its
+outermost nn.Module) and a forward pass's device time. Traces are built here with the figures
+worked out by hand; on real traces an independent reader of the JSON names the model."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import jsonschema
+from builder import TraceBuilder
+from conftest import DATA, MI300, analyzed, offline_answer
+
+from traceagent import analyze
+from traceagent.agent.question import understand
+from traceagent.agent.tools import AnalysisContext
+from traceagent.detect.core.encode import to_data
+from traceagent.schema import SCHEMAS
+
+BERT = DATA / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+def checkpointed_trace(tmp_path):
+    """Model_0 (0-300 µs) holds Block_0 (0-100) and Block_1 (100-200); kernels of 10 µs launched at
+    5, 105 and 250 (inside Model). Block_2 (400-500) is a block re-run outside the model, as
+    activation checkpointing re-runs it in the backward, with two 200 µs kernels: the block then has
+    the most device time (420 µs) but the model holds the most module calls (2). A backward op
+    makes it training."""
+    b = TraceBuilder()
+    b.python("nn.Module: Model_0", 0, 300)
+    b.python("nn.Module: Block_0", 0, 100)
+    b.python("nn.Module: Block_1", 100, 100)
+    b.python("nn.Module: Block_2", 400, 100)
+    b.op("autograd::engine::evaluate_function: AddmmBackward0", 390, 200)
+    for at, start, dur in [(5, 5, 10), (105, 105, 10), (250, 250, 10), (410, 410, 200), (420, 620, 200)]:
+        b.kernel("sm90_xmma_gemm_bf16", start, dur, launch_at=at, launch_dur=2)
+    return b.write(tmp_path / "checkpointed.json")
+
+
+def test_the_model_is_the_module_holding_the_others_not_the_one_with_most_time(tmp_path):
+    analysis = analyze(checkpointed_trace(tmp_path))
+    modules = analysis.ranks[0].results["modules"]
+    assert modules.modules[0].name == "Block" and modules.model == "Model"
+    w = analysis.ranks[0].results["workload"]
+    assert (w.training, w.module_ranges, w.model, w.forward_calls, w.forward_device_us) == (True, True, "Model", 1, 30.0)
+    data = json.loads(json.dumps(analysis.to_dict()))
+    assert data["ranks"][0]["workload"] == to_data(w)
+    jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(data)
+    text = offline_answer(analysis, "Is this training or inference?")
+    assert "A training job" in text and "the model, `Model` (its outermost nn.Module): 1 forward pass, 30.0 µs" in text
+
+
+def test_save_for_backward_alone_is_not_training_and_a_trace_without_modules_says_how_to_get_them(tmp_path):
+    b = TraceBuilder()
+    # a custom autograd Function's forward saves its tensors in inference too (vLLM's capture trace)
+    b.python("torch/autograd/function.py(39): save_for_backward", 0, 5)
+    b.kernel("sm90_xmma_gemm_bf16", 10, 100, launch_at=6)
+    analysis = analyze(b.write(tmp_path / "inference.json"))
+    w = analysis.ranks[0].results["workload"]
+    assert (w.training, w.module_ranges, w.model) == (False, False, None)
+    text = offline_answer(analysis, "What kind of job is this?")
+    assert "An inference job" in text and "with_modules=True" in text
+
+
+def _outermost_module(path) -> str:
+    """An independent reader: of the trace's nn.Module ranges, the one whose thread's other module
+    ranges fall inside it most often, less its instance suffix."""
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    calls = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("nn.Module: ")]
+
+    def inside(c):
+        return sum(1 for o in calls if o is not c and (o["pid"], o["tid"]) == (c["pid"], c["tid"])
+                   and c["ts"] <= o["ts"] < c["ts"] + c["dur"])
+    best = max(calls, key=inside)
+    return best["name"].removeprefix("nn.Module: ").rsplit("_", 1)[0]
+
+
+def test_on_real_traces_the_model_is_the_readers_outermost_module():
+    for path in (BERT, MI300):  # MI300: a checkpointed ResNet under DDP, its blocks re-run in the backward
+        r = analyzed(path).ranks[0]
+        assert r.results["workload"].model == _outermost_module(path) == r.results["modules"].model
+    assert analyzed(MI300).ranks[0].results["modules"].modules[0].name != analyzed(MI300).ranks[0].results["modules"].model
+
+
+def test_the_side_panel_question_and_the_users_words_reach_it():
+    analysis = analyzed(BERT)
+    ctx = AnalysisContext(analysis)
+    w = analysis.ranks[0].results["workload"]
+    for question in ("Is this inference or training?", "What model is this?", "What kind of workload is this?",
+                     "Is this a training run?", "What am I looking at?"):
+        assert understand(question, ctx).intent == "detector:workload", question
+    for question in ("What is the trace's step time?", "Which model layer is the slowest?", "What is the MFU?"):
+        assert understand(question, ctx).intent != "detector:workload", question
+    text = offline_answer(analysis, "What model is this?")
+    assert "An inference job" in text and f"`{w.model}`" in text and f"{w.forward_calls} forward pass" in text
