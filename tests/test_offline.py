@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import B200, CPU_ONLY, DATA, DLRM_8RANK, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
+from builder import TraceBuilder
+from conftest import B200, CPU_ONLY, DATA, DLRM_8RANK, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed, offline_answer
 
+from traceagent import analyze
 from traceagent.agent.offline import CANNED_QUESTIONS
 from traceagent.agent.question import understand
 from traceagent.agent.session import Answer, Session
@@ -56,6 +58,13 @@ def collectives(ctx):
 def inside(ctx, op: str):
     """The kernels an op launched, read from the events by the detector's own query."""
     return detect_hot_kernels(focus(ctx).trace, top=5, op_filter=op)
+
+
+def holds_back(ctx, a: int, b: int) -> str:
+    """Of ranks a and b, the one whose lateness made the other ranks wait longer first, as the answer says it."""
+    caused = {r.rank: r.caused_waiting_us for r in comparison(ctx).ranks}
+    slow, fast = (a, b) if caused[a] >= caused[b] else (b, a)
+    return f"**Rank {slow} holds the job back more than rank {fast}:**"
 
 
 def steps_of(ctx) -> list[int]:
@@ -137,6 +146,14 @@ TABLE = [
     ("B", "Is my batch size too small?", "batch_size", {}, lambda c: ["**Probably: the GPU waits on kernel launches"]),
     ("D", "What is GPU utilization on each rank?", "most_idle", {}, lambda c: [most_idle_gpu(c)]),
     ("D", "How balanced are the ranks?", "straggler", {}, lambda c: [f"**Rank {comparison(c).straggler}**"]),
+    # two ranks side by side: who makes the other ranks wait more, from the comparison at test time
+    ("D", "Why is rank 0 slower than rank 1?", "rank_vs_rank", {"ranks": (0, 1)},
+     lambda c: [holds_back(c, 0, 1),
+                f"- rank 0: span {duration(c.analysis.ranks[0].breakdown.total.span_us)}",
+                f"- rank 1: span {duration(c.analysis.ranks[1].breakdown.total.span_us)}"]),
+    ("D", "rank 3 vs 5", "rank_vs_rank", {"ranks": (3, 5)},
+     lambda c: [holds_back(c, 3, 5)]),
+    ("R", "Compare rank 0 and rank 1", "rank_vs_rank", {"ranks": (0, 1)}, lambda c: ["no rank 1 in this trace"]),
     ("D", "What would overlapping communication buy?", "whatif", {}, lambda c: ["**With comm=overlap: step "]),
     ("R", "What does the dataloader cost per step?", "dataloader", {},
      lambda c: [f"the GPU waits for data loading {duration(idle(c).by_cause_us['dataloader'])}"]),
@@ -236,6 +253,12 @@ TABLE = [
     ("B", "How long is a step?", "steps", {}, lambda c: [f"1 step (step {focus(c).findings.steps.slowest})"]),
     ("B", "how long does aten::addmm take?", "op", {"op": "aten::addmm"},
      lambda c: [f"for {duration(inside(c, 'aten::addmm').total_us)} of device time"]),
+    # a compound said with hyphens or spaces, as the op names write it (DLRM's nccl:all_to_all)
+    ("D", "How much time is spent in all-to-all?", "op", {"op": "all_to_all"},
+     lambda c: [f"Ops whose name contains **`all_to_all`** launched {inside(c, 'all_to_all').kernels} kernels",
+                f"for {duration(inside(c, 'all_to_all').total_us)} of device time"]),
+    ("D", "How long do the all to all calls take?", "op", {"op": "all_to_all"},
+     lambda c: [f"{inside(c, 'all_to_all').top[0].count} calls"]),
 ]
 # Known gaps: questions an engineer asks that the table's reading does not handle yet.
 KNOWN_GAPS = {
@@ -267,6 +290,12 @@ def test_each_question_is_read_and_answered(key, question, intent, entities, fac
         assert fact in result.text, fact
     assert result.unverified == [], "an offline answer states only tool figures"
     assert "no LLM is configured" in result.text
+
+
+def test_words_that_only_run_into_an_op_name_do_not_name_it():
+    ctx = context("D")  # ops nccl:all_to_all and nccl:all_reduce
+    for question in ("What is sent to all ranks?", "Is the time the same on all ranks?"):
+        assert understand(question, ctx).op is None, question
 
 
 @pytest.mark.parametrize("key, question", sorted(KNOWN_GAPS))
@@ -311,3 +340,14 @@ def test_the_same_trace_twice_is_no_measurable_change():
     ctx = AnalysisContext(analyzed(RESNET_NW0), analyzed(RESNET_NW0))
     text = answer(ctx, "Did my change make the step faster?").text
     assert text.startswith("**No:** no measurable change (within the 2% run-to-run noise):")
+
+
+def test_two_ranks_without_collectives_are_compared_by_their_device_work(tmp_path):
+    """Rank 0 runs kernels for 300 µs, rank 1 for 100 µs (built here): no collective says who waits,
+    so the one with more device work is named, with both busy times."""
+    for rank, busy in ((0, 300), (1, 100)):
+        b = TraceBuilder(distributedInfo={"rank": rank, "world_size": 2})
+        b.kernel("sm90_xmma_gemm_bf16", 10, busy, launch_at=5)
+        b.write(tmp_path / f"rank{rank}.json")
+    text = offline_answer(analyze(tmp_path), "Why is rank 1 faster than rank 0?")
+    assert "**Rank 0 does more device work than rank 1:** busy 300.0 µs against 100.0 µs" in text

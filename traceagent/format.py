@@ -15,6 +15,11 @@ def duration(us: float | None) -> str:
     return f"{us:.1f} µs"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """(1, 'call') → '1 call'; (3, 'call') → '3 calls'; (2, 'pass', 'passes') → '2 passes'."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}%"
 

@@ -32,7 +32,7 @@ from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import whatif_sentence
-from ..format import duration, flop_rate, of_span, percent, rate, shorten, size
+from ..format import counted, duration, flop_rate, of_span, percent, rate, shorten, size
 from ..sentences import device_lines, gpu_behind, straggler_sentence
 from ..text import code
 from ..trace.model import GPU_METRICS
@@ -134,6 +134,8 @@ class OfflineAnalyst:
             "scaling": Plan(lambda q, at: [("communication", at)] + ([("scaling", {})] if compare else []),
                             self._scaling),
             "step_vs_step": Plan(lambda q, at: [("steps", at)], self._step_vs_step),
+            "rank_vs_rank": Plan(lambda q, at: [("overview", {"rank": r}) for r in q.ranks[:2]] + [("communication", {})],
+                                 self._rank_vs_rank),
             "one_step": Plan(lambda q, at: [("steps", at), ("idle_gaps", at | {"step": q.steps[0], "top": 3})],
                              self._one_step),
             "steps": Plan(lambda q, at: [("steps", at)], self._steps),
@@ -398,8 +400,9 @@ class OfflineAnalyst:
         what = f"**{code(q.op or '')}**" if "::" in (q.op or "") else f"Ops whose name contains **{code(q.op or '')}**"
         lines = [f"{self._who(kernels.scope)}{what} launched {k.kernels} kernels ({k.distinct} distinct) "
                  f"for {duration(k.total_us)} of device time. Their kernels, most time first:"]
-        lines += [f"{i}. {code(shorten(r.kernel.short_name, 60))}: {duration(r.kernel.total_us)} over {r.kernel.count} "
-                  f"calls (mean {duration(r.kernel.mean_us)}), {percent(r.kernel.share_of_busy_pct)} of busy time"
+        lines += [f"{i}. {code(shorten(r.kernel.short_name, 60))}: {duration(r.kernel.total_us)} over "
+                  f"{counted(r.kernel.count, 'call')} (mean {duration(r.kernel.mean_us)}), "
+                  f"{percent(r.kernel.share_of_busy_pct)} of busy time"
                   + (f", from `{r.python}`" if r.python else "") for i, r in enumerate(kernels.top, 1)]
         return "\n".join(lines)
 
@@ -411,7 +414,7 @@ class OfflineAnalyst:
         lines = [f"{self._who(kernels.scope)}{k.kernels} kernels ({k.distinct} distinct names) ran "
                  f"{duration(k.total_us)}. The hottest:"]
         lines += [f"{i}. `{shorten(h.short_name, 50)}`: {duration(h.total_us)}, {percent(h.share_of_busy_pct)} of "
-                  f"busy time, {h.count} launches, mean {duration(h.mean_us)}"
+                  f"busy time, {counted(h.count, 'launch', 'launches')}, mean {duration(h.mean_us)}"
                   + (f", from `{shorten(h.op, 40)}`" if h.op else "") for i, h in enumerate(top, 1)]
         lines += ["", _why_slow([h.name for h in top], profiled)]
         return "\n".join(lines)
@@ -549,7 +552,7 @@ class OfflineAnalyst:
                     else "This trace has no inference server steps.")
         lines = [f"{self._who(answer.scope)}By phase (each over its steps' time on the GPUs):"]
         for p in answer.result.phases:
-            line = (f"- **{p.phase}**: {p.steps} step{'s' if p.steps != 1 else ''}"
+            line = (f"- **{p.phase}**: {counted(p.steps, 'step')}"
                     + (f", {p.tokens} tokens" if p.tokens is not None else "")
                     + (f" ({p.tokens_per_s:g} tokens/s over its steps)" if p.tokens_per_s else "")
                     + f", mean step {duration(p.mean_step_us)}; busy {percent(p.busy_pct)}, idle {percent(p.idle_pct)}, "
@@ -626,6 +629,34 @@ class OfflineAnalyst:
         lines += [f"- rank {r.rank}: {duration(r.exposed_waiting_us)} exposed waiting, "
                   f"{percent(r.exposed_waiting_pct)} of its device time; entered {r.last_count} collectives last"
                   for r in rows[:8]]
+        return "\n".join(lines)
+
+    def _rank_vs_rank(self, q: Question, first: OverviewAnswer, second: OverviewAnswer, comm: CommAnswer) -> str:
+        """Two ranks side by side: which holds the other back (in matched collectives, the one that
+        makes the others wait; without them, the one with more device work), and each one's figures."""
+        a, b = first.ranks[0], second.ranks[0]
+        compared = comm.comparison if comm.comparison and comm.comparison.matched else None
+        waits = {r.rank: r for r in compared.ranks} if compared else {}
+        wa, wb = waits.get(a.rank if a.rank is not None else -1), waits.get(b.rank if b.rank is not None else -1)
+        if compared and wa and wb:
+            (slow, w_slow), (fast, w_fast) = sorted(((a, wa), (b, wb)), key=lambda p: -p[1].caused_waiting_us)
+            head = (f"**Rank {slow.rank} holds the job back more than rank {fast.rank}:** it caused "
+                    f"{duration(w_slow.caused_waiting_us)} of the other ranks' waiting in the {compared.matched} "
+                    f"matched collectives, rank {fast.rank} {duration(w_fast.caused_waiting_us)}.")
+        else:
+            slow, fast = sorted((a, b), key=lambda r: -r.breakdown.total.busy_us)
+            head = (f"**Rank {slow.rank} does more device work than rank {fast.rank}:** busy "
+                    f"{duration(slow.breakdown.total.busy_us)} against {duration(fast.breakdown.total.busy_us)} "
+                    "(no collective matched across the ranks to say who waits for whom).")
+        lines = [head, ""]
+        for r in (a, b):
+            t = r.breakdown.total
+            line = (f"- rank {r.rank}: span {duration(t.span_us)}, busy {percent(t.busy_pct)}, idle {percent(t.idle_pct)} "
+                    f"of its device time, compute {duration(t.compute_us)}; limiter {r.limiter} ({r.root_cause})")
+            if (w := wa if r is a else wb) is not None:
+                line += (f"; waits {duration(w.exposed_waiting_us)} with no compute beside it "
+                         f"({percent(w.exposed_waiting_pct)} of its device time), entered {w.last_count} collectives last")
+            lines.append(line)
         return "\n".join(lines)
 
     def _steps(self, q: Question, answer: StepsAnswer) -> str:

@@ -19,6 +19,9 @@ OTHER_GPU = r"(?:a |an )?(?:faster|newer|bigger|better) gpu|h100|h200|h800|a100|
             r"mi325x?|mi250x?|v100|t4|rtx ?\d{4}"
 # (intent, pattern): the order is the priority
 INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for name, pattern in [
+    # two ranks named: "why is rank 0 slower than rank 1?", "rank 2 vs 5"
+    ("rank_vs_rank", r"\brank\s*#?\d+\b.{0,60}?\b(?:vs\.?|versus|than|and|against|compared (?:to|with)|to|with|or)\s*"
+                     r"(?:rank\s*)?#?\d+\b"),
     ("step_vs_step", r"\bsteps?\s*#?\d+\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–)\s*(?:step\s*#?)?\d+"),
     ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
                 r"(?:faster|slower|better|worse)|(?:faster|slower) now|what changed|compar|before and after|"
@@ -95,6 +98,8 @@ LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kin
 _ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "
                "did can should i we me you be slow fast time would could will help use using much many more".split())
 _RANK = re.compile(r"\brank\s*#?(\d+)", re.I)
+_RANKS = re.compile(r"\brank\s*#?(\d+)(?:\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|with|or)\s*#?(\d+))?",
+                    re.I)
 _DEVICE = re.compile(r"\b(?:gpu|device|cuda:)\s*#?(\d+)", re.I)
 _STEPS = re.compile(r"\bsteps?\s*#?(\d+)(?:\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–|,)\s*"
                     r"(?:step\s*#?)?(\d+))?", re.I)
@@ -103,7 +108,7 @@ _SCALE = {"µs": 1.0, "us": 1.0, "ms": 1e3, "s": 1e6}
 _ORDINAL_STEP = re.compile(r"\b(first|second|third|last|final) (?:training |profiled )?(?:step|iteration)\b", re.I)
 #: parts of op names that name no block of work of their own (namespaces, directions, plain tensor ops,
 #: question words): a question saying them does not name an op
-_GENERIC_OP_WORDS = set(("aten prims c10d nccl rccl cuda hip cudnn miopen native torch autograd engine evaluate "
+_GENERIC_OP_WORDS = set(("all aten prims c10d nccl rccl cuda hip cudnn miopen native torch autograd engine evaluate "
                           "function forward backward step copy add mul sub div view empty fill zero clone contiguous "
                           "item linear matmul conv softmax norm layer layers model time kernel kernels and inside into "
                           "from gpu gpus device rank ranks vllm sglang call calls data loader take").split()) | _ENGLISH
@@ -125,6 +130,7 @@ class Question:
     limit: str | None = None  # for "is it X-bound?": compute, copies, communication, launch, host, input, memory_bound
     foreign: bool = False  # mostly non-Latin script: open questions need a model
     limits: tuple[str, ...] = ()  # every bound the question names ("compute- or memory-bound?"), `limit` first
+    ranks: tuple[int, ...] = ()  # every rank the question names, in order, once each ("rank 0 vs 1": 0, 1)
 
 
 def understand(text: str, ctx: AnalysisContext) -> Question:
@@ -155,7 +161,10 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     letters = [c for c in text if c.isalpha()]
     english = len(set(re.findall(r"[a-z]+", text.lower())) & _ENGLISH)
     foreign = bool(letters) and (sum(c.isascii() for c in letters) < len(letters) / 2 or (not english and intent is None))
-    return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits)
+    ranks = tuple(dict.fromkeys(int(n) for m in _RANKS.finditer(text) for n in m.groups() if n))
+    if intent == "rank_vs_rank" and len(ranks) < 2:
+        intent = "straggler"  # "rank 3 and its neighbours": about ranks, with one named
+    return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks)
 
 
 def _step_by_order(word: str, ctx: AnalysisContext) -> list[int]:
@@ -183,6 +192,15 @@ def named_op(text: str, ctx: AnalysisContext) -> str | None:
     if words:
         hits = [o for o in ops if o.lower() in words] or [o for o in ops if any(w in o.lower() for w in words)]
         return min(hits, key=lambda o: (len(o), o)) if hits else None
+    # a compound said with hyphens or spaces ("all-to-all", "reduce scatter") that is a whole word
+    # of op names as they write it (nccl:all_to_all, c10d::reduce_scatter_, allgather_base)
+    tokens = {t.strip("_") for o in ops for t in re.split(r"[^a-z0-9_]+", o.lower())}
+    said = re.findall(r"[a-z0-9]+", text.lower())
+    for size in (4, 3, 2):
+        for at in range(len(said) - size + 1):
+            for written in ("_".join(said[at:at + size]), "".join(said[at:at + size])):
+                if written in tokens:
+                    return written
     parts = {p for o in ops for p in re.split(r"[^a-z0-9]+", o.lower()) if len(p) >= 3}
     asked = [w for w in re.findall(r"[a-z][a-z0-9]{2,}", text.lower()) if w in parts and w not in _GENERIC_OP_WORDS]
     return asked[0] if asked else None

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...format import duration, percent, rate, size
+from ...format import counted, duration, percent, rate, size
 from ...text import bounded, md_literal, md_table, visible
 from ...trace.model import Trace
 from ..core import intervals as iv
@@ -296,11 +296,11 @@ def collectives_sentence(result: CollectivesResult) -> str | None:
                         f"{size(result.small_bytes)}",
              "below_peak": "well below the link's peak on large messages"}[result.bound]
     exposed = f"; {result.exposed_of_comm_pct:.0f}% of collective time is not hidden by compute" if result.exposed else ""
-    plural = "s" if result.calls != 1 else ""
     # kernels without a payload (symm_mem's multimem all-reduce, old PyTorch) are counted apart, never guessed
-    unread = (f" (and {result.without_payload} collective kernel{'s' if result.without_payload != 1 else ''} without "
+    unread = (f" (and {counted(result.without_payload, 'collective kernel')} without "
               "a recorded payload, not counted)") if result.without_payload else ""
-    return (f"{result.calls} collective{plural}{unread} moved {size(result.bytes)} at {rate(result.busbw_gbps)} bus bandwidth, "
+    return (f"{counted(result.calls, 'collective')}{unread} moved {size(result.bytes)} at {rate(result.busbw_gbps)} "
+            "bus bandwidth, "
             f"{result.peak_pct:.1f}% of {link.kind}'s {link.peak_gbps:g} GB/s (assumed: {link.assumption}): "
             f"{bound}{exposed}." + (f" Next: {'; and '.join(result.next_steps)}." if result.next_steps else ""))
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ...format import counted
 from ...trace.model import Trace, matches
 from ..core import intervals as iv
 from ..core.bounds import Micros
@@ -84,7 +85,7 @@ def host_pauses_sentence(result: HostPausesResult) -> str | None:
     """'the GPU sat idle 12.0 ms (4.1% of idle) while Python collected garbage (3 pauses)…', or None."""
     words = {"gc": "Python collected garbage", "import": "modules were imported"}
     parts = [f"{p.idle_us / 1000:.1f} ms ({p.share_of_idle_pct:.1f}% of idle) while {words[p.kind]} "
-             f"({p.pauses} pause{'s' if p.pauses != 1 else ''}): {p.next_step}"
+             f"({counted(p.pauses, 'pause')}): {p.next_step}"
              for p in result.pauses]
     return f"The GPU sat idle {'; and '.join(parts)}." if parts else None
 

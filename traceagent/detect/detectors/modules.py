@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...format import duration, percent, shorten
+from ...format import counted, duration, percent, shorten
 from ...text import code, md_prose, md_table
 from ...trace.model import Trace, matches, rows_where
 from ...trace.normalize import thread_time
@@ -120,7 +120,7 @@ def modules_sentence(result: ModulesResult) -> str | None:
     calls, 30.1 ms (66.2% of device time), 1.25 ms a call; …'"""
     if not result.modules:
         return None
-    parts = [f"{shorten(m.name, 40)}, {m.calls} call{'s' if m.calls != 1 else ''}, {duration(m.device_us)} "
+    parts = [f"{shorten(m.name, 40)}, {counted(m.calls, 'call')}, {duration(m.device_us)} "
              f"({percent(m.share_pct)} of device time), {duration(m.mean_device_us)} a call" for m in result.modules[:6]]
     text = (f"By module (nn.Module ranges, the forward pass; a module's time holds its children's, so shares overlap): "
             f"{'; '.join(parts)}.")

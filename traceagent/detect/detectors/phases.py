@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...format import duration, shorten
+from ...format import counted, duration, shorten
 from ...trace.model import Trace, matches, rows_where
 from ..core import intervals as iv
 from ..core.bounds import Percent
@@ -165,7 +165,7 @@ def _next_step(phase: str, launch_pct: float, graph_pct: float, launch_bound: bo
 def phases_sentence(result: PhasesResult) -> str | None:
     parts = []
     for p in result.phases:
-        text = (f"{p.phase}: {p.steps} step{'s' if p.steps != 1 else ''}"
+        text = (f"{p.phase}: {counted(p.steps, 'step')}"
                 + (f" ({p.tokens} tokens" + (f", {p.tokens_per_s:g} tokens/s" if p.tokens_per_s else "") + ")"
                    if p.tokens is not None else "")
                 + f", mean {duration(p.mean_step_us)}, busy {p.busy_pct:.1f}%, launch gaps "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ...format import duration, shorten
+from ...format import counted, duration, shorten
 from ...text import code
 from ...trace.model import Trace, among, matches
 from .base import Detector, Inputs, Key
@@ -76,7 +76,7 @@ def workload_sentence(w: Workload) -> str:
         kind = "An inference job (no backward pass or optimizer step in the trace)"
     parts = [kind]
     if w.model:
-        passes = f"{w.forward_calls} forward pass{'es' if w.forward_calls != 1 else ''}"
+        passes = f"{counted(w.forward_calls, 'forward pass', 'forward passes')}"
         each = ""
         if w.forward_device_us is not None:
             each = f", {duration(w.forward_device_us)} of device time" + (" each" if w.forward_calls != 1 else "")
@@ -88,7 +88,7 @@ def workload_sentence(w: Workload) -> str:
         parts.append("the trace records no nn.Module ranges to name the model by (profile with with_stack=True, "
                      "with_modules=True)")
     if w.steps:
-        parts.append(f"{w.steps} profiler step{'s' if w.steps != 1 else ''}"
+        parts.append(f"{counted(w.steps, 'profiler step')}"
                      + (f" of {duration(w.step_time_us)}" if w.step_time_us else ""))
     if w.dataloader:
         parts.append("fed by a " + ("multi-process DataLoader (num_workers > 0)" if w.dataloader == "multi_process"
