@@ -146,6 +146,7 @@ TABLE = [
     ("B", "Is my batch size too small?", "batch_size", {}, lambda c: ["**Probably: the GPU waits on kernel launches"]),
     ("D", "What is GPU utilization on each rank?", "most_idle", {}, lambda c: [most_idle_gpu(c)]),
     ("D", "How balanced are the ranks?", "straggler", {}, lambda c: [f"**Rank {comparison(c).straggler}**"]),
+    ("D", "Is the time the same on all ranks?", "straggler", {}, lambda c: [f"**Rank {comparison(c).straggler}**"]),
     # two ranks side by side: who makes the other ranks wait more, from the comparison at test time
     ("D", "Why is rank 0 slower than rank 1?", "rank_vs_rank", {"ranks": (0, 1)},
      lambda c: [holds_back(c, 0, 1),

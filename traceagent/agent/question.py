@@ -28,7 +28,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"after the (?:fix|change)|improv|regress|\bdiff\b|did \w+ (?:fix|help)|speed ?up"
                 r"|did (?:my|our|the|this|that) (?:\w+ )?(?:change|fix|patch|commit|edit|update)s?\b[^?.]{0,40}?"
                 r"\b(?:faster|slower|help|work|improve|fix|speed))"),
-    ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|balanced|waits? (?:for|on) "
+    ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|balanced|"
+                  r"(?:same|equal|even|similar) (?:on|across|for) (?:all|every|each|the) ranks?|waits? (?:for|on) "
                   r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank)"),
     ("scaling", r"\b(?:scal(?:e|es|ing|ability)\b|(?:more|twice as many) (?:gpus|nodes|ranks)\b|parallel efficiency|"
                 r"(?:strong|weak) scaling)"),
