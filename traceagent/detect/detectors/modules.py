@@ -55,8 +55,9 @@ class ModulesResult:
     modules: list[ModuleTime]  # the top types by device time
     slowest_per_call: str | None  # the type with the longest mean call, of those kept that are called more than once
     # the model: the type of the call that holds the most other module calls (the outermost module of
-    # the forward pass; a checkpointed block re-run in the backward holds a few); None where no call holds another
-    model: str | None = None
+    # the forward pass; a checkpointed block re-run in the backward holds a few), kept or not among the
+    # top; None where no call holds another
+    model: ModuleTime | None = None
 
 
 def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> ModulesResult | None:
@@ -87,7 +88,7 @@ def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> Mod
                      .to_numpy())
     table = pd.DataFrame({"type": kind, "device": per_call, "host": m_end - m_start,
                           "at": m_axis, "until": m_axis + (m_end - m_start)})
-    model = _outermost_type(table)
+    outermost = _outermost_type(table)
     # a call inside another call of its own type (a GraphModule within a GraphModule) is that call's
     # work: only the outermost calls of a type count, or its time would count twice
     table = table.sort_values(["type", "at", "until"], ascending=[True, True, False], kind="stable")
@@ -96,10 +97,14 @@ def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> Mod
     grouped = table.groupby("type", sort=False).agg(calls=("device", "size"), device=("device", "sum"),
                                                     mean=("device", "mean"), longest=("device", "max"),
                                                     host=("host", "sum"))
-    grouped = grouped[grouped["device"] > 0].sort_values("device", ascending=False, kind="stable").head(params.top)
     total = int(dur.sum())
-    kept = [ModuleTime(str(name), int(r["calls"]), us(int(r["device"])), us(float(r["mean"])), us(int(r["longest"])),
-                       us(int(r["host"])), pct(r["device"], total)) for name, r in grouped.iterrows()]
+
+    def module_time(name: str, r: pd.Series) -> ModuleTime:
+        return ModuleTime(name, int(r["calls"]), us(int(r["device"])), us(float(r["mean"])), us(int(r["longest"])),
+                          us(int(r["host"])), pct(r["device"], total))
+    model = module_time(outermost, grouped.loc[outermost]) if outermost is not None else None
+    grouped = grouped[grouped["device"] > 0].sort_values("device", ascending=False, kind="stable").head(params.top)
+    kept = [module_time(str(name), r) for name, r in grouped.iterrows()]
     repeated = [m for m in kept if m.calls > 1]  # layers repeat; the model's own single call is not one
     slowest = max(repeated, key=lambda m: m.mean_device_us).name if repeated else None
     return ModulesResult(us(total), kept, slowest, model)

@@ -54,10 +54,9 @@ def detect_workload(trace: Trace, modules: ModulesResult | None = None, phases: 
     else:
         loader = None
     model = modules.model if modules else None
-    forward = next((m for m in modules.modules if m.name == model), None) if modules else None
     return Workload(training, loader, int(among(cpu["kind"], ["runtime", "driver"]).sum()),
-                    modules is not None, model,
-                    forward.calls if forward else 0, forward.mean_device_us if forward else None,
+                    modules is not None, model.name if model else None,
+                    model.calls if model else 0, model.mean_device_us if model else None,
                     [p.phase for p in phases.phases] if phases else [], steps.count if steps else 0,
                     steps.step_time_us if steps else None)
 
