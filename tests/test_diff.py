@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import CPU_ONLY, DATA, RESNET_NW0, RESNET_NW4, analyzed
+from conftest import CPU_ONLY, DATA, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
 
 from traceagent.cli import main
 from traceagent.detect.compare.diff import diff
 from traceagent.report.markdown import render_diff_markdown
+from traceagent.text import md_prose
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +148,16 @@ def test_two_traces_without_device_work_compare_by_time_alone():
     d = diff(analyzed(CPU_ONLY), analyzed(CPU_ONLY))
     assert d.root_cause["cause"] is None and d.headline.startswith(("step time", "span"))
     assert "(+0.0%)" in d.headline and "| compute" in render_diff_markdown(d)
+
+
+def test_a_replayed_kernel_is_named_by_its_finding_not_by_its_escaped_regex():
+    """The Nsight pair's before verdict is a hot templated kernel: its replay's change is an escaped
+    regex of the full name (for `whatif --change`), but the prediction says the kernel by name."""
+    before = analyzed(NSYS_BEFORE)
+    saving = before.verdict.saving
+    assert saving.root_cause == "hot_kernel" and saving.change.startswith("kernel:^") and "\\" in saving.change
+    d = diff(before, analyzed(NSYS_AFTER))
+    assert d.prediction["change"] == saving.change and d.prediction["replayed_as"] == saving.finding
+    assert f"(simulated with {saving.finding}; at most" in d.prediction["sentence"]
+    text = render_diff_markdown(d)
+    assert f"(simulated with {md_prose(saving.finding)}; at most" in text and "\\(int\\)" not in text

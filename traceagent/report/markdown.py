@@ -278,7 +278,7 @@ def render_diff_markdown(d: DiffResult) -> str:
             outcome = f"the after trace is {percent(p['measured_pct'])} faster, {held}"
         if p["simulated_pct"] is not None:  # the replay's prediction, and how far the measurement landed from it
             off = p["measured_pct"] - p["simulated_pct"]
-            predicted = (f"{percent(max(p['simulated_pct'], 0.0))} (simulated with {code(p['change'] or '')}; at most "
+            predicted = (f"{percent(max(p['simulated_pct'], 0.0))} (simulated with {md_prose(p['replayed_as'] or '')}; at most "
                          f"{percent(p['predicted_up_to_pct'])}), and the measurement is {abs(off):.1f} points "
                          f"{'above' if off > 0 else 'below'} the simulation")
         else:

@@ -109,6 +109,7 @@ class Prediction(TypedDict):
     predicted_up_to_pct: float  # the bound
     simulated_pct: float | None  # the what-if replay's prediction, where the finding had a change to replay
     change: str | None  # that change (`traceagent whatif --change`)
+    replayed_as: str | None  # that change as people read it (a kernel's by name, not its escaped regex): Saving.replayed_as
     measured_pct: float
     basis: str
     within_estimate: bool  # the measured gain is within the bound
@@ -422,11 +423,12 @@ def _prediction(before: Analysis, basis: str, measured_pct: float) -> Prediction
                 else f"measured {-measured_pct:.1f}% slower")
     # the replay's prediction is of the mean step where the trace has steps, else of the span: the same basis
     simulated = saving.simulated_pct if (basis == "step") == (saving.step_pct is not None) else None
-    said = (f"predicted {max(simulated, 0.0):.1f}% of {what} (simulated with `{saving.change}`; at most "
+    said = (f"predicted {max(simulated, 0.0):.1f}% of {what} (simulated with {saving.replayed_as}; at most "
             f"{predicted:.1f}%), {measured}" if simulated is not None else f"predicted up to {predicted:.1f}% of {what}, "
             f"{measured}")
     return Prediction(cause=saving.root_cause, predicted_up_to_pct=predicted, simulated_pct=simulated,
-                      change=saving.change if simulated is not None else None, measured_pct=measured_pct,
+                      change=saving.change if simulated is not None else None,
+                      replayed_as=saving.replayed_as if simulated is not None else None, measured_pct=measured_pct,
                       basis=basis, within_estimate=within, sentence=said)
 
 

@@ -63,12 +63,18 @@ class Saving:
             return f"{self.step_pct:.1f}% of step time" + (f" on each of {self.gpus} GPUs" if self.gpus > 1 else "")
         return f"{self.pct:.1f}% of device time ({self.gpus} GPUs)" if self.gpus > 1 else f"{self.pct:.1f}% of the span"
 
+    @property
+    def replayed_as(self) -> str:
+        """The change replayed, as people read it: a kernel's by its finding (its change is an escaped
+        regex of the full templated name), any other as the `whatif --change` it is."""
+        return self.finding if self.root_cause == "hot_kernel" else f"`{self.change}`"
+
     def _sentence(self) -> str:
         """'Fixing idle time waiting for data loading would save 26.8% of step time (simulated…)', or
         where nothing was simulated '… would save up to 27.2% of step time (an upper bound…)'."""
         if self.simulated_pct is not None:
             whole = "step time" if self.step_pct is not None else "the span"
-            how = "with that change" if self.root_cause == "hot_kernel" else f"with `{self.change}`"
+            how = "with that change" if self.root_cause == "hot_kernel" else f"with {self.replayed_as}"
             why = self.reasoning.removeprefix("an upper bound: ")
             # the change reaches past this finding (launches: every gap they cause)
             if self.simulated_pct > self.bound_pct + 0.05:
