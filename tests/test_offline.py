@@ -156,6 +156,10 @@ TABLE = [
      lambda c: [holds_back(c, 3, 5)]),
     ("R", "Compare rank 0 and rank 1", "rank_vs_rank", {"ranks": (0, 1)}, lambda c: ["no rank 1 in this trace"]),
     ("D", "What would overlapping communication buy?", "whatif", {}, lambda c: ["**With comm=overlap: step "]),
+    # a class of work or an op said in a what-if: its kernels made that many times faster
+    ("R", "What would a 2x faster convolution buy?", "whatif", {}, lambda c: ["**With class:convolution=x2: step "]),
+    ("B", "What if attention and matmuls were 3x faster?", "whatif", {}, lambda c: ["**With class:attention,gemm=x3:"]),
+    ("B", "What if aten::addmm were 2x faster?", "whatif", {"op": "aten::addmm"}, lambda c: ["**With op:aten::addmm=x2:"]),
     ("R", "What does the dataloader cost per step?", "dataloader", {},
      lambda c: [f"the GPU waits for data loading {duration(idle(c).by_cause_us['dataloader'])}"]),
     ("R", "Is data loading the problem?", "dataloader", {},

@@ -265,6 +265,11 @@ class OfflineAnalyst:
         named = [w for w in re.findall(r"[A-Za-z]+\d+\w*", q.text) if peak_for(w) is not None]
         if named:  # another GPU, by a name the peak table knows (H100, MI300X)
             return f"gpu={named[0]}"
+        if q.op and "::" in q.op:  # an op the trace has, by its name: its kernels F times faster
+            return f"op:{q.op}=x{factor:g}"
+        classes = [name for name, words in _CLASS_WORDS if re.search(rf"\b(?:{words})", q.text, re.I)]
+        if classes:  # classes of work said in words ("a 2x faster conv", "attention and matmuls")
+            return f"class:{','.join(classes)}=x{factor:g}"
         for root, word in ROOT_CAUSES.items():  # the causes a change fixes, by their words
             if word.change and (_names_cause(q.text, root) or (word.change == "launch=graphs"
                                                                and re.search(r"cuda ?graph|launch", q.text, re.I))):
@@ -949,6 +954,14 @@ def _own_tool(name: str, q: Question, at: dict) -> list[tuple[str, dict]]:
     return [(name, at)]
 
 
+#: classes of work (time_by_class.CLASSES, and the memory-bound nature) as a what-if question says them
+_CLASS_WORDS = [("memory_bound", r"memory[- ]bound"), ("attention", r"attention|attn\b|flash|sdpa"),
+                ("convolution", r"conv(?:olution)?s?\b"),
+                ("gemm", r"matmuls?\b|gemms?\b|linear layers?|mat(?:rix)?[- ]?mul\w*"),
+                ("normalization", r"(?:layer|batch|group|rms)[ -]?norms?\b|normali[sz]ations?"),
+                ("elementwise", r"element-?wise|pointwise"), ("reduction", r"softmax|reductions?\b"),
+                ("indexing", r"embeddings?\b|gathers?\b|scatters?\b|indexing"),
+                ("optimizer", r"optimi[sz]er\b|adam\w*")]
 _FACTOR = re.compile(r"\b(\d+(?:\.\d+)?)\s*(?:x|×|times)\b", re.I)
 
 
