@@ -158,11 +158,20 @@ def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t
     q = np.where(asked_thread >= 0, asked_thread.astype(np.int64) * width + (np.asarray(t, dtype=np.int64) - t_min), -1)
     del asked_thread
     order = np.argsort(s, kind="stable")
-    e = (s + (o_end - o_start))[order]
-    last_started = np.searchsorted(s[order], q, side="right") - 1
-    asked = np.flatnonzero(last_started >= 0)
-    found = _rightmost_at_least(e, last_started[asked], q[asked])
-    result[asked[found >= 0]] = order[found[found >= 0]]
+    found = innermost_open(s[order], (s + (o_end - o_start))[order], q, at_least=q)
+    result[found >= 0] = order[found[found >= 0]]
+    return result
+
+
+def innermost_open(s: np.ndarray, e: np.ndarray, q: np.ndarray, at_least: np.ndarray) -> np.ndarray:
+    """For events on one axis in start order (s sorted, e their ends) and query times q (-1: none):
+    the position of the last event started by q whose end is at least `at_least` (q for an event
+    open at q inclusive, q + 1 for one still running after q), or -1."""
+    result = np.full(len(q), -1, dtype=np.int64)
+    last_started = np.searchsorted(s, q, side="right") - 1
+    asked = np.flatnonzero((last_started >= 0) & (q >= 0))
+    found = _rightmost_at_least(e, last_started[asked], at_least[asked])
+    result[asked] = found
     return result
 
 

@@ -1,0 +1,116 @@
+"""Host time by op (a registered detector): each host event's self time, the stretches of its
+thread's time in which it is the innermost open event. Traces are built here with the figures
+worked out by hand; random ones are checked against a brute-force reader, real ones against each
+thread's time in events read independently."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+from builder import TraceBuilder
+from conftest import DATA, analyzed, offline_answer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceagent import analyze
+from traceagent.agent.question import understand
+from traceagent.agent.tools import AnalysisContext
+from traceagent.cli import main
+from traceagent.detect.detectors.host_ops import _self_ns
+
+BERT = DATA / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+
+
+def crossing_trace(tmp_path):
+    """Thread 100: op A 0-100 holds B 10-40 (holding the launch call L 20-25) and C 50-60; the
+    annotation X 30-80 crosses B's end. Innermost over each stretch: A 0-10, B 10-20, L 20-25,
+    B 25-30, X 30-50, C 50-60, X 60-80, A 80-100: A 30, B 15, L 5, X 40, C 10 (100 µs, none twice).
+    Thread 200: op D 0-50 holding a 0.5 µs launch at 1: D 49.5. A step marker over everything and an
+    instant op count nothing; thread 300, which launches nothing (a monitor waiting), is left out."""
+    b = TraceBuilder()
+    b.op("ProfilerStep#1", 0, 100, cat="user_annotation")
+    b.op("aten::A", 0, 100)
+    b.op("aten::B", 10, 30)
+    b.kernel("gemm", 30, 10, launch_at=20, launch_dur=5)
+    b.op("X", 30, 50, cat="user_annotation")
+    b.op("aten::C", 50, 10)
+    b.op("aten::instant", 85, 0)
+    b.op("aten::D", 0, 50, tid=200)
+    b.kernel("gemm", 0, 10, launch_at=1, launch_dur=0.5, launch_tid=200)
+    b.python("threading.py(359): wait", 0, 1000, tid=300)
+    return b.write(tmp_path / "crossing.json")
+
+
+def test_self_times_of_nested_and_crossing_events_are_worked_out_by_hand(tmp_path):
+    result = analyze(crossing_trace(tmp_path)).ranks[0].results["host_ops"]
+    assert (result.threads, result.launching_only, result.host_time_us) == (2, True, 150.0)  # 100 µs and 50
+    got = {o.name: (o.calls, o.self_us, o.share_pct) for o in result.top}
+    assert got == {"aten::D": (1, 49.5, 33.0), "X": (1, 40.0, 26.67), "aten::A": (1, 30.0, 20.0),
+                   "aten::B": (1, 15.0, 10.0), "aten::C": (1, 10.0, 6.67), "cudaLaunchKernel": (2, 5.5, 3.67)}
+    assert [o.name for o in result.top][:2] == ["aten::D", "X"]  # by self time, not by total
+    assert next(o for o in result.top if o.name == "aten::A").total_us == 100.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 40), st.integers(1, 20)), min_size=1, max_size=25))
+def test_self_times_match_a_brute_force_reader(events):
+    """Each ns of a thread goes to the open event started last (a tie: the shorter, then the later written)."""
+    tid = np.array([t for t, _, _ in events])
+    start = np.array([s for _, s, _ in events], dtype=np.int64)
+    end = start + np.array([d for _, _, d in events], dtype=np.int64)
+    expected = np.zeros(len(events), dtype=np.int64)
+    for thread in (0, 1):
+        for t in range(0, 61):
+            open_ = [i for i in range(len(events)) if tid[i] == thread and start[i] <= t < end[i]]
+            if open_:
+                expected[max(open_, key=lambda i: (start[i], start[i] - end[i], i))] += 1
+    assert _self_ns(np.zeros(len(events), dtype=np.int64), tid, start, end).tolist() == expected.tolist()
+
+
+def _threads_time_in_events(path) -> float:
+    """An independent reader: the host events (step markers aside) of each thread that launches a
+    kernel, merged, in µs."""
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    by_thread: dict = {}
+    launching = set()
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "python_function", "user_annotation", "cuda_runtime",
+                                                   "cuda_driver") and not str(e["name"]).startswith("ProfilerStep#"):
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e.get("dur", 0)))
+            if e["name"] in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"):
+                launching.add((e["pid"], e["tid"]))
+    total = 0.0
+    for spans in (spans for thread, spans in by_thread.items() if thread in launching):
+        reach = None
+        for s, e in sorted(spans):
+            if reach is None or s > reach:
+                total += e - s
+                reach = e
+            elif e > reach:
+                total += e - reach
+                reach = e
+    return total
+
+
+def test_on_a_real_trace_self_times_add_up_to_the_threads_time_in_events():
+    result = analyzed(BERT).ranks[0].results["host_ops"]
+    assert abs(result.host_time_us - _threads_time_in_events(BERT)) < 0.01
+
+
+def test_the_question_the_report_and_a_trace_without_host_events(tmp_path):
+    analysis = analyzed(BERT)
+    ctx = AnalysisContext(analysis)
+    for question in ("Which op is the slowest on the CPU?", "Where does the host spend its time?",
+                     "What takes the most CPU time?", "Which ops have the most self time?"):
+        assert understand(question, ctx).intent == "detector:host_ops", question
+    for question in ("Is it CPU-bound?", "What was the host doing during the longest gap?"):
+        assert understand(question, ctx).intent != "detector:host_ops", question
+    top = analysis.ranks[0].results["host_ops"].top[0]
+    assert f"({top.kind})" in offline_answer(analysis, "Which op is the slowest on the CPU?")
+    assert main(["report", str(BERT), "-o", str(tmp_path / "report.md")]) == 0
+    assert "## Host time by op" in (tmp_path / "report.md").read_text()
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 10)  # device work, no host event
+    assert analyze(b.write(tmp_path / "bare.json")).ranks[0].results["host_ops"] is None

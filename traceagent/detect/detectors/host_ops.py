@@ -1,0 +1,149 @@
+"""Host time by op: where the CPU's time goes, by self time (an event's time less the events inside
+it on its thread), so a wrapper that only calls others does not rank above the work it calls; the
+answer to "which op is the slowest on the CPU?" that torch.profiler's table sorts by self CPU time.
+
+A host event's children are the events one level deeper on its thread that start inside it (host
+events nest on a thread: trace/normalize.nesting_depth). Their time is one range sum per event over
+the events grouped by thread and depth, in start order: no loop per event. Self times add up to the
+time the threads spent in outermost events, the shares' denominator.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...format import counted, duration, percent, shorten
+from ...text import code, md_prose, md_table
+from ...trace.model import Trace, matches
+from ...trace.normalize import STEP_NAME, innermost_open, start_order, thread_keys, thread_time
+from ..core.bounds import Count
+from ..core.host import launching_threads
+from ..core.view import pct, us
+from .base import Detector
+
+#: runtime calls whose time is mostly a wait on the GPU or the driver
+_WAITS = re.compile(r"Synchronize|Memcpy|Memset|Free|Malloc|Wait|Query", re.I)
+
+
+@dataclass(frozen=True)
+class HostOpsParams:
+    """top: how many host events (by name and kind) to keep, most self time first."""
+
+    top: Count = 10
+
+
+@dataclass(frozen=True)
+class HostOpTime:
+    name: str
+    kind: str  # op, python, annotation, runtime, driver, dataloader
+    calls: int
+    self_us: float  # its calls' time less the events inside them, added up
+    total_us: float  # its calls' time, the events inside them included, added up
+    share_pct: float  # of the host's time in events (self_us over host_time_us)
+
+
+@dataclass(frozen=True)
+class HostOpsResult:
+    """Per rank: every host thread of it, the whole trace."""
+
+    host_time_us: float  # each thread's time inside some host event, added up over threads: self times add up to it
+    threads: int
+    # True: only the threads that launch device work (a tqdm monitor or a queue's thread, waiting
+    # most of the trace, would lead otherwise); False: every thread (none launches)
+    launching_only: bool
+    top: list[HostOpTime]  # by self time; profiler step markers left out (their self time is time in no event)
+
+
+def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> HostOpsResult | None:
+    """None where the trace records no host events."""
+    cpu = trace.cpu
+    keep = ~matches(cpu["name"], STEP_NAME)  # markers around everything: they explain nothing
+    launching = launching_threads(trace)
+    if len(launching):
+        keep &= np.isin(thread_keys(cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64)),
+                        thread_keys(launching["pid"].to_numpy(np.int64), launching["tid"].to_numpy(np.int64)))
+    cpu = cpu[keep]
+    if cpu.empty:
+        return None
+    start, end = cpu["start"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64)
+    pid, tid = cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64)
+    lasting = end > start  # an instant holds no time, and would claim the stretch after it
+    own = np.zeros(len(start), dtype=np.int64)
+    if lasting.any():
+        own[lasting] = _self_ns(pid[lasting], tid[lasting], start[lasting], end[lasting])
+    table = pd.DataFrame({"name": cpu["name"].array, "kind": cpu["kind"].array, "own": own,
+                          "total": (end - start).clip(0)})
+    grouped = (table.groupby(["name", "kind"], observed=True)
+               .agg(calls=("own", "size"), own=("own", "sum"), total=("total", "sum"))
+               .sort_values("own", ascending=False, kind="stable").head(params.top))
+    host_time = int(own.sum())
+    top = [HostOpTime(str(name), str(kind), int(r["calls"]), us(int(r["own"])), us(int(r["total"])),
+                      pct(r["own"], host_time)) for (name, kind), r in grouped.iterrows() if r["own"] > 0]
+    return HostOpsResult(us(host_time), int(pd.unique(thread_keys(pid, tid)).size), bool(len(launching)), top)
+
+
+def _self_ns(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each event's self time: every stretch of its thread's time between two event boundaries goes
+    to the innermost event open over it (the last started), so events that cross rather than nest
+    (an annotation across Python frames) never count a moment twice; self times add up to each
+    thread's time in events. A stretch that opens at a start is that event's; one that opens at an
+    end is found in one vectorised query (normalize.innermost_open)."""
+    t_min, width = int(start.min()), int(end.max() - start.min()) + 1
+    s = thread_time(pid, tid, start, t_min, width)
+    e = s + (end - start)
+    order = start_order(s, e)  # on a tie, the longer first: the shorter is inside it
+    s, e = s[order], e[order]
+    bounds = np.sort(np.concatenate([s, e]), kind="stable")  # timsort: two nearly sorted runs
+    bounds = bounds[np.concatenate([[True], bounds[1:] != bounds[:-1]])]  # np.unique hashes: 30× slower here
+    at, length = bounds[:-1], np.diff(bounds)
+    same_thread = at // width == bounds[1:] // width
+    at, length = at[same_thread], length[same_thread]
+    last = np.searchsorted(s, at, side="right") - 1  # the last event started by then
+    opens = (last >= 0) & (s[last.clip(0)] == at)
+    owner = np.where(opens, last, -1)
+    ends = np.flatnonzero(~opens)
+    owner[ends] = innermost_open(s, e, at[ends], at_least=at[ends] + 1)
+    held = owner >= 0
+    own = np.empty(len(s), dtype=np.int64)
+    own[order] = np.bincount(owner[held], weights=length[held], minlength=len(s)).astype(np.int64)
+    return own
+
+
+def host_ops_sentence(result: HostOpsResult) -> str | None:
+    """'On the host, by self time …: aten::cudnn_convolution 11.900 s (27.4%), …'"""
+    if not result.top:
+        return None
+    parts = [f"{code(shorten(o.name, 60))} ({o.kind}) {duration(o.self_us)} ({percent(o.share_pct)})"
+             for o in result.top[:5]]
+    waits = [o for o in result.top[:5] if o.kind in ("runtime", "driver") and _WAITS.search(o.name)]
+    threads = counted(result.threads, "thread")
+    if result.launching_only:
+        threads = "the thread that launches GPU work" if result.threads == 1 else f"the {threads} that launch GPU work"
+    return (f"On the host, by self time (an event's time less the events inside it) of {duration(result.host_time_us)} "
+            f"in host events on {threads}: {'; '.join(parts)}."
+            + (" A synchronizing runtime call's self time is time the host waited on the GPU or the driver." if waits else ""))
+
+
+def host_ops_section(result: HostOpsResult, params: HostOpsParams) -> list[str]:
+    rows = [[code(shorten(o.name, 60)), o.kind, str(o.calls), duration(o.self_us), percent(o.share_pct),
+             duration(o.total_us)] for o in result.top]
+    return [md_prose(host_ops_sentence(result) or ""), "",
+            md_table(["host event", "kind", "calls", "self time", "share", "total (with what it calls)"], rows)]
+
+
+#: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
+DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) time goes, by self time: each host event "
+                    "(op, Python function, annotation, runtime call) by name, its calls, its self time (less the events "
+                    "inside it), its total time, and its share of the threads' time in host events.",
+                    HostOpsParams(), HostOpsResult, lambda i, p: detect_host_ops(i.trace, p),
+                    lambda r, p: host_ops_sentence(r), since="2.7",
+                    needs=("the trace records no host events", "profile with CPU activities on "
+                           "(torch.profiler.ProfilerActivity.CPU)"),
+                    asks=r"\b(?:which|what) (?:ops?|functions?|calls?|python (?:functions?|code))\b.{0,40}\b(?:cpu|host)\b|"
+                         r"\b(?:cpu|host)(?: side)? (?:time|ops?|hotspots?|profile)\b|\b(?:where|how) does the (?:cpu|host) "
+                         r"spend\b|\bself (?:cpu )?time\b",
+                    section=host_ops_section, place=66)
