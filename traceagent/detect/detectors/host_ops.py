@@ -61,29 +61,33 @@ class HostOpsResult:
 def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> HostOpsResult | None:
     """None where the trace records no host events."""
     cpu = trace.cpu
-    keep = ~matches(cpu["name"], STEP_NAME)  # markers around everything: they explain nothing
+    pid, tid = cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64)
+    start, end = cpu["start"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64)
+    # instants hold no time (and would claim the stretch after them); step markers are around
+    # everything and explain nothing
+    keep = (end > start) & ~matches(cpu["name"], STEP_NAME) & (cpu["name"].array.codes >= 0)
     launching = launching_threads(trace)
     if len(launching):
-        keep &= np.isin(thread_keys(cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64)),
+        keep &= np.isin(thread_keys(pid, tid),
                         thread_keys(launching["pid"].to_numpy(np.int64), launching["tid"].to_numpy(np.int64)))
-    cpu = cpu[keep]
-    if cpu.empty:
+    rows = np.flatnonzero(keep)
+    if not len(rows):
         return None
-    start, end = cpu["start"].to_numpy(np.int64), cpu["end"].to_numpy(np.int64)
-    pid, tid = cpu["pid"].to_numpy(np.int64), cpu["tid"].to_numpy(np.int64)
-    lasting = end > start  # an instant holds no time, and would claim the stretch after it
-    own = np.zeros(len(start), dtype=np.int64)
-    if lasting.any():
-        own[lasting] = _self_ns(pid[lasting], tid[lasting], start[lasting], end[lasting])
-    table = pd.DataFrame({"name": cpu["name"].array, "kind": cpu["kind"].array, "own": own,
-                          "total": (end - start).clip(0)})
-    grouped = (table.groupby(["name", "kind"], observed=True)
-               .agg(calls=("own", "size"), own=("own", "sum"), total=("total", "sum"))
-               .sort_values("own", ascending=False, kind="stable").head(params.top))
+    start, end = start[rows], end[rows]
+    own = _self_ns(pid[rows], tid[rows], start, end)
+    # per (name, kind), by bincounts over their codes: no table of the rows is built
+    names, kinds = cpu["name"].array, cpu["kind"].array
+    code = names.codes[rows].astype(np.int64) * (len(kinds.categories) + 1) + kinds.codes[rows]
+    found, code = np.unique(code, return_inverse=True)
+    own_by = np.bincount(code, weights=own)
+    total_by, calls_by = np.bincount(code, weights=end - start), np.bincount(code)
     host_time = int(own.sum())
-    top = [HostOpTime(str(name), str(kind), int(r["calls"]), us(int(r["own"])), us(int(r["total"])),
-                      pct(r["own"], host_time)) for (name, kind), r in grouped.iterrows() if r["own"] > 0]
-    return HostOpsResult(us(host_time), int(pd.unique(thread_keys(pid, tid)).size), bool(len(launching)), top)
+    best = [i for i in np.argsort(-own_by, kind="stable")[:params.top] if own_by[i] > 0]
+    top = [HostOpTime(str(names.categories[found[i] // (len(kinds.categories) + 1)]),
+                      str(kinds.categories[found[i] % (len(kinds.categories) + 1)]), int(calls_by[i]),
+                      us(int(own_by[i])), us(int(total_by[i])), pct(own_by[i], host_time)) for i in best]
+    threads = int(pd.unique(thread_keys(pid[rows], tid[rows])).size)
+    return HostOpsResult(us(host_time), threads, bool(len(launching)), top)
 
 
 def _self_ns(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -91,7 +95,8 @@ def _self_ns(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarra
     to the innermost event open over it (the last started), so events that cross rather than nest
     (an annotation across Python frames) never count a moment twice; self times add up to each
     thread's time in events. A stretch that opens at a start is that event's; one that opens at an
-    end is found in one vectorised query (normalize.innermost_open)."""
+    end is found in one vectorised query (normalize.innermost_open). Temporaries are let go as they
+    are done with: this runs over every host event."""
     t_min, width = int(start.min()), int(end.max() - start.min()) + 1
     s = thread_time(pid, tid, start, t_min, width)
     e = s + (end - start)
@@ -99,17 +104,21 @@ def _self_ns(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarra
     s, e = s[order], e[order]
     bounds = np.sort(np.concatenate([s, e]), kind="stable")  # timsort: two nearly sorted runs
     bounds = bounds[np.concatenate([[True], bounds[1:] != bounds[:-1]])]  # np.unique hashes: 30× slower here
-    at, length = bounds[:-1], np.diff(bounds)
-    same_thread = at // width == bounds[1:] // width
-    at, length = at[same_thread], length[same_thread]
+    length = np.diff(bounds)
+    # a thread's last boundary opens no stretch of its own (the next one is another thread's)
+    firsts = np.searchsorted(bounds, np.arange(1, int(bounds[-1] // width) + 2, dtype=np.int64) * width)
+    length[(firsts - 1)[(firsts > 0) & (firsts <= len(length))]] = 0
+    at = bounds[:-1]
+    del bounds
     last = np.searchsorted(s, at, side="right") - 1  # the last event started by then
-    opens = (last >= 0) & (s[last.clip(0)] == at)
-    owner = np.where(opens, last, -1)
-    ends = np.flatnonzero(~opens)
+    owner = np.where((last >= 0) & (s[last.clip(0)] == at), last, -1)  # a stretch opening at a start
+    del last
+    ends = np.flatnonzero((owner < 0) & (length > 0))
     owner[ends] = innermost_open(s, e, at[ends], at_least=at[ends] + 1)
-    held = owner >= 0
-    own = np.empty(len(s), dtype=np.int64)
-    own[order] = np.bincount(owner[held], weights=length[held], minlength=len(s)).astype(np.int64)
+    del ends, s, e, at
+    held = (owner >= 0) & (length > 0)
+    own = np.empty(len(order), dtype=np.int64)
+    own[order] = np.bincount(owner[held], weights=length[held], minlength=len(order)).astype(np.int64)
     return own
 
 
