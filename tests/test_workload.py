@@ -9,12 +9,13 @@ import json
 
 import jsonschema
 from builder import TraceBuilder
-from conftest import DATA, MI300, analyzed, offline_answer
+from conftest import DATA, MI300, RESNET_NW0, analyzed, offline_answer
 
 from traceagent import analyze
 from traceagent.agent.question import understand
 from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.core.encode import to_data
+from traceagent.format import duration
 from traceagent.schema import SCHEMAS
 
 BERT = DATA / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
@@ -94,3 +95,16 @@ def test_the_side_panel_question_and_the_users_words_reach_it():
         assert understand(question, ctx).intent != "detector:workload", question
     text = offline_answer(analysis, "What model is this?")
     assert "An inference job" in text and f"`{w.model}`" in text and f"{w.forward_calls} forward pass" in text
+
+
+def test_a_forward_pass_question_goes_where_the_trace_has_an_answer():
+    """Both the training phases and the workload name "forward pass" questions: a training trace
+    gets its forward share, an inference trace (no training phases) its forward passes."""
+    question = "How long does one forward pass take?"
+    inference, training = analyzed(BERT), analyzed(RESNET_NW0)
+    assert inference.ranks[0].results["training_phases"] is None
+    assert understand(question, AnalysisContext(inference)).intent == "detector:workload"
+    assert understand(question, AnalysisContext(training)).intent == "detector:training_phases"
+    w = inference.ranks[0].results["workload"]
+    assert f"{w.forward_calls} forward pass, {duration(w.forward_device_us)} of device time" in offline_answer(inference,
+                                                                                                        question)

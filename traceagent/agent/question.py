@@ -138,8 +138,12 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     """The intent and entities of a question about the loaded trace."""
     # what the question asks is read without the ops it names ("vllm::moe_forward" is not about vLLM's phases)
     words = _OP_NAME.sub(" ", text)
-    # a registered detector that names its questions answers them first: its words are its own
-    asked = next((d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, words, re.I)), None)
+    # a registered detector that names its questions answers them first: its words are its own; of
+    # several, the first with a result on the rank asked about ("how long is the forward pass?" on
+    # an inference trace: the workload's forward passes, not the training phases it lacks)
+    named = [d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, words, re.I)]
+    about = _rank_asked(text, ctx)
+    asked = next((n for n in named if about.results.get(n) is not None), named[0] if named else None)
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
     if intent == "compare" and ctx.other is None and _STEPS.search(text):
         intent = "one_step"  # "did step 5 improve?" with one trace: about that step
@@ -166,6 +170,12 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "rank_vs_rank" and len(ranks) < 2:
         intent = "straggler"  # "rank 3 and its neighbours": about ranks, with one named
     return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks)
+
+
+def _rank_asked(text: str, ctx: AnalysisContext):
+    """The rank a question names, if the trace has it; else the verdict's."""
+    m = _RANK.search(text)
+    return next((r for r in ctx.analysis.ranks if m and r.rank == int(m.group(1))), ctx.analysis.focus)
 
 
 def _step_by_order(word: str, ctx: AnalysisContext) -> list[int]:
