@@ -141,13 +141,13 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     # a registered detector that names its questions answers them first: its words are its own; of
     # several, the first with a result on the rank asked about ("how long is the forward pass?" on
     # an inference trace: the workload's forward passes, not the training phases it lacks)
+    rank = int(m.group(1)) if (m := _RANK.search(text)) else None
     named = [d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, words, re.I)]
-    about = _rank_asked(text, ctx)
+    about = next((r for r in ctx.analysis.ranks if r.rank == rank), ctx.analysis.focus)
     asked = next((n for n in named if about.results.get(n) is not None), named[0] if named else None)
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
     if intent == "compare" and ctx.other is None and _STEPS.search(text):
         intent = "one_step"  # "did step 5 improve?" with one trace: about that step
-    rank = int(m.group(1)) if (m := _RANK.search(text)) else None
     device = int(m.group(1)) if (m := _DEVICE.search(text)) else None
     steps = [int(n) for m in _STEPS.finditer(text) for n in m.groups() if n]
     if not steps and (m := _ORDINAL_STEP.search(text)):  # "the first step": its number in this trace
@@ -170,12 +170,6 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "rank_vs_rank" and len(ranks) < 2:
         intent = "straggler"  # "rank 3 and its neighbours": about ranks, with one named
     return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks)
-
-
-def _rank_asked(text: str, ctx: AnalysisContext):
-    """The rank a question names, if the trace has it; else the verdict's."""
-    m = _RANK.search(text)
-    return next((r for r in ctx.analysis.ranks if m and r.rank == int(m.group(1))), ctx.analysis.focus)
 
 
 def _step_by_order(word: str, ctx: AnalysisContext) -> list[int]:
