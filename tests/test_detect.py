@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import pytest
 from builder import TraceBuilder
+from conftest import DATA, NSYS_BEFORE, analyzed
 
+from traceagent.cli import main
 from traceagent.detect.analysis import analyze_trace
 from traceagent.detect.core.encode import to_data
 from traceagent.detect.detectors.breakdown import detect_breakdown
 from traceagent.detect.detectors.comm import detect_comm
 from traceagent.detect.detectors.idle import detect_idle
-from traceagent.detect.detectors.kernels import detect_hot_kernels, short_name
+from traceagent.detect.detectors.kernels import detect_hot_kernels, distinct_labels, short_name
 from traceagent.detect.detectors.memcpy import detect_memcpy
 from traceagent.detect.verdict.diagnose import VerdictParams, _verdict_for
 from traceagent.sentences import gpu_behind
@@ -202,6 +204,44 @@ def test_short_kernel_names():
     assert short_name("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)") == "ncclDevKernel_SendRecv"
     assert short_name("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == \
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+
+
+def test_kernels_sharing_a_short_name_are_told_apart_by_the_argument_that_differs():
+    cutlass = [f"void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_{tile}_tn_align8>"
+               f"(cutlass_80_tensorop_bf16_s16816gemm_bf16_{tile}_tn_align8::Params)"
+               for tile in ("64x64_64x6", "256x128_64x3")]
+    # Kineto's spelling: the vector width is the same, the functor tells them apart
+    kineto = ["void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+              "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)",
+              "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, "
+              "at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::"
+              "{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> >(int, float)"]
+    # Nsight's: the wrapper is unwrapped to its lambdas, and kept where only it tells two apart
+    nsight = ["void at::native::elementwise_kernel<(int)128, (int)4, void at::native::gpu_kernel_impl_nocast<at::native::"
+              f"direct_copy_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 3)]::operator ()() const::"
+              f"[lambda() (instance {n})]::operator ()() const::[lambda(float) (instance 1)]>(at::TensorIteratorBase &, "
+              "const T1 &)::[lambda(int) (instance 1)]>(int, T3)" for n in (7, 12)]
+    assert distinct_labels([*cutlass, "flash_fwd_kernel", *kineto, *nsight]) == [
+        # past 60 characters the middle goes: the tile sizes at the end stay
+        "Kernel2<cutlass_80_tensorop_bf16_s168…gemm_bf16_64x64_64x6_tn_align8>",
+        "Kernel2<cutlass_80_tensorop_bf16_s168…mm_bf16_256x128_64x3_tn_align8>",
+        "flash_fwd_kernel",
+        "vectorized_elementwise_kernel<CUDAFunctor_add<BFloat16>>",
+        "vectorized_elementwise_kernel<GeluCUDAKernelImpl::{lambda#2}::{lambda#4}::{lambda#1}>",
+        "elementwise_kernel<direct_copy_kernel_cuda::{lambda#3}::{lambda#7}::{lambda#1}>",
+        "elementwise_kernel<direct_copy_kernel_cuda::{lambda#3}::{lambda#12}::{lambda#1}>"]
+
+
+def test_on_real_traces_every_hot_kernel_shows_a_name_of_its_own(capsys):
+    for path in (DATA / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz", NSYS_BEFORE):
+        top = analyzed(path).ranks[0].findings.kernels.top
+        assert len({k.label for k in top}) == len(top) > len({k.short_name for k in top})
+    path = DATA / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+    assert main(["analyze", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[lines.index(next(line for line in lines if "Hot kernels" in line)) + 4:]
+    cells = [line.split(" │")[0] for line in table[:16] if line.startswith("│ ") and not line.startswith("│   by")]
+    assert len(cells) == 8 and len(set(cells)) == 8  # at 80 columns each row still names a kernel of its own
 
 
 def test_nested_host_events_get_depths(tmp_path):

@@ -59,6 +59,12 @@ def shorten(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def shorten_middle(text: str, width: int = 60) -> str:
+    """At most `width` characters, its start and end kept (a kernel's template arguments differ at
+    either end: `Kernel2<cutlass_80_…_128x2_tn_align8>`)."""
+    return text if len(text) <= width else f"{text[:width // 2 - 1]}…{text[-(width - width // 2):]}"
+
+
 def of_span(devices: int) -> str:
     """What a rank's percentages are over, in words: its span with one device, device time (the
     devices' spans added up) with more."""

@@ -368,11 +368,11 @@ class OfflineAnalyst:
         if not per_call.top:
             return "There are no kernels in this scope."
         k, t = per_call.top[0].kernel, by_total.top[0].kernel
-        lines = [f"{self._who(per_call.scope)}Per call, the slowest kernel is **`{shorten(k.short_name, 60)}`**: "
+        lines = [f"{self._who(per_call.scope)}Per call, the slowest kernel is **`{shorten(k.label, 80)}`**: "
                  f"mean {duration(k.mean_us)}, longest {duration(k.max_us)}, {k.count} calls.",
-                 f"By total time it is `{shorten(t.short_name, 60)}`: {duration(t.total_us)} over "
+                 f"By total time it is `{shorten(t.label, 80)}`: {duration(t.total_us)} over "
                  f"{t.count} calls, {percent(t.share_of_busy_pct)} of busy time.", "", "Slowest per call:"]
-        lines += [f"{i}. `{shorten(r.kernel.short_name, 50)}`: mean {duration(r.kernel.mean_us)}, {r.kernel.count} calls"
+        lines += [f"{i}. `{shorten(r.kernel.label, 80)}`: mean {duration(r.kernel.mean_us)}, {r.kernel.count} calls"
                   for i, r in enumerate(per_call.top[:5], 1)]
         lines += ["", _why_slow([t.name, k.name], profiled)]
         return "\n".join(lines)
@@ -383,7 +383,7 @@ class OfflineAnalyst:
             return f"No kernel in this scope matches `{q.kernel}`."
         row = kernels.top[0]
         k = row.kernel
-        lines = [f"{self._who(kernels.scope)}**`{shorten(k.short_name, 60)}`** ran {k.count} times for "
+        lines = [f"{self._who(kernels.scope)}**`{shorten(k.label, 80)}`** ran {k.count} times for "
                  f"{duration(k.total_us)}, {percent(k.share_of_busy_pct)} of busy time (mean "
                  f"{duration(k.mean_us)}, median {duration(k.median_us)}, longest {duration(k.max_us)})"
                  + (f", launched by `{shorten(k.op, 50)}`" if k.op else "")
@@ -405,7 +405,7 @@ class OfflineAnalyst:
         what = f"**{code(q.op or '')}**" if "::" in (q.op or "") else f"Ops whose name contains **{code(q.op or '')}**"
         lines = [f"{self._who(kernels.scope)}{what} launched {k.kernels} kernels ({k.distinct} distinct) "
                  f"for {duration(k.total_us)} of device time. Their kernels, most time first:"]
-        lines += [f"{i}. {code(shorten(r.kernel.short_name, 60))}: {duration(r.kernel.total_us)} over "
+        lines += [f"{i}. {code(shorten(r.kernel.label, 80))}: {duration(r.kernel.total_us)} over "
                   f"{counted(r.kernel.count, 'call')} (mean {duration(r.kernel.mean_us)}), "
                   f"{percent(r.kernel.share_of_busy_pct)} of busy time"
                   + (f", from `{r.python}`" if r.python else "") for i, r in enumerate(kernels.top, 1)]
@@ -418,7 +418,7 @@ class OfflineAnalyst:
         k = kernels.kernels
         lines = [f"{self._who(kernels.scope)}{k.kernels} kernels ({k.distinct} distinct names) ran "
                  f"{duration(k.total_us)}. The hottest:"]
-        lines += [f"{i}. `{shorten(h.short_name, 50)}`: {duration(h.total_us)}, {percent(h.share_of_busy_pct)} of "
+        lines += [f"{i}. `{shorten(h.label, 80)}`: {duration(h.total_us)}, {percent(h.share_of_busy_pct)} of "
                   f"busy time, {counted(h.count, 'launch', 'launches')}, mean {duration(h.mean_us)}"
                   + (f", from `{shorten(h.op, 40)}`" if h.op else "") for i, h in enumerate(top, 1)]
         lines += ["", _why_slow([h.name for h in top], profiled)]
@@ -823,7 +823,7 @@ class OfflineAnalyst:
         lines = [f"**The trace cannot say:** {why}. A timeline records when kernels ran, not how many "
                  "floating-point operations they did.", "",
                  f"What it does say: the GPU is busy {percent(busy)} of the time"
-                 + (f", and the top kernel, `{shorten(top.short_name, 50)}`, takes "
+                 + (f", and the top kernel, `{shorten(top.label, 80)}`, takes "
                     f"{percent(top.share_of_busy_pct)} of busy time." if top else "."), "",
                  "To measure it: profile with `torch.profiler.profile(record_shapes=True)` (PyTorch ≥ 2.1 for "
                  "convolutions), or run the hot kernel under Nsight Compute "

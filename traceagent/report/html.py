@@ -166,7 +166,7 @@ def _kernels(analysis: Analysis) -> str:
     label_w, row = 260, 20
     biggest = max(k.share_of_busy_pct for k in top) or 1
     bars = "".join(
-        f'<text x="0" y="{i * row + 13}" font-size="11">{html.escape(shorten(k.short_name, 38))}</text>'
+        f'<text x="0" y="{i * row + 13}" font-size="11">{html.escape(k.shown(38))}</text>'
         f'<rect x="{label_w}" y="{i * row + 2}" width="{(WIDTH - label_w - 80) * k.share_of_busy_pct / biggest:.1f}" '
         f'height="{row - 6}" fill="{WORK_COLORS["communication" if k.is_comm else "compute"]}">'
         f'<title>{html.escape(shorten(k.name, 300))}</title></rect>'

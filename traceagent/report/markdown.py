@@ -200,7 +200,7 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
             f"{f.kernels.kernels} kernels of {f.kernels.distinct} distinct names ran "
             f"{duration(f.kernels.total_us)}. The top {len(kernels)}:", "",
             md_table(["#", "kernel", "count", "total", "share of busy", "mean", "median", "max", "launched by"],
-                     [[str(i), code(shorten(k.short_name, 40)), str(k.count), duration(k.total_us),
+                     [[str(i), code(k.shown(80)), str(k.count), duration(k.total_us),
                        percent(k.share_of_busy_pct), duration(k.mean_us), duration(k.median_us),
                        duration(k.max_us), (code(shorten(k.op, 40)) + _op_source(k.op_from)) if k.op else "-"]
                       for i, k in enumerate(kernels, 1)])]
@@ -293,7 +293,7 @@ def render_diff_markdown(d: DiffResult) -> str:
         per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"Hot kernels ({per}):", "",
                 md_table(["kernel", "before", "after", "share of kernel time", "calls"],
-                         [[code(shorten(k['short_name'], 40)), duration(k["before_us"]), duration(k["after_us"]),
+                         [[code(shorten(k['label'], 80)), duration(k["before_us"]), duration(k["after_us"]),
                            f"{percent(k['before_share_pct'])} → {percent(k['after_share_pct'])}",
                            f"{k['before_count'] or 0} → {k['after_count'] or 0}"]
                           for k in d.kernels])]

@@ -38,14 +38,20 @@ def add_rows_keeping_numbers_whole(table: Table, width: int, rows: list[list[str
         if column.justify == "right":
             column.min_width = max([len(str(column.header))] + [len(row[i]) for row in rows])
             column.no_wrap = True
-    unwrapped = [c for c in table.columns if c.no_wrap and c.justify != "right"]
-    if unwrapped:
-        taken = sum(c.min_width or 0 for c in table.columns if c.justify == "right")
-        taken += sum(max(len(row[i]) for row in rows) if rows else 0
-                     for i, c in enumerate(table.columns) if not c.no_wrap)
-        borders = 3 * len(table.columns) + 1  # a rule and a space either side per column
-        for column in unwrapped:
-            column.max_width = max(16, (width - taken - borders) // len(unwrapped))
+    for column in (c for c in table.columns if c.no_wrap and c.justify != "right"):
+        column.max_width = text_width(table, width, rows)
+
+
+def text_width(table: Table, width: int, rows: list[list[str]]) -> int:
+    """The width each unwrapped text column of the table gets beside its whole numbers (what
+    add_rows_keeping_numbers_whole gives them), for cells that shorten themselves to it."""
+    numbers = sum(max([len(str(c.header))] + [len(row[i]) for row in rows])
+                  for i, c in enumerate(table.columns) if c.justify == "right")
+    wrapped = sum(max(len(row[i]) for row in rows) if rows else 0
+                  for i, c in enumerate(table.columns) if not c.no_wrap and c.justify != "right")
+    unwrapped = sum(1 for c in table.columns if c.no_wrap and c.justify != "right") or 1
+    borders = 3 * len(table.columns) + 1  # a rule and a space either side per column
+    return max(16, (width - numbers - wrapped - borders) // unwrapped)
 
 
 def _scope_column(ranks: list[RankAnalysis]) -> tuple[str, Callable[[int | None, int], str]]:
@@ -114,11 +120,13 @@ def print_analysis(result: Analysis, out: Console) -> None:
     # too narrow to tell apart at 80 columns
     kernels = Table(Column("kernel [dim](and the op that launched it)[/]", no_wrap=True, overflow="ellipsis"),
                     *number_columns("count", "total", "% busy", "mean"), title=f"Hot kernels{who}")
+    figures = [[str(k.count), duration(k.total_us), f"{k.share_of_busy_pct:.1f}%", duration(k.mean_us)]
+               for k in f.kernels.top[:8]]
+    fits = min(60, text_width(kernels, out.width, [["", *n] for n in figures]))  # labels cut themselves to it
     add_rows_keeping_numbers_whole(kernels, out.width, [
-        [escape(shorten(k.short_name, 60)) + (f"\n[dim]  by {escape(shorten(k.op, 57))}"
-                                              f"{' (graph capture)' if k.op_from == 'capture' else ''}[/]" if k.op else ""),
-         str(k.count), duration(k.total_us), f"{k.share_of_busy_pct:.1f}%", duration(k.mean_us)]
-        for k in f.kernels.top[:8]])
+        [escape(k.shown(fits)) + (f"\n[dim]  by {escape(shorten(k.op, 57))}"
+                                  f"{' (graph capture)' if k.op_from == 'capture' else ''}[/]" if k.op else ""), *n]
+        for k, n in zip(f.kernels.top[:8], figures)])
     out.print(kernels)
     for _, line in further_findings(first):
         say(out, escape(line))

@@ -17,6 +17,7 @@ from ..analysis import SCHEMA_VERSION, Analysis
 from ..core.view import pct
 from ..core.vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
 from ..detectors.collectives import CollectivesParams, CollectivesResult, classify
+from ..detectors.kernels import distinct_labels
 from ..detectors.time_by_class import memory_kernels_us
 
 # a root cause below this share of the span (or of copied bytes) counts as gone
@@ -133,6 +134,7 @@ class KernelChange(TypedDict):
 
     name: str
     short_name: str
+    label: str  # its name to show: told apart from others listed with its short name (kernels.distinct_labels)
     before_us: float | None
     before_count: int | None
     before_share_pct: float | None
@@ -483,10 +485,10 @@ def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int
     (tb, all_b), (ta, all_a) = totals(before, per_b), totals(after, per_a)
     names = sorted(set(tb) | set(ta), key=lambda n: -max(tb.get(n, {"us": 0})["us"], ta.get(n, {"us": 0})["us"]))[:top]
     rows = []
-    for n in names:
+    for n, label in zip(names, distinct_labels(names)):
         b, a = tb.get(n), ta.get(n)
         rows.append(KernelChange(
-            name=n, short_name=(b or ta[n])["short_name"],
+            name=n, short_name=(b or ta[n])["short_name"], label=label,
             before_us=round(b["us"], 3) if b else None, before_count=b["count"] if b else None,
             before_share_pct=pct(b["us"], all_b) if b else None,
             after_us=round(a["us"], 3) if a else None, after_count=a["count"] if a else None,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...format import percent, shorten
+from ...format import percent, shorten, shorten_middle
 from ...text import QUESTION_NAME_CHARS, code
 from ...trace.model import Trace, matches, rows_where
 from ..core import intervals as iv
@@ -24,6 +24,68 @@ def short_name(name: str) -> str:
     text = _strip_bracketed(text, "<", ">")
     text = text.strip().split(" ")[-1] if " " in text.strip() else text.strip()
     return text.split("::")[-1] or name[:60]
+
+
+_NAMESPACE = re.compile(r"(?:\(anonymous namespace\)|[A-Za-z_]\w*)::")
+
+
+def distinct_labels(names: list[str]) -> list[str]:
+    """Names to show for kernels listed together: each one's short name, and where several share it
+    (cutlass's `Kernel2`, PyTorch's `elementwise_kernel`) the template argument that tells most of
+    them apart, without namespaces: `Kernel2<cutlass_80_tensorop_bf16_s16816gemm_…>`,
+    `vectorized_elementwise_kernel<CUDAFunctor_add<BFloat16>>`. A few names per list."""
+    shorts = [short_name(n) for n in names]
+    labels = list(shorts)
+    for short in {s for s in shorts if shorts.count(s) > 1}:
+        mine = [i for i, s in enumerate(shorts) if s == short]
+        args = [_template_args(names[i], short) for i in mine]
+        # the argument that tells most of them apart (the functor, not a vector width), the first of equals
+        told = [len({a[k] if k < len(a) else "" for a in args}) for k in range(max(map(len, args)))]
+        if max(told, default=1) < 2:
+            continue
+        at = told.index(max(told))
+        # each unwrapped, but those that unwrapped look alike (a wrapper tells them apart) as written
+        unwrapped = [_readable_arg(a[at]) if at < len(a) else None for a in args]
+        for i, a, text in zip(mine, args, unwrapped):
+            if text is not None:
+                text = text if unwrapped.count(text) == 1 else _readable_arg(a[at], unwrap=False)
+                labels[i] = f"{short}<{shorten_middle(text, 60)}>"
+    return labels
+
+
+def _readable_arg(arg: str, unwrap: bool = True) -> str:
+    """A template argument as people tell kernels apart by it: no namespaces, return types, parameter
+    lists or `operator()`, lambdas as `{lambda#N}` (Kineto's and Nsight's spellings), and PyTorch's
+    gpu_kernel_impl wrapper unwrapped to the functor inside (unless that is what tells them apart)."""
+    text = re.sub(r"\[lambda\([^()]*\) \(instance (\d+)\)\]", r"{lambda#\1}", arg)  # Nsight's lambdas
+    text = re.sub(r"::operator ?\(\)\(\) const", "", text)
+    text = _NAMESPACE.sub("", text).removeprefix("void ")
+    while (shorter := re.sub(r"\([^()]*\)", "", text)) != text:
+        text = shorter
+    return re.sub(r"^gpu_kernel_impl(?:_nocast)?<(.*)>(?:::.*)?$", r"\1", text) if unwrap else text
+
+
+def _template_args(name: str, short: str) -> list[str]:
+    """The top-level template arguments of `short<...>` in a full kernel name, or []."""
+    at = name.find(short + "<")
+    if at < 0:
+        return []
+    args: list[str] = []
+    part: list[str] = []
+    depth = 0
+    for ch in name[at + len(short) + 1:]:  # one kernel name, not a loop per event
+        if ch in "<({":
+            depth += 1
+        elif ch in ">)}":
+            if depth == 0 and ch == ">":
+                break
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args.append("".join(part).strip())
+            part = []
+            continue
+        part.append(ch)
+    return [*args, "".join(part).strip()]
 
 
 def leading_kernels(names: pd.Series, dur: np.ndarray, rows: np.ndarray, top: int = 3) -> tuple[list[str], int]:
@@ -73,6 +135,15 @@ class HotKernel:
     is_comm: bool
     saving_2x_us: float = 0.0  # what making it 2× faster would save at most: half its time
     op_from: str | None = None  # how its op was found (model.GPU_COLUMNS["op_from"]): launch, capture, kernel name
+    label: str = ""  # its name to show: the short name, told apart from others in the list that share it
+
+    def shown(self, width: int) -> str:
+        """Its label in `width` characters: the short name whole where it fits, and the template
+        argument that tells it apart cut in its middle (tile sizes and lambdas differ at its end)."""
+        room = width - len(self.short_name) - 2
+        if self.label == self.short_name or room < 6:
+            return shorten(self.label, width)
+        return f"{self.short_name}<{shorten_middle(self.label[len(self.short_name) + 1:-1], room)}>"
 
 
 @dataclass(frozen=True)
@@ -113,8 +184,9 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
     ops = {name: (op, source) for name, op, source in reversed(pairs.index.tolist())}
     comm = table.groupby("name", observed=True)["is_comm"].any()
     running = _running_ns(launched)
+    labels = dict(zip(chosen.index, distinct_labels([str(n) for n in chosen.index])))
     rows = [HotKernel(
-        name=name, short_name=short_name(name), count=int(r["size"]), total_us=us(r["sum"]),
+        name=name, short_name=short_name(name), label=labels[name], count=int(r["size"]), total_us=us(r["sum"]),
         share_of_busy_pct=pct(running[name], busy), mean_us=us(r["mean"]), median_us=us(r["median"]), max_us=us(r["max"]),
         op=ops[name][0] if name in ops else None, is_comm=bool(comm[name]),
         saving_2x_us=us(r["sum"] / 2), op_from=ops[name][1] if name in ops else None,

@@ -491,7 +491,7 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
                                 kernel_count=top.count)
     if f.classes is not None and memory_bound_dominates(f.classes):
         return _memory_bound_verdict(f, f.classes, top, evidence, also)
-    hypothesis = (f"Time goes into kernel execution, led by {top.short_name} ({top.count} launches"
+    hypothesis = (f"Time goes into kernel execution, led by {top.label} ({top.count} launches"
                   + (f", from {top.op}" if top.op else "") + "); speeding it up is the largest single gain.")
     step = (f"Profile that kernel: `{advice.profile_line('--ncu', repr(top.short_name))}` (Nsight Compute on it, "
             "joined to the trace), and check it runs in a fast dtype (bf16/TF32) and shape.")
@@ -504,7 +504,7 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
                 "where the GPU has it, smaller or fewer matmuls), and cut the time around it: the other kernels and "
                 "the gaps between them (`traceagent analyze` lists both).")
     return Verdict("compute", "hot_kernel",
-                   f"{_busy(f)}; the top kernel, {top.short_name}, "
+                   f"{_busy(f)}; the top kernel, {top.label}, "
                    f"takes {top.share_of_busy_pct:.1f}% of busy time", hypothesis, step, evidence, also)
 
 
@@ -526,7 +526,7 @@ def _memory_bound_verdict(f: Findings, classes: TimeByClassResult, top: HotKerne
                    f"{_busy(f)}; {classes.memory_kernels_pct:.1f}% of device time is in kernels memory-bound by nature, "
                    f"{classes.compute_pct:.1f}% in matmul, attention and convolution",
                    f"Time goes into kernel execution, mostly into kernels that move more bytes than they compute "
-                   f"with: {named}. They are many small ops, not one kernel: the top kernel, {top.short_name}, takes "
+                   f"with: {named}. They are many small ops, not one kernel: the top kernel, {top.label}, takes "
                    f"{top.share_of_busy_pct:.1f}% of busy time. Fusing them cuts the bytes they move and their launches.",
                    f"{step}; then re-profile and compare with `traceagent diff before after`.", evidence, also)
 

@@ -126,12 +126,12 @@ def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, k
             continue
         change = kernel_change(k.name)
         if path is None:
-            out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
+            out.append(_saving(f"kernel {k.label} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
                                k.total_us * (1 - 1 / KERNEL_SPEEDUP), whole, steps,
                                f"an upper bound: a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
                                f"{1 - 1 / KERNEL_SPEEDUP:.0%} of its time, if nothing else was hiding it", change, gpus))
         elif k.name in on_path:  # time on the path is wall time: a share of the rank's span, not of its GPUs' summed time
-            out.append(_saving(f"kernel {k.short_name} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
+            out.append(_saving(f"kernel {k.label} made {KERNEL_SPEEDUP:g}× faster", "hot_kernel",
                                on_path[k.name] * (1 - 1 / KERNEL_SPEEDUP), idle.span_us, steps,
                                f"an upper bound: it is on the critical path for {on_path[k.name]:g} µs of its "
                                f"{k.total_us:g} µs, and a {KERNEL_SPEEDUP:g}× faster kernel saves at most "
