@@ -369,10 +369,10 @@ class OfflineAnalyst:
             return "There are no kernels in this scope."
         k, t = per_call.top[0].kernel, by_total.top[0].kernel
         lines = [f"{self._who(per_call.scope)}Per call, the slowest kernel is **`{shorten(k.label, 80)}`**: "
-                 f"mean {duration(k.mean_us)}, longest {duration(k.max_us)}, {k.count} calls.",
+                 f"mean {duration(k.mean_us)}, longest {duration(k.max_us)}, {counted(k.count, 'call')}.",
                  f"By total time it is `{shorten(t.label, 80)}`: {duration(t.total_us)} over "
-                 f"{t.count} calls, {percent(t.share_of_busy_pct)} of busy time.", "", "Slowest per call:"]
-        lines += [f"{i}. `{shorten(r.kernel.label, 80)}`: mean {duration(r.kernel.mean_us)}, {r.kernel.count} calls"
+                 f"{counted(t.count, 'call')}, {percent(t.share_of_busy_pct)} of busy time.", "", "Slowest per call:"]
+        lines += [f"{i}. `{shorten(r.kernel.label, 80)}`: mean {duration(r.kernel.mean_us)}, {counted(r.kernel.count, 'call')}"
                   for i, r in enumerate(per_call.top[:5], 1)]
         lines += ["", _why_slow([t.name, k.name], profiled)]
         return "\n".join(lines)
@@ -383,7 +383,7 @@ class OfflineAnalyst:
             return f"No kernel in this scope matches `{q.kernel}`."
         row = kernels.top[0]
         k = row.kernel
-        lines = [f"{self._who(kernels.scope)}**`{shorten(k.label, 80)}`** ran {k.count} times for "
+        lines = [f"{self._who(kernels.scope)}**`{shorten(k.label, 80)}`** ran {counted(k.count, 'time')} for "
                  f"{duration(k.total_us)}, {percent(k.share_of_busy_pct)} of busy time (mean "
                  f"{duration(k.mean_us)}, median {duration(k.median_us)}, longest {duration(k.max_us)})"
                  + (f", launched by `{shorten(k.op, 50)}`" if k.op else "")

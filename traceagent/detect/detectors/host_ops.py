@@ -2,10 +2,11 @@
 it on its thread), so a wrapper that only calls others does not rank above the work it calls; the
 answer to "which op is the slowest on the CPU?" that torch.profiler's table sorts by self CPU time.
 
-A host event's children are the events one level deeper on its thread that start inside it (host
-events nest on a thread: trace/normalize.nesting_depth). Their time is one range sum per event over
-the events grouped by thread and depth, in start order: no loop per event. Self times add up to the
-time the threads spent in outermost events, the shares' denominator.
+Each stretch of a thread's time between two event boundaries belongs to the innermost event open
+over it (the last started): host events that cross rather than nest (ProfilerStep across Python
+frames, a server's ranges) never count a moment twice, and self times add up to each thread's time
+in events, the shares' denominator. Only the threads that launch device work are read where any
+does. One vectorised query for the stretches that open at an event's end; no loop per event.
 """
 
 from __future__ import annotations
