@@ -60,6 +60,10 @@ def inside(ctx, op: str):
     return detect_hot_kernels(focus(ctx).trace, top=5, op_filter=op)
 
 
+def phases_of(ctx) -> list[str]:
+    return [p.phase for p in focus(ctx).results["phases"].phases]
+
+
 def holds_back(ctx, a: int, b: int) -> str:
     """Of ranks a and b, the one whose lateness made the other ranks wait longer first, as the answer says it."""
     caused = {r.rank: r.caused_waiting_us for r in comparison(ctx).ranks}
@@ -146,6 +150,11 @@ TABLE = [
     ("B", "Is my batch size too small?", "batch_size", {}, lambda c: ["**Probably: the GPU waits on kernel launches"]),
     ("D", "What is GPU utilization on each rank?", "most_idle", {}, lambda c: [most_idle_gpu(c)]),
     ("D", "How balanced are the ranks?", "straggler", {}, lambda c: [f"**Rank {comparison(c).straggler}**"]),
+    # a phase the trace does not hold is said to be missing, with the phases it does hold
+    ("S", "How fast is prefill?", "phases", {},
+     lambda c: [f"**This trace has no prefill steps:** it holds {' and '.join(phases_of(c))} steps only"]),
+    ("B", "How many tokens per second in decode?", "phases", {},
+     lambda c: [f"**This trace has no decode steps:** it holds {' and '.join(phases_of(c))} steps only"]),
     ("D", "Is the time the same on all ranks?", "straggler", {}, lambda c: [f"**Rank {comparison(c).straggler}**"]),
     # two ranks side by side: who makes the other ranks wait more, from the comparison at test time
     ("D", "Why is rank 0 slower than rank 1?", "rank_vs_rank", {"ranks": (0, 1)},

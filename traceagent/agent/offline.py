@@ -556,6 +556,12 @@ class OfflineAnalyst:
             return (_unavailable(answer.unavailable, "prefill and decode phases") if answer.unavailable
                     else "This trace has no inference server steps.")
         lines = [f"{self._who(answer.scope)}By phase (each over its steps' time on the GPUs):"]
+        present = [p.phase for p in answer.result.phases]
+        asked = [w for w, said in _PHASE_WORDS if re.search(said, q.text, re.I)]
+        if (missing := [w for w in asked if w not in present]) and not set(asked) & set(present):
+            lines.insert(0, f"**This trace has no {' or '.join(missing)} steps:** it holds {' and '.join(present)} "
+                            f"steps only. To measure {' or '.join(missing)}, profile a window in which the server runs "
+                            f"it ({'; '.join(_PHASE_WINDOWS[m] for m in missing)}).\n")
         for p in answer.result.phases:
             line = (f"- **{p.phase}**: {counted(p.steps, 'step')}"
                     + (f", {p.tokens} tokens" if p.tokens is not None else "")
@@ -954,6 +960,11 @@ def _own_tool(name: str, q: Question, at: dict) -> list[tuple[str, dict]]:
     return [(name, at)]
 
 
+#: the inference phases (phases.ORDER) as a question says them
+_PHASE_WORDS = [("prefill", r"\bpre-?fill"), ("mixed", r"\bmixed\b|chunked prefill"), ("decode", r"\bdecod")]
+_PHASE_WINDOWS = {"prefill": "new requests arriving while it records",
+                  "mixed": "chunked prefill on, new requests arriving while others decode",
+                  "decode": "requests that generate more than one token, recorded past their first"}
 #: classes of work (time_by_class.CLASSES, and the memory-bound nature) as a what-if question says them
 _CLASS_WORDS = [("memory_bound", r"memory[- ]bound"), ("attention", r"attention|attn\b|flash|sdpa"),
                 ("convolution", r"conv(?:olution)?s?\b"),
