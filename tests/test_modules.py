@@ -10,6 +10,7 @@ from builder import TraceBuilder
 from conftest import offline_answer
 
 from traceagent import analyze
+from traceagent.agent.question import understand
 from traceagent.agent.tools import AnalysisContext, build_tools
 from traceagent.cli import main
 from traceagent.detect.core.encode import to_data
@@ -41,6 +42,7 @@ def test_each_module_type_s_time_holds_its_children_and_is_worked_out_by_hand(tm
                                          ("Layer", 2, 250.0, 125.0, 150.0, 800.0, 83.33),
                                          ("Attention", 2, 200.0, 100.0, 100.0, 20.0, 66.67)]
     assert result.slowest_per_call == "Layer"  # the model's single call is not a layer
+    assert [m.longest_call for m in result.modules] == ["Model_0", "Layer_0", "Attention_0"]  # ties: the first call
     data = json.loads(json.dumps(analysis.to_dict()))
     assert data["ranks"][0]["modules"] == to_data(result)
     jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(data)
@@ -52,9 +54,11 @@ def test_the_tool_and_the_offline_analyst_say_the_same_and_a_trace_without_modul
     tool = {t.name: t for t in build_tools(ctx)}["modules"]
     assert json.loads(tool.invoke({}))["modules"] == to_data(analysis.ranks[0].results["modules"])["modules"]
 
+    for question in ("Which decoder layer is slowest?", "How much time is spent in the MLP?", "Which block is slowest?"):
+        assert understand(question, ctx).intent == "detector:modules", question
     text = offline_answer(analysis, "Which layer is the slowest?")
     assert "Layer, 2 calls, 250.0 µs (83.3% of device time), 125.0 µs a call" in text
-    assert "The slowest of the modules called more than once: Layer, 125.0 µs a call" in text
+    assert "The slowest of the modules called more than once: Layer, 125.0 µs a call (longest 150.0 µs, Layer_0)" in text
     b = TraceBuilder()
     b.kernel("sm90_xmma_gemm_bf16", 0, 100, launch_at=0)
     bare = analyze(b.write(tmp_path / "bare.json"))

@@ -45,6 +45,7 @@ class ModuleTime:
     max_device_us: float  # its longest call's
     host_us: float  # its calls' host time, added up
     share_pct: float  # of the rank's device time (shares overlap: a module holds its children)
+    longest_call: str = ""  # the instance its longest call ran ("Qwen2DecoderLayer_0": the first layer)
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,9 @@ def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> Mod
     lo = np.searchsorted(sorted_axis, m_axis, side="left")
     hi = np.searchsorted(sorted_axis, m_axis + (m_end - m_start), side="right")
     per_call = summed[hi] - summed[lo]
-    kind = pd.Series(modules["name"].astype(str).str.removeprefix("nn.Module: ").str.replace(_INSTANCE, "", regex=True)
-                     .to_numpy())
-    table = pd.DataFrame({"type": kind, "device": per_call, "host": m_end - m_start,
+    instance = modules["name"].astype(str).str.removeprefix("nn.Module: ").to_numpy()
+    kind = pd.Series(instance).str.replace(_INSTANCE, "", regex=True).to_numpy()
+    table = pd.DataFrame({"type": kind, "instance": instance, "device": per_call, "host": m_end - m_start,
                           "at": m_axis, "until": m_axis + (m_end - m_start)})
     outermost = _outermost_type(table)
     # a call inside another call of its own type (a GraphModule within a GraphModule) is that call's
@@ -96,12 +97,12 @@ def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> Mod
     table = table[~(table["at"] < reached).to_numpy()]
     grouped = table.groupby("type", sort=False).agg(calls=("device", "size"), device=("device", "sum"),
                                                     mean=("device", "mean"), longest=("device", "max"),
-                                                    host=("host", "sum"))
+                                                    host=("host", "sum"), at=("device", "idxmax"))
     total = int(dur.sum())
 
     def module_time(name: str, r: pd.Series) -> ModuleTime:
         return ModuleTime(name, int(r["calls"]), us(int(r["device"])), us(float(r["mean"])), us(int(r["longest"])),
-                          us(int(r["host"])), pct(r["device"], total))
+                          us(int(r["host"])), pct(r["device"], total), str(table.at[r["at"], "instance"]))
     model = module_time(outermost, grouped.loc[outermost]) if outermost is not None else None
     grouped = grouped[grouped["device"] > 0].sort_values("device", ascending=False, kind="stable").head(params.top)
     kept = [module_time(str(name), r) for name, r in grouped.iterrows()]
@@ -132,14 +133,17 @@ def modules_sentence(result: ModulesResult) -> str | None:
     slowest = next((m for m in result.modules if m.name == result.slowest_per_call), None)
     if slowest is not None:
         text += (f" The slowest of the modules called more than once: {shorten(slowest.name, 40)}, "
-                 f"{duration(slowest.mean_device_us)} a call (longest {duration(slowest.max_device_us)}).")
+                 f"{duration(slowest.mean_device_us)} a call (longest {duration(slowest.max_device_us)}, "
+                 f"{shorten(slowest.longest_call, 40)}).")
     return text
 
 
 def modules_section(result: ModulesResult, params: ModulesParams) -> list[str]:
     """The report's table: one row per module type kept."""
     rows = [[code(shorten(m.name, 50)), str(m.calls), duration(m.device_us), percent(m.share_pct),
-             duration(m.mean_device_us), duration(m.max_device_us), duration(m.host_us)] for m in result.modules]
+             duration(m.mean_device_us),
+             duration(m.max_device_us) + (f" ({code(shorten(m.longest_call, 40))})" if m.calls > 1 else ""),
+             duration(m.host_us)] for m in result.modules]
     return [md_prose(modules_sentence(result) or ""), "",
             md_table(["module", "calls", "device time", "share", "per call", "longest", "host time"], rows)]
 
@@ -152,7 +156,8 @@ DETECTOR = Detector("modules", "Modules", "Device time by nn.Module type in the 
                     lambda r, p: modules_sentence(r), since="2.6",
                     needs=("the trace records no nn.Module ranges",
                            "profile with torch.profiler.profile(with_stack=True, with_modules=True)"),
-                    asks=r"\b(?:which|slowest|heaviest|most expensive|costliest) (?:layers?|modules?)\b|"
+                    asks=r"\b(?:which|slowest|heaviest|most expensive|costliest) (?:\w+ )?(?:layers?|modules?|blocks?)\b|"
+                         r"\b(?:mlps?|ffn|feed-?forward|decoder layers?|encoder layers?|transformer blocks?)\b|"
                          r"\b(?:layers?|modules?)\b.{0,30}\b(?:slow\w*|take|takes|took|cost\w*|expensive)\b|"
                          r"\bper (?:layer|module)\b|\bnn\.module\b|\bby (?:layer|module)\b",
                     section=modules_section, place=64)
