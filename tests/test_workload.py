@@ -103,8 +103,9 @@ def test_a_forward_pass_question_goes_where_the_trace_has_an_answer():
     question = "How long does one forward pass take?"
     inference, training = analyzed(BERT), analyzed(RESNET_NW0)
     assert inference.ranks[0].results["training_phases"] is None
-    assert understand(question, AnalysisContext(inference)).intent == "detector:workload"
-    assert understand(question, AnalysisContext(training)).intent == "detector:training_phases"
+    for asked in (question, "How long does the model forward take?"):
+        assert understand(asked, AnalysisContext(inference)).intent == "detector:workload"
+        assert understand(asked, AnalysisContext(training)).intent == "detector:training_phases"
     w = inference.ranks[0].results["workload"]
     assert f"{w.forward_calls} forward pass, {duration(w.forward_device_us)} of device time" in offline_answer(inference,
                                                                                                         question)

@@ -117,6 +117,6 @@ DETECTOR = Detector("workload", "Workload", "What kind of job the trace is: trai
                          r"which workload\b|(?:what|which) model (?:is|was|does|did|are|runs?)\b|what am i looking at|"
                          r"what (?:is|does) this (?:trace|job|program|workload)(?: (?:do|show|run)\w*)?\s*\??\s*$)|"
                          # a forward pass's time: where the trace has no training phases, this answers
-                         r"\b(?:forward pass|inference)\b.{0,40}\b(?:take|takes|took|time|long|latency)\b|"
-                         r"\b(?:take|takes|took|time|long|latency)\b.{0,40}\b(?:forward pass|inference)\b",
+                         r"\b(?:forward(?: pass)?|inference)\b.{0,40}\b(?:take|takes|took|time|long|latency)\b|"
+                         r"\b(?:take|takes|took|time|long|latency)\b.{0,40}\b(?:forward(?: pass)?|inference)\b",
                     findings=workload_findings, keys=(Key("workload", Workload),), place=81)
