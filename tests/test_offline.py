@@ -181,6 +181,7 @@ TABLE = [
     ("R", "How long is a step?", "steps", {}, lambda c: [duration(focus(c).findings.steps.mean_us)]),
     ("R", "Compare step 5 and step 6", "step_vs_step", {"steps": [5, 6]}, lambda c: ["- step 5:", "- step 6:"]),
     ("R", "step 8 vs 9: which is slower?", "step_vs_step", {"steps": [8, 9]}, lambda c: ["**Step 8 is slower.**"]),
+    ("R", "Why is step 5 slower than step 6?", "step_vs_step", {"steps": [5, 6]}, lambda c: ["- step 5:", "- step 6:"]),
     ("R", "What happened in step 7?", "one_step", {"steps": [7]}, lambda c: ["step 7:", "against the median step"]),
     ("R", "Which step is the slowest?", "steps", {},
      lambda c: [f"slowest: step {focus(c).findings.steps.slowest}"]),

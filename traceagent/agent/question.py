@@ -22,7 +22,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     # two ranks named: "why is rank 0 slower than rank 1?", "rank 2 vs 5"
     ("rank_vs_rank", r"\brank\s*#?\d+\b.{0,60}?\b(?:vs\.?|versus|than|and|against|compared (?:to|with)|to|with|or)\s*"
                      r"(?:rank\s*)?#?\d+\b"),
-    ("step_vs_step", r"\bsteps?\s*#?\d+\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–)\s*(?:step\s*#?)?\d+"),
+    ("step_vs_step", r"\bsteps?\s*#?\d+\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–)\s*(?:step\s*#?)?\d+|"
+                     r"\bsteps?\s*#?\d+\b.{0,40}?\b(?:than|vs\.?|versus|against|compared (?:to|with))\s*step\s*#?\d+"),
     ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
                 r"(?:faster|slower|better|worse)|(?:faster|slower) now|what changed|compar|before and after|"
                 r"after the (?:fix|change)|improv|regress|\bdiff\b|did \w+ (?:fix|help)|speed ?up"
