@@ -114,3 +114,19 @@ def test_the_question_the_report_and_a_trace_without_host_events(tmp_path):
     b = TraceBuilder()
     b.kernel("gemm", 0, 10)  # device work, no host event
     assert analyze(b.write(tmp_path / "bare.json")).ranks[0].results["host_ops"] is None
+
+
+def test_a_recursive_frame_is_open_once_for_its_total(tmp_path):
+    """Frame f 0-100 holds f 10-60 (a module's _call_impl inside another's), which holds aten::x
+    20-30; a launch at 70-75. Self: f 10 + 10 + 30 + 10 + 25 = 85, x 10, the launch 5 (100 in all);
+    f's total is the 100 µs it was open, not its two calls' 150."""
+    b = TraceBuilder()
+    b.python("module.py(1743): _call_impl", 0, 100)
+    b.python("module.py(1743): _call_impl", 10, 50)
+    b.op("aten::x", 20, 10)
+    b.kernel("gemm", 80, 5, launch_at=70, launch_dur=5)
+    result = analyze(b.write(tmp_path / "recursive.json")).ranks[0].results["host_ops"]
+    got = {o.name: (o.calls, o.self_us, o.total_us) for o in result.top}
+    assert got == {"module.py(1743): _call_impl": (2, 85.0, 100.0), "aten::x": (1, 10.0, 10.0),
+                   "cudaLaunchKernel": (1, 5.0, 5.0)}
+    assert result.host_time_us == 100.0

@@ -43,7 +43,7 @@ class HostOpTime:
     kind: str  # op, python, annotation, runtime, driver, dataloader
     calls: int
     self_us: float  # its calls' time less the events inside them, added up
-    total_us: float  # its calls' time, the events inside them included, added up
+    total_us: float  # the time any of its calls was open, what they call included (a call inside one of its own once)
     share_pct: float  # of the host's time in events (self_us over host_time_us)
 
 
@@ -81,14 +81,32 @@ def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> Ho
     code = names.codes[rows].astype(np.int64) * (len(kinds.categories) + 1) + kinds.codes[rows]
     found, code = np.unique(code, return_inverse=True)
     own_by = np.bincount(code, weights=own)
-    total_by, calls_by = np.bincount(code, weights=end - start), np.bincount(code)
+    calls_by = np.bincount(code)
     host_time = int(own.sum())
     best = [i for i in np.argsort(-own_by, kind="stable")[:params.top] if own_by[i] > 0]
+    total_by = _open_time(code, best, pid[rows], tid[rows], start, end)
     top = [HostOpTime(str(names.categories[found[i] // (len(kinds.categories) + 1)]),
                       str(kinds.categories[found[i] % (len(kinds.categories) + 1)]), int(calls_by[i]),
-                      us(int(own_by[i])), us(int(total_by[i])), pct(own_by[i], host_time)) for i in best]
+                      us(int(own_by[i])), us(total_by[i]), pct(own_by[i], host_time)) for i in best]
     threads = int(pd.unique(thread_keys(pid[rows], tid[rows])).size)
     return HostOpsResult(us(host_time), threads, bool(len(launching)), top)
+
+
+def _open_time(code: np.ndarray, chosen: list[int], pid: np.ndarray, tid: np.ndarray, start: np.ndarray,
+               end: np.ndarray) -> dict[int, int]:
+    """For the chosen groups, the time (ns) any of their events was open on its thread: a recursive
+    frame (`_call_impl` inside `_call_impl`) counts its outermost call only, never more than the thread."""
+    rows = np.flatnonzero(np.isin(code, chosen))
+    t_min, width = int(start.min()), int(end.max() - start.min()) + 1
+    s = thread_time(pid[rows], tid[rows], start[rows], t_min, width)
+    e = s + (end[rows] - start[rows])
+    order = np.lexsort((s, code[rows]))
+    group, s, e = code[rows][order], s[order], e[order]
+    table = pd.DataFrame({"group": group, "end": e})
+    reached = table.groupby("group", sort=False)["end"].cummax().groupby(group, sort=False).shift(1)
+    covered = (e - np.maximum(s, reached.fillna(np.iinfo(np.int64).min).to_numpy(np.int64))).clip(0)
+    sums = np.bincount(group, weights=covered, minlength=max(chosen, default=0) + 1)
+    return {g: int(sums[g]) for g in chosen}
 
 
 def _self_ns(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
