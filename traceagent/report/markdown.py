@@ -289,8 +289,8 @@ def render_diff_markdown(d: DiffResult) -> str:
                     + (f"; {md_literal(d.grew)} grew most." if d.grew else ".")]
     out += ["", md_table(["metric", "before", "after", "change"],
                          [[m.name, _value(m.unit, m.before), _value(m.unit, m.after), _change(m)] for m in d.metrics])]
+    per = "per step" if d.time_basis == "step" else "in the trace"  # what the tables below are over
     if d.kernels:
-        per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"Hot kernels ({per}):", "",
                 md_table(["kernel", "before", "after", "share of kernel time", "calls"],
                          [[code(shorten(k['label'], 80)), duration(k["before_us"]), duration(k["after_us"]),
@@ -298,13 +298,11 @@ def render_diff_markdown(d: DiffResult) -> str:
                            f"{k['before_count'] or 0} → {k['after_count'] or 0}"]
                           for k in d.kernels])]
     if d.classes:
-        per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"GPU time by class of work ({per}, every GPU):", "",
                 md_table(["class", "before", "after", "share of device time"],
                          [[c["label"], _maybe(c["before_us"]), _maybe(c["after_us"]),
                            f"{percent(c['before_share_pct'])} → {percent(c['after_share_pct'])}"] for c in d.classes])]
     if d.ranges:
-        per = "per step" if d.time_basis == "step" else "in the trace"
         out += ["", f"Ranges (record_function / NVTX, {per}; the most grown first):", "",
                 md_table(["range", "host before", "host after", "change", "GPU before", "GPU after"],
                          [[code(shorten(r["name"], 50)), _maybe(r["before_host_us"]), _maybe(r["after_host_us"]),

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ...format import duration, rate, shorten
+from ...format import counted, duration, rate, shorten
 from ...trace.model import Trace, among, matches
 from ...trace.normalize import thread_keys
 from ..core import intervals as iv
@@ -1108,8 +1108,7 @@ def _after(g: Graph, r: Replayed, d_delay: np.ndarray, wait: np.ndarray,
                   f"running (kept as measured: the change does not touch them), and the GPU is busy {busy_pct:.1f}% "
                   "of the replayed span")
     elif host_pct >= 50:
-        loaded = (f"{loading_pct:.0f} point{'' if round(loading_pct) == 1 else 's'} of it data loading, the rest "
-                  if loading_pct >= 1 else "")
+        loaded = f"{counted(round(loading_pct), 'point')} of it data loading, the rest " if loading_pct >= 1 else ""
         limits = (f"the host sets the pace: {host_pct:.0f}% of the replayed critical path is host time ({loaded}"
                   f"launch calls and the Python and framework work between them), and the GPU is busy "
                   f"{busy_pct:.1f}% of the replayed span")
