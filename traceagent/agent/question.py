@@ -17,13 +17,15 @@ from .tools import AnalysisContext
 PRECISION = r"mixed[- ]precision|autocast|amp|bf16|bfloat16|fp16|float16|half[- ]precision"
 OTHER_GPU = r"(?:a |an )?(?:faster|newer|bigger|better) gpu|h100|h200|h800|a100|a10g?|l40s?|l4|b200|b100|gb200|mi300x?|" \
             r"mi325x?|mi250x?|v100|t4|rtx ?\d{4}"
+#: what a question puts between two things it compares ("step 5 vs 6", "rank 0 compared to rank 1")
+_VERSUS = r"vs\.?|versus|against|compared (?:to|with)"
 # (intent, pattern): the order is the priority
 INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for name, pattern in [
     # two ranks named: "why is rank 0 slower than rank 1?", "rank 2 vs 5"
-    ("rank_vs_rank", r"\brank\s*#?\d+\b.{0,60}?\b(?:vs\.?|versus|than|and|against|compared (?:to|with)|to|with|or)\s*"
+    ("rank_vs_rank", rf"\brank\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and|to|with|or)\s*"
                      r"(?:rank\s*)?#?\d+\b"),
-    ("step_vs_step", r"\bsteps?\s*#?\d+\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–)\s*(?:step\s*#?)?\d+|"
-                     r"\bsteps?\s*#?\d+\b.{0,40}?\b(?:than|vs\.?|versus|against|compared (?:to|with))\s*step\s*#?\d+"),
+    ("step_vs_step", rf"\bsteps?\s*#?\d+\s*(?:{_VERSUS}|and|to|-|–)\s*(?:step\s*#?)?\d+|"
+                     rf"\bsteps?\s*#?\d+\b.{{0,40}}?\b(?:than|{_VERSUS})\s*step\s*#?\d+"),
     ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
                 r"(?:faster|slower|better|worse)|(?:faster|slower) now|what changed|compar|before and after|"
                 r"after the (?:fix|change)|improv|regress|\bdiff\b|did \w+ (?:fix|help)|speed ?up"
@@ -100,10 +102,9 @@ LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kin
 _ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "
                "did can should i we me you be slow fast time would could will help use using much many more".split())
 _RANK = re.compile(r"\brank\s*#?(\d+)", re.I)
-_RANKS = re.compile(r"\brank\s*#?(\d+)(?:\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|with|or)\s*#?(\d+))?",
-                    re.I)
+_RANKS = re.compile(rf"\brank\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|with|or)\s*#?(\d+))?", re.I)
 _DEVICE = re.compile(r"\b(?:gpu|device|cuda:)\s*#?(\d+)", re.I)
-_STEPS = re.compile(r"\bsteps?\s*#?(\d+)(?:\s*(?:vs\.?|versus|and|against|compared (?:to|with)|to|-|–|,)\s*"
+_STEPS = re.compile(rf"\bsteps?\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|-|–|,)\s*"
                     r"(?:step\s*#?)?(\d+))?", re.I)
 _THRESHOLD = re.compile(r"\b(?:longer|more|over|above|at least|bigger|larger) than\s*(\d+(?:\.\d+)?)\s*(µs|us|ms|s)\b", re.I)
 _SCALE = {"µs": 1.0, "us": 1.0, "ms": 1e3, "s": 1e6}
