@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import pandas as pd
+import pytest
 from builder import TraceBuilder
 from conftest import offline_answer
 
@@ -65,6 +67,24 @@ def test_every_op_is_classed_and_the_shares_are_worked_out_by_hand(tmp_path):
     data = json.loads(json.dumps(analysis.to_dict()))
     assert data["ranks"][0]["time_by_class"] == to_data(result)
     jsonschema.Draft202012Validator(SCHEMAS["analyze"]()).validate(data)
+
+
+@pytest.mark.parametrize("op, kernel, expected", [
+    # FBGEMM (Facebook's GEMM library) hosts DLRM's embedding and sparse ops: "gemm" in its name is no matmul
+    ("fbgemm::permute_2D_sparse_data", "void fbgemm_gpu::permute_2D_data_kernel<false, int, float>(int, int)",
+     "elementwise"),
+    ("fbgemm::permute_2D_sparse_data", "void cub::DeviceScanKernel<cub::DeviceScanPolicy<int>>(int*, int)",
+     "reduction"),
+    ("fbgemm::split_embedding_codegen_lookup_adagrad_function",
+     "void split_embedding_codegen_forward_unweighted_kernel<float, float>(int)", "indexing"),
+    ("aten::mm", "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 8, 9, false>(float*)", "gemm"),
+    (None, "fbgemm_gpu_gemm_kernel", "gemm"),  # a kernel that says gemm past the library's name is one
+])
+def test_a_library_named_after_gemm_does_not_make_its_ops_matmuls(op, kernel, expected):
+    from traceagent.detect.detectors.time_by_class import CLASSES, classes_of
+    rows = pd.DataFrame({"name": pd.Categorical([kernel]), "op": pd.Categorical([op]), "is_comm": [False],
+                         "kind": ["kernel"]})
+    assert list(CLASSES)[classes_of(rows)[0]] == expected
 
 
 def test_the_tool_the_report_and_the_offline_analyst_say_the_same_shares(tmp_path, capsys):

@@ -57,7 +57,7 @@ KERNEL_CLASSES = [(name, re.compile(pattern)) for name, pattern in [
                       r"cross_device_reduce|sendrecv"),
     ("attention", r"flash|fmha|attention|attn|sdpa|\bmha|_mha|paged_?kv|reshape_and_cache|kv_?cache"),
     ("convolution", r"conv|winograd|implicit_?gemm|fprop|dgrad|wgrad|cudnn|igemm|im2col|col2im"),
-    ("gemm", r"gemm|gemv|xmma|cutlass|cublas|nvjet|^cijk_|wgmma|hgmma|matmul|\bbmm|_bmm|_mm_|^mm_|triton_tem_|"
+    ("gemm", r"(?<!fb)gemm|gemv|xmma|cutlass|cublas|nvjet|^cijk_|wgmma|hgmma|matmul|\bbmm|_bmm|_mm_|^mm_|triton_tem_|"
              r"s884|s1688|s16816|h884|h1688|h16816|tensorop|splitk|fused_moe|hipblaslt|tensile|^kernel2$"),
     ("normalization", r"norm|^bn_|_bn_|welford"),
     ("optimizer", r"adam|\bsgd|_sgd|lamb_|lion_|adagrad|rmsprop|optim"),
@@ -75,7 +75,7 @@ OP_CLASSES = [(name, re.compile(pattern)) for name, pattern in [
     ("attention", r"attention|attn|flash|sdpa|scaled_dot_product|fmha|reshape_and_cache|kv_cache"),
     ("convolution", r"convolution|conv[123]d|conv_transpose|cudnn_conv|miopen_conv|winograd"),
     ("gemm", r"^aten::(?:mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|_int_mm|addmv|mv|dot|_addmm_activation)$"
-             r"|gemm|scaled_mm"),
+             r"|(?<!fb)gemm|scaled_mm"),
     ("normalization", r"layer_norm|batch_norm|group_norm|instance_norm|rms_norm|rmsnorm|layernorm|batchnorm"),
     ("optimizer", r"adam|\bsgd|_sgd|lamb|optimizer"),
     ("reduction", r"^aten::(?:_?softmax\w*|_log_softmax\w*|sum|mean|argmax|argmin|amax|amin|max|min|topk|sort|"
