@@ -193,8 +193,9 @@ def test_the_unchanged_graph_replays_each_traces_own_step(path):
         if result is None:  # no device work
             continue
         assert result.replayed_us == pytest.approx(result.measured_us, rel=0.01), (rank.rank, result)
-        if result.basis == "step":  # the trace's own mean step, as the steps detector has it
-            assert result.measured_us == pytest.approx(rank.findings.steps.mean_us, abs=0.002)
+        if result.basis == "step":  # the loop's step time, as the steps detector has it (savings and diff too):
+            # the host's mean step, or to the end of the GPU's work where it runs far behind (two MI300 traces)
+            assert result.measured_us == pytest.approx(rank.findings.steps.step_time_us, abs=0.002)
 
 
 def test_the_resnet_pair_is_predicted_within_ten_percent():

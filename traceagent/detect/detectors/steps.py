@@ -71,11 +71,7 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
         table[f"idle_{cause}_us"] = by_cause[cause].to_numpy()
 
     origin = trace.origin_ns()
-    # the host's steps time the loop unless the GPU runs behind them by more than a step at the end
-    # (the host queued work far ahead): then the steps last until their GPU work is done
-    device_end, host_mean = steps["gpu_end"].max(), float(host.mean())
-    behind = not pd.isna(device_end) and int(device_end) - int(steps["end"].max()) > host_mean
-    step_time = (int(device_end) - int(steps["start"].min())) / len(steps) if behind else host_mean
+    host_mean, step_time = float(host.mean()), step_time_ns(steps)
     slowest_row = int(np.argmax(host))
     median = table.drop(columns="step").median()
     diff = (table.drop(columns="step").iloc[slowest_row] - median)
@@ -88,6 +84,15 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
                in zip(table.head(limit).to_dict("records"), steps["start"].to_numpy())],
         slowest_vs_median=diff,
     )
+
+
+def step_time_ns(steps: pd.DataFrame) -> float:
+    """The loop's time per step (the trace's step table): the host's mean step, unless the GPU runs
+    behind the steps by more than a step at the end (the host queued work far ahead): then from the
+    first step's start to the end of the steps' GPU work, over the steps."""
+    device_end, host_mean = steps["gpu_end"].max(), float((steps["end"] - steps["start"]).mean())
+    behind = not pd.isna(device_end) and int(device_end) - int(steps["end"].max()) > host_mean
+    return (int(device_end) - int(steps["start"].min())) / len(steps) if behind else host_mean
 
 
 def _row(row: dict[str, Any], ts_us: float, start_us: float) -> StepRow:

@@ -40,6 +40,7 @@ from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
 from ..detectors.kernels import short_name
+from ..detectors.steps import step_time_ns
 from ..detectors.time_by_class import class_indices, class_rows
 from .critical_path import blocking_waits, thread_key
 from .savings import Saving, estimate_savings
@@ -270,7 +271,12 @@ def build_graph(trace: Trace) -> Graph | None:
     d_delay = np.where(linked, d_start - _at(c_start, d_launch), 0)
     # the binding constraint keeps its delay; the other gets the smaller of its own and the typical one
     stream_bound = ~d_first & (~linked | (d_gap <= d_delay))
-    typical_delay = int(np.median(d_delay[linked & ~stream_bound])) if (linked & ~stream_bound).any() else 0
+    # the typical launch latency, from ops that waited for their launch: not a stream's first op in the
+    # trace, whose delay may be a queue of work from before it (a GPU that never caught up with its host
+    # shows every op 150 ms after its launch); with no such op, a launch call's own time
+    launch_bound = linked & ~stream_bound & ~d_first
+    typical_delay = int(np.median(d_delay[launch_bound])) if launch_bound.any() else int(
+        np.median(_at(c_end - c_start, d_launch[linked]))) if linked.any() else 0
     typical_gap = int(np.median(d_gap[stream_bound])) if stream_bound.any() else 0
     d_delay = np.where(stream_bound, np.minimum(d_delay, typical_delay), d_delay)
     d_gap = np.where(stream_bound | d_first, d_gap, np.minimum(d_gap, typical_gap))
@@ -876,10 +882,11 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
         assumptions.append(f"{g.cross_process} blocking calls are in a process that launched nothing on a device here: "
                            "they wait for nothing")
     if window is not None:
-        # the trace's mean step, scaled by what the replay changes of the window of steps (which also
-        # holds the last step's device work: a host that runs ahead of the GPU does not shorten it)
+        # the loop's step time (the steps detector's, which savings and diff divide by), scaled by what the
+        # replay changes of the window of steps (which also holds the last step's device work: a host
+        # that runs ahead of the GPU does not shorten it)
         own = window.mean(g, Replayed(g.c_start, g.c_end, g.d_start, g.d_end, 0))
-        measured = float((trace.steps["end"] - trace.steps["start"]).mean())
+        measured = step_time_ns(trace.steps)
         replayed = measured * window.mean(g, base) / own
         predicted = measured * window.mean(g, after, loading, loading_factor) / own
         basis = "step"
