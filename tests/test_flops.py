@@ -8,11 +8,11 @@ import json
 
 import pytest
 from builder import TraceBuilder
-from conftest import DATA, analyzed
+from conftest import DATA, analyzed, offline_answer
 
 from traceagent import analyze
 from traceagent.detect.core.peaks import _PEAKS, peak_for
-from traceagent.detect.detectors.flops import op_bytes, op_flops
+from traceagent.detect.detectors.flops import flops_sentence, op_bytes, op_flops, uncounted_sentence
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 BF16 = '"c10::BFloat16"'
@@ -98,6 +98,40 @@ def test_achieved_throughput_and_mfu_on_a_hand_built_trace(tmp_path):
     assert result.by_op[0].mfu_pct == round(100 * 200 / 989.5, 2)
     assert result.mfu_pct == round(100 * flops / 10e-6 / 989.5e12, 2)  # the span is that one kernel
     assert (result.gpu, result.dtype, result.peak_tflops) == ("NVIDIA H100 80GB HBM3", "bf16", 989.5)
+
+
+def test_mfu_says_how_much_matmul_time_ran_outside_the_counted_ops(tmp_path):
+    # by hand: a counted aten::mm (10 µs of gemm), a fused MoE op of its own (30 µs of gemm) and a
+    # kernel no op launched (a graph replay, 20 µs of gemm): 60 µs of compute-heavy kernels, 50 outside
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    mm = b.op("aten::mm", 0, 100)
+    mm["args"] |= {"Input Dims": [[1000, 1000], [1000, 1000]], "Input type": ["c10::BFloat16"] * 2}
+    b.kernel("sm90_gemm", 20, 10, launch_at=10)
+    b.op("mylib::fused_moe", 200, 100)
+    b.kernel("sm90_gemm_grouped", 220, 30, launch_at=210)
+    b.kernel("sm90_gemm_grouped", 320, 20, launch_at=310)  # launched outside every op
+    b.kernel("vectorized_elementwise_kernel", 350, 40, launch_at=315)  # not compute-heavy: not in the figure
+    analysis = analyze(b.write(tmp_path / "t.json"), use_cache=False)
+    flops = analysis.ranks[0].findings.flops
+    assert (flops.compute_heavy_us, flops.uncounted_us, flops.uncounted_pct) == (60.0, 50.0, round(100 * 50 / 60, 2))
+    assert (flops.uncounted_kernel, flops.uncounted_op) == ("sm90_gemm_grouped", "mylib::fused_moe")
+    said = flops_sentence(flops)
+    assert "MFU and the achieved rate are lower bounds: 83.3% of the 60.0 µs" in said
+    assert "(led by `sm90_gemm_grouped` from `mylib::fused_moe`)" in said
+    answer = offline_answer(analysis, "what is my MFU?")
+    assert "(a lower bound: kernels outside the counted ops" in answer and "83.3%" in answer
+
+
+def test_mfu_inside_counted_ops_alone_says_no_lower_bound(tmp_path):
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    mm = b.op("aten::mm", 0, 100)
+    mm["args"] |= {"Input Dims": [[1000, 1000], [1000, 1000]], "Input type": ["c10::BFloat16"] * 2}
+    b.kernel("sm90_gemm", 20, 10, launch_at=10)
+    analysis = analyze(b.write(tmp_path / "t.json"), use_cache=False)
+    flops = analysis.ranks[0].findings.flops
+    assert (flops.compute_heavy_us, flops.uncounted_us, flops.uncounted_kernel) == (10.0, 0.0, None)
+    assert uncounted_sentence(flops) is None
+    assert "lower bound" not in offline_answer(analysis, "what is my MFU?")
 
 
 def test_a_real_trace_matches_an_independent_reading():

@@ -17,6 +17,7 @@ from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.compare.diff import diff
 from traceagent.detect.detectors.kernels import detect_hot_kernels
+from traceagent.detect.verdict.whatif import parse_change, simulate
 from traceagent.format import duration, percent
 
 TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", None),
@@ -83,6 +84,19 @@ def comparison(ctx):
     return ctx.analysis.comparison
 
 
+def share(ctx, name: str) -> float:
+    return next(k for k in classes(ctx).classes if k.name == name).share_pct
+
+
+def flops(ctx):
+    return focus(ctx).findings.flops
+
+
+def replayed(ctx, spec: str):
+    """The what-if of a change on the focus rank, replayed here."""
+    return simulate(focus(ctx).trace, [parse_change(spec)])
+
+
 # (trace, question, intent, entities, facts the answer must contain)
 TABLE = [
     ("R", "Why is my GPU idle?", "idle", {},
@@ -104,6 +118,22 @@ TABLE = [
     # two bounds named: which of them, or neither; kernels memory-bound by nature against compute-heavy ones
     ("R", "Are we bound by communication or data loading?", "bound", {"limits": ("communication", "input")},
      lambda c: ["**Data loading**, not communication."]),
+    # a class of work named as the bottleneck: its share, and what making it 2× faster buys, replayed at test time
+    ("B", "Is attention the bottleneck?", "bound", {},
+     lambda c: [f"**No.** With attention kernels 2× faster, the step would take "
+                f"{percent(max(replayed(c, 'class:attention=x2').saving_pct, 0))} less time",
+                f"attention {percent(share(c, 'attention'))} ", "It is limited by **idle time (launch overhead)**"]),
+    ("N", "Is attention the bottleneck?", "bound", {},
+     lambda c: [f"**Yes.** With attention kernels 2× faster, the span would take "
+                f"{percent(replayed(c, 'class:attention=x2').saving_pct)} less time", "they set the pace"]),
+    ("B", "Is the convolution the bottleneck?", "bound", {}, lambda c: ["**No.** This rank ran no convolution kernels."]),
+    # which kernels, not a yes or a no
+    ("B", "Which kernels are memory bound?", "bound", {"limits": ("memory_bound",)},
+     lambda c: [f"**Kernels that are memory-bound by nature: elementwise {percent(share(c, 'elementwise'))} of device time"]),
+    # MFU over the counted ops leaves the fused MoE's matmuls out: a lower bound, by how much
+    ("B", "What is my MFU?", "mfu", {},
+     lambda c: ["(a lower bound: kernels outside the counted ops", f"{percent(flops(c).uncounted_pct)} of the "
+                f"{duration(flops(c).compute_heavy_us)} in matmul, attention and convolution kernels"]),
     # changes named with what they would buy: replayed (the step time predicted comes from the replay at test time)
     ("R", "Would mixed precision help?", "whatif", {}, lambda c: ["**With amp: step "]),
     ("R", "What would I gain on an H100?", "whatif", {}, lambda c: ["**With gpu=H100: step "]),

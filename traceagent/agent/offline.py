@@ -20,13 +20,14 @@ from ..detect.compare.scaling import PARTS
 from ..detect.core.peaks import peak_for
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
-from ..detect.detectors.flops import roofline
+from ..detect.detectors.flops import roofline, uncounted_sentence
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import short_name
 from ..detect.detectors.launch import NO_LAUNCHES
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.steps import StepRow
+from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
@@ -34,7 +35,7 @@ from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import whatif_sentence
 from ..format import counted, duration, flop_rate, of_span, percent, rate, shorten, size
 from ..sentences import device_lines, gpu_behind, straggler_sentence
-from ..text import code
+from ..text import code, md_prose
 from ..trace.model import GPU_METRICS
 from .answers import (
     MAX_ITEMS,
@@ -108,7 +109,10 @@ class OfflineAnalyst:
             "saving": Plan(lambda q, at: [("verdict", at)], self._saving),
             "whatif": Plan(lambda q, at: [("what_if", {"change": self._change(q)} | _rank(at))], self._what_if),
             "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)]
-                          + ([("time_by_class", at), ("flops", at)] if {"compute", "memory_bound"} & set(q.limits) else []),
+                          + ([("time_by_class", at), ("flops", at)]
+                             if {"compute", "memory_bound"} & set(q.limits) or _classes_named(q.text) else [])
+                          + [("what_if", {"change": f"class:{','.join(classes)}=x{BOTTLENECK_SPEEDUP:g}"} | _rank(at))
+                             for classes in [self._classes_asked(q, at)] if classes and not q.limits],
                           self._bound),
             "slow_kernel": Plan(lambda q, at: [("hot_kernels", at | {"order_by": "mean", "top": 5}),
                                                ("hot_kernels", at | {"top": 3}), ("kernel_profiles", {})],
@@ -316,15 +320,28 @@ class OfflineAnalyst:
             lines += [f"- {s.sentence}" for s in others]
         return "\n".join(lines)
 
+    def _classes_asked(self, q: Question, at: dict) -> list[str]:
+        """The classes of work a question names ("is attention the bottleneck?") that the rank ran."""
+        result = self.ctx.analysis.rank(at.get("rank")).results.get("time_by_class")
+        ran = {c.name for c in result.classes} if result is not None else set()
+        return [name for name in _classes_named(q.text) if name in ran]
+
     def _bound(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer,
-               classes: DetectorAnswer | None = None, flops: FlopsAnswer | None = None) -> str:
+               classes: DetectorAnswer | None = None, flops: FlopsAnswer | None = None,
+               replay: WhatIfAnswer | None = None) -> str:
         v = verdict.verdict
         limiter, root = v.limiter, v.root_cause
         if not limiter:
             return v.headline + "."
         by_class = classes.result if classes is not None else None
         what = (f"{label(LIMITERS, limiter)}" + (f" ({label(ROOT_CAUSES, root)})" if root else ""))
+        if replay is not None and by_class is not None:
+            return self._class_bound(q, verdict, what, by_class, replay)
         asked = [k for k in q.limits if k in BOUNDS]
+        if not asked and by_class is not None and (named := _classes_named(q.text)):  # work the rank never ran
+            return "\n".join([f"**No.** This rank ran no {' or '.join(CLASSES[n].label for n in named)} kernels. "
+                               f"It is limited by **{what}**.", "", f"{self._who(verdict.scope)}{v.headline}. "
+                               f"{v.hypothesis}", "", f"**Next step:** {v.next_step}", *_saving(v)])
 
         # kernels mostly memory-bound by nature, on a busy device: "compute- or memory-bound?" is then memory
         memory = None if by_class is None else by_class.memory_kernels_pct > by_class.compute_pct
@@ -337,7 +354,15 @@ class OfflineAnalyst:
 
         said = {k: holds(k) for k in asked}
         yes = [k for k, held in said.items() if held]
-        if not asked or None in said.values():
+        nature = next((n for k, n in (("memory_bound", "memory_bound"), ("compute", "compute_heavy")) if k in asked), None)
+        if by_class is not None and nature and re.match(r"\s*(?:which|what)\b", q.text, re.I):
+            # "which kernels are memory-bound?": those kernels, not a yes or a no
+            kinds = [c for c in by_class.classes if c.nature == nature and c.name != "copy"]
+            head = (f"**Kernels that are {NATURES[nature]}: " + ("; ".join(
+                f"{c.label} {percent(c.share_pct)} of device time" + (f" (led by {code(shorten(c.top[0], 60))})"
+                                                                       if c.top else "") for c in kinds)
+                or "none in this trace") + f".** It is limited by {what}.")
+        elif not asked or None in said.values():
             head = f"It is limited by **{what}**."
         elif len(asked) == 1:
             head = (f"**Yes.** It is limited by {what}." if yes else
@@ -361,6 +386,28 @@ class OfflineAnalyst:
             lines.append("A kernel's own DRAM throughput is not in a timeline trace: profile the hot kernel with Nsight "
                          "Compute (`ncu --set full`) to measure it.")
         lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
+        return "\n".join(lines)
+
+    def _class_bound(self, q: Question, verdict: VerdictAnswer, what: str, by_class: TimeByClassResult,
+                     replay: WhatIfAnswer) -> str:
+        """Whether a class of work the question names is what limits the job: its share of device
+        time, and what making it BOTTLENECK_SPEEDUP× faster would save, replayed (a class others
+        hide saves nothing). It is the bottleneck where that saving is material."""
+        v, r = verdict.verdict, replay.result
+        named = [c for c in by_class.classes if c.name in _classes_named(q.text)]
+        said = " and ".join(c.label for c in named)
+        yes = r.saving_pct >= BOTTLENECK_SAVING_PCT
+        shares = "; ".join(f"{c.label} {percent(c.share_pct)} ({duration(c.time_us)} in {counted(c.ops, 'op')}"
+                           + (f", led by {code(shorten(c.top[0], 60))}" if c.top else "") + ")" for c in named)
+        lines = [f"{self._who(replay.scope)}**{'Yes' if yes else 'No'}.** With {said} kernels {BOTTLENECK_SPEEDUP:g}× "
+                 f"faster, the {r.basis} would take {percent(max(r.saving_pct, 0.0))} less time "
+                 f"({duration(r.measured_us)} → {duration(r.predicted_us)}, simulated on the trace's dependency graph): "
+                 + ("they set the pace." if yes else "other work sets the pace."), "",
+                 f"Of {duration(by_class.device_time_us)} of device time: {shares}."]
+        if not yes and (lead := by_class.classes[0]).name not in {c.name for c in named}:
+            lines.append(f"The most device time goes to {lead.label}, {percent(lead.share_pct)}.")
+        lines += ["", f"It is limited by **{what}**: {v.headline}. {v.hypothesis}", "",
+                  f"**Next step:** {v.next_step}", *_saving(v)]
         return "\n".join(lines)
 
     def _slow_kernel(self, q: Question, per_call: KernelsAnswer, by_total: KernelsAnswer,
@@ -803,9 +850,11 @@ class OfflineAnalyst:
     def _mfu(self, q: Question, answer: FlopsAnswer, overview: OverviewAnswer, kernels: KernelsAnswer) -> str:
         flops = answer.flops
         if flops is not None and flops.mfu_pct is not None:
-            partial = flops.counted_ops < flops.shaped_ops
+            uncounted = uncounted_sentence(flops)
+            partial = ("not every shaped op could be counted" if flops.counted_ops < flops.shaped_ops else
+                       "kernels outside the counted ops did work whose FLOPs are unknown" if uncounted else None)
             lines = [f"{self._who(answer.scope)}**MFU {percent(flops.mfu_pct)}**"
-                     + (" (a lower bound: not every shaped op could be counted)" if partial else "")
+                     + (f" (a lower bound: {partial})" if partial else "")
                      + f" over the span: the {flops.dtype} FLOPs "
                      f"of the counted ops against the {flops.peak_family} {flops.dtype} peak of "
                      f"{flops.peak_tflops:g} TFLOP/s per GPU ({flops.peak_source}).",
@@ -819,6 +868,8 @@ class OfflineAnalyst:
                 lines.append("By kernel: " + "; ".join(
                     f"`{shorten(k.short_name, 50)}` {flop_rate(k.achieved_tflops)}"
                     + (f" ({percent(k.mfu_pct)} of peak)" if k.mfu_pct is not None else "") for k in measured) + ".")
+            if uncounted:
+                lines.append(f"\n{md_prose(uncounted)}")
             if flops.note:
                 lines.append(f"\nNot counted: {flops.note}.")
             lines += ["", _tensor_cores(flops.dtype)]
@@ -973,6 +1024,17 @@ _CLASS_WORDS = [("memory_bound", r"memory[- ]bound"), ("attention", r"attention|
                 ("elementwise", r"element-?wise|pointwise"), ("reduction", r"softmax|reductions?\b"),
                 ("indexing", r"embeddings?\b|gathers?\b|scatters?\b|indexing"),
                 ("optimizer", r"optimi[sz]er\b|adam\w*")]
+#: "is attention the bottleneck?": the class made this much faster is replayed, and it is the
+#: bottleneck where that makes the step at least BOTTLENECK_SAVING_PCT faster
+BOTTLENECK_SPEEDUP = 2.0
+BOTTLENECK_SAVING_PCT = 10.0
+
+
+def _classes_named(text: str) -> list[str]:
+    """The classes of work a question names in words ("a 2x faster conv", "attention and matmuls")."""
+    return [name for name, words in _CLASS_WORDS if name != "memory_bound" and re.search(rf"\b(?:{words})", text, re.I)]
+
+
 _FACTOR = re.compile(r"\b(\d+(?:\.\d+)?)\s*(?:x|×|times)\b", re.I)
 
 

@@ -28,14 +28,16 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from ...format import duration, flop_rate, percent, size
+from ...format import duration, flop_rate, percent, shorten, size
 from ...trace.model import Trace, matches, per_trace, rows_where, texts
-from ..core.host import calls_by_correlation, nested_in_its_name
+from ..core import intervals as iv
+from ..core.host import calls_by_correlation, launch_rows, nested_in_its_name
 from ..core.peaks import DTYPES, Peak, peak_for
-from ..core.view import rounded_rate, us
+from ..core.view import pct, rounded_rate, us
 from .annotations import launched_gpu_ns
 from .base import Detector
 from .kernels import short_name
+from .time_by_class import class_rows
 
 TOP = 10
 R = TypeVar("R")
@@ -117,6 +119,11 @@ class FlopsResult:
     memory_gbps: float | None = None  # the GPU's peak memory bandwidth (the peak table's source)
     ridge_flop_per_byte: float | None = None  # peak FLOP/s of `dtype` over peak memory bandwidth
     traffic: list[OpTraffic] = field(default_factory=list)  # the low-FLOP ops, most device time first
+    compute_heavy_us: float = 0.0  # device time of the matmul, attention and convolution kernels (every GPU of the rank)
+    uncounted_us: float = 0.0  # of it, launched outside every op whose FLOPs are counted: work MFU leaves out
+    uncounted_kernel: str | None = None  # the kernel (short name) with the most of that time
+    uncounted_op: str | None = None  # the op that launched most of that kernel's time
+    uncounted_pct: float = 0.0  # uncounted_us of compute_heavy_us
 
 
 def op_flops(name: str, shapes: str) -> tuple[float | None, str]:
@@ -302,13 +309,15 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
     peak = peak_for(names) if names else None
     memory_gbps = peak.hbm_gbps if peak else None
     traffic = _traffic(trace, low_flop, memory_gbps)
+    known_rows = table["flops"].notna().to_numpy()
+    uncounted = _uncounted_compute(trace, shaped[known_rows])
     if shaped.empty:
         return FlopsResult(0, 0, 0.0, 0.0, None, names, peak.gpu if peak else None, peak.source if peak else None,
                            None, None, None, span_us, [],
                            "no recorded shapes: profile with torch.profiler.profile(record_shapes=True)"
                            if recorded.empty else "no matmul, attention or convolution ops with recorded shapes",
-                           memory_gbps=memory_gbps, traffic=traffic)
-    known = table[table["flops"].notna()]
+                           memory_gbps=memory_gbps, traffic=traffic, **uncounted)
+    known = table[known_rows]
     rows = []
     for (name, dtype), group in known.groupby(["name", "dtype"]):
         gpu = float(group["gpu_ns"].sum())
@@ -340,8 +349,44 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
     return FlopsResult(len(table), len(known), round(total / 1e9, 3), us(gpu_total),
                        rounded_rate(total / gpu_total / 1e3) if gpu_total else None, names,
                        peak.gpu if peak else None, peak.source if peak else None, dtype, peak_tflops, mfu, span_us,
-                       rows[:TOP], note, _by_kernel(trace, shaped[table["flops"].notna().to_numpy()], known, peak),
-                       memory_gbps, round(ridge, 1) if ridge else None, traffic)
+                       rows[:TOP], note, _by_kernel(trace, shaped[known_rows], known, peak),
+                       memory_gbps, round(ridge, 1) if ridge else None, traffic, **uncounted)
+
+
+def _uncounted_compute(trace: Trace, counted: pd.DataFrame) -> dict[str, Any]:
+    """The device time of the compute-heavy kernels (matmul, attention, convolution: time_by_class)
+    and the part launched outside every counted op, with the kernel and op that lead it: MFU over
+    the counted ops leaves that work out (a custom op such as a fused MoE, a graph replay, an op
+    with no recorded shapes), so it is a lower bound by that much."""
+    gpu = trace.gpu
+    heavy = class_rows(gpu, ["compute_heavy"]) & (gpu["kind"] == "kernel").to_numpy()
+    rows = rows_where(gpu[["name", "op", "start", "end", "correlation"]], heavy)
+    dur = (rows["end"].to_numpy(np.int64) - rows["start"].to_numpy(np.int64)).clip(0)
+    outside = np.ones(len(rows), dtype=bool)
+    at = launch_rows(trace, rows["correlation"].to_numpy())
+    calls = calls_by_correlation(trace)
+    launched = np.flatnonzero(at >= 0)
+    call_start, call_tid = calls["start"].to_numpy()[at[launched]], calls["tid"].to_numpy()[at[launched]]
+    op_tid = counted["tid"].to_numpy()
+    for tid in np.unique(op_tid):  # the threads that ran counted ops: a few
+        mine = op_tid == tid
+        spans = iv.union(counted["start"].to_numpy(np.int64)[mine], counted["end"].to_numpy(np.int64)[mine])
+        here = call_tid == tid
+        t = call_start[here].astype(np.int64)
+        outside[launched[here]] = iv.covered(spans, t, t + 1) == 0  # the launch call starts inside a counted op
+    lost = np.bincount(rows["name"].array.codes[outside], weights=dur[outside],
+                       minlength=len(rows["name"].array.categories)) if outside.any() else np.zeros(0)
+    kernel = op = None
+    if len(lost) and lost.max() > 0:
+        lead = int(lost.argmax())
+        kernel = short_name(str(rows["name"].array.categories[lead]))
+        of_lead = outside & (rows["name"].array.codes == lead) & (rows["op"].array.codes >= 0)
+        if of_lead.any():
+            by_op = np.bincount(rows["op"].array.codes[of_lead], weights=dur[of_lead])
+            op = str(rows["op"].array.categories[int(by_op.argmax())])
+    heavy_ns, lost_ns = int(dur.sum()), int(dur[outside].sum())
+    return {"compute_heavy_us": us(heavy_ns), "uncounted_us": us(lost_ns), "uncounted_kernel": kernel,
+            "uncounted_op": op, "uncounted_pct": pct(lost_ns, heavy_ns)}
 
 
 def _ridge(peak: Peak | None, dtype: str) -> float | None:
@@ -436,7 +481,28 @@ def flops_sentence(flops: FlopsResult | None) -> str | None:
     if flops.mfu_pct is not None:
         text += (f"; MFU {percent(flops.mfu_pct)} over the span ({flops.dtype} on {flops.peak_family}, "
                  f"peak {flops.peak_tflops:g} TFLOP/s per GPU: {flops.peak_source})")
-    return text + "." + (f" Not counted: {flops.note}." if flops.note else "") + roofline(flops)
+    uncounted = uncounted_sentence(flops)
+    return (text + "." + (f" {uncounted}" if uncounted else "") + (f" Not counted: {flops.note}." if flops.note else "")
+            + roofline(flops))
+
+
+#: compute-heavy kernel time outside the counted ops worth saying (%): less is the odd graph replay
+UNCOUNTED_PCT = 5.0
+
+
+def uncounted_sentence(flops: FlopsResult) -> str | None:
+    """'A lower bound: 88.2% of the 6.65 ms in matmul, attention and convolution kernels ran outside
+    the counted ops, …', or None where nearly all of it ran inside them."""
+    if not flops.counted_ops or flops.uncounted_pct < UNCOUNTED_PCT:
+        return None
+    lead = (f" (led by `{shorten(flops.uncounted_kernel, 60)}`" + (f" from `{flops.uncounted_op}`"
+                                                                   if flops.uncounted_op else "") + ")"
+            if flops.uncounted_kernel else "")
+    what = ("MFU and the achieved rate are lower bounds" if flops.mfu_pct is not None
+            else "The achieved rate is the counted ops' alone")
+    return (f"{what}: {percent(flops.uncounted_pct)} of the {duration(flops.compute_heavy_us)} in matmul, attention and "
+            f"convolution kernels ({duration(flops.uncounted_us)}) ran outside the counted ops{lead}, its FLOPs "
+            "unknown (a custom or fused op, a CUDA graph replay, or an op recorded without shapes).")
 
 
 def roofline(flops: FlopsResult) -> str:
