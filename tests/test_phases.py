@@ -109,3 +109,18 @@ def test_vllm_steps_named_by_requests_and_tokens_split_into_prefill_decode_and_m
     assert (phases["mixed"].steps, phases["mixed"].tokens) == (1, 128 + 7)
     busy = {name: p.busy_pct * p.device_us / 100 for name, p in phases.items()}  # kernel time in each phase
     assert busy == pytest.approx({"prefill": 2 * 600, "decode": 6 * 100, "mixed": 100}, abs=1)
+
+
+def test_tokens_per_second_count_each_step_until_its_gpu_work_is_done(tmp_path):
+    """Four decode steps of 8 tokens whose host ranges last 100 µs each, back to back, while each
+    step's one kernel takes 300 µs: the GPU falls behind. By hand, step k's window runs from its
+    start (100·k) to its kernel's end (50 + 300·(k+1)): [0, 350], [100, 650], [200, 950], [300, 1250],
+    one stretch of 1250 µs. 32 tokens in 1250 µs is 25,600 tokens/s (the host ranges alone, 400 µs,
+    would say 80,000), 312.5 µs a step."""
+    b = TraceBuilder("NVIDIA H100 80GB HBM3")
+    for k in range(4):
+        b.op("step[DECODE bs=8]", 100 * k, 100, cat="user_annotation")
+        b.kernel("decode_kernel", 50 + 300 * k, 300, launch_at=100 * k + 10, launch_dur=5)
+    [p] = traceagent.analyze(b.write(tmp_path / "behind.json"), use_cache=False).focus.results["phases"].phases
+    assert (p.phase, p.steps, p.tokens) == ("decode", 4, 32)
+    assert (p.tokens_per_s, p.mean_step_us) == (25600.0, 312.5)

@@ -53,7 +53,7 @@ class Phase:
     phase: str  # prefill, decode, mixed
     steps: int
     tokens: int | None  # as the steps' names say
-    mean_step_us: float  # host range of a step
+    mean_step_us: float  # the steps' windows (host range or device work, whichever is wider; overlaps once) per step
     device_us: float  # the steps' windows, every GPU added up: the denominator below
     busy_pct: float
     idle_pct: float
@@ -65,7 +65,7 @@ class Phase:
     mfu_pct: float | None  # against the GPU's peak for the main dtype
     top_kernels: list[PhaseKernel]
     next_step: str | None
-    tokens_per_s: float | None = None  # its tokens over its steps' time (their host ranges added up)
+    tokens_per_s: float | None = None  # its tokens over its steps' windows: a GPU behind its host is not faster
 
 
 @dataclass(frozen=True)
@@ -122,10 +122,12 @@ def _phase(trace: Trace, gaps: pd.DataFrame, phase: str, steps: pd.DataFrame, ke
     tflops = gflop * 1e9 / device_ns / 1e3 if gflop is not None and device_ns else None  # FLOP/ns → TFLOP/s
     rate = peak.tflops.get(dtype) if peak and dtype else None
     tokens = steps["tokens"].dropna()
-    step_ns = int((steps["end"] - steps["start"]).sum())
+    # the steps' time: each step until its host range or its device work ends, whichever is later (the
+    # host queueing work far ahead of a GPU that has not run it yet has not served its tokens)
+    step_ns = iv.length(windows)
     return Phase(
         phase=phase, steps=len(steps), tokens=int(tokens.sum()) if len(tokens) else None,
-        mean_step_us=us((steps["end"] - steps["start"]).mean()), device_us=us(device_ns),
+        mean_step_us=us(step_ns / len(steps)), device_us=us(device_ns),
         busy_pct=pct(busy_ns, device_ns), idle_pct=pct(idle_ns, device_ns), launch_idle_pct=launch_pct,
         graph_kernel_pct=graph_pct, launch_bound=launch_bound, gflop=gflop,
         tflops=round(tflops, 3) if tflops is not None else None,
