@@ -13,7 +13,7 @@ from traceagent.detect.core.encode import to_data
 from traceagent.detect.detectors.breakdown import detect_breakdown
 from traceagent.detect.detectors.comm import detect_comm
 from traceagent.detect.detectors.idle import detect_idle
-from traceagent.detect.detectors.kernels import detect_hot_kernels, distinct_labels, short_name
+from traceagent.detect.detectors.kernels import detect_hot_kernels, distinct_labels, loosely, short_name
 from traceagent.detect.detectors.memcpy import detect_memcpy
 from traceagent.detect.verdict.diagnose import VerdictParams, _verdict_for
 from traceagent.sentences import gpu_behind
@@ -362,3 +362,12 @@ def test_a_kernel_as_long_as_its_launch_is_not_launch_bound_at_epoch_timestamps(
     # a gap ends in launch overhead when its kernel's launch came after the gap began and took longer
     # than the kernel: only the second
     assert idle.by_cause_us.get("launch_overhead") == 12 and idle.by_cause_count["launch_overhead"] == 1
+
+
+@pytest.mark.parametrize("wanted, name, found", [
+    ("allreduce", "ncclKernel_AllReduce_RING_LL_Sum_float", True), ("allreduce", "multimem_all_reduce_kernel", True),
+    ("all_reduce", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", True), ("all_to_all", "c10d::alltoall_base_", True),
+    ("allreduce", "ncclDevKernel_AllGather_RING_LL", False), ("Kernel2", "void cutlass::Kernel2<x>(int)", True),
+])
+def test_a_kernel_filter_finds_its_text_case_and_underscores_aside(wanted, name, found):
+    assert bool(loosely(wanted).search(name)) is found

@@ -18,7 +18,7 @@ from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.compare.diff import diff
 from traceagent.detect.detectors.kernels import detect_hot_kernels
 from traceagent.detect.verdict.whatif import parse_change, simulate
-from traceagent.format import duration, percent
+from traceagent.format import counted, duration, percent
 
 TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", None),
           "R": (RESNET_NW0, None), "D": (DLRM_8RANK, None), "N": (NSYS_BEFORE, NSYS_AFTER),
@@ -92,6 +92,13 @@ def flops(ctx):
     return focus(ctx).findings.flops
 
 
+def kernels_named(ctx, part: str) -> str:
+    """'3 kernels, 1.36 ms': the focus rank's kernels whose name holds `part`, read from its table."""
+    gpu = focus(ctx).trace.gpu
+    mine = gpu[(gpu["kind"] == "kernel") & gpu["name"].astype(str).str.contains(part)]
+    return f"{counted(len(mine), 'kernel')}, {duration((mine['end'] - mine['start']).sum() / 1000)}"
+
+
 def replayed(ctx, spec: str):
     """The what-if of a change on the focus rank, replayed here."""
     return simulate(focus(ctx).trace, [parse_change(spec)])
@@ -134,6 +141,12 @@ TABLE = [
     ("B", "What is my MFU?", "mfu", {},
      lambda c: ["(a lower bound: kernels outside the counted ops", f"{percent(flops(c).uncounted_pct)} of the "
                 f"{duration(flops(c).compute_heavy_us)} in matmul, attention and convolution kernels"]),
+    # a kind of collective named: its kernels, counted here from the trace's own kernel table
+    ("D", "How long do all-reduces take?", "communication", {},
+     lambda c: [f"**All-reduce: {kernels_named(c, 'AllReduce')}**.", "from `nccl:all_reduce`"]),
+    ("B", "How long do the all-reduces take?", "communication", {},
+     lambda c: [f"**All-reduce: {kernels_named(c, 'multimem_all_reduce')}**.", "`multimem_all_reduce_kernel`"]),
+    ("D", "Are all-gathers slow?", "communication", {}, lambda c: ["**All-gather: none** in this scope"]),
     # changes named with what they would buy: replayed (the step time predicted comes from the replay at test time)
     ("R", "Would mixed precision help?", "whatif", {}, lambda c: ["**With amp: step "]),
     ("R", "What would I gain on an H100?", "whatif", {}, lambda c: ["**With gpu=H100: step "]),

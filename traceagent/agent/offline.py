@@ -127,7 +127,8 @@ class OfflineAnalyst:
             "dataloader": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
                                self._dataloader),
             "sync": Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync),
-            "communication": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
+            "communication": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)]
+                                  + [("hot_kernels", at | kind.filters) for kind in _collective_named(q.text)],
                                   self._communication),
             "critical_path": Plan(lambda q, at: [("critical_path", at | ({"step": q.steps[0]} if q.steps else {}))],
                                   self._critical_path),
@@ -561,13 +562,24 @@ class OfflineAnalyst:
                       "Keep values on the GPU, or read them every N steps."]
         return "\n".join(lines)
 
-    def _communication(self, q: Question, answer: CommAnswer, bandwidth: DetectorAnswer, links: DetectorAnswer) -> str:
+    def _communication(self, q: Question, answer: CommAnswer, bandwidth: DetectorAnswer, links: DetectorAnswer,
+                       kind: KernelsAnswer | None = None) -> str:
         c = answer.comm
         if not c.kernels:
             return ("There are no collective (NCCL/RCCL) kernels in this scope, so communication is not a factor."
                     + (f" {_unavailable(answer.unavailable)}" if answer.unavailable else ""))
         of = self._of(answer.scope)
-        lines = [f"{self._who(answer.scope)}{c.kernels} collective kernels ran {duration(c.comm_us)} "
+        lines = []
+        if kind is not None and (named := _collective_named(q.text)):  # "how long do the all-reduces take?"
+            k = kind.kernels
+            lines += [f"{self._who(kind.scope)}**{named[0].label}: "
+                      + (f"{counted(k.kernels, 'kernel')}, {duration(k.total_us)}**." if k.kernels else
+                         f"none** in this scope, among its {c.kernels} collective kernels.")]
+            lines += [f"- {code(shorten(r.kernel.label, 80))}: {counted(r.kernel.count, 'call')}, mean "
+                      f"{duration(r.kernel.mean_us)}, longest {duration(r.kernel.max_us)}"
+                      + (f", from `{r.kernel.op}`" if r.kernel.op else "") for r in kind.top]
+            lines.append("")
+        lines += [f"{'' if lines else self._who(answer.scope)}{c.kernels} collective kernels ran {duration(c.comm_us)} "
                  f"({percent(c.share_pct)} {of}). **{percent(c.exposed_of_comm_pct)}** of that time no compute "
                  f"overlapped: {duration(c.exposed_us)}, {percent(c.exposed_pct)} {of}."]
         if c.top:
@@ -1033,6 +1045,30 @@ BOTTLENECK_SAVING_PCT = 10.0
 def _classes_named(text: str) -> list[str]:
     """The classes of work a question names in words ("a 2x faster conv", "attention and matmuls")."""
     return [name for name, words in _CLASS_WORDS if name != "memory_bound" and re.search(rf"\b(?:{words})", text, re.I)]
+
+
+@dataclass(frozen=True)
+class _Collective:
+    """A kind of collective as questions name it, and how its kernels are found: by their name
+    (NCCL's AllReduce, vLLM's multimem_all_reduce), or by the op that launched them (NCCL runs
+    all-to-all as SendRecv kernels)."""
+
+    label: str
+    said: str
+    filters: dict[str, str]
+
+
+_COLLECTIVES = [_Collective("All-reduce", r"all[- _]?reduce", {"name_filter": "allreduce"}),
+                _Collective("All-gather", r"all[- _]?gather", {"name_filter": "allgather"}),
+                _Collective("Reduce-scatter", r"reduce[- _]?scatter", {"name_filter": "reducescatter"}),
+                _Collective("All-to-all", r"all[- _]?to[- _]?all", {"op_filter": "all_to_all"}),
+                _Collective("Broadcast", r"broadcast", {"name_filter": "broadcast"})]
+
+
+def _collective_named(text: str) -> list[_Collective]:
+    """The kinds of collective a question names, in the question's order."""
+    found = [(m.start(), c) for c in _COLLECTIVES if (m := re.search(rf"\b{c.said}", text, re.I))]
+    return [c for _, c in sorted(found, key=lambda f: f[0])]
 
 
 _FACTOR = re.compile(r"\b(\d+(?:\.\d+)?)\s*(?:x|×|times)\b", re.I)

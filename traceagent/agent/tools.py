@@ -35,6 +35,7 @@ from ..detect.core.view import on_device, us
 from ..detect.core.vocabulary import GAP_CAUSES
 from ..detect.detectors.annotations import detect_annotations
 from ..detect.detectors.idle import DeviceIdle, IdleResult, gap_host_activity
+from ..detect.detectors.kernels import loosely
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import detect_critical_path, range_window, step_window
@@ -322,12 +323,14 @@ def communication(ctx: AnalysisContext, rank: Rank = None, device: Device = None
 
 
 def hot_kernels(ctx: AnalysisContext, top: Top = 10,
-                name_filter: Annotated[str | None, Field(description="only kernels whose name contains this")] = None,
+                name_filter: Annotated[str | None, Field(description="only kernels whose name contains this (case and "
+                                                                    "underscores aside: allreduce finds all_reduce)")] = None,
                 rank: Rank = None, device: Device = None, full_names: FullNames = False,
                 order_by: Annotated[KernelOrder, Field(description="rank by total time (default), by time per call "
                                                                     "(mean or max), or by launches (count)")] = "total",
                 op_filter: Annotated[str | None, Field(description="only kernels launched by an op whose name contains "
-                                                                    "this (aten::mm, vllm::moe_forward)")] = None,
+                                                                    "this, case and underscores aside (aten::mm, "
+                                                                    "vllm::moe_forward)")] = None,
                 ) -> KernelsAnswer:
     """Kernels ranked by total device time (or per call, or by launches): count, total, mean,
     median, max, share of busy time, the op that launched them, the user's Python line (when the
@@ -347,7 +350,8 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
 
 
 def kernel_profiles(ctx: AnalysisContext,
-                    name_filter: Annotated[str | None, Field(description="only kernels whose name contains this")]
+                    name_filter: Annotated[str | None, Field(description="only kernels whose name contains this (case "
+                                                                        "and underscores aside)")]
                     = None, rank: Rank = None, device: Device = None) -> KernelProfilesAnswer:
     """Why a kernel is slow, from the Nsight Compute export loaded with the trace (--kernels):
     per profiled kernel, compute and memory throughput as % of peak (speed of light), achieved and
@@ -361,7 +365,7 @@ def kernel_profiles(ctx: AnalysisContext,
         return KernelProfilesAnswer(None, [], scope, NO_COUNTERS)
     if r.rank != found.rank or device is not None:
         found = joined_on(found, r, device)
-    kernels = [k for k in found.kernels if not name_filter or name_filter.lower() in k.name.lower()]
+    kernels = [k for k in found.kernels if not name_filter or loosely(name_filter).search(k.name)]
     return KernelProfilesAnswer(found, kernels, scope,
                                 note=None if kernels else f"no profiled kernel matches {name_filter!r}")
 

@@ -157,18 +157,24 @@ class KernelsResult:
 ORDERS = {"total": "sum", "mean": "mean", "max": "max", "count": "size"}
 
 
+def loosely(text: str) -> re.Pattern:
+    """A pattern finding `text` in a name, case and underscores aside: libraries spell one thing
+    AllReduce, all_reduce and allreduce (NCCL's kernels, vLLM's, c10d's ops)."""
+    return re.compile("_?".join(re.escape(c) for c in text.replace("_", "")), re.IGNORECASE)
+
+
 def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = None,
                        device: int | None = None, order: str = "total", op_filter: str | None = None) -> KernelsResult:
     """The kernels taking the most device time (on every device, or one), or the longest per
     call (`order` mean or max) or most launched (count); `name_filter` keeps names containing it,
-    `op_filter` kernels launched by an op whose name contains it."""
+    `op_filter` kernels launched by an op whose name contains it (each case and underscores aside)."""
     # the columns read here, and rows copied only where some are dropped (a rank of kernels alone is its table)
     kernels = on_device(trace.gpu, device)[["name", "kind", "device", "start", "end", "is_comm", "op", "op_from"]]
     keep = (kernels["kind"] == "kernel").to_numpy()
     if name_filter:
-        keep = keep & matches(kernels["name"], re.compile(re.escape(name_filter), re.IGNORECASE))
+        keep = keep & matches(kernels["name"], loosely(name_filter))
     if op_filter:
-        keep = keep & matches(kernels["op"], re.compile(re.escape(op_filter), re.IGNORECASE))
+        keep = keep & matches(kernels["op"], loosely(op_filter))
     kernels = rows_where(kernels, keep)
     busy = sum(iv.length(v.busy) for v in views_of(trace, device))
     if kernels.empty:
