@@ -20,9 +20,11 @@ from traceagent.detect.detectors.kernels import detect_hot_kernels
 from traceagent.detect.verdict.whatif import parse_change, simulate
 from traceagent.format import counted, duration, percent
 
+H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", None),
           "R": (RESNET_NW0, None), "D": (DLRM_8RANK, None), "N": (NSYS_BEFORE, NSYS_AFTER),
-          "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None), "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None)}
+          "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None), "Q": (H100_QWEN, None),
+          "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None)}
 
 
 def context(key: str) -> AnalysisContext:
@@ -134,6 +136,15 @@ TABLE = [
      lambda c: [f"**Yes.** With attention kernels 2× faster, the span would take "
                 f"{percent(replayed(c, 'class:attention=x2').saving_pct)} less time", "they set the pace"]),
     ("B", "Is the convolution the bottleneck?", "bound", {}, lambda c: ["**No.** This rank ran no convolution kernels."]),
+    ("Q", "Is softmax expensive?", "bound", {},
+     lambda c: [f"With reduction (softmax, sums, sorts) kernels 2× faster, the step would take "
+                f"{percent(replayed(c, 'class:reduction=x2').saving_pct)} less time",
+                f"reduction (softmax, sums, sorts) {percent(share(c, 'reduction'))}"]),
+    ("B", "Are all-gathers the bottleneck?", "bound", {"limit": "communication"}, lambda c: ["not by communication"]),
+    # advice asked as an improvement, not a comparison of two runs
+    ("R", "What is the biggest single improvement I can make?", "optimize_first", {},
+     lambda c: ["Start with **idle time waiting for data loading**"]),
+    ("R", "Where can I improve?", "optimize_first", {}, lambda c: ["Start with **idle time waiting for data loading**"]),
     # which kernels, not a yes or a no
     ("B", "Which kernels are memory bound?", "bound", {"limits": ("memory_bound",)},
      lambda c: [f"**Kernels that are memory-bound by nature: elementwise {percent(share(c, 'elementwise'))} of device time"]),
@@ -379,7 +390,8 @@ def test_the_readmes_questions_get_what_they_ask():
 
 
 @pytest.mark.parametrize("question", ["did it help?", "is it faster?", "what changed?", "Is it any better now?",
-                                      "Did my change make the step faster?", "did our fix help the step time?"])
+                                      "Did my change make the step faster?", "did our fix help the step time?",
+                                      "is there any improvement?", "how much improvement did we get?"])
 def test_compare_phrasings_answer_with_the_comparison(question):
     ctx = context("C")
     assert diff(ctx.analysis, ctx.other).headline in answer(ctx, question).text

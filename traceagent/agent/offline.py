@@ -62,7 +62,7 @@ from .answers import (
 from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
-from .question import PRECISION, Question, understand
+from .question import PRECISION, Question, classes_named, understand
 from .tools import NO_ANNOTATIONS, NO_MEMORY, NO_STEPS, AnalysisContext, ToolInputError, dumps, tool_functions
 
 NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from templates over the detectors. "
@@ -110,7 +110,7 @@ class OfflineAnalyst:
             "whatif": Plan(lambda q, at: [("what_if", {"change": self._change(q)} | _rank(at))], self._what_if),
             "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)]
                           + ([("time_by_class", at), ("flops", at)]
-                             if {"compute", "memory_bound"} & set(q.limits) or _classes_named(q.text) else [])
+                             if {"compute", "memory_bound"} & set(q.limits) or classes_named(q.text) else [])
                           + [("what_if", {"change": f"class:{','.join(classes)}=x{BOTTLENECK_SPEEDUP:g}"} | _rank(at))
                              for classes in [self._classes_asked(q, at)] if classes and not q.limits],
                           self._bound),
@@ -272,7 +272,7 @@ class OfflineAnalyst:
             return f"gpu={named[0]}"
         if q.op and "::" in q.op:  # an op the trace has, by its name: its kernels F times faster
             return f"op:{q.op}=x{factor:g}"
-        classes = [name for name, words in _CLASS_WORDS if re.search(rf"\b(?:{words})", q.text, re.I)]
+        classes = classes_named(q.text, natures=True)
         if classes:  # classes of work said in words ("a 2x faster conv", "attention and matmuls")
             return f"class:{','.join(classes)}=x{factor:g}"
         for root, word in ROOT_CAUSES.items():  # the causes a change fixes, by their words
@@ -325,7 +325,7 @@ class OfflineAnalyst:
         """The classes of work a question names ("is attention the bottleneck?") that the rank ran."""
         result = self.ctx.analysis.rank(at.get("rank")).results.get("time_by_class")
         ran = {c.name for c in result.classes} if result is not None else set()
-        return [name for name in _classes_named(q.text) if name in ran]
+        return [name for name in classes_named(q.text) if name in ran]
 
     def _bound(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer,
                classes: DetectorAnswer | None = None, flops: FlopsAnswer | None = None,
@@ -339,7 +339,7 @@ class OfflineAnalyst:
         if replay is not None and by_class is not None:
             return self._class_bound(q, verdict, what, by_class, replay)
         asked = [k for k in q.limits if k in BOUNDS]
-        if not asked and by_class is not None and (named := _classes_named(q.text)):  # work the rank never ran
+        if not asked and by_class is not None and (named := classes_named(q.text)):  # work the rank never ran
             return "\n".join([f"**No.** This rank ran no {' or '.join(CLASSES[n].label for n in named)} kernels. "
                                f"It is limited by **{what}**.", "", f"{self._who(verdict.scope)}{v.headline}. "
                                f"{v.hypothesis}", "", f"**Next step:** {v.next_step}", *_saving(v)])
@@ -395,7 +395,7 @@ class OfflineAnalyst:
         time, and what making it BOTTLENECK_SPEEDUP× faster would save, replayed (a class others
         hide saves nothing). It is the bottleneck where that saving is material."""
         v, r = verdict.verdict, replay.result
-        named = [c for c in by_class.classes if c.name in _classes_named(q.text)]
+        named = [c for c in by_class.classes if c.name in classes_named(q.text)]
         said = " and ".join(c.label for c in named)
         yes = r.saving_pct >= BOTTLENECK_SAVING_PCT
         shares = "; ".join(f"{c.label} {percent(c.share_pct)} ({duration(c.time_us)} in {counted(c.ops, 'op')}"
@@ -1028,23 +1028,10 @@ _PHASE_WORDS = [("prefill", r"\bpre-?fill"), ("mixed", r"\bmixed\b|chunked prefi
 _PHASE_WINDOWS = {"prefill": "new requests arriving while it records",
                   "mixed": "chunked prefill on, new requests arriving while others decode",
                   "decode": "requests that generate more than one token, recorded past their first"}
-#: classes of work (time_by_class.CLASSES, and the memory-bound nature) as a what-if question says them
-_CLASS_WORDS = [("memory_bound", r"memory[- ]bound"), ("attention", r"attention|attn\b|flash|sdpa"),
-                ("convolution", r"conv(?:olution)?s?\b"),
-                ("gemm", r"matmuls?\b|gemms?\b|linear layers?|mat(?:rix)?[- ]?mul\w*"),
-                ("normalization", r"(?:layer|batch|group|rms)[ -]?norms?\b|normali[sz]ations?"),
-                ("elementwise", r"element-?wise|pointwise"), ("reduction", r"softmax|reductions?\b"),
-                ("indexing", r"embeddings?\b|gathers?\b|scatters?\b|indexing"),
-                ("optimizer", r"optimi[sz]er\b|adam\w*")]
 #: "is attention the bottleneck?": the class made this much faster is replayed, and it is the
 #: bottleneck where that makes the step at least BOTTLENECK_SAVING_PCT faster
 BOTTLENECK_SPEEDUP = 2.0
 BOTTLENECK_SAVING_PCT = 10.0
-
-
-def _classes_named(text: str) -> list[str]:
-    """The classes of work a question names in words ("a 2x faster conv", "attention and matmuls")."""
-    return [name for name, words in _CLASS_WORDS if name != "memory_bound" and re.search(rf"\b(?:{words})", text, re.I)]
 
 
 @dataclass(frozen=True)

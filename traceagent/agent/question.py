@@ -17,6 +17,17 @@ from .tools import AnalysisContext
 PRECISION = r"mixed[- ]precision|autocast|amp|bf16|bfloat16|fp16|float16|half[- ]precision"
 OTHER_GPU = r"(?:a |an )?(?:faster|newer|bigger|better) gpu|h100|h200|h800|a100|a10g?|l40s?|l4|b200|b100|gb200|mi300x?|" \
             r"mi325x?|mi250x?|v100|t4|rtx ?\d{4}"
+#: classes of work (time_by_class.CLASSES, and the memory-bound nature) as questions say them; a
+#: collective's name is not an indexing kernel ("all-gathers", "reduce-scatter")
+CLASS_WORDS = [("memory_bound", r"memory[- ]bound"), ("attention", r"attention|attn\b|flash|sdpa"),
+               ("convolution", r"conv(?:olution)?s?\b"),
+               ("gemm", r"matmuls?\b|gemms?\b|linear layers?|mat(?:rix)?[- ]?mul\w*"),
+               ("normalization", r"(?:layer|batch|group|rms)[ -]?norms?\b|normali[sz]ations?"),
+               ("elementwise", r"element-?wise|pointwise"), ("reduction", r"softmax|reductions?\b"),
+               ("indexing", r"embeddings?\b|(?<!all)(?<!all[- _])gathers?\b|(?<!reduce)(?<!reduce[- _])scatters?\b|"
+                            r"indexing"),
+               ("optimizer", r"optimi[sz]er\b|adam\w*")]
+_CLASSES_SAID = "|".join(words for name, words in CLASS_WORDS if name != "memory_bound")
 #: what a question puts between two things it compares ("step 5 vs 6", "rank 0 compared to rank 1")
 _VERSUS = r"vs\.?|versus|against|compared (?:to|with)"
 # (intent, pattern): the order is the priority
@@ -28,7 +39,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                      rf"\bsteps?\s*#?\d+\b.{{0,40}}?\b(?:than|{_VERSUS})\s*step\s*#?\d+"),
     ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
                 r"(?:faster|slower|better|worse)|(?:faster|slower) now|what changed|compar|before and after|"
-                r"after the (?:fix|change)|improv|regress|\bdiff\b|did \w+ (?:fix|help)|speed ?up"
+                r"after the (?:fix|change)|improv(?:ed|es)\b|improvements? (?:from|after|since|over|between)|"
+                r"\b(?:any|an|the|much|no) improvement\b(?! (?:can|could|should|would|to) (?:i|we|make)\b)|"
+                r"\bdid\b.{0,40}\bimprove\b|regress|\bdiff\b|did \w+ (?:fix|help)|speed ?up"
                 r"|did (?:my|our|the|this|that) (?:\w+ )?(?:change|fix|patch|commit|edit|update)s?\b[^?.]{0,40}?"
                 r"\b(?:faster|slower|help|work|improve|fix|speed))"),
     ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|balanced|"
@@ -51,7 +64,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("phases", r"\b(?:prefill|pre-fill|decode|decoding|inference phases?|serving steps?|vllm|sglang|ttft|tpot)\b|"
                r"\btokens? ?(?:/|per) ?s(?:ec(?:ond)?)?\b|\btime to first token|\binter-?token|\bper output token"),
     ("bound", r"\b(?:\w+[- ]bound|bound by|limited by|bottleneck(?:ed)?)\b.*\?|^\s*(?:is|am|are)\b.*\b(?:bound|limited)\b"
-              r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)"),
+              r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)|"
+              # a class of work called costly: "is softmax expensive?", "are the convolutions slow?"
+              rf"^\s*(?:is|are)\b.{{0,30}}\b(?:{_CLASSES_SAID}).{{0,30}}\b(?:expensive|costly|slow|heavy|a problem|"
+              r"significant|hurting)"),
     ("profile_next", r"\b(?:profile next|what (?:should|do|can) i profile|how (?:do|should|can) i profile|which profiler|"
                      r"nsight|\bncu\b|\bnsys\b|measure next|dig deeper|more detail|what (?:else )?to measure)"),
     ("whatif", r"\bwhat if\b|\bwhat (?:would|will) happen if\b|\bif (?:i|we) (?:removed?|used?|switch(?:ed)?|made|make|"
@@ -67,7 +83,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                r"speed|faster)|\bhow much (?:faster|time)\b.{0,60}\b(?:fix|remov|if)|\bwhat (?:would|could) "
                r"(?:fixing|removing|getting rid of)\b.{0,60}\b(?:save|gain|buy)|\bwhat(?:'s| is) the (?:potential |expected )?"
                r"(?:saving|gain|speed-?up)"),
-    ("optimize_first", r"\b(?:optimi[sz]e first|first thing|where (?:do|should|to) (?:i )?start|biggest (?:win|gain|saving)|"
+    ("optimize_first", r"\b(?:optimi[sz]e first|first thing|where (?:do|should|to) (?:i )?start|"
+                       r"(?:biggest|best|largest|main|top) (?:single )?(?:win|gain|saving|improvement|speed-?up)|"
+                       r"(?:how|where|what) (?:can|do|could|should) (?:i|we) improve|what (?:would|could|will|can) improve|"
+                       r"improvements? (?:can|could|should) (?:i|we)|"
                        r"priorit|most impact|fix first|what (?:should|do|can) i (?:fix|optimi[sz]e|change|do)|"
                        r"how (?:do|can|to) (?:i )?(?:fix|speed|make it faster)|what would (?:it )?save)"),
     ("launch", r"\b(?:launch|cuda ?graphs?|too many kernels|small kernels|kernel overhead|cpu overhead|python overhead)"),
@@ -91,7 +110,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
 LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kind, p in [
     # kernels bound by the GPU's memory bandwidth, not copies: "memory-bound", "bound by bandwidth"
     ("memory_bound", r"\b(?:memory|bandwidth|dram|hbm)[- ]bound|\bbound by (?:the )?(?:memory|bandwidth|dram|hbm)"),
-    ("communication", r"\b(?:communication|comm|nccl|network|collective)"),
+    ("communication", r"\b(?:communication|comm|nccl|network|collective|all[- _]?(?:reduce|gather|to[- _]?all)|"
+                      r"reduce[- _]?scatter)"),
     ("launch", r"\b(?:launch|overhead)"),
     ("input", r"\b(?:input|data[- ]?load\w*|dataloader|i/?o)\b|\bdata[- ]bound"),
     ("host", r"\b(?:cpu|host|python)\b"),
@@ -172,6 +192,13 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "rank_vs_rank" and len(ranks) < 2:
         intent = "straggler"  # "rank 3 and its neighbours": about ranks, with one named
     return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks)
+
+
+def classes_named(text: str, natures: bool = False) -> list[str]:
+    """The classes of work a question names in words ("a 2x faster conv", "attention and matmuls"),
+    and with `natures` the memory-bound nature too."""
+    return [name for name, words in CLASS_WORDS if (natures or name != "memory_bound")
+            and re.search(rf"\b(?:{words})", text, re.I)]
 
 
 def _step_by_order(word: str, ctx: AnalysisContext) -> list[int]:
