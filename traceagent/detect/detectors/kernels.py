@@ -157,7 +157,7 @@ class KernelsResult:
 ORDERS = {"total": "sum", "mean": "mean", "max": "max", "count": "size"}
 
 
-def loosely(text: str) -> re.Pattern:
+def loosely(text: str) -> re.Pattern[str]:
     """A pattern finding `text` in a name, case and underscores aside: libraries spell one thing
     AllReduce, all_reduce and allreduce (NCCL's kernels, vLLM's, c10d's ops)."""
     return re.compile("_?".join(re.escape(c) for c in text.replace("_", "")), re.IGNORECASE)
