@@ -290,6 +290,7 @@ def test_a_gpu_behind_the_host_sets_the_step_time(tmp_path):
     ra = analyze_trace(b.load(tmp_path))
     steps = ra.findings.steps
     assert (steps.mean_us, steps.step_time_us) == (1000, pytest.approx(8510 / 3, abs=1e-3))
+    assert steps.steps_per_s == round(3 / 8510e-6, 3)  # the loop's rate: three steps in 8,510 µs
     copies = next(s for s in ra.findings.savings if s.root_cause == "memcpy")
     assert copies.per_step_us == pytest.approx(1000 / 3, abs=1e-3) and copies.step_pct == 11.75
     assert "the steps take 2.84 ms each" in gpu_behind(steps)
@@ -299,7 +300,7 @@ def test_a_gpu_behind_the_host_sets_the_step_time(tmp_path):
         b.op(f"ProfilerStep#{i + 1}", i * 1000, 1000)
         b.kernel("k", i * 1000 + 500, 900, launch_at=i * 1000 + 5)
     steps = analyze_trace(b.load(tmp_path, "tail.json")).findings.steps
-    assert steps.step_time_us == steps.mean_us == 1000 and gpu_behind(steps) == ""
+    assert steps.step_time_us == steps.mean_us == 1000 and gpu_behind(steps) == "" and steps.steps_per_s == 1000.0
 
 
 def test_trace_without_steps_says_what_is_missing(tmp_path):

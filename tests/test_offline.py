@@ -141,6 +141,12 @@ TABLE = [
                 f"{percent(replayed(c, 'class:reduction=x2').saving_pct)} less time",
                 f"reduction (softmax, sums, sorts) {percent(share(c, 'reduction'))}"]),
     ("B", "Are all-gathers the bottleneck?", "bound", {"limit": "communication"}, lambda c: ["not by communication"]),
+    # the job's rate: steps per second from the step time (one over it, worked out here), tokens/s for a server
+    ("R", "What is the throughput in images per second?", "throughput", {},
+     lambda c: [f"**{round(1e6 / focus(c).findings.steps.step_time_us, 3):g} steps per second**",
+                "The trace does not record the batch size"]),
+    ("B", "What's the throughput?", "throughput", {},
+     lambda c: [f"{focus(c).results['phases'].phases[0].tokens_per_s:g} tokens/s over its steps"]),
     # advice asked as an improvement, not a comparison of two runs
     ("R", "What is the biggest single improvement I can make?", "optimize_first", {},
      lambda c: ["Start with **idle time waiting for data loading**"]),

@@ -144,6 +144,8 @@ class OfflineAnalyst:
             "one_step": Plan(lambda q, at: [("steps", at), ("idle_gaps", at | {"step": q.steps[0], "top": 3})],
                              self._one_step),
             "steps": Plan(lambda q, at: [("steps", at)], self._steps),
+            "throughput": Plan(lambda q, at: [("phases", at), ("verdict", at)] if self._serving(at) else [("steps", at)],
+                               self._throughput),
             "launch": Plan(lambda q, at: [("launches", at), ("verdict", at)], self._launch),
             "longest_gap": Plan(lambda q, at: [("idle_gaps", at | {"top": 1} | _min(q))], self._longest_gap),
             "gaps": Plan(lambda q, at: [("idle_gaps", at | {"top": 5} | _min(q))], self._gaps),
@@ -742,6 +744,25 @@ class OfflineAnalyst:
                 f"median {duration(steps.median_us)}, "
                 f"from {duration(steps.min_us)} to {duration(steps.max_us)} (slowest: step {steps.slowest})."
                 + (f" The slowest step spent more than the median on: {extra}." if extra else "") + gpu_behind(steps))
+
+    def _serving(self, at: dict) -> bool:
+        """Whether the rank asked about is an inference server's (its steps name phases)."""
+        return self.ctx.analysis.rank(at.get("rank")).results.get("phases") is not None
+
+    def _throughput(self, q: Question, answer: StepsAnswer | DetectorAnswer, verdict: VerdictAnswer | None = None) -> str:
+        """The job's rate: an inference server's tokens per second by phase; a loop's steps per
+        second, which its batch size turns into samples (a timeline does not record the batch)."""
+        if isinstance(answer, DetectorAnswer) and verdict is not None:
+            return self._phases(q, answer, verdict)
+        assert isinstance(answer, StepsAnswer)
+        steps = answer.steps
+        if not steps or not steps.count:
+            return _unavailable(answer.unavailable or NO_STEPS, "the throughput")
+        return (f"{self._who(answer.scope)}**{steps.steps_per_s:g} steps per second**: a step takes "
+                f"{duration(steps.step_time_us)} ({counted(steps.count, 'step')} in the trace)." + gpu_behind(steps)
+                + "\n\nThe trace does not record the batch size: samples (images, sequences) per second are the "
+                f"batch size × {steps.steps_per_s:g}, per rank (× the data-parallel ranks for the job). Tokens per "
+                "second: × the tokens in a batch.")
 
     @staticmethod
     def _step_row(answer: StepsAnswer, number: int) -> StepRow:

@@ -39,6 +39,7 @@ class StepsResult:
     # than a step at the end, from the first step's start to the end of the steps' GPU work, over
     # the steps (the host only queued the work). What savings and diff divide by.
     step_time_us: float
+    steps_per_s: float  # the loop's rate: one over step_time_us (a training job's samples/s is this × its batch)
     median_us: float
     std_us: float
     min_us: float
@@ -78,6 +79,7 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
     diff = {k: round(float(v), 3) for k, v in diff.items() if k.startswith("idle_") and v > 0}
     return StepsResult(
         count=len(steps), mean_us=us(host_mean), step_time_us=us(step_time),
+        steps_per_s=round(1e9 / step_time, 3) if step_time else 0.0,
         median_us=us(np.median(host)), std_us=us(host.std()),
         min_us=us(host.min()), max_us=us(host.max()), slowest=int(steps["step"].iloc[slowest_row]),
         steps=[_row(row, us(start), us(start - origin)) for row, start
