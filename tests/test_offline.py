@@ -147,6 +147,9 @@ TABLE = [
                 "The trace does not record the batch size"]),
     ("B", "What's the throughput?", "throughput", {},
      lambda c: [f"{focus(c).results['phases'].phases[0].tokens_per_s:g} tokens/s over its steps"]),
+    # a runtime call named for its kind of work (no word boundary before Memcpy or Synchronize)
+    ("R", "How much time is spent in cudaMemcpy?", "copies", {}, lambda c: ["mostly HtoD"]),
+    ("R", "Where is cudaStreamSynchronize called?", "sync", {}, lambda c: ["cudaStreamSynchronize"]),
     # advice asked as an improvement, not a comparison of two runs
     ("R", "What is the biggest single improvement I can make?", "optimize_first", {},
      lambda c: ["Start with **idle time waiting for data loading**"]),

@@ -93,11 +93,15 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                        r"improvements? (?:can|could|should) (?:i|we)|"
                        r"priorit|most impact|fix first|what (?:should|do|can) i (?:fix|optimi[sz]e|change|do)|"
                        r"how (?:do|can|to) (?:i )?(?:fix|speed|make it faster)|what would (?:it )?save)"),
-    ("launch", r"\b(?:launch|cuda ?graphs?|too many kernels|small kernels|kernel overhead|cpu overhead|python overhead)"),
-    ("sync", r"\b(?:sync|synchroni[sz]|\.item\(\)|item\(\)|blocking call|which line|what line|python line|host blocks)"),
+    # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
+    ("launch", r"(?:\b|cuda|hip)(?:launch|cuda ?graphs?|too many kernels|small kernels|kernel overhead|cpu overhead|"
+               r"python overhead)"),
+    ("sync", r"\b(?:sync|synchroni[sz]|\.item\(\)|item\(\)|blocking call|which line|what line|python line|host blocks)|"
+             r"(?:cuda|hip)\w*synchroni[sz]"),
     ("longest_gap", r"\b(?:longest|largest|biggest|worst) (?:gap|stall|idle|bubble)"),
     ("dataloader", r"\b(?:data ?load|dataloader|input pipeline|num_workers|workers|pin_memory|prefetch|batches)"),
-    ("copies", r"\b(?:memcpy|copy|copies|transfer|pageable|pinned|bandwidth|data movement|htod|dtoh|pcie|h2d|d2h)"),
+    ("copies", r"(?:\b|cuda|hip)(?:memcpy|copy|copies|transfer|pageable|pinned|bandwidth|data movement|htod|dtoh|pcie|"
+               r"h2d|d2h)"),
     ("memory", r"\b(?:memory|oom|out of memory|leak|allocat|vram|cudamalloc|cudafree|empty_cache)"),
     ("communication", r"\b(?:communicat|nccl|rccl|all-?reduce|all-?gather|reduce-?scatter|collective|overlap|exposed)"),
     ("annotations", r"\b(?:nvtx|annotation|record_function|ranges?\b|regions?\b|sections? of (?:my )?code)"),
