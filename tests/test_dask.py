@@ -21,7 +21,7 @@ from traceagent.agent.tools import AnalysisContext, build_tools
 from traceagent.cli import main
 from traceagent.detect.analysis import RankFailure
 from traceagent.tasks import SMALL_JOB_BYTES, scheduler_for
-from traceagent.trace import cache
+from traceagent.trace import cache, heap
 
 RANKS, LATE = 8, 5
 # one worker runs them all: the module fixtures (a cluster, loaded apps) start once
@@ -221,6 +221,7 @@ def test_our_local_cluster_keeps_glibc_adaptive_malloc(monkeypatch):
     # next cluster; the cluster traceagent starts goes without it, and keeps the rest of Dask's
     # worker environment (one BLAS thread per worker)
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # as another cluster started here leaves it
+    monkeypatch.setattr(heap, "_reusing", [])  # the allocator as Python starts it (no command line ran here)
     client, cluster = tasks._connect("local", tasks=1)
     with client, cluster:
         environ = client.run(lambda: {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")})

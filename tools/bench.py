@@ -58,8 +58,8 @@ _FLOOR = ("import gzip, {module}\n"
           "files = [os.path.join(PATH, f) for f in sorted(os.listdir(PATH))] if os.path.isdir(PATH) else [PATH]\n"
           "t0 = time.perf_counter()\nfor f in files:\n    raw = open(f, 'rb').read()\n"
           "    data = {decode}(gzip.decompress(raw) if raw[:2] == b'\\x1f\\x8b' else raw)\n    del data, raw")
-#: traceagent as its command line runs it: arrays on small pages (trace/heap.small_pages_for_arrays)
-_AS_CLI = "import traceagent\nfrom traceagent.trace.heap import small_pages_for_arrays\nsmall_pages_for_arrays()\n"
+#: traceagent as its command line runs it: arrays on small pages, freed ones reused (trace/heap.prepare_for_large_arrays)
+_AS_CLI = "import traceagent\nfrom traceagent.trace.heap import prepare_for_large_arrays\nprepare_for_large_arrays()\n"
 CASES = {
     "floor": _FLOOR.format(module="orjson", decode="orjson.loads"),
     "floor_msgspec": _FLOOR.format(module="msgspec", decode="msgspec.json.decode"),

@@ -34,7 +34,7 @@ from .profile.runs import RUNS_DIR
 from .report.terminal import print_analysis
 from .request import AnalyzeRequest
 from .trace import storage
-from .trace.heap import small_pages_for_arrays
+from .trace.heap import prepare_for_large_arrays
 from .trace.load import resolve
 
 EXAMPLE_TRACE = "resnet50_num_workers_0.pt.trace.json.gz"
@@ -1058,7 +1058,7 @@ def main(argv: list[str] | None = None) -> int:
     from .agent.llm import ConfigError
 
     args = build_parser().parse_args(_try_values_joined(sys.argv[1:] if argv is None else argv))
-    small_pages_for_arrays()
+    prepare_for_large_arrays()
     # where tools run through LangChain
     if args.command in ("ask", "chat", "demo", "mcp", "eval") or getattr(args, "llm", False):
         from .agent.llm import tracing_notice

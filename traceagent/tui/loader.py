@@ -16,7 +16,7 @@ import sys
 from ..api import run
 from ..errors import TraceError
 from ..request import AnalyzeRequest
-from ..trace.heap import small_pages_for_arrays
+from ..trace.heap import prepare_for_large_arrays
 
 
 def load_and_analyze(request: AnalyzeRequest, compare: AnalyzeRequest | None = None):
@@ -39,7 +39,7 @@ def load_in_child(request: AnalyzeRequest, compare: AnalyzeRequest | None = None
 
 def main() -> int:
     request, compare = pickle.loads(sys.stdin.buffer.read())  # our own parent's request
-    small_pages_for_arrays()  # as the command line has them
+    prepare_for_large_arrays()  # as the command line has them
     try:
         result = load_and_analyze(request, compare)
     except TraceError as exc:
