@@ -161,3 +161,33 @@ def test_a_replayed_kernel_is_named_by_its_finding_not_by_its_escaped_regex():
     assert f"(simulated with {saving.finding}; at most" in d.prediction["sentence"]
     text = render_diff_markdown(d)
     assert f"(simulated with {md_prose(saving.finding)}; at most" in text and "\\(int\\)" not in text
+
+
+def test_captures_of_one_length_holding_different_work_are_compared_per_that_work(tmp_path):
+    """Two captures without steps, of one length (750 µs from the first kernel to the last), as
+    `nsys profile --duration` takes them: before, 4 iterations of gemm (100 µs) and bias (50 µs) 50 µs
+    apart; after, 3 iterations 150 µs apart. By hand: the after trace holds 3/4 of the work, so its
+    750 µs are 1000 µs for the before's four iterations: 33.3% slower, not the same."""
+    from builder import TraceBuilder
+
+    import traceagent
+
+    def capture(name: str, iterations: int, gap: float):
+        b = TraceBuilder()
+        for i in range(iterations):
+            t = i * (150 + gap)
+            b.kernel("gemm", t, 100, launch_at=t - 10)
+            b.kernel("bias", t + 100, 50, launch_at=t - 5)
+        return traceagent.analyze(b.write(tmp_path / name), use_cache=False)
+
+    d = diff(capture("before.json", 4, 50), capture("after.json", 3, 150))
+    assert d.time_basis == "span" and d.work_ratio == 0.75
+    assert d.slower_pct == pytest.approx(100 * (750 / 0.75 - 750) / 750, abs=0.01) and not d.helped
+    assert "span 750.0 µs → 1.00 ms for the same work (+33.3%)" in d.headline
+    gemm = next(k for k in d.kernels if k["name"] == "gemm")
+    assert (gemm["before_us"], gemm["after_us"]) == (400.0, 400.0)  # 300 µs of it after, scaled to four iterations
+    assert any("ran 3 times after against 4 before" in n for n in d.notes)
+    assert "Hot kernels (for the before's work)" in render_diff_markdown(d)
+    # the same work in both: spans as they are
+    same = diff(capture("a.json", 4, 50), capture("b.json", 4, 150))
+    assert same.work_ratio is None and same.slower_pct == pytest.approx(100 * (1050 - 750) / 750, abs=0.01)

@@ -289,7 +289,8 @@ def render_diff_markdown(d: DiffResult) -> str:
                     + (f"; {md_literal(d.grew)} grew most." if d.grew else ".")]
     out += ["", md_table(["metric", "before", "after", "change"],
                          [[m.name, _value(m.unit, m.before), _value(m.unit, m.after), _change(m)] for m in d.metrics])]
-    per = "per step" if d.time_basis == "step" else "in the trace"  # what the tables below are over
+    # what the tables below are over
+    per = "per step" if d.time_basis == "step" else "for the before's work" if d.work_ratio else "in the trace"
     if d.kernels:
         out += ["", f"Hot kernels ({per}):", "",
                 md_table(["kernel", "before", "after", "share of kernel time", "calls"],
@@ -310,7 +311,7 @@ def render_diff_markdown(d: DiffResult) -> str:
                            _maybe(r["before_gpu_us"]), _maybe(r["after_gpu_us"])] for r in d.ranges])]
     out += ["", "New problems:" if d.new_problems else "No new problems."]
     out += [f"- {md_literal(p)}" for p in d.new_problems]
-    out += [f"\n_{n}_" for n in d.notes]
+    out += [f"\n_{md_prose(n)}_" for n in d.notes]  # a note may quote a kernel's name
     return "\n".join(out) + "\n"
 
 

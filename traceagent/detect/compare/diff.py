@@ -7,6 +7,8 @@ the mean step (when both traces have steps; the span otherwise).
 from __future__ import annotations
 
 import re
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -17,7 +19,7 @@ from ..analysis import SCHEMA_VERSION, Analysis
 from ..core.view import pct
 from ..core.vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
 from ..detectors.collectives import CollectivesParams, CollectivesResult, classify
-from ..detectors.kernels import distinct_labels
+from ..detectors.kernels import distinct_labels, short_name
 from ..detectors.time_by_class import memory_kernels_us
 
 # a root cause below this share of the span (or of copied bytes) counts as gone
@@ -199,6 +201,9 @@ class DiffResult:
     grew: str | None = None  # when the after trace is slower: what grew most, in words
     ranges: list[RangeChange] = field(default_factory=list)  # in both traces, the most grown first
     classes: list[ClassChange] = field(default_factory=list)  # device time by class of work, the largest first
+    # without steps, where the traces hold different amounts of work: the after's over the before's
+    # (the calls of the kernels both ran); its span and totals are then scaled to the before's work
+    work_ratio: float | None = None
 
 
 def _summary(a: Analysis) -> dict[str, Any]:
@@ -271,14 +276,20 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     b, a = _summary(before), _summary(after)
     basis = "step" if b["step_us"] and a["step_us"] else "span"
     key = "step_us" if basis == "step" else "wall_span_us"
-    slower = pct(a[key] - b[key], b[key])
-    per = (lambda s: max(s["steps"], 1)) if basis == "step" else (lambda s: 1)
+    # without steps, spans of captures that held different amounts of work are compared per that work
+    work = _work_ratio(before, after) if basis == "span" else None
+    scale = work.ratio if work else 1.0
+    after_time = round(a[key] / scale, 3)
+    slower = pct(after_time - b[key], b[key])
+    per: Callable[[dict[str, Any]], float] = ((lambda s: max(s["steps"], 1)) if basis == "step" else
+                                              (lambda s: scale if s is a else 1))
     # several ranks: step figures are means over ranks, shares are over every GPU's device time
     over = f" (mean over {len(before.ranks)} ranks)" if len(before.ranks) > 1 else ""
     of = " (of device time)" if len(before.ranks) > 1 or b["span_us"] != b["wall_span_us"] else ""
 
     metrics: list[Metric] = [
-        TimeMetric(f"step time{over or ' (mean)'}" if basis == "step" else "span", b[key], a[key]),
+        TimeMetric(f"step time{over or ' (mean)'}" if basis == "step" else
+                   "span (for the before's work)" if work else "span", b[key], after_time),
         ShareMetric(f"busy{of}", b["busy_pct"], a["busy_pct"]),
         ShareMetric(f"idle{of}", b["idle_pct"], a["idle_pct"]),
         TimeMetric(f"compute per step{over}" if basis == "step" else "compute",
@@ -313,8 +324,15 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     ranges = _ranges(before, after, per(b), per(a), top)
     time_word = "step time" if basis == "step" else "span"
     cause_words = f"{words}: {percent(share_before)} → {percent(share_after)}{' (gone)' if gone else ''}; " if root else ""
-    headline = f"{cause_words}{time_word} {duration(b[key])} → {duration(a[key])} ({slower:+.1f}%)"
-    notes = [] if basis == "step" else ["One of the traces has no steps: time is compared over the whole span."]
+    headline = (f"{cause_words}{time_word} {duration(b[key])} → {duration(after_time)}"
+                + (" for the same work" if work else "") + f" ({slower:+.1f}%)")
+    notes = [] if basis == "step" else [("One of the traces has" if b["step_us"] or a["step_us"] else "The traces have")
+                                        + " no steps: time is compared over the whole span."]
+    if work:
+        notes.append(f"The traces hold different amounts of work: `{short_name(work.kernel)}`, the kernel with the "
+                     f"most time before, ran {work.after_calls} times after against {work.before_calls} before (the "
+                     f"kernels both ran most: {work.ratio:.3g}× as often). The after trace's span "
+                     f"({duration(a[key])}) and its totals are scaled to the before's work.")
     prediction = _prediction(before, basis, -slower)
     grew = _grew_most(metrics) if slower >= NOISE_PCT else None
     if slower >= NOISE_PCT:  # worse: said first, never as "-N% faster"
@@ -333,14 +351,49 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
         kernels=kernels, headline=headline, notes=notes, prediction=prediction, collectives=collectives,
         helped=-slower >= NOISE_PCT or (root_cause["gone"] and slower < NOISE_PCT), grew=grew, ranges=ranges,
-        classes=_classes(before, after, per(b), per(a)),
+        classes=_classes(before, after, per(b), per(a)), work_ratio=work.ratio if work else None,
     )
 
 
-def _classes(before: Analysis, after: Analysis, per_b: int, per_a: int) -> list[ClassChange]:
+#: spans are compared as they are unless the after trace holds this much more or less work (a
+#: capture of a fixed time holds as many iterations as fitted in it)
+WORK_DIFFERS = 0.05
+
+
+@dataclass(frozen=True)
+class _Work:
+    ratio: float  # the after trace's work over the before's
+    kernel: str  # the before's kernel with the most time, which both ran
+    before_calls: int
+    after_calls: int
+
+
+def _work_ratio(before: Analysis, after: Analysis) -> _Work | None:
+    """Where the traces have no steps: how much work the after trace holds against the before's,
+    by the calls of the kernels both ran (the median of their ratios, over the before's five with
+    the most time); None where it is the same within WORK_DIFFERS, or no kernel is in both."""
+    def calls(a: Analysis) -> dict[str, tuple[int, float]]:
+        out: dict[str, tuple[int, float]] = {}
+        for r in a.ranks:
+            for k in r.findings.kernels.top:
+                count, total = out.get(k.name, (0, 0.0))
+                out[k.name] = (count + k.count, total + k.total_us)
+        return out
+
+    cb, ca = calls(before), calls(after)
+    common = [n for n in sorted(cb, key=lambda n: -cb[n][1]) if n in ca and cb[n][0]][:5]
+    if not common:
+        return None
+    ratio = statistics.median(ca[n][0] / cb[n][0] for n in common)
+    if abs(ratio - 1) < WORK_DIFFERS:
+        return None
+    return _Work(round(ratio, 4), common[0], cb[common[0]][0], ca[common[0]][0])
+
+
+def _classes(before: Analysis, after: Analysis, per_b: float, per_a: float) -> list[ClassChange]:
     """Device time by class of work in both traces (every rank added up), per step (or per trace),
     the classes either trace has, the largest first."""
-    def totals(a: Analysis, per: int) -> tuple[dict[str, tuple[str, float]], float]:
+    def totals(a: Analysis, per: float) -> tuple[dict[str, tuple[str, float]], float]:
         out: dict[str, tuple[str, float]] = {}
         whole = 0.0
         for r in a.ranks:
@@ -359,10 +412,10 @@ def _classes(before: Analysis, after: Analysis, per_b: int, per_a: int) -> list[
                         after_share_pct=pct(ta[n][1] * per_a, all_a) if n in ta else None) for n in names]
 
 
-def _ranges(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[RangeChange]:
+def _ranges(before: Analysis, after: Analysis, per_b: float, per_a: float, top: int) -> list[RangeChange]:
     """The annotated ranges either analysis kept (by device time or by the idle under them), side by
     side per step (or per trace), those whose host time grew most first."""
-    def totals(a: Analysis, per: int) -> dict[str, tuple[float, float]]:
+    def totals(a: Analysis, per: float) -> dict[str, tuple[float, float]]:
         out: dict[str, tuple[float, float]] = {}
         for r in a.ranks:
             kept = r.findings.annotations
@@ -470,10 +523,10 @@ def _collectives(before: Analysis, after: Analysis) -> CollectivesChange | None:
     return CollectivesChange(before=b, after=a, sentence=sentence)
 
 
-def _kernels(before: Analysis, after: Analysis, per_b: int, per_a: int, top: int) -> list[KernelChange]:
+def _kernels(before: Analysis, after: Analysis, per_b: float, per_a: float, top: int) -> list[KernelChange]:
     """The top kernels of both traces side by side: time per step (or per trace), calls in the
     whole trace, and the share of each trace's own kernel time (never the other trace's)."""
-    def totals(a: Analysis, per: int) -> tuple[dict[str, dict[str, Any]], float]:
+    def totals(a: Analysis, per: float) -> tuple[dict[str, dict[str, Any]], float]:
         out: dict[str, dict[str, Any]] = {}
         for r in a.ranks:
             for k in r.findings.kernels.top:
