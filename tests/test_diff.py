@@ -181,7 +181,7 @@ def test_captures_of_one_length_holding_different_work_are_compared_per_that_wor
         return traceagent.analyze(b.write(tmp_path / name), use_cache=False)
 
     d = diff(capture("before.json", 4, 50), capture("after.json", 3, 150))
-    assert d.time_basis == "span" and d.work_ratio == 0.75
+    assert d.time_basis == "span" and d.work["ratio"] == 0.75
     assert d.slower_pct == pytest.approx(100 * (750 / 0.75 - 750) / 750, abs=0.01) and not d.helped
     assert "span 750.0 µs → 1.00 ms for the same work (+33.3%)" in d.headline
     gemm = next(k for k in d.kernels if k["name"] == "gemm")
@@ -190,4 +190,4 @@ def test_captures_of_one_length_holding_different_work_are_compared_per_that_wor
     assert "Hot kernels (for the before's work)" in render_diff_markdown(d)
     # the same work in both: spans as they are
     same = diff(capture("a.json", 4, 50), capture("b.json", 4, 150))
-    assert same.work_ratio is None and same.slower_pct == pytest.approx(100 * (1050 - 750) / 750, abs=0.01)
+    assert same.work is None and same.slower_pct == pytest.approx(100 * (1050 - 750) / 750, abs=0.01)

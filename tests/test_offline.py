@@ -296,7 +296,10 @@ TABLE = [
     ("N", "Why is GPU 1 idle?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(idle(c).devices[1].idle_pct)}**"]),
     ("N", "did it help?", "compare", {},
-     lambda c: [("**Yes:** " if diff(c.analysis, c.other).helped else "**No:** ")]),
+     lambda c: [("**Yes:** " if diff(c.analysis, c.other).helped else "**No:** "),
+                # the two captures hold different work: the answer says so, with the counts diff read
+                f"ran {diff(c.analysis, c.other).kernels[0]['after_count']} times after against "
+                f"{diff(c.analysis, c.other).kernels[0]['before_count']} before"]),
     ("N", "Did my change make the step faster?", "compare", {}, lambda c: [diff(c.analysis, c.other).headline]),
     ("N", "what changed?", "compare", {}, lambda c: [f"**{diff(c.analysis, c.other).headline}.**"]),
     ("N", "How much time goes to memcpy?", "copies", {}, lambda c: ["mostly DtoD"]),

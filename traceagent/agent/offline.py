@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from functools import partial
 
+from ..detect.compare.diff import WORK_NOTE
 from ..detect.compare.scaling import PARTS
 from ..detect.core.peaks import peak_for
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
@@ -995,6 +996,8 @@ class OfflineAnalyst:
         else:
             lines = [f"**{d.headline}.**", ""]
         lines += [f"- {m.name}: {_value(m.unit, m.before)} → {_value(m.unit, m.after)}" for m in d.metrics[:6]]
+        if d.work:  # two captures holding different work: said, since the spans above are not the raw ones
+            lines += ["", md_prose(next(n for n in d.notes if n.startswith(WORK_NOTE)))]
         if d.prediction:
             lines.append(f"\nThe before verdict {d.prediction['sentence']}.")
         if d.collectives:

@@ -290,7 +290,7 @@ def render_diff_markdown(d: DiffResult) -> str:
     out += ["", md_table(["metric", "before", "after", "change"],
                          [[m.name, _value(m.unit, m.before), _value(m.unit, m.after), _change(m)] for m in d.metrics])]
     # what the tables below are over
-    per = "per step" if d.time_basis == "step" else "for the before's work" if d.work_ratio else "in the trace"
+    per = "per step" if d.time_basis == "step" else "for the before's work" if d.work else "in the trace"
     if d.kernels:
         out += ["", f"Hot kernels ({per}):", "",
                 md_table(["kernel", "before", "after", "share of kernel time", "calls"],

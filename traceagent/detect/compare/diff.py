@@ -157,6 +157,17 @@ class RangeChange(TypedDict):
     change_pct: float | None  # of its host time: + slower
 
 
+class WorkChange(TypedDict):
+    """Two captures without steps that hold different work: how much the after trace holds against
+    the before's, by the calls of the kernels both ran most."""
+
+    ratio: float  # the after trace's work over the before's (the median of the five kernels' call ratios)
+    kernel: str  # the before's kernel with the most time, which both ran
+    before_calls: int
+    after_calls: int
+    after_span_us: float  # the after trace's own span, before it was scaled to the before's work
+
+
 class CollectivesSide(TypedDict):
     """One trace's collectives with a recorded payload, every rank added up."""
 
@@ -201,9 +212,9 @@ class DiffResult:
     grew: str | None = None  # when the after trace is slower: what grew most, in words
     ranges: list[RangeChange] = field(default_factory=list)  # in both traces, the most grown first
     classes: list[ClassChange] = field(default_factory=list)  # device time by class of work, the largest first
-    # without steps, where the traces hold different amounts of work: the after's over the before's
-    # (the calls of the kernels both ran); its span and totals are then scaled to the before's work
-    work_ratio: float | None = None
+    # without steps, where the traces hold different amounts of work (the calls of the kernels both
+    # ran): the after trace's span and totals are then scaled to the before's work
+    work: WorkChange | None = None
 
 
 def _summary(a: Analysis) -> dict[str, Any]:
@@ -278,7 +289,9 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     key = "step_us" if basis == "step" else "wall_span_us"
     # without steps, spans of captures that held different amounts of work are compared per that work
     work = _work_ratio(before, after) if basis == "span" else None
-    scale = work.ratio if work else 1.0
+    if work:
+        work["after_span_us"] = a[key]
+    scale = work["ratio"] if work else 1.0
     after_time = round(a[key] / scale, 3)
     slower = pct(after_time - b[key], b[key])
     per: Callable[[dict[str, Any]], float] = ((lambda s: max(s["steps"], 1)) if basis == "step" else
@@ -329,10 +342,10 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     notes = [] if basis == "step" else [("One of the traces has" if b["step_us"] or a["step_us"] else "The traces have")
                                         + " no steps: time is compared over the whole span."]
     if work:
-        notes.append(f"The traces hold different amounts of work: `{short_name(work.kernel)}`, the kernel with the "
-                     f"most time before, ran {work.after_calls} times after against {work.before_calls} before (the "
-                     f"kernels both ran most: {work.ratio:.3g}× as often). The after trace's span "
-                     f"({duration(a[key])}) and its totals are scaled to the before's work.")
+        notes.append(f"{WORK_NOTE}: `{short_name(work['kernel'])}`, the kernel with the most time before, ran "
+                     f"{work['after_calls']} times after against {work['before_calls']} before (the kernels both ran "
+                     f"most: {work['ratio']:g}× as often). The after trace's span ({duration(work['after_span_us'])}) "
+                     "and its totals are scaled to the before's work.")
     prediction = _prediction(before, basis, -slower)
     grew = _grew_most(metrics) if slower >= NOISE_PCT else None
     if slower >= NOISE_PCT:  # worse: said first, never as "-N% faster"
@@ -351,24 +364,18 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
         kernels=kernels, headline=headline, notes=notes, prediction=prediction, collectives=collectives,
         helped=-slower >= NOISE_PCT or (root_cause["gone"] and slower < NOISE_PCT), grew=grew, ranges=ranges,
-        classes=_classes(before, after, per(b), per(a)), work_ratio=work.ratio if work else None,
+        classes=_classes(before, after, per(b), per(a)), work=work,
     )
 
 
+#: how the note on two captures holding different work begins (what answers quote it by)
+WORK_NOTE = "The traces hold different amounts of work"
 #: spans are compared as they are unless the after trace holds this much more or less work (a
 #: capture of a fixed time holds as many iterations as fitted in it)
 WORK_DIFFERS = 0.05
 
 
-@dataclass(frozen=True)
-class _Work:
-    ratio: float  # the after trace's work over the before's
-    kernel: str  # the before's kernel with the most time, which both ran
-    before_calls: int
-    after_calls: int
-
-
-def _work_ratio(before: Analysis, after: Analysis) -> _Work | None:
+def _work_ratio(before: Analysis, after: Analysis) -> WorkChange | None:
     """Where the traces have no steps: how much work the after trace holds against the before's,
     by the calls of the kernels both ran (the median of their ratios, over the before's five with
     the most time); None where it is the same within WORK_DIFFERS, or no kernel is in both."""
@@ -387,7 +394,8 @@ def _work_ratio(before: Analysis, after: Analysis) -> _Work | None:
     ratio = statistics.median(ca[n][0] / cb[n][0] for n in common)
     if abs(ratio - 1) < WORK_DIFFERS:
         return None
-    return _Work(round(ratio, 4), common[0], cb[common[0]][0], ca[common[0]][0])
+    return WorkChange(ratio=round(ratio, 4), kernel=common[0], before_calls=cb[common[0]][0],
+                      after_calls=ca[common[0]][0], after_span_us=0.0)
 
 
 def _classes(before: Analysis, after: Analysis, per_b: float, per_a: float) -> list[ClassChange]:
