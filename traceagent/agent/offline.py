@@ -245,7 +245,7 @@ class OfflineAnalyst:
             return []
         s = idle.sync_sites[0]
         return [f"Synchronizations: `{s.call}`" + (f" under `{s.op}`" if s.op else "")
-                + (f" at `{s.python}`" if s.python else "") + f", {s.count} times, "
+                + (f" at `{s.python}`" if s.python else "") + f", {_times(s.count)}, "
                 f"{duration(s.idle_us)} of idle after them."]
 
     def _optimize_first(self, q: Question, verdict: VerdictAnswer) -> str:
@@ -537,7 +537,7 @@ class OfflineAnalyst:
         pct = (idle.totals.by_cause_pct or {}).get("dataloader")
         lines = [f"{who}{said[1] if _yes_no(q) else ''}the GPU waits for data loading {duration(waited)}"
                  + (f" ({percent(pct)} {self._of(idle.scope)})" if pct is not None else "")
-                 + f", in {idle.totals.by_cause_count['dataloader']} gaps."]
+                 + f", in {_gaps(idle.totals.by_cause_count['dataloader'])}."]
         lines += self._largest_gap(idle)
         if v.root_cause == "dataloader":
             lines += ["", v.hypothesis, "", f"**Next step:** {v.next_step}", *_saving(v)]
@@ -555,12 +555,12 @@ class OfflineAnalyst:
         s = sites[0]
         where = f"`{s.python}`" if s.python else None
         lines = [f"{who}" + (f"**{where}**: " if where else "") + f"`{s.call}`" + (f" under `{s.op}`" if s.op else "")
-                 + f" blocks the host {s.count} times, leaving the GPU idle {duration(s.idle_us)} after them."]
+                 + f" blocks the host {_times(s.count)}, leaving the GPU idle {duration(s.idle_us)} after them."]
         if not where:
             lines.append("The trace has no Python frames, so the line is unknown: profile with "
                          "`torch.profiler.profile(with_stack=True)` to get it.")
         lines += [f"- `{o.call}`" + (f" under `{o.op}`" if o.op else "") + (f" at `{o.python}`" if o.python else "")
-                  + f": {o.count} times, {duration(o.idle_us)}" for o in sites[1:4]]
+                  + f": {_times(o.count)}, {duration(o.idle_us)}" for o in sites[1:4]]
         lines += ["", "Common causes: `.item()`, `.cpu()`, `print(tensor)` or a `torch.cuda.synchronize()` in the loop. "
                       "Keep values on the GPU, or read them every N steps."]
         return "\n".join(lines)
@@ -587,7 +587,7 @@ class OfflineAnalyst:
                  f"overlapped: {duration(c.exposed_us)}, {percent(c.exposed_pct)} {of}."]
         if c.top:
             top = c.top[0]
-            lines.append(f"The largest: `{shorten(short_name(top['name']), 60)}` ({top['count']} calls, "
+            lines.append(f"The largest: `{shorten(short_name(top['name']), 60)}` ({counted(top['count'], 'call')}, "
                          f"{duration(top['total_us'])}).")
         if bandwidth.result is not None:
             lines.append(_bandwidth_lines(bandwidth.result))
@@ -854,7 +854,7 @@ class OfflineAnalyst:
         who = self._who(idle.scope)
         if not idle.top_gaps:
             return f"{who}There are no idle gaps{which} in this scope."
-        lines = [f"{who}{idle.matching_gaps} gaps{which}, {duration(idle.matching_idle_us)} of idle time in all. "
+        lines = [f"{who}{_gaps(idle.matching_gaps or 0)}{which}, {duration(idle.matching_idle_us)} of idle time in all. "
                  "The largest:"]
         for i, g in enumerate(idle.top_gaps, 1):
             host = ", ".join(f"`{shorten(h.name, 50)}`" for h in (g.host.host if g.host else [])[:2])
@@ -1118,7 +1118,7 @@ def _why_slow(names: list[str], profiled: KernelProfilesAnswer) -> str:
 def _bandwidth_lines(c: CollectivesResult) -> str:
     """The collectives' bandwidth: the verdict (bandwidth- or latency-bound), the largest rows,
     each share of a link's peak with the link it assumed."""
-    rows = [f"- {r.collective} on group {r.group} ({r.group_size} ranks): {r.calls} calls, {size(r.bytes)}, "
+    rows = [f"- {r.collective} on group {r.group} ({r.group_size} ranks): {counted(r.calls, 'call')}, {size(r.bytes)}, "
             f"busbw {rate(r.busbw_gbps)} (best call {rate(r.best_busbw_gbps)}), {percent(r.peak_pct)} of "
             f"{c.links[r.link].kind}'s {c.links[r.link].peak_gbps:g} GB/s" for r in c.rows[:3]]
     assumed = "; ".join(f"{link.kind}: {link.assumption} ({link.source})" for link in c.links)

@@ -11,7 +11,7 @@ from ..detect.detectors.kernel_profiles import SOL_PCT, KernelProfilesResult, pr
 from ..detect.detectors.kernels import short_name
 from ..detect.detectors.launch import NO_LAUNCHES
 from ..detect.registry import DETECTORS
-from ..format import duration, of_span, percent, scope, shorten, size
+from ..format import counted, duration, of_span, percent, scope, shorten, size
 from ..sentences import further_findings, gap_evidence, gpu_behind, straggler_sentence
 from ..text import code, md_literal, md_prose, md_table, visible
 
@@ -153,7 +153,7 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
         said = [f"{scope(r.rank, d)}: idle {duration(x.idle_us)} of its span {duration(x.span_us)} "
                 f"({percent(x.idle_pct)})." for d, x in idle.devices.items()]
         said.append(f"Together: idle {duration(idle.idle_us)} of {duration(idle.device_time_us)} of device "
-                    f"time ({percent(idle.idle_pct)}) in {idle.gaps} gaps.")
+                    f"time ({percent(idle.idle_pct)}) in {counted(idle.gaps, 'gap')}.")
     else:
         said = [f"{scope(r.rank, next(iter(idle.devices), None))}: idle {duration(idle.idle_us)} of "
                 f"{duration(idle.span_us)} ({percent(idle.idle_pct)}) in {idle.gaps} gaps."]

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
-from ...format import duration, percent, rate, size
+from ...format import counted, duration, percent, rate, size
 from ..analysis import SCHEMA_VERSION, Analysis
 from ..core.view import pct
 from ..core.vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
@@ -343,8 +343,8 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
                                         + " no steps: time is compared over the whole span."]
     if work:
         notes.append(f"{WORK_NOTE}: `{short_name(work['kernel'])}`, the kernel with the most time before, ran "
-                     f"{work['after_calls']} times after against {work['before_calls']} before (the kernels both ran "
-                     f"most: {work['ratio']:g}× as often). The after trace's span ({duration(work['after_span_us'])}) "
+                     f"{counted(work['after_calls'], 'time')} after against {work['before_calls']} before (the kernels "
+                     f"both ran most: {work['ratio']:g}× as often). The after trace's span ({duration(work['after_span_us'])}) "
                      "and its totals are scaled to the before's work.")
     prediction = _prediction(before, basis, -slower)
     grew = _grew_most(metrics) if slower >= NOISE_PCT else None

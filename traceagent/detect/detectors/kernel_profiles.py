@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ...format import duration, percent
+from ...format import counted, duration, percent
 from ...trace.ncu import KernelLaunch
 from ..core.peaks import peak_for
 from .kernels import HotKernel, short_name
@@ -234,6 +234,6 @@ def roofline(intensity: float | None, device_name: str, dtype: str = "bf16") -> 
 
 def profile_sentence(k: KernelProfile) -> str:
     """One kernel's reading, with where it sits in the trace when it matched."""
-    where = (f" In the trace it ran {k.trace_count} times for {duration(k.trace_total_us)} "
+    where = (f" In the trace it ran {counted(k.trace_count or 0, 'time')} for {duration(k.trace_total_us)} "
              f"({percent(k.trace_share_of_busy_pct)} of busy time)." if k.trace_total_us is not None else "")
     return f"`{short_name(k.name)}` is {k.bound}-bound: {k.why}.{where} Next: {k.next_step}."

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ...format import duration, flop_rate
+from ...format import counted, duration, flop_rate
 from ...trace.model import Trace
 from ..core.bounds import Count, Percent
 from ..core.peaks import peak_for
@@ -131,7 +131,7 @@ def shapes_sentence(result: ShapesResult) -> str | None:
     s = result.slow[0]
     mfu = f", {s.mfu_pct:g}% MFU on {result.gpu}" if s.mfu_pct is not None else ""
     return (f"The slowest shape for its op: {s.op} {s.shape} ({s.dtype}) runs at {flop_rate(s.tflops)}{mfu}, "
-            f"{s.of_best_pct:.0f}% of that op's best shape: {duration(s.lost_us)} lost over its {s.calls} calls. "
+            f"{s.of_best_pct:.0f}% of that op's best shape: {duration(s.lost_us)} lost over its {counted(s.calls, 'call')}. "
             "Pad its dimensions to multiples of 64 (8 for fp16/bf16 tensor cores at least), or batch such calls.")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from ...format import counted
 from ..detectors.idle import IdleResult
 from ..detectors.launch import LaunchResult
 from ..detectors.memcpy import MemcpyResult
@@ -82,7 +83,7 @@ def launch_bound(idle: IdleResult, launch: LaunchResult) -> tuple[str, str]:
                 f"`{profile_line()}` (or torch.profiler with ProfilerActivity.CPU beside CUDA).")
     top = idle.launch_bound[0] if idle.launch_bound else None
     within = f" in `{top['range']}`" if top and top.get("range") else ""
-    who = f" (mostly from `{top['op']}`{within}, {top['gaps']} gaps)" if top else ""
+    who = f" (mostly from `{top['op']}`{within}, {counted(top['gaps'], 'gap')})" if top else ""
     hypothesis = (f"Kernels are small (median {launch.median_kernel_us:.1f} µs) against their launch cost (median "
                   f"{launch.median_launch_us:.1f} µs per call), so the GPU finishes each one before the host issues "
                   f"the next{who}.")

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Required
 from pydantic import Field
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
-from ...format import duration, of_span
+from ...format import counted, duration, of_span
 from ..core.bounds import Percent, Share
 from ..core.vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES, blocking, gap_causes_of
 from ..detectors.annotations import AnnotationsResult
@@ -491,7 +491,7 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
                                 kernel_count=top.count)
     if f.classes is not None and memory_bound_dominates(f.classes):
         return _memory_bound_verdict(f, f.classes, top, evidence, also)
-    hypothesis = (f"Time goes into kernel execution, led by {top.label} ({top.count} launches"
+    hypothesis = (f"Time goes into kernel execution, led by {top.label} ({counted(top.count, 'launch', 'launches')}"
                   + (f", from {top.op}" if top.op else "") + "); speeding it up is the largest single gain.")
     step = (f"Profile that kernel: `{advice.profile_line('--ncu', repr(top.short_name))}` (Nsight Compute on it, "
             "joined to the trace), and check it runs in a fast dtype (bf16/TF32) and shape.")
