@@ -255,21 +255,26 @@ def test_a_200_mb_kernel_name_in_an_nsight_export_is_cut_before_it_reaches_pytho
     print(f"200 MB name in StringIds: {seconds:.1f} s, peak {peak / GiB:.2f} GiB")
 
 
+def after_the_command_line(tmp_path, probe: str, variable: str, user_setting: str | None) -> str:
+    """What `probe` (Python, printing one line to stderr) prints in a process that ran the command
+    line on a small trace, with the user's `variable` set to `user_setting` (None: unset)."""
+    trace = TraceBuilder()
+    trace.kernel("k", 10, 5)
+    path = trace.write(tmp_path / "t.json")
+    script = f"import numpy, sys; from traceagent.cli import main\nmain(['info', sys.argv[1]])\n{probe}"
+    env = {k: v for k, v in os.environ.items() if k != variable}
+    if user_setting is not None:
+        env[variable] = user_setting
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env, check=True)
+    return done.stderr.strip().splitlines()[-1]
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="NumPy madvises huge pages on Linux only")
 @pytest.mark.parametrize("user_setting, huge_pages", [(None, False), ("1", True)])
 def test_the_command_line_gives_arrays_small_pages_unless_the_user_chose(tmp_path, user_setting, huge_pages):
     # huge pages stalled the analysis where the kernel compacts memory to find them (heap.small_pages_for_arrays)
-    trace = TraceBuilder()
-    trace.kernel("k", 10, 5)
-    path = trace.write(tmp_path / "t.json")
-    script = ("import numpy, sys; from traceagent.cli import main\n"
-              "main(['info', sys.argv[1]])\n"
-              "print(numpy._core.multiarray._get_madvise_hugepage(), file=sys.stderr)")
-    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
-    if user_setting is not None:
-        env["NUMPY_MADVISE_HUGEPAGE"] = user_setting
-    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env, check=True)
-    assert done.stderr.strip().splitlines()[-1] == str(huge_pages)
+    probe = "print(numpy._core.multiarray._get_madvise_hugepage(), file=sys.stderr)"
+    assert after_the_command_line(tmp_path, probe, "NUMPY_MADVISE_HUGEPAGE", user_setting) == str(huge_pages)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's allocator settings")
@@ -277,21 +282,13 @@ def test_the_command_line_gives_arrays_small_pages_unless_the_user_chose(tmp_pat
 def test_the_command_line_serves_large_arrays_from_the_heap_unless_the_user_chose(tmp_path, user_setting, own_mapping):
     # each large temporary of an analysis was its own mapping, faulted in page by page and unmapped
     # when freed (heap.reuse_freed_arrays): after the command line, a 400 MB array lies in [heap]
-    trace = TraceBuilder()
-    trace.kernel("k", 10, 5)
-    path = trace.write(tmp_path / "t.json")
-    script = ("import numpy, sys; from traceagent.cli import main; from traceagent.trace import heap\n"
-              "main(['info', sys.argv[1]])\n"
-              "array = numpy.ones(50_000_000)\n"  # 400 MB
-              "start = array.__array_interface__['data'][0]\n"
-              "for line in open('/proc/self/maps'):\n"
-              "    lo, hi = (int(x, 16) for x in line.split()[0].split('-'))\n"
-              "    if lo <= start < hi:\n"
-              "        print(line.strip().endswith('[heap]'), heap.pages_environ().get('MALLOC_MMAP_MAX_'), file=sys.stderr)")
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_MAX_"}
-    if user_setting is not None:
-        env["MALLOC_MMAP_MAX_"] = user_setting
-    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env, check=True)
-    in_heap, told = done.stderr.strip().splitlines()[-1].split()
+    probe = ("from traceagent.trace import heap\n"
+             "array = numpy.ones(50_000_000)\n"  # 400 MB
+             "start = array.__array_interface__['data'][0]\n"
+             "for line in open('/proc/self/maps'):\n"
+             "    lo, hi = (int(x, 16) for x in line.split()[0].split('-'))\n"
+             "    if lo <= start < hi:\n"
+             "        print(line.strip().endswith('[heap]'), heap.pages_environ().get('MALLOC_MMAP_MAX_'), file=sys.stderr)")
+    in_heap, told = after_the_command_line(tmp_path, probe, "MALLOC_MMAP_MAX_", user_setting).split()
     # in the heap, and a spawned Dask worker is told the same; the user's own setting is theirs
     assert (in_heap, told) == (("False", "None") if own_mapping else ("True", "0"))
