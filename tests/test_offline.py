@@ -136,6 +136,8 @@ TABLE = [
      lambda c: [f"**Yes.** With attention kernels 2× faster, the span would take "
                 f"{percent(replayed(c, 'class:attention=x2').saving_pct)} less time", "they set the pace"]),
     ("B", "Is the convolution the bottleneck?", "bound", {}, lambda c: ["**No.** This rank ran no convolution kernels."]),
+    ("B", "Is attention the bottleneck on rank 5?", "bound", {"rank": 5}, lambda c: ["no rank 5 in this trace"]),
+    ("B", "What is the throughput of rank 3?", "throughput", {"rank": 3}, lambda c: ["no rank 3 in this trace"]),
     ("Q", "Is softmax expensive?", "bound", {},
      lambda c: [f"With reduction (softmax, sums, sorts) kernels 2× faster, the step would take "
                 f"{percent(replayed(c, 'class:reduction=x2').saving_pct)} less time",

@@ -15,6 +15,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from ..detect.compare.diff import WORK_NOTE
 from ..detect.compare.scaling import PARTS
@@ -324,9 +325,17 @@ class OfflineAnalyst:
             lines += [f"- {s.sentence}" for s in others]
         return "\n".join(lines)
 
+    def _result(self, at: dict, name: str) -> Any:
+        """A registered detector's result on the rank asked about; None where it has none, or where
+        the trace has no such rank (its tools then say so)."""
+        analysis = self.ctx.analysis
+        rank = analysis.focus if at.get("rank") is None else next(
+            (r for r in analysis.ranks if r.rank == at["rank"]), None)
+        return rank.results.get(name) if rank is not None else None
+
     def _classes_asked(self, q: Question, at: dict) -> list[str]:
         """The classes of work a question names ("is attention the bottleneck?") that the rank ran."""
-        result = self.ctx.analysis.rank(at.get("rank")).results.get("time_by_class")
+        result = self._result(at, "time_by_class")
         ran = {c.name for c in result.classes} if result is not None else set()
         return [name for name in classes_named(q.text) if name in ran]
 
@@ -748,7 +757,7 @@ class OfflineAnalyst:
 
     def _serving(self, at: dict) -> bool:
         """Whether the rank asked about is an inference server's (its steps name phases)."""
-        return self.ctx.analysis.rank(at.get("rank")).results.get("phases") is not None
+        return self._result(at, "phases") is not None
 
     def _throughput(self, q: Question, answer: StepsAnswer | DetectorAnswer, verdict: VerdictAnswer | None = None) -> str:
         """The job's rate: an inference server's tokens per second by phase; a loop's steps per
