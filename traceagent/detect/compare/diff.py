@@ -288,9 +288,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     basis = "step" if b["step_us"] and a["step_us"] else "span"
     key = "step_us" if basis == "step" else "wall_span_us"
     # without steps, spans of captures that held different amounts of work are compared per that work
-    work = _work_ratio(before, after) if basis == "span" else None
-    if work:
-        work["after_span_us"] = a[key]
+    work = _work_ratio(before, after, a[key]) if basis == "span" else None
     scale = work["ratio"] if work else 1.0
     after_time = round(a[key] / scale, 3)
     slower = pct(after_time - b[key], b[key])
@@ -375,7 +373,7 @@ WORK_NOTE = "The traces hold different amounts of work"
 WORK_DIFFERS = 0.05
 
 
-def _work_ratio(before: Analysis, after: Analysis) -> WorkChange | None:
+def _work_ratio(before: Analysis, after: Analysis, after_span_us: float) -> WorkChange | None:
     """Where the traces have no steps: how much work the after trace holds against the before's,
     by the calls of the kernels both ran (the median of their ratios, over the before's five with
     the most time); None where it is the same within WORK_DIFFERS, or no kernel is in both."""
@@ -395,7 +393,7 @@ def _work_ratio(before: Analysis, after: Analysis) -> WorkChange | None:
     if abs(ratio - 1) < WORK_DIFFERS:
         return None
     return WorkChange(ratio=round(ratio, 4), kernel=common[0], before_calls=cb[common[0]][0],
-                      after_calls=ca[common[0]][0], after_span_us=0.0)
+                      after_calls=ca[common[0]][0], after_span_us=after_span_us)
 
 
 def _classes(before: Analysis, after: Analysis, per_b: float, per_a: float) -> list[ClassChange]:

@@ -119,7 +119,9 @@ class FlopsResult:
     memory_gbps: float | None = None  # the GPU's peak memory bandwidth (the peak table's source)
     ridge_flop_per_byte: float | None = None  # peak FLOP/s of `dtype` over peak memory bandwidth
     traffic: list[OpTraffic] = field(default_factory=list)  # the low-FLOP ops, most device time first
-    compute_heavy_us: float = 0.0  # device time of the matmul, attention and convolution kernels (every GPU of the rank)
+    # where an op is counted: the device time of the matmul, attention and convolution kernels (every
+    # GPU of the rank), and how much of it ran outside the counted ops (0 and None where none is counted)
+    compute_heavy_us: float = 0.0
     uncounted_us: float = 0.0  # of it, launched outside every op whose FLOPs are counted: work MFU leaves out
     uncounted_kernel: str | None = None  # the kernel (short name) with the most of that time
     uncounted_op: str | None = None  # the op that launched most of that kernel's time
@@ -310,7 +312,8 @@ def detect_flops(trace: Trace, span_us: float, devices: int) -> FlopsResult:
     memory_gbps = peak.hbm_gbps if peak else None
     traffic = _traffic(trace, low_flop, memory_gbps)
     known_rows = table["flops"].notna().to_numpy()
-    uncounted = _uncounted_compute(trace, shaped[known_rows])
+    # with no op counted there is no rate to qualify: the kernels are not read for it
+    uncounted = _uncounted_compute(trace, shaped[known_rows]) if known_rows.any() else {}
     if shaped.empty:
         return FlopsResult(0, 0, 0.0, 0.0, None, names, peak.gpu if peak else None, peak.source if peak else None,
                            None, None, None, span_us, [],
