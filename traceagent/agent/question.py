@@ -65,8 +65,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                r"\btokens? ?(?:/|per) ?s(?:ec(?:ond)?)?\b|\btime to first token|\binter-?token|\bper output token"),
     # the job's rate: tokens where an inference server's steps say them (phases, above), else steps per second
     ("throughput", r"^(?!.*\b(?:cop(?:y|ies)|memcpy|transfers?|pcie|nvlink|interconnect|collectives?|nccl|rccl|"
-                   r"all-?reduce|network|bandwidth|memory)\b).*\bthroughput\b|\b(?:samples?|images?|sequences?|examples?|items?|batch(?:es)?|iterations?|steps?|"
-                   r"it) ?(?:/|per) ?s(?:ec(?:ond)?)?\b|\bit/s\b"),
+                   r"all-?reduce|network|bandwidth|memory)\b).*\bthroughput\b|"
+                   r"\b(?:samples?|images?|sequences?|examples?|items?|batch(?:es)?|iterations?|steps?|it) ?(?:/|per) ?"
+                   r"s(?:ec(?:ond)?)?\b|\bit/s\b"),
     ("bound", r"\b(?:\w+[- ]bound|bound by|limited by|bottleneck(?:ed)?)\b.*\?|^\s*(?:is|am|are)\b.*\b(?:bound|limited)\b"
               r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)|"
               # a class of work called costly: "is softmax expensive?", "are the convolutions slow?"
