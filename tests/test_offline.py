@@ -149,6 +149,10 @@ TABLE = [
                 "The trace does not record the batch size"]),
     ("B", "What's the throughput?", "throughput", {},
      lambda c: [f"{focus(c).results['phases'].phases[0].tokens_per_s:g} tokens/s over its steps"]),
+    # the typical kernel, not only the hottest: the median duration beside the launch call's
+    ("R", "What is the average kernel duration?", "kernels", {},
+     lambda c: [f"**A kernel runs {duration(focus(c).findings.launch.median_kernel_us)} at the median**",
+                top_kernel(c).short_name]),
     # a runtime call named for its kind of work (no word boundary before Memcpy or Synchronize)
     ("R", "How much time is spent in cudaMemcpy?", "copies", {}, lambda c: ["mostly HtoD"]),
     ("R", "Where is cudaStreamSynchronize called?", "sync", {}, lambda c: ["cudaStreamSynchronize"]),

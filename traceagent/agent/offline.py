@@ -123,7 +123,8 @@ class OfflineAnalyst:
                                           ("kernel_instances", at | {"name": q.kernel, "top": 3}),
                                           ("kernel_profiles", {})], self._kernel),
             "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5})], self._op),
-            "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})], self._kernels),
+            "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})]
+                            + ([("launches", at)] if _TYPICAL_KERNEL.search(q.text) else []), self._kernels),
             "copies": Plan(lambda q, at: [("data_movement", at), ("interconnect", at)], self._copies),
             "memory": Plan(lambda q, at: [("memory", at)], self._memory),
             "dataloader": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
@@ -471,13 +472,20 @@ class OfflineAnalyst:
                   + (f", from `{r.python}`" if r.python else "") for i, r in enumerate(kernels.top, 1)]
         return "\n".join(lines)
 
-    def _kernels(self, q: Question, kernels: KernelsAnswer, profiled: KernelProfilesAnswer) -> str:
+    def _kernels(self, q: Question, kernels: KernelsAnswer, profiled: KernelProfilesAnswer,
+                 launches: LaunchesAnswer | None = None) -> str:
         top = [row.kernel for row in kernels.top[:5]]
         if not top:
             return "There are no kernels in this trace."
         k = kernels.kernels
-        lines = [f"{self._who(kernels.scope)}{k.kernels} kernels ({k.distinct} distinct names) ran "
-                 f"{duration(k.total_us)}. The hottest:"]
+        lines = []
+        if launches is not None and launches.launch.kernels:  # "how long is a typical kernel?"
+            n = launches.launch
+            lines += [f"{self._who(launches.scope)}**A kernel runs {duration(n.median_kernel_us)} at the median** (of "
+                      f"the {n.kernels} linked to their launch call), against {duration(n.median_launch_us)} for a "
+                      f"launch call; {percent(n.short_kernel_pct)} of kernels are shorter than their own launch.", ""]
+        lines += [f"{'' if lines else self._who(kernels.scope)}{k.kernels} kernels ({k.distinct} distinct names) ran "
+                  f"{duration(k.total_us)}. The hottest:"]
         lines += [f"{i}. `{shorten(h.label, 80)}`: {duration(h.total_us)}, {percent(h.share_of_busy_pct)} of "
                   f"busy time, {counted(h.count, 'launch', 'launches')}, mean {duration(h.mean_us)}"
                   + (f", from `{shorten(h.op, 40)}`" if h.op else "") for i, h in enumerate(top, 1)]
@@ -1091,6 +1099,9 @@ def _collective_named(text: str) -> list[_Collective]:
     return [c for _, c in sorted(found, key=lambda f: f[0])]
 
 
+#: a question about the typical kernel rather than the hottest ("what is the average kernel duration?")
+_TYPICAL_KERNEL = re.compile(r"\b(?:average|mean|median|typical)\b.{0,20}\bkernels?\b|"
+                             r"\bkernels?\b.{0,20}\b(?:average|mean|median|typical)\b|how long (?:is|does) a kernel", re.I)
 _FACTOR = re.compile(r"\b(\d+(?:\.\d+)?)\s*(?:x|×|times)\b", re.I)
 
 
