@@ -1,0 +1,74 @@
+"""GPU time by op (a registered detector): the device time of what each op launched. A trace built
+here with its figures worked out by hand, and a real one against Kineto's own link from each kernel
+to its op (the kernel's `external id`), read from the raw JSON in the test."""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+
+import pytest
+from builder import TraceBuilder
+from conftest import RESNET_NW0, analyzed, offline_answer
+
+from traceagent import analyze
+from traceagent.agent.question import understand
+from traceagent.agent.tools import AnalysisContext
+from traceagent.detect.detectors.op_time import op_time_sentence
+
+
+def ops_trace(tmp_path):
+    """aten::mm called twice, each launching one gemm (20 µs, then 30 µs); aten::copy_ launching a
+    10 µs copy; a 40 µs kernel launched outside every op. By hand: 100 µs of device time; aten::mm
+    50 µs (50%, 2 calls, 25 µs a call), aten::copy_ 10 µs (10%), 40 µs (40%) launched by no op."""
+    b = TraceBuilder()
+    b.op("aten::mm", 0, 100)
+    b.kernel("sm90_gemm", 20, 20, launch_at=10)
+    b.op("aten::mm", 200, 100)
+    b.kernel("sm90_gemm", 220, 30, launch_at=210)
+    b.op("aten::copy_", 400, 50)
+    b.memcpy(420, 10, 1 << 20, launch_at=410)
+    b.kernel("custom_kernel", 500, 40, launch_at=480)
+    return b.write(tmp_path / "ops.json")
+
+
+def test_each_ops_device_time_calls_and_share_are_worked_out_by_hand(tmp_path):
+    result = analyze(ops_trace(tmp_path), use_cache=False).ranks[0].results["op_time"]
+    assert (result.device_time_us, result.ops, result.no_op_us, result.no_op_pct) == (100.0, 2, 40.0, 40.0)
+    got = {o.name: (o.device_ops, o.time_us, o.share_pct, o.calls, o.per_call_us, o.top_kernel) for o in result.top}
+    assert got == {"aten::mm": (2, 50.0, 50.0, 2, 25.0, "sm90_gemm"),
+                   "aten::copy_": (1, 10.0, 10.0, 1, 10.0, "HtoD")}  # a copy by its kind, as the model names it
+    assert [o.name for o in result.top] == ["aten::mm", "aten::copy_"]  # most device time first
+    said = op_time_sentence(result)
+    assert "`aten::mm` 50.0 µs (50.0%, 2 calls, 25.0 µs a call, led by `sm90_gemm`)" in said
+    assert said.endswith("40.0% was launched by no recorded op.")
+
+
+def test_a_real_trace_matches_kinetos_link_from_each_kernel_to_its_op():
+    raw = json.loads(gzip.decompress(RESNET_NW0.read_bytes()))["traceEvents"]
+    op_of = {e["args"]["External id"]: e["name"] for e in raw if e.get("cat") == "Operator" and "External id" in e["args"]}
+    expected: collections.Counter = collections.Counter()
+    for e in raw:
+        if e.get("cat") in ("Kernel", "Memcpy", "Memset") and e.get("ph") == "X":
+            expected[op_of.get(e["args"].get("external id"))] += e["dur"]
+    result = analyzed(RESNET_NW0).ranks[0].results["op_time"]
+    assert result.device_time_us == pytest.approx(sum(expected.values()), abs=0.01)
+    for o in result.top[:5]:
+        assert o.time_us == pytest.approx(expected[o.name], abs=0.01), o.name
+
+
+@pytest.mark.parametrize("question, intent", [
+    ("Which op takes the most GPU time?", "detector:op_time"), ("What is the most expensive op?", "detector:op_time"),
+    ("which operator is slowest?", "detector:op_time"), ("GPU time by op?", "detector:op_time"),
+    # the host's time is another detector's
+    ("Which op is slowest on the CPU?", "detector:host_ops"),
+])
+def test_questions_about_ops_by_device_time_reach_it_and_the_hosts_do_not(question, intent):
+    assert understand(question, AnalysisContext(analyzed(RESNET_NW0))).intent == intent
+
+
+def test_the_offline_analyst_answers_with_its_sentence():
+    analysis = analyzed(RESNET_NW0)
+    answer = offline_answer(analysis, "Which op takes the most GPU time?")
+    assert op_time_sentence(analysis.ranks[0].results["op_time"]) in answer
