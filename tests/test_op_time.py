@@ -72,3 +72,17 @@ def test_the_offline_analyst_answers_with_its_sentence():
     analysis = analyzed(RESNET_NW0)
     answer = offline_answer(analysis, "Which op takes the most GPU time?")
     assert op_time_sentence(analysis.ranks[0].results["op_time"]) in answer
+
+
+def test_kernels_replayed_from_a_cuda_graph_are_said_apart_with_how_to_name_their_ops(tmp_path):
+    # by hand: one graph launch replays two 30 µs kernels, and a 40 µs kernel no op launched runs eagerly:
+    # 100 µs launched by no op, 60 of it (60%) replayed from the graph
+    b = TraceBuilder()
+    b.runtime("cudaGraphLaunch", 0, 10, correlation=9000)
+    for start in (20, 50):
+        b.kernel("graphed_kernel", start, 30)["args"]["correlation"] = 9000
+    b.kernel("eager_kernel", 100, 40, launch_at=90)
+    result = analyze(b.write(tmp_path / "graph.json"), use_cache=False).ranks[0].results["op_time"]
+    assert (result.no_op_us, result.no_op_pct, result.no_op_graph_pct, result.top) == (100.0, 100.0, 60.0, [])
+    assert op_time_sentence(result) == ("No recorded op launched the 100.0 µs of device time (60.0% of it replayed from "
+                                        "CUDA graphs: `--graph-capture` with a trace of their capture names their ops).")

@@ -20,6 +20,7 @@ from ...trace.model import Trace, rows_where
 from ..core.bounds import Count
 from ..core.view import pct, us
 from .base import Detector
+from .graphs import replayed
 from .kernels import leading_kernels
 
 
@@ -50,12 +51,14 @@ class OpTimeResult:
     no_op_us: float  # device time launched by no op the trace records
     no_op_pct: float
     top: list[OpTime]  # most device time first
+    no_op_graph_pct: float = 0.0  # of no_op_us, kernels replayed from a CUDA graph (a capture trace names their ops)
 
 
 def detect_op_time(trace: Trace, params: OpTimeParams = OpTimeParams()) -> OpTimeResult | None:
     """None where the rank ran no device work."""
     gpu = trace.gpu
-    work = rows_where(gpu[["name", "op", "start", "end"]], (gpu["kind"] != "sync").to_numpy())
+    device = (gpu["kind"] != "sync").to_numpy()
+    work = rows_where(gpu[["name", "op", "start", "end"]], device)
     if work.empty:
         return None
     dur = (work["end"].to_numpy(np.int64) - work["start"].to_numpy(np.int64)).clip(0)
@@ -79,20 +82,23 @@ def detect_op_time(trace: Trace, params: OpTimeParams = OpTimeParams()) -> OpTim
         top.append(OpTime(name, int(count[i]), us(int(time[i])), pct(time[i], total), calls,
                           us(time[i] / calls) if calls else None, kernels[0] if kernels else None))
     no_op = int(dur[~launched].sum())
-    return OpTimeResult(us(total), int((count > 0).sum()), us(no_op), pct(no_op, total), top)
+    graphed = int(dur[~launched & replayed(trace)[device]].sum()) if no_op else 0
+    return OpTimeResult(us(total), int((count > 0).sum()), us(no_op), pct(no_op, total), top, pct(graphed, no_op))
 
 
 def op_time_sentence(result: OpTimeResult) -> str | None:
     """'Device time by op (…): aten::cudnn_convolution_backward_input 80.76 ms (13.4%, 162 calls, 498.5 µs a call,
     led by dgrad_engine); …'"""
-    if not result.top:
-        return None
+    graphs = (f" ({percent(result.no_op_graph_pct)} of it replayed from CUDA graphs: `--graph-capture` with a trace of "
+              "their capture names their ops)" if result.no_op_graph_pct >= 0.05 else "")
+    if not result.top:  # no op launched anything the trace records
+        return f"No recorded op launched the {duration(result.device_time_us)} of device time{graphs}."
     parts = [f"{code(shorten(o.name, 60))} {duration(o.time_us)} ({percent(o.share_pct)}"
              + (f", {counted(o.calls, 'call')}, {duration(o.per_call_us)} a call" if o.per_call_us is not None else "")
              + (f", led by {code(shorten(o.top_kernel, 50))}" if o.top_kernel else "") + ")" for o in result.top[:5]]
     return (f"Device time by op (the op around each launch; of {duration(result.device_time_us)}, every GPU of the "
             f"rank): {'; '.join(parts)}."
-            + (f" {percent(result.no_op_pct)} was launched by no recorded op." if result.no_op_pct >= 0.05 else ""))
+            + (f" {percent(result.no_op_pct)} was launched by no recorded op{graphs}." if result.no_op_pct >= 0.05 else ""))
 
 
 def op_time_section(result: OpTimeResult, params: OpTimeParams) -> list[str]:
