@@ -149,6 +149,9 @@ TABLE = [
                 "The trace does not record the batch size"]),
     ("B", "What's the throughput?", "throughput", {},
      lambda c: [f"{focus(c).results['phases'].phases[0].tokens_per_s:g} tokens/s over its steps"]),
+    # kernels per step: the launch detector's kernels over the steps detector's count, worked out here
+    ("R", "How many kernels are launched per step?", "launch", {},
+     lambda c: [f"About {round(focus(c).findings.launch.kernels / focus(c).findings.steps.count, 1):g} kernels a step"]),
     # the typical kernel, not only the hottest: the median duration beside the launch call's
     ("R", "What is the average kernel duration?", "kernels", {},
      lambda c: [f"**A kernel runs {duration(focus(c).findings.launch.median_kernel_us)} at the median**",

@@ -316,6 +316,7 @@ class LaunchesAnswer(Projection):
     launch_overhead_idle_pct: float | None  # of the rank's device time (None for one GPU of several)
     graphs: GraphsResult | None  # None (left out): the trace replays no CUDA graph
     note: str | None = None
+    kernels_per_step: float | None = None  # the linked kernels over the trace's steps (None without steps)
 
 
 @dataclass(frozen=True)

@@ -846,7 +846,9 @@ class OfflineAnalyst:
                  f"{self._who(answer.scope)}{la.kernels} kernels: the launch call takes {duration(la.median_launch_us)} "
                  f"(median), a kernel runs {duration(la.median_kernel_us)} (median), and "
                  f"{percent(la.short_kernel_pct)} of kernels are shorter than their own launch call. Launch-to-start "
-                 f"latency: median {duration(la.median_latency_us)}, p90 {duration(la.p90_latency_us)}.",
+                 f"latency: median {duration(la.median_latency_us)}, p90 {duration(la.p90_latency_us)}."
+                 + (f" About {answer.kernels_per_step:g} kernels a step (its kernels over its steps)."
+                    if answer.kernels_per_step else ""),
                  f"Launch-bound gaps leave the GPU idle {duration(answer.launch_overhead_idle_us)}"
                  + (f" ({percent(share)} of the span)." if share is not None else "."),
                  "", f"{v.headline}.", f"**Next step:** {v.next_step}"]

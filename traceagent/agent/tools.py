@@ -425,7 +425,7 @@ def kernel_instances(ctx: AnalysisContext,
 
 
 def launches(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> LaunchesAnswer:
-    """Kernel launch statistics: launches per API, the launch call's median duration,
+    """Kernel launch statistics: launches per API (and kernels per step), the launch call's median duration,
     launch-to-start latency (median, p90), how many kernels are shorter than their own launch
     call, the idle time the host's launching costs (launch-bound gaps), and CUDA graphs (replays,
     kernels per replay, share of kernel time, launch calls saved), on a rank's GPUs or one."""
@@ -434,10 +434,12 @@ def launches(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> 
     launch = r.launch(device)
     # a rank's share only: a device has no share of the rank's device time
     share = idle.by_cause_pct.get("launch_overhead", 0.0) if isinstance(idle, IdleResult) else None
+    stepped = r.steps(device)
     return LaunchesAnswer(launch, scope, idle.by_cause_us.get("launch_overhead", 0.0),
                           idle.by_cause_us.get("launch_latency", 0.0), r.params.idle.launch_gap_us, share,
                           r.findings.graphs,
-                          None if launch.kernels else "no kernel is linked to its launch call in this trace")
+                          None if launch.kernels else "no kernel is linked to its launch call in this trace",
+                          round(launch.kernels / stepped.count, 1) if stepped and stepped.count else None)
 
 
 def steps(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> StepsAnswer:
