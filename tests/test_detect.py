@@ -372,3 +372,26 @@ def test_a_kernel_as_long_as_its_launch_is_not_launch_bound_at_epoch_timestamps(
 ])
 def test_a_kernel_filter_finds_its_text_case_and_underscores_aside(wanted, name, found):
     assert bool(loosely(wanted).search(name)) is found
+
+
+def test_launch_times_that_are_a_queue_or_a_clock_offset_are_said_so(tmp_path):
+    from traceagent.detect.detectors.launch import detect_launch, latency_note
+
+    # by hand: three kernels launched at 0, 10 and 20 µs start at 20,000, 20,100 and 20,200 µs (behind work
+    # the trace does not hold): 20,000, 20,090 and 20,180 µs after their launches, so the GPU never caught up
+    b = TraceBuilder()
+    for i in range(3):
+        b.kernel("k", 20_000 + 100 * i, 50, launch_at=10 * i, launch_dur=5)
+    queued = detect_launch(b.load(tmp_path, "queued.json"))
+    assert queued.min_latency_us == 20_000.0
+    assert latency_note(queued).startswith("No kernel started sooner than 20.00 ms after its launch call")
+    # one kernel of two starts before its launch call: the clocks disagree
+    b = TraceBuilder()
+    b.kernel("k", 100, 50, launch_at=90)
+    b.kernel("k", 300, 50, launch_at=310)
+    skewed = detect_launch(b.load(tmp_path, "skewed.json"))
+    assert skewed.before_launch_pct == 50.0 and latency_note(skewed).startswith("50.0% of kernels start before")
+    # a GPU that waits for its launches: nothing to say
+    b = TraceBuilder()
+    b.kernel("k", 100, 50, launch_at=90)
+    assert latency_note(detect_launch(b.load(tmp_path, "plain.json"))) is None

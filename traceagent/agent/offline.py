@@ -26,7 +26,7 @@ from ..detect.detectors.flops import roofline, uncounted_sentence
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import short_name
-from ..detect.detectors.launch import NO_LAUNCHES
+from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.steps import StepRow
 from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult
@@ -848,7 +848,7 @@ class OfflineAnalyst:
                  f"{percent(la.short_kernel_pct)} of kernels are shorter than their own launch call. Launch-to-start "
                  f"latency: median {duration(la.median_latency_us)}, p90 {duration(la.p90_latency_us)}."
                  + (f" About {answer.kernels_per_step:g} kernels a step (its kernels over its steps)."
-                    if answer.kernels_per_step else ""),
+                    if answer.kernels_per_step else "") + (f" {md_prose(note)}" if (note := latency_note(la)) else ""),
                  f"Launch-bound gaps leave the GPU idle {duration(answer.launch_overhead_idle_us)}"
                  + (f" ({percent(share)} of the span)." if share is not None else "."),
                  "", f"{v.headline}.", f"**Next step:** {v.next_step}"]

@@ -9,7 +9,7 @@ from ..detect.analysis import Analysis, RankAnalysis
 from ..detect.compare.diff import DiffResult
 from ..detect.detectors.kernel_profiles import SOL_PCT, KernelProfilesResult, profile_sentence
 from ..detect.detectors.kernels import short_name
-from ..detect.detectors.launch import NO_LAUNCHES
+from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.registry import DETECTORS
 from ..format import counted, duration, of_span, percent, scope, shorten, size
 from ..sentences import further_findings, gap_evidence, gpu_behind, straggler_sentence
@@ -220,7 +220,7 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
             f"Kernels start a median {duration(launch.median_latency_us)} after their launch call (queueing "
             f"included; p90 {duration(launch.p90_latency_us)}). {percent(launch.short_kernel_pct)} of kernels "
             f"ran shorter than their launch call (median kernel {duration(launch.median_kernel_us)}, median "
-            f"launch {duration(launch.median_launch_us)})."]
+            f"launch {duration(launch.median_launch_us)})." + (f" {md_prose(note)}" if (note := latency_note(launch)) else "")]
     if steps and steps.count:
         out += ["", f"{steps.count} steps: mean {duration(steps.mean_us)}, median {duration(steps.median_us)}, "
                 f"slowest {duration(steps.max_us)} (step {steps.slowest}).{gpu_behind(steps)}"]

@@ -13,7 +13,7 @@ from rich.table import Column, Table
 from ..detect.analysis import Analysis, RankAnalysis
 from ..detect.detectors.kernel_profiles import KernelProfilesResult, profile_sentence
 from ..detect.detectors.kernels import short_name
-from ..detect.detectors.launch import NO_LAUNCHES
+from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..format import duration, of_span, percent, shorten, size
 from ..sentences import further_findings, gap_evidence, gpu_behind, straggler_sentence
 
@@ -154,7 +154,8 @@ def print_analysis(result: Analysis, out: Console) -> None:
     launch, steps = f.launch, f.steps
     launches = (f"Launch: {NO_LAUNCHES}" if not launch.kernels else
                 f"Launch: median launch-to-start {duration(launch.median_latency_us)} (queueing included), "
-                f"{launch.short_kernel_pct:.0f}% of kernels shorter than their launch call.")
+                f"{launch.short_kernel_pct:.0f}% of kernels shorter than their launch call."
+                + (f" {note}" if (note := latency_note(launch)) else ""))
     say(out, f"{launches} Steps: {steps.count if steps else 0}"
               + (f", mean {duration(steps.mean_us)}, slowest {duration(steps.max_us)} (step {steps.slowest})."
                  + gpu_behind(steps) if steps and steps.count else ""))

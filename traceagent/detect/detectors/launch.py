@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...format import duration, percent
 from ...trace.model import Trace, matches
 from ...trace.normalize import GRAPH_LAUNCH
 from ..core.host import LAUNCH_CALLS, kernel_launches
@@ -24,6 +25,7 @@ class LaunchResult:
     short_kernel_pct: float  # kernels shorter than their launch call, of those not replayed from a graph
     by_call: dict[str, int]  # launches per API (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch...)
     before_launch_pct: float = 0.0  # kernels that start before their launch call: host and device clocks disagree
+    min_latency_us: float = 0.0  # the shortest launch call start → kernel start: far above a launch's cost, a queue
 
 
 #: what reports say of launches where no kernel is linked to its launch call (kernels == 0)
@@ -58,7 +60,29 @@ def detect_launch(trace: Trace, device: int | None = None) -> LaunchResult:
         median_kernel_us=us(np.median(kernel_dur)) if len(kernel_dur) else 0.0,
         short_kernel_pct=pct((kernel_dur < call_dur).sum(), len(call_dur)),
         by_call={str(k): int(v) for k, v in by_call.items()}, before_launch_pct=pct(int(skewed.sum()), len(latency)),
+        min_latency_us=us(measured.min()),
     )
+
+
+#: kernels starting before their launch call above this share (%): the host's and the GPU's clocks disagree
+CLOCK_SKEW_PCT = 1.0
+#: no kernel starting sooner than this after its launch call (µs): the GPU never caught up with the host
+#: (a launch takes a few µs to reach the GPU; the test traces' shortest are 2-11 µs where it ever caught up)
+NEVER_CAUGHT_UP_US = 10_000.0
+
+
+def latency_note(launch: LaunchResult) -> str | None:
+    """What the launch-to-start times say about the trace's clocks or queue, where they say
+    something: launch latency is then not the launch path's cost."""
+    if launch.before_launch_pct >= CLOCK_SKEW_PCT:
+        return (f"{percent(launch.before_launch_pct)} of kernels start before their launch call: the host's and the "
+                "GPU's clocks disagree, so times between them (launch latency, what the host did during a gap) are off "
+                "by as much.")
+    if launch.kernels and launch.min_latency_us >= NEVER_CAUGHT_UP_US:
+        return (f"No kernel started sooner than {duration(launch.min_latency_us)} after its launch call: the GPU "
+                "never caught up with the host in this trace (work queued before it began, or the host's and the GPU's "
+                "clocks offset: the trace cannot tell them apart), so launch latency here is queueing.")
+    return None
 
 
 DETECTOR = Detector("launch", "Launches", "Launch latency and kernels shorter than their launch call.", None,
