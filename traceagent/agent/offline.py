@@ -72,14 +72,15 @@ NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from tem
           "to talk it through with a model._")
 
 CANNED_QUESTIONS = ["Why is my GPU idle?", "What should I optimize first?", "Is it compute-bound?",
-                    "What are the hot kernels?", "Which kernel is slowest per call?", "How much time goes to memcpy?",
+                    "What are the hot kernels?", "Which kernel is slowest per call?", "Which op takes the most GPU time?",
+                    "Is attention the bottleneck?", "How much time goes to memcpy?",
                     "Is communication overlapped?", "Which rank is the straggler?", "Where does the sync come from?",
                     "What is the longest gap?", "Which GPU is most idle?", "How long is a step?",
                     "How does the slowest step differ from the median?",
                     "Should I use CUDA graphs?", "What if I removed the data loading?", "What is the MFU?",
                     "What should I profile next?", "How much time does attention take?",
                     "How long does the backward pass take?", "Which layer is the slowest?", "Should I use torch.compile?",
-                    "Would mixed precision help?", "Is this training or inference?",
+                    "Would mixed precision help?", "Is this training or inference?", "What is the throughput?",
                     "Did it help?", "Summarize this trace."]
 
 
