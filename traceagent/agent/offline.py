@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ..detect.compare.diff import WORK_NOTE
+from ..detect.compare.diff import work_note
 from ..detect.compare.scaling import PARTS
 from ..detect.core.peaks import peak_for
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
@@ -1017,7 +1017,7 @@ class OfflineAnalyst:
             lines = [f"**{d.headline}.**", ""]
         lines += [f"- {m.name}: {_value(m.unit, m.before)} → {_value(m.unit, m.after)}" for m in d.metrics[:6]]
         if d.work:  # two captures holding different work: said, since the spans above are not the raw ones
-            lines += ["", md_prose(next(n for n in d.notes if n.startswith(WORK_NOTE)))]
+            lines += ["", md_prose(work_note(d.work))]
         if d.prediction:
             lines.append(f"\nThe before verdict {d.prediction['sentence']}.")
         if d.collectives:

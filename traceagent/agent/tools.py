@@ -365,7 +365,8 @@ def kernel_profiles(ctx: AnalysisContext,
         return KernelProfilesAnswer(None, [], scope, NO_COUNTERS)
     if r.rank != found.rank or device is not None:
         found = joined_on(found, r, device)
-    kernels = [k for k in found.kernels if not name_filter or loosely(name_filter).search(k.name)]
+    wanted = loosely(name_filter) if name_filter else None
+    kernels = [k for k in found.kernels if wanted is None or wanted.search(k.name)]
     return KernelProfilesAnswer(found, kernels, scope,
                                 note=None if kernels else f"no profiled kernel matches {name_filter!r}")
 

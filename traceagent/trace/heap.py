@@ -29,13 +29,9 @@ def _libc(name: str):  # -> the C library's function of that name, or None where
         return None
 
 
-def _malloc_trim():  # -> malloc_trim, or None
-    return _libc("malloc_trim")
-
-
 def return_freed_memory() -> None:
     """Give the allocator's free pages back to the operating system, where the C library can."""
-    if (trim := _malloc_trim()) is not None:
+    if (trim := _libc("malloc_trim")) is not None:
         trim(0)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -292,8 +291,8 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     scale = work["ratio"] if work else 1.0
     after_time = round(a[key] / scale, 3)
     slower = pct(after_time - b[key], b[key])
-    per: Callable[[dict[str, Any]], float] = ((lambda s: max(s["steps"], 1)) if basis == "step" else
-                                              (lambda s: scale if s is a else 1))
+    # what each trace's totals are divided by: its steps, or (without steps) the after's work scaled to the before's
+    per_b, per_a = (max(b["steps"], 1), max(a["steps"], 1)) if basis == "step" else (1.0, scale)
     # several ranks: step figures are means over ranks, shares are over every GPU's device time
     over = f" (mean over {len(before.ranks)} ranks)" if len(before.ranks) > 1 else ""
     of = " (of device time)" if len(before.ranks) > 1 or b["span_us"] != b["wall_span_us"] else ""
@@ -304,7 +303,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         ShareMetric(f"busy{of}", b["busy_pct"], a["busy_pct"]),
         ShareMetric(f"idle{of}", b["idle_pct"], a["idle_pct"]),
         TimeMetric(f"compute per step{over}" if basis == "step" else "compute",
-               round(b["compute_us"] / per(b), 3), round(a["compute_us"] / per(a), 3)),
+               round(b["compute_us"] / per_b, 3), round(a["compute_us"] / per_a, 3)),
         ShareMetric("exposed copies", b["memcpy_exposed_pct"], a["memcpy_exposed_pct"]),
         ShareMetric("exposed communication", b["comm_exposed_pct"], a["comm_exposed_pct"]),
     ]
@@ -331,8 +330,8 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         if grown >= NEW_PROBLEM_POINTS:
             new.append(f"idle from {cause} grew by {grown:.1f} points of the span")
 
-    kernels = _kernels(before, after, per(b), per(a), top)
-    ranges = _ranges(before, after, per(b), per(a), top)
+    kernels = _kernels(before, after, per_b, per_a, top)
+    ranges = _ranges(before, after, per_b, per_a, top)
     time_word = "step time" if basis == "step" else "span"
     cause_words = f"{words}: {percent(share_before)} → {percent(share_after)}{' (gone)' if gone else ''}; " if root else ""
     headline = (f"{cause_words}{time_word} {duration(b[key])} → {duration(after_time)}"
@@ -340,10 +339,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     notes = [] if basis == "step" else [("One of the traces has" if b["step_us"] or a["step_us"] else "The traces have")
                                         + " no steps: time is compared over the whole span."]
     if work:
-        notes.append(f"{WORK_NOTE}: `{short_name(work['kernel'])}`, the kernel with the most time before, ran "
-                     f"{counted(work['after_calls'], 'time')} after against {work['before_calls']} before (the kernels "
-                     f"both ran most: {work['ratio']:g}× as often). The after trace's span ({duration(work['after_span_us'])}) "
-                     "and its totals are scaled to the before's work.")
+        notes.append(work_note(work))
     prediction = _prediction(before, basis, -slower)
     grew = _grew_most(metrics) if slower >= NOISE_PCT else None
     if slower >= NOISE_PCT:  # worse: said first, never as "-N% faster"
@@ -362,15 +358,21 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         time_basis=basis, slower_pct=slower, metrics=metrics, root_cause=root_cause, new_problems=new,
         kernels=kernels, headline=headline, notes=notes, prediction=prediction, collectives=collectives,
         helped=-slower >= NOISE_PCT or (root_cause["gone"] and slower < NOISE_PCT), grew=grew, ranges=ranges,
-        classes=_classes(before, after, per(b), per(a)), work=work,
+        classes=_classes(before, after, per_b, per_a), work=work,
     )
 
 
-#: how the note on two captures holding different work begins (what answers quote it by)
-WORK_NOTE = "The traces hold different amounts of work"
 #: spans are compared as they are unless the after trace holds this much more or less work (a
 #: capture of a fixed time holds as many iterations as fitted in it)
 WORK_DIFFERS = 0.05
+
+
+def work_note(work: WorkChange) -> str:
+    """What diff notes, and answers quote, where two captures hold different work."""
+    return (f"The traces hold different amounts of work: `{short_name(work['kernel'])}`, the kernel with the most time "
+            f"before, ran {counted(work['after_calls'], 'time')} after against {work['before_calls']} before (the "
+            f"kernels both ran most: {work['ratio']:g}× as often). The after trace's span "
+            f"({duration(work['after_span_us'])}) and its totals are scaled to the before's work.")
 
 
 def _work_ratio(before: Analysis, after: Analysis, after_span_us: float) -> WorkChange | None:
