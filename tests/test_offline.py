@@ -179,7 +179,8 @@ TABLE = [
     # changes named with what they would buy: replayed (the step time predicted comes from the replay at test time)
     ("R", "Would mixed precision help?", "whatif", {}, lambda c: ["**With amp: step "]),
     ("R", "What would I gain on an H100?", "whatif", {}, lambda c: ["**With gpu=H100: step "]),
-    ("R", "Am I using tensor cores?", "mfu", {}, lambda c: ["the matmuls run in fp32", "--change amp"]),
+    ("R", "Am I using tensor cores?", "detector:precision", {},
+     lambda c: [f"{percent(focus(c).results['precision'].tensor_core_pct)} of their time on tensor cores", "--change amp"]),
     ("R", "Should I use torch.compile?", "compile", {},
      lambda c: ["**Not for what limits this trace first.**",
                 f"here they take {percent(classes(c).memory_kernels_pct)} of device time"]),

@@ -28,6 +28,7 @@ from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.detectors.memory import memory_peak
+from ..detect.detectors.precision import precision_sentence
 from ..detect.detectors.steps import StepRow
 from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult
 from ..detect.registry import DETECTORS, Detector
@@ -156,7 +157,8 @@ class OfflineAnalyst:
             "annotations": Plan(lambda q, at: [("annotations", at)], self._annotations),
             "batch_size": Plan(lambda q, at: [("verdict", at), ("launches", at), ("overview", {})], self._batch_size),
             "compile": Plan(lambda q, at: [("verdict", at), ("launches", at), ("time_by_class", at)], self._compile),
-            "mfu": Plan(lambda q, at: [("flops", at), ("overview", at), ("hot_kernels", at | {"top": 1})], self._mfu),
+            "mfu": Plan(lambda q, at: [("flops", at), ("overview", at), ("hot_kernels", at | {"top": 1}),
+                                       ("precision", at)], self._mfu),
             "profile_next": Plan(lambda q, at: [("overview", {}), ("verdict", at), ("hot_kernels", at | {"top": 1})],
                                  self._profile_next),
             "compare": Plan(lambda q, at: [("compare_traces", {})] if compare else [], self._compare),
@@ -901,7 +903,8 @@ class OfflineAnalyst:
                       f"({percent(r.share_of_idle_pct)} of the idle time), {_times(r.count)}" for r in waiting]
         return "\n".join(lines).strip()
 
-    def _mfu(self, q: Question, answer: FlopsAnswer, overview: OverviewAnswer, kernels: KernelsAnswer) -> str:
+    def _mfu(self, q: Question, answer: FlopsAnswer, overview: OverviewAnswer, kernels: KernelsAnswer,
+             precision: DetectorAnswer) -> str:
         flops = answer.flops
         if flops is not None and flops.mfu_pct is not None:
             uncounted = uncounted_sentence(flops)
@@ -926,7 +929,8 @@ class OfflineAnalyst:
                 lines.append(f"\n{md_prose(uncounted)}")
             if flops.note:
                 lines.append(f"\nNot counted: {flops.note}.")
-            lines += ["", _tensor_cores(flops.dtype)]
+            if precision.result is not None:
+                lines += ["", f"**Tensor cores:** {md_prose(precision_sentence(precision.result))}"]
             return "\n".join(lines)
         busy = overview.ranks[0].source.breakdown.total.busy_pct
         top = kernels.top[0].kernel if kernels.top else None
@@ -939,6 +943,8 @@ class OfflineAnalyst:
                  "To measure it: profile with `torch.profiler.profile(record_shapes=True)` (PyTorch ≥ 2.1 for "
                  "convolutions), or run the hot kernel under Nsight Compute "
                  "(`ncu --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed`)."]
+        if precision.result is not None:  # the kernels' names still say their precision
+            lines += ["", f"**Tensor cores:** {md_prose(precision_sentence(precision.result))}"]
         return "\n".join(lines)
 
     def _batch_size(self, q: Question, verdict: VerdictAnswer, launches: LaunchesAnswer, overview: OverviewAnswer) -> str:

@@ -26,6 +26,8 @@ def short_name(name: str) -> str:
     return text.split("::")[-1] or name[:60]
 
 
+#: kernels named for the template that wraps the real one (cutlass's `Kernel2<cutlass_80_simt_sgemm_…>`)
+_WRAPPER = re.compile(r"^(?:Kernel\d*|device_kernel)$")
 _NAMESPACE = re.compile(r"(?:\(anonymous namespace\)|[A-Za-z_]\w*)::")
 
 
@@ -50,6 +52,10 @@ def distinct_labels(names: list[str]) -> list[str]:
             if text is not None:
                 text = text if unwrapped.count(text) == 1 else _readable_arg(a[at], unwrap=False)
                 labels[i] = f"{short}<{shorten_middle(text, 60)}>"
+    for i, short in enumerate(shorts):  # a bare wrapper says nothing alone: the kernel it wraps does
+        if labels[i] == short and _WRAPPER.match(short) and (wrapped := _template_args(names[i], short)[:1]) \
+                and wrapped[0]:
+            labels[i] = f"{short}<{shorten_middle(_readable_arg(wrapped[0]), 60)}>"
     return labels
 
 

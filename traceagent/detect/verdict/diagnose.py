@@ -29,6 +29,7 @@ from ..detectors.kernels import HotKernel, KernelsResult, short_name
 from ..detectors.launch import LaunchResult
 from ..detectors.memcpy import MemcpyResult
 from ..detectors.memory import MemoryResult
+from ..detectors.precision import ADVISED_PCT, PrecisionResult, kernel_precision
 from ..detectors.steps import StepsResult
 from ..detectors.stragglers import RankComparison
 from ..detectors.streams import SHARED_FIX
@@ -204,6 +205,7 @@ class Findings:
     annotations: AnnotationsResult | None = None
     critical_path: CriticalPathResult | None = None
     classes: TimeByClassResult | None = None  # device time by class of work
+    precision: PrecisionResult | None = None  # the math kernels' precision: whether fp32 math misses the tensor cores
 
     @classmethod
     def of(cls, results: Mapping[str, Any], has_python_frames: bool, has_device_activity: bool) -> Findings:
@@ -214,7 +216,7 @@ class Findings:
                    has_device_activity=has_device_activity, workload=results["workload"], savings=results["savings"],
                    critical_path=results["critical_path"], flops=results.get("flops"), memory=results.get("memory"),
                    graphs=results.get("graphs"), annotations=results.get("annotations"),
-                   classes=results.get("time_by_class"))
+                   classes=results.get("time_by_class"), precision=results.get("precision"))
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:
@@ -493,8 +495,19 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
         return _memory_bound_verdict(f, f.classes, top, evidence, also)
     hypothesis = (f"Time goes into kernel execution, led by {top.label} ({counted(top.count, 'launch', 'launches')}"
                   + (f", from {top.op}" if top.op else "") + "); speeding it up is the largest single gain.")
+    said = kernel_precision(top.name)
+    dtype = (f". It runs in {said[0]} on tensor cores already (its name says so): look at its shape and how full it "
+             "keeps them" if said and said[1] == 1 and said[0] != "unknown" else
+             ", and check it runs in a fast dtype (bf16/TF32) and shape")
     step = (f"Profile that kernel: `{advice.profile_line('--ncu', repr(top.short_name))}` (Nsight Compute on it, "
-            "joined to the trace), and check it runs in a fast dtype (bf16/TF32) and shape.")
+            f"joined to the trace){dtype}.")
+    p = f.precision
+    if p is not None and p.advice and p.plain_core_pct >= ADVISED_PCT and said is not None and said[1] == 0:
+        # fp32 math off the tensor cores: the dtype, not the kernel, is the first fix
+        hypothesis += (f" It runs in fp32 on the plain cores, as does {p.plain_core_pct:.1f}% of the math kernels' time: "
+                       "the GPU's tensor cores sit unused.")
+        step = (f"Run the math on tensor cores: {p.advice}; `traceagent whatif TRACE --change amp` predicts what it "
+                f"buys. Then profile what stays hot: `{advice.profile_line('--ncu', repr(top.short_name))}`.")
     rated = next((k for k in (f.flops.by_kernel if f.flops else []) if k.name == top.name and k.mfu_pct is not None), None)
     if rated is not None and rated.mfu_pct is not None and rated.mfu_pct >= NEAR_PEAK_PCT:
         # a kernel near its peak has little left to give: the gain is in doing less of it
@@ -598,5 +611,5 @@ def rank_verdict(inputs: Inputs, params: VerdictParams) -> Verdict:
 DETECTOR = Detector("verdict", "Verdict", "What limits the rank, its root cause, evidence, next step and saving.",
                     VerdictParams(), Verdict, rank_verdict, settings="verdict", keys=(Key("verdict", Verdict),),
                     reads=("idle", "memcpy", "comm", "kernels", "launch", "steps", "workload", "savings", "critical_path",
-                           "time_by_class", "flops"),
+                           "time_by_class", "flops", "precision"),
                     place=83, tool=False)
