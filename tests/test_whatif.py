@@ -94,7 +94,8 @@ def test_a_named_sync_that_the_trace_lacks_is_an_error(tmp_path):
         predicted(tmp_path, sync_loop(), "sync:aten::item=0")
 
 
-def gpu_loop(steps: int = 3, op: str | None = None, device: str = "Test GPU") -> TraceBuilder:
+def gpu_loop(steps: int = 3, op: str | None = None, device: str = "Test GPU",
+             kernels: tuple[str, str] = ("gemm_a", "relu_b")) -> TraceBuilder:
     """Each 900 µs step: two 400 µs kernels launched at 0 and 10 (the second queued behind the
     first), a sync from 20 until the second ends (805 → 810), 90 µs of host work."""
     b = TraceBuilder(device)
@@ -103,8 +104,8 @@ def gpu_loop(steps: int = 3, op: str | None = None, device: str = "Test GPU") ->
         b.op(f"ProfilerStep#{n + 1}", s, 900)
         if op:
             b.op(op, s, 8)
-        b.kernel("gemm_a", s + 5, 400, launch_at=s)
-        b.kernel("relu_b", s + 405, 400, launch_at=s + 10)
+        b.kernel(kernels[0], s + 5, 400, launch_at=s)
+        b.kernel(kernels[1], s + 405, 400, launch_at=s + 10)
         b.runtime("cudaStreamSynchronize", s + 20, 790)
         b.op("host_work", s + 810, 90)
     return b
@@ -314,6 +315,31 @@ def test_another_precision_or_gpu(tmp_path, change):
     result = predicted(tmp_path, gpu_loop(device="Tesla V100-SXM2-16GB"), change)
     assert result.predicted_us == pytest.approx(5 + 400 / compute + 400 / memory + 5 + 90, abs=0.01)
     assert result.changes[0].matched == 6
+
+
+def test_amp_leaves_kernels_whose_names_say_a_lower_precision_as_they_are(tmp_path):
+    """An A100 loop (no shapes recorded) of a 400 µs fp32 SGEMM, then a 200 µs bf16 GEMM queued
+    behind it, a sync until it ends (+5) and 90 µs of host work: the matmuls are mostly fp32 by their
+    names, so autocast speeds up the SGEMM by bf16 312 / fp32 19.5 TFLOP/s (the datasheet's) and
+    leaves the bf16 one as measured. By hand, a step: 5 + 400 / 16 + 200 + 5 + 90 µs. With the
+    matmuls in bf16 by their names there is nothing to change."""
+    def loop(first: str, second: str) -> TraceBuilder:
+        b = TraceBuilder("NVIDIA A100-SXM4-80GB")
+        for n in range(3):
+            s = n * 700
+            b.op(f"ProfilerStep#{n + 1}", s, 700)
+            b.kernel(first, s + 5, 400, launch_at=s)
+            b.kernel(second, s + 405, 200, launch_at=s + 10)
+            b.runtime("cudaStreamSynchronize", s + 20, 590)
+            b.op("host_work", s + 610, 90)
+        return b
+
+    result = predicted(tmp_path, loop("ampere_sgemm_128x64_nn", "ampere_bf16_s16816gemm_bf16_128x128"), "amp")
+    assert result.predicted_us == pytest.approx(5 + 400 / (312 / 19.5) + 200 + 5 + 90, abs=0.01)
+    assert result.changes[0].matched == 3
+    bf16 = loop("ampere_bf16_s16816gemm_bf16_128x128", "ampere_sgemm_128x64_nn")  # the fp32 one the shorter
+    with pytest.raises(ValueError, match="the matmuls already run in bf16"):
+        predicted(tmp_path, bf16, "amp")
 
 
 def test_a_gpu_the_table_lacks_is_one_line(capsys):

@@ -40,6 +40,7 @@ from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
 from ..detectors.kernels import short_name
+from ..detectors.precision import TENSOR_FORMATS, name_precisions
 from ..detectors.steps import step_time_ns
 from ..detectors.time_by_class import class_indices, class_rows
 from .critical_path import blocking_waits, thread_key
@@ -907,8 +908,13 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
         Timeline(g, after, loading, loading_factor))
 
 
-def _run_dtype(trace: Trace) -> str:
-    """The dtype the matmuls ran in, from the shapes the trace recorded (fp32 where it has none)."""
+def _run_dtype(trace: Trace, g: Graph, matmul: np.ndarray, said: np.ndarray) -> str:
+    """The dtype the matmuls ran in: the one their kernels' names say for most of their time, else the
+    shapes the trace recorded, else fp32."""
+    named = matmul & (said != "unknown")
+    if named.any():
+        kinds, codes = np.unique(said[named], return_inverse=True)
+        return str(kinds[np.bincount(codes, weights=(g.d_end - g.d_start)[named]).argmax()])
     recorded = " ".join(str(c) for c in trace.cpu["shapes"].cat.categories) if len(trace.cpu) else ""
     for name, dtype in (("c10::BFloat16", "bf16"), ("c10::Half", "fp16")):
         if name in recorded:
@@ -924,15 +930,19 @@ def _device_scale(trace: Trace, g: Graph, change: Change) -> tuple[np.ndarray, s
     if here is None:
         raise ValueError(f"{change.spec!r}: the trace's GPU ({device or 'unnamed'}) is not in the peak table; it has "
                          f"{', '.join(known_gpus())}")
-    dtype = _run_dtype(trace)
     matmul = (g.d_kind == "kernel") & matches(pd.Series(g.d_names), MATMUL_CLASS)
     memory = (g.d_kind == "kernel") & ~matmul | ((g.d_kind != "kernel") & (g.op_column("copy_kind").astype(str) == "DtoD")
                                                    .to_numpy())
+    said = name_precisions(g.d_names)
+    dtype = _run_dtype(trace, g, matmul, said)
     if change.what == "amp":
         low = next((d for d in ("bf16", "fp16") if d in here.tflops), None)
         if dtype != "fp32" or low is None:
             raise ValueError(f"{change.spec!r}: the matmuls already run in {dtype}" if dtype != "fp32"
                              else f"{change.spec!r}: {here.gpu} has no lower-precision peak in the table")
+        # kernels whose names say a lower precision already run in it: autocast leaves them as they are
+        lower = np.isin(said, TENSOR_FORMATS)
+        matmul, memory = matmul & ~lower, memory & ~lower
         compute, bandwidth = here.tflops[low] / here.tflops["fp32"], 2.0
         note = (f"{here.gpu}: {low} {here.tflops[low]:g} / fp32 {here.tflops['fp32']:g} TFLOP/s = {compute:.1f}× for "
                 f"matmul-class kernels, 2× for the rest ({here.source})")
