@@ -109,3 +109,25 @@ def test_a_forward_pass_question_goes_where_the_trace_has_an_answer():
     w = inference.ranks[0].results["workload"]
     assert f"{w.forward_calls} forward pass, {duration(w.forward_device_us)} of device time" in offline_answer(inference,
                                                                                                         question)
+
+
+def test_a_compiled_run_is_told_by_its_inductor_kernels_and_compiled_regions(tmp_path):
+    """By hand: Inductor's kernels (today's `triton_poi_…` 30 µs, PyTorch 2.0's `triton__0d1d2d` 10 µs)
+    take 40 of the 100 µs of kernel time; the host enters 2 compiled regions (Dynamo's frame and
+    AOTAutograd's function). A trace with neither says it does not run compiled."""
+    b = TraceBuilder()
+    b.op("Torch-Compiled Region: 0/0", 0, 100)
+    b.op("CompiledFunction", 1, 90)
+    b.kernel("triton_poi_fused_add_mul_0", 10, 30, launch_at=2)
+    b.kernel("triton__0d1d2d", 40, 10, launch_at=3)
+    b.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 50, 60, launch_at=4)
+    analysis = analyze(b.write(tmp_path / "compiled.json"), use_cache=False)
+    workload = analysis.ranks[0].results["workload"]
+    assert (workload.compiled_pct, workload.compiled_regions) == (40.0, 2)
+    assert "compiled with torch.compile: 40.0% of kernel time in the kernels it generated" in \
+        offline_answer(analysis, "What kind of job is this?")
+    assert offline_answer(analysis, "Is the model compiled?").startswith(
+        "**It runs compiled now:** 40.0% of kernel time is in the kernels torch.compile generated")
+    plain = analyzed(RESNET_NW0)
+    assert plain.ranks[0].results["workload"].compiled_pct == 0.0
+    assert offline_answer(plain, "Is the model compiled?").startswith("**It does not run compiled now:**")

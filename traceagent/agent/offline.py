@@ -156,7 +156,8 @@ class OfflineAnalyst:
             "gaps": Plan(lambda q, at: [("idle_gaps", at | {"top": 5} | _min(q))], self._gaps),
             "annotations": Plan(lambda q, at: [("annotations", at)], self._annotations),
             "batch_size": Plan(lambda q, at: [("verdict", at), ("launches", at), ("overview", {})], self._batch_size),
-            "compile": Plan(lambda q, at: [("verdict", at), ("launches", at), ("time_by_class", at)], self._compile),
+            "compile": Plan(lambda q, at: [("verdict", at), ("launches", at), ("time_by_class", at), ("workload", at)],
+                            self._compile),
             "mfu": Plan(lambda q, at: [("flops", at), ("overview", at), ("hot_kernels", at | {"top": 1}),
                                        ("precision", at)], self._mfu),
             "profile_next": Plan(lambda q, at: [("overview", {}), ("verdict", at), ("hot_kernels", at | {"top": 1})],
@@ -968,14 +969,28 @@ class OfflineAnalyst:
                   "", f"**Next step:** {v.next_step}"]
         return "\n".join(lines)
 
-    def _compile(self, q: Question, verdict: VerdictAnswer, launches: LaunchesAnswer, classes: DetectorAnswer) -> str:
-        """Whether torch.compile answers what limits this trace: it fuses memory-bound kernels, and its
-        reduce-overhead mode replays the step from CUDA graphs (no launch overhead)."""
-        v, by_class = verdict.verdict, classes.result
+    def _compile(self, q: Question, verdict: VerdictAnswer, launches: LaunchesAnswer, classes: DetectorAnswer,
+                 workload: DetectorAnswer) -> str:
+        """Whether the job runs compiled now, and whether torch.compile answers what limits this trace: it
+        fuses memory-bound kernels, and its reduce-overhead mode replays the step from CUDA graphs."""
+        v, by_class, w = verdict.verdict, classes.result, workload.result
         helps = v.root_cause in ("memory_bound_kernels", "launch_overhead")
-        lines = [("**Yes: it answers what limits this trace.**" if helps else
-                  "**Not for what limits this trace first.**") + f" {v.headline}.", "",
-                 "torch.compile helps in two ways:"]
+        now = ""
+        if w is not None:
+            now = (f"**It runs compiled now:** {percent(w.compiled_pct)} of kernel time is in the kernels torch.compile "
+                   "generated (Inductor's `triton_…`)" + (f", and the host enters compiled regions "
+                                                         f"{_times(w.compiled_regions)}" if w.compiled_regions else "")
+                   + "." if w.compiled_pct or w.compiled_regions else
+                   "**It does not run compiled now:** no kernel torch.compile generates (Inductor's `triton_…`) and no "
+                   "compiled region on the host.")
+        asked_if_compiled = bool(now and re.search(r"\bcompiled\b", q.text, re.I))
+        verdict_line = ({(True, False): "**Yes: it answers what limits this trace.**",
+                         (False, False): "**Not for what limits this trace first.**",
+                         (True, True): "**Compiling would answer what limits this trace.**",
+                         (False, True): "**Compiling would not answer what limits this trace first.**"}
+                        [helps, asked_if_compiled] + f" {v.headline}.")
+        lines = [now, "", verdict_line] if asked_if_compiled else [verdict_line, *(["", now] if now else [])]
+        lines += ["", "torch.compile helps in two ways:"]
         if by_class is not None:
             lines.append(f"- it fuses kernels memory-bound by nature (elementwise, normalization, reductions) into fewer "
                          f"passes over memory: here they take {percent(by_class.memory_kernels_pct)} of device time "

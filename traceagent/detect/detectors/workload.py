@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ...format import counted, duration, shorten
+from ...format import counted, duration, percent, shorten
 from ...text import code
 from ...trace.model import Trace, among, matches
+from ..core.view import pct
 from .base import Detector, Inputs, Key
 from .modules import ModulesResult
 from .phases import PhasesResult
@@ -21,6 +22,10 @@ from .steps import StepsResult
 # Function calls in inference too (vLLM's graph-capture trace)
 _TRAINING = re.compile(r"(?<!_)backward|Backward|autograd::engine|Optimizer\.(?:step|zero_grad)|optimizer\.step|"
                        r"zero_grad")
+#: the kernels torch.compile's Inductor generates (pointwise, reduction, persistent reduction, template)
+_INDUCTOR_KERNEL = re.compile(r"^triton_(?:poi|red|per|tem)_|^triton_\w*fused|^triton__\d")
+#: the host events of a compiled region: Dynamo's frame, AOTAutograd's function, Inductor's graph call
+_COMPILED_REGION = re.compile(r"^Torch-Compiled Region|^CompiledFunction|CompiledFxGraph|^TorchDynamo Cache Lookup")
 _MULTI = re.compile(r"_MultiProcessingDataLoaderIter")
 _SINGLE = re.compile(r"_SingleProcessDataLoaderIter")
 
@@ -38,6 +43,9 @@ class Workload:
     serving_phases: list[str] = field(default_factory=list)  # an inference server's phases seen (prefill, mixed, decode)
     steps: int = 0  # profiler steps (ProfilerStep#N or a server's steps)
     step_time_us: float | None = None  # the loop's time per step (steps.step_time_us)
+    # 2.9: whether torch.compile runs it
+    compiled_pct: float = 0.0  # of the rank's kernel time, in kernels torch.compile's Inductor generated (triton_poi_…)
+    compiled_regions: int = 0  # host events of compiled regions (Torch-Compiled Region, CompiledFunction)
 
 
 def detect_workload(trace: Trace, modules: ModulesResult | None = None, phases: PhasesResult | None = None,
@@ -54,11 +62,16 @@ def detect_workload(trace: Trace, modules: ModulesResult | None = None, phases: 
     else:
         loader = None
     model = modules.model if modules else None
+    kernels = (trace.gpu["kind"] == "kernel").to_numpy()
+    took = (trace.gpu["end"] - trace.gpu["start"]).to_numpy()
+    kernel_ns = int(took[kernels].sum())
+    inductor = int(took[kernels & matches(trace.gpu["name"], _INDUCTOR_KERNEL)].sum())
+    regions = int((matches(cpu["name"], _COMPILED_REGION) & ops).sum())
     return Workload(training, loader, int(among(cpu["kind"], ["runtime", "driver"]).sum()),
                     modules is not None, model.name if model else None,
                     model.calls if model else 0, model.mean_device_us if model else None,
                     [p.phase for p in phases.phases] if phases else [], steps.count if steps else 0,
-                    steps.step_time_us if steps else None)
+                    steps.step_time_us if steps else None, pct(inductor, kernel_ns), regions)
 
 
 def workload_sentence(w: Workload) -> str:
@@ -89,6 +102,9 @@ def workload_sentence(w: Workload) -> str:
     if w.steps:
         parts.append(f"{counted(w.steps, 'profiler step')}"
                      + (f" of {duration(w.step_time_us)}" if w.step_time_us else ""))
+    if w.compiled_pct or w.compiled_regions:
+        parts.append(f"compiled with torch.compile: {percent(w.compiled_pct)} of kernel time in the kernels it generated"
+                     + (f", {counted(w.compiled_regions, 'compiled-region call')} on the host" if w.compiled_regions else ""))
     if w.dataloader:
         parts.append("fed by a " + ("multi-process DataLoader (num_workers > 0)" if w.dataloader == "multi_process"
                                     else "single-process DataLoader (num_workers=0)"))
