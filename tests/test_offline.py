@@ -82,6 +82,10 @@ def classes(ctx):
     return focus(ctx).results["time_by_class"]
 
 
+def phase(ctx, name: str):
+    return next(p for p in focus(ctx).results["training_phases"].phases if p.name == name)
+
+
 def comparison(ctx):
     return ctx.analysis.comparison
 
@@ -280,6 +284,14 @@ TABLE = [
                 f"`traceagent profile --ncu {top_kernel(c).short_name!r} -- python train.py`"]),
     ("R", "Which rank is the straggler?", "straggler", {}, lambda c: ["one rank's trace is loaded"]),
     ("R", "Summarize this trace.", "summary", {}, lambda c: [c.analysis.verdict.headline]),
+    # everyday phrasings: the hardware, making it faster, what blocks the host, data copied, the optimizer's time
+    ("R", "How many GPUs?", "summary", {}, lambda c: [f"1 rank(s) on {focus(c).trace.meta.devices[0]}"]),
+    ("R", "What GPU is this?", "summary", {}, lambda c: [focus(c).trace.meta.devices[0]]),
+    ("R", "How can I make this faster?", "optimize_first", {}, lambda c: ["Start with"]),
+    ("R", "What's blocking the CPU?", "sync", {}, lambda c: [idle(c).sync_sites[0].python]),
+    ("R", "How much data is copied to the GPU?", "copies", {}, lambda c: ["mostly HtoD"]),
+    ("R", "How much time goes to the optimizer?", "detector:training_phases", {},
+     lambda c: [f"optimizer {percent(phase(c, 'optimizer').share_pct)}"]),
     ("R", "tell me a joke", None, {}, lambda c: ["I did not recognize", "Why is my GPU idle?", "**Verdict:**"]),
     ("R", "¿Por qué mi GPU está inactiva?", None, {"foreign": True},
      lambda c: ["open questions need a configured model", "**Verdict:**"]),

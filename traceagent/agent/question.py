@@ -83,7 +83,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                rf"\b(?:{PRECISION}|{OTHER_GPU})\b.{{0,40}}\b(?:help|gain|buy|save|faster|speed\w*|worth)|"
                rf"\b(?:help|gain|buy|save|faster|speed\w*)\b.{{0,40}}\b(?:{PRECISION}|{OTHER_GPU})\b"),
     ("batch_size", r"\bbatch[- ]?sizes?\b|\bbigger batch|\blarger batch|\bmore per batch"),
-    ("compile", r"\btorch\.?compile|\bcompil(?:e|ing) (?:the|my) model|\binductor\b|\bkernel fusion\b"),
+    ("compile", r"\btorch\.?compile|\bcompil(?:e|ing) (?:the|my) model|\binductor\b|\bkernel fusion\b|\bcompiled\b"),
     ("saving", r"\bhow much (?:\w+ ){0,8}?(?:would|could|will|can|might|does|do)\b.{0,80}\b(?:save|gain|buy|win|cut|"
                r"speed|faster)|\bhow much (?:faster|time)\b.{0,60}\b(?:fix|remov|if)|\bwhat (?:would|could) "
                r"(?:fixing|removing|getting rid of)\b.{0,60}\b(?:save|gain|buy)|\bwhat(?:'s| is) the (?:potential |expected )?"
@@ -93,15 +93,18 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                        r"(?:how|where|what) (?:can|do|could|should) (?:i|we) improve|what (?:would|could|will|can) improve|"
                        r"improvements? (?:can|could|should) (?:i|we)|"
                        r"priorit|most impact|fix first|what (?:should|do|can) i (?:fix|optimi[sz]e|change|do)|"
-                       r"how (?:do|can|to) (?:i )?(?:fix|speed|make it faster)|what would (?:it )?save)"),
+                       r"how (?:do|can|to) (?:i )?(?:fix|speed|make it faster)|what would (?:it )?save|"
+                       r"\b(?:make|get) (?:it|this|things|the (?:job|run|model|training|code)|my \w+)(?: run| go)? faster\b|"
+                       r"\bspeed (?:it|this|things|my \w+) up\b)"),
     # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
     ("launch", r"(?:\b|cuda|hip)(?:launch|cuda ?graphs?|too many kernels|small kernels|kernel overhead|cpu overhead|"
                r"python overhead)"),
     ("sync", r"\b(?:sync|synchroni[sz]|\.item\(\)|item\(\)|blocking call|which line|what line|python line|host blocks)|"
+             r"\bblock(?:s|ing|ed)?\b.{0,20}\b(?:cpu|host|python|thread)\b|"
              r"(?:cuda|hip)\w*synchroni[sz]"),
     ("longest_gap", r"\b(?:longest|largest|biggest|worst) (?:gap|stall|idle|bubble)"),
     ("dataloader", r"\b(?:data ?load|dataloader|input pipeline|num_workers|workers|pin_memory|prefetch|batches)"),
-    ("copies", r"(?:\b|cuda|hip)(?:memcpy|copy|copies|transfer|pageable|pinned|bandwidth|data movement|htod|dtoh|pcie|"
+    ("copies", r"(?:\b|cuda|hip)(?:memcpy|copy|copies|copied|transfer|pageable|pinned|bandwidth|data movement|htod|dtoh|pcie|"
                r"h2d|d2h)"),
     ("memory", r"\b(?:memory|oom|out of memory|leak|allocat|vram|cudamalloc|cudafree|empty_cache)"),
     ("communication", r"\b(?:communicat|nccl|rccl|all-?reduce|all-?gather|reduce-?scatter|collective|overlap|exposed)"),
@@ -114,7 +117,11 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("idle", r"\bwhat (?:is|are) (?:the |my )?(?:gpus?|devices?) doing\b|"
              r"\b(?:idle|wait\w*|stall\w*|gaps?|slow\w*|bottleneck\w*|utili[sz]\w*|starv\w*|underutil\w*|busy|why)\b"),
     ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
-                r"report)"),
+                r"report)|"
+                # the hardware: the summary's first line names the ranks and their GPUs
+                r"\bhow many (?:gpus|ranks|devices|nodes|workers)\b|^(?!.*\b(?:slow\w*|fast\w*|idle|busy|bottleneck|"
+                r"straggl\w*|wait\w*|most|least|behind|worst|best)\b).*\b(?:what|which) (?:kind of |type of |model of )?"
+                r"(?:gpus?|hardware|accelerators?)\b(?: \w+){0,5}\s*\??\s*$"),
 ]]
 LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kind, p in [
     # kernels bound by the GPU's memory bandwidth, not copies: "memory-bound", "bound by bandwidth"

@@ -131,5 +131,6 @@ DETECTOR = Detector("training_phases", "Forward, backward and optimizer",
                     asks=r"\b(?:forward|backward)(?: pass)?\b.{0,40}\b(?:take|takes|took|time|long|share|slow\w*|vs|"
                          r"versus|ratio|compar\w*)\b|\b(?:take|takes|took|time|long|share)\b.{0,40}\b(?:forward|backward) pass|"
                          r"\boptimi[sz]er(?: step)?\b.{0,30}\b(?:take|takes|took|time|long|share|slow\w*)\b|"
+                         r"\b(?:time|long|share|spent|goes|go)\b.{0,30}\boptimi[sz]er\b|"
                          r"\btraining phases?\b|\bforward, backward and optimi[sz]er\b",
                     place=63)
