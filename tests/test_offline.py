@@ -285,6 +285,8 @@ TABLE = [
     ("R", "Which rank is the straggler?", "straggler", {}, lambda c: ["one rank's trace is loaded"]),
     ("R", "Summarize this trace.", "summary", {}, lambda c: [c.analysis.verdict.headline]),
     # everyday phrasings: the hardware, making it faster, what blocks the host, data copied, the optimizer's time
+    ("R", "Is the GPU memory bandwidth saturated?", "bound", {"limits": ("memory_bound",)},
+     lambda c: [f"{percent(classes(c).memory_kernels_pct)} in kernels memory-bound by nature"]),
     ("R", "How many GPUs?", "summary", {}, lambda c: [f"1 rank(s) on {focus(c).trace.meta.devices[0]}"]),
     ("R", "What GPU is this?", "summary", {}, lambda c: [focus(c).trace.meta.devices[0]]),
     ("R", "How can I make this faster?", "optimize_first", {}, lambda c: ["Start with"]),

@@ -69,6 +69,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                    r"\b(?:samples?|images?|sequences?|examples?|items?|batch(?:es)?|iterations?|steps?|it) ?(?:/|per) ?"
                    r"s(?:ec(?:ond)?)?\b|\bit/s\b"),
     ("bound", r"\b(?:\w+[- ]bound|bound by|limited by|bottleneck(?:ed)?)\b.*\?|^\s*(?:is|am|are)\b.*\b(?:bound|limited)\b"
+              # the kernels against the memory's bandwidth (not copies against a link)
+              r"|^(?!.*\b(?:cop(?:y|ies)|memcpy|transfers?|pcie|nvlink)\b).*\b(?:memory|dram|hbm) bandwidth\b.{0,30}"
+              r"\b(?:saturat\w*|limit\w*|bound|bottleneck\w*|maxed|utili[sz]\w*|used)"
               r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)|"
               # a class of work called costly: "is softmax expensive?", "are the convolutions slow?"
               rf"^\s*(?:is|are)\b.{{0,30}}\b(?:{_CLASSES_SAID}).{{0,30}}\b(?:expensive|costly|slow|heavy|a problem|"
@@ -125,14 +128,15 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
 ]]
 LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kind, p in [
     # kernels bound by the GPU's memory bandwidth, not copies: "memory-bound", "bound by bandwidth"
-    ("memory_bound", r"\b(?:memory|bandwidth|dram|hbm)[- ]bound|\bbound by (?:the )?(?:memory|bandwidth|dram|hbm)"),
+    ("memory_bound", r"\b(?:memory|bandwidth|dram|hbm)[- ]bound|\bbound by (?:the )?(?:memory|bandwidth|dram|hbm)|"
+                     r"\b(?:memory|dram|hbm) bandwidth\b"),
     ("communication", r"\b(?:communication|comm|nccl|network|collective|all[- _]?(?:reduce|gather|to[- _]?all)|"
                       r"reduce[- _]?scatter)"),
     ("launch", r"\b(?:launch|overhead)"),
     ("input", r"\b(?:input|data[- ]?load\w*|dataloader|i/?o)\b|\bdata[- ]bound"),
     ("host", r"\b(?:cpu|host|python)\b"),
     ("copies", r"\b(?:memory|bandwidth|copy|copies|memcpy|pcie)"),
-    ("compute", r"\b(?:compute|gpu|math|flops?)\b"),
+    ("compute", r"\b(?:compute|gpu(?! memory)|math|flops?)\b"),
 ]]
 # a question with none of these words, and no intent found, is taken to be in another language
 _ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "
