@@ -287,6 +287,11 @@ TABLE = [
     # everyday phrasings: the hardware, making it faster, what blocks the host, data copied, the optimizer's time
     ("R", "Is the GPU memory bandwidth saturated?", "bound", {"limits": ("memory_bound",)},
      lambda c: [f"{percent(classes(c).memory_kernels_pct)} in kernels memory-bound by nature"]),
+    ("R", "Is pin_memory on?", "copies", {},
+     lambda c: [f"**No:** {focus(c).results['memcpy'].pageable_count} of the "
+                f"{focus(c).results['memcpy'].by_kind['HtoD'].count} host copies come from pageable memory"]),
+    ("R", "What would happen if I doubled the batch size?", "batch_size", {},
+     lambda c: ["The trace does not record the batch size"]),
     ("R", "How many GPUs?", "summary", {}, lambda c: [f"1 rank(s) on {focus(c).trace.meta.devices[0]}"]),
     ("R", "What GPU is this?", "summary", {}, lambda c: [focus(c).trace.meta.devices[0]]),
     ("R", "How can I make this faster?", "optimize_first", {}, lambda c: ["Start with"]),

@@ -506,6 +506,13 @@ class OfflineAnalyst:
         lines = [f"{self._who(movement.scope)}Copies ran **{percent(m.share_pct)}** {of}, mostly {main_kind}; "
                  f"{percent(m.exposed_pct)} {of} had copies and no compute beside them ({duration(m.exposed_us)}). "
                  "By kind:"]
+        if _yes_no(q) and re.search(r"pin_?memory|\bpinn?(?:ed|ing)?\b|pageable", q.text, re.I):
+            # "is pin_memory on?": whether the host copies come from pinned memory, first
+            host = sum(c.count for kind, c in kinds if kind in ("HtoD", "DtoH"))
+            lines.insert(0, (f"**No:** {m.pageable_count} of the {counted(host, 'host copy', 'host copies')} come from "
+                             "pageable memory.\n" if m.pageable_count else
+                             f"**Yes:** the {counted(host, 'host copy', 'host copies')} come from pinned memory.\n")
+                         if host else "**No host copies** in this scope: nothing to pin.\n")
         lines += [f"- {kind}: {c.count} copies, {size(c.bytes)}, {duration(c.us)}, {rate(c.gbps)}, "
                   + (f"{c.pageable_count} from pageable memory" if c.pageable_count else "pinned or device memory")
                   for kind, c in kinds]

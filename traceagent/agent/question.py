@@ -78,6 +78,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
               r"significant|hurting)"),
     ("profile_next", r"\b(?:profile next|what (?:should|do|can) i profile|how (?:do|should|can) i profile|which profiler|"
                      r"nsight|\bncu\b|\bnsys\b|measure next|dig deeper|more detail|what (?:else )?to measure)"),
+    # before whatif: the replay cannot change the batch size ("what if I doubled the batch size?")
+    ("batch_size", r"\bbatch[- ]?sizes?\b|\bbigger batch|\blarger batch|\bmore per batch"),
     ("whatif", r"\bwhat if\b|\bwhat (?:would|will) happen if\b|\bif (?:i|we) (?:removed?|used?|switch(?:ed)?|made|make|"
                r"turn(?:ed)?|enabled?|add(?:ed)?|pinn?(?:ed)?|drop(?:ped)?|fix(?:ed)?|sped|speed)\b|\bsimulat\w*|"
                r"\bpredict\w*|\bwhatif\b|\bwhat (?:would|will|could) (?!fixing|removing|getting)(?:\w+ ){1,4}?"
@@ -85,7 +87,6 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                # a change named with what it would buy: mixed precision, another GPU
                rf"\b(?:{PRECISION}|{OTHER_GPU})\b.{{0,40}}\b(?:help|gain|buy|save|faster|speed\w*|worth)|"
                rf"\b(?:help|gain|buy|save|faster|speed\w*)\b.{{0,40}}\b(?:{PRECISION}|{OTHER_GPU})\b"),
-    ("batch_size", r"\bbatch[- ]?sizes?\b|\bbigger batch|\blarger batch|\bmore per batch"),
     ("compile", r"\btorch\.?compile|\bcompil(?:e|ing) (?:the|my) model|\binductor\b|\bkernel fusion\b|\bcompiled\b"),
     ("saving", r"\bhow much (?:\w+ ){0,8}?(?:would|could|will|can|might|does|do)\b.{0,80}\b(?:save|gain|buy|win|cut|"
                r"speed|faster)|\bhow much (?:faster|time)\b.{0,60}\b(?:fix|remov|if)|\bwhat (?:would|could) "
@@ -106,8 +107,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
              r"\bblock(?:s|ing|ed)?\b.{0,20}\b(?:cpu|host|python|thread)\b|"
              r"(?:cuda|hip)\w*synchroni[sz]"),
     ("longest_gap", r"\b(?:longest|largest|biggest|worst) (?:gap|stall|idle|bubble)"),
-    ("dataloader", r"\b(?:data ?load|dataloader|input pipeline|num_workers|workers|pin_memory|prefetch|batches)"),
-    ("copies", r"(?:\b|cuda|hip)(?:memcpy|copy|copies|copied|transfer|pageable|pinned|bandwidth|data movement|htod|dtoh|pcie|"
+    ("dataloader", r"\b(?:data ?load|dataloader|input pipeline|num_workers|workers|prefetch|batches)"),
+    ("copies", r"(?:\b|cuda|hip)(?:memcpy|copy|copies|copied|transfer|pageable|pinned|pin_?memory|bandwidth|"
+               r"data movement|htod|dtoh|pcie|"
                r"h2d|d2h)"),
     ("memory", r"\b(?:memory|oom|out of memory|leak|allocat|vram|cudamalloc|cudafree|empty_cache)"),
     ("communication", r"\b(?:communicat|nccl|rccl|all-?reduce|all-?gather|reduce-?scatter|collective|overlap|exposed)"),
