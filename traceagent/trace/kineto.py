@@ -59,6 +59,8 @@ class _KindCode(dict):
 # (field, type, default, name in the JSON)
 _ARG_FIELDS = [
     ("correlation", int, -1, "correlation"),
+    ("blocks_per_sm", float, float("nan"), "blocks per SM"),  # a kernel's launch (model.GPU_COLUMNS)
+    ("occupancy", float, float("nan"), "est. achieved occupancy %"),
     ("external_id", int, -1, "External id"),
     ("external_id_2021", int, -1, "external id"),
     ("device", int, -1, "device"),
@@ -133,8 +135,8 @@ _COLLECTIVE_KEYS = ("name", "in_nelems", "out_nelems", "group_size", "dtype", "g
 #: labels), and the args each needs. In the order Kineto writes them: msgspec looks for the next
 #: key where the last one matched, and every args key we do not read is a search of them all.
 _READ_PHASES = {
-    "X": ("external_id", "device", "stream", "correlation", *_COLLECTIVE_ARGS, "bytes", "input_dims", "input_types",
-          "concrete", "external_id_2021", "call_stack", "rank", "launched"),
+    "X": ("external_id", "device", "stream", "correlation", "blocks_per_sm", "occupancy", *_COLLECTIVE_ARGS, "bytes",
+          "input_dims", "input_types", "concrete", "external_id_2021", "call_stack", "rank", "launched"),
     "i": ("device_type", "device_id", "mem_bytes", "total_allocated", "total_reserved", "rank"),
     "M": ("label",),
 }
@@ -706,6 +708,8 @@ def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tu
     stream = _arg(gpu_args, "stream")[gpu_ok]
     gpu["stream"] = np.where(stream >= 0, stream, tid[g])
     gpu["bytes"] = nbytes[gpu_ok]
+    gpu["blocks_per_sm"] = _arg(gpu_args, "blocks_per_sm")[gpu_ok].astype(np.float32)
+    gpu["occupancy"] = _arg(gpu_args, "occupancy")[gpu_ok].astype(np.float32)
     gpu["collective"] = strings["gpu", "collective"].codes(_collectives(_select(gpu_args, np.flatnonzero(gpu_ok))))
 
     cpu = {key: values[c] for key, values in common.items()}

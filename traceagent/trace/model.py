@@ -44,6 +44,10 @@ GPU_COLUMNS: dict[str, str] = {
     # NCCL/RCCL kernels whose trace records their payload: a JSON object {"name", "in_nelems",
     # "out_nelems", "group_size", "dtype", "group", "group_ranks"} as written (detect/detectors/collectives.py)
     "collective": "category",
+    # a kernel's launch as Kineto estimates it (NaN where the trace does not say): its grid's blocks per SM
+    # (under 1: the grid cannot fill the GPU) and the estimated achieved occupancy, in % of the SM's warps
+    "blocks_per_sm": "float32",
+    "occupancy": "float32",
 }
 
 CPU_COLUMNS: dict[str, str] = {
@@ -199,8 +203,8 @@ def _default_column(dtype: str, n: int):
         return np.zeros(n, dtype=bool)
     if dtype == "Int64":
         return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))  # all <NA>
-    if dtype == "float64":
-        return np.full(n, np.nan)
+    if dtype in ("float64", "float32"):
+        return np.full(n, np.nan, dtype=dtype)
     if dtype.startswith("int"):
         fill = -1 if n else 0
         return np.full(n, fill, dtype=dtype)

@@ -1,0 +1,72 @@
+"""Kernels whose grid cannot fill the GPU (a registered detector): a trace built here with Kineto's
+"blocks per SM" on each kernel and the shares worked out by hand, and a real trace against an
+independent reader of its JSON."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from builder import TraceBuilder
+from conftest import DATA, analyzed, offline_answer
+
+from traceagent import analyze
+from traceagent.agent.question import understand
+from traceagent.agent.tools import AnalysisContext
+from traceagent.detect.detectors.grid_fill import grid_fill_sentence
+
+QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+
+def launched(b: TraceBuilder, name: str, start: float, dur: float, blocks_per_sm: float | None) -> None:
+    event = b.kernel(name, start, dur, launch_at=start - 6)
+    if blocks_per_sm is not None:
+        event["args"]["blocks per SM"] = blocks_per_sm  # as Kineto writes it
+
+
+def test_shares_and_empty_sm_time_are_worked_out_by_hand(tmp_path):
+    """By hand: of 180 µs of kernels with a recorded launch, gemv (2 × 30 µs at 0.25 blocks per SM)
+    and tiny_reduce (20 µs at 0.5) run under one block per SM: 80 µs, 44.44%; the SM time they
+    leave empty is 60 × 0.75 + 20 × 0.5 = 55 µs, 30.56%. big_gemm (100 µs at 3 blocks per SM) fills it;
+    the collective (few blocks by design) and the kernel without a launch record are left out."""
+    b = TraceBuilder()
+    launched(b, "gemv_kernel", 10, 30, 0.25)
+    launched(b, "gemv_kernel", 50, 30, 0.25)
+    launched(b, "tiny_reduce", 90, 20, 0.5)
+    launched(b, "big_gemm", 120, 100, 3.0)
+    launched(b, "unrecorded", 230, 50, None)
+    b.collective(300, 40, 1024)["args"]["blocks per SM"] = 0.1
+    result = analyze(b.write(tmp_path / "grids.json"), use_cache=False).ranks[0].results["grid_fill"]
+    assert (result.kernel_time_us, result.underfilled_us, result.underfilled_pct, result.sm_idle_pct) == (
+        180.0, 80.0, 44.44, 30.56)
+    assert [(k.name, k.time_us, k.share_pct, k.launches, k.blocks_per_sm) for k in result.top] == [
+        ("gemv_kernel", 60.0, 33.33, 2, 0.25), ("tiny_reduce", 20.0, 11.11, 1, 0.5)]
+    said = grid_fill_sentence(result)
+    assert said.startswith("44.4% of kernel time (every GPU of the rank) runs with fewer blocks than the GPU has SMs")
+    assert "30.6% of the SMs' time" in said and "Give each launch more blocks" in said
+
+
+def test_a_trace_without_launch_records_cannot_say(tmp_path):
+    b = TraceBuilder()
+    launched(b, "k", 10, 30, None)
+    analysis = analyze(b.write(tmp_path / "bare.json"), use_cache=False)
+    assert analysis.ranks[0].results["grid_fill"] is None
+    assert "cannot say" in offline_answer(analysis, "Do my kernels fill the GPU?")
+
+
+def test_a_real_trace_matches_an_independent_reader_of_its_json():
+    events = json.loads(gzip.decompress(QWEN.read_bytes()))["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel" and e["args"].get("blocks per SM", 0) > 0
+               and not e["name"].startswith("nccl")]
+    total = sum(e["dur"] for e in kernels)
+    under = sum(e["dur"] for e in kernels if e["args"]["blocks per SM"] < 1)
+    result = analyzed(QWEN).ranks[0].results["grid_fill"]
+    assert result.kernel_time_us == pytest.approx(total, abs=0.01)
+    assert result.underfilled_us == pytest.approx(under, abs=0.01)
+
+
+@pytest.mark.parametrize("question", ["Do my kernels fill the GPU?", "What is the occupancy?",
+                                      "Are the grid sizes too small?", "How many SMs do my kernels use?"])
+def test_grid_questions_reach_it(question):
+    assert understand(question, AnalysisContext(analyzed(QWEN))).intent == "detector:grid_fill"
