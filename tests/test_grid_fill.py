@@ -19,22 +19,24 @@ from traceagent.detect.detectors.grid_fill import grid_fill_sentence
 QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 
 
-def launched(b: TraceBuilder, name: str, start: float, dur: float, blocks_per_sm: float | None) -> None:
+def launched(b: TraceBuilder, name: str, start: float, dur: float, blocks_per_sm: float | None,
+             occupancy: float = 0) -> None:
     event = b.kernel(name, start, dur, launch_at=start - 6)
-    if blocks_per_sm is not None:
-        event["args"]["blocks per SM"] = blocks_per_sm  # as Kineto writes it
+    if blocks_per_sm is not None:  # as Kineto writes them (0: occupancy not estimated)
+        event["args"] |= {"blocks per SM": blocks_per_sm, "est. achieved occupancy %": occupancy}
 
 
 def test_shares_and_empty_sm_time_are_worked_out_by_hand(tmp_path):
     """By hand: of 180 µs of kernels with a recorded launch, gemv (2 × 30 µs at 0.25 blocks per SM)
     and tiny_reduce (20 µs at 0.5) run under one block per SM: 80 µs, 44.44%; the SM time they
     leave empty is 60 × 0.75 + 20 × 0.5 = 55 µs, 30.56%. big_gemm (100 µs at 3 blocks per SM) fills it;
-    the collective (few blocks by design) and the kernel without a launch record are left out."""
+    the collective (few blocks by design) and the kernel without a launch record are left out.
+    Occupancy, weighted by time over the kernels that estimate one: (60 × 25 + 100 × 100) / 160 = 71.9%."""
     b = TraceBuilder()
-    launched(b, "gemv_kernel", 10, 30, 0.25)
-    launched(b, "gemv_kernel", 50, 30, 0.25)
+    launched(b, "gemv_kernel", 10, 30, 0.25, occupancy=25)
+    launched(b, "gemv_kernel", 50, 30, 0.25, occupancy=25)
     launched(b, "tiny_reduce", 90, 20, 0.5)
-    launched(b, "big_gemm", 120, 100, 3.0)
+    launched(b, "big_gemm", 120, 100, 3.0, occupancy=100)
     launched(b, "unrecorded", 230, 50, None)
     b.collective(300, 40, 1024)["args"]["blocks per SM"] = 0.1
     result = analyze(b.write(tmp_path / "grids.json"), use_cache=False).ranks[0].results["grid_fill"]
@@ -45,6 +47,7 @@ def test_shares_and_empty_sm_time_are_worked_out_by_hand(tmp_path):
     said = grid_fill_sentence(result)
     assert said.startswith("44.4% of kernel time (every GPU of the rank) runs with fewer blocks than the GPU has SMs")
     assert "30.6% of the SMs' time" in said and "Give each launch more blocks" in said
+    assert result.occupancy_pct == 71.9 and "estimated achieved occupancy, weighted by kernel time: 71.9%" in said
 
 
 def test_a_trace_without_launch_records_cannot_say(tmp_path):
@@ -64,6 +67,9 @@ def test_a_real_trace_matches_an_independent_reader_of_its_json():
     result = analyzed(QWEN).ranks[0].results["grid_fill"]
     assert result.kernel_time_us == pytest.approx(total, abs=0.01)
     assert result.underfilled_us == pytest.approx(under, abs=0.01)
+    rated = [e for e in kernels if e["args"].get("est. achieved occupancy %", 0) > 0]
+    weighted = sum(e["dur"] * e["args"]["est. achieved occupancy %"] for e in rated) / sum(e["dur"] for e in rated)
+    assert result.occupancy_pct == pytest.approx(weighted, abs=0.05)
 
 
 @pytest.mark.parametrize("question", ["Do my kernels fill the GPU?", "What is the occupancy?",

@@ -2,7 +2,7 @@
 leave the other SMs idle while they run, a loss that busy time hides (the device counts as busy).
 
 Kineto records each kernel's launch as "blocks per SM" (grid blocks over the GPU's SM count) and
-an estimated achieved occupancy (model.GPU_COLUMNS); under one block per SM, at most that fraction
+an estimated achieved occupancy (model.GPU_COLUMNS, weighted by time here); under one block per SM, at most that fraction
 of the SMs has work. Collectives are left out: they run on a block per channel by design. The
 share of kernel time under one block per SM, and the kernels that lead it, say how much of the
 "busy" GPU is mostly empty. One bincount over the kernels' names.
@@ -48,13 +48,16 @@ class GridFillResult:
     underfilled_pct: float
     sm_idle_pct: float  # of kernel_time_us: the SM time those launches leave empty (time × (1 − blocks per SM))
     top: list[UnderfilledKernel]  # most time first
+    # Kineto's estimated achieved occupancy (% of the SM's warps), weighted by kernel time, over the kernels
+    # that record one; None where none does
+    occupancy_pct: float | None = None
 
 
 def detect_grid_fill(trace: Trace, params: GridFillParams = GridFillParams()) -> GridFillResult | None:
     """None where the trace records no kernel's launch configuration."""
     gpu = trace.gpu
     # collectives run on a few blocks by design (one per channel): the links, not the SMs, bound them
-    kernels = rows_where(gpu[["name", "start", "end", "blocks_per_sm"]],
+    kernels = rows_where(gpu[["name", "start", "end", "blocks_per_sm", "occupancy"]],
                          ((gpu["kind"] == "kernel") & ~gpu["is_comm"] & gpu["blocks_per_sm"].gt(0)).to_numpy())
     if kernels.empty:
         return None
@@ -75,12 +78,23 @@ def detect_grid_fill(trace: Trace, params: GridFillParams = GridFillParams()) ->
         top.append(UnderfilledKernel(label, us(by_name[n]), pct(by_name[n], total), int(mine.sum()),
                                      round(float(np.median(fill[mine])), 3)))
     empty = float((dur[under] * (1.0 - fill[under])).sum())
-    return GridFillResult(us(total), us(int(dur[under].sum())), pct(dur[under].sum(), total), pct(empty, total), top)
+    occupancy = kernels["occupancy"].to_numpy(np.float64)
+    rated = (occupancy > 0) & (dur > 0)  # Kineto writes 0 where it could not estimate
+    occupancy_pct = round(float(np.average(occupancy[rated], weights=dur[rated])), 1) if rated.any() else None
+    return GridFillResult(us(total), us(int(dur[under].sum())), pct(dur[under].sum(), total), pct(empty, total), top,
+                          occupancy_pct)
 
 
 def grid_fill_sentence(result: GridFillResult) -> str:
     """'12.5% of kernel time (every GPU of the rank) runs with fewer blocks than the GPU has SMs,
     leaving 9.4% of the SMs' time empty; led by `gemv` (0.25 blocks per SM, 40 launches, 5.0%).'"""
+    occupancy = (f" Kineto's estimated achieved occupancy, weighted by kernel time: {percent(result.occupancy_pct)} of "
+                 "the SMs' warps (Nsight Compute measures it: `traceagent profile --ncu KERNEL`)."
+                 if result.occupancy_pct is not None else "")
+    return _fill_sentence(result) + occupancy
+
+
+def _fill_sentence(result: GridFillResult) -> str:
     if not result.top:
         return (f"Every kernel launch the trace records ({duration(result.kernel_time_us)} of kernel time, every GPU "
                 "of the rank) has at least one block per SM: the grids can fill the GPU.")
@@ -117,7 +131,7 @@ def grid_fill_findings(result: GridFillResult, on: str) -> list[tuple[str, str]]
 DETECTOR = Detector("grid_fill", "Grids that cannot fill the GPU",
                     "Kernel time in launches with fewer blocks than the GPU has SMs (Kineto's 'blocks per SM' under "
                     "1): its share of kernel time, the SM time it leaves empty, and the kernels leading it with their "
-                    "blocks per SM and launches.",
+                    "blocks per SM and launches; Kineto's estimated achieved occupancy weighted by kernel time.",
                     GridFillParams(), GridFillResult, lambda i, p: detect_grid_fill(i.trace, p),
                     lambda r, p: grid_fill_sentence(r), since="2.9",
                     needs=("the trace records no kernel's launch configuration (blocks per SM)",
