@@ -76,3 +76,23 @@ def test_a_real_trace_matches_an_independent_reader_of_its_json():
                                       "Are the grid sizes too small?", "How many SMs do my kernels use?"])
 def test_grid_questions_reach_it(question):
     assert understand(question, AnalysisContext(analyzed(QWEN))).intent == "detector:grid_fill"
+
+
+def test_an_nsight_export_gives_blocks_per_sm_from_the_grid_and_the_gpus_sm_count(tmp_path):
+    """An Nsight export records each kernel's grid and the GPU's SM count: the kernel given a
+    one-block grid here is under one block per SM; an independent reader of the SQLite file adds
+    up the kernel time and that kernel's."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "report.sqlite"
+    shutil.copy(DATA / "test-cuda" / "report2.sqlite", path)
+    with sqlite3.connect(path) as con:
+        (rowid, ns, sms) = con.execute("SELECT k.rowid, k.[end] - k.start, g.smCount FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                                       "JOIN TARGET_INFO_GPU g ON g.id = k.deviceId ORDER BY k.start LIMIT 1").fetchone()
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = 1, gridY = 1, gridZ = 1 WHERE rowid = ?", (rowid,))
+        (total,) = con.execute("SELECT sum([end] - start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    result = analyze(path, use_cache=False).ranks[0].results["grid_fill"]
+    assert result.kernel_time_us == pytest.approx(total / 1000, abs=0.01)
+    assert result.underfilled_us == pytest.approx(ns / 1000, abs=0.01)
+    assert result.top[0].blocks_per_sm == round(1 / sms, 3)

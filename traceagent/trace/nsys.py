@@ -81,7 +81,7 @@ class _Table:
 #: optional columns; a table that lacks a required one is skipped with a warning.
 SCHEMA = {
     "CUPTI_ACTIVITY_KIND_KERNEL": _Table(("start", "end"), ("deviceId", "streamId", "correlationId", "globalPid",
-                                                           "demangledName", "shortName")),
+                                                           "demangledName", "shortName", "gridX", "gridY", "gridZ")),
     "CUPTI_ACTIVITY_KIND_MEMCPY": _Table(("start", "end"), ("deviceId", "streamId", "correlationId", "globalPid",
                                                            "bytes", "copyKind", "srcKind", "dstKind")),
     "CUPTI_ACTIVITY_KIND_MEMSET": _Table(("start", "end"), ("deviceId", "streamId", "correlationId", "globalPid",
@@ -93,7 +93,8 @@ SCHEMA = {
 }
 _TEXT = {"text"}  # columns holding strings themselves (the rest hold ids into StringIds)
 _NUMERIC = {"start", "end", "deviceId", "streamId", "correlationId", "globalPid", "globalTid", "bytes", "copyKind",
-            "srcKind", "dstKind", "memKind", "eventType", "nameId", "textId", "demangledName", "shortName"}
+            "srcKind", "dstKind", "memKind", "eventType", "nameId", "textId", "demangledName", "shortName", "gridX",
+            "gridY", "gridZ"}
 
 
 def _read_table(con: sqlite3.Connection, name: str, warnings: list[str]) -> pd.DataFrame | None:
@@ -149,7 +150,8 @@ def _read(con: sqlite3.Connection, tables: set[str], path: str) -> Trace:
             "kind": "kernel", "name": name_of(k["demangledName"]).fillna(name_of(k["shortName"])),
             "device": k["deviceId"], "stream": k["streamId"], "start": k["start"], "end": k["end"],
             "correlation": k["correlationId"], "globalPid": k["globalPid"], "bytes": 0,
-            "copyKind": None, "srcKind": None, "dstKind": None}))
+            "copyKind": None, "srcKind": None, "dstKind": None,
+            "blocks": (k["gridX"] * k["gridY"] * k["gridZ"]).astype(float)}))
     if (m := frames.get("CUPTI_ACTIVITY_KIND_MEMCPY")) is not None and len(m):
         parts.append(pd.DataFrame({
             "kind": "memcpy", "name": "Memcpy", "device": m["deviceId"], "stream": m["streamId"], "start": m["start"],
@@ -179,7 +181,7 @@ def _read(con: sqlite3.Connection, tables: set[str], path: str) -> Trace:
                                        "correlation": -1}))
     cpu = pd.concat([p for p in cpu_parts if len(p)], ignore_index=True) if any(len(p) for p in cpu_parts) else None
 
-    gpu_cols = _gpu_columns(gpu, copy_kinds, memory_kinds)
+    gpu_cols = _gpu_columns(gpu, copy_kinds, memory_kinds, _sm_counts(con, tables))
     cpu_cols = _cpu_columns(cpu)
     meta = TraceMeta(format="nsys", path=str(path), devices=_device_names(con, tables),
                      profiler=_profiler(con, tables), warnings=warnings)
@@ -236,9 +238,12 @@ def _pid(global_id: pd.Series) -> np.ndarray:
     return ((global_id.to_numpy(np.int64) >> 24) & 0xFFFFFF).astype(np.int64)
 
 
-def _gpu_columns(gpu: pd.DataFrame | None, copy_kinds: dict, memory_kinds: dict) -> dict:
+def _gpu_columns(gpu: pd.DataFrame | None, copy_kinds: dict, memory_kinds: dict, sm_counts: dict[int, int]) -> dict:
     if gpu is None:
         return {"name": [], "kind": []}
+    # a kernel's grid blocks over its GPU's SMs, as Kineto's "blocks per SM" (NaN where either is unknown)
+    blocks = gpu["blocks"] if "blocks" in gpu else pd.Series(np.nan, index=gpu.index)
+    sms = gpu["device"].map(sm_counts).astype(float)
     # correlation ids are per process: make them unique across the processes of one export
     correlation = (_pid(gpu["globalPid"].fillna(0)) << 32) | gpu["correlation"].fillna(-1).to_numpy(np.int64)
     # name copies and memsets as Kineto does, so one parser (normalize) reads both formats
@@ -258,6 +263,7 @@ def _gpu_columns(gpu: pd.DataFrame | None, copy_kinds: dict, memory_kinds: dict)
         "end": gpu["end"].to_numpy(np.int64),
         "correlation": correlation,
         "bytes": gpu["bytes"].fillna(0).to_numpy(np.int64),
+        "blocks_per_sm": (blocks / sms).to_numpy(np.float32),
     }
 
 
@@ -309,6 +315,15 @@ def _id_rows(con: sqlite3.Connection, table: str) -> list[tuple[int, str]]:
     except sqlite3.Error:
         return []
     return [(i, n) for i, n in rows if type(i) is int and type(n) is str]
+
+
+def _sm_counts(con: sqlite3.Connection, tables: set[str]) -> dict[int, int]:
+    """Each GPU's SM count, where the export has TARGET_INFO_GPU (newer exports do not)."""
+    try:
+        rows = con.execute("SELECT id, smCount FROM TARGET_INFO_GPU").fetchall() if "TARGET_INFO_GPU" in tables else []
+    except sqlite3.Error:
+        return {}
+    return {i: n for i, n in rows if type(i) is int and type(n) is int and n > 0}
 
 
 def _device_names(con: sqlite3.Connection, tables: set[str]) -> dict[int, str]:
