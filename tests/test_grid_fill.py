@@ -96,3 +96,16 @@ def test_an_nsight_export_gives_blocks_per_sm_from_the_grid_and_the_gpus_sm_coun
     assert result.kernel_time_us == pytest.approx(total / 1000, abs=0.01)
     assert result.underfilled_us == pytest.approx(ns / 1000, abs=0.01)
     assert result.top[0].blocks_per_sm == round(1 / sms, 3)
+
+
+def test_a_busy_gpu_led_by_a_sparse_grid_is_told_to_give_it_more_blocks(tmp_path):
+    """The device is busy (a compute verdict) and its top kernel runs at 0.25 blocks per SM: the
+    next step is more blocks per launch, not tuning the kernel."""
+    b = TraceBuilder()
+    b.op("aten::mv", 0, 10)
+    launched(b, "gemv2T_kernel", 10, 900, 0.25)
+    launched(b, "big_gemm", 910, 100, 3.0)
+    verdict = analyze(b.write(tmp_path / "sparse.json"), use_cache=False).ranks[0].verdict
+    assert (verdict.limiter, verdict.root_cause) == ("compute", "hot_kernel")
+    assert "about 0.25 blocks per SM" in verdict.hypothesis
+    assert verdict.next_step.startswith("Give gemv2T_kernel more blocks per launch")

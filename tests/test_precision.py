@@ -81,6 +81,7 @@ def test_a_gpu_without_bf16_is_told_fp16_with_a_grad_scaler(tmp_path):
     ("nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT", ("unknown", 1)),
     ("kernel_unified_attention_2d", ("unknown", -1)),
     ("void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, float, 128, 16>(float)", ("bf16", -1)),
+    ("void gemv2T_kernel_val<int, int, float, float, float, 128, 16, 4, 4, false>(float)", ("fp32", -1)),  # bytes bind it
 ])
 def test_what_a_real_kernels_name_says(name, expected):
     assert kernel_precision(name) == expected

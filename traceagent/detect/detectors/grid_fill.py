@@ -37,6 +37,7 @@ class UnderfilledKernel:
     share_pct: float  # of GridFillResult.kernel_time_us
     launches: int
     blocks_per_sm: float  # the median over those launches: about the share of SMs with work
+    kernel: str = ""  # its full name, as the trace writes it (the hot kernels' `name`)
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,11 @@ def detect_grid_fill(trace: Trace, params: GridFillParams = GridFillParams()) ->
     by_name = np.bincount(codes[under], weights=dur[under], minlength=len(names.categories) + 1)
     top = []
     chosen = [int(n) for n in np.argsort(-by_name, kind="stable")[:params.top] if by_name[n] > 0]
-    labels = distinct_labels([str(names.categories[n - 1]) if n else "(unnamed)" for n in chosen])
-    for n, label in zip(chosen, labels):  # a few kernels, not events
+    full = [str(names.categories[n - 1]) if n else "(unnamed)" for n in chosen]
+    for n, name, label in zip(chosen, full, distinct_labels(full)):  # a few kernels, not events
         mine = under & (codes == n)
         top.append(UnderfilledKernel(label, us(by_name[n]), pct(by_name[n], total), int(mine.sum()),
-                                     round(float(np.median(fill[mine])), 3)))
+                                     round(float(np.median(fill[mine])), 3), name))
     empty = float((dur[under] * (1.0 - fill[under])).sum())
     occupancy = kernels["occupancy"].to_numpy(np.float64)
     rated = (occupancy > 0) & (dur > 0)  # Kineto writes 0 where it could not estimate

@@ -46,7 +46,9 @@ TENSOR_FORMATS = ("fp4", "fp8", "int8", "bf16", "fp16", "tf32")
 _TENSOR_UNITS = re.compile(r"tensorop|wmma|hmma|imma|dmma|gmma|xdl|mfma|_mi\d+x\d+|tensor\d+x\d+|[shid]884|[shi]1688|"
                            r"[shi]16816|i8816|nvjet|utcmma|tcgen|umma")
 #: names that say the plain cores (SIMT, fused multiply-add) whatever the format
-_PLAIN_UNITS = re.compile(r"simt|ffma|sgemm|scudnn|dgemm|gemv")
+_PLAIN_UNITS = re.compile(r"simt|ffma|sgemm|scudnn|dgemm")
+#: matrix-vector products: memory-bound in any format, on no tensor-core path
+_VECTOR_MATH = re.compile(r"gemv|dot_kernel")
 #: kernels in a math class that do none of its math: layout changes, casts, KV-cache writes, index setup
 _NOT_MATH = re.compile(r"reshape_and_cache|kv_?cache|create_\w*indices|nchw_?(?:2|to)_?nhwc|nhwc_?(?:2|to)_?nchw|transpose|"
                        r"epilogue|computeoffsets")
@@ -95,7 +97,10 @@ def name_precisions(names: pd.Categorical) -> np.ndarray:
 
 
 def _units(name: str, precision: str) -> int:
-    """1: tensor cores, 0: fp32 or fp64 on the plain cores, -1: the name does not say (a bf16 GEMV, say)."""
+    """1: tensor cores, 0: fp32 or fp64 on the plain cores, -1: the name does not say, or a GEMV (no
+    tensor-core path in any format: its bytes, not its math, bound it)."""
+    if _VECTOR_MATH.search(name):
+        return -1
     tensor = bool(_TENSOR_UNITS.search(name))
     if not tensor and (_PLAIN_UNITS.search(name) or precision in ("fp32", "fp64")):
         return 0 if precision in ("fp32", "fp64", "unknown") else -1

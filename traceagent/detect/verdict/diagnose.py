@@ -24,6 +24,7 @@ from ..detectors.base import Detector, Inputs, Key
 from ..detectors.comm import CommResult
 from ..detectors.flops import FlopsResult
 from ..detectors.graphs import GraphsResult
+from ..detectors.grid_fill import GridFillResult
 from ..detectors.idle import IdleResult, LaunchBound
 from ..detectors.kernels import HotKernel, KernelsResult, short_name
 from ..detectors.launch import LaunchResult
@@ -206,6 +207,7 @@ class Findings:
     critical_path: CriticalPathResult | None = None
     classes: TimeByClassResult | None = None  # device time by class of work
     precision: PrecisionResult | None = None  # the math kernels' precision: whether fp32 math misses the tensor cores
+    grid_fill: GridFillResult | None = None  # whether the hot kernel's grid leaves SMs empty
 
     @classmethod
     def of(cls, results: Mapping[str, Any], has_python_frames: bool, has_device_activity: bool) -> Findings:
@@ -216,7 +218,8 @@ class Findings:
                    has_device_activity=has_device_activity, workload=results["workload"], savings=results["savings"],
                    critical_path=results["critical_path"], flops=results.get("flops"), memory=results.get("memory"),
                    graphs=results.get("graphs"), annotations=results.get("annotations"),
-                   classes=results.get("time_by_class"), precision=results.get("precision"))
+                   classes=results.get("time_by_class"), precision=results.get("precision"),
+                   grid_fill=results.get("grid_fill"))
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:
@@ -501,6 +504,15 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
              ", and check it runs in a fast dtype (bf16/TF32) and shape")
     step = (f"Profile that kernel: `{advice.profile_line('--ncu', repr(top.short_name))}` (Nsight Compute on it, "
             f"joined to the trace){dtype}.")
+    sparse = next((k for k in (f.grid_fill.top if f.grid_fill else []) if k.kernel == top.name
+                   and k.blocks_per_sm <= SPARSE_GRID_BLOCKS_PER_SM and k.share_pct >= 5.0), None)
+    if sparse is not None:
+        # a grid that leaves most SMs empty: no kernel-level tuning beats giving it more blocks
+        hypothesis += (f" Its grid has about {sparse.blocks_per_sm:g} blocks per SM, so most of the GPU's SMs sit "
+                       "idle while it runs.")
+        step = (f"Give {top.label} more blocks per launch: a larger batch or more tokens per step, several small "
+                "launches fused or grouped into one, split-K or stream-K for a small matmul; then profile it: "
+                f"`{advice.profile_line('--ncu', repr(top.short_name))}`.")
     p = f.precision
     if p is not None and p.advice and p.plain_core_pct >= ADVISED_PCT and said is not None and said[1] == 0:
         # fp32 math off the tensor cores: the dtype, not the kernel, is the first fix
@@ -546,6 +558,8 @@ def _memory_bound_verdict(f: Findings, classes: TimeByClassResult, top: HotKerne
 
 #: a hot kernel at this share of its dtype's peak FLOP/s or more runs near peak: little is left to gain in it
 NEAR_PEAK_PCT = 60.0
+#: a hot kernel at or under this many blocks per SM leaves most SMs empty: the verdict says so first
+SPARSE_GRID_BLOCKS_PER_SM = 0.5
 
 
 _STRAGGLER_STEPS = {
@@ -611,5 +625,5 @@ def rank_verdict(inputs: Inputs, params: VerdictParams) -> Verdict:
 DETECTOR = Detector("verdict", "Verdict", "What limits the rank, its root cause, evidence, next step and saving.",
                     VerdictParams(), Verdict, rank_verdict, settings="verdict", keys=(Key("verdict", Verdict),),
                     reads=("idle", "memcpy", "comm", "kernels", "launch", "steps", "workload", "savings", "critical_path",
-                           "time_by_class", "flops", "precision"),
+                           "time_by_class", "flops", "precision", "grid_fill"),
                     place=83, tool=False)
