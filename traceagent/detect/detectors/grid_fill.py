@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...format import duration, percent, shorten
+from ...format import counted, duration, percent, shorten
 from ...text import code, md_prose, md_table
 from ...trace.model import Trace, rows_where
 from ..core.bounds import Count
@@ -99,8 +99,8 @@ def _fill_sentence(result: GridFillResult) -> str:
     if not result.top:
         return (f"Every kernel launch the trace records ({duration(result.kernel_time_us)} of kernel time, every GPU "
                 "of the rank) has at least one block per SM: the grids can fill the GPU.")
-    led = "; ".join(f"{code(shorten(k.name, 60))} ({k.blocks_per_sm:g} blocks per SM, {k.launches} launches, "
-                    f"{percent(k.share_pct)})" for k in result.top[:3])
+    led = "; ".join(f"{code(shorten(k.name, 60))} ({k.blocks_per_sm:g} blocks per SM, "
+                    f"{counted(k.launches, 'launch', 'launches')}, {percent(k.share_pct)})" for k in result.top[:3])
     said = (f"{percent(result.underfilled_pct)} of kernel time (every GPU of the rank) runs with fewer blocks than the "
             f"GPU has SMs, so part of the GPU sits idle while the device counts as busy: "
             f"{percent(result.sm_idle_pct)} of the SMs' time in all. Led by {led}.")

@@ -78,7 +78,7 @@ class PrecisionResult:
     precisions: list[PrecisionTime]  # most time first
     tensor_core_pct: float  # of math_us: on tensor (matrix) cores, by name or by a tensor-core format
     plain_core_pct: float  # of math_us: fp32 or fp64 math on the plain cores (SIMT)
-    unknown_pct: float  # of math_us: the name says neither
+    unknown_pct: float  # of math_us: neither (a GEMV, or a name that says neither)
     plain_core_us: float
     plain_core_kernels: list[str]  # up to three, most time first
     gpu: str | None  # the device name the advice is for
@@ -183,7 +183,8 @@ def precision_sentence(result: PrecisionResult) -> str:
         said += (f", {percent(result.plain_core_pct)} in fp32 or fp64 on the plain cores (led by "
                  f"{', '.join(code(shorten(k, 60)) for k in result.plain_core_kernels)})")
     if result.unknown_pct >= SHOWN_PCT:
-        said += f"; for {percent(result.unknown_pct)} the kernel's name does not say"
+        said += (f"; {percent(result.unknown_pct)} is neither (matrix-vector products, which no tensor core speeds "
+                 "up, or kernels whose names do not say)")
     said += f". By precision: {formats}."
     if result.advice and result.plain_core_pct >= ADVISED_PCT:
         said += (f" To put that fp32 math on tensor cores, {result.advice}; `traceagent whatif TRACE --change amp` "
