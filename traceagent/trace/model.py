@@ -44,8 +44,9 @@ GPU_COLUMNS: dict[str, str] = {
     # NCCL/RCCL kernels whose trace records their payload: a JSON object {"name", "in_nelems",
     # "out_nelems", "group_size", "dtype", "group", "group_ranks"} as written (detect/detectors/collectives.py)
     "collective": "category",
-    # a kernel's launch as Kineto estimates it (NaN where the trace does not say): its grid's blocks per SM
-    # (under 1: the grid cannot fill the GPU) and the estimated achieved occupancy, in % of the SM's warps
+    # a kernel's launch (NaN where the trace does not say): its grid's blocks per SM (Kineto's, or an Nsight
+    # export's grid over its GPU's SM count; under 1 the grid cannot fill the GPU) and Kineto's estimated
+    # achieved occupancy, in % of the SM's warps
     "blocks_per_sm": "float32",
     "occupancy": "float32",
 }

@@ -1,11 +1,12 @@
 """Kernels whose grid cannot fill the GPU: launched with fewer blocks than the GPU has SMs, they
 leave the other SMs idle while they run, a loss that busy time hides (the device counts as busy).
 
-Kineto records each kernel's launch as "blocks per SM" (grid blocks over the GPU's SM count) and
-an estimated achieved occupancy (model.GPU_COLUMNS, weighted by time here); under one block per SM, at most that fraction
-of the SMs has work. Collectives are left out: they run on a block per channel by design. The
-share of kernel time under one block per SM, and the kernels that lead it, say how much of the
-"busy" GPU is mostly empty. One bincount over the kernels' names.
+Kineto records each kernel's launch as "blocks per SM" (grid blocks over the GPU's SM count; an
+Nsight export gives the grid and the SM count) and an estimated achieved occupancy, weighted by
+time here (model.GPU_COLUMNS). Under one block per SM, at most that fraction of the SMs has work.
+Collectives are left out: they run on a block per channel by design. The share of kernel time
+under one block per SM, and the kernels that lead it, say how much of the "busy" GPU is mostly
+empty. One bincount over the kernels' names.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from ..core.bounds import Count
 from ..core.view import pct, us
 from .base import Detector
 from .kernels import distinct_labels
+
+#: the SM time left empty (of kernel time) from which the sentence says what to do
+ADVISED_PCT = 5.0
 
 
 @dataclass(frozen=True)
@@ -109,10 +113,6 @@ def _fill_sentence(result: GridFillResult) -> str:
                  "(one launch for several small matmuls), split-K or stream-K GEMMs for small matrices, or CUDA graphs "
                  "and streams to run small kernels side by side.")
     return said
-
-
-#: the SM time left empty (of kernel time) from which the sentence says what to do
-ADVISED_PCT = 5.0
 
 
 def grid_fill_section(result: GridFillResult, params: GridFillParams) -> list[str]:

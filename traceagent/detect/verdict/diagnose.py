@@ -505,7 +505,7 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
     step = (f"Profile that kernel: `{advice.profile_line('--ncu', repr(top.short_name))}` (Nsight Compute on it, "
             f"joined to the trace){dtype}.")
     sparse = next((k for k in (f.grid_fill.top if f.grid_fill else []) if k.kernel == top.name
-                   and k.blocks_per_sm <= SPARSE_GRID_BLOCKS_PER_SM and k.share_pct >= 5.0), None)
+                   and k.blocks_per_sm <= SPARSE_GRID_BLOCKS_PER_SM and k.share_pct >= SPARSE_GRID_MIN_PCT), None)
     if sparse is not None:
         # a grid that leaves most SMs empty: no kernel-level tuning beats giving it more blocks
         hypothesis += (f" Its grid has about {sparse.blocks_per_sm:g} blocks per SM, so most of the GPU's SMs sit "
@@ -558,8 +558,10 @@ def _memory_bound_verdict(f: Findings, classes: TimeByClassResult, top: HotKerne
 
 #: a hot kernel at this share of its dtype's peak FLOP/s or more runs near peak: little is left to gain in it
 NEAR_PEAK_PCT = 60.0
-#: a hot kernel at or under this many blocks per SM leaves most SMs empty: the verdict says so first
+#: a hot kernel at or under this many blocks per SM leaves most SMs empty: the verdict says so first,
+#: where those launches take at least this share of kernel time
 SPARSE_GRID_BLOCKS_PER_SM = 0.5
+SPARSE_GRID_MIN_PCT = 5.0
 
 
 _STRAGGLER_STEPS = {
