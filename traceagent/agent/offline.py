@@ -81,7 +81,8 @@ CANNED_QUESTIONS = ["Why is my GPU idle?", "What should I optimize first?", "Is 
                     "Should I use CUDA graphs?", "What if I removed the data loading?", "What is the MFU?",
                     "What should I profile next?", "How much time does attention take?",
                     "How long does the backward pass take?", "Which layer is the slowest?", "Should I use torch.compile?",
-                    "Would mixed precision help?", "Is this training or inference?", "What is the throughput?",
+                    "Would mixed precision help?", "Are tensor cores used?", "Do my kernels fill the GPU?",
+                    "Is the model compiled?", "Is this training or inference?", "What is the throughput?",
                     "Did it help?", "Summarize this trace."]
 
 
