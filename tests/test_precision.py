@@ -139,3 +139,18 @@ def test_a_compute_bound_fp32_run_is_told_to_use_the_tensor_cores(tmp_path):
 def test_a_bare_wrapper_kernel_is_named_by_the_kernel_it_wraps():
     assert distinct_labels(["void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(Params)", SGEMM]) == [
         "Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>", SGEMM]
+
+
+@pytest.mark.parametrize(("question", "lead"), [
+    # the leads' figures from the result at test time; the sentence follows them
+    ("Are tensor cores used?", lambda r: "**No:** none of the math kernels' time runs on tensor cores."),
+    ("Is it running in fp32?", lambda r: f"**Yes:** fp32 takes {r.precisions[0].share_pct:.1f}% of the math kernels' time."),
+    ("Am I using AMP?", lambda r: "**No:** no math kernel's name says bf16 or fp16 or fp8 or fp4 (for "
+                                  f"{r.precisions[1].share_pct:.1f}% of their time the names say no format)."),
+])
+def test_a_yes_or_no_about_precision_is_answered_first(question, lead):
+    analysis = analyzed(RESNET_NW0)
+    result = analysis.ranks[0].results["precision"]
+    assert [p.precision for p in result.precisions] == ["fp32", "unknown"]
+    answer = offline_answer(analysis, question)
+    assert answer.startswith(lead(result)) and precision_sentence(result) in answer

@@ -28,7 +28,8 @@ from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.detectors.memory import memory_peak
-from ..detect.detectors.precision import precision_sentence
+from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
+from ..detect.detectors.precision import SHOWN_PCT, PrecisionResult, precision_sentence
 from ..detect.detectors.steps import StepRow
 from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult
 from ..detect.registry import DETECTORS, Detector
@@ -170,6 +171,8 @@ class OfflineAnalyst:
             # each registered detector that names the questions it answers (Detector.asks)
             **{f"detector:{d.name}": Plan(partial(_own_tool, d.name), partial(self._registered, d))
                for d in DETECTORS if d.asks and d.tool},
+            # precision asked yes or no ("is it using fp8?", "are tensor cores used?"): the answer first
+            "detector:precision": Plan(partial(_own_tool, "precision"), self._precision),
         }
 
     async def answer(self, question: str, note: str = NO_LLM) -> AsyncIterator:
@@ -681,6 +684,30 @@ class OfflineAnalyst:
         said = detector.say(answer.result, self.ctx.analysis.focus.params.params_for(detector))
         return f"{self._who(answer.scope)}**{detector.title}.** {said or ''}".rstrip()
 
+    def _precision(self, q: Question, answer: DetectorAnswer) -> str:
+        """The precision detector's sentence, led by a yes or a no where the question asks one about
+        tensor cores or a format ("is TF32 on?", "am I using AMP?")."""
+        said = self._registered(PRECISION_DETECTOR, q, answer)
+        r: PrecisionResult | None = answer.result
+        asked = next((f for f, pattern in _FORMATS_ASKED if re.search(pattern, q.text, re.I)), None)
+        if r is None or asked is None or not _yes_no(q):
+            return said
+        if asked == "tensor cores":
+            lead = (f"**Yes:** {percent(r.tensor_core_pct)} of the math kernels' time runs on tensor cores."
+                    if r.tensor_core_pct >= 50 else
+                    f"**Partly:** {percent(r.tensor_core_pct)} of the math kernels' time runs on tensor cores."
+                    if r.tensor_core_pct >= SHOWN_PCT else "**No:** none of the math kernels' time runs on tensor cores.")
+        else:
+            formats = ("bf16", "fp16", "fp8", "fp4") if asked == "mixed precision" else (asked,)
+            shares = [p for p in r.precisions if p.precision in formats and p.share_pct >= SHOWN_PCT]
+            unsaid = next((p.share_pct for p in r.precisions if p.precision == "unknown"), 0.0)
+            lead = ("**Yes:** " + ", ".join(f"{p.precision} takes {percent(p.share_pct)}" for p in shares)
+                    + " of the math kernels' time." if shares else
+                    f"**No:** no math kernel's name says {' or '.join(formats)}"
+                    + (f" (for {percent(unsaid)} of their time the names say no format)"
+                       if unsaid >= SHOWN_PCT else "") + ".")
+        return f"{lead}\n\n{said}"
+
     def _scaling(self, q: Question, answer: CommAnswer, scaled: ScalingAnswer | None = None) -> str:
         """Two runs loaded: how the job scales between them; one: what in it grows with more GPUs,
         and the command that measures scaling."""
@@ -1096,6 +1123,13 @@ def _own_tool(name: str, q: Question, at: dict) -> list[tuple[str, dict]]:
     return [(name, at)]
 
 
+#: what a yes-or-no question about precision asks after, as it says it (precision.PRECISIONS' names)
+_FORMATS_ASKED = [("tensor cores", r"\b(?:tensor|matrix)[- ]?cores?\b"), ("tf32", r"\btf32\b"),
+                  ("mixed precision", r"\b(?:amp|autocast|mixed[- ]precision)\b"),
+                  ("fp8", r"\b(?:fp8|float8|e4m3|e5m2)\b"), ("fp4", r"\b(?:fp4|nvfp4|mxfp4)\b"),
+                  ("bf16", r"\b(?:bf16|bfloat16)\b"), ("fp16", r"\b(?:fp16|float16|half[- ]precision)\b"),
+                  ("int8", r"\bint8\b"), ("fp32", r"\b(?:fp32|float32|single[- ]precision|full[- ]precision)\b"),
+                  ("fp64", r"\b(?:fp64|float64|double[- ]precision)\b")]
 #: the inference phases (phases.ORDER) as a question says them
 _PHASE_WORDS = [("prefill", r"\bpre-?fill"), ("mixed", r"\bmixed\b|chunked prefill"), ("decode", r"\bdecod")]
 _PHASE_WINDOWS = {"prefill": "new requests arriving while it records",
