@@ -154,3 +154,18 @@ def test_a_yes_or_no_about_precision_is_answered_first(question, lead):
     assert [p.precision for p in result.precisions] == ["fp32", "unknown"]
     answer = offline_answer(analysis, question)
     assert answer.startswith(lead(result)) and precision_sentence(result) in answer
+
+
+def test_diff_says_whether_the_math_moved_to_tensor_cores(tmp_path):
+    """Before: the matmul is an fp32 SGEMM (0% on tensor cores); after: a bf16 GEMM (100%)."""
+    from traceagent.detect.compare.diff import diff
+
+    def run(kernel: str, name: str):
+        b = TraceBuilder(device_name="NVIDIA A100-SXM4-80GB")
+        b.op("aten::mm", 0, 10)
+        b.kernel(kernel, 10, 100, launch_at=1)
+        return analyze(b.write(tmp_path / name), use_cache=False)
+
+    result = diff(run(SGEMM, "before.json"), run(BF16_GEMM, "after.json"))
+    metric = next(m for m in result.metrics if m.name == "math on tensor cores")
+    assert (metric.before, metric.after, metric.change) == (0.0, 100.0, 100.0)

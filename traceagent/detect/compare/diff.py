@@ -228,7 +228,11 @@ def _summary(a: Analysis) -> dict[str, Any]:
     steps = [r.findings.steps.step_time_us for r in ranks if r.findings.steps]
     busy = sum(r.breakdown.total.busy_us for r in ranks)
     copies_bytes = sum(r.findings.memcpy.bytes for r in ranks)
+    math = [p for r in ranks if (p := r.results.get("precision")) is not None]
+    math_us = sum(p.math_us for p in math)
     return {
+        # of the math kernels' time on every rank that ran some (precision.py): None where none did
+        "tensor_core_pct": pct(sum(p.math_us * p.tensor_core_pct for p in math) / 100, math_us) if math_us else None,
         "span_us": span,
         "wall_span_us": max((r.breakdown.total.span_us for r in ranks), default=0.0),
         "straggler_pct": a.comparison.others_exposed_waiting_pct if a.comparison else 0.0,
@@ -307,6 +311,8 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         ShareMetric("exposed copies", b["memcpy_exposed_pct"], a["memcpy_exposed_pct"]),
         ShareMetric("exposed communication", b["comm_exposed_pct"], a["comm_exposed_pct"]),
     ]
+    if b["tensor_core_pct"] is not None and a["tensor_core_pct"] is not None:  # did autocast or TF32 take?
+        metrics.append(ShareMetric("math on tensor cores", b["tensor_core_pct"], a["tensor_core_pct"]))
     for cause in sorted(set(b["cause_pct"]) | set(a["cause_pct"])):
         metrics.append(ShareMetric(f"idle: {cause}", b["cause_pct"].get(cause, 0.0), a["cause_pct"].get(cause, 0.0)))
 
