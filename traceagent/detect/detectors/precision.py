@@ -212,7 +212,8 @@ DETECTOR = Detector("precision", "Precision and tensor cores",
                     lambda r, p: precision_sentence(r), since="2.9",
                     needs=("the rank ran no matmul, attention or convolution kernels", "profile with CUDA activities on"),
                     # what a change would buy is whatif's; the FLOP rate is flops'
-                    asks=r"^(?!.*\b(?:help|buy|gain|save|faster|speed\w*|worth|mfu|flops?|utili[sz]ation|memory)\b)"
+                    asks=r"^(?!.*\b(?:help|buy|gain|save|faster|speed\w*|worth|mfu|flops?|utili[sz]ation|memory|"
+                         r"timestamps?|clocks?|decimals?|digits?)\b)"
                          r".*(?:\b(?:tensor|matrix)[- ]?cores?\b|\btf32\b|\bprecisions?\b|\bdtypes?\b|\bdata ?types?\b|"
                          r"\b(?:fp32|float32|fp16|float16|bf16|bfloat16|fp8|fp4|int8|fp64|autocast|amp)\b|"
                          r"\b(?:half|single|full|double)[- ]precision\b)",
