@@ -169,3 +169,24 @@ def test_diff_says_whether_the_math_moved_to_tensor_cores(tmp_path):
     result = diff(run(SGEMM, "before.json"), run(BF16_GEMM, "after.json"))
     metric = next(m for m in result.metrics if m.name == "math on tensor cores")
     assert (metric.before, metric.after, metric.change) == (0.0, 100.0, 100.0)
+
+
+def test_fp32_math_is_named_beside_the_limiter_once():
+    """The bundled ResNet-50 is limited by data loading; its fp32 convolutions (a tenth of the
+    device time or more) are named as a loss beside it, with the change for a V100."""
+    analysis = analyzed(RESNET_NW0)
+    verdict, result = analysis.ranks[0].verdict, analysis.ranks[0].results["precision"]
+    assert verdict.root_cause == "dataloader"
+    share = result.math_pct * result.plain_core_pct / 100
+    said = [o for o in verdict.other_losses if o.startswith("fp32 math off the tensor cores")]
+    assert len(said) == 1 and f"also takes {share:.1f}% of the rank's device time" in said[0]
+    assert result.advice in said[0]
+
+
+def test_a_verdict_that_already_says_so_does_not_repeat_it(tmp_path):
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    b.op("aten::mm", 0, 10)
+    b.kernel(SGEMM, 0, 900, launch_at=1)
+    verdict = analyze(b.write(tmp_path / "busy.json"), use_cache=False).ranks[0].verdict
+    assert verdict.next_step.startswith("Run the math on tensor cores")
+    assert not any("fp32 math" in o for o in verdict.other_losses)

@@ -265,9 +265,23 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
             what = LIMITERS[k].label
             source = "" if cause.lower() == what.lower() else f", from {cause}"  # not "communication, from communication"
             others.append(f"{what.capitalize()} also costs {over[k]:.1f}% {_of(f)}{source}: {other.next_step}")
+    if (plain := _plain_core_math(f)) and TENSOR_CORE_STEP not in verdict.next_step:
+        others.append(plain)
     kernel = verdict.evidence.get("kernel") if verdict.evidence["kind"] == "compute" else None
     saving = saving_for(f.savings, verdict.root_cause, kernel) if verdict.root_cause else None
     return replace(verdict, other_losses=others, saving=saving)
+
+
+def _plain_core_math(f: Findings) -> str | None:
+    """fp32 math on the plain cores as a loss beside the limiter, where it takes a tenth of the
+    device time or more: whatever limits the rank first, autocast or TF32 is a change to make."""
+    p = f.precision
+    share = p.math_pct * p.plain_core_pct / 100 if p is not None and p.advice else 0.0
+    if p is None or share < PLAIN_CORE_LOSS_PCT:
+        return None
+    return (f"fp32 math off the tensor cores also takes {share:.1f}% of the rank's device time (matmul, attention and "
+            f"convolution kernels, led by {', '.join(p.plain_core_kernels[:2])}): {p.advice}; "
+            "`traceagent whatif TRACE --change amp` predicts what it buys.")
 
 
 def _verdict_for(limiter: str, f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
@@ -518,7 +532,7 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
         # fp32 math off the tensor cores: the dtype, not the kernel, is the first fix
         hypothesis += (f" It runs in fp32 on the plain cores, as does {p.plain_core_pct:.1f}% of the math kernels' time: "
                        "the GPU's tensor cores sit unused.")
-        step = (f"Run the math on tensor cores: {p.advice}; `traceagent whatif TRACE --change amp` predicts what it "
+        step = (f"{TENSOR_CORE_STEP}: {p.advice}; `traceagent whatif TRACE --change amp` predicts what it "
                 f"buys. Then profile what stays hot: `{advice.profile_line('--ncu', repr(top.short_name))}`.")
     rated = next((k for k in (f.flops.by_kernel if f.flops else []) if k.name == top.name and k.mfu_pct is not None), None)
     if rated is not None and rated.mfu_pct is not None and rated.mfu_pct >= NEAR_PEAK_PCT:
@@ -562,6 +576,9 @@ NEAR_PEAK_PCT = 60.0
 #: where those launches take at least this share of kernel time
 SPARSE_GRID_BLOCKS_PER_SM = 0.5
 SPARSE_GRID_MIN_PCT = 5.0
+#: fp32 math on the plain cores is named beside the limiter from this share of the rank's device time
+PLAIN_CORE_LOSS_PCT = 10.0
+TENSOR_CORE_STEP = "Run the math on tensor cores"
 
 
 _STRAGGLER_STEPS = {
