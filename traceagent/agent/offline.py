@@ -230,10 +230,10 @@ class OfflineAnalyst:
         causes = sorted(t.by_cause_us.items(), key=lambda kv: -kv[1])
         of = self._of(idle.scope)
         lines.append(f"{self._who(idle.scope)}The GPU is idle **{percent(t.idle_pct)}** {of} "
-                     f"({duration(t.idle_us)} of {duration(t.whole_us)}, in {_gaps(t.gaps)}). By cause:")
+                     f"({duration(t.idle_us)} of {duration(t.whole_us)}, in {counted(t.gaps, 'gap')}). By cause:")
         pcts = t.by_cause_pct or {}
         lines += [f"- {label(GAP_CAUSES, c)}: {duration(us)}" + (f" ({percent(pcts[c])} {of}" if c in pcts else " (")
-                  + f"{', ' if c in pcts else ''}{_gaps(t.by_cause_count[c])})" for c, us in causes[:5] if us > 0]
+                  + f"{', ' if c in pcts else ''}{counted(t.by_cause_count[c], 'gap')})" for c, us in causes[:5] if us > 0]
         lines += self._largest_gap(idle) + self._sync_line(idle)
         lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
         return "\n".join(lines)
@@ -569,7 +569,7 @@ class OfflineAnalyst:
         pct = (idle.totals.by_cause_pct or {}).get("dataloader")
         lines = [f"{who}{said[1] if _yes_no(q) else ''}the GPU waits for data loading {duration(waited)}"
                  + (f" ({percent(pct)} {self._of(idle.scope)})" if pct is not None else "")
-                 + f", in {_gaps(idle.totals.by_cause_count['dataloader'])}."]
+                 + f", in {counted(idle.totals.by_cause_count['dataloader'], 'gap')}."]
         lines += self._largest_gap(idle)
         if v.root_cause == "dataloader":
             lines += ["", v.hypothesis, "", f"**Next step:** {v.next_step}", *_saving(v)]
@@ -912,8 +912,8 @@ class OfflineAnalyst:
         who = self._who(idle.scope)
         if not idle.top_gaps:
             return f"{who}There are no idle gaps{which} in this scope."
-        lines = [f"{who}{_gaps(idle.matching_gaps or 0)}{which}, {duration(idle.matching_idle_us)} of idle time in all. "
-                 "The largest:"]
+        lines = [f"{who}{counted(idle.matching_gaps or 0, 'gap')}{which}, {duration(idle.matching_idle_us)} of idle "
+                 "time in all. The largest:"]
         for i, g in enumerate(idle.top_gaps, 1):
             host = ", ".join(f"`{shorten(h.name, 50)}`" for h in (g.host.host if g.host else [])[:2])
             lines.append(f"{i}. {duration(g.dur_us)} at {duration(g.start_us)} on GPU {g.device}: "
@@ -1214,10 +1214,6 @@ def _bandwidth_lines(c: CollectivesResult) -> str:
 def _unavailable(u: Unavailable, what: str | None = None) -> str:
     """'This trace cannot say which rank…: why. To get it: how.' from a tool's `unavailable`."""
     return f"This trace cannot say {what or u['what']}: {u['why']}. To get it: {u['how_to_get_it']}."
-
-
-def _gaps(n: int) -> str:
-    return "1 gap" if n == 1 else f"{n} gaps"
 
 
 def _times(n: int) -> str:

@@ -156,7 +156,7 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
                     f"time ({percent(idle.idle_pct)}) in {counted(idle.gaps, 'gap')}.")
     else:
         said = [f"{scope(r.rank, next(iter(idle.devices), None))}: idle {duration(idle.idle_us)} of "
-                f"{duration(idle.span_us)} ({percent(idle.idle_pct)}) in {idle.gaps} gaps."]
+                f"{duration(idle.span_us)} ({percent(idle.idle_pct)}) in {counted(idle.gaps, 'gap')}."]
     out = ["", f"## Idle time{who}", "", " ".join(said), "",
            md_table(["cause", "idle", f"share {of}", "gaps"],
                     [[c, duration(us), percent(idle.by_cause_pct[c]), str(idle.by_cause_count[c])]
