@@ -59,6 +59,12 @@ def peak_for(device_name: str) -> Peak | None:
     return next((peak for pattern, peak in _PEAKS if re.search(pattern, upper)), None)
 
 
+def autocast_dtype(peak: Peak) -> str | None:
+    """The lower precision autocast would run in on this GPU: bf16 where it has it, else fp16, else
+    None (what mixed precision means here, for whatif's amp and precision's advice)."""
+    return next((d for d in ("bf16", "fp16") if d in peak.tflops), None)
+
+
 def known_gpus() -> list[str]:
     """The GPU families the table has, for messages."""
     return [peak.gpu for _, peak in _PEAKS]

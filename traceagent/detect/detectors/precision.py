@@ -23,7 +23,7 @@ import pandas as pd
 from ...format import percent, shorten
 from ...text import code, md_prose, md_table
 from ...trace.model import Trace, rows_where
-from ..core.peaks import peak_for
+from ..core.peaks import autocast_dtype, peak_for
 from ..core.view import pct, us
 from .base import Detector
 from .kernels import distinct_labels, short_name
@@ -126,7 +126,7 @@ def advice_for(gpu: str | None, before_ampere: bool = False) -> str:
     """The change that runs float32 math on tensor cores, for this GPU's formats (`before_ampere`:
     the kernels' names say a GPU older than the A100 where the trace names none)."""
     peak = peak_for(gpu) if gpu else None
-    if (peak is not None and "bf16" not in peak.tflops) or (peak is None and before_ampere):
+    if (peak is not None and autocast_dtype(peak) != "bf16") or (peak is None and before_ampere):
         return ("autocast to fp16 (`torch.autocast(\"cuda\", dtype=torch.float16)`, with `torch.amp.GradScaler` in "
                 f"training; {peak.gpu if peak else 'a GPU before the A100'} has no bf16 or TF32 tensor-core path)")
     tf32 = (" or allow TF32 for float32 matmuls (`torch.set_float32_matmul_precision(\"high\")`: the same code, "

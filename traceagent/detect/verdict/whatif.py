@@ -34,7 +34,7 @@ from ...trace.model import Trace, among, matches
 from ...trace.normalize import thread_keys
 from ..core import intervals as iv
 from ..core.links import NAMED_LINKS, host_link, link_for, named_link
-from ..core.peaks import known_gpus, peak_for
+from ..core.peaks import autocast_dtype, known_gpus, peak_for
 from ..core.view import index_type, us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
@@ -936,7 +936,7 @@ def _device_scale(trace: Trace, g: Graph, change: Change) -> tuple[np.ndarray, s
     said = name_precisions(g.d_names)
     dtype = _run_dtype(trace, g, matmul, said)
     if change.what == "amp":
-        low = next((d for d in ("bf16", "fp16") if d in here.tflops), None)
+        low = autocast_dtype(here)
         if dtype != "fp32" or low is None:
             raise ValueError(f"{change.spec!r}: the matmuls already run in {dtype}" if dtype != "fp32"
                              else f"{change.spec!r}: {here.gpu} has no lower-precision peak in the table")
