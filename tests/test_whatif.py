@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from builder import TraceBuilder
-from conftest import NSYS_AFTER, RESNET_NW0, RESNET_NW4, analyzed
+from conftest import B200, NSYS_AFTER, RESNET_NW0, RESNET_NW4, analyzed
 from test_schema import ALL_TRACES, DATA
 
 import traceagent
@@ -358,6 +359,29 @@ def test_a_replay_cut_into_small_chunks_predicts_what_one_chunk_does(monkeypatch
     monkeypatch.setattr(whatif, "CHUNK_NODES", 64)  # the trace has ~15,000 calls: hundreds of chunks
     chunked = simulate(trace, [parse_change(change)])
     assert chunked.predicted_us == whole.predicted_us and chunked.passes == whole.passes
+
+
+@pytest.mark.parametrize("change", ["kernel:.=x2", "launch=graphs", "comm=0"])
+@pytest.mark.parametrize("path", [B200, DATA / "tracelens" / "mi300_vllm_prefilldecode_piecewise_graph_execution.json.gz"])
+def test_a_host_that_never_waits_is_replayed_by_whole_trace_passes_as_the_ordered_replay_does(monkeypatch, path, change):
+    # neither trace has a blocking call or a woken call: the host never waits for the device, so the
+    # replay skips the ordered pass; forced through it, every replayed time is the same
+    from traceagent.detect.verdict import whatif
+
+    trace = analyzed(path).ranks[0].trace
+    graph = whatif.build_graph(trace)
+    assert not whatif._hands_over(graph.c_wait, graph.c_waker >= 0)
+    try:
+        fast = whatif.simulate_replay(trace, [parse_change(change)], graph)
+    except ValueError:  # nothing for the change in this trace (no collectives)
+        return
+    monkeypatch.setattr(whatif, "_hands_over", lambda wait, woken: True)
+    ordered = whatif.simulate_replay(trace, [parse_change(change)], graph)
+    assert fast.result.predicted_us == ordered.result.predicted_us
+    fast_times, ordered_times = fast.timeline.replayed, ordered.timeline.replayed
+    for times in ("c_start", "c_end", "d_start", "d_end"):
+        assert np.array_equal(getattr(fast_times, times), getattr(ordered_times, times))
+    assert fast_times.passes <= 3
 
 
 def test_a_change_the_replay_finds_slower_saves_nothing(tmp_path):

@@ -249,7 +249,7 @@ def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
     else:
         gaps = r.device_gaps(device)
         one = idle.devices[device]
-        counts = gaps.groupby("cause")["dur"].size()
+        counts = gaps.groupby("cause", observed=True)["dur"].size()
         totals = IdleTotals(one.idle_us, one.span_us, None, one.idle_pct, len(gaps), one.by_cause_us, None,
                             {c: int(counts[c]) for c in one.by_cause_us})
     answer = partial(IdleGapsAnswer, totals, scope, r.params.idle.launch_gap_us, idle.sync_sites,

@@ -146,6 +146,11 @@ class IdleResult:
         return self.by_cause_pct.get(cause, 0.0)
 
 
+#: a gap table's cause column: a byte a gap, compared and grouped by code (an object column of millions
+#: of strs was a tenth of the analysis). Sorted, so grouping orders causes by name, as strings would.
+CAUSE_DTYPE = pd.CategoricalDtype(sorted(GAP_CAUSES))
+
+
 def classify_gaps(trace: Trace, view: DeviceView, params: IdleParams = IdleParams()) -> pd.DataFrame:
     """Every gap on one device with its cause: columns start, end, dur, cause, sync (row label
     in trace.cpu of the sync call, or -1), next_op (position in view.work of the op after it).
@@ -157,8 +162,7 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     g_start, g_end = iv.gaps(view.busy)
     dur = g_end - g_start
     n = len(dur)
-    cause = np.empty(n, dtype=object)
-    cause[:] = "launch_latency"  # one str shared by every row (np.full would make a str for each)
+    cause = np.full(n, CAUSE_DTYPE.categories.get_loc("launch_latency"), dtype=np.int8)  # codes of CAUSE_DTYPE
     # the device op right after each gap (kept in the table for every gap)
     work_start = view.work["start"].to_numpy(np.int64)
     next_op = np.minimum(np.searchsorted(work_start, g_end, side="left"), len(work_start) - 1)
@@ -167,11 +171,11 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
     # (millions of tiny kernels leave millions of gaps, few of them long)
     at = np.flatnonzero(dur >= params.launch_gap_us * 1000)
     if len(at):
-        cause[at], sync_label[at] = _long_gap_causes(trace, view, g_start[at], g_end[at], next_op[at], params)
-    # cause stays an object column: pandas 3 would infer Arrow strings, slower to compare and group
+        reasons, sync_label[at] = _long_gap_causes(trace, view, g_start[at], g_end[at], next_op[at], params)
+        cause[at] = CAUSE_DTYPE.categories.get_indexer(reasons)
     # row labels and positions in int32 where they fit (times stay int64 ns): a gap table has a row per gap
     index = index_type(max(len(trace.cpu), len(view.work)))
-    return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": pd.Series(cause, dtype=object),
+    return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": pd.Categorical.from_codes(cause, dtype=CAUSE_DTYPE),
                          "sync": sync_label.astype(index), "next_op": next_op.astype(index)}, copy=False)
 
 
@@ -314,7 +318,7 @@ def idle_by(gaps: pd.DataFrame, keys: list[str], causes: bool = False) -> pd.Ser
     "how much idle in each step, phase, window or range": each gap counts once, whole, where its
     row says (for steps: gap_step_rows' rule), so the parts add up to the idle they split."""
     by = [*keys, "cause"] if causes else keys
-    return gaps.groupby(by, sort=True)["dur"].sum() if len(gaps) else pd.Series(dtype="int64")
+    return gaps.groupby(by, sort=True, observed=True)["dur"].sum() if len(gaps) else pd.Series(dtype="int64")
 
 
 def gap_step_rows(trace: Trace, starts: np.ndarray) -> np.ndarray:
@@ -348,7 +352,7 @@ def detect_idle(trace: Trace, params: IdleParams = IdleParams(), gaps: pd.DataFr
     span = device_time_ns(views)
     gaps = trace_gaps(trace, params) if gaps is None else gaps
     idle = int(gaps["dur"].sum())
-    by_cause = gaps.groupby("cause")["dur"].agg(["sum", "size"])
+    by_cause = gaps.groupby("cause", observed=True)["dur"].agg(["sum", "size"])
     by_cause_us = {c: us(by_cause.loc[c, "sum"]) for c in GAP_CAUSES if c in by_cause.index}
     by_cause_count = {c: int(by_cause.loc[c, "size"]) for c in GAP_CAUSES if c in by_cause.index}
 
@@ -359,7 +363,7 @@ def detect_idle(trace: Trace, params: IdleParams = IdleParams(), gaps: pd.DataFr
     for view in views:
         mine = gaps[gaps["device"] == view.device]
         device_idle = int(mine["dur"].sum())
-        causes = mine.groupby("cause")["dur"].sum()
+        causes = mine.groupby("cause", observed=True)["dur"].sum()
         devices[view.device] = DeviceIdle(us(view.span_ns), us(device_idle), pct(device_idle, view.span_ns),
                                           {c: us(causes[c]) for c in GAP_CAUSES if c in causes.index})
     return IdleResult(
@@ -404,7 +408,7 @@ def _launch_bound(trace: Trace, gaps: pd.DataFrame, top: int = 3) -> list[Launch
 
 def _no_gaps() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("start", "end", "dur", "sync", "next_op", "device")}
-                        | {"cause": pd.Series(dtype=object)})
+                        | {"cause": pd.Series(dtype=CAUSE_DTYPE)})
 
 
 def _sync_details(trace: Trace, sync_gaps: pd.DataFrame) -> pd.DataFrame:

@@ -121,9 +121,15 @@ def _running_ns(kernels: pd.DataFrame) -> dict[str, int]:
     """Per kernel name, the time at least one instance ran (per device, added up): the share of
     busy time can then never pass 100% when instances overlap on several streams."""
     out: dict[str, int] = {}
-    for (name, _), rows in kernels.groupby(["name", "device"], observed=True):  # top names only
-        span = iv.union(rows["start"].to_numpy(), rows["end"].to_numpy())
-        out[name] = out.get(name, 0) + iv.length(span)
+    codes, device = kernels["name"].cat.codes.to_numpy(np.int64), kernels["device"].to_numpy(np.int64)
+    key = codes * (int(device.max()) + 1) + device if len(device) else codes
+    order = np.argsort(key, kind="stable")  # each (name, device) a slice, in the table's order within it
+    key, start, end = key[order], kernels["start"].to_numpy(np.int64)[order], kernels["end"].to_numpy(np.int64)[order]
+    firsts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    categories = kernels["name"].cat.categories
+    for a, b in zip(firsts.tolist(), np.append(firsts[1:], len(key)).tolist()):  # top names only
+        name = str(categories[codes[order[a]]])
+        out[name] = out.get(name, 0) + iv.length(iv.union(start[a:b], end[a:b]))
     return out
 
 

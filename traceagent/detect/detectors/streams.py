@@ -101,38 +101,45 @@ def shared_streams(trace: Trace) -> list[SharedStream]:
 
 def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> StreamsResult | None:
     """None when the trace has no device work."""
-    work = rows_where(trace.gpu, (trace.gpu["kind"] != "sync").to_numpy())
-    if work.empty:
+    gpu = trace.gpu
+    rows = np.flatnonzero((gpu["kind"] != "sync").to_numpy())
+    if not len(rows):
         return None
-    work = work.sort_values(["device", "stream", "start"], kind="stable")
-    device, stream = work["device"].to_numpy(np.int64), work["stream"].to_numpy(np.int64)
-    start, end = work["start"].to_numpy(np.int64), work["end"].to_numpy(np.int64)
-    launch = launch_calls(trace, work["correlation"].to_numpy(), ("start",))["start"]
+    # the ops by device, stream and start, as arrays: each stream a run of them (no sorted copy of the table)
+    device, stream = gpu["device"].to_numpy(np.int64)[rows], gpu["stream"].to_numpy(np.int64)[rows]
+    start = gpu["start"].to_numpy(np.int64)[rows]
+    order = np.lexsort((start, stream, device))
+    rows, device, stream, start = rows[order], device[order], stream[order], start[order]
+    end = gpu["end"].to_numpy(np.int64)[rows]
+    launch = launch_calls(trace, gpu["correlation"].to_numpy()[rows], ("start",))["start"]
     launched, launched_at = launch.notna().to_numpy(), launch.to_numpy(np.int64, na_value=-1)  # exact ns
     same = np.r_[False, (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])]  # a previous op on this stream
+    firsts = np.flatnonzero(~same)  # each stream's first op
     # what each stream had done before each op: the end of its latest op so far (ops may overlap by ns)
-    key = device * (1 << 32) + stream
-    ended = pd.Series(end).groupby(key).cummax().to_numpy()
+    ended = pd.Series(end).groupby(np.cumsum(~same)).cummax().to_numpy()
     before = np.r_[0, ended[:-1]]
     gap = np.where(same, np.maximum(start - before, 0), 0)
     queued = launched & (launched_at < before)
     host = same & launched & ~queued
     short = queued & (gap < params.kernel_wait_us * 1000)
-    table = pd.DataFrame({"device": device, "stream": stream, "dur": end - start, "gap": gap,
-                          "host": np.where(same & host, gap, 0), "kernel": np.where(same & short, gap, 0),
-                          "other": np.where(same & ~host & ~short, gap, 0),
-                          "unlaunched": np.where(same & ~launched, gap, 0), "start": start, "end": end,
-                          "is_kernel": (work["kind"] == "kernel").to_numpy(), "is_comm": work["is_comm"].to_numpy()})
-    rows = []
-    for (d, s), g in table.groupby(["device", "stream"], sort=False):  # one row per stream
-        span = int(g["end"].max() - g["start"].min())
-        idle = int(g["gap"].sum())
-        rows.append(StreamRow(int(d), int(s), len(g), int(g["is_kernel"].sum()), int((g["is_kernel"] & g["is_comm"]).sum()),
-                              us(span), us(span - idle), us(idle), us(int(g["host"].sum())), us(int(g["kernel"].sum())),
-                              us(int(g["other"].sum())), pct(span - idle, span), us(int(g["unlaunched"].sum()))))
-    rows.sort(key=lambda r: -r.busy_us)
-    return StreamsResult(len(rows), rows[:params.top], list(shared_streams(trace)), us(int(table["host"].sum())),
-                         us(int(table["kernel"].sum())), us(int(table["other"].sum())))
+    is_kernel = (gpu["kind"] == "kernel").to_numpy()[rows]
+    is_comm = gpu["is_comm"].to_numpy(bool)[rows]
+
+    def per_stream(values: np.ndarray) -> list[int]:
+        return np.add.reduceat(values.astype(np.int64), firsts).tolist()
+
+    host_wait, kernel_wait = np.where(host, gap, 0), np.where(short, gap, 0)
+    other_wait = np.where(same & ~host & ~short, gap, 0)
+    spans = (np.maximum.reduceat(end, firsts) - np.minimum.reduceat(start, firsts)).tolist()
+    columns = zip(device[firsts].tolist(), stream[firsts].tolist(), np.diff(np.append(firsts, len(rows))).tolist(),
+                  per_stream(is_kernel), per_stream(is_kernel & is_comm), spans, per_stream(gap), per_stream(host_wait),
+                  per_stream(kernel_wait), per_stream(other_wait), per_stream(np.where(same & ~launched, gap, 0)))
+    streams = [StreamRow(d, s, ops, kernels, collectives, us(span), us(span - idle), us(idle), us(h), us(k), us(o),
+                         pct(span - idle, span), us(unlaunched))
+               for d, s, ops, kernels, collectives, span, idle, h, k, o, unlaunched in columns]
+    streams.sort(key=lambda r: -r.busy_us)
+    return StreamsResult(len(streams), streams[:params.top], list(shared_streams(trace)), us(int(host_wait.sum())),
+                         us(int(kernel_wait.sum())), us(int(other_wait.sum())))
 
 
 def streams_sentence(result: StreamsResult) -> str | None:

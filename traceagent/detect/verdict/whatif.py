@@ -437,7 +437,8 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
     c_first = _firsts(g.c_group)
     woken = g.c_waker >= 0
     unchanged = all(x is None for x in (c_gap_in, c_dur, c_wait, d_dur_in, d_delay_in, c_anchor))
-    if unchanged:  # the trace's own times solve the graph (its edges all point back in time): one pass confirms it
+    hands_over = _hands_over(wait, woken)
+    if unchanged or not hands_over:  # the trace's own times solve the graph (its edges all point back in time): one pass confirms it
         c_start, c_end, d_start = g.c_start, g.c_end, g.d_start
     else:
         c_start, c_end, d_start = _in_order(g, c_gap, own, wait, d_dur, d_delay, anchor)
@@ -445,7 +446,7 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
     # replay; more only where ties at a segment's edge left something to settle
     passes = 0
     while passes < MAX_PASSES:
-        if unchanged and passes == 2:  # a graph its own trace does not solve: replay it in order after all
+        if unchanged and hands_over and passes == 2:  # a graph its own trace does not solve: replay it in order after all
             c_start, c_end, d_start = _in_order(g, c_gap, own, wait, d_dur, d_delay, anchor)
             unchanged = False
         passes += 1
@@ -470,6 +471,14 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
         if not moved:
             break
     return Replayed(c_start, c_end, d_start, d_start + d_dur, passes)
+
+
+def _hands_over(wait: np.ndarray, woken: np.ndarray) -> bool:
+    """Whether the host ever waits for the device (a blocking call) or another thread (a woken
+    call). Without either, the whole-trace passes settle any change in three at most, from the
+    trace's own times (the host's chains read nothing of the device's), and the ordered replay is
+    not needed."""
+    return bool((wait >= 0).any() or woken.any())
 
 
 @dataclass(frozen=True)
