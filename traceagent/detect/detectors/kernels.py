@@ -122,7 +122,16 @@ def _running_ns(kernels: pd.DataFrame) -> dict[str, int]:
     busy time can then never pass 100% when instances overlap on several streams."""
     out: dict[str, int] = {}
     codes, device = kernels["name"].cat.codes.to_numpy(np.int64), kernels["device"].to_numpy(np.int64)
-    key = codes * (int(device.max()) + 1) + device if len(device) else codes
+    if not len(codes):
+        return out
+    # the names present numbered 0, 1, 2…: a few (the top ones), so a (name, device) key fits 16 bits, which
+    # numpy sorts by radix, in linear time
+    present = np.flatnonzero(np.bincount(codes, minlength=len(kernels["name"].cat.categories)))
+    number = np.zeros(int(codes.max()) + 1, dtype=np.int64)
+    number[present] = np.arange(len(present))
+    key = number[codes] * (int(device.max()) + 1) + device
+    if key.max() < 1 << 16:
+        key = key.astype(np.uint16)
     order = np.argsort(key, kind="stable")  # each (name, device) a slice, in the table's order within it
     key, start, end = key[order], kernels["start"].to_numpy(np.int64)[order], kernels["end"].to_numpy(np.int64)[order]
     firsts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
@@ -191,16 +200,18 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
     busy = sum(iv.length(v.busy) for v in views_of(trace, device))
     if kernels.empty:
         return KernelsResult(0, 0, 0.0, [])
-    dur = kernels["end"] - kernels["start"]
-    table = pd.DataFrame({"name": kernels["name"], "dur": dur, "is_comm": kernels["is_comm"]})
-    stats = table.groupby("name", observed=True)["dur"].agg(["size", "sum", "mean", "median", "max"])
+    dur = (kernels["end"] - kernels["start"]).to_numpy(np.int64)
+    stats = _per_name(kernels["name"], dur)
     stats = stats.sort_values(ORDERS[order], ascending=False, kind="stable")
     chosen = stats.head(top)
-    launched = rows_where(kernels, kernels["name"].isin(chosen.index).to_numpy())
+    chosen_rows = kernels["name"].isin(chosen.index).to_numpy()
+    chosen = chosen.assign(median=[np.median(dur[chosen_rows & (kernels["name"] == name).to_numpy()])
+                                   for name in chosen.index])  # for the few listed only: a median sorts
+    launched = rows_where(kernels, chosen_rows)
     # the op that launched each chosen kernel most often (a few names: per-group work is bounded)
     pairs = launched.groupby(["name", "op", "op_from"], observed=True).size().sort_values(ascending=False)
     ops = {name: (op, source) for name, op, source in reversed(pairs.index.tolist())}
-    comm = table.groupby("name", observed=True)["is_comm"].any()
+    comm = launched.groupby("name", observed=True)["is_comm"].any()
     running = _running_ns(launched)
     labels = dict(zip(chosen.index, distinct_labels([str(n) for n in chosen.index])))
     rows = [HotKernel(
@@ -209,7 +220,23 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
         op=ops[name][0] if name in ops else None, is_comm=bool(comm[name]),
         saving_2x_us=us(r["sum"] / 2), op_from=ops[name][1] if name in ops else None,
     ) for name, r in chosen.iterrows()]
-    return KernelsResult(kernels=len(kernels), distinct=len(stats), total_us=us(dur.sum()), top=rows)
+    return KernelsResult(kernels=len(kernels), distinct=len(stats), total_us=us(int(dur.sum())), top=rows)
+
+
+def _per_name(names: pd.Series, dur: np.ndarray) -> pd.DataFrame:
+    """Per kernel name (those that ran, in category order, as a groupby gives them): its launches, total,
+    mean and longest time in ns, by bincounts over the names' codes (a groupby hashed every row again)."""
+    codes = names.cat.codes.to_numpy()
+    named = codes >= 0  # a kernel with no name is counted in no name's row
+    codes, dur = codes[named], dur[named]
+    count = len(names.cat.categories)
+    size = np.bincount(codes, minlength=count)
+    total = np.bincount(codes, weights=dur, minlength=count)  # exact: sums of ns below 2**53
+    longest = np.zeros(count, dtype=np.int64)
+    np.maximum.at(longest, codes, dur)
+    ran = np.flatnonzero(size)
+    return pd.DataFrame({"size": size[ran], "sum": total[ran].astype(np.int64), "mean": total[ran] / size[ran],
+                         "max": longest[ran]}, index=names.cat.categories[ran])
 
 
 @dataclass(frozen=True)
