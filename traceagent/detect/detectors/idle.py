@@ -175,8 +175,9 @@ def _classify_gaps(trace: Trace, view: DeviceView, params: IdleParams) -> pd.Dat
         cause[at] = CAUSE_DTYPE.categories.get_indexer(reasons)
     # row labels and positions in int32 where they fit (times stay int64 ns): a gap table has a row per gap
     index = index_type(max(len(trace.cpu), len(view.work)))
-    return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur, "cause": pd.Categorical.from_codes(cause, dtype=CAUSE_DTYPE),
-                         "sync": sync_label.astype(index), "next_op": next_op.astype(index)}, copy=False)
+    return pd.DataFrame({"start": g_start, "end": g_end, "dur": dur,
+                         "cause": pd.Categorical.from_codes(cause, dtype=CAUSE_DTYPE), "sync": sync_label.astype(index),
+                         "next_op": next_op.astype(index)}, copy=False)
 
 
 def _long_gap_causes(trace: Trace, view: DeviceView, start: np.ndarray, end: np.ndarray, op: np.ndarray,

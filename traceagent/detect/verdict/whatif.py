@@ -438,7 +438,8 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
     woken = g.c_waker >= 0
     unchanged = all(x is None for x in (c_gap_in, c_dur, c_wait, d_dur_in, d_delay_in, c_anchor))
     hands_over = _hands_over(wait, woken)
-    if unchanged or not hands_over:  # the trace's own times solve the graph (its edges all point back in time): one pass confirms it
+    # unchanged, the trace's own times solve the graph (its edges all point back in time): one pass confirms it
+    if unchanged or not hands_over:
         c_start, c_end, d_start = g.c_start, g.c_end, g.d_start
     else:
         c_start, c_end, d_start = _in_order(g, c_gap, own, wait, d_dur, d_delay, anchor)
