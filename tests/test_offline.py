@@ -40,6 +40,10 @@ def idle(ctx, rank=None):
     return (focus(ctx) if rank is None else ctx.analysis.rank(rank)).findings.idle
 
 
+def workload(ctx):
+    return focus(ctx).results["workload"]
+
+
 def top_kernel(ctx):
     return focus(ctx).findings.kernels.top[0]
 
@@ -232,6 +236,11 @@ TABLE = [
      lambda c: [f"**This trace has no prefill steps:** it holds {' and '.join(phases_of(c))} steps only"]),
     ("B", "How many tokens per second in decode?", "phases", {},
      lambda c: [f"**This trace has no decode steps:** it holds {' and '.join(phases_of(c))} steps only"]),
+    # no serving steps: the model's forward passes, as the workload counts them, are what the trace holds
+    ("Q", "How long does one decode step take?", "phases", {},
+     lambda c: ["This trace cannot say prefill and decode phases",
+                f"What the trace does hold: {counted(workload(c).forward_calls, 'forward pass')} of "
+                f"`{workload(c).model}`, {duration(workload(c).forward_device_us)} of device time"]),
     ("D", "Is the time the same on all ranks?", "straggler", {}, lambda c: [f"**Rank {comparison(c).straggler}**"]),
     # two ranks side by side: who makes the other ranks wait more, from the comparison at test time
     ("D", "Why is rank 0 slower than rank 1?", "rank_vs_rank", {"ranks": (0, 1)},

@@ -139,7 +139,7 @@ class OfflineAnalyst:
                                   self._communication),
             "critical_path": Plan(lambda q, at: [("critical_path", at | ({"step": q.steps[0]} if q.steps else {}))],
                                   self._critical_path),
-            "phases": Plan(lambda q, at: [("phases", at), ("verdict", at)], self._phases),
+            "phases": Plan(lambda q, at: [("phases", at), ("verdict", at), ("workload", at)], self._phases),
             "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                  self._communication),
             "straggler": Plan(lambda q, at: [("communication", at)], self._straggler),
@@ -645,10 +645,23 @@ class OfflineAnalyst:
                   f"twice as fast, it saves at most {duration(k.saving_2x_us)}" for k in path.kernels[:5]]
         return "\n".join(lines)
 
-    def _phases(self, q: Question, answer: DetectorAnswer, verdict: VerdictAnswer) -> str:
+    def _phases(self, q: Question, answer: DetectorAnswer, verdict: VerdictAnswer,
+                workload: DetectorAnswer | None = None) -> str:
         if answer.result is None:
-            return (_unavailable(answer.unavailable, "prefill and decode phases") if answer.unavailable
+            said = (_unavailable(answer.unavailable, "prefill and decode phases") if answer.unavailable
                     else "This trace has no inference server steps.")
+            w = workload.result if workload is not None else None
+            # an inference trace's model passes, as they are: what a generate loop's prefill and decode steps run
+            if w is not None and w.training is False and w.forward_calls and w.forward_device_us is not None:
+                said += (f"\n\n{self._who(workload.scope if workload else None)}What the trace does hold: "
+                         f"{counted(w.forward_calls, 'forward pass')} of {code(w.model or 'the model')}, "
+                         f"{duration(w.forward_device_us)} of device time"
+                         + (" each on average" if w.forward_calls > 1 else "")
+                         + (f", in {counted(w.steps, 'profiler step')} of {duration(w.step_time_us)}"
+                            if w.steps and w.step_time_us else "")
+                         + ". In a generate loop the first pass is the prefill and each next one decodes a token for "
+                           "the whole batch.")
+            return said
         lines = [f"{self._who(answer.scope)}By phase (each over its steps' time on the GPUs):"]
         present = [p.phase for p in answer.result.phases]
         asked = [w for w, said in _PHASE_WORDS if re.search(said, q.text, re.I)]
