@@ -78,6 +78,16 @@ def holds_back(ctx, a: int, b: int) -> str:
     return f"**Rank {slow} holds the job back more than rank {fast}:**"
 
 
+def why_slow(ctx, rank: int) -> str:
+    """The lead of "why is rank N slow?": the straggler is told it is one; another rank, whom it waits for."""
+    c = comparison(ctx)
+    asked = next(r for r in c.ranks if r.rank == rank)
+    if rank == c.straggler:
+        return f"**Rank {rank} is the straggler:** it entered {asked.last_count} of the {c.matched} matched collectives last"
+    return (f"**Rank {rank} is not the straggler:** it waits {duration(asked.exposed_waiting_us)} for rank {c.straggler}, "
+            "the straggler")
+
+
 def steps_of(ctx) -> list[int]:
     return [int(n) for n in focus(ctx).trace.steps["step"]]
 
@@ -242,6 +252,11 @@ TABLE = [
                 f"What the trace does hold: {counted(workload(c).forward_calls, 'forward pass')} of "
                 f"`{workload(c).model}`, {duration(workload(c).forward_device_us)} of device time"]),
     ("D", "Is the time the same on all ranks?", "straggler", {}, lambda c: [f"**Rank {comparison(c).straggler}**"]),
+    # one rank named as slow: the straggler is told it is one, any other rank whom it waits for; with one
+    # rank loaded there is no other rank to be slow against: its idle time
+    ("D", "Why is rank 3 slow?", "idle", {"rank": 3},
+     lambda c: [why_slow(c, 3), f"Rank 3: The GPU is idle **{percent(idle(c, 3).idle_pct)}**"]),
+    ("R", "Why is rank 0 slow?", "idle", {"rank": 0}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
     # two ranks side by side: who makes the other ranks wait more, from the comparison at test time
     ("D", "Why is rank 0 slower than rank 1?", "rank_vs_rank", {"ranks": (0, 1)},
      lambda c: [holds_back(c, 0, 1),
@@ -322,7 +337,7 @@ TABLE = [
      lambda c: [f"**Rank 3 waits {duration(comparison(c).ranks[3].exposed_waiting_us)} for rank "
                 f"{comparison(c).straggler}"]),
     ("D", "Why is rank 7 slow?", "idle", {"rank": 7},
-     lambda c: [f"Rank 7: The GPU is idle **{percent(idle(c, 7).idle_pct)}**"]),
+     lambda c: [why_slow(c, 7), f"Rank 7: The GPU is idle **{percent(idle(c, 7).idle_pct)}**"]),
     ("D", "Is communication overlapped?", "communication", {},
      lambda c: [f"**{percent(focus(c).findings.comm.exposed_of_comm_pct)}**"]),
     ("D", "Is it communication-bound?", "bound", {"limit": "communication"}, lambda c: ["**No.**", "straggler"]),

@@ -110,7 +110,10 @@ class OfflineAnalyst:
         """intent → its plan."""
         compare = self.ctx.other is not None
         return {
-            "idle": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | _min(q))], self._idle),
+            # a rank named ("why is rank 3 slow?"): where it stands among the ranks too
+            "idle": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | _min(q))]
+                         + ([("communication", at)] if q.rank is not None and len(self.ctx.analysis.ranks) > 1 else []),
+                         self._idle),
             "optimize_first": Plan(lambda q, at: [("verdict", at)], self._optimize_first),
             "saving": Plan(lambda q, at: [("verdict", at)], self._saving),
             "whatif": Plan(lambda q, at: [("what_if", {"change": self._change(q)} | _rank(at))], self._what_if),
@@ -220,12 +223,12 @@ class OfflineAnalyst:
         devices = scope.get("devices", [])
         return of_span(len(devices) if scope.get("device") == "all" and len(devices) > 1 else 1)
 
-    def _idle(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer) -> str:
+    def _idle(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer, comm: CommAnswer | None = None) -> str:
         v = verdict.verdict
         if not v.limiter:
             return v.headline + ". " + v.next_step
         # the verdict first: on a copy- or communication-bound trace the idle time is its symptom
-        lines = [f"**{v.headline}.** {v.hypothesis}", ""]
+        lines = [*self._standing(q.rank, comm), f"**{v.headline}.** {v.hypothesis}", ""]
         t = idle.totals
         causes = sorted(t.by_cause_us.items(), key=lambda kv: -kv[1])
         of = self._of(idle.scope)
@@ -237,6 +240,21 @@ class OfflineAnalyst:
         lines += self._largest_gap(idle) + self._sync_line(idle)
         lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
         return "\n".join(lines)
+
+    @staticmethod
+    def _standing(rank: int | None, comm: CommAnswer | None) -> list[str]:
+        """Where a rank the question names stands among the job's ranks ("why is rank 3 slow?"): the
+        straggler, or waiting for it in the collectives matched across ranks; nothing without them."""
+        c = comm.comparison if comm is not None else None
+        me = next((r for r in c.ranks if r.rank == rank), None) if c is not None and c.matched else None
+        if c is None or me is None:
+            return []
+        if rank == c.straggler:
+            return [f"**Rank {rank} is the straggler:** it entered {me.last_count} of the {c.matched} matched collectives "
+                    "last, so the other ranks wait for it. What it does with its own time:", ""]
+        late = f"rank {c.straggler}, the straggler" if c.straggler is not None else "the last rank to enter"
+        return [f"**Rank {rank} is not the straggler:** it waits {duration(me.exposed_waiting_us)} for {late} "
+                f"({percent(me.exposed_waiting_pct)} of its device time, with no compute beside it). Its own time:", ""]
 
     def _largest_gap(self, idle: IdleGapsAnswer) -> list[str]:
         if not idle.top_gaps:
@@ -758,7 +776,10 @@ class OfflineAnalyst:
         rank = ranks.straggler
         rows = sorted(ranks.ranks[:MAX_ITEMS], key=lambda r: -r.exposed_waiting_us)
         asked = next((r for r in rows if r.rank == q.rank), None)
-        if asked is not None:  # "what is rank 3 waiting for?": that rank first
+        if asked is not None and asked.rank == rank:  # "why is rank 7 slow?" about the straggler itself
+            lead = (f"**Rank {rank} is the straggler:** it entered {asked.last_count} of the {ranks.matched} matched "
+                    "collectives last, so the other ranks wait for it.")
+        elif asked is not None:  # "what is rank 3 waiting for?": that rank first
             late = f"for rank {rank}, the straggler" if rank is not None and rank != q.rank else "for the last rank to enter"
             lead = (f"**Rank {q.rank} waits {duration(asked.exposed_waiting_us)} {late}** "
                     f"({percent(asked.exposed_waiting_pct)} of its device time, with no compute beside it); it entered "
