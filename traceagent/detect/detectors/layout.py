@@ -23,18 +23,19 @@ from ...text import code, md_prose
 from ...trace.model import Trace, rows_where
 from ..core.view import pct, us
 from .base import Detector
-from .kernels import distinct_labels
+from .kernels import distinct_labels, short_name
 from .time_by_class import class_rows, kernel_class, op_class
 
-#: a kernel that converts between the layouts, by its name (lower-cased)
+#: a kernel that converts between the layouts, by its short name (lower-cased: no template arguments,
+#: whose mangled forms spell anything)
 CONVERSION = re.compile(r"[a-z]{4,5}_?(?:2|to)_?(?:ncd?hw|nd?hwc)|(?:ncd?hw|nd?hwc)_?(?:2|to)_?[a-z]{4,5}|"
                         r"channels_?(?:first|last)_?to_|^batched_transpose_")  # MIOpen's, for its NHWC convolutions
 #: a transpose launched by a convolution, normalization or pooling op: a conversion too
-TRANSPOSE = re.compile(r"transpose|permute")
+TRANSPOSE = re.compile(r"(?<![a-z])(?:transpose|permute)")  # a word of its own: not a mangled name's "NoPermute"
 #: the layout words of a kernel name (lower-cased): the last one is the layout of the tensors it writes
 LAYOUT_WORD = re.compile(r"channels_?last|n(?:d)?hwc|nc(?:d)?hw")
 #: the ops around which a transpose is a layout conversion
-_LAYOUT_OPS = re.compile(r"conv|batch_norm|pool|upsample|miopen|cudnn")
+_LAYOUT_OPS = re.compile(r"conv|batch_norm|(?:max|avg)_pool\dd|adaptive_\w*pool|upsample|miopen|cudnn")
 #: the share of layout-naming time one layout needs to be the trace's
 DOMINANT_PCT = 80.0
 #: convolution work from this share of device time (or any conversions from CONVERTING_PCT) gets the advice
@@ -78,10 +79,11 @@ def detect_layout(trace: Trace) -> LayoutResult | None:
         return None
     names, launching = ops["name"].cat.categories, ops["op"].cat.categories
     lowered = [str(n).lower() for n in names]
+    short = [short_name(str(n)).lower() for n in names]
     # per distinct name and op first: a trace with no convolution and no layout word is done here
     said = np.array([_layout_of(n) for n in lowered] + [-1], dtype=np.int8)
-    converts = np.array([bool(CONVERSION.search(n)) for n in lowered] + [False])
-    transposes = np.array([bool(TRANSPOSE.search(n)) for n in lowered] + [False])
+    converts = np.array([bool(CONVERSION.search(n)) for n in short] + [False])
+    transposes = np.array([bool(TRANSPOSE.search(n)) for n in short] + [False])
     around = np.array([bool(_LAYOUT_OPS.search(str(o).lower())) or op_class(str(o)) == "convolution"
                        for o in launching] + [False])
     has_conv = any(kernel_class(str(n)) == "convolution" for n in names) or around.any()
