@@ -156,6 +156,24 @@ def test_exposed_communication(tmp_path):
     assert (ra.verdict.limiter, ra.verdict.root_cause) == ("communication", "communication")
 
 
+def test_communication_by_kind_each_with_its_exposed_part(tmp_path):
+    """By hand: an all-reduce [0, 200) and [300, 400) µs, an all-to-all that NCCL runs as a SendRecv
+    kernel under nccl:all_to_all [500, 600), a broadcast kernel [650, 700); compute [100, 350) and
+    [550, 600). All-reduce 300 µs, exposed [0, 100) + [350, 400) = 150 (50%); all-to-all 100 µs, exposed
+    [500, 550) = 50 (50%): the op's word, not the kernel's SendRecv; broadcast 50 µs, all exposed."""
+    b = TraceBuilder()
+    b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 0, 200, stream=20)
+    b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 300, 100, stream=20)
+    b.op("nccl:all_to_all", 480, 10)
+    b.kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", 500, 100, stream=20, launch_at=481)
+    b.kernel("ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 650, 50, stream=20)
+    b.kernel("gemm", 100, 250, stream=7)
+    b.kernel("gemm", 550, 50, stream=7)
+    comm = detect_comm(b.load(tmp_path))
+    assert [(k.kind, k.kernels, k.time_us, k.exposed_us, k.exposed_pct) for k in comm.kinds] == [
+        ("all_reduce", 2, 300.0, 150.0, 50.0), ("all_to_all", 1, 100.0, 50.0, 50.0), ("broadcast", 1, 50.0, 50.0, 100.0)]
+
+
 def test_a_second_limiter_over_its_threshold_is_named_too(tmp_path):
     b = TraceBuilder()
     b.kernel("gemm", 0, 100, stream=7)

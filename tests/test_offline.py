@@ -40,6 +40,11 @@ def idle(ctx, rank=None):
     return (focus(ctx) if rank is None else ctx.analysis.rank(rank)).findings.idle
 
 
+def kind(ctx, name: str):
+    """One kind of collective on the rank the answer is about (the verdict's, on a job)."""
+    return next(k for k in focus(ctx).findings.comm.kinds if k.kind == name)
+
+
 def workload(ctx):
     return focus(ctx).results["workload"]
 
@@ -338,6 +343,10 @@ TABLE = [
                 f"{comparison(c).straggler}"]),
     ("D", "Why is rank 7 slow?", "idle", {"rank": 7},
      lambda c: [why_slow(c, 7), f"Rank 7: The GPU is idle **{percent(idle(c, 7).idle_pct)}**"]),
+    ("D", "Is the all-to-all overlapped with compute?", "communication", {},
+     lambda c: [f"**All-to-all: {counted(kind(c, 'all_to_all').kernels, 'kernel')}",
+                f"{percent(kind(c, 'all_to_all').exposed_pct)} of its time ({duration(kind(c, 'all_to_all').exposed_us)}) "
+                "no compute overlapped"]),
     ("D", "Is communication overlapped?", "communication", {},
      lambda c: [f"**{percent(focus(c).findings.comm.exposed_of_comm_pct)}**"]),
     ("D", "Is it communication-bound?", "bound", {"limit": "communication"}, lambda c: ["**No.**", "straggler"]),

@@ -625,9 +625,12 @@ class OfflineAnalyst:
         lines = []
         if kind is not None and (named := _collective_named(q.text)):  # "how long do the all-reduces take?"
             k = kind.kernels
+            own = next((x for x in c.kinds if x.kind == named[0].kind), None)
+            hidden = (f" {percent(own.exposed_pct)} of its time ({duration(own.exposed_us)}) no compute overlapped."
+                      if own is not None and k.kernels else "")
             lines += [f"{self._who(kind.scope)}**{named[0].label}: "
                       + (f"{counted(k.kernels, 'kernel')}, {duration(k.total_us)}**." if k.kernels else
-                         f"none** in this scope, among its {c.kernels} collective kernels.")]
+                         f"none** in this scope, among its {c.kernels} collective kernels.") + hidden]
             lines += [f"- {code(shorten(r.kernel.label, 80))}: {counted(r.kernel.count, 'call')}, mean "
                       f"{duration(r.kernel.mean_us)}, longest {duration(r.kernel.max_us)}"
                       + (f", from `{r.kernel.op}`" if r.kernel.op else "") for r in kind.top]
@@ -1184,13 +1187,14 @@ class _Collective:
     label: str
     said: str
     filters: dict[str, str]
+    kind: str  # its name among the communication result's kinds (CollectiveKind.kind)
 
 
-_COLLECTIVES = [_Collective("All-reduce", r"all[- _]?reduce", {"name_filter": "allreduce"}),
-                _Collective("All-gather", r"all[- _]?gather", {"name_filter": "allgather"}),
-                _Collective("Reduce-scatter", r"reduce[- _]?scatter", {"name_filter": "reducescatter"}),
-                _Collective("All-to-all", r"all[- _]?to[- _]?all", {"op_filter": "all_to_all"}),
-                _Collective("Broadcast", r"broadcast", {"name_filter": "broadcast"})]
+_COLLECTIVES = [_Collective("All-reduce", r"all[- _]?reduce", {"name_filter": "allreduce"}, "all_reduce"),
+                _Collective("All-gather", r"all[- _]?gather", {"name_filter": "allgather"}, "all_gather"),
+                _Collective("Reduce-scatter", r"reduce[- _]?scatter", {"name_filter": "reducescatter"}, "reduce_scatter"),
+                _Collective("All-to-all", r"all[- _]?to[- _]?all", {"op_filter": "all_to_all"}, "all_to_all"),
+                _Collective("Broadcast", r"broadcast", {"name_filter": "broadcast"}, "broadcast")]
 
 
 def _collective_named(text: str) -> list[_Collective]:

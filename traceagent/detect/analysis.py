@@ -49,7 +49,8 @@ from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdic
 #: phases and steps, the modules' model. 2.8: flops' compute-heavy kernel time and the part of it
 #: outside the counted ops (uncounted_us, _pct, _kernel, _op: what makes MFU a lower bound); the
 #: steps' steps_per_s; launch.min_latency_us; op_time (its own `since`). 2.9: precision and grid_fill (their own
-#: `since`); the workload's compiled_pct and compiled_regions. 2.10: layout (its own `since`).
+#: `since`); the workload's compiled_pct and compiled_regions. 2.10: layout (its own `since`); comm.kinds
+#: (each kind of collective's time and exposed part).
 SCHEMA_VERSION = max(["2.8", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 

@@ -48,6 +48,14 @@ _KINDS: list[tuple[re.Pattern[str], str, Callable[[int], float]]] = [
     (re.compile(r"gather|scatter", re.I), "gather_scatter", lambda n: (n - 1) / n),
 ]
 
+
+
+def collective_kind(name: str) -> str | None:
+    """The kind of collective a name says (_KINDS' names: 'ncclKernel_AllReduce_RING_LL_Sum_float',
+    'nccl:all_to_all', 'allreduce' → all_reduce, all_to_all…), or None."""
+    return next((kind for pattern, kind, _ in _KINDS if pattern.search(name)), None)
+
+
 #: message sizes for the distribution: (upper bound in bytes, label)
 SIZE_BINS = [(64 << 10, "< 64 KiB"), (1 << 20, "64 KiB - 1 MiB"), (16 << 20, "1 - 16 MiB"),
              (256 << 20, "16 - 256 MiB"), (1 << 62, ">= 256 MiB")]
@@ -160,11 +168,11 @@ def parse_payload(text: str) -> _Payload | None:
         size = int(p["group_size"])
     except (ValueError, TypeError, KeyError):
         return None
-    found = next(((kind, factor) for pattern, kind, factor in _KINDS if pattern.search(name)), None)
-    if found is None or dtype not in DTYPE_BYTES or size < 1 or elements < 0:
+    kind = collective_kind(name)
+    if kind is None or dtype not in DTYPE_BYTES or size < 1 or elements < 0:
         return None
     ranks = _ranks(p.get("group_ranks"))
-    return _Payload(visible(bounded(name, 80)), found[0], elements * DTYPE_BYTES[dtype], found[1](size),
+    return _Payload(visible(bounded(name, 80)), kind, elements * DTYPE_BYTES[dtype], bus_factor(kind, size),
                     visible(bounded(str(p.get("group")), 80)), size, ranks)
 
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+import pandas as pd
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ...format import percent
 from ...trace.model import Trace
 from ..core import intervals as iv
-from ..core.view import device_time_ns, on_device, pct, us, views_of
+from ..core.view import DeviceView, device_time_ns, on_device, pct, us, views_of
 from .base import Detector, Key
+from .collectives import collective_kind
 from .streams import SharedStream, shared_streams
 
 
@@ -19,6 +22,17 @@ class Collective(TypedDict):
     name: str
     count: int
     total_us: float
+
+
+@dataclass(frozen=True)
+class CollectiveKind:
+    """One kind of collective on the rank: its kernels' time and the part of it no compute overlaps."""
+
+    kind: str  # all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce, send_recv, gather_scatter, other
+    kernels: int
+    time_us: float  # the union of its kernels' intervals, on every device
+    exposed_us: float  # of that, while no compute kernel ran
+    exposed_pct: float  # of time_us
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,8 @@ class CommResult:
     exposed_pct: float  # exposed over device time: what hiding it would save at most
     exposed_of_comm_pct: float  # exposed over comm time: how much of communication is not hidden
     top: list[Collective]  # the collectives taking the most time
+    # 2.10: by kind (the launching op's word first: NCCL runs an all-to-all as SendRecv kernels), most time first
+    kinds: list[CollectiveKind] = field(default_factory=list)
     # streams where collectives take turns with compute kernels: no overlap is possible there
     shared_streams: list[SharedStream] = field(default_factory=list)
 
@@ -54,7 +70,42 @@ def detect_comm(trace: Trace, top: int = 5, device: int | None = None) -> CommRe
         exposed_pct=pct(exposed, span), exposed_of_comm_pct=pct(exposed, comm),
         top=[Collective(name=str(n), count=int(r["size"]), total_us=us(r["sum"])) for n, r in by_name.iterrows()],
         shared_streams=[s for s in shared_streams(trace) if device is None or s.device == device],
+        kinds=_by_kind(kernels, views),
     )
+
+
+def _by_kind(kernels: pd.DataFrame, views: list[DeviceView]) -> list[CollectiveKind]:
+    """Each kind's time and exposed part, per device (a kind's own union against that device's exposed
+    collective time; kinds running at once each count it)."""
+    if kernels.empty:
+        return []
+    # a kernel's kind: its launching op's word where it says one, else its name's; each distinct string
+    # read once, then a lookup by code (-1, no op or name, takes the last entry: none)
+    kinds: list[str] = []
+
+    def numbered(column: pd.Series) -> np.ndarray:
+        said = [collective_kind(str(v)) for v in column.cat.categories]
+        kinds.extend(k for k in said if k and k not in kinds)
+        lookup = np.array([kinds.index(k) if k else -1 for k in said] + [-1], dtype=np.int64)
+        return lookup[column.cat.codes.to_numpy(np.int64)]
+
+    by_op, by_name = numbered(kernels["op"]), numbered(kernels["name"])
+    kind = np.where(by_op >= 0, by_op, by_name)
+    kinds.append("other")
+    kind[kind < 0] = len(kinds) - 1
+    device = kernels["device"].to_numpy()
+    start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    rows = []
+    for number in np.unique(kind):  # a few kinds
+        name, mine = kinds[number], kind == number
+        time = exposed = 0
+        for view in views:
+            here = mine & (device == view.device)
+            union = iv.union(start[here], end[here])
+            time += iv.length(union)
+            exposed += iv.length(iv.intersect(union, view.exposed_comm))
+        rows.append(CollectiveKind(str(name), int(mine.sum()), us(time), us(exposed), pct(exposed, time)))
+    return sorted(rows, key=lambda r: -r.time_us)
 
 
 def comm_findings(result: CommResult, on: str) -> list[tuple[str, str]]:
