@@ -31,6 +31,7 @@ from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
 from ..detect.detectors.precision import SHOWN_PCT, PrecisionResult, precision_sentence
 from ..detect.detectors.steps import StepRow
+from ..detect.detectors.stragglers import RankComparison
 from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
@@ -228,7 +229,8 @@ class OfflineAnalyst:
         if not v.limiter:
             return v.headline + ". " + v.next_step
         # the verdict first: on a copy- or communication-bound trace the idle time is its symptom
-        lines = [*self._standing(q.rank, comm), f"**{v.headline}.** {v.hypothesis}", ""]
+        standing = _standing(q.rank, comm.comparison if comm is not None else None)
+        lines = [*([f"{standing} Its own time:", ""] if standing else []), f"**{v.headline}.** {v.hypothesis}", ""]
         t = idle.totals
         causes = sorted(t.by_cause_us.items(), key=lambda kv: -kv[1])
         of = self._of(idle.scope)
@@ -240,21 +242,6 @@ class OfflineAnalyst:
         lines += self._largest_gap(idle) + self._sync_line(idle)
         lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
         return "\n".join(lines)
-
-    @staticmethod
-    def _standing(rank: int | None, comm: CommAnswer | None) -> list[str]:
-        """Where a rank the question names stands among the job's ranks ("why is rank 3 slow?"): the
-        straggler, or waiting for it in the collectives matched across ranks; nothing without them."""
-        c = comm.comparison if comm is not None else None
-        me = next((r for r in c.ranks if r.rank == rank), None) if c is not None and c.matched else None
-        if c is None or me is None:
-            return []
-        if rank == c.straggler:
-            return [f"**Rank {rank} is the straggler:** it entered {me.last_count} of the {c.matched} matched collectives "
-                    "last, so the other ranks wait for it. What it does with its own time:", ""]
-        late = f"rank {c.straggler}, the straggler" if c.straggler is not None else "the last rank to enter"
-        return [f"**Rank {rank} is not the straggler:** it waits {duration(me.exposed_waiting_us)} for {late} "
-                f"({percent(me.exposed_waiting_pct)} of its device time, with no compute beside it). Its own time:", ""]
 
     def _largest_gap(self, idle: IdleGapsAnswer) -> list[str]:
         if not idle.top_gaps:
@@ -779,9 +766,8 @@ class OfflineAnalyst:
         rank = ranks.straggler
         rows = sorted(ranks.ranks[:MAX_ITEMS], key=lambda r: -r.exposed_waiting_us)
         asked = next((r for r in rows if r.rank == q.rank), None)
-        if asked is not None and asked.rank == rank:  # "why is rank 7 slow?" about the straggler itself
-            lead = (f"**Rank {rank} is the straggler:** it entered {asked.last_count} of the {ranks.matched} matched "
-                    "collectives last, so the other ranks wait for it.")
+        if asked is not None and asked.rank == rank:  # "what is rank 7 waiting for?" about the straggler itself
+            lead = _standing(rank, ranks) or ""
         elif asked is not None:  # "what is rank 3 waiting for?": that rank first
             late = f"for rank {rank}, the straggler" if rank is not None and rank != q.rank else "for the last rank to enter"
             lead = (f"**Rank {q.rank} waits {duration(asked.exposed_waiting_us)} {late}** "
@@ -1247,6 +1233,20 @@ def _bandwidth_lines(c: CollectivesResult) -> str:
             f"{c.links[r.link].kind}'s {c.links[r.link].peak_gbps:g} GB/s" for r in c.rows[:3]]
     assumed = "; ".join(f"{link.kind}: {link.assumption} ({link.source})" for link in c.links)
     return "\n".join([f"\n{collectives_sentence(c)}", *rows, f"\nLink assumed: {assumed}."])
+
+
+def _standing(rank: int | None, c: RankComparison | None) -> str | None:
+    """Where a rank a question names stands among the job's ranks ("why is rank 3 slow?"): the
+    straggler, or waiting for it in the collectives matched across ranks; None without them."""
+    me = next((r for r in c.ranks if r.rank == rank), None) if c is not None and c.matched else None
+    if c is None or me is None:
+        return None
+    if rank == c.straggler:
+        return (f"**Rank {rank} is the straggler:** it entered {me.last_count} of the {c.matched} matched collectives "
+                "last, so the other ranks wait for it.")
+    late = f"rank {c.straggler}, the straggler" if c.straggler is not None else "the last rank to enter"
+    return (f"**Rank {rank} is not the straggler:** it waits {duration(me.exposed_waiting_us)} for {late} "
+            f"({percent(me.exposed_waiting_pct)} of its device time, with no compute beside it).")
 
 
 def _unavailable(u: Unavailable, what: str | None = None) -> str:
