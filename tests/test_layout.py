@@ -50,7 +50,7 @@ def test_channels_first_work_and_its_conversions_are_worked_out_by_hand(tmp_path
     assert (result.convolution_us, result.convolution_pct) == (130.0, 32.5)
     assert result.conversion_kernels == ["nchwToNhwcKernel", "transpose_kernel_2d"]
     said = layout_sentence(result)
-    assert said.startswith("**No:** the model's tensors are channels-first (NCHW), and kernels convert them")
+    assert said.startswith("Channels-first, converted: the model's tensors are channels-first (NCHW), and kernels convert")
     assert "2 conversion kernels take 30.0 µs, 7.5% of the rank's device time" in said
     assert "memory_format=torch.channels_last" in said
 
@@ -65,7 +65,7 @@ def test_channels_last_work_without_conversions_is_a_yes_with_no_advice(tmp_path
     result = analyze(b.write(tmp_path / "nhwc.json"), use_cache=False).ranks[0].results["layout"]
     assert (result.layout, result.channels_last_us, result.conversion_us, result.advice) == ("channels_last", 100.0,
                                                                                             0.0, None)
-    assert layout_sentence(result).startswith("**Yes:** the kernels that name a layout run channels-last (NHWC): "
+    assert layout_sentence(result).startswith("Channels-last: the kernels that name a layout run channels-last (NHWC): "
                                               "100.0 µs, 100.0% of their time")
 
 
@@ -88,6 +88,6 @@ def test_the_question_is_answered_no_on_the_channels_first_resnet_and_the_b200_h
     question = "Are my convolutions using channels_last?"
     assert understand(question, AnalysisContext(analysis)).intent == "detector:layout"
     answer = offline_answer(analysis, question)
-    assert answer.startswith("**Memory layout.** **No:** the kernels that name a layout run channels-first (NCHW)")
+    assert answer.startswith("**Memory layout.** Channels-first: the kernels that name a layout run channels-first (NCHW)")
     assert f"convolution kernels take {result.convolution_pct:.1f}% of the rank's device time" in answer
     assert analyzed(B200).ranks[0].results["layout"] is None

@@ -117,7 +117,8 @@ def detect_layout(trace: Trace) -> LayoutResult | None:
 
 
 def layout_sentence(result: LayoutResult) -> str:
-    """'No: the convolutions' tensors are channels-first (NCHW) …', or 'Yes: … channels-last (NHWC)'."""
+    """'Channels-first: the kernels that name a layout run channels-first (NCHW) …', or 'Channels-last: …'
+    (plain text: reports print it as it is; the layout word first answers "am I using channels_last?")."""
     named = result.channels_first_us + result.channels_last_us
     whole = (f"convolution kernels take {percent(result.convolution_pct)} of the rank's device time (every GPU of it)"
              if result.convolution_us else "the rank ran no convolution kernels")
@@ -125,20 +126,19 @@ def layout_sentence(result: LayoutResult) -> str:
                  f"{percent(result.conversion_pct)} of the rank's device time (led by "
                  f"{', '.join(code(shorten(k, 60)) for k in result.conversion_kernels)})")
     if result.conversion_pct >= CONVERTING_PCT:
-        said = (f"**No:** the model's tensors are channels-first (NCHW), and kernels convert them to and from "
-                f"channels-last around the convolutions: {converted}; {whole}.")
-    elif result.layout == "channels_first":
-        said = (f"**No:** the kernels that name a layout run channels-first (NCHW): {duration(result.channels_first_us)}, "
-                f"{percent(100 * result.channels_first_us / named)} of their time (led by "
-                f"{', '.join(code(shorten(k, 60)) for k in result.channels_first_kernels)}); {whole}.")
-    elif result.layout == "channels_last":
-        said = (f"**Yes:** the kernels that name a layout run channels-last (NHWC): {duration(result.channels_last_us)}, "
-                f"{percent(100 * result.channels_last_us / named)} of their time (led by "
-                f"{', '.join(code(shorten(k, 60)) for k in result.channels_last_kernels)}), with no conversions; "
-                f"{whole}.")
+        said = (f"Channels-first, converted: the model's tensors are channels-first (NCHW), and kernels convert them "
+                f"to and from channels-last around the convolutions: {converted}; {whole}.")
+    elif result.layout in ("channels_first", "channels_last"):
+        first = result.layout == "channels_first"
+        word, time, kernels = (("channels-first (NCHW)", result.channels_first_us, result.channels_first_kernels) if first
+                               else ("channels-last (NHWC)", result.channels_last_us, result.channels_last_kernels))
+        said = (f"{word[0].upper()}{word[1:word.index(' ')]}: the kernels that name a layout run {word}: "
+                f"{duration(time)}, {percent(100 * time / named)} of their time (led by "
+                f"{', '.join(code(shorten(k, 60)) for k in kernels)})"
+                + ("" if first or result.conversion_us else ", with no conversions") + f"; {whole}.")
     elif result.layout == "mixed":
-        said = (f"**Partly:** of the kernels that name a layout, {duration(result.channels_last_us)} run channels-last "
-                f"(NHWC) and {duration(result.channels_first_us)} channels-first (NCHW, led by "
+        said = (f"Partly channels-last: of the kernels that name a layout, {duration(result.channels_last_us)} run "
+                f"channels-last (NHWC) and {duration(result.channels_first_us)} channels-first (NCHW, led by "
                 f"{', '.join(code(shorten(k, 60)) for k in result.channels_first_kernels)}); {whole}.")
     else:
         said = (f"The kernel names do not say a memory layout (channels-first or channels-last); {whole}. Profile "
