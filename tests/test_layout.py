@@ -43,12 +43,16 @@ def channels_first_trace(tmp_path):
 
 
 def test_channels_first_work_and_its_conversions_are_worked_out_by_hand(tmp_path):
-    result = analyze(channels_first_trace(tmp_path), use_cache=False).ranks[0].results["layout"]
+    rank = analyze(channels_first_trace(tmp_path), use_cache=False).ranks[0]
+    result = rank.results["layout"]
     assert result.layout == "channels_first"
     assert (result.conversion_us, result.conversion_pct, result.conversions) == (30.0, 7.5, 2)
     assert (result.channels_first_us, result.channels_last_us) == (150.0, 0.0)
     assert (result.convolution_us, result.convolution_pct) == (130.0, 32.5)
     assert result.conversion_kernels == ["nchwToNhwcKernel", "transpose_kernel_2d"]
+    # 7.5% of the device time in conversions: the verdict names them beside its limiter, whatever that is
+    assert any(line.startswith("Layout conversions also take 7.5% of the rank's device time (2 kernels converting")
+               for line in rank.verdict.other_losses)
     said = layout_sentence(result)
     assert said.startswith("Channels-first, converted: the model's tensors are channels-first (NCHW), and kernels convert")
     assert "2 conversion kernels take 30.0 µs, 7.5% of the rank's device time" in said
@@ -90,4 +94,5 @@ def test_the_question_is_answered_no_on_the_channels_first_resnet_and_the_b200_h
     answer = offline_answer(analysis, question)
     assert answer.startswith("**Memory layout.** Channels-first: the kernels that name a layout run channels-first (NCHW)")
     assert f"convolution kernels take {result.convolution_pct:.1f}% of the rank's device time" in answer
+    assert not any("Layout conversions" in line for line in analysis.ranks[0].verdict.other_losses)  # 0.1%: too little
     assert analyzed(B200).ranks[0].results["layout"] is None

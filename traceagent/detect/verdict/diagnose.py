@@ -28,6 +28,7 @@ from ..detectors.grid_fill import GridFillResult
 from ..detectors.idle import IdleResult, LaunchBound
 from ..detectors.kernels import HotKernel, KernelsResult, short_name
 from ..detectors.launch import LaunchResult
+from ..detectors.layout import LayoutResult
 from ..detectors.memcpy import MemcpyResult
 from ..detectors.memory import MemoryResult
 from ..detectors.precision import ADVISED_PCT, PrecisionResult, kernel_precision
@@ -208,6 +209,7 @@ class Findings:
     classes: TimeByClassResult | None = None  # device time by class of work
     precision: PrecisionResult | None = None  # the math kernels' precision: whether fp32 math misses the tensor cores
     grid_fill: GridFillResult | None = None  # whether the hot kernel's grid leaves SMs empty
+    layout: LayoutResult | None = None  # the convolutions' layout: time converting channels-first tensors
 
     @classmethod
     def of(cls, results: Mapping[str, Any], has_python_frames: bool, has_device_activity: bool) -> Findings:
@@ -219,7 +221,7 @@ class Findings:
                    critical_path=results["critical_path"], flops=results.get("flops"), memory=results.get("memory"),
                    graphs=results.get("graphs"), annotations=results.get("annotations"),
                    classes=results.get("time_by_class"), precision=results.get("precision"),
-                   grid_fill=results.get("grid_fill"))
+                   grid_fill=results.get("grid_fill"), layout=results.get("layout"))
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:
@@ -267,6 +269,8 @@ def diagnose(f: Findings, params: VerdictParams = VerdictParams()) -> Verdict:
             others.append(f"{what.capitalize()} also costs {over[k]:.1f}% {_of(f)}{source}: {other.next_step}")
     if (plain := _plain_core_math(f)) and TENSOR_CORE_STEP not in verdict.next_step:
         others.append(plain)
+    if converting := _layout_conversions(f):
+        others.append(converting)
     kernel = verdict.evidence.get("kernel") if verdict.evidence["kind"] == "compute" else None
     saving = saving_for(f.savings, verdict.root_cause, kernel) if verdict.root_cause else None
     return replace(verdict, other_losses=others, saving=saving)
@@ -282,6 +286,18 @@ def _plain_core_math(f: Findings) -> str | None:
     return (f"fp32 math off the tensor cores also takes {share:.1f}% of the rank's device time (matmul, attention and "
             f"convolution kernels, led by {', '.join(p.plain_core_kernels[:2])}): {p.advice}; "
             "`traceagent whatif TRACE --change amp` predicts what it buys.")
+
+
+def _layout_conversions(f: Findings) -> str | None:
+    """Kernels converting the convolutions' tensors between layouts, as a loss beside the limiter
+    where they take LAYOUT_LOSS_PCT of the device time or more: all of it goes with channels_last."""
+    layout = f.layout
+    if layout is None or not layout.advice or layout.conversion_pct < LAYOUT_LOSS_PCT:
+        return None
+    return (f"Layout conversions also take {layout.conversion_pct:.1f}% of the rank's device time ({layout.conversions} "
+            f"kernels converting the convolutions' tensors between channels-first and channels-last, led by "
+            f"{', '.join(layout.conversion_kernels[:2])}): convert the model and its inputs to channels-last "
+            "(`.to(memory_format=torch.channels_last)`) and they go.")
 
 
 def _verdict_for(limiter: str, f: Findings, params: VerdictParams, also: list[str]) -> Verdict:
@@ -578,6 +594,9 @@ SPARSE_GRID_BLOCKS_PER_SM = 0.5
 SPARSE_GRID_MIN_PCT = 5.0
 #: fp32 math on the plain cores is named beside the limiter from this share of the rank's device time
 PLAIN_CORE_LOSS_PCT = 10.0
+#: kernels converting between memory layouts are named beside the limiter from this share of the rank's
+#: device time (lower than fp32's: channels_last removes all of it, autocast only part of the math's time)
+LAYOUT_LOSS_PCT = 5.0
 TENSOR_CORE_STEP = "Run the math on tensor cores"
 
 
@@ -644,5 +663,5 @@ def rank_verdict(inputs: Inputs, params: VerdictParams) -> Verdict:
 DETECTOR = Detector("verdict", "Verdict", "What limits the rank, its root cause, evidence, next step and saving.",
                     VerdictParams(), Verdict, rank_verdict, settings="verdict", keys=(Key("verdict", Verdict),),
                     reads=("idle", "memcpy", "comm", "kernels", "launch", "steps", "workload", "savings", "critical_path",
-                           "time_by_class", "flops", "precision", "grid_fill"),
+                           "time_by_class", "flops", "precision", "grid_fill", "layout"),
                     place=83, tool=False)
