@@ -74,7 +74,8 @@ def _layout_of(lowered: str) -> int:
 def detect_layout(trace: Trace) -> LayoutResult | None:
     """None where the rank ran neither convolutions nor kernels that name a layout."""
     gpu = trace.gpu
-    ops = rows_where(gpu[["name", "op", "kind", "is_comm", "start", "end"]], (gpu["kind"] == "kernel").to_numpy())
+    # every device op: the shares are of the rank's device time, as precision's and time_by_class's are
+    ops = rows_where(gpu[["name", "op", "kind", "is_comm", "start", "end"]], (gpu["kind"] != "sync").to_numpy())
     if ops.empty:
         return None
     names, launching = ops["name"].cat.categories, ops["op"].cat.categories
