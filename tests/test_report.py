@@ -81,6 +81,16 @@ def test_markdown_report_matches_analyze_json(path, capsys):
             assert f"| {kind} | {c['count']} |" in report
 
 
+def test_the_communication_section_has_each_kind_of_collective_with_its_exposed_share():
+    analysis = analyzed(DLRM_8RANK)
+    report = render_markdown(analysis)
+    kinds = analysis.focus.findings.comm.kinds
+    assert {k.kind for k in kinds} == {"all_reduce", "all_to_all"}  # NCCL's SendRecv kernels under nccl:all_to_all
+    for k in kinds:
+        assert (f"| {k.kind} | {k.kernels} | {duration(k.time_us)} | {duration(k.exposed_us)} | "
+                f"{percent(k.exposed_pct)} |") in report
+
+
 def test_report_on_a_cpu_only_trace():
     text = render_markdown(analyzed(CPU_ONLY))
     assert "No device activity" in text and "## Hot kernels" not in text

@@ -192,6 +192,10 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
             out += ["", md_table(["collective", "count", "total"],
                                  [[code(shorten(c["name"], 70)), str(c["count"]), duration(c["total_us"])]
                                   for c in comm.top])]
+        if comm.kinds:  # each kind's own overlap: an all-to-all can sit exposed while the all-reduces hide
+            out += ["", md_table(["kind", "kernels", "time", "exposed", "exposed share"],
+                                 [[k.kind, str(k.kernels), duration(k.time_us), duration(k.exposed_us),
+                                   percent(k.exposed_pct)] for k in comm.kinds])]
         out += sections_under(r, "Communication", who)
     else:
         out.append("No collective kernels.")
