@@ -658,10 +658,10 @@ class OfflineAnalyst:
         if answer.result is None:
             said = (_unavailable(answer.unavailable, "prefill and decode phases") if answer.unavailable
                     else "This trace has no inference server steps.")
-            w = workload.result if workload is not None else None
             # an inference trace's model passes, as they are: what a generate loop's prefill and decode steps run
-            if w is not None and w.training is False and w.forward_calls and w.forward_device_us is not None:
-                said += (f"\n\n{self._who(workload.scope if workload else None)}What the trace does hold: "
+            if (workload is not None and (w := workload.result) is not None and w.training is False and w.forward_calls
+                    and w.forward_device_us is not None):
+                said += (f"\n\n{self._who(workload.scope)}What the trace does hold: "
                          f"{counted(w.forward_calls, 'forward pass')} of {code(w.model or 'the model')}, "
                          f"{duration(w.forward_device_us)} of device time"
                          + (" each on average" if w.forward_calls > 1 else "")
@@ -769,7 +769,7 @@ class OfflineAnalyst:
         if asked is not None and asked.rank == rank:  # "what is rank 7 waiting for?" about the straggler itself
             lead = _standing(rank, ranks) or ""
         elif asked is not None:  # "what is rank 3 waiting for?": that rank first
-            late = f"for rank {rank}, the straggler" if rank is not None and rank != q.rank else "for the last rank to enter"
+            late = f"for rank {rank}, the straggler" if rank is not None else "for the last rank to enter"
             lead = (f"**Rank {q.rank} waits {duration(asked.exposed_waiting_us)} {late}** "
                     f"({percent(asked.exposed_waiting_pct)} of its device time, with no compute beside it); it entered "
                     f"{asked.last_count} of the collectives last itself.")

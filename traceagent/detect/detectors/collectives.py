@@ -49,7 +49,6 @@ _KINDS: list[tuple[re.Pattern[str], str, Callable[[int], float]]] = [
 ]
 
 
-
 def collective_kind(name: str) -> str | None:
     """The kind of collective a name says (_KINDS' names: 'ncclKernel_AllReduce_RING_LL_Sum_float',
     'nccl:all_to_all', 'allreduce' → all_reduce, all_to_all…), or None."""

@@ -104,7 +104,7 @@ def _by_kind(kernels: pd.DataFrame, views: list[DeviceView]) -> list[CollectiveK
             union = iv.union(start[here], end[here])
             time += iv.length(union)
             exposed += iv.length(iv.intersect(union, view.exposed_comm))
-        rows.append(CollectiveKind(str(name), int(mine.sum()), us(time), us(exposed), pct(exposed, time)))
+        rows.append(CollectiveKind(name, int(mine.sum()), us(time), us(exposed), pct(exposed, time)))
     return sorted(rows, key=lambda r: -r.time_us)
 
 

@@ -205,7 +205,7 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
     stats = stats.sort_values(ORDERS[order], ascending=False, kind="stable")
     chosen = stats.head(top)
     chosen_rows = kernels["name"].isin(chosen.index).to_numpy()
-    chosen = chosen.assign(median=[np.median(dur[chosen_rows & (kernels["name"] == name).to_numpy()])
+    chosen = chosen.assign(median=[np.median(dur[(kernels["name"] == name).to_numpy()])
                                    for name in chosen.index])  # for the few listed only: a median sorts
     launched = rows_where(kernels, chosen_rows)
     # the op that launched each chosen kernel most often (a few names: per-group work is bounded)
