@@ -12,7 +12,7 @@ from conftest import B200, CPU_ONLY, DATA, DLRM_8RANK, NSYS_AFTER, NSYS_BEFORE, 
 
 from traceagent import analyze
 from traceagent.agent.offline import CANNED_QUESTIONS
-from traceagent.agent.question import understand
+from traceagent.agent.question import named_op, understand
 from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.compare.diff import diff
@@ -355,6 +355,9 @@ TABLE = [
     ("N", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**Yes.**"]),
     ("N", "compute bound or memory bound?", "bound", {"limits": ("memory_bound", "compute")},
      lambda c: ["**Compute**, not memory bandwidth.", f"{percent(classes(c).compute_pct)} of device time is in compute-heavy"]),
+    # two GPUs named: every GPU's idle and busy, side by side
+    ("N", "Is GPU 0 slower than GPU 1?", "most_idle", {},
+     lambda c: [f"rank 0, GPU {d}: idle {percent(idle(c).devices[d].idle_pct)}" for d in (0, 1)]),
     ("N", "Why is GPU 1 idle?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(idle(c).devices[1].idle_pct)}**"]),
     ("N", "did it help?", "compare", {},
@@ -372,6 +375,8 @@ TABLE = [
     ("C", "did num_workers fix it?", "compare", {}, lambda c: ["**Yes:**", "(gone)"]),
     ("C", "what changed?", "compare", {}, lambda c: ["step time (mean)"]),
     ("B", "Should I use CUDA graphs?", "launch", {}, lambda c: ["**Yes:**"]),
+    ("B", "Are the kernels too small?", "launch", {},
+     lambda c: [f"{percent(focus(c).findings.launch.short_kernel_pct)} of kernels are shorter than their own launch"]),
     ("B", "Which annotation ranges take the most GPU time?", "annotations", {}, lambda c: ["execute_context_1"]),
     ("B", "Is memory a problem?", "memory", {}, lambda c: ["profile_memory=True"]),
     ("R", "Is memory a problem?", "memory", {}, lambda c: ["**No sign of a memory problem:**", "per step"]),
@@ -397,11 +402,28 @@ TABLE = [
     ("B", "how long does aten::addmm take?", "op", {"op": "aten::addmm"},
      lambda c: [f"for {duration(inside(c, 'aten::addmm').total_us)} of device time"]),
     # a compound said with hyphens or spaces, as the op names write it (DLRM's nccl:all_to_all)
-    ("D", "How much time is spent in all-to-all?", "op", {"op": "all_to_all"},
-     lambda c: [f"Ops whose name contains **`all_to_all`** launched {inside(c, 'all_to_all').kernels} kernels",
-                f"for {duration(inside(c, 'all_to_all').total_us)} of device time"]),
-    ("D", "How long do the all to all calls take?", "op", {"op": "all_to_all"},
-     lambda c: [f"{inside(c, 'all_to_all').top[0].count} calls"]),
+    # a kind of collective named, singular or plural: that kind's time and exposure (comm.kinds)
+    ("D", "How much time is spent in all-to-all?", "communication", {},
+     lambda c: [f"**All-to-all: {counted(kind(c, 'all_to_all').kernels, 'kernel')}, "
+                f"{duration(kind(c, 'all_to_all').time_us)}**"]),
+    ("D", "How much time do the all-to-alls take?", "communication", {},
+     lambda c: [f"**All-to-all: {counted(kind(c, 'all_to_all').kernels, 'kernel')}, "
+                f"{duration(kind(c, 'all_to_all').time_us)}**"]),
+    ("D", "How long do the all to all calls take?", "communication", {},
+     lambda c: [f"**All-to-all: {counted(kind(c, 'all_to_all').kernels, 'kernel')}"]),
+    # the time between kernels is idle time; the busy share asked in words is the idle answer's
+    ("R", "Why are there gaps between kernels?", "idle", {},
+     lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("D", "Why is the GPU idle between kernels?", "idle", {},
+     lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("R", "What percentage of time is the GPU actually computing?", "idle", {},
+     lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    # a bound asked of a phase is a bound; the KV cache is the attention kernels' work
+    ("S", "Is the decode phase compute-bound or memory-bound?", "bound", {"limits": ("memory_bound", "compute")},
+     lambda c: [f"{percent(classes(c).compute_pct)} of device time is in compute-heavy"]),
+    ("S", "Is the KV cache the bottleneck?", "bound", {},
+     lambda c: [f"attention {percent(next(k for k in classes(c).classes if k.name == 'attention').share_pct)}",
+                "The KV cache is read and written by the attention kernels"]),
 ]
 # Known gaps: questions an engineer asks that the table's reading does not handle yet.
 KNOWN_GAPS = {
@@ -439,6 +461,13 @@ def test_words_that_only_run_into_an_op_name_do_not_name_it():
     ctx = context("D")  # ops nccl:all_to_all and nccl:all_reduce
     for question in ("What is sent to all ranks?", "Is the time the same on all ranks?"):
         assert understand(question, ctx).op is None, question
+
+
+def test_a_compound_op_name_said_in_words_names_the_op():
+    ctx = context("D")
+    for question, op in [("How long do the all to all calls take?", "all_to_all"), ("what about all-to-all?", "all_to_all"),
+                         ("and the all reduce ops?", "all_reduce")]:
+        assert named_op(question, ctx) == op, question
 
 
 @pytest.mark.parametrize("key, question", sorted(KNOWN_GAPS))

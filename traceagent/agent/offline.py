@@ -431,6 +431,9 @@ class OfflineAnalyst:
                  f"({duration(r.measured_us)} → {duration(r.predicted_us)}, simulated on the trace's dependency graph): "
                  + ("they set the pace." if yes else "other work sets the pace."), "",
                  f"Of {duration(by_class.device_time_us)} of device time: {shares}."]
+        if re.search(r"\bkv[- _]?cache", q.text, re.I):
+            lines.append("The KV cache is read and written by the attention kernels (its writes, such as "
+                         "`reshape_and_cache`, are classed with them): its cost is theirs.")
         if not yes and (lead := by_class.classes[0]).name not in {c.name for c in named}:
             lines.append(f"The most device time goes to {lead.label}, {percent(lead.share_pct)}.")
         lines += ["", f"It is limited by **{what}**: {v.headline}. {v.hypothesis}", "",

@@ -19,7 +19,8 @@ OTHER_GPU = r"(?:a |an )?(?:faster|newer|bigger|better) gpu|h100|h200|h800|a100|
             r"mi325x?|mi250x?|v100|t4|rtx ?\d{4}"
 #: classes of work (time_by_class.CLASSES, and the memory-bound nature) as questions say them; a
 #: collective's name is not an indexing kernel ("all-gathers", "reduce-scatter")
-CLASS_WORDS = [("memory_bound", r"memory[- ]bound"), ("attention", r"attention|attn\b|flash|sdpa"),
+CLASS_WORDS = [("memory_bound", r"memory[- ]bound"),
+               ("attention", r"attention|attn\b|flash|sdpa|kv[- _]?cache|paged[- ]?attention"),
                ("convolution", r"conv(?:olution)?s?\b"),
                ("gemm", r"matmuls?\b|gemms?\b|linear layers?|mat(?:rix)?[- ]?mul\w*"),
                ("normalization", r"(?:layer|batch|group|rms)[ -]?norms?\b|normali[sz]ations?"),
@@ -49,7 +50,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                   r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank)"),
     ("scaling", r"\b(?:scal(?:e|es|ing|ability)\b|(?:more|twice as many) (?:gpus|nodes|ranks)\b|parallel efficiency|"
                 r"(?:strong|weak) scaling)"),
-    ("most_idle", r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)|"
+    ("most_idle", rf"\b(?:gpu|device)\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and)\s*(?:gpu\s*|device\s*)?#?\d+\b|"
+                  r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)|"
                   r"\b(?:utili[sz]ation|busy|idle)\b.{0,30}\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b|"
                   r"\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b.{0,30}\b(?:utili[sz]ation|busy|idle)\b"),
     ("mfu", r"\b(?:mfu|t?flop/?s|t?flops|model flops|tensor ?cores?|tensor core utili[sz]ation|"
@@ -61,7 +63,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                      r"(?:bandwidth|latency)\b.{0,40}\b(?:collective|nccl|rccl|all-?reduce|all-?gather|communication))"),
     ("critical_path", r"\b(?:critical path|on the (?:critical )?path|what (?:sets|determines) (?:the )?(?:step|run) ?time|"
                       r"would (?:it|that) save|worth (?:optimi[sz]ing|speeding))"),
-    ("phases", r"\b(?:prefill|pre-fill|decode|decoding|inference phases?|serving steps?|vllm|sglang|ttft|tpot)\b|"
+    # a bound asked of a phase ("is the decode memory-bound?") is the bound intent's: phases say no bound
+    ("phases", r"^(?!.*(?:\w[- ]bound\b|\bbound by\b|\blimited by\b)).*"
+               r"\b(?:prefill|pre-fill|decode|decoding|inference phases?|serving steps?|vllm|sglang|ttft|tpot)\b|"
                r"\btokens? ?(?:/|per) ?s(?:ec(?:ond)?)?\b|\btime to first token|\binter-?token|\bper output token"),
     # the job's rate: tokens where an inference server's steps say them (phases, above), else steps per second
     ("throughput", r"^(?!.*\b(?:cop(?:y|ies)|memcpy|transfers?|pcie|nvlink|interconnect|collectives?|nccl|rccl|"
@@ -101,8 +105,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                        r"\b(?:make|get) (?:it|this|things|the (?:job|run|model|training|code)|my \w+)(?: run| go)? faster\b|"
                        r"\bspeed (?:it|this|things|my \w+) up\b)"),
     # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
-    ("launch", r"(?:\b|cuda|hip)(?:launch|cuda ?graphs?|too many kernels|small kernels|kernel overhead|cpu overhead|"
-               r"python overhead)"),
+    ("launch", r"(?:\b|cuda|hip)(?:launch|cuda ?graphs?|too many kernels|(?:small|tiny|short) kernels|kernel overhead|"
+               r"cpu overhead|python overhead)|\bkernels? (?:are |is )?(?:too |very )?(?:small|tiny|short)\b"),
     ("sync", r"\b(?:sync|synchroni[sz]|\.item\(\)|item\(\)|blocking call|which line|what line|python line|host blocks)|"
              r"\bblock(?:s|ing|ed)?\b.{0,20}\b(?:cpu|host|python|thread)\b|"
              r"(?:cuda|hip)\w*synchroni[sz]"),
@@ -112,14 +116,21 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                r"data movement|htod|dtoh|pcie|"
                r"h2d|d2h)"),
     ("memory", r"\b(?:memory|oom|out of memory|leak|allocat|vram|cudamalloc|cudafree|empty_cache)"),
-    ("communication", r"\b(?:communicat|nccl|rccl|all-?reduce|all-?gather|reduce-?scatter|collective|overlap|exposed)"),
+    ("communication", r"\b(?:communicat|nccl|rccl|all-?reduce|all-?gather|reduce-?scatter|all[- _]?to[- _]?all|"
+                      r"broadcast|collective|overlap|exposed)"),
     ("annotations", r"\b(?:nvtx|annotation|record_function|ranges?\b|regions?\b|sections? of (?:my )?code)"),
     ("slow_kernel", r"\b(?:slowest|longest) kernel|\bper (?:call|launch)\b|kernel\b.*\b(?:slow|long)"),
-    ("kernels", r"\b(?:kernel|hot|gemm|matmul|hotspot|conv|what runs|most time on the gpu|compute)"),
+    # the time between kernels is idle time, not the kernels': "why are there gaps between kernels?"
+    ("kernels", r"^(?!.*\b(?:gaps?|idle|bubbles?|between kernels)\b).*"
+                r"\b(?:kernel|hot|gemm|matmul|hotspot|conv|what runs|most time on the gpu|compute)"),
     ("one_step", r"\bstep\s*#?\d+"),
     ("steps", r"\b(?:steps?|iterations?|step time|per step|slowest step)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
     ("idle", r"\bwhat (?:is|are) (?:the |my )?(?:gpus?|devices?) doing\b|"
+             # the busy share asked in words: "what percentage of time is the GPU actually computing?"
+             r"\b(?:gpus?|devices?)\b.{0,30}\b(?:actually |really )?"
+             r"(?:comput(?:ing|es)|working|in use|doing (?:useful )?work)\b|"
+             r"\b(?:percent(?:age)?|fraction|share|proportion) of (?:the )?time\b.{0,40}\b(?:gpus?|devices?)\b|"
              r"\b(?:idle|wait\w*|stall\w*|gaps?|slow\w*|bottleneck\w*|utili[sz]\w*|starv\w*|underutil\w*|busy|why)\b"),
     ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
                 r"report)|"
