@@ -103,9 +103,11 @@ def test_the_question_the_report_and_a_trace_without_host_events(tmp_path):
     analysis = analyzed(BERT)
     ctx = AnalysisContext(analysis)
     for question in ("Which op is the slowest on the CPU?", "Where does the host spend its time?",
-                     "What takes the most CPU time?", "Which ops have the most self time?"):
+                     "What takes the most CPU time?", "Which ops have the most self time?", "Why is the host slow?",
+                     "Why is the CPU so busy?"):
         assert understand(question, ctx).intent == "detector:host_ops", question
-    for question in ("Is it CPU-bound?", "What was the host doing during the longest gap?"):
+    for question in ("Is it CPU-bound?", "What was the host doing during the longest gap?",
+                     "What does the CPU do while the GPU is idle?"):
         assert understand(question, ctx).intent != "detector:host_ops", question
     top = analysis.ranks[0].results["host_ops"].top[0]
     assert f"({top.kind})" in offline_answer(analysis, "Which op is the slowest on the CPU?")
