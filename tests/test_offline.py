@@ -524,3 +524,13 @@ def test_two_ranks_without_collectives_are_compared_by_their_device_work(tmp_pat
         b.write(tmp_path / f"rank{rank}.json")
     text = offline_answer(analyze(tmp_path), "Why is rank 1 faster than rank 0?")
     assert "**Rank 0 does more device work than rank 1:** busy 300.0 µs against 100.0 µs" in text
+
+
+def test_on_a_trace_with_no_device_work_the_ops_time_is_the_hosts():
+    """'Which op takes the most time?' on a CPU-only trace: host time by op, not GPU time it has none of."""
+    analysis = analyzed(CPU_ONLY)
+    ctx = AnalysisContext(analysis)
+    assert understand("Which op takes the most time?", ctx).intent == "detector:host_ops"
+    top = analysis.focus.results["host_ops"].top[0]
+    assert f"({top.kind}) {duration(top.self_us)}" in answer(ctx, "Which op takes the most time?").text
+    assert understand("Which op takes the most time?", context("R")).intent == "detector:op_time"

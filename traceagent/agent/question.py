@@ -200,6 +200,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     named = [d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, words, re.I)]
     about = next((r for r in ctx.analysis.ranks if r.rank == rank), ctx.analysis.focus)
     asked = next((n for n in named if about.results.get(n) is not None), named[0] if named else None)
+    if asked == "op_time" and about.results.get("op_time") is None and about.results.get("host_ops") is not None:
+        asked = "host_ops"  # a trace with no device work: its ops' time is host time ("which op takes the most time?")
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
     if intent == "compare" and ctx.other is None and _STEPS.search(text):
         intent = "one_step"  # "did step 5 improve?" with one trace: about that step
