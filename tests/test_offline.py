@@ -24,7 +24,7 @@ H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", None),
           "R": (RESNET_NW0, None), "D": (DLRM_8RANK, None), "N": (NSYS_BEFORE, NSYS_AFTER),
           "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None), "Q": (H100_QWEN, None),
-          "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None)}
+          "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None), "T": (DATA / "test-cuda" / "report1.sqlite", None)}
 
 
 def context(key: str) -> AnalysisContext:
@@ -353,6 +353,10 @@ TABLE = [
     ("D", "Why is rank 9 slow?", "idle", {"rank": 9}, lambda c: ["no rank 9 in this trace"]),
     ("D", "What should I optimize first on rank 0?", "optimize_first", {"rank": 0}, lambda c: ["Start with"]),
     ("N", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**Yes.**"]),
+    # the limiter asked in other words; where the root cause says what the limiter does, it is said once
+    ("T", "What is limiting this program?", "bound", {}, lambda c: ["It is limited by **exposed copies**."]),
+    ("R", "What's holding back my training?", "bound", {}, lambda c: ["It is limited by **idle time (data loading)**."]),
+    ("T", "What does the timeline look like?", "summary", {}, lambda c: ["**Verdict:** Copies take"]),
     ("N", "compute bound or memory bound?", "bound", {"limits": ("memory_bound", "compute")},
      lambda c: ["**Compute**, not memory bandwidth.", f"{percent(classes(c).compute_pct)} of device time is in compute-heavy"]),
     # two GPUs named: every GPU's idle and busy, side by side

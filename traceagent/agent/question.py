@@ -77,6 +77,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
               r"|^(?!.*\b(?:cop(?:y|ies)|memcpy|transfers?|pcie|nvlink)\b).*\b(?:memory|dram|hbm) bandwidth\b.{0,30}"
               r"\b(?:saturat\w*|limit\w*|bound|bottleneck\w*|maxed|utili[sz]\w*|used)"
               r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)|"
+              r"\bwhat(?:'s| is)? (?:limiting|limits|holding back|slowing down|slows down)\b|"
               # a class of work called costly: "is softmax expensive?", "are the convolutions slow?"
               rf"^\s*(?:is|are)\b.{{0,30}}\b(?:{_CLASSES_SAID}).{{0,30}}\b(?:expensive|costly|slow|heavy|a problem|"
               r"significant|hurting)"),
@@ -133,7 +134,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
              r"\b(?:percent(?:age)?|fraction|share|proportion) of (?:the )?time\b.{0,40}\b(?:gpus?|devices?)\b|"
              r"\b(?:idle|wait\w*|stall\w*|gaps?|slow\w*|bottleneck\w*|utili[sz]\w*|starv\w*|underutil\w*|busy|why)\b"),
     ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
-                r"report)|"
+                r"report)|\bwhat does (?:the|my|this) (?:trace|timeline|run|profile|job) look like\b|"
                 # the hardware: the summary's first line names the ranks and their GPUs
                 r"\bhow many (?:gpus|ranks|devices|nodes|workers)\b|^(?!.*\b(?:slow\w*|fast\w*|idle|busy|bottleneck|"
                 r"straggl\w*|wait\w*|most|least|behind|worst|best)\b).*\b(?:what|which) (?:kind of |type of |model of )?"
