@@ -273,6 +273,10 @@ TABLE = [
     ("D", "What would overlapping communication buy?", "whatif", {}, lambda c: ["**With comm=overlap: step "]),
     # a class of work or an op said in a what-if: its kernels made that many times faster
     ("R", "What would a 2x faster convolution buy?", "whatif", {}, lambda c: ["**With class:convolution=x2: step "]),
+    # a factor said with the work it speeds up: the replay of that change, not the top cause's saving
+    ("R", "How much faster would the step be with 1.5x faster convolutions?", "whatif", {},
+     lambda c: [f"**With class:convolution=x1.5: step {duration(replayed(c, 'class:convolution=x1.5').measured_us)} → "
+                f"{duration(replayed(c, 'class:convolution=x1.5').predicted_us)}"]),
     ("B", "What if attention and matmuls were 3x faster?", "whatif", {}, lambda c: ["**With class:attention,gemm=x3:"]),
     ("B", "What if aten::addmm were 2x faster?", "whatif", {"op": "aten::addmm"}, lambda c: ["**With op:aten::addmm=x2:"]),
     ("R", "What does the dataloader cost per step?", "dataloader", {},
