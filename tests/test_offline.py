@@ -124,6 +124,13 @@ def kernels_named(ctx, part: str) -> str:
     return f"{counted(len(mine), 'kernel')}, {duration((mine['end'] - mine['start']).sum() / 1000)}"
 
 
+def longest_kernel_us(ctx) -> float:
+    """The longest single kernel run on the focus rank, µs, from its device table."""
+    gpu = focus(ctx).trace.gpu
+    kernels = gpu[gpu["kind"] == "kernel"]
+    return float((kernels["end"] - kernels["start"]).max()) / 1000
+
+
 def replayed(ctx, spec: str):
     """The what-if of a change on the focus rank, replayed here."""
     return simulate(focus(ctx).trace, [parse_change(spec)])
@@ -377,6 +384,9 @@ TABLE = [
     ("N", "what changed?", "compare", {}, lambda c: [f"**{diff(c.analysis, c.other).headline}.**"]),
     ("N", "How much time goes to memcpy?", "copies", {}, lambda c: ["mostly DtoD"]),
     ("N", "Which kernel takes the most time?", "kernels", {}, lambda c: ["flash_fwd_kernel"]),
+    # the longest single run, from the kernels' rows here: not the kernel slowest on average
+    ("R", "How long is the longest kernel?", "slow_kernel", {},
+     lambda c: ["The longest single kernel run is of **`", f"`**: {duration(longest_kernel_us(c))} (mean"]),
     ("N", "Are there any NCCL collectives?", "communication", {}, lambda c: ["ncclDevKernel_SendRecv"]),
     ("C", "did it help?", "compare", {}, lambda c: ["**Yes:**", "(gone)"]),
     ("C", "is it faster?", "compare", {}, lambda c: ["**Yes:**", diff(c.analysis, c.other).prediction["sentence"]]),

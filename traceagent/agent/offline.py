@@ -124,7 +124,7 @@ class OfflineAnalyst:
                           + [("what_if", {"change": f"class:{','.join(classes)}=x{BOTTLENECK_SPEEDUP:g}"} | _rank(at))
                              for classes in [self._classes_asked(q, at)] if classes and not q.limits],
                           self._bound),
-            "slow_kernel": Plan(lambda q, at: [("hot_kernels", at | {"order_by": "mean", "top": 5}),
+            "slow_kernel": Plan(lambda q, at: [("hot_kernels", at | {"order_by": _slow_order(q), "top": 5}),
                                                ("hot_kernels", at | {"top": 3}), ("kernel_profiles", {})],
                                 self._slow_kernel),
             "kernel": Plan(lambda q, at: [("hot_kernels", at | {"name_filter": q.kernel, "top": 3}),
@@ -446,12 +446,19 @@ class OfflineAnalyst:
         if not per_call.top:
             return "There are no kernels in this scope."
         k, t = per_call.top[0].kernel, by_total.top[0].kernel
-        lines = [f"{self._who(per_call.scope)}Per call, the slowest kernel is **`{shorten(k.label, 80)}`**: "
-                 f"mean {duration(k.mean_us)}, longest {duration(k.max_us)}, {counted(k.count, 'call')}.",
+        if per_call.order_by == "max":  # "how long is the longest kernel?": the longest single run
+            head = (f"The longest single kernel run is of **`{shorten(k.label, 80)}`**: {duration(k.max_us)} (mean "
+                    f"{duration(k.mean_us)} over {counted(k.count, 'call')}).")
+            listed, shown = "Longest single runs:", [f"longest {duration(r.kernel.max_us)}" for r in per_call.top[:5]]
+        else:
+            head = (f"Per call, the slowest kernel is **`{shorten(k.label, 80)}`**: mean {duration(k.mean_us)}, longest "
+                    f"{duration(k.max_us)}, {counted(k.count, 'call')}.")
+            listed, shown = "Slowest per call:", [f"mean {duration(r.kernel.mean_us)}" for r in per_call.top[:5]]
+        lines = [f"{self._who(per_call.scope)}{head}",
                  f"By total time it is `{shorten(t.label, 80)}`: {duration(t.total_us)} over "
-                 f"{counted(t.count, 'call')}, {percent(t.share_of_busy_pct)} of busy time.", "", "Slowest per call:"]
-        lines += [f"{i}. `{shorten(r.kernel.label, 80)}`: mean {duration(r.kernel.mean_us)}, {counted(r.kernel.count, 'call')}"
-                  for i, r in enumerate(per_call.top[:5], 1)]
+                 f"{counted(t.count, 'call')}, {percent(t.share_of_busy_pct)} of busy time.", "", listed]
+        lines += [f"{i}. `{shorten(r.kernel.label, 80)}`: {said}, {counted(r.kernel.count, 'call')}"
+                  for i, (r, said) in enumerate(zip(per_call.top[:5], shown), 1)]
         lines += ["", _why_slow([t.name, k.name], profiled)]
         return "\n".join(lines)
 
@@ -1191,6 +1198,13 @@ def _collective_named(text: str) -> list[_Collective]:
     """The kinds of collective a question names, in the question's order."""
     found = [(m.start(), c) for c in _COLLECTIVES if (m := re.search(rf"\b{c.said}", text, re.I))]
     return [c for _, c in sorted(found, key=lambda f: f[0])]
+
+
+def _slow_order(q: Question) -> str:
+    """How "the slowest kernel" is ranked: by its longest single run where the question asks for the
+    longest ("how long is the longest kernel?"), else by its time per call."""
+    return "max" if re.search(r"\blongest\b", q.text, re.I) and not re.search(r"\bper (?:call|launch)\b|\b(?:average|mean)\b",
+                                                                              q.text, re.I) else "mean"
 
 
 #: a question about the typical kernel rather than the hottest ("what is the average kernel duration?")
