@@ -392,6 +392,12 @@ TABLE = [
     ("C", "is it faster?", "compare", {}, lambda c: ["**Yes:**", diff(c.analysis, c.other).prediction["sentence"]]),
     ("C", "did num_workers fix it?", "compare", {}, lambda c: ["**Yes:**", "(gone)"]),
     ("C", "what changed?", "compare", {}, lambda c: ["step time (mean)"]),
+    # two runs loaded: what asks about the change is the comparison's, in whatever words
+    ("C", "What got faster?", "compare", {}, lambda c: [diff(c.analysis, c.other).headline]),
+    ("C", "Was the prediction right?", "compare", {}, lambda c: [diff(c.analysis, c.other).prediction["sentence"]]),
+    ("C", "Did the idle time go down?", "compare", {}, lambda c: ["- idle: "]),
+    ("C", "Is it worth keeping the change?", "compare", {}, lambda c: ["**Yes:**"]),
+    ("C", "What are the hot kernels?", "kernels", {}, lambda c: [f"1. `{top_kernel(c).label}`"]),
     ("B", "Should I use CUDA graphs?", "launch", {}, lambda c: ["**Yes:**"]),
     ("B", "Are the kernels too small?", "launch", {},
      lambda c: [f"{percent(focus(c).findings.launch.short_kernel_pct)} of kernels are shorter than their own launch"]),

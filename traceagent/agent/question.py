@@ -155,6 +155,11 @@ LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kin
     ("copies", r"\b(?:memory|bandwidth|copy|copies|memcpy|pcie)"),
     ("compute", r"\b(?:compute|gpu(?! memory)|math|flops?)\b"),
 ]]
+#: what asks about a change between two runs, read only where two are loaded ("did the idle go down?")
+_CHANGED = re.compile(r"\b(?:got|get|gets|getting|became|become|went|go|goes|gone|come|came) (?:\w+ )?(?:slower|faster|"
+                      r"worse|better|up|down|away)\b|\bchang(?:ed|es)\b|\bpredict(?:ion|ed)\b|\b(?:keep|keeping|revert\w*) "
+                      r"(?:the |this |that |my )?change|\b(?:increased|decreased|dropped|rose|grew|shrank|shrunk)\b|"
+                      r"\b(?:new|old|first|second|previous|last) (?:run|trace|profile|version)\b", re.I)
 # a question with none of these words, and no intent found, is taken to be in another language
 _ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "
                "did can should i we me you be slow fast time would could will help use using much many more".split())
@@ -207,6 +212,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if asked == "op_time" and about.results.get("op_time") is None and about.results.get("host_ops") is not None:
         asked = "host_ops"  # a trace with no device work: its ops' time is host time ("which op takes the most time?")
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
+    if ctx.other is not None and intent not in ("rank_vs_rank", "step_vs_step") and _CHANGED.search(words):
+        intent = "compare"  # two runs loaded: "what got slower?", "was the prediction right?" are about the change
     if intent == "compare" and ctx.other is None and _STEPS.search(text):
         intent = "one_step"  # "did step 5 improve?" with one trace: about that step
     device = int(m.group(1)) if (m := _DEVICE.search(text)) else None
