@@ -362,6 +362,9 @@ TABLE = [
      lambda c: [f"**{percent(focus(c).findings.comm.exposed_of_comm_pct)}**"]),
     ("D", "Is it communication-bound?", "bound", {"limit": "communication"}, lambda c: ["**No.**", "straggler"]),
     ("D", "Why is rank 9 slow?", "idle", {"rank": 9}, lambda c: ["no rank 9 in this trace"]),
+    ("D", "What is rank 3 doing?", "idle", {"rank": 3},
+     lambda c: [f"Rank 3: The GPU is idle **{percent(idle(c, 3).idle_pct)}**"]),
+    ("D", "Is there a network problem?", "interconnect", {}, lambda c: ["This trace cannot say the collectives' bandwidth"]),
     ("D", "What should I optimize first on rank 0?", "optimize_first", {"rank": 0}, lambda c: ["Start with"]),
     ("N", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**Yes.**"]),
     # the limiter asked in other words; where the root cause says what the limiter does, it is said once

@@ -58,7 +58,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
             r"achieved (?:t?flop|throughput))\b|"
             # the math's rate asked in words: "the throughput of the matmul kernels"
             r"\b(?:throughput|efficien\w*)\b.{0,20}\b(?:matmuls?|gemms?|math)\b"),
-    ("interconnect", r"\b(?:interconnect|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
+    ("interconnect", r"\b(?:interconnect|network|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
                      r"(?:collective|nccl|rccl|all-?reduce|all-?gather|communication)s?\b.{0,40}\b(?:bandwidth|latency)|"
                      r"(?:bandwidth|latency)\b.{0,40}\b(?:collective|nccl|rccl|all-?reduce|all-?gather|communication))"),
     ("critical_path", r"\b(?:critical path|on the (?:critical )?path|what (?:sets|determines) (?:the )?(?:step|run) ?time|"
@@ -130,7 +130,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("one_step", r"\bstep\s*#?\d+"),
     ("steps", r"\b(?:steps?|iterations?|step time|per step|slowest step)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
-    ("idle", r"\bwhat (?:is|are) (?:the |my )?(?:gpus?|devices?) doing\b|"
+    ("idle", r"\bwhat (?:is|are|was|were) (?:the |my )?(?:gpus?|devices?|(?:rank|gpu|device)\s*#?\d+) doing\b|"
              # the busy share asked in words: "what percentage of time is the GPU actually computing?"
              r"\b(?:gpus?|devices?)\b.{0,30}\b(?:actually |really )?"
              r"(?:comput(?:ing|es)|working|in use|doing (?:useful )?work)\b|"
