@@ -366,6 +366,12 @@ TABLE = [
      lambda c: [f"Rank 3: The GPU is idle **{percent(idle(c, 3).idle_pct)}**"]),
     ("D", "Is there a network problem?", "interconnect", {}, lambda c: ["This trace cannot say the collectives' bandwidth"]),
     ("D", "What should I optimize first on rank 0?", "optimize_first", {"rank": 0}, lambda c: ["Start with"]),
+    # a speed-up to find, not one measured: the first thing to fix, in the words people ask it
+    ("R", "How can I speed up training?", "optimize_first", {},
+     lambda c: [f"Start with **{focus(c).findings.savings[0].finding}**"]),
+    ("B", "How can I make inference faster?", "optimize_first", {}, lambda c: ["Start with"]),
+    ("R", "Any tips to improve performance?", "optimize_first", {}, lambda c: ["Start with"]),
+    ("R", "What's the speedup?", "compare", {}, lambda c: ["Only one trace is loaded"]),
     ("N", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**Yes.**"]),
     # the limiter asked in other words; where the root cause says what the limiter does, it is said once
     ("T", "What is limiting this program?", "bound", {}, lambda c: ["It is limited by **exposed copies**."]),

@@ -42,7 +42,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"(?:faster|slower|better|worse)|(?:faster|slower) now|what changed|compar|before and after|"
                 r"after the (?:fix|change)|improv(?:ed|es)\b|improvements? (?:from|after|since|over|between)|"
                 r"\b(?:any|an|the|much|no) improvement\b(?! (?:can|could|should|would|to) (?:i|we|make)\b)|"
-                r"\bdid\b.{0,40}\bimprove\b|regress|\bdiff\b|did \w+ (?:fix|help)|speed ?up"
+                r"\bdid\b.{0,40}\bimprove\b|regress|\bdiff\b|did \w+ (?:fix|help)|"
+                # the speedup measured, not one to find ("how can I speed up training?" is optimize_first's)
+                r"\b(?:the|a|any|what|got|get|measured|real|actual) speed-?up\b"
                 r"|did (?:my|our|the|this|that) (?:\w+ )?(?:change|fix|patch|commit|edit|update)s?\b[^?.]{0,40}?"
                 r"\b(?:faster|slower|help|work|improve|fix|speed))"),
     ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|balanced|"
@@ -106,7 +108,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                        r"priorit|most impact|fix first|what (?:should|do|can) i (?:fix|optimi[sz]e|change|do)|"
                        r"how (?:do|can|to) (?:i )?(?:fix|speed|make it faster)|what would (?:it )?save|"
                        r"\b(?:make|get) (?:it|this|things|the (?:job|run|model|training|code)|my \w+)(?: run| go)? faster\b|"
-                       r"\bspeed (?:it|this|things|my \w+) up\b)"),
+                       r"\bspeed (?:it|this|things|my \w+) up\b|\bhow (?:can|do|could|should|would) (?:i|we) (?:speed up|"
+                       r"accelerate|optimi[sz]e)\b|\bmake (?:\w+ ){0,3}?(?:faster|quicker)\b|\bimprove (?:the )?performance\b|"
+                       r"\b(?:tips|advice|suggestions?|recommendations?)\b)"),
     # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
     ("launch", r"\bhow many kernels\b|\bkernels (?:per|a|each) (?:step|iteration)\b|"
                r"(?:\b|cuda|hip)(?:launch|cuda ?graphs?|too many kernels|(?:small|tiny|short) kernels|kernel overhead|"
