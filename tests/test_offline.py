@@ -371,6 +371,17 @@ TABLE = [
      lambda c: [f"Start with **{focus(c).findings.savings[0].finding}**"]),
     ("B", "How can I make inference faster?", "optimize_first", {}, lambda c: ["Start with"]),
     ("R", "Any tips to improve performance?", "optimize_first", {}, lambda c: ["Start with"]),
+    ("R", "What would help most?", "optimize_first", {}, lambda c: ["Start with"]),
+    # more ways of asking, each to the answer that has its figures
+    ("R", "Where is the time going?", "summary", {}, lambda c: ["**Verdict:**", f"idle {percent(idle(c).idle_pct)}"]),
+    ("R", "Is there a warmup effect?", "steps", {}, lambda c: [f"{focus(c).findings.steps.count} steps: mean **"]),
+    ("R", "How much time is spent on the CPU?", "detector:host_ops", {}, lambda c: ["On the host, by self time"]),
+    ("R", "Which function in my code is slowest?", "detector:host_ops", {}, lambda c: ["On the host, by self time"]),
+    ("R", "How close to peak is the GEMM throughput?", "mfu", {}, lambda c: ["of peak"]),
+    ("R", "Is non_blocking used?", "copies", {}, lambda c: ["non_blocking=True"]),
+    ("R", "Is there fragmentation?", "memory", {}, lambda c: ["**No sign of a memory problem:**"]),
+    ("R", "How does the time split between forward and backward?", "detector:training_phases", {},
+     lambda c: [f"forward {percent(phase(c, 'forward').share_pct)}"]),
     ("R", "What's the speedup?", "compare", {}, lambda c: ["Only one trace is loaded"]),
     ("N", "Is this compute bound?", "bound", {"limit": "compute"}, lambda c: ["**Yes.**"]),
     # the limiter asked in other words; where the root cause says what the limiter does, it is said once

@@ -59,7 +59,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("mfu", r"\b(?:mfu|t?flop/?s|t?flops|model flops|tensor ?cores?|tensor core utili[sz]ation|"
             r"achieved (?:t?flop|throughput))\b|"
             # the math's rate asked in words: "the throughput of the matmul kernels"
-            r"\b(?:throughput|efficien\w*)\b.{0,20}\b(?:matmuls?|gemms?|math)\b"),
+            r"\b(?:throughput|efficien\w*)\b.{0,20}\b(?:matmuls?|gemms?|math)\b|"
+            r"\b(?:matmuls?|gemms?|math|convolutions?|convs?|tensor cores?)\b.{0,20}\b(?:throughput|efficien\w*)|"
+            r"\bclose to (?:the )?peak\b|\b(?:of|vs\.?|versus|against) (?:the )?(?:hardware )?peak\b"),
     ("interconnect", r"\b(?:interconnect|network|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
                      r"(?:collective|nccl|rccl|all-?reduce|all-?gather|communication)s?\b.{0,40}\b(?:bandwidth|latency)|"
                      r"(?:bandwidth|latency)\b.{0,40}\b(?:collective|nccl|rccl|all-?reduce|all-?gather|communication))"),
@@ -110,7 +112,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                        r"\b(?:make|get) (?:it|this|things|the (?:job|run|model|training|code)|my \w+)(?: run| go)? faster\b|"
                        r"\bspeed (?:it|this|things|my \w+) up\b|\bhow (?:can|do|could|should|would) (?:i|we) (?:speed up|"
                        r"accelerate|optimi[sz]e)\b|\bmake (?:\w+ ){0,3}?(?:faster|quicker)\b|\bimprove (?:the )?performance\b|"
-                       r"\b(?:tips|advice|suggestions?|recommendations?)\b)"),
+                       r"\b(?:tips|advice|suggestions?|recommend\w*)\b|\bwhat (?:should|do|can) i look at\b|"
+                       r"\bwhat would help(?: the)? most\b)"),
     # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
     ("launch", r"\bhow many kernels\b|\bkernels (?:per|a|each) (?:step|iteration)\b|"
                r"(?:\b|cuda|hip)(?:launch|cuda ?graphs?|too many kernels|(?:small|tiny|short) kernels|kernel overhead|"
@@ -121,9 +124,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("longest_gap", r"\b(?:longest|largest|biggest|worst) (?:gap|stall|idle|bubble)"),
     ("dataloader", r"\b(?:data ?load|dataloader|input pipeline|num_workers|workers|prefetch|batches)"),
     ("copies", r"(?:\b|cuda|hip)(?:memcpy|copy|copies|copied|transfer|pageable|pinned|pin_?memory|bandwidth|"
-               r"data movement|htod|dtoh|pcie|"
+               r"data movement|htod|dtoh|pcie|non[_ -]?blocking|"
                r"h2d|d2h)"),
-    ("memory", r"\b(?:memory|oom|out of memory|leak|allocat|vram|cudamalloc|cudafree|empty_cache)"),
+    ("memory", r"\b(?:memory|oom|out of memory|leak|allocat|vram|cudamalloc|cudafree|empty_cache|fragment)"),
     ("communication", r"\b(?:communicat|nccl|rccl|all-?reduce|all-?gather|reduce-?scatter|all[- _]?to[- _]?all|"
                       r"broadcast|collective|overlap|exposed)"),
     ("annotations", r"\b(?:nvtx|annotation|record_function|ranges?\b|regions?\b|sections? of (?:my )?code)"),
@@ -132,7 +135,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("kernels", r"^(?!.*\b(?:gaps?|idle|bubbles?|between kernels)\b).*"
                 r"\b(?:kernel|hot|gemm|matmul|hotspot|conv|what runs|most time on the gpu|compute)"),
     ("one_step", r"\bstep\s*#?\d+"),
-    ("steps", r"\b(?:steps?|iterations?|step time|per step|slowest step)\b"),
+    ("steps", r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
     ("idle", r"\bwhat (?:is|are|was|were) (?:the |my )?(?:gpus?|devices?|(?:rank|gpu|device)\s*#?\d+) doing\b|"
              # the busy share asked in words: "what percentage of time is the GPU actually computing?"
@@ -142,6 +145,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
              r"\b(?:idle|wait\w*|stall\w*|gaps?|slow\w*|bottleneck\w*|utili[sz]\w*|starv\w*|underutil\w*|busy|why)\b"),
     ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
                 r"report)|\bwhat does (?:the|my|this) (?:trace|timeline|run|profile|job) look like\b|"
+                r"\bwhere (?:is|does) (?:the |my )?time (?:going|go)\b|\bhow efficient\b|"
+                r"\bhow long (?:was|is|did) (?:the |this )?(?:profile|trace|recording|capture)\b|"
                 # the hardware: the summary's first line names the ranks and their GPUs
                 r"\bhow many (?:gpus|ranks|devices|nodes|workers)\b|^(?!.*\b(?:slow\w*|fast\w*|idle|busy|bottleneck|"
                 r"straggl\w*|wait\w*|most|least|behind|worst|best)\b).*\b(?:what|which) (?:kind of |type of |model of )?"

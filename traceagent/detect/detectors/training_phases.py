@@ -132,5 +132,6 @@ DETECTOR = Detector("training_phases", "Forward, backward and optimizer",
                          r"versus|ratio|compar\w*)\b|\b(?:take|takes|took|time|long|share)\b.{0,40}\b(?:forward|backward) pass|"
                          r"\boptimi[sz]er(?: step)?\b.{0,30}\b(?:take|takes|took|time|long|share|slow\w*)\b|"
                          r"\b(?:time|long|share|spent|goes|go)\b.{0,30}\boptimi[sz]er\b|"
-                         r"\btraining phases?\b|\bforward, backward and optimi[sz]er\b",
+                         r"\btraining phases?\b|\bforward, backward and optimi[sz]er\b|\bforward and backward\b|"
+                         r"\bbackward and forward\b",
                     place=63)

@@ -132,7 +132,8 @@ DETECTOR = Detector("workload", "Workload", "What kind of job the trace is: trai
                          r"inference)\b|what (?:kind|sort|type) of (?:job|workload|run|program|model|trace)|"
                          r"which workload\b|(?:what|which) model (?:is|was|does|did|are|runs?)\b|what am i looking at|"
                          r"what (?:is|does) this (?:trace|job|program|workload)(?: (?:do|show|run)\w*)?\s*\??\s*$)|"
-                         # a forward pass's time: where the trace has no training phases, this answers
-                         r"\b(?:forward(?: pass)?|inference)\b.{0,40}\b(?:take|takes|took|time|long|latency)\b|"
-                         r"\b(?:take|takes|took|time|long|latency)\b.{0,40}\b(?:forward(?: pass)?|inference)\b",
+                         # a forward pass's time: where the trace has no training phases, this answers (a
+                         # question that names the backward too is the training phases')
+                         r"^(?!.*\bbackward\b).*(?:\b(?:forward(?: pass)?|inference)\b.{0,40}\b(?:take|takes|took|time|long|"
+                         r"latency)\b|\b(?:take|takes|took|time|long|latency)\b.{0,40}\b(?:forward(?: pass)?|inference)\b)",
                     findings=workload_findings, keys=(Key("workload", Workload),), place=81)
