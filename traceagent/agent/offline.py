@@ -701,7 +701,7 @@ class OfflineAnalyst:
             lines.append(line + ".")
             if p.next_step:
                 lines.append(f"  {p.next_step}.")
-        if re.search(r"\bttft\b|first token|\btpot\b|inter-?token|per output token", q.text, re.I):
+        if re.search(r"\bttft\b|first token|\btpot\b|inter-?token|per output token|per[- ]token|token latency", q.text, re.I):
             lines.append("\nTime to first token and per output token are per request: they include queueing and "
                          "batching the trace does not show. A prefill step's time above is the first token's compute; "
                          "a decode step's, each next token's for the whole batch.")
@@ -903,7 +903,7 @@ class OfflineAnalyst:
         bound = v.root_cause == "launch_overhead"
         share = answer.launch_overhead_idle_pct
         graphs = answer.graphs
-        if re.search(r"cuda ?graph", q.text, re.I):
+        if re.search(r"cuda ?graph|\bgraphs?\b", q.text, re.I):
             if graphs and graphs.used:
                 head = (f"**It already uses them:** {graphs.launches} graph replays run {graphs.kernels} kernels "
                         f"({percent(graphs.share_of_kernel_time_pct)} of kernel time), saving "
