@@ -47,12 +47,15 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"\b(?:the|a|any|what|got|get|measured|real|actual) speed-?up\b"
                 r"|did (?:my|our|the|this|that) (?:\w+ )?(?:change|fix|patch|commit|edit|update)s?\b[^?.]{0,40}?"
                 r"\b(?:faster|slower|help|work|improve|fix|speed))"),
-    ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|balanced|"
+    ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|balanced|barriers?|skew\w*|"
+                  r"(?:ranks|workers) (?:wait|waits|waiting)|rank\s*#?\d+ (?:the )?(?:problem|culprit|bottleneck)|"
                   r"(?:same|equal|even|similar) (?:on|across|for) (?:all|every|each|the) ranks?|waits? (?:for|on) "
                   r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank)"),
     ("scaling", r"\b(?:scal(?:e|es|ing|ability)\b|(?:more|twice as many) (?:gpus|nodes|ranks)\b|parallel efficiency|"
                 r"(?:strong|weak) scaling)"),
-    ("most_idle", rf"\b(?:gpu|device)\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and)\s*(?:gpu\s*|device\s*)?#?\d+\b|"
+    ("most_idle", r"\bwhich (?:gpu|rank|device)s? (?:has|have|had) (?:the )?(?:most|least|highest|lowest|largest) "
+                  r"(?:idle|busy|utili[sz]ation)|"
+                  rf"\b(?:gpu|device)\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and)\s*(?:gpu\s*|device\s*)?#?\d+\b|"
                   r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)|"
                   r"\b(?:utili[sz]ation|busy|idle)\b.{0,30}\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b|"
                   r"\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b.{0,30}\b(?:utili[sz]ation|busy|idle)\b"),
@@ -120,7 +123,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                r"\b(?:outside|inside|out of) (?:the )?(?:cuda |hip )?graphs?\b|\bgraph (?:replay|capture)s?\b|"
                r"(?:\b|cuda|hip)(?:launch|cuda ?graphs?|too many kernels|(?:small|tiny|short) kernels|kernel overhead|"
                r"cpu overhead|python overhead)|\bkernels? (?:are |is )?(?:too |very )?(?:small|tiny|short)\b"),
-    ("sync", r"\b(?:sync|synchroni[sz]|\.item\(\)|item\(\)|blocking call|which line|what line|python line|host blocks)|"
+    # a gradient sync is a collective ("is the gradient sync overlapped with backward?"), not a host wait
+    ("sync", r"^(?!.*\b(?:gradients?|grads?)\b).*"
+             r"\b(?:sync|synchroni[sz]|\.item\(\)|item\(\)|blocking call|which line|what line|python line|host blocks)|"
              r"\bblock(?:s|ing|ed)?\b.{0,20}\b(?:cpu|host|python|thread)\b|"
              r"(?:cuda|hip)\w*synchroni[sz]"),
     ("longest_gap", r"\b(?:longest|largest|biggest|worst) (?:gap|stall|idle|bubble)"),
@@ -129,7 +134,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                r"data movement|htod|dtoh|pcie|non[_ -]?blocking|"
                r"h2d|d2h)"),
     ("memory", r"\b(?:memory|oom|out of memory|leak|allocat|vram|cudamalloc|cudafree|empty_cache|fragment)"),
-    ("communication", r"\b(?:communicat|nccl|rccl|all-?reduce|all-?gather|reduce-?scatter|all[- _]?to[- _]?all|"
+    ("communication", r"\b(?:communicat|nccl|rccl|all[- _]?reduce|all[- _]?gather|reduce[- _]?scatter|all[- _]?to[- _]?all|"
                       r"broadcast|collective|overlap|exposed|(?:tensor|data|pipeline|expert|sequence)[- ]parallel\w*|"
                       r"ddp\b|fsdp\b)"),
     ("annotations", r"\b(?:nvtx|annotation|record_function|ranges?\b|regions?\b|sections? of (?:my )?code)"),
@@ -140,7 +145,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("one_step", r"\bstep\s*#?\d+"),
     ("steps", r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
-    ("idle", r"\bschedul(?:er|ing) overhead\b|"
+    ("idle", r"\bschedul(?:er|ing) overhead\b|\bwhere does (?:rank\s*#?\d+|(?:the |my )?(?:gpu|device|job|run|rank))\b.{0,20}"
+             r"\bspend\b|"
              r"\bwhat (?:is|are|was|were) (?:the |my )?(?:gpus?|devices?|(?:rank|gpu|device)\s*#?\d+) doing\b|"
              # the busy share asked in words: "what percentage of time is the GPU actually computing?"
              r"\b(?:gpus?|devices?)\b.{0,30}\b(?:actually |really )?"
@@ -227,6 +233,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
     if ctx.other is not None and intent not in ("rank_vs_rank", "step_vs_step") and _CHANGED.search(words):
         intent = "compare"  # two runs loaded: "what got slower?", "was the prediction right?" are about the change
+    if intent == "compare" and ctx.other is None and _RANK.search(text) and len(ctx.analysis.ranks) > 1:
+        intent = "straggler"  # "how does rank 0 compare to the others?" with one job: how that rank stands
     if intent == "compare" and ctx.other is None and _STEPS.search(text):
         intent = "one_step"  # "did step 5 improve?" with one trace: about that step
     device = int(m.group(1)) if (m := _DEVICE.search(text)) else None
