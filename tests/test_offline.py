@@ -209,6 +209,9 @@ TABLE = [
     # changes named with what they would buy: replayed (the step time predicted comes from the replay at test time)
     ("R", "Would mixed precision help?", "whatif", {}, lambda c: ["**With amp: step "]),
     ("R", "What would I gain on an H100?", "whatif", {}, lambda c: ["**With gpu=H100: step "]),
+    ("Q", "Would FP8 help?", "whatif", {},
+     lambda c: [f"**With fp8: step {duration(replayed(c, 'fp8').measured_us)} → {duration(replayed(c, 'fp8').predicted_us)}"]),
+    ("R", "Would FP8 help?", "whatif", {}, lambda c: ["V100 SXM2 has no fp8 peak in the table"]),
     ("R", "Am I using tensor cores?", "detector:precision", {},
      lambda c: [f"{percent(focus(c).results['precision'].tensor_core_pct)} of their time on tensor cores", "--change amp"]),
     ("R", "Should I use torch.compile?", "compile", {},

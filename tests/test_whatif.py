@@ -343,6 +343,49 @@ def test_amp_leaves_kernels_whose_names_say_a_lower_precision_as_they_are(tmp_pa
         predicted(tmp_path, bf16, "amp")
 
 
+def test_fp8_speeds_up_the_bf16_and_fp16_matmuls_by_the_fp8_peak_ratio(tmp_path):
+    """An H100 SXM loop (no shapes recorded) of a 400 µs bf16 GEMM, then a 200 µs fp8 GEMM queued
+    behind it, a sync until it ends (+5) and 90 µs of host work: fp8 runs the bf16 one at fp8 1979 /
+    bf16 989.5 TFLOP/s (the datasheet's dense figures) and leaves the one already in fp8 as measured.
+    By hand, a step: 5 + 400 / 2 + 200 + 5 + 90 µs. With every matmul in fp32 there is nothing fp8
+    would change (amp comes first); on a V100 (no fp8 tensor cores) it cannot say."""
+    def loop(first: str, second: str, device: str = "NVIDIA H100 80GB HBM3") -> TraceBuilder:
+        b = TraceBuilder(device)
+        for n in range(3):
+            s = n * 700
+            b.op(f"ProfilerStep#{n + 1}", s, 700)
+            b.kernel(first, s + 5, 400, launch_at=s)
+            b.kernel(second, s + 405, 200, launch_at=s + 10)
+            b.runtime("cudaStreamSynchronize", s + 20, 590)
+            b.op("host_work", s + 610, 90)
+        return b
+
+    result = predicted(tmp_path, loop("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "sm90_xmma_gemm_e4m3e4m3_bf16f32_tn_n"),
+                       "fp8")
+    assert result.predicted_us == pytest.approx(5 + 400 / (1979 / 989.5) + 200 + 5 + 90, abs=0.01)
+    assert result.changes[0].matched == 3 and "fp8 1979 TFLOP/s / bf16 989.5 = 2.0×" in result.changes[0].assumption
+    with pytest.raises(ValueError, match=r"no bf16 or fp16 matmul-class kernels to run in fp8 .*try amp first"):
+        predicted(tmp_path, loop("sm90_sgemm_128x64_nn", "sm90_sgemm_64x64_nn"), "fp8")
+    with pytest.raises(ValueError, match="V100 SXM2 has no fp8 peak in the table"):
+        predicted(tmp_path, loop("volta_h884gemm_fp16_128x128", "volta_sgemm_64x64_nn", "Tesla V100-SXM2-16GB"), "fp8")
+
+
+@pytest.mark.parametrize("device", ["NVIDIA L4", "NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H200",
+                                    "NVIDIA B200", "NVIDIA GeForce RTX 4090", "AMD Instinct MI300X"])
+def test_the_fp8_assumption_reaches_the_model_whole_on_every_gpu_with_fp8(tmp_path, device):
+    """The change's assumption, with every GPU's peaks and their source, fits the tools' string
+    bound, so a model reads the figures the answer states (a cut one left them unverifiable)."""
+    from traceagent.agent.tools import MAX_STRING
+
+    b = TraceBuilder(device)
+    for n in range(2):
+        b.op(f"ProfilerStep#{n + 1}", n * 700, 700)
+        b.kernel("gemm_bf16_tn", n * 700 + 5, 400, launch_at=n * 700)
+        b.kernel("gemm_fp16_nn", n * 700 + 405, 200, launch_at=n * 700 + 10)
+    assumption = predicted(tmp_path, b, "fp8").changes[0].assumption
+    assert "fp8" in assumption and len(assumption) <= MAX_STRING
+
+
 def test_a_gpu_the_table_lacks_is_one_line(capsys):
     assert main(["whatif", str(RESNET_NW0), "--change", "gpu=TPUv5"]) == 2
     assert "no GPU named 'TPUv5' in the peak table; it has V100 PCIe" in capsys.readouterr().err

@@ -27,6 +27,7 @@ from . import __version__, api
 from .api import read_kernel_profiles
 from .detect.analysis import Analysis
 from .detect.core.encode import to_data
+from .detect.verdict.whatif import CHANGES
 from .errors import SchedulerError, TraceError
 from .format import duration
 from .profile.record import ProfileOptions, Recorded
@@ -895,9 +896,7 @@ def build_parser() -> argparse.ArgumentParser:
     whatif = add("whatif", cmd_whatif, "predict what a change would buy by replaying the trace's dependency graph",
                  json=True)
     whatif.add_argument("--change", action="append", required=True, metavar="SPEC",
-                        help="dataloader=0 or =xF, sync=0 or sync:NAME=0, kernel:REGEX=xF, op:NAME=xF, launch=graphs, "
-                             "copies=pinned, amp, gpu=NAME, comm=overlap, link=NAME; "
-                             "repeatable (the changes are made together)")
+                        help=f"{', '.join(CHANGES)}; repeatable (the changes are made together)")
     whatif.add_argument("--rank", type=int, default=None, help="the rank to replay (default: the verdict's)")
     whatif.add_argument("-o", "--output", help="also write the replayed rank as a trace: simulated.json(.gz), for "
                                                "Perfetto or `traceagent diff TRACE simulated.json.gz`")

@@ -67,7 +67,7 @@ from .answers import (
 from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
-from .question import PRECISION, Question, classes_named, understand
+from .question import FP8, PRECISION, Question, classes_named, understand
 from .tools import NO_ANNOTATIONS, NO_MEMORY, NO_STEPS, AnalysisContext, ToolInputError, dumps, tool_functions
 
 NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from templates over the detectors. "
@@ -281,6 +281,8 @@ class OfflineAnalyst:
         factor = float(m.group(1)) if (m := _FACTOR.search(q.text)) else 2.0
         if q.kernel:
             return f"kernel:{re.escape(q.kernel)}=x{factor:g}"
+        if re.search(rf"\b(?:{FP8})\b", q.text, re.I):
+            return "fp8"
         if re.search(rf"\b(?:{PRECISION})\b", q.text, re.I):
             return "amp"
         if re.search(r"\boverlap", q.text, re.I):

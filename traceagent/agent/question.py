@@ -15,6 +15,7 @@ from .tools import AnalysisContext
 
 #: what a question calls mixed precision, and another GPU (by its name in the peak table's words)
 PRECISION = r"mixed[- ]precision|autocast|amp|bf16|bfloat16|fp16|float16|half[- ]precision"
+FP8 = r"fp8|float8|e4m3|e5m2|transformer engine"
 OTHER_GPU = r"(?:a |an )?(?:faster|newer|bigger|better) gpu|h100|h200|h800|a100|a10g?|l40s?|l4|b200|b100|gb200|mi300x?|" \
             r"mi325x?|mi250x?|v100|t4|rtx ?\d{4}"
 #: classes of work (time_by_class.CLASSES, and the memory-bound nature) as questions say them; a
@@ -100,8 +101,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                # a change with its factor: "with 2x faster convolutions", "if attention were 1.5 times faster"
                r"\b\d+(?:\.\d+)?\s*(?:x|×|times)\s+(?:faster|quicker)\b|"
                # a change named with what it would buy: mixed precision, another GPU
-               rf"\b(?:{PRECISION}|{OTHER_GPU})\b.{{0,40}}\b(?:help|gain|buy|save|faster|speed\w*|worth)|"
-               rf"\b(?:help|gain|buy|save|faster|speed\w*)\b.{{0,40}}\b(?:{PRECISION}|{OTHER_GPU})\b"),
+               rf"\b(?:{PRECISION}|{FP8}|{OTHER_GPU})\b.{{0,40}}\b(?:help|gain|buy|save|faster|speed\w*|worth)|"
+               rf"\b(?:help|gain|buy|save|faster|speed\w*)\b.{{0,40}}\b(?:{PRECISION}|{FP8}|{OTHER_GPU})\b"),
     ("compile", r"\btorch\.?compile|\bcompil(?:e|ing) (?:the|my) model|\binductor\b|\bkernel fusion\b|\bcompiled\b"),
     ("saving", r"\bhow much (?:\w+ ){0,8}?(?:would|could|will|can|might|does|do)\b.{0,80}\b(?:save|gain|buy|win|cut|"
                r"speed|faster)|\bhow much (?:faster|time)\b.{0,60}\b(?:fix|remov|if)|\bwhat (?:would|could) "

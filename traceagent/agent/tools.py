@@ -39,7 +39,7 @@ from ..detect.detectors.kernels import loosely
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import detect_critical_path, range_window, step_window
-from ..detect.verdict.whatif import parse_change, simulate
+from ..detect.verdict.whatif import CHANGES, parse_change, simulate
 from ..trace.model import matches
 from .answers import (
     MAX_ITEMS,
@@ -572,11 +572,8 @@ def scaling(ctx: AnalysisContext,
 
 
 def what_if(ctx: AnalysisContext,
-            change: Annotated[str, Field(description="one change, or several joined by ' + ': dataloader=0 (or =xF: F "
-                                                     "times shorter), sync=0 (or sync:NAME=0), kernel:REGEX=xF, "
-                                                     "op:NAME=xF, launch=graphs, copies=pinned, amp, gpu=NAME, "
-                                                     "comm=overlap, link=NAME (NVLink 5, PCIe Gen5 x16, "
-                                                     "InfiniBand NDR)")],
+            change: Annotated[str, Field(description="one change, or several joined by ' + ': "
+                                                     + "; ".join(f"{k}: {v}" for k, v in CHANGES.items()))],
             rank: Rank = None, device: Device = None) -> WhatIfAnswer:
     """Predict what a change would buy before making it: the rank's dependency graph (each thread's
     calls, each stream's kernels, launches, waits) replayed with the change made. Gives the measured

@@ -34,7 +34,7 @@ from ...trace.model import Trace, among, matches
 from ...trace.normalize import thread_keys
 from ..core import intervals as iv
 from ..core.links import NAMED_LINKS, host_link, link_for, named_link
-from ..core.peaks import autocast_dtype, known_gpus, peak_for
+from ..core.peaks import Peak, autocast_dtype, known_gpus, peak_for
 from ..core.view import index_type, us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
@@ -57,6 +57,8 @@ CHANGES = {
     "launch=graphs": "kernels launched from a CUDA graph: each launch call's host cost gone",
     "copies=pinned": "copies from pageable host memory made from pinned memory: asynchronous, at pinned bandwidth",
     "amp": "mixed precision: matmul-class kernels at the GPU's tensor-core peak ratio, the rest at half the bytes",
+    "fp8": "FP8 matmuls (Transformer Engine, torchao): bf16/fp16 matmul-class kernels at the GPU's fp8/bf16 peak ratio, "
+           "the rest as measured",
     "gpu=NAME": "another GPU (H100, A100, MI300X…): matmul-class kernels by the FLOP/s peak ratio, the rest by the "
                 "memory bandwidth ratio",
     "comm=overlap": "collectives overlapped with compute: nothing waits for them (an upper bound on what overlap buys)",
@@ -102,6 +104,10 @@ class Change:
             return ("mixed precision: matmul-class kernels run at the tensor-core peak ratio of the lower precision "
                     "(an upper bound: kernels rarely reach peak in either), every other kernel on half the bytes; "
                     "copies and launches as measured")
+        if self.what == "fp8":
+            # short: with the peaks it must stay under the tools' string bound (tools.MAX_STRING), figures included
+            return ("fp8 matmuls: bf16/fp16 matmul-class kernels at fp8's tensor-core peak ratio (an upper bound; "
+                    "scaling casts not counted), the rest as measured")
         if self.what == "gpu":
             return (f"on a {self.pattern}: matmul-class kernels by the ratio of FLOP/s peaks for the run's dtype, every "
                     "other kernel by the ratio of memory bandwidths (from the peak table); the host, launches and "
@@ -125,8 +131,8 @@ def parse_change(spec: str) -> Change:
     """A `--change` spec → a Change; ValueError naming the valid changes."""
     found = _SPEC.match(spec.strip())
     valid = "; ".join(f"{k} ({v})" for k, v in CHANGES.items())
-    if spec.strip() == "amp":
-        return Change("amp", "amp", None, math.inf)
+    if spec.strip() in ("amp", "fp8"):
+        return Change(spec.strip(), spec.strip(), None, math.inf)
     if spec.strip() == "comm=overlap":
         return Change("comm=overlap", "comm", None, math.inf)
     if spec.strip().startswith("link="):
@@ -844,7 +850,7 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
                                                                    "class": f"is of class {pattern}"}[change.what])
             matched = int(hit.sum())
             d_dur = np.where(hit, d_dur / change.factor, d_dur)
-        elif change.what in ("amp", "gpu"):
+        elif change.what in ("amp", "fp8", "gpu"):
             scale, note = _device_scale(trace, g, change)
             matched = int((scale != 1).sum())
             d_dur = d_dur / scale
@@ -933,7 +939,7 @@ def _run_dtype(trace: Trace, g: Graph, matmul: np.ndarray, said: np.ndarray) -> 
 
 
 def _device_scale(trace: Trace, g: Graph, change: Change) -> tuple[np.ndarray, str]:
-    """How many times faster each device op runs under `amp` or `gpu=NAME`, and the figures used;
+    """How many times faster each device op runs under `amp`, `fp8` or `gpu=NAME`, and the figures used;
     ValueError where the peak table cannot say."""
     device = next(iter(trace.meta.devices.values()), "")
     here = peak_for(device)
@@ -956,6 +962,8 @@ def _device_scale(trace: Trace, g: Graph, change: Change) -> tuple[np.ndarray, s
         compute, bandwidth = here.tflops[low] / here.tflops["fp32"], 2.0
         note = (f"{here.gpu}: {low} {here.tflops[low]:g} / fp32 {here.tflops['fp32']:g} TFLOP/s = {compute:.1f}× for "
                 f"matmul-class kernels, 2× for the rest ({here.source})")
+    elif change.what == "fp8":
+        return _fp8_scale(change, here, matmul, said, dtype)
     else:
         there = peak_for(change.pattern or "")
         assert there is not None  # parse_change checked the name
@@ -965,6 +973,30 @@ def _device_scale(trace: Trace, g: Graph, change: Change) -> tuple[np.ndarray, s
         note = (f"{here.gpu} → {there.gpu}: {dtype} {here.tflops.get(dtype, here.tflops['fp32']):g} → {rate:g} TFLOP/s "
                 f"({compute:.2f}×), memory {here.hbm_gbps:g} → {there.hbm_gbps:g} GB/s ({bandwidth:.2f}×)")
     return np.where(matmul, compute, np.where(memory, bandwidth, 1.0)), note
+
+
+def _fp8_scale(change: Change, here: Peak, matmul: np.ndarray, said: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
+    """Under `fp8`: each matmul-class kernel in bf16 or fp16 (its name's precision, else the run's)
+    by the fp8 peak over its own; kernels already in fp8 or below, and fp32 ones (amp comes first),
+    as measured. ValueError where nothing would change or the table has no fp8 peak."""
+    if "fp8" not in here.tflops:
+        raise ValueError(f"{change.spec!r}: {here.gpu} has no fp8 peak in the table (fp8 tensor cores: Hopper, Ada, "
+                         "Blackwell, MI300)")
+    own = np.where(said == "unknown", dtype, said)
+    scale = np.ones(len(matmul))
+    ratios = {}
+    for d in ("bf16", "fp16"):
+        if d in here.tflops and (mine := matmul & (own == d)).any():
+            ratios[d] = scale[mine] = here.tflops["fp8"] / here.tflops[d]
+    if (scale == 1).all():
+        raise ValueError(f"{change.spec!r}: no bf16 or fp16 matmul-class kernels to run in fp8 (the matmuls run in "
+                         f"{dtype}" + ("; try amp first" if dtype == "fp32" else "") + ")")
+    by_peak: dict[float, list[str]] = {}  # bf16 and fp16 share a peak on most GPUs: said once
+    for d in ratios:
+        by_peak.setdefault(here.tflops[d], []).append(d)
+    note = f"{here.gpu}: fp8 {here.tflops['fp8']:g} TFLOP/s / " + ", ".join(
+        f"{'/'.join(ds)} {peak:g} = {here.tflops['fp8'] / peak:.1f}×" for peak, ds in by_peak.items()) + f" ({here.source})"
+    return scale, note
 
 
 def _link_scale(trace: Trace, g: Graph, change: Change, collective: np.ndarray) -> tuple[np.ndarray, str]:
