@@ -318,27 +318,31 @@ def test_another_precision_or_gpu(tmp_path, change):
     assert result.changes[0].matched == 6
 
 
+def two_gemms(first: str, second: str, device: str) -> TraceBuilder:
+    """Three 700 µs steps on `device`: a 400 µs GEMM `first`, then a 200 µs one `second` queued behind
+    it, a sync until it ends (+5) and 90 µs of host work."""
+    b = TraceBuilder(device)
+    for n in range(3):
+        s = n * 700
+        b.op(f"ProfilerStep#{n + 1}", s, 700)
+        b.kernel(first, s + 5, 400, launch_at=s)
+        b.kernel(second, s + 405, 200, launch_at=s + 10)
+        b.runtime("cudaStreamSynchronize", s + 20, 590)
+        b.op("host_work", s + 610, 90)
+    return b
+
+
 def test_amp_leaves_kernels_whose_names_say_a_lower_precision_as_they_are(tmp_path):
     """An A100 loop (no shapes recorded) of a 400 µs fp32 SGEMM, then a 200 µs bf16 GEMM queued
     behind it, a sync until it ends (+5) and 90 µs of host work: the matmuls are mostly fp32 by their
     names, so autocast speeds up the SGEMM by bf16 312 / fp32 19.5 TFLOP/s (the datasheet's) and
     leaves the bf16 one as measured. By hand, a step: 5 + 400 / 16 + 200 + 5 + 90 µs. With the
     matmuls in bf16 by their names there is nothing to change."""
-    def loop(first: str, second: str) -> TraceBuilder:
-        b = TraceBuilder("NVIDIA A100-SXM4-80GB")
-        for n in range(3):
-            s = n * 700
-            b.op(f"ProfilerStep#{n + 1}", s, 700)
-            b.kernel(first, s + 5, 400, launch_at=s)
-            b.kernel(second, s + 405, 200, launch_at=s + 10)
-            b.runtime("cudaStreamSynchronize", s + 20, 590)
-            b.op("host_work", s + 610, 90)
-        return b
-
-    result = predicted(tmp_path, loop("ampere_sgemm_128x64_nn", "ampere_bf16_s16816gemm_bf16_128x128"), "amp")
+    a100 = "NVIDIA A100-SXM4-80GB"
+    result = predicted(tmp_path, two_gemms("ampere_sgemm_128x64_nn", "ampere_bf16_s16816gemm_bf16_128x128", a100), "amp")
     assert result.predicted_us == pytest.approx(5 + 400 / (312 / 19.5) + 200 + 5 + 90, abs=0.01)
     assert result.changes[0].matched == 3
-    bf16 = loop("ampere_bf16_s16816gemm_bf16_128x128", "ampere_sgemm_128x64_nn")  # the fp32 one the shorter
+    bf16 = two_gemms("ampere_bf16_s16816gemm_bf16_128x128", "ampere_sgemm_128x64_nn", a100)  # the fp32 one the shorter
     with pytest.raises(ValueError, match="the matmuls already run in bf16"):
         predicted(tmp_path, bf16, "amp")
 
@@ -349,25 +353,15 @@ def test_fp8_speeds_up_the_bf16_and_fp16_matmuls_by_the_fp8_peak_ratio(tmp_path)
     bf16 989.5 TFLOP/s (the datasheet's dense figures) and leaves the one already in fp8 as measured.
     By hand, a step: 5 + 400 / 2 + 200 + 5 + 90 µs. With every matmul in fp32 there is nothing fp8
     would change (amp comes first); on a V100 (no fp8 tensor cores) it cannot say."""
-    def loop(first: str, second: str, device: str = "NVIDIA H100 80GB HBM3") -> TraceBuilder:
-        b = TraceBuilder(device)
-        for n in range(3):
-            s = n * 700
-            b.op(f"ProfilerStep#{n + 1}", s, 700)
-            b.kernel(first, s + 5, 400, launch_at=s)
-            b.kernel(second, s + 405, 200, launch_at=s + 10)
-            b.runtime("cudaStreamSynchronize", s + 20, 590)
-            b.op("host_work", s + 610, 90)
-        return b
-
-    result = predicted(tmp_path, loop("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "sm90_xmma_gemm_e4m3e4m3_bf16f32_tn_n"),
-                       "fp8")
+    h100 = "NVIDIA H100 80GB HBM3"
+    result = predicted(tmp_path, two_gemms("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "sm90_xmma_gemm_e4m3e4m3_bf16f32_tn_n",
+                                           h100), "fp8")
     assert result.predicted_us == pytest.approx(5 + 400 / (1979 / 989.5) + 200 + 5 + 90, abs=0.01)
     assert result.changes[0].matched == 3 and "fp8 1979 TFLOP/s / bf16 989.5 = 2.0×" in result.changes[0].assumption
     with pytest.raises(ValueError, match=r"no bf16 or fp16 matmul-class kernels to run in fp8 .*try amp first"):
-        predicted(tmp_path, loop("sm90_sgemm_128x64_nn", "sm90_sgemm_64x64_nn"), "fp8")
+        predicted(tmp_path, two_gemms("sm90_sgemm_128x64_nn", "sm90_sgemm_64x64_nn", h100), "fp8")
     with pytest.raises(ValueError, match="V100 SXM2 has no fp8 peak in the table"):
-        predicted(tmp_path, loop("volta_h884gemm_fp16_128x128", "volta_sgemm_64x64_nn", "Tesla V100-SXM2-16GB"), "fp8")
+        predicted(tmp_path, two_gemms("volta_h884gemm_fp16_128x128", "volta_sgemm_64x64_nn", "Tesla V100-SXM2-16GB"), "fp8")
 
 
 @pytest.mark.parametrize("device", ["NVIDIA L4", "NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3", "NVIDIA H200",
