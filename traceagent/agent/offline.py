@@ -363,8 +363,9 @@ class OfflineAnalyst:
         if not limiter:
             return v.headline + "."
         by_class = classes.result if classes is not None else None
-        said, cause = label(LIMITERS, limiter), label(ROOT_CAUSES, root) if root else ""
-        what = said + (f" ({cause})" if cause and cause != said else "")  # not "exposed copies (exposed copies)"
+        named_limiter, cause = label(LIMITERS, limiter), label(ROOT_CAUSES, root) if root else ""
+        # not "exposed copies (exposed copies)"
+        what = named_limiter + (f" ({cause})" if cause and cause != named_limiter else "")
         if replay is not None and by_class is not None:
             return self._class_bound(q, verdict, what, by_class, replay)
         asked = [k for k in q.limits if k in BOUNDS]
