@@ -1206,8 +1206,9 @@ def _collective_named(text: str) -> list[_Collective]:
 def _slow_order(q: Question) -> str:
     """How "the slowest kernel" is ranked: by its longest single run where the question asks for the
     longest ("how long is the longest kernel?"), else by its time per call."""
-    return "max" if re.search(r"\blongest\b", q.text, re.I) and not re.search(r"\bper (?:call|launch)\b|\b(?:average|mean)\b",
-                                                                              q.text, re.I) else "mean"
+    longest = re.search(r"\blongest\b", q.text, re.I)
+    per_call = re.search(r"\bper (?:call|launch)\b|\b(?:average|mean)\b", q.text, re.I)
+    return "max" if longest and not per_call else "mean"
 
 
 #: a question about the typical kernel rather than the hottest ("what is the average kernel duration?")
