@@ -56,6 +56,26 @@ def test_the_critical_path_of_a_step_worked_out_by_hand(tmp_path):
         ("host_call", 205, 206), ("device", 6, 205)])
 
 
+def test_a_trace_of_the_devices_activity_alone(tmp_path):
+    """No host events: on GPU 0, k1 0-100 then k2 110-150 on stream 7 and k3 120-160 on stream 8 (it
+    started after k1 ended: k1 is its dependency); on GPU 1, k4 0-300. By hand, from k4's end (the
+    last) back: k4 alone, 300 µs; in GPU 0's window (its last op, k3, ends at 160): k3 40, the wait
+    after k1 20, k1 100."""
+    b = TraceBuilder()
+    b.kernel("k1", 0, 100)
+    b.kernel("k2", 110, 40)
+    b.kernel("k3", 120, 40, stream=8)
+    b.kernel("k4", 0, 300, device=1)
+    r = traceagent.analyze(b.write(tmp_path / "gpu_only.json"), use_cache=False).focus
+    origin = r.trace.origin_ns()
+    whole = critical_path(r.trace)
+    assert [(KINDS[k], (s - origin) // 1000, (e - origin) // 1000) for k, s, e in zip(whole.kind, whole.start, whole.end)] \
+        == [("device", 0, 300)]
+    gpu0 = critical_path(r.trace, window=(origin, origin + 160_000))
+    assert sorted((KINDS[k], (s - origin) // 1000, (e - origin) // 1000) for k, s, e in zip(gpu0.kind, gpu0.start, gpu0.end)) \
+        == [("device", 0, 100), ("device", 120, 160), ("wait", 100, 120)]
+
+
 def test_savings_count_only_time_on_the_critical_path(tmp_path):
     r = traceagent.analyze(one_step(tmp_path), use_cache=False).focus
     kernels = {s.finding: s for s in r.findings.savings if s.root_cause == "hot_kernel"}

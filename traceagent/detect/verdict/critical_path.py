@@ -113,25 +113,27 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     c_start, c_end = cpu["start"].to_numpy(np.int64)[c_rows], cpu["end"].to_numpy(np.int64)[c_rows]
     start, end = np.concatenate([d_start, c_start]), np.concatenate([d_end, c_end])
     device = gpu["device"].to_numpy()
+    # positions of ops and calls (calls after the ops) in the narrowest exact type: a rank of ten million
+    # ops holds several arrays of them at once
+    position = index_type(n_dev + len(c_rows))
 
     # device candidates: the op before on the stream, the op that ended last on the device before it
     # started (another stream's event, or the SMs it held), and its launch call (host nodes follow devices)
-    prev_on_stream = _previous(device.astype(np.int64) * (1 << 31) + gpu["stream"].to_numpy(np.int64), d_start)
-    before = np.full(n_dev, -1, dtype=np.int64)
-    for d in np.unique(device):
-        mine = np.flatnonzero(device == d)
-        ended = ended_last_before(d_start[mine], d_end[mine])
-        before[mine] = np.where(ended >= 0, mine[np.maximum(ended, 0)], -1)
-    correlation = cpu["correlation"].to_numpy()[c_rows]
-    known = correlation >= 0
-    by_corr = pd.Series(np.flatnonzero(known), index=correlation[known])
-    by_corr = by_corr[~by_corr.index.duplicated()]
-    launch = pd.Series(gpu["correlation"].to_numpy()).map(by_corr).fillna(-1).to_numpy(np.int64)
-    launch = np.where(launch >= 0, launch + n_dev, -1)
-    del by_corr, correlation, known
+    prev_on_stream = _previous(device.astype(np.int64) * (1 << 31) + gpu["stream"].to_numpy(np.int64), d_start, position)
+    devices = np.unique(device)
+    if len(devices) == 1:  # the usual rank: every op is the device's, no positions to map back
+        before = ended_last_before(d_start, d_end).astype(position)
+    else:
+        before = np.full(n_dev, -1, dtype=position)
+        for d in devices:
+            mine = np.flatnonzero(device == d)
+            ended = ended_last_before(d_start[mine], d_end[mine])
+            before[mine] = np.where(ended >= 0, mine[np.maximum(ended, 0)], -1)
+    launch = _launch_calls(gpu["correlation"].to_numpy(), cpu["correlation"].to_numpy()[c_rows], position)
+    launch[launch >= 0] += n_dev
     # the candidate ready last, the first of them on a tie: one candidate at a time, so memory holds
     # two rows of every op, not three of candidates and three of their times
-    pred = np.full(n_dev, -1, dtype=np.int64)
+    pred = np.full(n_dev, -1, dtype=position)
     latest = np.full(n_dev, np.iinfo(np.int64).min, dtype=np.int64)
     for candidate in (prev_on_stream, before, launch):
         ready = np.where(candidate >= 0, end[np.maximum(candidate, 0)], np.iinfo(np.int64).min)
@@ -145,15 +147,15 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     # the device op that ended last before it returned
     c_pid = cpu["pid"].to_numpy(np.int64)[c_rows]
     call_thread = thread_keys(c_pid, cpu["tid"].to_numpy()[c_rows])
-    prev_call = _previous(call_thread, c_start)
-    prev_call = np.where(prev_call >= 0, prev_call + n_dev, -1)
+    prev_call = _previous(call_thread, c_start, position)
+    prev_call[prev_call >= 0] += n_dev
     launched_by = np.where(launch >= 0, c_pid[np.clip(launch - n_dev, 0, max(len(c_pid) - 1, 0))] if len(c_pid) else -1, -1)
     del launch
     call_names = cpu["name"].array.take(c_rows)
     waited, _ = blocking_waits(c_pid, c_end, matches(pd.Series(call_names), BLOCKING_NAME), device, d_end, launched_by)
     del launched_by, c_pid, c_rows
     gpu_set = (waited >= 0) & (d_end[np.maximum(waited, 0)] > c_start)
-    pred = np.concatenate([pred, np.where(gpu_set, waited, prev_call)])
+    pred = np.concatenate([pred, np.where(gpu_set, waited, prev_call).astype(position)])
     del waited, gpu_set, prev_call
 
     # from the first to the last device work that lasted, as the devices' spans run (an op of no
@@ -306,12 +308,23 @@ def _walk(pred: np.ndarray, end: np.ndarray, node: int, floor: int, whole_from: 
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
-def _previous(group: np.ndarray, t: np.ndarray) -> np.ndarray:
+def _launch_calls(op_correlation: np.ndarray, call_correlation: np.ndarray, position: type) -> np.ndarray:
+    """For each op, the position among the calls of the call that shares its correlation id (the
+    first, where several do), or -1."""
+    if not len(call_correlation):  # a trace of the device's activity alone: no op was launched here
+        return np.full(len(op_correlation), -1, dtype=position)
+    known = call_correlation >= 0
+    by_corr = pd.Series(np.flatnonzero(known), index=call_correlation[known])
+    by_corr = by_corr[~by_corr.index.duplicated()]
+    return pd.Series(op_correlation).map(by_corr).fillna(-1).to_numpy(position)
+
+
+def _previous(group: np.ndarray, t: np.ndarray, position: type = np.int64) -> np.ndarray:
     """For each event, the one before it (by start) in its group (a stream, a thread), or -1."""
     order = np.lexsort((t, group))
     same = np.zeros(len(t), dtype=bool)
     same[1:] = group[order][1:] == group[order][:-1]
-    out = np.full(len(t), -1, dtype=np.int64)
+    out = np.full(len(t), -1, dtype=position)
     out[order[1:][same[1:]]] = order[:-1][same[1:]]
     return out
 
