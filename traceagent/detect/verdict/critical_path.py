@@ -308,7 +308,8 @@ def _walk(pred: np.ndarray, end: np.ndarray, node: int, floor: int, whole_from: 
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
-def _launch_calls(op_correlation: np.ndarray, call_correlation: np.ndarray, position: type) -> np.ndarray:
+def _launch_calls(op_correlation: np.ndarray, call_correlation: np.ndarray,
+                  position: type[np.signedinteger]) -> np.ndarray:
     """For each op, the position among the calls of the call that shares its correlation id (the
     first, where several do), or -1."""
     if not len(call_correlation):  # a trace of the device's activity alone: no op was launched here
@@ -319,12 +320,12 @@ def _launch_calls(op_correlation: np.ndarray, call_correlation: np.ndarray, posi
     return pd.Series(op_correlation).map(by_corr).fillna(-1).to_numpy(position)
 
 
-def _previous(group: np.ndarray, t: np.ndarray, position: type = np.int64) -> np.ndarray:
+def _previous(group: np.ndarray, t: np.ndarray, position: type[np.signedinteger] = np.int64) -> np.ndarray:
     """For each event, the one before it (by start) in its group (a stream, a thread), or -1."""
     order = np.lexsort((t, group))
     same = np.zeros(len(t), dtype=bool)
     same[1:] = group[order][1:] == group[order][:-1]
-    out = np.full(len(t), -1, dtype=position)
+    out: np.ndarray = np.full(len(t), -1, dtype=position)
     out[order[1:][same[1:]]] = order[:-1][same[1:]]
     return out
 
