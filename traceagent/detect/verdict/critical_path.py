@@ -129,7 +129,7 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
             mine = np.flatnonzero(device == d)
             ended = ended_last_before(d_start[mine], d_end[mine])
             before[mine] = np.where(ended >= 0, mine[np.maximum(ended, 0)], -1)
-    launch = _launch_calls(gpu["correlation"].to_numpy(), cpu["correlation"].to_numpy()[c_rows], position)
+    launch = launch_calls(gpu["correlation"].to_numpy(), cpu["correlation"].to_numpy()[c_rows], position)
     launch[launch >= 0] += n_dev
     # the candidate ready last, the first of them on a tie: one candidate at a time, so memory holds
     # two rows of every op, not three of candidates and three of their times
@@ -308,7 +308,7 @@ def _walk(pred: np.ndarray, end: np.ndarray, node: int, floor: int, whole_from: 
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
-def _launch_calls(op_correlation: np.ndarray, call_correlation: np.ndarray,
+def launch_calls(op_correlation: np.ndarray, call_correlation: np.ndarray,
                   position: type[np.signedinteger]) -> np.ndarray:
     """For each op, the position among the calls of the call that shares its correlation id (the
     first, where several do), or -1."""

@@ -43,7 +43,7 @@ from ..detectors.kernels import short_name
 from ..detectors.precision import TENSOR_FORMATS, name_precisions
 from ..detectors.steps import step_time_ns
 from ..detectors.time_by_class import class_indices, class_rows
-from .critical_path import blocking_waits, thread_key
+from .critical_path import blocking_waits, launch_calls, thread_key
 from .savings import Saving, estimate_savings
 
 #: the changes, as `--change` takes them
@@ -266,13 +266,8 @@ def build_graph(trace: Trace) -> Graph | None:
     d_first = _firsts(d_key)
     d_gap = np.where(d_first, 0, d_start - np.concatenate([[0], d_end[:-1]]))  # negative: overlapping ops, as recorded
     # launches: a call and its device op share a correlation id
-    correlation = cpu["correlation"].to_numpy(np.int64)[c_rows]
-    known = correlation >= 0
-    by_corr = pd.Series(np.flatnonzero(known), index=correlation[known])
-    by_corr = by_corr[~by_corr.index.duplicated()]
-    d_launch = pd.Series(every_gpu["correlation"].to_numpy(np.int64)[d_rows]).map(by_corr).fillna(-1).to_numpy(np.int64)
-    if not len(c_start):
-        d_launch = np.full(len(d_start), -1, dtype=np.int64)
+    d_launch = launch_calls(every_gpu["correlation"].to_numpy(np.int64)[d_rows], cpu["correlation"].to_numpy(np.int64)[c_rows],
+                            np.int64)
     d_launch = np.where(d_start >= _at(c_start, d_launch), d_launch, -1)
     linked = d_launch >= 0
     d_delay = np.where(linked, d_start - _at(c_start, d_launch), 0)
