@@ -120,7 +120,7 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     # device candidates: the op before on the stream, the op that ended last on the device before it
     # started (another stream's event, or the SMs it held), and its launch call (host nodes follow devices)
     prev_on_stream = _previous(device.astype(np.int64) * (1 << 31) + gpu["stream"].to_numpy(np.int64), d_start, position)
-    devices = np.unique(device)
+    devices = pd.unique(device)  # hashed: sorting ten million device numbers cost a twentieth of the path
     if len(devices) == 1:  # the usual rank: every op is the device's, no positions to map back
         before = ended_last_before(d_start, d_end).astype(position)
     else:
@@ -182,13 +182,14 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     thread = np.where(on_device, -1, call_thread[np.clip(nodes - n_dev, 0, max(len(call_thread) - 1, 0))]
                       if len(call_thread) else -1)
     del call_thread
+    on_host = (~on_device).view(np.int8)  # the kinds as codes: 0 device, 1 host call; 3 wait, 2 host work
     return Path(
-        kind=np.concatenate([np.where(on_device, 0, 1), np.where(on_device, 3, 2)[gap]]).astype(np.int8),
+        kind=np.concatenate([on_host, 3 - on_host[gap]]),
         start=np.concatenate([np.maximum(node_start, at), at[gap]]),
         end=np.concatenate([node_end, node_start[gap]]),
         event=np.concatenate([np.where(on_device, nodes, nodes - n_dev), np.full(int(gap.sum()), -1)]),
         device_names=gpu["name"].array, call_names=call_names,
-        thread=np.concatenate([thread, thread[gap]]).astype(np.int64), device_ops=gpu)
+        thread=np.concatenate([thread, thread[gap]]).astype(np.int64, copy=False), device_ops=gpu)
 
 
 def step_window(trace: Trace, step: int) -> tuple[int, int]:
@@ -320,9 +321,23 @@ def launch_calls(op_correlation: np.ndarray, call_correlation: np.ndarray,
     return pd.Series(op_correlation).map(by_corr).fillna(-1).to_numpy(position)
 
 
+def _group_then_time_order(group: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Positions with each group's events together, each group's in time order (ties in position
+    order): np.lexsort((t, group)) up to the groups' own order, by one stable sort of a single key
+    (the groups numbered by hashing), several times faster on millions of events."""
+    if not len(t):
+        return np.zeros(0, dtype=np.int64)
+    number, groups = pd.factorize(group)
+    low = int(t.min())
+    span = int(t.max()) - low + 1
+    if span * len(groups) >= 2**62:  # the key would leave int64: two keys
+        return np.lexsort((t, group))
+    return np.argsort(number.astype(np.int64) * span + (t - low), kind="stable")
+
+
 def _previous(group: np.ndarray, t: np.ndarray, position: type[np.signedinteger] = np.int64) -> np.ndarray:
     """For each event, the one before it (by start) in its group (a stream, a thread), or -1."""
-    order = np.lexsort((t, group))
+    order = _group_then_time_order(group, t)
     same = np.zeros(len(t), dtype=bool)
     same[1:] = group[order][1:] == group[order][:-1]
     out: np.ndarray = np.full(len(t), -1, dtype=position)
