@@ -391,6 +391,11 @@ TABLE = [
     ("B", "How can I make inference faster?", "optimize_first", {}, lambda c: ["Start with"]),
     ("R", "Any tips to improve performance?", "optimize_first", {}, lambda c: ["Start with"]),
     ("R", "What would help most?", "optimize_first", {}, lambda c: ["Start with"]),
+    ("R", "What are the biggest inefficiencies?", "optimize_first", {}, lambda c: ["Start with"]),
+    ("R", "What's eating my GPU time?", "kernels", {}, lambda c: [f"1. `{top_kernel(c).label}`"]),
+    ("R", "How much time is wasted?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("R", "Is the CPU waiting on the GPU?", "sync", {}, lambda c: ["blocks the host"]),
+    ("R", "Which operations could be fused?", "compile", {}, lambda c: ["torch.compile helps in two ways"]),
     # more ways of asking, each to the answer that has its figures
     ("R", "Where is the time going?", "summary", {}, lambda c: ["**Verdict:**", f"idle {percent(idle(c).idle_pct)}"]),
     ("R", "Is there a warmup effect?", "steps", {}, lambda c: [f"{focus(c).findings.steps.count} steps: mean **"]),

@@ -103,7 +103,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                # a change named with what it would buy: mixed precision, another GPU
                rf"\b(?:{PRECISION}|{FP8}|{OTHER_GPU})\b.{{0,40}}\b(?:help|gain|buy|save|faster|speed\w*|worth)|"
                rf"\b(?:help|gain|buy|save|faster|speed\w*)\b.{{0,40}}\b(?:{PRECISION}|{FP8}|{OTHER_GPU})\b"),
-    ("compile", r"\btorch\.?compile|\bcompil(?:e|ing) (?:the|my) model|\binductor\b|\bkernel fusion\b|\bcompiled\b"),
+    ("compile", r"\btorch\.?compile|\bcompil(?:e|ing) (?:the|my) model|\binductor\b|\bkernel fusion\b|\bcompiled\b|"
+                r"\b(?:be )?fus(?:e|ed|ing|ion)\b"),
     ("saving", r"\bhow much (?:\w+ ){0,8}?(?:would|could|will|can|might|does|do)\b.{0,80}\b(?:save|gain|buy|win|cut|"
                r"speed|faster)|\bhow much (?:faster|time)\b.{0,60}\b(?:fix|remov|if)|\bwhat (?:would|could) "
                r"(?:fixing|removing|getting rid of)\b.{0,60}\b(?:save|gain|buy)|\bwhat(?:'s| is) the (?:potential |expected )?"
@@ -118,14 +119,15 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                        r"\bspeed (?:it|this|things|my \w+) up\b|\bhow (?:can|do|could|should|would) (?:i|we) (?:speed up|"
                        r"accelerate|optimi[sz]e)\b|\bmake (?:\w+ ){0,3}?(?:faster|quicker)\b|\bimprove (?:the )?performance\b|"
                        r"\b(?:tips|advice|suggestions?|recommend\w*)\b|\bwhat (?:should|do|can) i look at\b|"
-                       r"\bwhat would help(?: the)? most\b)"),
+                       r"\bwhat would help(?: the)? most\b|\binefficien\w*)"),
     # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
     ("launch", r"\bhow many kernels\b|\bkernels (?:per|a|each) (?:step|iteration)\b|"
                r"\b(?:outside|inside|out of) (?:the )?(?:cuda |hip )?graphs?\b|\bgraph (?:replay|capture)s?\b|"
                r"(?:\b|cuda|hip)(?:launch|cuda ?graphs?|too many kernels|(?:small|tiny|short) kernels|kernel overhead|"
                r"cpu overhead|python overhead)|\bkernels? (?:are |is )?(?:too |very )?(?:small|tiny|short)\b"),
     # a gradient sync is a collective ("is the gradient sync overlapped with backward?"), not a host wait
-    ("sync", r"^(?!.*\b(?:gradients?|grads?)\b).*"
+    ("sync", r"\b(?:cpu|host) (?:is |sits? )?(?:wait\w*|block\w*|stall\w*) (?:on|for) (?:the )?(?:gpu|device)\b|"
+             r"^(?!.*\b(?:gradients?|grads?)\b).*"
              r"\b(?:sync|synchroni[sz]|\.item\(\)|item\(\)|blocking call|which line|what line|python line|host blocks)|"
              r"\bblock(?:s|ing|ed)?\b.{0,20}\b(?:cpu|host|python|thread)\b|"
              r"(?:cuda|hip)\w*synchroni[sz]"),
@@ -141,7 +143,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("annotations", r"\b(?:nvtx|annotation|record_function|ranges?\b|regions?\b|sections? of (?:my )?code)"),
     ("slow_kernel", r"\b(?:slowest|longest) kernel|\bper (?:call|launch)\b|kernel\b.*\b(?:slow|long)"),
     # the time between kernels is idle time, not the kernels': "why are there gaps between kernels?"
-    ("kernels", r"^(?!.*\b(?:gaps?|idle|bubbles?|between kernels)\b).*"
+    ("kernels", r"\b(?:eat\w*|consum\w*|tak\w* up|us\w* up)\b.{0,20}\b(?:gpu|device)(?: time)?\b|"
+                r"^(?!.*\b(?:gaps?|idle|bubbles?|between kernels)\b).*"
                 r"\b(?:kernel|hot|gemm|matmul|hotspot|conv|what runs|most time on the gpu|compute)"),
     ("one_step", r"\bstep\s*#?\d+"),
     ("steps", r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
@@ -153,7 +156,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
              r"\b(?:gpus?|devices?)\b.{0,30}\b(?:actually |really )?"
              r"(?:comput(?:ing|es)|working|in use|doing (?:useful )?work)\b|"
              r"\b(?:percent(?:age)?|fraction|share|proportion) of (?:the )?time\b.{0,40}\b(?:gpus?|devices?)\b|"
-             r"\b(?:idle|wait\w*|stall\w*|gaps?|slow\w*|bottleneck\w*|utili[sz]\w*|starv\w*|underutil\w*|busy|why)\b"),
+             r"\b(?:idle|wait\w*|stall\w*|gaps?|slow\w*|bottleneck\w*|utili[sz]\w*|starv\w*|underutil\w*|busy|why|"
+             r"wast\w*)\b"),
     ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
                 r"report)|\bwhat does (?:the|my|this) (?:trace|timeline|run|profile|job) look like\b|"
                 r"\bwhere (?:is|does) (?:the |my )?time (?:going|go)\b|\bhow efficient\b|"
