@@ -396,6 +396,9 @@ TABLE = [
     ("R", "How much time is wasted?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
     ("R", "Is the CPU waiting on the GPU?", "sync", {}, lambda c: ["blocks the host"]),
     ("R", "Which operations could be fused?", "compile", {}, lambda c: ["torch.compile helps in two ways"]),
+    ("R", "Is the trace complete?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
+    ("D", "What can't this trace tell me?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
+    ("R", "What should I record next time?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
     # more ways of asking, each to the answer that has its figures
     ("R", "Where is the time going?", "summary", {}, lambda c: ["**Verdict:**", f"idle {percent(idle(c).idle_pct)}"]),
     ("R", "Is there a warmup effect?", "steps", {}, lambda c: [f"{focus(c).findings.steps.count} steps: mean **"]),

@@ -90,7 +90,11 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
               # a class of work called costly: "is softmax expensive?", "are the convolutions slow?"
               rf"^\s*(?:is|are)\b.{{0,30}}\b(?:{_CLASSES_SAID}).{{0,30}}\b(?:expensive|costly|slow|heavy|a problem|"
               r"significant|hurting)"),
-    ("profile_next", r"\b(?:profile next|what (?:should|do|can) i profile|how (?:do|should|can) i profile|which profiler|"
+    # what the trace lacks: the profiling answer lists it, with how to record each
+    ("profile_next", r"\b(?:is|was) (?:the|this|my) (?:trace|profile) (?:complete|whole|missing)|\bwhat(?:'s| is| does)? "
+                     r"(?:the |this )?(?:trace )?(?:missing|lack)|\bwhat (?:can't|cannot|can not|doesn't|does not) "
+                     r"(?:the |this )?trace|\bwhat (?:else )?should i (?:record|enable|turn on)\b|"
+                     r"\b(?:profile next|what (?:should|do|can) i profile|how (?:do|should|can) i profile|which profiler|"
                      r"nsight|\bncu\b|\bnsys\b|measure next|dig deeper|more detail|what (?:else )?to measure)"),
     # before whatif: the replay cannot change the batch size ("what if I doubled the batch size?")
     ("batch_size", r"\bbatch[- ]?sizes?\b|\bbigger batch|\blarger batch|\bmore per batch"),
