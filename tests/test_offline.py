@@ -397,6 +397,9 @@ TABLE = [
     ("R", "Is the CPU waiting on the GPU?", "sync", {}, lambda c: ["blocks the host"]),
     ("R", "Which operations could be fused?", "compile", {}, lambda c: ["torch.compile helps in two ways"]),
     ("R", "Is the trace complete?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
+    ("R", "Are kernels overlapping?", "detector:streams", {}, lambda c: ["**Streams.** One stream"]),
+    ("N", "How many kernels run concurrently?", "detector:streams", {}, lambda c: ["**Streams.**"]),
+    ("R", "Are the kernels' grids too small?", "detector:grid_fill", {}, lambda c: ["**Grids that cannot fill the GPU.**"]),
     ("D", "What can't this trace tell me?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
     ("R", "What should I record next time?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
     # more ways of asking, each to the answer that has its figures

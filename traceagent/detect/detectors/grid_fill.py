@@ -137,7 +137,8 @@ DETECTOR = Detector("grid_fill", "Grids that cannot fill the GPU",
                     lambda r, p: grid_fill_sentence(r), since="2.9",
                     needs=("the trace records no kernel's launch configuration (blocks per SM)",
                            "profile with torch.profiler (Kineto records each kernel's grid and blocks per SM)"),
-                    asks=r"\boccupancy\b|\bblocks? per sm\b|\bgrid (?:size|dim\w*)s?\b|\b(?:fill|fills|filling|use|uses|"
+                    asks=r"\boccupancy\b|\bblocks? per sm\b|\bgrid (?:size|dim\w*)s?\b|\bgrids?\b.{0,20}\b(?:too )?(?:small|"
+                         r"large|big|full|fill\w*)\b|\b(?:fill|fills|filling|use|uses|"
                          r"using) (?:all )?(?:the |my )?(?:gpu|sms|streaming multiprocessors)\b.{0,20}$|"
                          r"\b(?:under-?fill\w*|under-?occup\w*)\b|\bsm (?:utili[sz]ation|occupancy|usage)\b|"
                          r"\bhow many sms\b|\bidle sms\b",

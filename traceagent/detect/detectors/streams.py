@@ -173,4 +173,5 @@ DETECTOR = Detector("streams", "Streams", "Each GPU stream over its own span: op
                     StreamsParams(), StreamsResult, lambda i, p: detect_streams(i.trace, p),
                     lambda r, p: streams_sentence(r), since="2.0",
                     needs=("the trace has no device work", "profile with CUDA (or ROCm) activities on"),
-                    asks=r"\bstreams?\b|host wait|kernel wait")
+                    asks=r"\bstreams?\b|host wait|kernel wait|\bconcurren\w*|\bkernels? (?:run(?:ning)? )?(?:overlap\w*|"
+                         r"in parallel|at (?:the same|once))|\boverlapping kernels\b")
