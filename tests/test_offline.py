@@ -131,6 +131,14 @@ def longest_kernel_us(ctx) -> float:
     return float((kernels["end"] - kernels["start"]).max()) / 1000
 
 
+def ops_replayed(ctx, word: str):
+    """The what-if of every op whose name holds `word` (case aside) and that launched kernels, each
+    op's kernels 2× faster: the ops read from the focus rank's device table here."""
+    gpu = focus(ctx).trace.gpu
+    ops = sorted({str(o) for o in gpu.loc[gpu["kind"] == "kernel", "op"].dropna() if word in str(o).lower()})
+    return simulate(focus(ctx).trace, [parse_change(f"op:{o}=x2") for o in ops])
+
+
 def replayed(ctx, spec: str):
     """The what-if of a change on the focus rank, replayed here."""
     return simulate(focus(ctx).trace, [parse_change(spec)])
@@ -397,6 +405,14 @@ TABLE = [
     ("R", "Is the CPU waiting on the GPU?", "sync", {}, lambda c: ["blocks the host"]),
     ("R", "Which operations could be fused?", "compile", {}, lambda c: ["torch.compile helps in two ways"]),
     ("R", "Is the trace complete?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
+    # an op (not a class of work) asked about as the bottleneck: its kernels replayed twice as fast
+    ("B", "Is the MoE layer the bottleneck?", "op_bound", {"op": "moe"},
+     lambda c: ["**Yes.**" if ops_replayed(c, "moe").saving_pct >= 10 else "**No.**",
+                f"({duration(ops_replayed(c, 'moe').measured_us)} → {duration(ops_replayed(c, 'moe').predicted_us)}, "
+                f"simulated", f"They launched {inside(c, 'moe').kernels} kernels"]),
+    ("R", "Is aten::addmm the bottleneck?", "op_bound", {"op": "aten::addmm"},
+     lambda c: [f"({duration(ops_replayed(c, 'aten::addmm').measured_us)} → "
+                f"{duration(ops_replayed(c, 'aten::addmm').predicted_us)}, simulated"]),
     ("R", "Are kernels overlapping?", "detector:streams", {}, lambda c: ["**Streams.** One stream"]),
     ("N", "How many kernels run concurrently?", "detector:streams", {}, lambda c: ["**Streams.**"]),
     ("R", "Are the kernels' grids too small?", "detector:grid_fill", {}, lambda c: ["**Grids that cannot fill the GPU.**"]),

@@ -25,7 +25,7 @@ from ..detect.detectors.collectives import CollectivesResult, collectives_senten
 from ..detect.detectors.flops import roofline, uncounted_sentence
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
-from ..detect.detectors.kernels import short_name
+from ..detect.detectors.kernels import loosely, short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
@@ -41,7 +41,7 @@ from ..detect.verdict.whatif import whatif_sentence
 from ..format import counted, duration, flop_rate, of_span, percent, rate, shorten, size
 from ..sentences import device_lines, gpu_behind, straggler_sentence
 from ..text import code, md_prose
-from ..trace.model import GPU_METRICS
+from ..trace.model import GPU_METRICS, matches
 from .answers import (
     MAX_ITEMS,
     AnnotationsAnswer,
@@ -124,6 +124,10 @@ class OfflineAnalyst:
                           + [("what_if", {"change": f"class:{','.join(classes)}=x{BOTTLENECK_SPEEDUP:g}"} | _rank(at))
                              for classes in [self._classes_asked(q, at)] if classes and not q.limits],
                           self._bound),
+            # "is the MoE layer the bottleneck?": that op's kernels made faster, replayed
+            "op_bound": Plan(lambda q, at: [("verdict", at), ("hot_kernels", at | {"op_filter": q.op, "top": 3})]
+                             + [("what_if", {"change": change} | _rank(at)) for change in [self._op_change(q, at)] if change],
+                             self._op_bound),
             "slow_kernel": Plan(lambda q, at: [("hot_kernels", at | {"order_by": _slow_order(q), "top": 5}),
                                                ("hot_kernels", at | {"top": 3}), ("kernel_profiles", {})],
                                 self._slow_kernel),
@@ -348,6 +352,39 @@ class OfflineAnalyst:
         rank = analysis.focus if at.get("rank") is None else next(
             (r for r in analysis.ranks if r.rank == at["rank"]), None)
         return rank.results.get(name) if rank is not None else None
+
+    def _op_change(self, q: Question, at: dict) -> str | None:
+        """The what-if of the kernels of the op a question names BOTTLENECK_SPEEDUP× faster: every op of
+        the rank whose name holds it (as the hot kernels' op filter reads it) that launched kernels, most
+        kernel time first (eight at most); None where none did."""
+        analysis = self.ctx.analysis
+        rank = analysis.focus if at.get("rank") is None else next((r for r in analysis.ranks if r.rank == at["rank"]), None)
+        if rank is None or not q.op:
+            return None
+        gpu = rank.trace.gpu
+        kernels = gpu[(gpu["kind"] == "kernel").to_numpy() & matches(gpu["op"], loosely(q.op))]
+        time = (kernels["end"] - kernels["start"]).groupby(kernels["op"].astype(str)).sum().sort_values(ascending=False)
+        return " + ".join(f"op:{op}=x{BOTTLENECK_SPEEDUP:g}" for op in time.index[:8]) or None
+
+    def _op_bound(self, q: Question, verdict: VerdictAnswer, kernels: KernelsAnswer,
+                  replay: WhatIfAnswer | None = None) -> str:
+        """Whether an op the question names is what limits the job: its kernels' time, and what making
+        them BOTTLENECK_SPEEDUP× faster would save, replayed (work others hide saves nothing)."""
+        v, k = verdict.verdict, kernels.kernels
+        what = code(q.op or "") if "::" in (q.op or "") else f"the ops whose name contains {code(q.op or '')}"
+        if replay is None or not kernels.top:
+            return f"No kernel in this scope was launched by {what}. It is limited by **{v.headline}**."
+        r = replay.result
+        yes = r.saving_pct >= BOTTLENECK_SAVING_PCT
+        lead = kernels.top[0].kernel
+        return "\n".join([
+            f"{self._who(replay.scope)}**{'Yes' if yes else 'No'}.** With the kernels of {what} {BOTTLENECK_SPEEDUP:g}× "
+            f"faster, the {r.basis} would take {percent(max(r.saving_pct, 0.0))} less time ({duration(r.measured_us)} → "
+            f"{duration(r.predicted_us)}, simulated on the trace's dependency graph): "
+            + ("they set the pace." if yes else "other work sets the pace."), "",
+            f"They launched {k.kernels} kernels for {duration(k.total_us)} of device time, led by "
+            f"{code(shorten(lead.label, 80))} ({duration(lead.total_us)}, {percent(lead.share_of_busy_pct)} of busy time).",
+            "", f"{self._who(verdict.scope)}{v.headline}. {v.hypothesis}", "", f"**Next step:** {v.next_step}", *_saving(v)])
 
     def _classes_asked(self, q: Question, at: dict) -> list[str]:
         """The classes of work a question names ("is attention the bottleneck?") that the rank ran."""

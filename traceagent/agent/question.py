@@ -257,6 +257,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     limit = limits[0] if limits else None
     kernel = named_kernel(text, ctx)
     op = None if kernel else named_op(text, ctx)
+    if intent == "bound" and op and not limits and not classes_named(text):
+        intent = "op_bound"  # "is the MoE layer the bottleneck?": that op's kernels, replayed faster
     if kernel and intent in (None, "idle", "summary", "kernels", "slow_kernel"):
         intent = "kernel"  # "why is dgrad_engine so slow?": about that kernel
     elif op and intent in (None, "idle", "summary", "kernels", "slow_kernel"):
