@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from ..detect.analysis import RankAnalysis
 from ..detect.compare.diff import work_note
 from ..detect.compare.scaling import PARTS
 from ..detect.core.peaks import peak_for
@@ -348,17 +349,19 @@ class OfflineAnalyst:
     def _result(self, at: dict, name: str) -> Any:
         """A registered detector's result on the rank asked about; None where it has none, or where
         the trace has no such rank (its tools then say so)."""
-        analysis = self.ctx.analysis
-        rank = analysis.focus if at.get("rank") is None else next(
-            (r for r in analysis.ranks if r.rank == at["rank"]), None)
+        rank = self._rank_at(at)
         return rank.results.get(name) if rank is not None else None
+
+    def _rank_at(self, at: dict) -> RankAnalysis | None:
+        """The rank a scope names (the focus where it names none); None where the trace has no such rank."""
+        analysis = self.ctx.analysis
+        return analysis.focus if at.get("rank") is None else next((r for r in analysis.ranks if r.rank == at["rank"]), None)
 
     def _op_change(self, q: Question, at: dict) -> str | None:
         """The what-if of the kernels of the op a question names BOTTLENECK_SPEEDUP× faster: every op of
         the rank whose name holds it (as the hot kernels' op filter reads it) that launched kernels, most
         kernel time first (eight at most); None where none did."""
-        analysis = self.ctx.analysis
-        rank = analysis.focus if at.get("rank") is None else next((r for r in analysis.ranks if r.rank == at["rank"]), None)
+        rank = self._rank_at(at)
         if rank is None or not q.op:
             return None
         gpu = rank.trace.gpu
