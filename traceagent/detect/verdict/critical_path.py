@@ -129,7 +129,7 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
             mine = np.flatnonzero(device == d)
             ended = ended_last_before(d_start[mine], d_end[mine])
             before[mine] = np.where(ended >= 0, mine[np.maximum(ended, 0)], -1)
-    launch = launch_calls(gpu["correlation"].to_numpy(), cpu["correlation"].to_numpy()[c_rows], position)
+    launch = launch_positions(gpu["correlation"].to_numpy(), cpu["correlation"].to_numpy()[c_rows], position)
     launch[launch >= 0] += n_dev
     # the candidate ready last, the first of them on a tie: one candidate at a time, so memory holds
     # two rows of every op, not three of candidates and three of their times
@@ -309,10 +309,11 @@ def _walk(pred: np.ndarray, end: np.ndarray, node: int, floor: int, whole_from: 
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
-def launch_calls(op_correlation: np.ndarray, call_correlation: np.ndarray,
+def launch_positions(op_correlation: np.ndarray, call_correlation: np.ndarray,
                   position: type[np.signedinteger]) -> np.ndarray:
-    """For each op, the position among the calls of the call that shares its correlation id (the
-    first, where several do), or -1."""
+    """For each op, the position among `call_correlation`'s calls (those the caller's graph holds, in
+    its order) of the call that shares its correlation id (the first, where several do), or -1. Not
+    core.host.launch_rows, whose rows are of every runtime call, by id."""
     if not len(call_correlation):  # a trace of the device's activity alone: no op was launched here
         return np.full(len(op_correlation), -1, dtype=position)
     known = call_correlation >= 0

@@ -43,7 +43,7 @@ from ..detectors.kernels import short_name
 from ..detectors.precision import TENSOR_FORMATS, name_precisions
 from ..detectors.steps import step_time_ns
 from ..detectors.time_by_class import class_indices, class_rows
-from .critical_path import blocking_waits, launch_calls, thread_key
+from .critical_path import blocking_waits, launch_positions, thread_key
 from .savings import Saving, estimate_savings
 
 #: the changes, as `--change` takes them
@@ -266,8 +266,8 @@ def build_graph(trace: Trace) -> Graph | None:
     d_first = _firsts(d_key)
     d_gap = np.where(d_first, 0, d_start - np.concatenate([[0], d_end[:-1]]))  # negative: overlapping ops, as recorded
     # launches: a call and its device op share a correlation id
-    d_launch = launch_calls(every_gpu["correlation"].to_numpy(np.int64)[d_rows], cpu["correlation"].to_numpy(np.int64)[c_rows],
-                            np.int64)
+    d_launch = launch_positions(every_gpu["correlation"].to_numpy(np.int64)[d_rows],
+                                cpu["correlation"].to_numpy(np.int64)[c_rows], np.int64)
     d_launch = np.where(d_start >= _at(c_start, d_launch), d_launch, -1)
     linked = d_launch >= 0
     d_delay = np.where(linked, d_start - _at(c_start, d_launch), 0)
