@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 from builder import TraceBuilder
-from conftest import B200, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
+from conftest import B200, DATA, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ValidationError
 from rawtrace import events
@@ -17,6 +17,8 @@ from traceagent import analyze
 from traceagent.agent.tools import MAX_STRING, AnalysisContext, ToolInputError, build_tools
 from traceagent.detect.core.view import pct
 from traceagent.detect.core.vocabulary import GAP_CAUSES
+
+BERT = DATA / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
 
 
 def tools_of(path, other=None) -> dict:
@@ -115,6 +117,16 @@ def test_no_trace_string_reaches_the_model_whole(tmp_path):
     text = tools["hot_kernels"].invoke({"full_names": True})
     name = json.loads(text)["top"][0]["name"]
     assert len(name) < MAX_STRING + 40 and name.endswith("characters)") and len(text) < 5000
+
+
+def test_our_own_sentences_reach_the_model_whole():
+    """A verdict's hypothesis and next step run past MAX_STRING on the BERT trace (its Python frames
+    named): the model reads them whole, every figure in them, as the analysis wrote them."""
+    analysis = analyzed(BERT)
+    verdict = analysis.verdict
+    assert max(len(verdict.hypothesis), len(verdict.next_step)) > MAX_STRING  # else this test shows nothing
+    told = call(tools_of(BERT), "verdict")
+    assert told["hypothesis"] == verdict.hypothesis and told["next_step"] == verdict.next_step
 
 
 def test_calc_computes_only_from_numbers_tools_returned():

@@ -72,9 +72,10 @@ from .answers import (
     WhatIfAnswer,
     plain,
 )
-from .numbers import Sources
+from .numbers import PROSE_KEYS, Sources
 
 MAX_STRING = 300  # a trace string longer than this reaches the model cut, with its length said
+MAX_PROSE = 2000  # our own sentences: a verdict's next step runs to 650 characters
 
 # the arguments the tools share, described once
 Rank = Annotated[int | None, Field(description="the rank (process) to look at; default: the rank the verdict is about")]
@@ -148,14 +149,17 @@ def model_json(data: Any) -> str:
     return _UNSEEN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-def _bounded(value: Any) -> Any:
-    """Every string cut to MAX_STRING characters (a 10 MB kernel name is not sent whole)."""
+def _bounded(value: Any, key: str | None = None) -> Any:
+    """Every string cut to MAX_STRING characters (a 10 MB kernel name is not sent whole); our own
+    sentences (numbers.PROSE_KEYS: a verdict's hypothesis, a saving's sentence) to MAX_PROSE, so the
+    model reads every figure they state (they quote trace strings shortened)."""
     if isinstance(value, str):
-        return value if len(value) <= MAX_STRING else f"{value[:MAX_STRING]}… ({len(value)} characters)"
+        limit = MAX_PROSE if key in PROSE_KEYS else MAX_STRING
+        return value if len(value) <= limit else f"{value[:limit]}… ({len(value)} characters)"
     if isinstance(value, dict):
-        return {k: _bounded(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_bounded(v) for v in value]
+        return {k: _bounded(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):  # a list under a prose key (assumptions) is prose
+        return [_bounded(v, key) for v in value]
     return value
 
 
