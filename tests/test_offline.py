@@ -405,6 +405,10 @@ TABLE = [
     ("R", "Is the CPU waiting on the GPU?", "sync", {}, lambda c: ["blocks the host"]),
     ("R", "Which operations could be fused?", "compile", {}, lambda c: ["torch.compile helps in two ways"]),
     ("R", "Is the trace complete?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
+    ("R", "Why does the GPU go idle every step?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("R", "Why are there gaps after the optimizer step?", "idle", {},
+     lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("R", "Which line of my code causes the most idle time?", "sync", {}, lambda c: [idle(c).sync_sites[0].python]),
     # an op (not a class of work) asked about as the bottleneck: its kernels replayed twice as fast
     ("B", "Is the MoE layer the bottleneck?", "op_bound", {"op": "moe"},
      lambda c: ["**Yes.**" if ops_replayed(c, "moe").saving_pct >= 10 else "**No.**",

@@ -151,7 +151,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"^(?!.*\b(?:gaps?|idle|bubbles?|between kernels)\b).*"
                 r"\b(?:kernel|hot|gemm|matmul|hotspot|conv|what runs|most time on the gpu|compute)"),
     ("one_step", r"\bstep\s*#?\d+"),
-    ("steps", r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
+    # why the GPU idles, said of a step ("why does the GPU go idle every step?"), is the idle answer's
+    ("steps", r"^(?!.*\bwhy\b.*\b(?:idle|gaps?|bubbles?|stall\w*)\b).*"
+              r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
     ("idle", r"\bschedul(?:er|ing) overhead\b|\bwhere does (?:rank\s*#?\d+|(?:the |my )?(?:gpu|device|job|run|rank))\b.{0,20}"
              r"\bspend\b|"

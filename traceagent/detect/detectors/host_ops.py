@@ -175,5 +175,6 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                          r"\b(?:cpu|host)(?: side)? (?:time|ops?|hotspots?|profile)\b|\b(?:where|how) does the (?:cpu|host) "
                          r"spend\b|\bself (?:cpu )?time\b|\bwhy is (?:the |my )?(?:cpu|host)(?: side)? (?:so )?(?:slow|busy)\b|"
                          r"\btime (?:is )?spent (?:on|in) the (?:cpu|host)\b|"
+                         r"^(?!.*\b(?:idle|sync\w*|wait\w*|stall\w*|gaps?)\b).*"  # the line behind idle time: sync's
                          r"\b(?:which|what) (?:python )?(?:functions?|lines?) (?:in|of) (?:my|the) (?:code|script|program)\b",
                     section=host_ops_section, place=66)
