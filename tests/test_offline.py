@@ -441,6 +441,8 @@ TABLE = [
     ("N", "compute bound or memory bound?", "bound", {"limits": ("memory_bound", "compute")},
      lambda c: ["**Compute**, not memory bandwidth.", f"{percent(classes(c).compute_pct)} of device time is in compute-heavy"]),
     # two GPUs named: every GPU's idle and busy, side by side
+    ("N", "Is the work split evenly across the GPUs?", "most_idle", {},
+     lambda c: [f"rank 0, GPU {d}: idle {percent(idle(c).devices[d].idle_pct)}" for d in (0, 1)]),
     ("N", "Is GPU 0 slower than GPU 1?", "most_idle", {},
      lambda c: [f"rank 0, GPU {d}: idle {percent(idle(c).devices[d].idle_pct)}" for d in (0, 1)]),
     ("N", "Why is GPU 1 idle?", "idle", {"device": 1},

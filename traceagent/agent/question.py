@@ -54,7 +54,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                   r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank)"),
     ("scaling", r"\b(?:scal(?:e|es|ing|ability)\b|(?:more|twice as many) (?:gpus|nodes|ranks)\b|parallel efficiency|"
                 r"(?:strong|weak) scaling)"),
-    ("most_idle", r"\bwhich (?:gpu|rank|device)s? (?:has|have|had) (?:the )?(?:most|least|highest|lowest|largest) "
+    ("most_idle", r"\b(?:split|spread|divided|shared)\b.{0,30}\b(?:across|between|over|among) (?:the |all |both )?"
+                  r"(?:two |\d+ )?(?:gpus|devices)\b|"
+                  r"\bwhich (?:gpu|rank|device)s? (?:has|have|had) (?:the )?(?:most|least|highest|lowest|largest) "
                   r"(?:idle|busy|utili[sz]ation)|"
                   rf"\b(?:gpu|device)\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and)\s*(?:gpu\s*|device\s*)?#?\d+\b|"
                   r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)|"
