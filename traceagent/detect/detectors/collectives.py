@@ -47,6 +47,8 @@ _KINDS: list[tuple[re.Pattern[str], str, Callable[[int], float]]] = [
     (re.compile(r"send|recv", re.I), "send_recv", lambda n: 1.0),
     (re.compile(r"gather|scatter", re.I), "gather_scatter", lambda n: (n - 1) / n),
 ]
+#: the kinds _KINDS names, in its order
+KIND_NAMES = tuple(kind for _, kind, _ in _KINDS)
 
 
 def collective_kind(name: str) -> str | None:

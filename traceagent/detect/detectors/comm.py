@@ -14,7 +14,7 @@ from ...trace.model import Trace
 from ..core import intervals as iv
 from ..core.view import DeviceView, device_time_ns, on_device, pct, us, views_of
 from .base import Detector, Key
-from .collectives import collective_kind
+from .collectives import KIND_NAMES, collective_kind
 from .streams import SharedStream, shared_streams
 
 
@@ -79,20 +79,10 @@ def _by_kind(kernels: pd.DataFrame, views: list[DeviceView]) -> list[CollectiveK
     collective time; kinds running at once each count it)."""
     if kernels.empty:
         return []
-    # a kernel's kind: its launching op's word where it says one, else its name's; each distinct string
-    # read once, then a lookup by code (-1, no op or name, takes the last entry: none)
-    kinds: list[str] = []
-
-    def numbered(column: pd.Series) -> np.ndarray:
-        said = [collective_kind(str(v)) for v in column.cat.categories]
-        kinds.extend(k for k in said if k and k not in kinds)
-        lookup = np.array([kinds.index(k) if k else -1 for k in said] + [-1], dtype=np.int64)
-        return lookup[column.cat.codes.to_numpy(np.int64)]
-
-    by_op, by_name = numbered(kernels["op"]), numbered(kernels["name"])
-    kind = np.where(by_op >= 0, by_op, by_name)
-    kinds.append("other")
-    kind[kind < 0] = len(kinds) - 1
+    # a kernel's kind: its launching op's word where it says one, else its name's, else other
+    kinds = (*KIND_NAMES, "other")
+    by_op, by_name = _kind_numbers(kernels["op"], kinds), _kind_numbers(kernels["name"], kinds)
+    kind = np.where(by_op >= 0, by_op, np.where(by_name >= 0, by_name, len(kinds) - 1))
     device = kernels["device"].to_numpy()
     start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
     rows = []
@@ -106,6 +96,14 @@ def _by_kind(kernels: pd.DataFrame, views: list[DeviceView]) -> list[CollectiveK
             exposed += iv.length(iv.intersect(union, view.exposed_comm))
         rows.append(CollectiveKind(name, int(mine.sum()), us(time), us(exposed), pct(exposed, time)))
     return sorted(rows, key=lambda r: -r.time_us)
+
+
+def _kind_numbers(column: pd.Series, kinds: tuple[str, ...]) -> np.ndarray:
+    """Each row's kind of collective as its place in `kinds`, -1 where its string says none: each
+    distinct string read once, then a lookup by code (-1, no string, takes the last entry: none)."""
+    lookup = np.array([kinds.index(k) if (k := collective_kind(str(v))) else -1 for v in column.cat.categories] + [-1],
+                      dtype=np.int64)
+    return lookup[column.cat.codes.to_numpy(np.int64)]
 
 
 def comm_findings(result: CommResult, on: str) -> list[tuple[str, str]]:
