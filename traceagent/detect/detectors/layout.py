@@ -131,9 +131,10 @@ def layout_sentence(result: LayoutResult) -> str:
                 f"to and from channels-last around the convolutions: {converted}; {whole}.")
     elif result.layout in ("channels_first", "channels_last"):
         first = result.layout == "channels_first"
-        word, time, kernels = (("channels-first (NCHW)", result.channels_first_us, result.channels_first_kernels) if first
-                               else ("channels-last (NHWC)", result.channels_last_us, result.channels_last_kernels))
-        said = (f"{word[0].upper()}{word[1:word.index(' ')]}: the kernels that name a layout run {word}: "
+        lead, word, time, kernels = (
+            ("Channels-first", "channels-first (NCHW)", result.channels_first_us, result.channels_first_kernels) if first
+            else ("Channels-last", "channels-last (NHWC)", result.channels_last_us, result.channels_last_kernels))
+        said = (f"{lead}: the kernels that name a layout run {word}: "
                 f"{duration(time)}, {percent(100 * time / named)} of their time (led by "
                 f"{', '.join(code(shorten(k, 60)) for k in kernels)})"
                 + ("" if first or result.conversion_us else ", with no conversions") + f"; {whole}.")
