@@ -377,17 +377,22 @@ class OfflineAnalyst:
         what = code(q.op or "") if "::" in (q.op or "") else f"the ops whose name contains {code(q.op or '')}"
         if replay is None or not kernels.top:
             return f"No kernel in this scope was launched by {what}. It is limited by **{v.headline}**."
-        r = replay.result
-        yes = r.saving_pct >= BOTTLENECK_SAVING_PCT
         lead = kernels.top[0].kernel
         return "\n".join([
-            f"{self._who(replay.scope)}**{'Yes' if yes else 'No'}.** With the kernels of {what} {BOTTLENECK_SPEEDUP:g}× "
-            f"faster, the {r.basis} would take {percent(max(r.saving_pct, 0.0))} less time ({duration(r.measured_us)} → "
-            f"{duration(r.predicted_us)}, simulated on the trace's dependency graph): "
-            + ("they set the pace." if yes else "other work sets the pace."), "",
+            self._replayed_bottleneck(replay, f"the kernels of {what}")[1], "",
             f"They launched {k.kernels} kernels for {duration(k.total_us)} of device time, led by "
             f"{code(shorten(lead.label, 80))} ({duration(lead.total_us)}, {percent(lead.share_of_busy_pct)} of busy time).",
             "", f"{self._who(verdict.scope)}{v.headline}. {v.hypothesis}", "", f"**Next step:** {v.next_step}", *_saving(v)])
+
+    def _replayed_bottleneck(self, replay: WhatIfAnswer, work: str) -> tuple[bool, str]:
+        """Whether `work` (replayed BOTTLENECK_SPEEDUP× faster) sets the pace, and the sentence that says
+        so with the replay's figures: it does where the saving is material (BOTTLENECK_SAVING_PCT)."""
+        r = replay.result
+        yes = r.saving_pct >= BOTTLENECK_SAVING_PCT
+        return yes, (f"{self._who(replay.scope)}**{'Yes' if yes else 'No'}.** With {work} {BOTTLENECK_SPEEDUP:g}× faster, "
+                     f"the {r.basis} would take {percent(max(r.saving_pct, 0.0))} less time ({duration(r.measured_us)} → "
+                     f"{duration(r.predicted_us)}, simulated on the trace's dependency graph): "
+                     + ("they set the pace." if yes else "other work sets the pace."))
 
     def _classes_asked(self, q: Question, at: dict) -> list[str]:
         """The classes of work a question names ("is attention the bottleneck?") that the rank ran."""
@@ -464,16 +469,12 @@ class OfflineAnalyst:
         """Whether a class of work the question names is what limits the job: its share of device
         time, and what making it BOTTLENECK_SPEEDUP× faster would save, replayed (a class others
         hide saves nothing). It is the bottleneck where that saving is material."""
-        v, r = verdict.verdict, replay.result
+        v = verdict.verdict
         named = [c for c in by_class.classes if c.name in classes_named(q.text)]
-        said = " and ".join(c.label for c in named)
-        yes = r.saving_pct >= BOTTLENECK_SAVING_PCT
+        yes, replayed = self._replayed_bottleneck(replay, f"{' and '.join(c.label for c in named)} kernels")
         shares = "; ".join(f"{c.label} {percent(c.share_pct)} ({duration(c.time_us)} in {counted(c.ops, 'op')}"
                            + (f", led by {code(shorten(c.top[0], 60))}" if c.top else "") + ")" for c in named)
-        lines = [f"{self._who(replay.scope)}**{'Yes' if yes else 'No'}.** With {said} kernels {BOTTLENECK_SPEEDUP:g}× "
-                 f"faster, the {r.basis} would take {percent(max(r.saving_pct, 0.0))} less time "
-                 f"({duration(r.measured_us)} → {duration(r.predicted_us)}, simulated on the trace's dependency graph): "
-                 + ("they set the pace." if yes else "other work sets the pace."), "",
+        lines = [replayed, "",
                  f"Of {duration(by_class.device_time_us)} of device time: {shares}."]
         if re.search(r"\bkv[- _]?cache", q.text, re.I):
             lines.append("The KV cache is read and written by the attention kernels (its writes, such as "
