@@ -45,6 +45,11 @@ def kind(ctx, name: str):
     return next(k for k in focus(ctx).findings.comm.kinds if k.kind == name)
 
 
+def idle_lead(ctx) -> list[str]:
+    """The idle answer's lead on the focus rank: its GPU idle share, as the idle detector has it."""
+    return [f"The GPU is idle **{percent(idle(ctx).idle_pct)}**"]
+
+
 def workload(ctx):
     return focus(ctx).results["workload"]
 
@@ -279,7 +284,7 @@ TABLE = [
     # rank loaded there is no other rank to be slow against: its idle time
     ("D", "Why is rank 3 slow?", "idle", {"rank": 3},
      lambda c: [why_slow(c, 3), f"Rank 3: The GPU is idle **{percent(idle(c, 3).idle_pct)}**"]),
-    ("R", "Why is rank 0 slow?", "idle", {"rank": 0}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("R", "Why is rank 0 slow?", "idle", {"rank": 0}, idle_lead),
     # two ranks side by side: who makes the other ranks wait more, from the comparison at test time
     ("D", "Why is rank 0 slower than rank 1?", "rank_vs_rank", {"ranks": (0, 1)},
      lambda c: [holds_back(c, 0, 1),
@@ -401,13 +406,13 @@ TABLE = [
     ("R", "What would help most?", "optimize_first", {}, lambda c: ["Start with"]),
     ("R", "What are the biggest inefficiencies?", "optimize_first", {}, lambda c: ["Start with"]),
     ("R", "What's eating my GPU time?", "kernels", {}, lambda c: [f"1. `{top_kernel(c).label}`"]),
-    ("R", "How much time is wasted?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("R", "How much time is wasted?", "idle", {}, idle_lead),
     ("R", "Is the CPU waiting on the GPU?", "sync", {}, lambda c: ["blocks the host"]),
     ("R", "Which operations could be fused?", "compile", {}, lambda c: ["torch.compile helps in two ways"]),
     ("R", "Is the trace complete?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
-    ("R", "Why does the GPU go idle every step?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("R", "Why does the GPU go idle every step?", "idle", {}, idle_lead),
     ("R", "Why are there gaps after the optimizer step?", "idle", {},
-     lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+     idle_lead),
     ("R", "Which line of my code causes the most idle time?", "sync", {}, lambda c: [idle(c).sync_sites[0].python]),
     # an op (not a class of work) asked about as the bottleneck: its kernels replayed twice as fast
     ("B", "Is the MoE layer the bottleneck?", "op_bound", {"op": "moe"},
@@ -489,7 +494,7 @@ TABLE = [
      lambda c: [f"**{percent(focus(c).findings.comm.exposed_of_comm_pct)}**"]),
     ("S", "What is the latency per token?", "phases", {}, lambda c: ["include queueing and batching"]),
     ("S", "Is the scheduler overhead significant?", "idle", {},
-     lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+     idle_lead),
     ("N", "Which NVTX range takes the most GPU time?", "annotations", {},
      lambda c: [f"1. `{focus(c).findings.annotations.ranges[0].name}`"]),
     ("B", "Why is multimem_all_reduce_kernel slow?", "kernel", {"kernel": "multimem_all_reduce_kernel"},
@@ -504,7 +509,6 @@ TABLE = [
     ("B", "How long is a step?", "steps", {}, lambda c: [f"1 step (step {focus(c).findings.steps.slowest})"]),
     ("B", "how long does aten::addmm take?", "op", {"op": "aten::addmm"},
      lambda c: [f"for {duration(inside(c, 'aten::addmm').total_us)} of device time"]),
-    # a compound said with hyphens or spaces, as the op names write it (DLRM's nccl:all_to_all)
     # a kind of collective named, singular or plural: that kind's time and exposure (comm.kinds)
     ("D", "How much time is spent in all-to-all?", "communication", {},
      lambda c: [f"**All-to-all: {counted(kind(c, 'all_to_all').kernels, 'kernel')}, "
@@ -516,11 +520,11 @@ TABLE = [
      lambda c: [f"**All-to-all: {counted(kind(c, 'all_to_all').kernels, 'kernel')}"]),
     # the time between kernels is idle time; the busy share asked in words is the idle answer's
     ("R", "Why are there gaps between kernels?", "idle", {},
-     lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+     idle_lead),
     ("D", "Why is the GPU idle between kernels?", "idle", {},
-     lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+     idle_lead),
     ("R", "What percentage of time is the GPU actually computing?", "idle", {},
-     lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+     idle_lead),
     # a bound asked of a phase is a bound; the KV cache is the attention kernels' work
     ("S", "Is the decode phase compute-bound or memory-bound?", "bound", {"limits": ("memory_bound", "compute")},
      lambda c: [f"{percent(classes(c).compute_pct)} of device time is in compute-heavy"]),
