@@ -123,6 +123,16 @@ def test_an_ops_kernels_faster(tmp_path):
     assert predicted(tmp_path, gpu_loop(op="aten::mm"), "op:aten::mm=x2").predicted_us == pytest.approx(700)
 
 
+def test_an_op_around_the_launching_one_speeds_up_the_same_kernels(tmp_path):
+    # gemm_a is launched by aten::addmm inside aten::linear: naming the op around it gives the same 700 µs;
+    # aten::addmm's own name, and relu_b (launched outside both), as before
+    b = gpu_loop(op="aten::addmm")
+    for n in range(3):
+        b.op("aten::linear", n * 900, 9)
+    result = predicted(tmp_path, b, "op:aten::linear=x2")
+    assert (result.predicted_us, result.changes[0].matched) == (pytest.approx(700), 3)
+
+
 def comm_loop(steps: int = 3) -> TraceBuilder:
     """Each 900 µs step on an H100: a 400 µs GEMM launched at 0 (5 µs later), then on the same
     stream a 400 µs all-reduce over ranks 0-7 (one node: NVLink 4, 450 GB/s per GPU); a sync from 20

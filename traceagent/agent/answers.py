@@ -23,7 +23,7 @@ from ..detect.detectors.flops import FlopsResult, KernelFlops
 from ..detect.detectors.graphs import GraphsResult
 from ..detect.detectors.idle import SyncSite
 from ..detect.detectors.kernel_profiles import KernelProfile, KernelProfilesResult
-from ..detect.detectors.kernels import HotKernel, KernelsResult, short_name
+from ..detect.detectors.kernels import HotKernel, KernelsResult, OpHost, short_name
 from ..detect.detectors.launch import LaunchResult
 from ..detect.detectors.memcpy import MemcpyResult
 from ..detect.detectors.memory import DeviceMemory, MemoryResult
@@ -273,6 +273,7 @@ class KernelsAnswer(Projection):
     order_by: str
     unavailable: Unavailable | None = None
     note: str | None = None
+    op_host: OpHost | None = None  # with an op filter: those ops' calls and time on the host
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from ..detect.detectors.collectives import CollectivesResult, collectives_senten
 from ..detect.detectors.flops import roofline, uncounted_sentence
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
-from ..detect.detectors.kernels import loosely, short_name
+from ..detect.detectors.kernels import launched_by, short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
@@ -42,7 +42,7 @@ from ..detect.verdict.whatif import whatif_sentence
 from ..format import counted, duration, flop_rate, of_span, percent, rate, shorten, size
 from ..sentences import device_lines, gpu_behind, straggler_sentence
 from ..text import code, md_prose
-from ..trace.model import GPU_METRICS, matches
+from ..trace.model import GPU_METRICS
 from .answers import (
     MAX_ITEMS,
     AnnotationsAnswer,
@@ -358,16 +358,15 @@ class OfflineAnalyst:
         return analysis.focus if at.get("rank") is None else next((r for r in analysis.ranks if r.rank == at["rank"]), None)
 
     def _op_change(self, q: Question, at: dict) -> str | None:
-        """The what-if of the kernels of the op a question names BOTTLENECK_SPEEDUP× faster: every op of
-        the rank whose name holds it (as the hot kernels' op filter reads it) that launched kernels, most
-        kernel time first (eight at most); None where none did."""
+        """The what-if of the kernels of the op a question names BOTTLENECK_SPEEDUP× faster (the same
+        kernels as the hot kernels' op filter: the op's own and those of the ops inside it); None where
+        it launched none."""
         rank = self._rank_at(at)
         if rank is None or not q.op:
             return None
         gpu = rank.trace.gpu
-        kernels = gpu[(gpu["kind"] == "kernel").to_numpy() & matches(gpu["op"], loosely(q.op))]
-        time = (kernels["end"] - kernels["start"]).groupby(kernels["op"].astype(str)).sum().sort_values(ascending=False)
-        return " + ".join(f"op:{op}=x{BOTTLENECK_SPEEDUP:g}" for op in time.index[:8]) or None
+        launched = (gpu["kind"] == "kernel").to_numpy() & launched_by(rank.trace, gpu, q.op)
+        return f"op:{q.op}=x{BOTTLENECK_SPEEDUP:g}" if launched.any() else None
 
     def _op_bound(self, q: Question, verdict: VerdictAnswer, kernels: KernelsAnswer,
                   replay: WhatIfAnswer | None = None) -> str:
@@ -531,9 +530,14 @@ class OfflineAnalyst:
         k = kernels.kernels
         if not kernels.top:
             return f"No kernel in this scope was launched by {code(q.op or '')}."
-        what = f"**{code(q.op or '')}**" if "::" in (q.op or "") else f"Ops whose name contains **{code(q.op or '')}**"
-        lines = [f"{self._who(kernels.scope)}{what} launched {k.kernels} kernels ({k.distinct} distinct) "
-                 f"for {duration(k.total_us)} of device time. Their kernels, most time first:"]
+        one = "::" in (q.op or "")
+        what = f"**{code(q.op or '')}**" if one else f"Ops whose name contains **{code(q.op or '')}**"
+        host = kernels.op_host
+        calls = (f" {'Its' if one else 'Their'} {counted(host.calls, 'call')} took {duration(host.host_us)} on the "
+                 "host (the time inside them, every thread of the rank)." if host is not None and host.calls else "")
+        lines = [f"{self._who(kernels.scope)}{what} launched {counted(k.kernels, 'kernel')} ({k.distinct} distinct), "
+                 f"{'itself' if one else 'themselves'} or through the ops inside, for {duration(k.total_us)} of device "
+                 f"time.{calls} Their kernels, most time first:"]
         lines += [f"{i}. {code(shorten(r.kernel.label, 80))}: {duration(r.kernel.total_us)} over "
                   f"{counted(r.kernel.count, 'call')} (mean {duration(r.kernel.mean_us)}), "
                   f"{percent(r.kernel.share_of_busy_pct)} of busy time"
@@ -666,16 +670,19 @@ class OfflineAnalyst:
         of = self._of(answer.scope)
         lines = []
         if kind is not None and (named := _collective_named(q.text)):  # "how long do the all-reduces take?"
-            k = kind.kernels
-            own = next((x for x in c.kinds if x.kind == named[0].kind), None)
+            # its figures as the communication detector counts that kind (an op filter also finds the copies
+            # and permutations launched inside an all-to-all's ranges); the kernel query lists its collectives
+            own = next((x for x in c.kinds if x.kind == named[0].kind and x.kernels), None)
             hidden = (f" {percent(own.exposed_pct)} of its time ({duration(own.exposed_us)}) no compute overlapped."
-                      if own is not None and k.kernels else "")
+                      if own is not None else "")
+            k = kind.kernels
             lines += [f"{self._who(kind.scope)}**{named[0].label}: "
-                      + (f"{counted(k.kernels, 'kernel')}, {duration(k.total_us)}**." if k.kernels else
+                      + (f"{counted(own.kernels, 'kernel')}, {duration(own.time_us)}**." if own is not None else
+                         f"{counted(k.kernels, 'kernel')}, {duration(k.total_us)}**." if k.kernels else
                          f"none** in this scope, among its {c.kernels} collective kernels.") + hidden]
             lines += [f"- {code(shorten(r.kernel.label, 80))}: {counted(r.kernel.count, 'call')}, mean "
                       f"{duration(r.kernel.mean_us)}, longest {duration(r.kernel.max_us)}"
-                      + (f", from `{r.kernel.op}`" if r.kernel.op else "") for r in kind.top]
+                      + (f", from `{r.kernel.op}`" if r.kernel.op else "") for r in kind.top if r.kernel.is_comm or own is None]
             lines.append("")
         lines += [f"{'' if lines else self._who(answer.scope)}{c.kernels} collective kernels ran {duration(c.comm_us)} "
                  f"({percent(c.share_pct)} {of}). **{percent(c.exposed_of_comm_pct)}** of that time no compute "

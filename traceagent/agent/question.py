@@ -300,13 +300,17 @@ def _limits(text: str) -> tuple[str, ...]:
 
 
 def named_op(text: str, ctx: AnalysisContext) -> str | None:
-    """The op (namespace::name) of this trace that launched kernels and that the question names:
-    the one written, else the shortest that contains it; or a word that is a distinctive part of
-    such ops' names ("the MoE layer": moe, of vllm::moe_forward), for every op that contains it."""
+    """The op (namespace::name) of this trace that launched kernels, or a host range of that name around
+    such ops, that the question names: the one written, else the shortest that contains it; or a word that
+    is a distinctive part of launching ops' names ("the MoE layer": moe, of vllm::moe_forward)."""
     ops = {str(c) for r in ctx.analysis.ranks for c in r.trace.gpu["op"].cat.categories}
     words = {w.lower().rstrip(".") for w in _OP_NAME.findall(text)}
     if words:
-        hits = [o for o in ops if o.lower() in words] or [o for o in ops if any(w in o.lower() for w in words)]
+        # an op around the launching ones is named as written (aten::convolution, around aten::cudnn_convolution)
+        around = {str(c) for r in ctx.analysis.ranks for c in r.trace.cpu["name"].cat.categories
+                  if str(c).lower() in words}
+        hits = ([o for o in ops if o.lower() in words] or sorted(around)
+                or [o for o in ops if any(w in o.lower() for w in words)])
         return min(hits, key=lambda o: (len(o), o)) if hits else None
     # a compound said with hyphens or spaces ("all-to-all", "reduce scatter") that is a whole word
     # of op names as they write it (nccl:all_to_all, c10d::reduce_scatter_, allgather_base)

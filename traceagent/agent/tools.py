@@ -35,7 +35,7 @@ from ..detect.core.view import on_device, us
 from ..detect.core.vocabulary import GAP_CAUSES
 from ..detect.detectors.annotations import detect_annotations
 from ..detect.detectors.idle import DeviceIdle, IdleResult, gap_host_activity
-from ..detect.detectors.kernels import loosely
+from ..detect.detectors.kernels import loosely, op_host
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import detect_critical_path, range_window, step_window
@@ -332,14 +332,17 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
                 rank: Rank = None, device: Device = None, full_names: FullNames = False,
                 order_by: Annotated[KernelOrder, Field(description="rank by total time (default), by time per call "
                                                                     "(mean or max), or by launches (count)")] = "total",
-                op_filter: Annotated[str | None, Field(description="only kernels launched by an op whose name contains "
-                                                                    "this, case and underscores aside (aten::mm, "
-                                                                    "vllm::moe_forward)")] = None,
+                op_filter: Annotated[str | None, Field(description="only kernels an op launched, itself or through "
+                                                                    "the ops inside it: the op of this name (aten::mm, "
+                                                                    "aten::convolution, vllm::moe_forward, a "
+                                                                    "record_function range), else every op whose name "
+                                                                    "contains it, case and underscores aside")] = None,
                 ) -> KernelsAnswer:
     """Kernels ranked by total device time (or per call, or by launches): count, total, mean,
     median, max, share of busy time, the op that launched them, the user's Python line (when the
     trace has frames) and achieved TFLOP/s and MFU (when it has shapes), on a rank's GPUs or one;
-    with op_filter, where the time inside one op goes (the totals are then that op's kernels')."""
+    with op_filter, where the time inside one op goes (the totals are then that op's kernels', and
+    op_host its calls and time on the host)."""
     r, scope = ctx.scoped(rank, device)
     result = r.hot_kernels(top=_top(top), name_filter=name_filter, device=device, order=order_by, op_filter=op_filter)
     frames = r.findings.has_python_frames
@@ -348,9 +351,10 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
     throughput = {k.name: k for k in r.findings.flops.by_kernel} if r.findings.flops and device is None else {}
     rows = [KernelRow(k, lines.get(k.name), throughput.get(k.name), full_names) for k in result.top]
     wanted = " and ".join(w for w in (f"match {name_filter!r}" if name_filter else "",
-                                      f"are launched by an op matching {op_filter!r}" if op_filter else "") if w)
+                                      f"are launched by or inside an op matching {op_filter!r}" if op_filter else "") if w)
     note = None if result.kernels else (f"no kernels {wanted}" if wanted else "no kernels in this scope")
-    return KernelsAnswer(result, rows, scope, order_by, None if frames else NO_FRAMES, note)
+    return KernelsAnswer(result, rows, scope, order_by, None if frames else NO_FRAMES, note,
+                         op_host(r.trace, op_filter) if op_filter else None)
 
 
 def kernel_profiles(ctx: AnalysisContext,

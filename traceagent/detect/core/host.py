@@ -11,7 +11,7 @@ import pandas as pd
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ...trace.model import Trace, among, matches, per_trace, rows_where
-from ...trace.normalize import STEP_NAME, innermost_enclosing, nesting_depth
+from ...trace.normalize import STEP_NAME, innermost_enclosing, nesting_depth, thread_time
 from . import intervals as iv
 from .view import index_type, us
 from .vocabulary import BLOCKING_NAME, EVENT_RECORD_NAME
@@ -177,6 +177,37 @@ def kernel_launches(trace: Trace) -> pd.DataFrame:
     kernels, at = rows_where(kernels, at >= 0).reset_index(drop=True), at[at >= 0]
     return kernels.assign(name_call=calls["name"].array.take(at), start_call=calls["start"].to_numpy()[at],
                           end_call=calls["end"].to_numpy()[at], tid=calls["tid"].to_numpy()[at])
+
+
+def ranges_named(trace: Trace, name: re.Pattern[str]) -> pd.DataFrame:
+    """Host ranges whose name matches: ops, record_function ranges, Python frames (pid, tid, start, end)."""
+    cpu = trace.cpu
+    return cpu.loc[among(cpu["kind"], ["op", "annotation", "python"]) & matches(cpu["name"], name),
+                   ["pid", "tid", "start", "end"]]
+
+
+def host_time_ns(ranges: pd.DataFrame) -> int:
+    """The host time some ranges cover: on each thread, the union of them (an op inside another of the
+    same name, or two that cross, counted once), added up over the threads."""
+    if ranges.empty:
+        return 0
+    start, end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
+    t_min, width = int(start.min()), int(end.max() - start.min()) + 1
+    on_axis = thread_time(ranges["pid"].to_numpy(), ranges["tid"].to_numpy(), start, t_min, width)
+    return iv.length(iv.union(on_axis, on_axis + (end - start)))
+
+
+def launched_inside(trace: Trace, correlation: np.ndarray, name: re.Pattern[str]) -> np.ndarray:
+    """Which device ops (by correlation id) were launched inside a host range whose name matches `name`
+    (an op, a record_function range, a Python frame such as `nn.Module: Attention`), at any depth:
+    aten::convolution around aten::_convolution around aten::cudnn_convolution, the kernel's own op."""
+    named = ranges_named(trace, name)
+    inside = np.zeros(len(correlation), dtype=bool)
+    if named.empty:
+        return inside
+    found, pid, tid, start = launch_points(trace, correlation)
+    inside[found] = innermost_enclosing(named, pid, tid, start) >= 0
+    return inside
 
 
 def _ops(trace: Trace) -> pd.DataFrame:

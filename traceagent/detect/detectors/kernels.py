@@ -12,6 +12,7 @@ from ...format import percent, shorten, shorten_middle
 from ...text import QUESTION_NAME_CHARS, code
 from ...trace.model import Trace, matches, rows_where
 from ..core import intervals as iv
+from ..core.host import host_time_ns, launched_inside, ranges_named
 from ..core.view import on_device, pct, us, views_of
 from .base import Detector, Key
 
@@ -184,18 +185,48 @@ def loosely(text: str) -> re.Pattern[str]:
     return re.compile("_?".join(re.escape(c) for c in text.replace("_", "")), re.IGNORECASE)
 
 
+def op_pattern(trace: Trace, op: str) -> re.Pattern[str]:
+    """The ops an op filter names: the op of that very name where the trace has one (case aside:
+    aten::convolution, not aten::convolution_backward too), else every op whose name holds it (loosely)."""
+    wanted = op.strip().lower()
+    named = (str(c).lower() == wanted for column in (trace.gpu["op"], trace.cpu["name"]) for c in column.cat.categories)
+    return re.compile(f"^{re.escape(op.strip())}$", re.IGNORECASE) if any(named) else loosely(op)
+
+
+@dataclass(frozen=True)
+class OpHost:
+    """An op filter's ops on the host (op_pattern): the whole rank, whichever GPU their kernels ran on."""
+
+    calls: int  # its events (ops, record_function ranges, Python frames of that name)
+    host_us: float  # the time inside them on the threads that ran them, overlaps counted once (host_time_ns)
+
+
+def op_host(trace: Trace, op: str) -> OpHost:
+    ranges = ranges_named(trace, op_pattern(trace, op))
+    return OpHost(len(ranges), us(host_time_ns(ranges)))
+
+
+def launched_by(trace: Trace, work: pd.DataFrame, op: str) -> np.ndarray:
+    """Which rows of device work (taken from trace.gpu) an op launched, itself or through the ops
+    inside it: the kernel's own op (the innermost around its launch) or any op around that matches
+    (op_pattern). "How long does aten::convolution take?" counts the kernels of aten::cudnn_convolution."""
+    pattern = op_pattern(trace, op)
+    return matches(work["op"], pattern) | launched_inside(trace, work["correlation"].to_numpy(), pattern)
+
+
 def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = None,
                        device: int | None = None, order: str = "total", op_filter: str | None = None) -> KernelsResult:
     """The kernels taking the most device time (on every device, or one), or the longest per
-    call (`order` mean or max) or most launched (count); `name_filter` keeps names containing it,
-    `op_filter` kernels launched by an op whose name contains it (each case and underscores aside)."""
+    call (`order` mean or max) or most launched (count); `name_filter` keeps names containing it
+    (case and underscores aside), `op_filter` kernels launched by the op it names or inside it (launched_by)."""
     # the columns read here, and rows copied only where some are dropped (a rank of kernels alone is its table)
-    kernels = on_device(trace.gpu, device)[["name", "kind", "device", "start", "end", "is_comm", "op", "op_from"]]
+    kernels = on_device(trace.gpu, device)[["name", "kind", "device", "start", "end", "is_comm", "op", "op_from",
+                                             "correlation"]]
     keep = (kernels["kind"] == "kernel").to_numpy()
     if name_filter:
         keep = keep & matches(kernels["name"], loosely(name_filter))
     if op_filter:
-        keep = keep & matches(kernels["op"], loosely(op_filter))
+        keep = keep & launched_by(trace, kernels, op_filter)
     kernels = rows_where(kernels, keep)
     busy = sum(iv.length(v.busy) for v in views_of(trace, device))
     if kernels.empty:

@@ -39,7 +39,7 @@ from ..core.view import index_type, us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
-from ..detectors.kernels import short_name
+from ..detectors.kernels import launched_by, short_name
 from ..detectors.precision import TENSOR_FORMATS, name_precisions
 from ..detectors.steps import step_time_ns
 from ..detectors.time_by_class import class_indices, class_rows
@@ -51,7 +51,7 @@ CHANGES = {
     "dataloader=0": "the host time in data loading removed (dataloader=xF: F times shorter)",
     "sync=0": "every blocking wait removed, the value left on the device (sync:NAME=0: calls named NAME, or under op NAME)",
     "kernel:REGEX=xF": "kernels whose name matches REGEX F times faster",
-    "op:NAME=xF": "the kernels an op (aten::mm, a record_function range) launches F times faster",
+    "op:NAME=xF": "the kernels an op (aten::mm, a record_function range) launches, at any depth, F times faster",
     "class:NAMES=xF": "kernels of these classes of work F times faster (time_by_class's classes, or a nature: "
                       "class:memory_bound=x2, what fusing memory-bound kernels buys at least)",
     "launch=graphs": "kernels launched from a CUDA graph: each launch call's host cost gone",
@@ -96,7 +96,7 @@ class Change:
         if self.what == "kernel":
             return f"kernels matching {self.pattern!r} run {self.factor:g}× faster; launches and other work as measured"
         if self.what == "op":
-            return f"the kernels {self.pattern!r} launches run {self.factor:g}× faster"
+            return f"the kernels {self.pattern!r} launches, itself or through the ops inside it, run {self.factor:g}× faster"
         if self.what == "class":
             return (f"kernels of class {self.pattern} run {self.factor:g}× faster (fusion also saves launches and "
                     "round trips through memory that this leaves as measured)")
@@ -207,7 +207,6 @@ class Graph:
     d_launch: np.ndarray  # the launch call (a row of the calls), or -1
     d_delay: np.ndarray  # the delay from its launch call's start
     d_names: pd.Categorical
-    d_ops: pd.Categorical  # the op that launched it
     d_kind: pd.Categorical
     unlinked: int  # device ops with no launch call in the trace: they keep their measured start
     cross_process: int  # blocking calls whose process launched nothing on the device: no wait edge
@@ -299,9 +298,8 @@ def build_graph(trace: Trace) -> Graph | None:
     return Graph(origin, c_start, c_end, _groups(c_thread).astype(index), c_gap, c_wait.astype(index),
                  np.maximum(c_post, 0), c_waker.astype(index), c_names, c_thread, d_start, d_end,
                  _groups(d_key).astype(index), d_gap, d_launch.astype(index), np.maximum(d_delay, 0),
-                 every_gpu["name"].array.take(d_rows), every_gpu["op"].array.take(d_rows),
-                 every_gpu["kind"].array.take(d_rows), int((~linked).sum()), cross_process, c_rows.astype(index),
-                 d_rows.astype(index), cpu, every_gpu)
+                 every_gpu["name"].array.take(d_rows), every_gpu["kind"].array.take(d_rows), int((~linked).sum()),
+                 cross_process, c_rows.astype(index), d_rows.astype(index), cpu, every_gpu)
 
 
 IDLE_THREAD_NS = 100_000  # a thread with nothing traced on it this long before a call was woken by another
@@ -834,10 +832,10 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
             pattern = change.pattern or ""
             if change.what == "class":
                 hit = class_rows(trace.gpu, pattern.split(","))[g.d_rows]
+            elif change.what == "op":  # its kernels and those of the ops inside it, as the hot kernels' op filter
+                hit = launched_by(trace, trace.gpu, pattern)[g.d_rows]
             else:
-                column = g.d_names if change.what == "kernel" else g.d_ops
-                hit = matches(pd.Series(column), re.compile(pattern if change.what == "kernel"
-                                                            else f"^{re.escape(pattern)}$"))
+                hit = matches(pd.Series(g.d_names), re.compile(pattern))
             hit &= g.d_kind == "kernel"
             if not hit.any():
                 raise ValueError(f"{change.spec!r}: no kernel " + {"kernel": f"matches {pattern!r}",
