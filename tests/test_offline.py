@@ -16,7 +16,7 @@ from traceagent.agent.question import named_op, understand
 from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.compare.diff import diff
-from traceagent.detect.detectors.kernels import detect_hot_kernels
+from traceagent.detect.detectors.kernels import detect_hot_kernels, op_host
 from traceagent.detect.verdict.whatif import parse_change, simulate
 from traceagent.format import counted, duration, percent
 
@@ -75,6 +75,11 @@ def collectives(ctx):
 def inside(ctx, op: str):
     """The kernels an op launched, read from the events by the detector's own query."""
     return detect_hot_kernels(focus(ctx).trace, top=5, op_filter=op)
+
+
+def host_op(ctx, name: str):
+    """An op among the host's top ops by self time (the host_ops detector's list)."""
+    return next(o for o in focus(ctx).results["host_ops"].top if o.name == name)
 
 
 def phases_of(ctx) -> list[str]:
@@ -509,6 +514,22 @@ TABLE = [
     ("B", "How long is a step?", "steps", {}, lambda c: [f"1 step (step {focus(c).findings.steps.slowest})"]),
     ("B", "how long does aten::addmm take?", "op", {"op": "aten::addmm"},
      lambda c: [f"for {duration(inside(c, 'aten::addmm').total_us)} of device time"]),
+    # an op around the launching ones (aten::linear around aten::addmm and aten::mm): its kernels at any depth,
+    # its calls and host time (op_host), its self time where the host's top ops list it (host_ops)
+    ("Q", "How many kernels does aten::linear launch?", "op", {"op": "aten::linear"},
+     lambda c: [f"launched {counted(inside(c, 'aten::linear').kernels, 'kernel')}",
+                f"took {duration(op_host(focus(c).trace, 'aten::linear').host_us)} on the host"]),
+    ("Q", "How much CPU time does aten::linear take?", "op", {"op": "aten::linear"},
+     lambda c: [f"took {duration(op_host(focus(c).trace, 'aten::linear').host_us)} on the host"]),
+    ("Q", "What is the self time of aten::mm?", "op", {"op": "aten::mm"},
+     lambda c: [f"{duration(host_op(c, 'aten::mm').self_us)} of it its own (self time"]),
+    ("R", "How long does aten::convolution take?", "op", {"op": "aten::convolution"},
+     lambda c: [f"for {duration(inside(c, 'aten::convolution').total_us)} of device time"]),
+    # what the step's time goes to is the summary's (the limiter and each GPU's busy and idle), not the step list
+    ("B", "What's eating my step time?", "summary", {}, lambda c: [c.analysis.verdict.headline]),
+    ("R", "Break down the step time.", "summary", {}, lambda c: [c.analysis.verdict.headline]),
+    ("R", "Where does my iteration time go?", "summary", {}, lambda c: [c.analysis.verdict.headline]),
+    ("R", "What's consuming the most time?", "summary", {}, lambda c: [c.analysis.verdict.headline]),
     # a kind of collective named, singular or plural: that kind's time and exposure (comm.kinds)
     ("D", "How much time is spent in all-to-all?", "communication", {},
      lambda c: [f"**All-to-all: {counted(kind(c, 'all_to_all').kernels, 'kernel')}, "

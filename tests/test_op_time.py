@@ -11,7 +11,7 @@ import json
 
 import pytest
 from builder import TraceBuilder
-from conftest import RESNET_NW0, analyzed, offline_answer
+from conftest import DATA, RESNET_NW0, analyzed, offline_answer
 
 from traceagent import analyze
 from traceagent.agent.question import understand
@@ -157,3 +157,12 @@ def test_on_a_real_trace_an_op_around_the_launches_holds_the_kernels_of_the_ops_
              and e["args"].get("correlation") in launches]
     inside = sum(1 for tid, ts in under if any(t == tid and s <= ts <= end for t, s, end in convs))
     assert outer.kernels == inside
+
+
+def test_an_ops_calls_and_host_time_are_the_host_ops_detectors_for_every_op_it_lists():
+    # two readers of the same quantity: op_host (ranges by name, each thread's union) and host_ops' total
+    # (its own pass over the launching threads' events); on BERT every host op runs on the launching thread
+    rank = analyzed(DATA / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz").ranks[0]
+    listed = [o for o in rank.results["host_ops"].top if o.kind == "op"]
+    assert len(listed) >= 3
+    assert [op_host(rank.trace, o.name) for o in listed] == [OpHost(o.calls, o.total_us) for o in listed]

@@ -135,7 +135,8 @@ class OfflineAnalyst:
             "kernel": Plan(lambda q, at: [("hot_kernels", at | {"name_filter": q.kernel, "top": 3}),
                                           ("kernel_instances", at | {"name": q.kernel, "top": 3}),
                                           ("kernel_profiles", {})], self._kernel),
-            "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5})], self._op),
+            "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5}), ("host_ops", _rank(at))],
+                       self._op),
             "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})]
                             + ([("launches", at)] if _TYPICAL_KERNEL.search(q.text) else []), self._kernels),
             "copies": Plan(lambda q, at: [("data_movement", at), ("interconnect", at)], self._copies),
@@ -525,16 +526,21 @@ class OfflineAnalyst:
                   _why_slow([k.name], profiled)]
         return "\n".join(lines)
 
-    def _op(self, q: Question, kernels: KernelsAnswer) -> str:
-        """Where the time inside one op goes: the kernels it launched, most time first."""
+    def _op(self, q: Question, kernels: KernelsAnswer, host_ops: DetectorAnswer | None = None) -> str:
+        """Where the time inside one op goes: the kernels it launched, most time first; its calls and host
+        time, and its self time where the host's top ops list it."""
         k = kernels.kernels
         if not kernels.top:
             return f"No kernel in this scope was launched by {code(q.op or '')}."
         one = "::" in (q.op or "")
         what = f"**{code(q.op or '')}**" if one else f"Ops whose name contains **{code(q.op or '')}**"
         host = kernels.op_host
+        listed = host_ops.result.top if host_ops is not None and host_ops.result is not None else []
+        own = next((o for o in listed if one and o.name.lower() == (q.op or "").lower()), None)
         calls = (f" {'Its' if one else 'Their'} {counted(host.calls, 'call')} took {duration(host.host_us)} on the "
-                 "host (the time inside them, every thread of the rank)." if host is not None and host.calls else "")
+                 "host (the time inside them, every thread of the rank)" if host is not None and host.calls else "")
+        calls += (f", {duration(own.self_us)} of it its own (self time: less the events inside it)." if own else
+                  "." if calls else "")
         lines = [f"{self._who(kernels.scope)}{what} launched {counted(k.kernels, 'kernel')} ({k.distinct} distinct), "
                  f"{'itself' if one else 'themselves'} or through the ops inside, for {duration(k.total_us)} of device "
                  f"time.{calls} Their kernels, most time first:"]

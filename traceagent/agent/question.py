@@ -33,6 +33,11 @@ _CLASSES_SAID = "|".join(words for name, words in CLASS_WORDS if name != "memory
 #: what a question puts between two things it compares ("step 5 vs 6", "rank 0 compared to rank 1")
 _VERSUS = r"vs\.?|versus|against|compared (?:to|with)"
 # (intent, pattern): the order is the priority
+#: what a run's or step's time goes to, asked in words: "what's eating my step time?", "where does the
+#: iteration time go?", "break down the step time", "what is the step made of?"
+_TIME_GOES_TO = (r"(?:\b(?:eat\w*|consum\w*|tak\w* up|us\w* up|dominat\w*)\b.{0,25}\btime\b|"
+                 r"\bbreak\w* down\b.{0,25}\btime\b|\bwhere (?:is|does) (?:the |my )?(?:step |iteration |run )?time "
+                 r"(?:going|go)\b|\bwhat (?:is|are) (?:the |a |my )?(?:steps?|iterations?) made of\b)")
 INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for name, pattern in [
     # two ranks named: "why is rank 0 slower than rank 1?", "rank 2 vs 5"
     ("rank_vs_rank", rf"\brank\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and|to|with|or)\s*"
@@ -154,7 +159,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"\b(?:kernel|hot|gemm|matmul|hotspot|conv|what runs|most time on the gpu|compute)"),
     ("one_step", r"\bstep\s*#?\d+"),
     # why the GPU idles, said of a step ("why does the GPU go idle every step?"), is the idle answer's
-    ("steps", r"^(?!.*\bwhy\b.*\b(?:idle|gaps?|bubbles?|stall\w*)\b).*"
+    # what the step's time goes to ("what's eating my step time?") is the summary's, not the step list
+    ("steps", r"^(?!.*\bwhy\b.*\b(?:idle|gaps?|bubbles?|stall\w*)\b)(?!.*" + _TIME_GOES_TO + r").*"
               r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
     ("idle", r"\bschedul(?:er|ing) overhead\b|\bwhere does (?:rank\s*#?\d+|(?:the |my )?(?:gpu|device|job|run|rank))\b.{0,20}"
@@ -168,7 +174,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
              r"wast\w*)\b"),
     ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
                 r"report)|\bwhat does (?:the|my|this) (?:trace|timeline|run|profile|job) look like\b|"
-                r"\bwhere (?:is|does) (?:the |my )?time (?:going|go)\b|\bhow efficient\b|"
+                r"\bwhere (?:is|does) (?:the |my )?time (?:going|go)\b|\bhow efficient\b|" + _TIME_GOES_TO + "|"
                 r"\bhow long (?:was|is|did) (?:the |this )?(?:profile|trace|recording|capture)\b|"
                 # the hardware: the summary's first line names the ranks and their GPUs
                 r"\bhow many (?:gpus|ranks|devices|nodes|workers)\b|^(?!.*\b(?:slow\w*|fast\w*|idle|busy|bottleneck|"
@@ -265,8 +271,11 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
         intent = "op_bound"  # "is the MoE layer the bottleneck?": that op's kernels, replayed faster
     if kernel and intent in (None, "idle", "summary", "kernels", "slow_kernel"):
         intent = "kernel"  # "why is dgrad_engine so slow?": about that kernel
-    elif op and intent in (None, "idle", "summary", "kernels", "slow_kernel"):
-        intent = "op"  # "where is the time going inside vllm::moe_forward?": that op's kernels
+    elif op and (intent in (None, "idle", "summary", "kernels", "slow_kernel", "detector:host_ops")
+                 or (intent == "launch" and re.search(r"\bkernels?\b", text, re.I))):
+        # "where is the time going inside vllm::moe_forward?", "how many kernels does aten::linear launch?",
+        # "how much CPU time does aten::linear take?": that op's kernels, calls and host time
+        intent = "op"
     letters = [c for c in text if c.isalpha()]
     english = len(set(re.findall(r"[a-z]+", text.lower())) & _ENGLISH)
     foreign = bool(letters) and (sum(c.isascii() for c in letters) < len(letters) / 2 or (not english and intent is None))
