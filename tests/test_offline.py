@@ -285,6 +285,11 @@ TABLE = [
                 f"What the trace does hold: {counted(workload(c).forward_calls, 'forward pass')} of "
                 f"`{workload(c).model}`, {duration(workload(c).forward_device_us)} of device time"]),
     ("D", "Is the time the same on all ranks?", "straggler", {}, lambda c: [f"**Rank {comparison(c).straggler}**"]),
+    # the ranks in step with each other (not the host with its GPU: that is the sync answer's)
+    ("D", "Are the ranks in sync?", "straggler", {}, lambda c: [f"**Rank {comparison(c).straggler}**"]),
+    # an op or range named as written in snake_case, no namespace: that one, not every op holding it
+    ("D", "What is the time spent in record_param_comms?", "op", {"op": "record_param_comms"},
+     lambda c: [f"**`record_param_comms`** launched {counted(inside(c, 'record_param_comms').kernels, 'kernel')}"]),
     # one rank named as slow: the straggler is told it is one, any other rank whom it waits for; with one
     # rank loaded there is no other rank to be slow against: its idle time
     ("D", "Why is rank 3 slow?", "idle", {"rank": 3},

@@ -26,7 +26,7 @@ from ..detect.detectors.collectives import CollectivesResult, collectives_senten
 from ..detect.detectors.flops import roofline, uncounted_sentence
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
-from ..detect.detectors.kernels import launched_by, short_name
+from ..detect.detectors.kernels import is_op_name, launched_by, short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
@@ -532,7 +532,8 @@ class OfflineAnalyst:
         k = kernels.kernels
         if not kernels.top:
             return f"No kernel in this scope was launched by {code(q.op or '')}."
-        one = "::" in (q.op or "")
+        rank = self._rank_at({"rank": kernels.scope.get("rank")})
+        one = rank is not None and is_op_name(rank.trace, q.op or "")  # the op of that name, or ops holding it
         what = f"**{code(q.op or '')}**" if one else f"Ops whose name contains **{code(q.op or '')}**"
         host = kernels.op_host
         listed = host_ops.result.top if host_ops is not None and host_ops.result is not None else []

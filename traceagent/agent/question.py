@@ -56,7 +56,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|balanced|barriers?|skew\w*|"
                   r"(?:ranks|workers) (?:wait|waits|waiting)|rank\s*#?\d+ (?:the )?(?:problem|culprit|bottleneck)|"
                   r"(?:same|equal|even|similar) (?:on|across|for) (?:all|every|each|the) ranks?|waits? (?:for|on) "
-                  r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank)"),
+                  r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank|"
+                  # the ranks kept in step with each other, not the host with its GPU
+                  r"(?:ranks|workers|gpus) (?:are |were |stay |run )?(?:in sync|in lockstep|out of sync|synchroni[sz]ed|"
+                  r"aligned))"),
     ("scaling", r"\b(?:scal(?:e|es|ing|ability)\b|(?:more|twice as many) (?:gpus|nodes|ranks)\b|parallel efficiency|"
                 r"(?:strong|weak) scaling)"),
     ("most_idle", r"\b(?:split|spread|divided|shared)\b.{0,30}\b(?:across|between|over|among) (?:the |all |both )?"
@@ -310,8 +313,9 @@ def _limits(text: str) -> tuple[str, ...]:
 
 def named_op(text: str, ctx: AnalysisContext) -> str | None:
     """The op (namespace::name) of this trace that launched kernels, or a host range of that name around
-    such ops, that the question names: the one written, else the shortest that contains it; or a word that
-    is a distinctive part of launching ops' names ("the MoE layer": moe, of vllm::moe_forward)."""
+    such ops, that the question names: the one written, else the shortest that contains it; a snake_case
+    name of an op or range as written (record_param_comms); or a word that is a distinctive part of
+    launching ops' names ("the MoE layer": moe, of vllm::moe_forward)."""
     ops = {str(c) for r in ctx.analysis.ranks for c in r.trace.gpu["op"].cat.categories}
     words = {w.lower().rstrip(".") for w in _OP_NAME.findall(text)}
     if words:
@@ -321,6 +325,11 @@ def named_op(text: str, ctx: AnalysisContext) -> str | None:
         hits = ([o for o in ops if o.lower() in words] or sorted(around)
                 or [o for o in ops if any(w in o.lower() for w in words)])
         return min(hits, key=lambda o: (len(o), o)) if hits else None
+    # a snake_case name that is an op or range of the trace as written (record_param_comms)
+    snake = {w.lower() for w in re.findall(r"\b_*[A-Za-z][A-Za-z0-9]*_\w+", text)}
+    if snake and (named := {str(c) for r in ctx.analysis.ranks for column in (r.trace.gpu["op"], r.trace.cpu["name"])
+                            for c in column.cat.categories if str(c).lower() in snake}):
+        return min(named, key=lambda o: (len(o), o))
     # a compound said with hyphens or spaces ("all-to-all", "reduce scatter") that is a whole word
     # of op names as they write it (nccl:all_to_all, c10d::reduce_scatter_, allgather_base)
     tokens = {t.strip("_") for o in ops for t in re.split(r"[^a-z0-9_]+", o.lower())}

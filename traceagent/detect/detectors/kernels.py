@@ -185,12 +185,16 @@ def loosely(text: str) -> re.Pattern[str]:
     return re.compile("_?".join(re.escape(c) for c in text.replace("_", "")), re.IGNORECASE)
 
 
-def op_pattern(trace: Trace, op: str) -> re.Pattern[str]:
-    """The ops an op filter names: the op of that very name where the trace has one (case aside:
-    aten::convolution, not aten::convolution_backward too), else every op whose name holds it (loosely)."""
+def is_op_name(trace: Trace, op: str) -> bool:
+    """Whether the trace has an op or host range of this very name (case aside)."""
     wanted = op.strip().lower()
-    named = (str(c).lower() == wanted for column in (trace.gpu["op"], trace.cpu["name"]) for c in column.cat.categories)
-    return re.compile(f"^{re.escape(op.strip())}$", re.IGNORECASE) if any(named) else loosely(op)
+    return any(str(c).lower() == wanted for column in (trace.gpu["op"], trace.cpu["name"]) for c in column.cat.categories)
+
+
+def op_pattern(trace: Trace, op: str) -> re.Pattern[str]:
+    """The ops an op filter names: the op of that very name where the trace has one (aten::convolution,
+    not aten::convolution_backward too), else every op whose name holds it (loosely)."""
+    return re.compile(f"^{re.escape(op.strip())}$", re.IGNORECASE) if is_op_name(trace, op) else loosely(op)
 
 
 @dataclass(frozen=True)
