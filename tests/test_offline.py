@@ -77,6 +77,16 @@ def inside(ctx, op: str):
     return detect_hot_kernels(focus(ctx).trace, top=5, op_filter=op)
 
 
+def module(ctx, name: str):
+    """A module type's row of the modules detector."""
+    return next(m for m in focus(ctx).results["modules"].modules if m.name == name)
+
+
+def hot(ctx, name: str):
+    """The hottest kernel whose name holds `name`, by the detector's own query."""
+    return detect_hot_kernels(focus(ctx).trace, top=1, name_filter=name).top[0]
+
+
 def host_op(ctx, name: str):
     """An op among the host's top ops by self time (the host_ops detector's list)."""
     return next(o for o in focus(ctx).results["host_ops"].top if o.name == name)
@@ -530,6 +540,30 @@ TABLE = [
      lambda c: [f"{duration(host_op(c, 'aten::mm').self_us)} of it its own (self time"]),
     ("R", "How long does aten::convolution take?", "op", {"op": "aten::convolution"},
      lambda c: [f"for {duration(inside(c, 'aten::convolution').total_us)} of device time"]),
+    # a module type named (as written, or by its name's end past the model's prefix): its row of the modules detector
+    ("Q", "How much time does the MLP take?", "module", {"op": "Qwen2MLP"},
+     lambda c: [f"**`Qwen2MLP`: {counted(module(c, 'Qwen2MLP').calls, 'call')}, "
+                f"{duration(module(c, 'Qwen2MLP').device_us)} of device time**"]),
+    ("Q", "How long does RMSNorm take?", "module", {"op": "Qwen2RMSNorm"},
+     lambda c: [f"{duration(module(c, 'Qwen2RMSNorm').device_us)} of device time"]),
+    ("Q", "How much time does the decoder layer take?", "module", {"op": "Qwen2DecoderLayer"},
+     lambda c: [f"{duration(module(c, 'Qwen2DecoderLayer').mean_device_us)} a call"]),
+    ("S", "How much time does the sampler take?", "module", {"op": "Sampler"},
+     lambda c: [f"{duration(module(c, 'Sampler').host_us)} on the host"]),
+    # a distinctive word of kernels' names (no kernel, op or module named otherwise): those kernels
+    ("S", "How much time does RMSNorm take?", "kernel", {"kernel": "rmsnorm"},
+     lambda c: [f"ran {hot(c, 'rmsnorm').count} times for {duration(hot(c, 'rmsnorm').total_us)}"]),
+    ("S", "What does rotary embedding cost?", "kernel", {"kernel": "rotary_embedding"},
+     lambda c: [f"**`rotary_embedding_kernel`** ran {hot(c, 'rotary_embedding').count} times"]),
+    # a phase named beside a comparison, with one trace: the phases; a bottleneck asked of a phase: the bound answer;
+    # why the GPU idles in a phase: the idle answer
+    ("S", "How much time does prefill take compared to decode?", "phases", {}, lambda c: ["**decode**: 1 step"]),
+    ("S", "Is attention the bottleneck during decode?", "bound", {},
+     lambda c: [f"With attention kernels 2× faster, the step would take "
+                f"{percent(max(replayed(c, 'class:attention=x2').saving_pct, 0))} less time"]),
+    ("S", "Why is the GPU idle between decode steps?", "idle", {}, idle_lead),
+    ("S", "What limits throughput?", "bound", {},
+     lambda c: ["It is limited by **idle time (a stalled device)**", c.analysis.verdict.headline]),
     # what the step's time goes to is the summary's (the limiter and each GPU's busy and idle), not the step list
     ("B", "What's eating my step time?", "summary", {}, lambda c: [c.analysis.verdict.headline]),
     ("R", "Break down the step time.", "summary", {}, lambda c: [c.analysis.verdict.headline]),

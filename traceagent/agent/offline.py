@@ -135,6 +135,7 @@ class OfflineAnalyst:
             "kernel": Plan(lambda q, at: [("hot_kernels", at | {"name_filter": q.kernel, "top": 3}),
                                           ("kernel_instances", at | {"name": q.kernel, "top": 3}),
                                           ("kernel_profiles", {})], self._kernel),
+            "module": Plan(lambda q, at: [("modules", _rank(at))], self._module),
             "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5}), ("host_ops", _rank(at))],
                        self._op),
             "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})]
@@ -525,6 +526,17 @@ class OfflineAnalyst:
         lines += ["", f"If it ran twice as fast it would save at most {duration(k.saving_2x_us)}.",
                   _why_slow([k.name], profiled)]
         return "\n".join(lines)
+
+    def _module(self, q: Question, modules: DetectorAnswer) -> str:
+        """One module type's row of the modules detector: its calls, device time and share, per call, host time."""
+        found = modules.result
+        m = next((m for m in found.modules if m.name == q.op), None) if found is not None else None
+        if m is None:  # the question named it on another rank
+            return f"The module {code(q.op or '')} is not among this rank's modules with the most device time."
+        return (f"{self._who(modules.scope)}**{code(m.name)}: {counted(m.calls, 'call')}, {duration(m.device_us)} of "
+                f"device time** in the forward pass, where PyTorch records module ranges ({percent(m.share_pct)} of "
+                f"the rank's device time, its child modules' included); {duration(m.mean_device_us)} a call (longest "
+                f"{duration(m.max_device_us)}, {code(m.longest_call)}); {duration(m.host_us)} on the host.")
 
     def _op(self, q: Question, kernels: KernelsAnswer, host_ops: DetectorAnswer | None = None) -> str:
         """Where the time inside one op goes: the kernels it launched, most time first; its calls and host

@@ -7,6 +7,7 @@ general ("is it compute-bound?" before "kernels", "step 5 vs 6" before "compare"
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -33,6 +34,8 @@ _CLASSES_SAID = "|".join(words for name, words in CLASS_WORDS if name != "memory
 #: what a question puts between two things it compares ("step 5 vs 6", "rank 0 compared to rank 1")
 _VERSUS = r"vs\.?|versus|against|compared (?:to|with)"
 # (intent, pattern): the order is the priority
+_IDLE_WORDS = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
+_PHASE_WORDS = re.compile(r"\b(?:prefill|pre-fill|decode|decoding)\b", re.I)
 #: what a run's or step's time goes to, asked in words: "what's eating my step time?", "where does the
 #: iteration time go?", "break down the step time", "what is the step made of?"
 _TIME_GOES_TO = (r"(?:\b(?:eat\w*|consum\w*|tak\w* up|us\w* up|dominat\w*)\b.{0,25}\btime\b|"
@@ -82,13 +85,16 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("critical_path", r"\b(?:critical path|on the (?:critical )?path|what (?:sets|determines) (?:the )?(?:step|run) ?time|"
                       r"would (?:it|that) save|worth (?:optimi[sz]ing|speeding))"),
     # a bound asked of a phase ("is the decode memory-bound?") is the bound intent's: phases say no bound
-    ("phases", r"^(?!.*(?:\w[- ]bound\b|\bbound by\b|\blimited by\b)).*"
+    # as is a bottleneck asked of a phase, and why the GPU idles in one ("… between decode steps?": idle)
+    ("phases", r"^(?!.*(?:\w[- ]bound\b|\bbound by\b|\blimited by\b|\bbottleneck))(?!.*\bwhy\b.*\b(?:idle|gaps?|"
+               r"bubbles?|stall\w*)\b).*"
                r"\b(?:prefill|pre-fill|decode|decoding|inference phases?|serving steps?|vllm|sglang|ttft|tpot)\b|"
                r"\btokens? ?(?:/|per) ?s(?:ec(?:ond)?)?\b|\btime to first token|\binter-?token|\bper output token|"
                r"\blatency per token|\bper[- ]token latency|\btoken latency"),
     # the job's rate: tokens where an inference server's steps say them (phases, above), else steps per second
     ("throughput", r"^(?!.*\b(?:cop(?:y|ies)|memcpy|transfers?|pcie|nvlink|interconnect|collectives?|nccl|rccl|"
-                   r"all-?reduce|network|bandwidth|memory)\b).*\bthroughput\b|"
+                   r"all-?reduce|network|bandwidth|memory)\b)(?!.*\bwhat (?:limits|is limiting|holds back|caps)\b).*"
+                   r"\bthroughput\b|"
                    r"\b(?:samples?|images?|sequences?|examples?|items?|batch(?:es)?|iterations?|steps?|it) ?(?:/|per) ?"
                    r"s(?:ec(?:ond)?)?\b|\bit/s\b"),
     ("bound", r"\b(?:\w+[- ]bound|bound by|limited by|bottleneck(?:ed)?)\b.*\?|^\s*(?:is|am|are)\b.*\b(?:bound|limited)\b"
@@ -178,6 +184,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
                 r"report)|\bwhat does (?:the|my|this) (?:trace|timeline|run|profile|job) look like\b|"
                 r"\bwhere (?:is|does) (?:the |my )?time (?:going|go)\b|\bhow efficient\b|" + _TIME_GOES_TO + "|"
+                r"\bwhat (?:limits|is limiting|holds back|caps)\b|"
                 r"\bhow long (?:was|is|did) (?:the |this )?(?:profile|trace|recording|capture)\b|"
                 # the hardware: the summary's first line names the ranks and their GPUs
                 r"\bhow many (?:gpus|ranks|devices|nodes|workers)\b|^(?!.*\b(?:slow\w*|fast\w*|idle|busy|bottleneck|"
@@ -218,6 +225,13 @@ _GENERIC_OP_WORDS = set(("all aten prims c10d nccl rccl cuda hip cudnn miopen na
                           "function forward backward step copy add mul sub div view empty fill zero clone contiguous "
                           "item linear matmul conv softmax norm layer layers model time kernel kernels and inside into "
                           "from gpu gpus device rank ranks vllm sglang call calls data loader take").split()) | _ENGLISH
+#: words of kernel names that name no kernel in particular
+_GENERIC_KERNEL_WORDS = {"kernel", "kernels", "native", "void", "float", "const", "unsigned", "template", "anonymous",
+                         "namespace", "vectorized", "elementwise", "functor", "cutlass", "device", "global", "memcpy",
+                         "memset", "gemm", "gemms", "sgemm", "matmul", "reduce", "tensor", "tensorop", "attention",
+                         "softmax", "convolution", "batch", "stream", "launch", "params", "arguments", "policy"}
+#: words that end many module types' names without naming one ("layer" of every *DecoderLayer)
+_GENERIC_MODULE_WORDS = {"layer", "layers", "model", "block", "module", "list", "dict", "sequential", "head", "time"}
 _OP_NAME = re.compile(r"[A-Za-z_][\w.]*::[\w.:]+")  # an op as the profiler names it: aten::mm, vllm::moe_forward
 
 
@@ -231,7 +245,8 @@ class Question:
     device: int | None = None
     steps: list[int] = field(default_factory=list)
     kernel: str | None = None  # a hot kernel of this trace that the question names (its short name)
-    op: str | None = None  # an op of this trace that launched kernels and that the question names (aten::mm)
+    op: str | None = None  # an op of this trace that launched kernels and that the question names (aten::mm); for
+    # the module intent, the module type named (Sampler)
     min_us: float | None = None
     limit: str | None = None  # for "is it X-bound?": compute, copies, communication, launch, host, input, memory_bound
     foreign: bool = False  # mostly non-Latin script: open questions need a model
@@ -259,6 +274,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
         intent = "straggler"  # "how does rank 0 compare to the others?" with one job: how that rank stands
     if intent == "compare" and ctx.other is None and _STEPS.search(text):
         intent = "one_step"  # "did step 5 improve?" with one trace: about that step
+    if intent == "compare" and ctx.other is None and _PHASE_WORDS.search(text):
+        intent = "phases"  # "how long is prefill compared to decode?" with one trace: its phases
     device = int(m.group(1)) if (m := _DEVICE.search(text)) else None
     steps = [int(n) for m in _STEPS.finditer(text) for n in m.groups() if n]
     if not steps and (m := _ORDINAL_STEP.search(text)):  # "the first step": its number in this trace
@@ -270,11 +287,17 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     limit = limits[0] if limits else None
     kernel = named_kernel(text, ctx)
     op = None if kernel else named_op(text, ctx)
+    module = None if kernel or op else named_module(text, ctx)
+    kernel = kernel or (None if op or module else kernel_word(text, ctx))
+    if module and intent in (None, "summary", "kernels", "slow_kernel", "detector:modules"):
+        intent, op = "module", module  # "how much time does the sampler take?": that module type's row
     if intent == "bound" and op and not limits and not classes_named(text):
         intent = "op_bound"  # "is the MoE layer the bottleneck?": that op's kernels, replayed faster
-    if kernel and intent in (None, "idle", "summary", "kernels", "slow_kernel"):
+    # a question about the GPU's idle time stays the idle answer, whatever it names ("why is the GPU idle in decode?")
+    named_over = intent in (None, "summary", "kernels", "slow_kernel") or (intent == "idle" and not _IDLE_WORDS.search(text))
+    if kernel and named_over:
         intent = "kernel"  # "why is dgrad_engine so slow?": about that kernel
-    elif op and (intent in (None, "idle", "summary", "kernels", "slow_kernel", "detector:host_ops")
+    elif op and (named_over or intent == "detector:host_ops"
                  or (intent == "launch" and re.search(r"\bkernels?\b", text, re.I))):
         # "where is the time going inside vllm::moe_forward?", "how many kernels does aten::linear launch?",
         # "how much CPU time does aten::linear take?": that op's kernels, calls and host time
@@ -344,6 +367,21 @@ def named_op(text: str, ctx: AnalysisContext) -> str | None:
     return asked[0] if asked else None
 
 
+def named_module(text: str, ctx: AnalysisContext) -> str | None:
+    """The module type (the modules detector's rows: Sampler, Qwen2RMSNorm, LlamaMLP) that the question
+    names: as written, or by the end of its name past the model's prefix ("RMSNorm", "the MLP")."""
+    types = {m.name for r in ctx.analysis.ranks if (found := r.results.get("modules")) is not None
+             for m in found.modules}
+    words = [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9]*", text)]
+    said = {w for w in words if len(w) >= 3} - _ENGLISH - _GENERIC_MODULE_WORDS
+    said |= {a + b for a, b in itertools.pairwise(words)}  # "self attention": SelfAttention
+    said |= {w[:-1] for w in said if w.endswith("s")}  # "the samplers"
+    # the type the longest word names; of those, the shortest ("attention": BertAttention, not BertSelfAttention)
+    scored = [(max(len(w) for w in said if t.lower().endswith(w)), -len(t), t) for t in types
+              if any(t.lower().endswith(w) for w in said)]
+    return max(scored)[2] if scored else None
+
+
 def named_kernel(text: str, ctx: AnalysisContext) -> str | None:
     """The hot kernel (short name) of this trace that the question names, longest first."""
     words = set(re.findall(r"[A-Za-z_][\w:.]{3,}", text))
@@ -357,3 +395,21 @@ def named_kernel(text: str, ctx: AnalysisContext) -> str | None:
     # a whole name, or a part of one that reads as code (dgrad_engine, cudnn_convolution), not "kernel"
     hits = [n for n in names if n.lower() in lowered or any(("_" in w or "::" in w) and w in n.lower() for w in lowered)]
     return max(hits, key=len) if hits else None
+
+
+def kernel_word(text: str, ctx: AnalysisContext) -> str | None:
+    """A distinctive word of kernels' names that the question says, for a question that names no kernel, op or
+    module otherwise: the kernels whose name holds it are what it asks about."""
+    # a distinctive word of kernels' names ("RMSNorm": add_rmsnorm_quant_kernel; "rotary embedding":
+    # rotary_embedding_kernel), itself the filter: two words as one name first, then the word fewest names hold
+    said = [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
+    asked = {w for w in said if len(w) >= 5} - _ENGLISH - _GENERIC_OP_WORDS - _GENERIC_KERNEL_WORDS
+    if not asked:
+        return None
+    kernels = {str(c).lower() for r in ctx.analysis.ranks for c in r.trace.gpu["name"].cat.categories}
+    pairs = [f"{a}_{b}" for a, b in itertools.pairwise(said) if {a, b} & asked]
+    if pair := next((p for p in pairs if any(p in k for k in kernels)), None):
+        return pair
+    parts = [set(re.split(r"[^a-z0-9]+|_", k)) for k in kernels]
+    holding = {w: sum(w in p for p in parts) for w in asked}
+    return min((w for w in asked if holding[w]), key=lambda w: (holding[w], -len(w), w), default=None)

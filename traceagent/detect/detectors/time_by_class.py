@@ -238,7 +238,7 @@ def time_by_class_section(result: TimeByClassResult, params: None) -> list[str]:
 
 #: the classes as questions name them ("how much time does attention take?")
 _ASKED_CLASSES = (r"(?:attention|gemms?|matmuls?|convolutions?|elementwise|normali[sz]ations?|norms?|softmax|reductions?|"
-                  r"embeddings?|indexing)")
+                  r"embeddings?|indexing|kv[- _]?cache)")
 
 
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
