@@ -376,6 +376,10 @@ TABLE = [
     ("R", "How much time goes to the optimizer?", "detector:training_phases", {},
      lambda c: [f"optimizer {percent(phase(c, 'optimizer').share_pct)}"]),
     ("R", "tell me a joke", None, {}, lambda c: ["I did not recognize", "Why is my GPU idle?", "**Verdict:**"]),
+    # an op the trace does not have: said, with the ops that have the most device time (op_time's)
+    ("N", "How long does aten::mm take?", None, {},
+     lambda c: [f"This trace has no op `aten::mm` that launched device work; the ops with the most device time are "
+                f"`{focus(c).results['op_time'].top[0].name}`", "**Verdict:**"]),
     ("R", "¿Por qué mi GPU está inactiva?", None, {"foreign": True},
      lambda c: ["open questions need a configured model", "**Verdict:**"]),
     ("R", "Which NVTX ranges take the most GPU time?", "annotations", {}, lambda c: ["record_function"]),

@@ -68,7 +68,7 @@ from .answers import (
 from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
-from .question import FP8, PRECISION, Question, classes_named, understand
+from .question import FP8, OP_NAME, PRECISION, Question, classes_named, understand
 from .tools import NO_ANNOTATIONS, NO_MEMORY, NO_STEPS, AnalysisContext, ToolInputError, dumps, tool_functions
 
 NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from templates over the detectors. "
@@ -1216,6 +1216,11 @@ class OfflineAnalyst:
         if q.foreign:
             lead = ("Without a model I read questions in English only; open questions need a configured model "
                     "(OPENAI_API_KEY, or OPENAI_BASE_URL for a local server). Here is the trace in short:")
+        elif written := OP_NAME.findall(q.text):  # "how long does aten::mm take?" of a trace with no aten::mm
+            ops = self._result({"rank": q.rank}, "op_time")
+            led = ", ".join(code(o.name) for o in ops.top[:5]) if ops is not None else ""
+            lead = (f"This trace has no op {code(written[0].rstrip('.?'))} that launched device work"
+                    + (f"; the ops with the most device time are {led}" if led else "") + ". Here is the trace in short:")
         else:
             lead = "I did not recognize that question, so here is the trace in short:"
         return "\n".join([lead, "", self._summary(q, overview, verdict), "",

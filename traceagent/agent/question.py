@@ -232,7 +232,7 @@ _GENERIC_KERNEL_WORDS = {"kernel", "kernels", "native", "void", "float", "const"
                          "softmax", "convolution", "batch", "stream", "launch", "params", "arguments", "policy"}
 #: words that end many module types' names without naming one ("layer" of every *DecoderLayer)
 _GENERIC_MODULE_WORDS = {"layer", "layers", "model", "block", "module", "list", "dict", "sequential", "head", "time"}
-_OP_NAME = re.compile(r"[A-Za-z_][\w.]*::[\w.:]+")  # an op as the profiler names it: aten::mm, vllm::moe_forward
+OP_NAME = re.compile(r"[A-Za-z_][\w.]*::[\w.:]+")  # an op as the profiler names it: aten::mm, vllm::moe_forward
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ class Question:
 def understand(text: str, ctx: AnalysisContext) -> Question:
     """The intent and entities of a question about the loaded trace."""
     # what the question asks is read without the ops it names ("vllm::moe_forward" is not about vLLM's phases)
-    words = _OP_NAME.sub(" ", text)
+    words = OP_NAME.sub(" ", text)
     # a registered detector that names its questions answers them first: its words are its own; of
     # several, the first with a result on the rank asked about ("how long is the forward pass?" on
     # an inference trace: the workload's forward passes, not the training phases it lacks)
@@ -340,7 +340,7 @@ def named_op(text: str, ctx: AnalysisContext) -> str | None:
     name of an op or range as written (record_param_comms); or a word that is a distinctive part of
     launching ops' names ("the MoE layer": moe, of vllm::moe_forward)."""
     ops = {str(c) for r in ctx.analysis.ranks for c in r.trace.gpu["op"].cat.categories}
-    words = {w.lower().rstrip(".") for w in _OP_NAME.findall(text)}
+    words = {w.lower().rstrip(".") for w in OP_NAME.findall(text)}
     if words:
         # an op around the launching ones is named as written (aten::convolution, around aten::cudnn_convolution)
         around = {str(c) for r in ctx.analysis.ranks for c in r.trace.cpu["name"].cat.categories
