@@ -33,7 +33,6 @@ CLASS_WORDS = [("memory_bound", r"memory[- ]bound"),
 _CLASSES_SAID = "|".join(words for name, words in CLASS_WORDS if name != "memory_bound")
 #: what a question puts between two things it compares ("step 5 vs 6", "rank 0 compared to rank 1")
 _VERSUS = r"vs\.?|versus|against|compared (?:to|with)"
-# (intent, pattern): the order is the priority
 _IDLE_WORDS = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
 _PHASE_WORDS = re.compile(r"\b(?:prefill|pre-fill|decode|decoding)\b", re.I)
 #: what a run's or step's time goes to, asked in words: "what's eating my step time?", "where does the
@@ -41,6 +40,7 @@ _PHASE_WORDS = re.compile(r"\b(?:prefill|pre-fill|decode|decoding)\b", re.I)
 _TIME_GOES_TO = (r"(?:\b(?:eat\w*|consum\w*|tak\w* up|us\w* up|dominat\w*)\b.{0,25}\btime\b|"
                  r"\bbreak\w* down\b.{0,25}\btime\b|\bwhere (?:is|does) (?:the |my )?(?:step |iteration |run )?time "
                  r"(?:going|go)\b|\bwhat (?:is|are) (?:the |a |my )?(?:steps?|iterations?) made of\b)")
+# (intent, pattern): the order is the priority
 INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for name, pattern in [
     # two ranks named: "why is rank 0 slower than rank 1?", "rank 2 vs 5"
     ("rank_vs_rank", rf"\brank\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and|to|with|or)\s*"
@@ -398,10 +398,9 @@ def named_kernel(text: str, ctx: AnalysisContext) -> str | None:
 
 
 def kernel_word(text: str, ctx: AnalysisContext) -> str | None:
-    """A distinctive word of kernels' names that the question says, for a question that names no kernel, op or
-    module otherwise: the kernels whose name holds it are what it asks about."""
-    # a distinctive word of kernels' names ("RMSNorm": add_rmsnorm_quant_kernel; "rotary embedding":
-    # rotary_embedding_kernel), itself the filter: two words as one name first, then the word fewest names hold
+    """A distinctive word of kernels' names that the question says ("RMSNorm": add_rmsnorm_quant_kernel), for a
+    question that names no kernel, op or module otherwise: the kernels whose name holds it are what it asks about.
+    Two words said as one name first ("rotary embedding": rotary_embedding_kernel), then the word fewest names hold."""
     said = [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
     asked = {w for w in said if len(w) >= 5} - _ENGLISH - _GENERIC_OP_WORDS - _GENERIC_KERNEL_WORDS
     if not asked:
