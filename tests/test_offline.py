@@ -87,6 +87,18 @@ def hot(ctx, name: str):
     return detect_hot_kernels(focus(ctx).trace, top=1, name_filter=name).top[0]
 
 
+def most_changed(ctx) -> dict:
+    """The diff's kernel row whose time per step changed most (both traces list it)."""
+    rows = [k for k in diff(ctx.analysis, ctx.other).kernels if k["before_us"] is not None and k["after_us"] is not None]
+    return max(rows, key=lambda k: abs(k["after_us"] - k["before_us"]))
+
+
+def op_per_step(analysis, op: str) -> float:
+    """An op's kernels' time per step on a one-rank trace: the hot kernels' op query over the profiler steps."""
+    rank = analysis.ranks[0]
+    return detect_hot_kernels(rank.trace, op_filter=op).total_us / rank.findings.steps.count
+
+
 def host_op(ctx, name: str):
     """An op among the host's top ops by self time (the host_ops detector's list)."""
     return next(o for o in focus(ctx).results["host_ops"].top if o.name == name)
@@ -495,6 +507,13 @@ TABLE = [
     ("C", "what changed?", "compare", {}, lambda c: ["step time (mean)"]),
     # two runs loaded: what asks about the change is the comparison's, in whatever words
     ("C", "What got faster?", "compare", {}, lambda c: [diff(c.analysis, c.other).headline]),
+    # kernels asked of two runs: the diff's kernel rows, most changed first; an op: its kernels per step in each
+    ("C", "Which kernels got slower?", "compare", {},
+     lambda c: [f"- `{most_changed(c)['label']}`: {duration(most_changed(c)['before_us'])} → "
+                f"{duration(most_changed(c)['after_us'])}"]),
+    ("C", "Did aten::convolution get faster?", "compare", {"op": "aten::convolution"},
+     lambda c: [f"took {duration(op_per_step(c.analysis, 'aten::convolution'))} per step before and "
+                f"{duration(op_per_step(c.other, 'aten::convolution'))} after"]),
     ("C", "Was the prediction right?", "compare", {}, lambda c: [diff(c.analysis, c.other).prediction["sentence"]]),
     ("C", "Did the idle time go down?", "compare", {}, lambda c: ["- idle: "]),
     ("C", "Is it worth keeping the change?", "compare", {}, lambda c: ["**Yes:**"]),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict
 
-from ..detect.compare.diff import DiffResult
+from ..detect.compare.diff import DiffResult, OpChange
 from ..detect.compare.scaling import ScalingResult
 from ..detect.core.encode import to_data
 from ..detect.core.host import GapHost, HostEvent
@@ -387,6 +387,7 @@ class AnnotationsAnswer(Projection):
 class CompareAnswer(Projection):
     diff: DiffResult = field(metadata=INLINE)
     scope: Scope
+    op: OpChange | None = None  # with an op asked of: its kernels in both traces
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from ..detect.analysis import RankAnalysis
-from ..detect.compare.diff import work_note
+from ..detect.compare.diff import DiffResult, OpChange, work_note
 from ..detect.compare.scaling import PARTS
 from ..detect.core.peaks import peak_for
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
@@ -175,7 +175,8 @@ class OfflineAnalyst:
                                        ("precision", at)], self._mfu),
             "profile_next": Plan(lambda q, at: [("overview", {}), ("verdict", at), ("hot_kernels", at | {"top": 1})],
                                  self._profile_next),
-            "compare": Plan(lambda q, at: [("compare_traces", {})] if compare else [], self._compare),
+            "compare": Plan(lambda q, at: [("compare_traces", {"op": q.op} if q.op else {})] if compare else [],
+                            self._compare),
             "summary": Plan(lambda q, at: [("overview", {}), ("verdict", at)], self._summary),
             "most_idle": Plan(lambda q, at: [("overview", {})], self._most_idle),
             "unknown": Plan(lambda q, at: [("overview", {}), ("verdict", {})], self._unknown),
@@ -1165,16 +1166,24 @@ class OfflineAnalyst:
             return ("Only one trace is loaded. To compare before and after, run `traceagent chat BEFORE --compare "
                     "AFTER` or `traceagent diff BEFORE AFTER`.")
         d = answer.diff
-        if _yes_no(q):  # "did it help?", "is it faster?": the answer first
+        lines: list[str] = []
+        if answer.op is not None:  # "did aten::convolution get faster?": that op's kernels in both traces, then the run
+            lines += [_op_in_both(answer.op, d), ""]
+        if _yes_no(q) and not q.op:  # "did it help?", "is it faster?": the answer first
             if d.helped:
                 verdict = "**Yes:**"
             elif abs(d.slower_pct) < d.noise_pct:
                 verdict = f"**No:** no measurable change (within the {d.noise_pct:g}% run-to-run noise):"
             else:
                 verdict = "**No:** it is slower:"
-            lines = [f"{verdict} {d.headline}.", ""]
+            lines += [f"{verdict} {d.headline}.", ""]
         else:
-            lines = [f"**{d.headline}.**", ""]
+            lines += [f"**{d.headline}.**" if not q.op else f"The run: {d.headline}.", ""]
+        if re.search(r"\bkernels?\b", q.text, re.I) and d.kernels:  # "which kernels got slower?": the diff's rows
+            changed = sorted(d.kernels, key=lambda k: -abs((k["after_us"] or 0.0) - (k["before_us"] or 0.0)))[:5]
+            lines += [f"Kernels, device time per {d.time_basis} (before → after), most changed first:"]
+            lines += [f"- {code(shorten(k['label'], 80))}: {_or_absent(k['before_us'])} → {_or_absent(k['after_us'])}"
+                      for k in changed] + ["", "The run:"]
         lines += [f"- {m.name}: {_value(m.unit, m.before)} → {_value(m.unit, m.after)}" for m in d.metrics[:6]]
         if d.work:  # two captures holding different work: said, since the spans above are not the raw ones
             lines += ["", md_prose(work_note(d.work))]
@@ -1298,6 +1307,24 @@ def _names_cause(text: str, root: str) -> bool:
     """Whether a question names a root cause, in the vocabulary's words for it."""
     pattern = (GAP_CAUSES[root].said if root in GAP_CAUSES else "") or (ROOT_CAUSES[root].said if root in ROOT_CAUSES else "")
     return bool(pattern and re.search(pattern, text, re.I))
+
+
+def _op_in_both(change: OpChange, d: DiffResult) -> str:
+    """An op's kernels in the before and the after trace (diff.op_change), said with the diff's noise band."""
+    name, b, a = code(change["op"]), change["before_us"], change["after_us"]
+    if not b and not a:
+        return f"Neither trace has kernels launched by {name}."
+    if change["change_pct"] is None or not a:
+        return f"{name}'s kernels are only in the {'after' if a else 'before'} trace ({duration(a or b)} per {d.time_basis})."
+    moved = change["change_pct"]
+    lead = "**Faster:**" if moved <= -d.noise_pct else "**Slower:**" if moved >= d.noise_pct else "**About the same:**"
+    return (f"{lead} the kernels {name} launched (itself or through the ops inside) took {duration(b)} per "
+            f"{d.time_basis} before and {duration(a)} after ({moved:+.1f}%).")
+
+
+def _or_absent(us: float | None) -> str:
+    """A kernel's time in one trace of a comparison, or that the trace's top kernels lack it."""
+    return duration(us) if us is not None else "not in its top kernels"
 
 
 def _yes_no(q: Question) -> bool:

@@ -26,7 +26,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, Field
 
 from ..detect.analysis import Analysis, RankAnalysis, joined_on
-from ..detect.compare.diff import diff
+from ..detect.compare.diff import diff, op_change
 from ..detect.compare.scaling import scaling as scale_runs
 from ..detect.compare.scaling import world_size
 from ..detect.core.encode import to_data
@@ -549,16 +549,20 @@ def calc(ctx: AnalysisContext,
     return CalcAnswer(expression, unit, _CALC_KEYS[unit], round(result, 6))
 
 
-def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> CompareAnswer:
+def compare_traces(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
+                   op: Annotated[str | None, Field(description="also this op's kernels in both traces (launched by "
+                                                             "it or inside it, as hot_kernels' op_filter)")] = None,
+                   ) -> CompareAnswer:
     """Before (the first trace) against after (the second): step time, busy and idle, losses by
     cause, whether the first trace's root cause went away, the predicted against the measured
     saving, new problems, hot kernels side by side (time, calls, share of each trace's own kernel
-    time). The comparison is of whole jobs; `rank` and `device` are checked against the first
-    trace."""
+    time), and with `op` that op's kernels per step in each. The comparison is of whole jobs; `rank`
+    and `device` are checked against the first trace."""
     if ctx.other is None:
         raise ToolInputError("only one trace is loaded; start with --compare OTHER to compare two")
     scope = ctx.scoped(rank, device)[1] if rank is not None or device is not None else Scope(rank="all", device="all")
-    return CompareAnswer(diff(ctx.analysis, ctx.other), scope)
+    result = diff(ctx.analysis, ctx.other)
+    return CompareAnswer(result, scope, op_change(ctx.analysis, ctx.other, op, result) if op else None)
 
 
 def scaling(ctx: AnalysisContext,

@@ -11,6 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ...format import counted, duration, percent, rate, size
@@ -18,7 +19,7 @@ from ..analysis import SCHEMA_VERSION, Analysis
 from ..core.view import pct
 from ..core.vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
 from ..detectors.collectives import CollectivesParams, CollectivesResult, classify
-from ..detectors.kernels import distinct_labels, short_name
+from ..detectors.kernels import distinct_labels, launched_by, short_name
 from ..detectors.time_by_class import memory_kernels_us
 
 # a root cause below this share of the span (or of copied bytes) counts as gone
@@ -144,6 +145,16 @@ class KernelChange(TypedDict):
     after_share_pct: float | None
 
 
+class OpChange(TypedDict):
+    """One op's kernels, launched by it or inside it (kernels.launched_by), in both traces: device time per
+    step (or per trace, the after's scaled to the before's work as the diff's figures are)."""
+
+    op: str
+    before_us: float
+    after_us: float
+    change_pct: float | None  # + slower; None where the before trace has none
+
+
 class RangeChange(TypedDict):
     """One record_function / NVTX range in both traces: host time and the device time of the kernels
     launched inside it, per step (or per trace), and the change of its host time."""
@@ -214,6 +225,26 @@ class DiffResult:
     # without steps, where the traces hold different amounts of work (the calls of the kernels both
     # ran): the after trace's span and totals are then scaled to the before's work
     work: WorkChange | None = None
+
+
+def op_change(before: Analysis, after: Analysis, op: str, d: DiffResult) -> OpChange:
+    """`op`'s kernels in both traces on the diff's basis (per step: over each trace's steps, as _summary counts
+    them; per trace: the after's scaled by the diff's work ratio)."""
+    def kernel_us(a: Analysis) -> float:
+        total = 0
+        for r in a.ranks:
+            gpu = r.trace.gpu
+            mine = (gpu["kind"] == "kernel").to_numpy() & launched_by(r.trace, gpu, op)
+            total += int((gpu["end"].to_numpy(np.int64) - gpu["start"].to_numpy(np.int64))[mine].sum())
+        return total / 1000  # µs
+
+    def steps(a: Analysis) -> float:
+        return float(max(sum(r.findings.steps.count for r in a.ranks if r.findings.steps), 1))
+
+    per_b, per_a = ((steps(before), steps(after)) if d.time_basis == "step"
+                    else (1.0, d.work["ratio"] if d.work else 1.0))
+    b, a = round(kernel_us(before) / per_b, 3), round(kernel_us(after) / per_a, 3)
+    return OpChange(op=op, before_us=b, after_us=a, change_pct=pct(a - b, b) if b else None)
 
 
 def _summary(a: Analysis) -> dict[str, Any]:
