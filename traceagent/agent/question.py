@@ -187,6 +187,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"\bwhat (?:limits|is limiting|holds back|caps)\b|"
                 r"\bhow long (?:was|is|did) (?:the |this )?(?:profile|trace|recording|capture)\b|"
                 # the hardware: the summary's first line names the ranks and their GPUs
+                r"\b(?:amd|nvidia|rocm|cuda) or (?:amd|nvidia|rocm|cuda)\b|\bwhich (?:gpu )?vendor\b|"
                 r"\bhow many (?:gpus|ranks|devices|nodes|workers)\b|^(?!.*\b(?:slow\w*|fast\w*|idle|busy|bottleneck|"
                 r"straggl\w*|wait\w*|most|least|behind|worst|best)\b).*\b(?:what|which) (?:kind of |type of |model of )?"
                 r"(?:gpus?|hardware|accelerators?)\b(?: \w+){0,5}\s*\??\s*$"),
@@ -289,6 +290,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     op = None if kernel else named_op(text, ctx)
     module = None if kernel or op else named_module(text, ctx)
     kernel = kernel or (None if op or module else kernel_word(text, ctx))
+    if OP_NAME.search(text) and not op:  # an op written that the trace lacks: said so (offline _unknown), not guessed
+        kernel, module = (kernel if kernel and OP_NAME.search(kernel) else None), None
     if module and intent in (None, "summary", "kernels", "slow_kernel", "detector:modules"):
         intent, op = "module", module  # "how much time does the sampler take?": that module type's row
     if intent == "bound" and op and not limits and not classes_named(text):
@@ -343,10 +346,10 @@ def named_op(text: str, ctx: AnalysisContext) -> str | None:
     words = {w.lower().rstrip(".") for w in OP_NAME.findall(text)}
     if words:
         # an op around the launching ones is named as written (aten::convolution, around aten::cudnn_convolution)
-        around = {str(c) for r in ctx.analysis.ranks for c in r.trace.cpu["name"].cat.categories
-                  if str(c).lower() in words}
-        hits = ([o for o in ops if o.lower() in words] or sorted(around)
-                or [o for o in ops if any(w in o.lower() for w in words)])
+        host = {str(c) for r in ctx.analysis.ranks for c in r.trace.cpu["name"].cat.categories if "::" in str(c)}
+        hits = ([o for o in ops if o.lower() in words] or [o for o in host if o.lower() in words]
+                or [o for o in ops if any(w in o.lower() for w in words)]
+                or [o for o in host if any(w in o.lower() for w in words)])  # aten::relu: the trace's aten::relu_
         return min(hits, key=lambda o: (len(o), o)) if hits else None
     # a snake_case name that is an op or range of the trace as written (record_param_comms)
     snake = {w.lower() for w in re.findall(r"\b_*[A-Za-z][A-Za-z0-9]*_\w+", text)}
