@@ -521,7 +521,12 @@ TABLE = [
     ("C", "What are the hot kernels?", "kernels", {}, lambda c: [f"1. `{top_kernel(c).label}`"]),
     ("B", "Should I use CUDA graphs?", "launch", {}, lambda c: ["**Yes:**"]),
     ("B", "Are the kernels too small?", "launch", {},
-     lambda c: [f"{percent(focus(c).findings.launch.short_kernel_pct)} of kernels are shorter than their own launch"]),
+     lambda c: ["**Yes, launch overhead limits it.**",
+                f"{percent(focus(c).findings.launch.short_kernel_pct)} of kernels are shorter than their own launch"]),
+    # a how-much question gets the figures, led by whether launches limit the trace: not a "yes" to no question
+    ("B", "How long do launches take?", "launch", {},
+     lambda c: ["**Launch overhead limits this trace.**",
+                f"the launch call takes {duration(focus(c).findings.launch.median_launch_us)} (median)"]),
     ("B", "Which annotation ranges take the most GPU time?", "annotations", {}, lambda c: ["execute_context_1"]),
     ("B", "Is memory a problem?", "memory", {}, lambda c: ["profile_memory=True"]),
     ("R", "Is memory a problem?", "memory", {}, lambda c: ["**No sign of a memory problem:**", "per step"]),

@@ -983,8 +983,11 @@ class OfflineAnalyst:
             else:
                 head = ("**Yes:** the host cannot launch kernels fast enough, and a CUDA graph launches a whole step "
                         "at once." if bound else "**Not for speed here:** launch overhead is not what limits this trace.")
-        else:
+        elif _yes_no(q):  # "is it launch-bound?"
             head = ("**Yes, launch overhead limits it.**" if bound
+                    else "**No:** launch overhead is not the main limit.")
+        else:  # "how long do launches take?": the figures, and whether they limit the trace
+            head = ("**Launch overhead limits this trace.**" if bound
                     else "**Launch overhead is not the main limit.**")
         lines = [head, "",
                  f"{self._who(answer.scope)}{la.kernels} kernels: the launch call takes {duration(la.median_launch_us)} "
