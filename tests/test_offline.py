@@ -524,6 +524,9 @@ TABLE = [
      lambda c: ["**Yes, launch overhead limits it.**",
                 f"{percent(focus(c).findings.launch.short_kernel_pct)} of kernels are shorter than their own launch"]),
     # a how-much question gets the figures, led by whether launches limit the trace: not a "yes" to no question
+    # compile time asked of: whether the job runs compiled, first
+    ("R", "How much time is spent compiling?", "compile", {},
+     lambda c: ["**It does not run compiled now:**", "**Compiling would not answer what limits this trace first.**"]),
     ("B", "How long do launches take?", "launch", {},
      lambda c: ["**Launch overhead limits this trace.**",
                 f"the launch call takes {duration(focus(c).findings.launch.median_launch_us)} (median)"]),

@@ -1126,7 +1126,9 @@ class OfflineAnalyst:
                    + "." if w.compiled_pct or w.compiled_regions else
                    "**It does not run compiled now:** no kernel torch.compile generates (Inductor's `triton_…`) and no "
                    "compiled region on the host.")
-        asked_if_compiled = bool(now and re.search(r"\bcompiled\b", q.text, re.I))
+        # "is it compiled?", "how much time is spent compiling?", "is there recompilation?": whether it is, first
+        asked_if_compiled = bool(now and re.search(r"\bcompiled\b|\bcompiling\b|\bcompilation\b|\brecompil", q.text,
+                                                   re.I))
         verdict_line = ({(True, False): "**Yes: it answers what limits this trace.**",
                          (False, False): "**Not for what limits this trace first.**",
                          (True, True): "**Compiling would answer what limits this trace.**",
