@@ -56,17 +56,50 @@ def test_self_times_of_nested_and_crossing_events_are_worked_out_by_hand(tmp_pat
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 40), st.integers(1, 20)), min_size=1, max_size=25))
 def test_self_times_match_a_brute_force_reader(events):
-    """Each ns of a thread goes to the open event started last (a tie: the shorter, then the later written)."""
+    """Crossing events as well as nested ones (the stretches' path), against the brute-force reader."""
     tid = np.array([t for t, _, _ in events])
     start = np.array([s for _, s, _ in events], dtype=np.int64)
     end = start + np.array([d for _, _, d in events], dtype=np.int64)
-    expected = np.zeros(len(events), dtype=np.int64)
-    for thread in (0, 1):
-        for t in range(0, 61):
-            open_ = [i for i in range(len(events)) if tid[i] == thread and start[i] <= t < end[i]]
+    expected = _brute_force_self_ns(tid, start, end)
+    assert _self_ns(np.zeros(len(events), dtype=np.int64), tid, start, end).tolist() == expected.tolist()
+
+
+def _brute_force_self_ns(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each ns of a thread to the open event started last (a tie: the shorter, then the later written)."""
+    expected = np.zeros(len(start), dtype=np.int64)
+    for thread in set(tid.tolist()):
+        for t in range(int(end.max()) + 1):
+            open_ = [i for i in range(len(start)) if tid[i] == thread and start[i] <= t < end[i]]
             if open_:
                 expected[max(open_, key=lambda i: (start[i], start[i] - end[i], i))] += 1
-    assert _self_ns(np.zeros(len(events), dtype=np.int64), tid, start, end).tolist() == expected.tolist()
+    return expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_self_times_of_events_that_all_nest_match_the_brute_force_reader(random):
+    """Ops inside ops, as a profiler records them (the nested path: an event's time less its children's),
+    duplicates and shared starts and ends among them, on two threads written in any order."""
+    events: list[tuple[int, int, int]] = []
+
+    def inside(thread: int, lo: int, hi: int, depth: int) -> None:
+        at = lo
+        while at < hi and len(events) < 40:
+            a = random.randint(at, hi - 1)
+            b = random.randint(a + 1, hi)
+            events.extend([(thread, a, b)] * random.choice([1, 1, 1, 2]))
+            if depth < 4 and b - a > 2 and random.random() < 0.7:
+                inside(thread, a, b, depth + 1)
+            at = b
+
+    inside(0, 0, 60, 0)
+    inside(1, 0, 60, 0)
+    random.shuffle(events)
+    tid = np.array([t for t, _, _ in events])
+    start = np.array([a for _, a, _ in events], dtype=np.int64)
+    end = np.array([b for _, _, b in events], dtype=np.int64)
+    got = _self_ns(np.zeros(len(events), dtype=np.int64), tid, start, end)
+    assert got.tolist() == _brute_force_self_ns(tid, start, end).tolist()
 
 
 def _threads_time_in_events(path) -> float:
