@@ -99,6 +99,11 @@ def op_per_step(analysis, op: str) -> float:
     return detect_hot_kernels(rank.trace, op_filter=op).total_us / rank.findings.steps.count
 
 
+def by_op(ctx, name: str):
+    """An op's row of the op_time detector (device time by the op around each launch)."""
+    return next(o for o in focus(ctx).results["op_time"].top if o.name == name)
+
+
 def host_op(ctx, name: str):
     """An op among the host's top ops by self time (the host_ops detector's list)."""
     return next(o for o in focus(ctx).results["host_ops"].top if o.name == name)
@@ -572,6 +577,14 @@ TABLE = [
      lambda c: [f"{duration(host_op(c, 'aten::mm').self_us)} of it its own (self time"]),
     ("R", "How long does aten::convolution take?", "op", {"op": "aten::convolution"},
      lambda c: [f"for {duration(inside(c, 'aten::convolution').total_us)} of device time"]),
+    ("R", "How much of the step is aten::convolution?", "op", {"op": "aten::convolution"},
+     lambda c: [f"for {duration(inside(c, 'aten::convolution').total_us)} of device time"]),
+    # an op that launched copies, no kernel: its host time, and its device ops as op_time counts them
+    ("R", "What does aten::copy_ do in this trace?", "op", {"op": "aten::copy_"},
+     lambda c: ["No kernel in this scope was launched by `aten::copy_`.",
+                f"took {duration(op_host(focus(c).trace, 'aten::copy_').host_us)} on the host",
+                f"It launched {counted(by_op(c, 'aten::copy_').device_ops, 'device op')} (copies or memsets) for "
+                f"{duration(by_op(c, 'aten::copy_').time_us)} of device time"]),
     # an op written as the trace nearly has it: the trace's own (in-place aten::relu_); one it lacks is said to be
     # missing, never answered with a module or kernel that shares a word (Qwen's RMSNorm, SiLU)
     ("R", "How long does aten::relu take?", "op", {"op": "aten::relu_"},

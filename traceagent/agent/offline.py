@@ -136,8 +136,8 @@ class OfflineAnalyst:
                                           ("kernel_instances", at | {"name": q.kernel, "top": 3}),
                                           ("kernel_profiles", {})], self._kernel),
             "module": Plan(lambda q, at: [("modules", _rank(at))], self._module),
-            "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5}), ("host_ops", _rank(at))],
-                       self._op),
+            "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5}), ("host_ops", _rank(at)),
+                                      ("op_time", _rank(at))], self._op),
             "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})]
                             + ([("launches", at)] if _TYPICAL_KERNEL.search(q.text) else []), self._kernels),
             "copies": Plan(lambda q, at: [("data_movement", at), ("interconnect", at)], self._copies),
@@ -539,12 +539,12 @@ class OfflineAnalyst:
                 f"the rank's device time, its child modules' included); {duration(m.mean_device_us)} a call (longest "
                 f"{duration(m.max_device_us)}, {code(m.longest_call)}); {duration(m.host_us)} on the host.")
 
-    def _op(self, q: Question, kernels: KernelsAnswer, host_ops: DetectorAnswer | None = None) -> str:
+    def _op(self, q: Question, kernels: KernelsAnswer, host_ops: DetectorAnswer | None = None,
+            op_time: DetectorAnswer | None = None) -> str:
         """Where the time inside one op goes: the kernels it launched, most time first; its calls and host
-        time, and its self time where the host's top ops list it."""
+        time, and its self time where the host's top ops list it. An op that launched no kernel (copies only:
+        aten::copy_) is told by its host time and the device ops op_time lists for it."""
         k = kernels.kernels
-        if not kernels.top:
-            return f"No kernel in this scope was launched by {code(q.op or '')}."
         rank = self._rank_at({"rank": kernels.scope.get("rank")})
         one = rank is not None and is_op_name(rank.trace, q.op or "")  # the op of that name, or ops holding it
         what = f"**{code(q.op or '')}**" if one else f"Ops whose name contains **{code(q.op or '')}**"
@@ -555,6 +555,13 @@ class OfflineAnalyst:
                  "host (the time inside them, every thread of the rank)" if host is not None and host.calls else "")
         calls += (f", {duration(own.self_us)} of it its own (self time: less the events inside it)." if own else
                   "." if calls else "")
+        if not kernels.top:
+            by_op = op_time.result.top if op_time is not None and op_time.result is not None else []
+            device = next((o for o in by_op if one and o.name.lower() == (q.op or "").lower()), None)
+            return (f"No kernel in this scope was launched by {code(q.op or '')}." + calls
+                    + (f" It launched {counted(device.device_ops, 'device op')} (copies or memsets) for "
+                       f"{duration(device.time_us)} of device time ({percent(device.share_pct)} of the rank's)."
+                       if device is not None else ""))
         lines = [f"{self._who(kernels.scope)}{what} launched {counted(k.kernels, 'kernel')} ({k.distinct} distinct), "
                  f"{'itself' if one else 'themselves'} or through the ops inside, for {duration(k.total_us)} of device "
                  f"time.{calls} Their kernels, most time first:"]

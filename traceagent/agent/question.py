@@ -302,9 +302,11 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if kernel and named_over:
         intent = "kernel"  # "why is dgrad_engine so slow?": about that kernel
     elif op and (named_over or intent == "detector:host_ops"
-                 or (intent == "launch" and re.search(r"\bkernels?\b", text, re.I))):
+                 or (intent == "launch" and re.search(r"\bkernels?\b", text, re.I))
+                 or (intent == "steps" and re.search(r"\bhow much of\b|\bshare\b|\bfraction\b|\bpercent", text, re.I))):
         # "where is the time going inside vllm::moe_forward?", "how many kernels does aten::linear launch?",
-        # "how much CPU time does aten::linear take?": that op's kernels, calls and host time
+        # "how much CPU time does aten::linear take?", "how much of the step is aten::convolution?": that op's
+        # kernels, calls and host time
         intent = "op"
     letters = [c for c in text if c.isalpha()]
     english = len(set(re.findall(r"[a-z]+", text.lower())) & _ENGLISH)
