@@ -274,6 +274,8 @@ class KernelsAnswer(Projection):
     unavailable: Unavailable | None = None
     note: str | None = None
     op_host: OpHost | None = None  # with an op filter: those ops' calls and time on the host
+    # with an op filter: its kernels' time over the scope's device time (every device op's duration added up)
+    op_share_pct: float | None = None
 
 
 @dataclass(frozen=True)

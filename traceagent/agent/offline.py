@@ -564,7 +564,8 @@ class OfflineAnalyst:
                        if device is not None else ""))
         lines = [f"{self._who(kernels.scope)}{what} launched {counted(k.kernels, 'kernel')} ({k.distinct} distinct), "
                  f"{'itself' if one else 'themselves'} or through the ops inside, for {duration(k.total_us)} of device "
-                 f"time.{calls} Their kernels, most time first:"]
+                 f"time" + (f" ({percent(kernels.op_share_pct)} of {_device_time_of(kernels.scope)})"
+                            if kernels.op_share_pct is not None else "") + f".{calls} Their kernels, most time first:"]
         lines += [f"{i}. {code(shorten(r.kernel.label, 80))}: {duration(r.kernel.total_us)} over "
                   f"{counted(r.kernel.count, 'call')} (mean {duration(r.kernel.mean_us)}), "
                   f"{percent(r.kernel.share_of_busy_pct)} of busy time"
@@ -1332,6 +1333,12 @@ def _op_in_both(change: OpChange, d: DiffResult) -> str:
     lead = "**Faster:**" if moved <= -d.noise_pct else "**Slower:**" if moved >= d.noise_pct else "**About the same:**"
     return (f"{lead} the kernels {name} launched (itself or through the ops inside) took {duration(b)} per "
             f"{d.time_basis} before and {duration(a)} after ({moved:+.1f}%).")
+
+
+def _device_time_of(scope: Scope) -> str:
+    """Whose device time a share is of: the rank's GPUs', or the one GPU asked about."""
+    device = scope.get("device")
+    return "the rank's device time" if device in (None, "all") else f"GPU {device}'s device time"
 
 
 def _or_absent(us: float | None) -> str:

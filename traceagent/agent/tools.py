@@ -31,7 +31,7 @@ from ..detect.compare.scaling import scaling as scale_runs
 from ..detect.compare.scaling import world_size
 from ..detect.core.encode import to_data
 from ..detect.core.host import host_events_in, kernel_python_lines, launch_calls
-from ..detect.core.view import on_device, us
+from ..detect.core.view import on_device, pct, us
 from ..detect.core.vocabulary import GAP_CAUSES
 from ..detect.detectors.annotations import detect_annotations
 from ..detect.detectors.idle import DeviceIdle, IdleResult, gap_host_activity
@@ -353,8 +353,13 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
     wanted = " and ".join(w for w in (f"match {name_filter!r}" if name_filter else "",
                                       f"are launched by or inside an op matching {op_filter!r}" if op_filter else "") if w)
     note = None if result.kernels else (f"no kernels {wanted}" if wanted else "no kernels in this scope")
+    share = None
+    if op_filter:  # the op's kernels over the device time of the scope, as op_time's shares are
+        work = on_device(r.trace.gpu, device)
+        device_ns = int((work["end"] - work["start"]).to_numpy()[(work["kind"] != "sync").to_numpy()].sum())
+        share = pct(result.total_us, us(device_ns))
     return KernelsAnswer(result, rows, scope, order_by, None if frames else NO_FRAMES, note,
-                         op_host(r.trace, op_filter) if op_filter else None)
+                         op_host(r.trace, op_filter) if op_filter else None, share)
 
 
 def kernel_profiles(ctx: AnalysisContext,
