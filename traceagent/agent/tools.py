@@ -341,8 +341,8 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
     """Kernels ranked by total device time (or per call, or by launches): count, total, mean,
     median, max, share of busy time, the op that launched them, the user's Python line (when the
     trace has frames) and achieved TFLOP/s and MFU (when it has shapes), on a rank's GPUs or one;
-    with op_filter, where the time inside one op goes (the totals are then that op's kernels', and
-    op_host its calls and time on the host)."""
+    with op_filter, where the time inside one op goes (the totals are then that op's kernels',
+    op_share_pct their share of the scope's device time, and op_host its calls and time on the host)."""
     r, scope = ctx.scoped(rank, device)
     result = r.hot_kernels(top=_top(top), name_filter=name_filter, device=device, order=order_by, op_filter=op_filter)
     frames = r.findings.has_python_frames
