@@ -26,7 +26,7 @@ from ..detect.detectors.collectives import CollectivesResult, collectives_senten
 from ..detect.detectors.flops import roofline, uncounted_sentence
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
-from ..detect.detectors.kernels import is_op_name, launched_by, short_name
+from ..detect.detectors.kernels import is_op_name, op_kernels, short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
@@ -367,9 +367,7 @@ class OfflineAnalyst:
         rank = self._rank_at(at)
         if rank is None or not q.op:
             return None
-        gpu = rank.trace.gpu
-        launched = (gpu["kind"] == "kernel").to_numpy() & launched_by(rank.trace, gpu, q.op)
-        return f"op:{q.op}=x{BOTTLENECK_SPEEDUP:g}" if launched.any() else None
+        return f"op:{q.op}=x{BOTTLENECK_SPEEDUP:g}" if op_kernels(rank.trace, q.op).any() else None
 
     def _op_bound(self, q: Question, verdict: VerdictAnswer, kernels: KernelsAnswer,
                   replay: WhatIfAnswer | None = None) -> str:

@@ -19,7 +19,7 @@ from ..analysis import SCHEMA_VERSION, Analysis
 from ..core.view import pct
 from ..core.vocabulary import GAP_CAUSES, ROOT_CAUSES, gap_causes_of
 from ..detectors.collectives import CollectivesParams, CollectivesResult, classify
-from ..detectors.kernels import distinct_labels, launched_by, short_name
+from ..detectors.kernels import distinct_labels, op_kernels, short_name
 from ..detectors.time_by_class import memory_kernels_us
 
 # a root cause below this share of the span (or of copied bytes) counts as gone
@@ -228,23 +228,28 @@ class DiffResult:
 
 
 def op_change(before: Analysis, after: Analysis, op: str, d: DiffResult) -> OpChange:
-    """`op`'s kernels in both traces on the diff's basis (per step: over each trace's steps, as _summary counts
-    them; per trace: the after's scaled by the diff's work ratio)."""
+    """`op`'s kernels in both traces on the diff's basis (_divisors: per step, or per trace with the after's
+    scaled by the diff's work ratio)."""
     def kernel_us(a: Analysis) -> float:
-        total = 0
-        for r in a.ranks:
-            gpu = r.trace.gpu
-            mine = (gpu["kind"] == "kernel").to_numpy() & launched_by(r.trace, gpu, op)
-            total += int((gpu["end"].to_numpy(np.int64) - gpu["start"].to_numpy(np.int64))[mine].sum())
-        return total / 1000  # µs
+        return sum(int((r.trace.gpu["end"].to_numpy(np.int64) - r.trace.gpu["start"].to_numpy(np.int64))
+                       [op_kernels(r.trace, op)].sum()) for r in a.ranks) / 1000
 
-    def steps(a: Analysis) -> float:
-        return float(max(sum(r.findings.steps.count for r in a.ranks if r.findings.steps), 1))
-
-    per_b, per_a = ((steps(before), steps(after)) if d.time_basis == "step"
-                    else (1.0, d.work["ratio"] if d.work else 1.0))
+    per_b, per_a = _divisors(before, after, d.time_basis, d.work)
     b, a = round(kernel_us(before) / per_b, 3), round(kernel_us(after) / per_a, 3)
     return OpChange(op=op, before_us=b, after_us=a, change_pct=pct(a - b, b) if b else None)
+
+
+def _steps(a: Analysis) -> int:
+    """Every rank's profiler steps, added up."""
+    return sum(r.findings.steps.count for r in a.ranks if r.findings.steps)
+
+
+def _divisors(before: Analysis, after: Analysis, basis: str, work: WorkChange | None) -> tuple[float, float]:
+    """What each trace's totals are divided by: its steps, or (without steps) 1 and the after's work over the
+    before's, so the after's totals are scaled to the before's work."""
+    if basis == "step":
+        return float(max(_steps(before), 1)), float(max(_steps(after), 1))
+    return 1.0, work["ratio"] if work else 1.0
 
 
 def _summary(a: Analysis) -> dict[str, Any]:
@@ -275,7 +280,6 @@ def _summary(a: Analysis) -> dict[str, Any]:
         "memcpy_exposed_pct": pct(sum(r.findings.memcpy.exposed_us for r in ranks), span),
         "pageable_pct": pct(sum(r.findings.memcpy.pageable_bytes for r in ranks), copies_bytes),
         "comm_exposed_pct": pct(sum(r.findings.comm.exposed_us for r in ranks), span),
-        "steps": sum(r.findings.steps.count for r in ranks if r.findings.steps),
     }
 
 
@@ -326,8 +330,7 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     scale = work["ratio"] if work else 1.0
     after_time = round(a[key] / scale, 3)
     slower = pct(after_time - b[key], b[key])
-    # what each trace's totals are divided by: its steps, or (without steps) the after's work scaled to the before's
-    per_b, per_a = (max(b["steps"], 1), max(a["steps"], 1)) if basis == "step" else (1.0, scale)
+    per_b, per_a = _divisors(before, after, basis, work)
     # several ranks: step figures are means over ranks, shares are over every GPU's device time
     over = f" (mean over {len(before.ranks)} ranks)" if len(before.ranks) > 1 else ""
     of = " (of device time)" if len(before.ranks) > 1 or b["span_us"] != b["wall_span_us"] else ""

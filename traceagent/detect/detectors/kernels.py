@@ -218,6 +218,12 @@ def launched_by(trace: Trace, work: pd.DataFrame, op: str) -> np.ndarray:
     return matches(work["op"], pattern) | launched_inside(trace, work["correlation"].to_numpy(), pattern)
 
 
+def op_kernels(trace: Trace, op: str) -> np.ndarray:
+    """Which rows of trace.gpu are kernels the op launched, itself or through the ops inside it (launched_by)."""
+    gpu = trace.gpu
+    return (gpu["kind"] == "kernel").to_numpy() & launched_by(trace, gpu, op)
+
+
 def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = None,
                        device: int | None = None, order: str = "total", op_filter: str | None = None) -> KernelsResult:
     """The kernels taking the most device time (on every device, or one), or the longest per

@@ -39,7 +39,7 @@ from ..core.view import index_type, us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
-from ..detectors.kernels import launched_by, short_name
+from ..detectors.kernels import op_kernels, short_name
 from ..detectors.precision import TENSOR_FORMATS, name_precisions
 from ..detectors.steps import step_time_ns
 from ..detectors.time_by_class import class_indices, class_rows
@@ -833,7 +833,7 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
             if change.what == "class":
                 hit = class_rows(trace.gpu, pattern.split(","))[g.d_rows]
             elif change.what == "op":  # its kernels and those of the ops inside it, as the hot kernels' op filter
-                hit = launched_by(trace, trace.gpu, pattern)[g.d_rows]
+                hit = op_kernels(trace, pattern)[g.d_rows]
             else:
                 hit = matches(pd.Series(g.d_names), re.compile(pattern))
             hit &= g.d_kind == "kernel"
