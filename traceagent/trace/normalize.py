@@ -109,13 +109,17 @@ def nesting_depth(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.n
     s = thread_time(pid, tid, start, t_min, width)
     e = s + (end - start)
     order = start_order(s, e)
-    s, e = s[order], e[order]
-    # earlier-starting events that had ended by this start; a zero-length event ends at its
-    # own start, so it is not subtracted from itself
-    ended = np.searchsorted(np.sort(e), s, side="right") - (e == s)
     depth = np.empty(n, dtype=np.int32)
-    depth[order] = np.maximum(np.arange(n) - ended, 0)
+    depth[order] = depth_in_start_order(s[order], e[order])
     return depth
+
+
+def depth_in_start_order(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """For events in start order (start_order) on one axis: how many earlier ones are still open at
+    each start, its depth where events nest. A zero-length event ends at its own start, so it is not
+    subtracted from itself."""
+    ended = np.searchsorted(np.sort(e), s, side="right") - (e == s)
+    return np.maximum(np.arange(len(s)) - ended, 0)
 
 
 def start_order(s: np.ndarray, e: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ import pandas as pd
 from ...format import counted, duration, percent, shorten
 from ...text import code, md_prose, md_table
 from ...trace.model import Trace, matches
-from ...trace.normalize import STEP_NAME, innermost_open, start_order, thread_keys, thread_time
+from ...trace.normalize import STEP_NAME, depth_in_start_order, innermost_open, start_order, thread_keys, thread_time
 from ..core.bounds import Count
 from ..core.host import launching_threads
 from ..core.view import pct, us
@@ -154,8 +154,7 @@ def _nested_self_ns(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
     n = len(s)
     if not n or (e <= s).any():  # instants own no time (the detector leaves them out)
         return None
-    # the events open at each start (started before it, not ended by it): its ancestors, where events nest
-    depth = np.arange(n) - np.searchsorted(np.sort(e), s, side="right")
+    depth = depth_in_start_order(s, e)  # the events open at each start: its ancestors, where events nest
     above = np.flatnonzero(depth > 0)
     # each event's parent: the last event before it one level up, found by one search of (level, position)
     by_level = np.argsort(depth, kind="stable")
