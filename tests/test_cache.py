@@ -50,11 +50,11 @@ def test_a_damaged_cache_entry_is_parsed_again(tmp_path, isolated_cache, damage)
     elif damage == "devices_list":
         (entry / "meta.json").write_text(json.dumps(meta | {"devices": ["GPU"]}))
     elif damage == "frames_swapped":
-        gpu, cpu = (entry / "gpu.arrow").read_bytes(), (entry / "cpu.arrow").read_bytes()
-        (entry / "gpu.arrow").write_bytes(cpu)
-        (entry / "cpu.arrow").write_bytes(gpu)
+        gpu, cpu = (entry / "gpu.frame").read_bytes(), (entry / "cpu.frame").read_bytes()
+        (entry / "gpu.frame").write_bytes(cpu)
+        (entry / "cpu.frame").write_bytes(gpu)
     elif damage == "frame_garbage":
-        (entry / "steps.arrow").write_bytes(b"not an Arrow file at all")
+        (entry / "steps.frame").write_bytes(b"not a frame file at all")
     else:
         (entry / "meta.json").unlink()
     assert _same(traceagent.load(path).traces[0], fresh)
@@ -212,7 +212,7 @@ def test_temporary_entries_of_killed_runs_are_removed_and_live_ones_kept(tmp_pat
     live = isolated_cache / f"{'b' * 24}.tmp-{host}-{os.getpid()}"  # this process, writing now
     for d in (killed, live):
         d.mkdir()
-        (d / "gpu.arrow").write_bytes(b"x" * 100)
+        (d / "gpu.frame").write_bytes(b"x" * 100)
     traceagent.load(_kernel_trace(tmp_path / "t.json", "k"))  # a write tidies up
     assert not killed.exists() and live.exists()
 

@@ -80,13 +80,13 @@ def test_a_new_cache_directory_is_marked_and_only_our_entries_are_removed(tmp_pa
     (impostor / "notes.txt").write_text("mine")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (elsewhere / "gpu.arrow").write_text("not a cache")
+    (elsewhere / "gpu.frame").write_text("not a cache")
     (directory / ("b" * 24)).symlink_to(elsewhere, target_is_directory=True)
     (directory / "README").write_text("left by someone")
     monkeypatch.setenv("TRACEAGENT_CACHE_MAX", "1")
     assert main(["analyze", str(_trace(tmp_path / "u.json", "other")), "--json"]) == 0  # evicts what is ours
     assert main(["cache", "clear"]) == 0
-    assert (impostor / "notes.txt").read_text() == "mine" and (elsewhere / "gpu.arrow").exists()
+    assert (impostor / "notes.txt").read_text() == "mine" and (elsewhere / "gpu.frame").exists()
     assert sorted(os.listdir(directory)) == sorted([cache.MARKER, "a" * 24, "b" * 24, "README"])
 
 

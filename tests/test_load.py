@@ -169,7 +169,7 @@ def test_nsight_export_without_enum_tables_uses_builtin_values(tmp_path):
 def test_cache_second_load_reads_the_cache(isolated_cache):
     first = traceagent.load(RESNET_NW0)
     entries = cache.entries()
-    assert len(entries) == 1 and (entries[0].path / "gpu.arrow").exists()
+    assert len(entries) == 1 and (entries[0].path / "gpu.frame").exists()
     second = traceagent.load(RESNET_NW0)
     a, b = first.traces[0], second.traces[0]
     assert a.gpu.equals(b.gpu) and a.cpu.equals(b.cpu) and a.steps.equals(b.steps)

@@ -136,7 +136,7 @@ def load(source: str | os.PathLike | Sequence[str | os.PathLike], use_cache: boo
 
 def _load_files(files: list[str], use_cache: bool, progress: Progress | None, scheduler: str | None,
                 max_bytes: int | None) -> list[Trace]:
-    """Cached files are read here (Arrow files are fast, and pickling frames back from a worker would
+    """Cached files are read here (frame files are fast, and pickling frames back from a worker would
     cost more than reading them); the rest are parsed where `scheduler` says (tasks.scheduler_for)."""
     traces: list[Trace | None] = [cache.read(cache.key(f)) if use_cache else None for f in files]
     missing = [f for f, t in zip(files, traces) if t is None]
