@@ -140,7 +140,17 @@ def start_order(s: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Row position in `outer` (host events with pid/tid/start/end) of the innermost event on the
-    same thread that encloses time `t`, or -1.
+    same thread that encloses time `t`, or -1 (innermost_by_thread)."""
+    if len(outer) == 0 or len(t) == 0:
+        return np.full(len(t), -1, dtype=np.int64)
+    return innermost_by_thread(thread_keys(outer["pid"].to_numpy(), outer["tid"].to_numpy()),
+                               outer["start"].to_numpy(np.int64), outer["end"].to_numpy(np.int64), thread_keys(pid, tid), t)
+
+
+def innermost_by_thread(o_thread: np.ndarray, o_start: np.ndarray, o_end: np.ndarray, thread: np.ndarray,
+                        t: np.ndarray) -> np.ndarray:
+    """Position among events (their threads as thread_keys, starts, ends) of the innermost one on
+    thread `thread` (thread_keys) that encloses time `t`, or -1.
 
     Among the events that started by `t`, the innermost encloser is the last one (in start
     order) still open at `t`: the rightmost end time ≥ t at or before that position, found for
@@ -148,15 +158,14 @@ def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t
     maxima held n log n).
     """
     result = np.full(len(t), -1, dtype=np.int64)
-    if len(outer) == 0 or len(t) == 0:
+    if len(o_start) == 0 or len(t) == 0:
         return result
-    o_start, o_end = outer["start"].to_numpy(np.int64), outer["end"].to_numpy(np.int64)
     t_min = int(min(o_start.min(), t.min()))
     width = int(max(o_end.max(), t.max()) - t_min) + 1
     # the events' threads numbered by hashing, each query's looked up among them (-1: a thread with
     # no event, where no query finds one): no concatenated copy of events and queries
-    threads, known = pd.factorize(thread_keys(outer["pid"].to_numpy(), outer["tid"].to_numpy()))
-    asked_thread = pd.Index(known).get_indexer(thread_keys(pid, tid))
+    threads, known = pd.factorize(o_thread)
+    asked_thread = pd.Index(known).get_indexer(thread)
     s = threads.astype(np.int64) * width + (o_start - t_min)
     del threads
     q = np.where(asked_thread >= 0, asked_thread.astype(np.int64) * width + (np.asarray(t, dtype=np.int64) - t_min), -1)
@@ -170,25 +179,39 @@ def innermost_enclosing(outer: pd.DataFrame, pid: np.ndarray, tid: np.ndarray, t
 def innermost_open(s: np.ndarray, e: np.ndarray, q: np.ndarray, at_least: np.ndarray) -> np.ndarray:
     """For events on one axis in start order (s sorted, e their ends) and query times q (-1: none):
     the position of the last event started by q whose end is at least `at_least` (q for an event
-    open at q inclusive, q + 1 for one still running after q), or -1."""
+    open at q inclusive, q + 1 for one still running after q), or -1. The queries are answered
+    QUERY_CHUNK at a time: what each step of the tree walk holds stays small however many are asked."""
     result = np.full(len(q), -1, dtype=np.int64)
-    last_started = np.searchsorted(s, q, side="right") - 1
-    asked = np.flatnonzero((last_started >= 0) & (q >= 0))
-    found = _rightmost_at_least(e, last_started[asked], at_least[asked])
-    result[asked] = found
+    tree = _max_tree(e)
+    for lo in range(0, len(q), QUERY_CHUNK):
+        chunk = q[lo:lo + QUERY_CHUNK]
+        last_started = np.searchsorted(s, chunk, side="right") - 1
+        asked = np.flatnonzero((last_started >= 0) & (chunk >= 0))
+        result[lo + asked] = _rightmost_at_least(tree, last_started[asked], at_least[lo:lo + QUERY_CHUNK][asked])
     return result
 
 
-def _rightmost_at_least(values: np.ndarray, upto: np.ndarray, floor: np.ndarray) -> np.ndarray:
-    """For each query, the largest index i ≤ upto with values[i] ≥ floor, or -1. A max-tree
-    over `values`: climb from leaf `upto` until a left sibling's subtree holds a value ≥ floor,
-    then descend into its rightmost such leaf; each is one vectorised step per tree level."""
+#: queries innermost_open walks the tree for at once
+QUERY_CHUNK = 1 << 16
+
+
+def _max_tree(values: np.ndarray) -> np.ndarray:
+    """A max-tree over `values`: leaves from index `len(tree) // 2`, each node the larger of its two
+    children (the smallest int64 past the values)."""
     size = 1 << max(int(len(values) - 1).bit_length(), 0)
     tree = np.full(2 * size, np.iinfo(np.int64).min, dtype=np.int64)
     tree[size:size + len(values)] = values
     for level_start in (size >> k for k in range(1, size.bit_length())):
         tree[level_start:2 * level_start] = np.maximum(tree[2 * level_start:4 * level_start:2],
                                                        tree[2 * level_start + 1:4 * level_start:2])
+    return tree
+
+
+def _rightmost_at_least(tree: np.ndarray, upto: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """For each query, the largest index i ≤ upto with values[i] ≥ floor, or -1, in the max-tree
+    of the values (_max_tree): climb from leaf `upto` until a left sibling's subtree holds a value
+    ≥ floor, then descend into its rightmost such leaf; each is one vectorised step per tree level."""
+    size = len(tree) // 2
     node = upto + size
     done = tree[node] >= floor  # the leaf itself
     climbing = ~done

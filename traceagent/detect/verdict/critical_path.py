@@ -26,7 +26,7 @@ import pandas as pd
 
 from ...format import duration, shorten
 from ...trace.model import Trace, among, matches, rows_where
-from ...trace.normalize import innermost_enclosing, thread_keys
+from ...trace.normalize import innermost_by_thread, thread_keys
 from ..core.view import index_type, pct, us
 from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector
@@ -397,39 +397,49 @@ def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list
     named host nodes (`aten::empty`, `cudnn_batch_norm`) where the path says host work."""
     host = np.flatnonzero((path.kind == 1) | (path.kind == 2))
     cpu = trace.cpu
-    # the ops of the threads the path's host time is on (one or two, of however many the trace has)
+    # the ops of the threads the path's host time is on (one or two, of however many the trace has),
+    # as the arrays asked of them: no copy of their rows
     rows = np.flatnonzero(among(cpu["kind"], ["op"]))
     op_thread = thread_keys(cpu["pid"].to_numpy()[rows], cpu["tid"].to_numpy()[rows])
     on_path = np.isin(op_thread, path.thread[host])
     rows, op_thread = rows[on_path], op_thread[on_path]
-    ops = cpu[["pid", "tid", "start", "end", "name"]].take(rows).reset_index(drop=True)
-    if not len(host) or ops.empty:
+    if not len(host) or not len(rows):
         return []
+    op_start, op_end = cpu["start"].to_numpy(np.int64)[rows], cpu["end"].to_numpy(np.int64)[rows]
     fraction = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
-    at_time = (path.start[host][:, None] + dur[host][:, None] * fraction[None, :]).astype(np.int64)
+    start, length, seg_thread = path.start[host], dur[host], path.thread[host]
     # where no op on the segment's thread starts or ends between its first and last point, every point
-    # has the first one's op: that one is asked for, with the whole segment's time (a launch call, mostly)
-    uniform = ~_op_boundary_between(ops, op_thread, path.thread[host], at_time[:, 0], at_time[:, -1])
-    asked = np.where(uniform[:, None], np.arange(_SAMPLES)[None, :] == 0, True)
-    thread = np.repeat(path.thread[host], _SAMPLES).reshape(-1, _SAMPLES)[asked]
-    share = np.where(uniform, dur[host], dur[host] / _SAMPLES)[:, None].repeat(_SAMPLES, axis=1)[asked]
-    at = innermost_enclosing(ops, thread >> 32, thread & 0xFFFFFFFF, at_time[asked])
+    # has the first one's op: that one is asked for, with the whole segment's time (a launch call, mostly).
+    # Only the points asked are built: no table of every segment's eight
+    uniform = ~_op_boundary_between(op_start, op_end, op_thread, seg_thread,
+                                    (start + length * fraction[0]).astype(np.int64),
+                                    (start + length * fraction[-1]).astype(np.int64))
+    points = np.where(uniform, 1, _SAMPLES)
+    segment = np.repeat(np.arange(len(host)), points)
+    nth = np.arange(len(segment)) - np.repeat(np.cumsum(points) - points, points)
+    del points
+    at_time = (start[segment] + length[segment] * fraction[nth]).astype(np.int64)
+    share = np.where(uniform, length, length / _SAMPLES)[segment]
+    thread = seg_thread[segment]
+    del segment, nth, uniform
+    at = innermost_by_thread(op_thread, op_start, op_end, thread, at_time)
+    del at_time, thread, op_start, op_end
     named = at >= 0
     if not named.any():
         return []
-    codes = ops["name"].cat.codes.to_numpy()[at[named]]
+    names = cpu["name"].array
+    codes = names.codes[rows[at[named]]]
     share = share[named]
-    time = np.bincount(codes, weights=share, minlength=len(ops["name"].cat.categories))
+    time = np.bincount(codes, weights=share, minlength=len(names.categories))
     whole = float(dur[host].sum())
     best = np.argsort(-time, kind="stable")[:top]
-    return [PathHostOp(str(ops["name"].cat.categories[i]), us(time[i]), pct(time[i], whole)) for i in best if time[i] > 0]
+    return [PathHostOp(str(names.categories[i]), us(time[i]), pct(time[i], whole)) for i in best if time[i] > 0]
 
 
-def _op_boundary_between(ops: pd.DataFrame, op_thread: np.ndarray, thread: np.ndarray, first: np.ndarray,
-                         last: np.ndarray) -> np.ndarray:
-    """Whether an op of the thread (thread_keys: the ops' in `op_thread`) starts or ends in
+def _op_boundary_between(start: np.ndarray, end: np.ndarray, op_thread: np.ndarray, thread: np.ndarray,
+                         first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Whether an op (its start, end and thread as thread_keys) of the thread starts or ends in
     [first, last], for each query: a thread at a time (the path's host time is on few)."""
-    start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
     inside = np.zeros(len(first), dtype=bool)
     for t in np.unique(thread):
         mine, asked = op_thread == t, np.flatnonzero(thread == t)
