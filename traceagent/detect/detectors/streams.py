@@ -25,7 +25,7 @@ from ...format import duration
 from ...trace.model import Trace, per_trace, rows_where
 from ..core.bounds import Count, Micros
 from ..core.host import launch_calls
-from ..core.view import pct, us
+from ..core.view import index_type, pct, us
 from .base import Detector
 
 
@@ -100,43 +100,52 @@ def shared_streams(trace: Trace) -> list[SharedStream]:
 
 
 def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> StreamsResult | None:
-    """None when the trace has no device work."""
+    """None when the trace has no device work. The ops are read as arrays by stream and start, and
+    each per-op array is summed by stream and let go before the next is made: ten million ops hold
+    a few columns at once, not a dozen."""
     gpu = trace.gpu
-    rows = np.flatnonzero((gpu["kind"] != "sync").to_numpy())
+    rows = np.flatnonzero((gpu["kind"] != "sync").to_numpy()).astype(index_type(len(gpu)))
     if not len(rows):
         return None
-    # the ops by device, stream and start, as arrays: each stream a run of them (no sorted copy of the table)
     device, stream = gpu["device"].to_numpy(np.int64)[rows], gpu["stream"].to_numpy(np.int64)[rows]
-    start = gpu["start"].to_numpy(np.int64)[rows]
-    order = np.lexsort((start, stream, device))
-    rows, device, stream, start = rows[order], device[order], stream[order], start[order]
-    end = gpu["end"].to_numpy(np.int64)[rows]
-    launch = launch_calls(trace, gpu["correlation"].to_numpy()[rows], ("start",))["start"]
-    launched, launched_at = launch.notna().to_numpy(), launch.to_numpy(np.int64, na_value=-1)  # exact ns
+    rows = rows[np.lexsort((gpu["start"].to_numpy(np.int64)[rows], stream, device))]  # each stream a run, by start
+    device, stream = gpu["device"].to_numpy(np.int64)[rows], gpu["stream"].to_numpy(np.int64)[rows]
     same = np.r_[False, (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])]  # a previous op on this stream
     firsts = np.flatnonzero(~same)  # each stream's first op
+    devices, streams_of, ops = device[firsts].tolist(), stream[firsts].tolist(), np.diff(np.append(firsts, len(rows))).tolist()
+    del device, stream
+
+    def per_stream(values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(values, firsts, dtype=np.int64)
+
+    is_kernel = (gpu["kind"] == "kernel").to_numpy()[rows]
+    kernels, collectives = per_stream(is_kernel), per_stream(is_kernel & gpu["is_comm"].to_numpy(bool)[rows])
+    del is_kernel
+    start, end = gpu["start"].to_numpy(np.int64)[rows], gpu["end"].to_numpy(np.int64)[rows]
+    spans = np.maximum.reduceat(end, firsts) - np.minimum.reduceat(start, firsts)
     # what each stream had done before each op: the end of its latest op so far (ops may overlap by ns)
     ended = pd.Series(end).groupby(np.cumsum(~same)).cummax().to_numpy()
-    before = np.r_[0, ended[:-1]]
-    gap = np.where(same, np.maximum(start - before, 0), 0)
-    queued = launched & (launched_at < before)
+    del end
+    launch = launch_calls(trace, gpu["correlation"].to_numpy()[rows], ("start",))["start"]
+    launched = launch.notna().to_numpy()
+    queued = np.zeros(len(rows), dtype=bool)  # launched before the stream was done with the op before it (exact ns)
+    queued[1:] = launched[1:] & (launch.to_numpy(np.int64, na_value=-1)[1:] < ended[:-1])
+    del launch, rows
+    gap = np.zeros(len(start), dtype=np.int64)  # the op's wait for its stream
+    np.subtract(start[1:], ended[:-1], out=gap[1:])
+    del start, ended
+    np.maximum(gap, 0, out=gap)
+    gap[~same] = 0
     host = same & launched & ~queued
     short = queued & (gap < params.kernel_wait_us * 1000)
-    is_kernel = (gpu["kind"] == "kernel").to_numpy()[rows]
-    is_comm = gpu["is_comm"].to_numpy(bool)[rows]
-
-    def per_stream(values: np.ndarray) -> list[int]:
-        return np.add.reduceat(values.astype(np.int64), firsts).tolist()
-
-    host_wait, kernel_wait = np.where(host, gap, 0), np.where(short, gap, 0)
-    other_wait = np.where(same & ~host & ~short, gap, 0)
-    spans = (np.maximum.reduceat(end, firsts) - np.minimum.reduceat(start, firsts)).tolist()
-    columns = zip(device[firsts].tolist(), stream[firsts].tolist(), np.diff(np.append(firsts, len(rows))).tolist(),
-                  per_stream(is_kernel), per_stream(is_kernel & is_comm), spans, per_stream(gap), per_stream(host_wait),
-                  per_stream(kernel_wait), per_stream(other_wait), per_stream(np.where(same & ~launched, gap, 0)))
-    streams = [StreamRow(d, s, ops, kernels, collectives, us(span), us(span - idle), us(idle), us(h), us(k), us(o),
-                         pct(span - idle, span), us(unlaunched))
-               for d, s, ops, kernels, collectives, span, idle, h, k, o, unlaunched in columns]
+    idle, unlaunched = per_stream(gap), per_stream(np.where(same & ~launched, gap, 0))
+    host_wait, kernel_wait = per_stream(np.where(host, gap, 0)), per_stream(np.where(short, gap, 0))
+    other_wait = per_stream(np.where(same & ~host & ~short, gap, 0))
+    del gap, host, short, queued, launched, same
+    columns = zip(devices, streams_of, ops, kernels.tolist(), collectives.tolist(), spans.tolist(), idle.tolist(),
+                  host_wait.tolist(), kernel_wait.tolist(), other_wait.tolist(), unlaunched.tolist())
+    streams = [StreamRow(d, s, n, k, c, us(span), us(span - i), us(i), us(h), us(q), us(o), pct(span - i, span), us(u))
+               for d, s, n, k, c, span, i, h, q, o, u in columns]
     streams.sort(key=lambda r: -r.busy_us)
     return StreamsResult(len(streams), streams[:params.top], list(shared_streams(trace)), us(int(host_wait.sum())),
                          us(int(kernel_wait.sum())), us(int(other_wait.sum())))

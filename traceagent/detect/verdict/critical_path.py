@@ -172,24 +172,35 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
         last = int(inside[np.argmax(d_end[inside])])
         first_device = max(first_device, window[0])
     nodes = _walk(pred, end, last, first_device)
+    # the path's segments, its events then the gaps before them, each array filled in place: a path of
+    # ten million events holds its five columns and little more, not a temporary of each before they are joined
+    node_start = start[nodes]
     follows = pred[nodes]
     del pred
-    node_start, node_end = start[nodes], end[nodes]
-    at = np.maximum(np.where(follows >= 0, end[np.maximum(follows, 0)], node_start), first_device)
-    del follows, start, end
-    on_device = nodes < n_dev
-    gap = at < node_start  # the time between: a wait on the device, or host work on a thread
-    thread = np.where(on_device, -1, call_thread[np.clip(nodes - n_dev, 0, max(len(call_thread) - 1, 0))]
-                      if len(call_thread) else -1)
-    del call_thread
-    on_host = (~on_device).view(np.int8)  # the kinds as codes: 0 device, 1 host call; 3 wait, 2 host work
-    return Path(
-        kind=np.concatenate([on_host, 3 - on_host[gap]]),
-        start=np.concatenate([np.maximum(node_start, at), at[gap]]),
-        end=np.concatenate([node_end, node_start[gap]]),
-        event=np.concatenate([np.where(on_device, nodes, nodes - n_dev), np.full(int(gap.sum()), -1)]),
-        device_names=gpu["name"].array, call_names=call_names,
-        thread=np.concatenate([thread, thread[gap]]).astype(np.int64, copy=False), device_ops=gpu)
+    at = np.where(follows >= 0, end[np.maximum(follows, 0)], node_start)  # when each event's dependency was ready
+    del follows, start
+    np.maximum(at, first_device, out=at)
+    gap = np.flatnonzero(at < node_start)  # the time between: a wait on the device, or host work on a thread
+    m, size = len(nodes), len(nodes) + len(gap)
+    on_host = (nodes >= n_dev).view(np.int8)  # the kinds as codes: 0 device, 1 host call; 3 wait, 2 host work
+    kind = np.empty(size, dtype=np.int8)
+    kind[:m], kind[m:] = on_host, 3 - on_host[gap]
+    seg_start = np.empty(size, dtype=np.int64)
+    np.maximum(node_start, at, out=seg_start[:m])
+    seg_start[m:] = at[gap]
+    del at
+    seg_end = np.empty(size, dtype=np.int64)
+    seg_end[:m], seg_end[m:] = end[nodes], node_start[gap]
+    del node_start, end
+    calls = np.flatnonzero(on_host)
+    event = np.full(size, -1, dtype=position)
+    event[:m] = nodes
+    event[calls] -= n_dev
+    thread = np.full(size, -1, dtype=np.int64)
+    thread[calls] = call_thread[nodes[calls] - n_dev]
+    thread[m:] = thread[gap]
+    return Path(kind=kind, start=seg_start, end=seg_end, event=event, device_names=gpu["name"].array,
+                call_names=call_names, thread=thread, device_ops=gpu)
 
 
 def step_window(trace: Trace, step: int) -> tuple[int, int]:

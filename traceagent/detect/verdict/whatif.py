@@ -467,15 +467,19 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
         new_c_start = np.where(c_first, anchor, np.maximum(after_previous, np.where(woken, wake, _NEVER)))
         del after_previous, wake
         moved = not (np.array_equal(new_d_start, d_start) and np.array_equal(new_c_end, c_end))
+        # a host that never waits has its final times after one pass, and the device's are final once they
+        # were chained from those: a change of device work alone (kernel:, class:) takes one pass, not a second
+        # pass to confirm it
+        settled = not hands_over and np.array_equal(new_c_start, c_start)
         d_start, c_start, c_end = new_d_start, new_c_start, new_c_end
-        if not moved:
+        if not moved or settled:
             break
     return Replayed(c_start, c_end, d_start, d_start + d_dur, passes)
 
 
 def _hands_over(wait: np.ndarray, woken: np.ndarray) -> bool:
     """Whether the host ever waits for the device (a blocking call) or another thread (a woken
-    call). Without either, the whole-trace passes settle any change in three at most, from the
+    call). Without either, the whole-trace passes settle any change in two at most, from the
     trace's own times (the host's chains read nothing of the device's), and the ordered replay is
     not needed."""
     return bool((wait >= 0).any() or woken.any())
