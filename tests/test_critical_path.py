@@ -187,7 +187,9 @@ def test_a_blocking_call_waits_only_for_its_own_processs_gpus():
     gpu = path.device_ops
     own = {(launcher[c], d) for c, d in zip(gpu["correlation"].tolist(), gpu["device"].tolist()) if c in launcher}
     assert len({d for _, d in own}) == 2 and len({p for p, _ in own}) == 2  # two processes, two GPUs
-    edges = [(int(path.thread[i]) >> 32, int(gpu["device"].iloc[int(path.event[i + 1])])) for i in range(nodes - 1)
+    thread = path.threads(np.arange(len(path.kind)))
+    assert (thread[path.kind == 0] == -1).all() and (thread[path.kind == 1] >= 0).all()
+    edges = [(int(thread[i]) >> 32, int(gpu["device"].iloc[int(path.event[i + 1])])) for i in range(nodes - 1)
              if path.kind[i] == 1 and path.kind[i + 1] == 0]
     assert len(edges) >= 10 and all(edge in own for edge in edges)
 

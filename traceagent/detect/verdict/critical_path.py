@@ -87,8 +87,17 @@ class Path:
     event: np.ndarray  # the event: a row of the device ops (device), of the host calls (host_call); -1 for gaps
     device_names: pd.Categorical  # the device ops' names, by row
     call_names: pd.Categorical
-    thread: np.ndarray  # a host segment's thread (pid << 32 | tid; the call it is or precedes), -1 on the device
+    gap_before: np.ndarray  # for each gap (the segments after the events), the segment of the event it precedes
+    call_thread: np.ndarray  # each host call's thread (pid << 32 | tid), by the rows `event` indexes for calls
     device_ops: pd.DataFrame  # the rows `event` indexes for device segments (trace.gpu less syncs)
+
+    def threads(self, segments: np.ndarray) -> np.ndarray:
+        """The thread of each of these segments: a host call's, or for host work the call it
+        precedes; -1 on the device (kept per call, not per segment: most of a path is device work)."""
+        events = len(self.kind) - len(self.gap_before)
+        at = np.where(segments >= events, self.gap_before[np.maximum(segments - events, 0)], segments)
+        calls = self.kind[at] == 1
+        return np.where(calls, self.call_thread[np.where(calls, self.event[at], 0)] if len(self.call_thread) else -1, -1)
 
     def names(self) -> list[str]:
         """Each segment's name ("" for gaps): for the path's events only."""
@@ -196,11 +205,8 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     event = np.full(size, -1, dtype=position)
     event[:m] = nodes
     event[calls] -= n_dev
-    thread = np.full(size, -1, dtype=np.int64)
-    thread[calls] = call_thread[nodes[calls] - n_dev]
-    thread[m:] = thread[gap]
     return Path(kind=kind, start=seg_start, end=seg_end, event=event, device_names=gpu["name"].array,
-                call_names=call_names, thread=thread, device_ops=gpu)
+                call_names=call_names, gap_before=gap.astype(position), call_thread=call_thread, device_ops=gpu)
 
 
 def step_window(trace: Trace, step: int) -> tuple[int, int]:
@@ -364,22 +370,26 @@ def detect_critical_path(trace: Trace, hot: list[str], window: tuple[int, int] |
     if path is None or not len(path.start):  # e.g. only zero-length device work: no chain to walk
         return None
     dur = path.end - path.start
-    part = np.bincount(path.kind, weights=dur, minlength=len(KINDS)).astype(np.int64)
+    # sums by masked reductions, not float copies of the path's columns (ten million segments and more)
+    part = np.array([dur.sum(where=path.kind == k) for k in range(len(KINDS))], dtype=np.int64)
     # per kernel name (codes of the device ops' names): time on the path, instances on it, time in all
     names = path.device_names
     categories = [str(c) for c in names.categories]
-    on_device = path.kind == 0
+    on_device = np.flatnonzero(path.kind == 0)
     codes = names.codes[path.event[on_device]]
-    on_path = np.bincount(codes[codes >= 0], weights=dur[on_device][codes >= 0], minlength=len(categories))
-    count = np.bincount(codes[codes >= 0], minlength=len(categories))
+    named = codes >= 0
+    on_path = np.bincount(codes[named], weights=dur[on_device[named]], minlength=len(categories))
+    count = np.bincount(codes[named], minlength=len(categories))
+    del on_device, codes, named
     gpu = path.device_ops  # the rows path.event indexes, filtered once by critical_path
-    is_kernel = (gpu["kind"] == "kernel").to_numpy()
+    ends = gpu["end"].to_numpy(np.int64)
+    counted = (gpu["kind"] == "kernel").to_numpy() & (names.codes >= 0)
     if window is not None:  # a kernel's time in all is its time in the window
-        ends = gpu["end"].to_numpy()
-        is_kernel = is_kernel & (ends > window[0]) & (ends <= window[1])
-    all_codes = names.codes[is_kernel]
-    totals = np.bincount(all_codes[all_codes >= 0], weights=(gpu["end"] - gpu["start"]).to_numpy()[is_kernel][all_codes >= 0],
+        counted &= (ends > window[0]) & (ends <= window[1])
+    counted = np.flatnonzero(counted)
+    totals = np.bincount(names.codes[counted], weights=ends[counted] - gpu["start"].to_numpy(np.int64)[counted],
                          minlength=len(categories))
+    del counted
     kernel_on_path = (on_path > 0) & (totals > 0)
     index = {n: i for i, n in enumerate(categories)}
     longest = np.argsort(-np.where(kernel_on_path, on_path, -1), kind="stable")[:TOP]
@@ -412,13 +422,14 @@ def _host_ops(trace: Trace, path: Path, dur: np.ndarray, top: int = TOP) -> list
     # as the arrays asked of them: no copy of their rows
     rows = np.flatnonzero(among(cpu["kind"], ["op"]))
     op_thread = thread_keys(cpu["pid"].to_numpy()[rows], cpu["tid"].to_numpy()[rows])
-    on_path = np.isin(op_thread, path.thread[host])
+    seg_thread = path.threads(host)
+    on_path = np.isin(op_thread, seg_thread)
     rows, op_thread = rows[on_path], op_thread[on_path]
     if not len(host) or not len(rows):
         return []
     op_start, op_end = cpu["start"].to_numpy(np.int64)[rows], cpu["end"].to_numpy(np.int64)[rows]
     fraction = (np.arange(_SAMPLES) + 0.5) / _SAMPLES
-    start, length, seg_thread = path.start[host], dur[host], path.thread[host]
+    start, length = path.start[host], dur[host]
     # where no op on the segment's thread starts or ends between its first and last point, every point
     # has the first one's op: that one is asked for, with the whole segment's time (a launch call, mostly).
     # Only the points asked are built: no table of every segment's eight
