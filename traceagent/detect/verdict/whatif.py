@@ -388,12 +388,13 @@ def _grouped_cummax(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
 def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np.ndarray) -> np.ndarray:
     """x[i] = max(x[i-1] + step[i], floor[i]) along each run of equal `group` (its first: its
     floor, which every first must have): x = P + running max of (floor - P), P the steps summed
-    within the group: one running maximum over every group at once (_grouped_cummax), no loop over events."""
+    within the group: one running maximum over every group at once (_grouped_cummax), no loop over events.
+    `step` and `floor` are the caller's temporaries, worked in place (ten million ops hold two arrays fewer)."""
     if not len(step):
         return step.copy()
     opens = _firsts(group)
     base = _run_base(step, opens)
-    lifted = floor - base
+    lifted = np.subtract(floor, base, out=floor)
     # a step with no floor of its own never sets the maximum: every chain's first has one, so the
     # smallest floor in the array stands for "none" without changing any running maximum
     if not has_floor.all():
@@ -450,8 +451,9 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
             c_start, c_end, d_start = _in_order(g, c_gap, own, wait, d_dur, d_delay, anchor)
             unchanged = False
         passes += 1
-        floor = np.where(linked, _at(c_start, g.d_launch) + d_delay, g.d_start)
-        step = np.concatenate([[0], d_dur[:-1]]) + g.d_gap if len(d_start) else d_start
+        floor = _launch_floor(g, c_start, d_delay, linked)
+        step = g.d_gap.copy()  # an op's step after the one before it on its stream: that one's duration and the gap
+        np.add(step[1:], d_dur[:-1], out=step[1:])
         new_d_start = _chain(step, floor, g.d_group, linked | d_first)
         del floor, step  # each pass lets its arrays go once read: a trace of millions of events holds few at once
         new_d_end = new_d_start + d_dur
@@ -475,6 +477,16 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
         if not moved or settled:
             break
     return Replayed(c_start, c_end, d_start, d_start + d_dur, passes)
+
+
+def _launch_floor(g: Graph, c_start: np.ndarray, d_delay: np.ndarray, linked: np.ndarray) -> np.ndarray:
+    """Each op's floor: its launch call's start and its delay where it has one, else its measured
+    start; gathered for the launched ops only (a trace of ten million kernels without launches
+    makes no temporaries of its length here)."""
+    floor = g.d_start.copy()
+    at = np.flatnonzero(linked)
+    floor[at] = c_start[g.d_launch[at]] + d_delay[at]
+    return floor
 
 
 def _hands_over(wait: np.ndarray, woken: np.ndarray) -> bool:
@@ -525,9 +537,9 @@ def _chunk_end(nodes_before: list[int], first: int) -> int:
 
 def _run_base(step: np.ndarray, opens: np.ndarray) -> np.ndarray:
     """The steps summed within each run after its first (0 at each run's first; `opens` marks the
-    firsts, the array's first among them). One run (a thread, a stream) in place: no second array
-    the size of the trace."""
-    base = np.cumsum(step)
+    firsts, the array's first among them), summed in place over `step` (each caller's temporary): no
+    second array the size of the trace."""
+    base = np.cumsum(step, out=step)
     starts = np.flatnonzero(opens)
     if len(starts) == 1:
         base -= base[0]
@@ -886,6 +898,8 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
             c_dur = np.where(launches, 0, c_dur)
         applied.append(ChangeApplied(change.spec, change.assumption, matched))
     base = base or replay(g)
+    if d_dur.dtype.kind == "f":  # whole ns, as the replay sums them; the scaled floats let go before it runs
+        d_dur = np.round(d_dur).astype(np.int64)
     after = replay(g, c_gap=c_gap, c_dur=c_dur, c_wait=wait, d_dur=d_dur, d_delay=d_delay, c_anchor=c_anchor)
     window = _step_window(trace, g)
     assumptions = [a.assumption for a in applied]
