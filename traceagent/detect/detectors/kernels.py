@@ -122,17 +122,18 @@ def _running_ns(kernels: pd.DataFrame) -> dict[str, int]:
     """Per kernel name, the time at least one instance ran (per device, added up): the share of
     busy time can then never pass 100% when instances overlap on several streams."""
     out: dict[str, int] = {}
-    codes, device = kernels["name"].cat.codes.to_numpy(np.int64), kernels["device"].to_numpy(np.int64)
+    codes, device = kernels["name"].cat.codes.to_numpy(), kernels["device"].to_numpy()  # as stored: no int64 copies
     if not len(codes):
         return out
     # the names present numbered 0, 1, 2…: a few (the top ones), so a (name, device) key fits 16 bits, which
     # numpy sorts by radix, in linear time
     present = np.flatnonzero(np.bincount(codes, minlength=len(kernels["name"].cat.categories)))
-    number = np.zeros(int(codes.max()) + 1, dtype=np.int64)
+    devices = int(device.max()) + 1
+    number = np.zeros(int(codes.max()) + 1, dtype=np.uint16 if len(present) * devices < 1 << 16 else np.int64)
     number[present] = np.arange(len(present))
-    key = number[codes] * (int(device.max()) + 1) + device
-    if key.max() < 1 << 16:
-        key = key.astype(np.uint16)
+    key = number[codes]
+    key *= devices
+    key += device.astype(key.dtype, copy=False)
     order = np.argsort(key, kind="stable")  # each (name, device) a slice, in the table's order within it
     key, start, end = key[order], kernels["start"].to_numpy(np.int64)[order], kernels["end"].to_numpy(np.int64)[order]
     firsts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])

@@ -95,9 +95,13 @@ class Path:
         """The thread of each of these segments: a host call's, or for host work the call it
         precedes; -1 on the device (kept per call, not per segment: most of a path is device work)."""
         events = len(self.kind) - len(self.gap_before)
-        at = np.where(segments >= events, self.gap_before[np.maximum(segments - events, 0)], segments)
-        calls = self.kind[at] == 1
-        return np.where(calls, self.call_thread[np.where(calls, self.event[at], 0)] if len(self.call_thread) else -1, -1)
+        at = np.array(segments, dtype=np.int64)
+        gaps = at >= events
+        at[gaps] = self.gap_before[at[gaps] - events]
+        thread = np.full(len(at), -1, dtype=np.int64)
+        calls = np.flatnonzero(self.kind[at] == 1)
+        thread[calls] = self.call_thread[self.event[at[calls]]]
+        return thread
 
     def names(self) -> list[str]:
         """Each segment's name ("" for gaps): for the path's events only."""
