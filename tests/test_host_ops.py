@@ -61,7 +61,7 @@ def test_self_times_match_a_brute_force_reader(events):
     start = np.array([s for _, s, _ in events], dtype=np.int64)
     end = start + np.array([d for _, _, d in events], dtype=np.int64)
     expected = _brute_force_self_ns(tid, start, end)
-    assert _self_ns(np.zeros(len(events), dtype=np.int64), tid, start, end).tolist() == expected.tolist()
+    assert _self_ns(tid, start, end).tolist() == expected.tolist()
 
 
 def _brute_force_self_ns(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -98,7 +98,7 @@ def test_self_times_of_events_that_all_nest_match_the_brute_force_reader(random)
     tid = np.array([t for t, _, _ in events])
     start = np.array([a for _, a, _ in events], dtype=np.int64)
     end = np.array([b for _, _, b in events], dtype=np.int64)
-    got = _self_ns(np.zeros(len(events), dtype=np.int64), tid, start, end)
+    got = _self_ns(tid, start, end)
     assert got.tolist() == _brute_force_self_ns(tid, start, end).tolist()
 
 

@@ -22,10 +22,10 @@ import pandas as pd
 from ...format import counted, duration, percent, shorten
 from ...text import code, md_prose, md_table
 from ...trace.model import Trace, matches
-from ...trace.normalize import STEP_NAME, depth_in_start_order, innermost_open, start_order, thread_keys, thread_time
+from ...trace.normalize import STEP_NAME, depth_in_start_order, innermost_open, start_order, thread_keys
 from ..core.bounds import Count
 from ..core.host import launching_threads
-from ..core.view import pct, us
+from ..core.view import index_type, pct, us
 from .base import Detector
 
 #: runtime calls whose time is mostly a wait on the GPU or the driver
@@ -76,8 +76,11 @@ def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> Ho
     rows = np.flatnonzero(keep)
     if not len(rows):
         return None
+    # each row's thread numbered once (hashed): the self times, the open times and the count read it
+    thread, known = pd.factorize(thread_keys(pid[rows], tid[rows]))
+    thread = thread.astype(index_type(len(known)), copy=False)
     start, end = start[rows], end[rows]
-    own = _self_ns(pid[rows], tid[rows], start, end)
+    own = _self_ns(thread, start, end)
     # per (name, kind), by bincounts over their codes: no table of the rows is built
     names, kinds = cpu["name"].array, cpu["kind"].array
     code = names.codes[rows].astype(np.int64) * (len(kinds.categories) + 1) + kinds.codes[rows]
@@ -86,21 +89,20 @@ def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> Ho
     calls_by = np.bincount(code)
     host_time = int(own.sum())
     best = [i for i in np.argsort(-own_by, kind="stable")[:params.top] if own_by[i] > 0]
-    total_by = _open_time(code, best, pid[rows], tid[rows], start, end)
+    total_by = _open_time(code, best, thread, start, end)
     top = [HostOpTime(str(names.categories[found[i] // (len(kinds.categories) + 1)]),
                       str(kinds.categories[found[i] % (len(kinds.categories) + 1)]), int(calls_by[i]),
                       us(int(own_by[i])), us(total_by[i]), pct(own_by[i], host_time)) for i in best]
-    threads = int(pd.unique(thread_keys(pid[rows], tid[rows])).size)
-    return HostOpsResult(us(host_time), threads, bool(len(launching)), top)
+    return HostOpsResult(us(host_time), len(known), bool(len(launching)), top)
 
 
-def _open_time(code: np.ndarray, chosen: list[int], pid: np.ndarray, tid: np.ndarray, start: np.ndarray,
+def _open_time(code: np.ndarray, chosen: list[int], thread: np.ndarray, start: np.ndarray,
                end: np.ndarray) -> dict[int, int]:
     """For the chosen groups, the time (ns) any of their events was open on its thread: a recursive
     frame (`_call_impl` inside `_call_impl`) counts its outermost call only, never more than the thread."""
     rows = np.flatnonzero(np.isin(code, chosen))
     t_min, width = int(start.min()), int(end.max() - start.min()) + 1
-    s = thread_time(pid[rows], tid[rows], start[rows], t_min, width)
+    s = thread[rows].astype(np.int64) * width + (start[rows] - t_min)  # each thread its own stretch of one axis
     e = s + (end[rows] - start[rows])
     order = np.lexsort((s, code[rows]))
     group, s, e = code[rows][order], s[order], e[order]
@@ -111,7 +113,7 @@ def _open_time(code: np.ndarray, chosen: list[int], pid: np.ndarray, tid: np.nda
     return {g: int(sums[g]) for g in chosen}
 
 
-def _self_ns(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _self_ns(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Each event's self time: every stretch of its thread's time between two event boundaries goes
     to the innermost event open over it (the last started), so events that cross rather than nest
     (an annotation across Python frames) never count a moment twice; self times add up to each
@@ -119,7 +121,9 @@ def _self_ns(pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarra
     end is found in one vectorised query (normalize.innermost_open). Temporaries are let go as they
     are done with: this runs over every host event."""
     t_min, width = int(start.min()), int(end.max() - start.min()) + 1
-    s = thread_time(pid, tid, start, t_min, width)
+    s = thread.astype(np.int64) * width  # each thread (numbered 0, 1, …) its own stretch of one axis
+    s += start
+    s -= t_min
     e = s + (end - start)
     order = start_order(s, e)  # on a tie, the longer first: the shorter is inside it
     s, e = s[order], e[order]

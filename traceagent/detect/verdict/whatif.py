@@ -835,6 +835,7 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
             c_anchor = g.c_start - (before_first * (1 - 1 / change.factor)).astype(np.int64)
             matched += int((before_first > 0).sum())
             loading_left = (inside - cut).astype(np.int64)
+            del inside, cut, before_first  # not held through the replay
         elif change.what == "sync":
             hit = wait >= 0
             if change.pattern:
