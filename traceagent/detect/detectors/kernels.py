@@ -128,12 +128,13 @@ def _running_ns(kernels: pd.DataFrame) -> dict[str, int]:
     # the names present numbered 0, 1, 2…: a few (the top ones), so a (name, device) key fits 16 bits, which
     # numpy sorts by radix, in linear time
     present = np.flatnonzero(np.bincount(codes, minlength=len(kernels["name"].cat.categories)))
-    devices = int(device.max()) + 1
+    low = int(device.min())  # devices counted from the lowest (-1: unknown), so no two keys meet
+    devices = int(device.max()) - low + 1
     number = np.zeros(int(codes.max()) + 1, dtype=np.uint16 if len(present) * devices < 1 << 16 else np.int64)
     number[present] = np.arange(len(present))
     key = number[codes]
     key *= devices
-    key += device.astype(key.dtype, copy=False)
+    key += (device - low).astype(key.dtype)
     order = np.argsort(key, kind="stable")  # each (name, device) a slice, in the table's order within it
     key, start, end = key[order], kernels["start"].to_numpy(np.int64)[order], kernels["end"].to_numpy(np.int64)[order]
     firsts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
