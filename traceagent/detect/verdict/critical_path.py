@@ -19,6 +19,7 @@ is found beforehand with array operations.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -379,21 +380,24 @@ def detect_critical_path(trace: Trace, hot: list[str], window: tuple[int, int] |
     # per kernel name (codes of the device ops' names): time on the path, instances on it, time in all
     names = path.device_names
     categories = [str(c) for c in names.categories]
-    on_device = np.flatnonzero(path.kind == 0)
-    codes = names.codes[path.event[on_device]]
-    named = codes >= 0
-    on_path = np.bincount(codes[named], weights=dur[on_device[named]], minlength=len(categories))
-    count = np.bincount(codes[named], minlength=len(categories))
-    del on_device, codes, named
+
+    def device_segments(rows: slice, dur: np.ndarray = dur) -> tuple[np.ndarray, np.ndarray]:
+        segment = np.flatnonzero(path.kind[rows] == 0) + rows.start
+        return names.codes[path.event[segment]], dur[segment]
+
+    on_path, count = _summed_by_code(len(categories), len(path.kind), device_segments)
+    del device_segments
+    host_ops = _host_ops(trace, path, dur)
+    del dur  # the path's durations are summed: not held while the kernels' are
     gpu = path.device_ops  # the rows path.event indexes, filtered once by critical_path
-    ends = gpu["end"].to_numpy(np.int64)
-    counted = (gpu["kind"] == "kernel").to_numpy() & (names.codes >= 0)
-    if window is not None:  # a kernel's time in all is its time in the window
-        counted &= (ends > window[0]) & (ends <= window[1])
-    counted = np.flatnonzero(counted)
-    totals = np.bincount(names.codes[counted], weights=ends[counted] - gpu["start"].to_numpy(np.int64)[counted],
-                         minlength=len(categories))
-    del counted
+    start, end, is_kernel = gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64), (gpu["kind"] == "kernel").to_numpy()
+
+    def kernels(rows: slice) -> tuple[np.ndarray, np.ndarray]:  # a kernel's time in all; in a window, if it ends there
+        counted = is_kernel[rows] if window is None else is_kernel[rows] & (end[rows] > window[0]) & (end[rows] <= window[1])
+        kernel = np.flatnonzero(counted) + rows.start
+        return names.codes[kernel], end[kernel] - start[kernel]
+
+    totals, _ = _summed_by_code(len(categories), len(gpu), kernels)
     kernel_on_path = (on_path > 0) & (totals > 0)
     index = {n: i for i, n in enumerate(categories)}
     longest = np.argsort(-np.where(kernel_on_path, on_path, -1), kind="stable")[:TOP]
@@ -402,7 +406,6 @@ def detect_critical_path(trace: Trace, hot: list[str], window: tuple[int, int] |
     rows = sorted((PathKernel(categories[i], short_name(categories[i]), us(on_path[i]), int(count[i]), us(totals[i]),
                               us(on_path[i] / 2)) for i in wanted), key=lambda k: -k.on_path_us)
     length = int(path.end.max() - path.start.min())
-    host_ops = _host_ops(trace, path, dur)
     return CriticalPathResult(
         length_us=us(length), device_us=us(part[0]), host_call_us=us(part[1]), host_work_us=us(part[2]),
         wait_us=us(part[3]), device_pct=pct(part[0], length), host_call_pct=pct(part[1], length),
@@ -410,6 +413,24 @@ def detect_critical_path(trace: Trace, hot: list[str], window: tuple[int, int] |
         kernels=rows,
         off_path=list(dict.fromkeys(short_name(n) for n in hot if n not in index or not kernel_on_path[index[n]])),
         host_ops=host_ops)
+
+
+#: rows _summed_by_code gathers at once
+SUM_CHUNK = 1 << 20
+
+
+def _summed_by_code(codes: int, rows: int,
+                    pick: Callable[[slice], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Weights summed and counted by code (a name's, -1: none) over `rows` rows, SUM_CHUNK at a time:
+    `pick` gives the codes and weights of the rows of a slice it counts. Ten million durations are
+    never gathered, nor made floats, at once."""
+    total, count = np.zeros(codes), np.zeros(codes, dtype=np.int64)
+    for lo in range(0, rows, SUM_CHUNK):
+        code, weight = pick(slice(lo, lo + SUM_CHUNK))
+        named = code >= 0
+        total += np.bincount(code[named], weights=weight[named], minlength=codes)
+        count += np.bincount(code[named], minlength=codes)
+    return total, count
 
 
 #: points at which each host segment of the path is read: its time is split among the ops there
