@@ -257,19 +257,35 @@ def build_graph(trace: Trace) -> Graph | None:
     c_gap = np.where(first, 0, c_start - np.concatenate([[0], c_end[:-1]]))
     c_gap = np.maximum(c_gap, 0)
 
+    # the ops by stream and start, each array made once and worked in place where it can be: the graph of ten
+    # million ops is built beside the trace, and what it does not keep is let go as soon as it is read
+    index = index_type(max(len(cpu), len(every_gpu)))
     d_key = every_gpu["device"].to_numpy(np.int64)[d_rows] * (1 << 40) + every_gpu["stream"].to_numpy(np.int64)[d_rows]
     d_order = np.lexsort((every_gpu["start"].to_numpy(np.int64)[d_rows], d_key))
-    d_rows, d_key = d_rows[d_order], d_key[d_order]
-    d_start = every_gpu["start"].to_numpy(np.int64)[d_rows] - origin
-    d_end = np.maximum(every_gpu["end"].to_numpy(np.int64)[d_rows] - origin, d_start)
+    d_rows, d_key = d_rows[d_order].astype(index), d_key[d_order]
+    del d_order
     d_first = _firsts(d_key)
-    d_gap = np.where(d_first, 0, d_start - np.concatenate([[0], d_end[:-1]]))  # negative: overlapping ops, as recorded
+    d_group = np.cumsum(d_first, dtype=index)
+    d_group -= 1
+    del d_key
+    d_start = every_gpu["start"].to_numpy(np.int64)[d_rows]
+    d_start -= origin
+    d_end = every_gpu["end"].to_numpy(np.int64)[d_rows]
+    d_end -= origin
+    np.maximum(d_end, d_start, out=d_end)
+    d_gap = np.zeros(len(d_start), dtype=np.int64)  # negative: overlapping ops, as recorded
+    np.subtract(d_start[1:], d_end[:-1], out=d_gap[1:])
+    d_gap[d_first] = 0
     # launches: a call and its device op share a correlation id
     d_launch = launch_positions(every_gpu["correlation"].to_numpy(np.int64)[d_rows],
-                                cpu["correlation"].to_numpy(np.int64)[c_rows], np.int64)
-    d_launch = np.where(d_start >= _at(c_start, d_launch), d_launch, -1)
+                                cpu["correlation"].to_numpy(np.int64)[c_rows], index)
+    launched = np.flatnonzero(d_launch >= 0)
+    d_delay = np.zeros(len(d_start), dtype=np.int64)
+    d_delay[launched] = d_start[launched] - c_start[d_launch[launched]]
+    early = launched[d_delay[launched] < 0]  # an op that started before its launch call: not linked after all
+    d_launch[early], d_delay[early] = -1, 0
+    del launched, early
     linked = d_launch >= 0
-    d_delay = np.where(linked, d_start - _at(c_start, d_launch), 0)
     # the binding constraint keeps its delay; the other gets the smaller of its own and the typical one
     stream_bound = ~d_first & (~linked | (d_gap <= d_delay))
     # the typical launch latency, from ops that waited for their launch: not a stream's first op in the
@@ -278,9 +294,11 @@ def build_graph(trace: Trace) -> Graph | None:
     launch_bound = linked & ~stream_bound & ~d_first
     typical_delay = int(np.median(d_delay[launch_bound])) if launch_bound.any() else int(
         np.median(_at(c_end - c_start, d_launch[linked]))) if linked.any() else 0
+    del launch_bound
     typical_gap = int(np.median(d_gap[stream_bound])) if stream_bound.any() else 0
-    d_delay = np.where(stream_bound, np.minimum(d_delay, typical_delay), d_delay)
-    d_gap = np.where(stream_bound | d_first, d_gap, np.minimum(d_gap, typical_gap))
+    np.minimum(d_delay, typical_delay, out=d_delay, where=stream_bound)
+    np.minimum(d_gap, typical_gap, out=d_gap, where=~(stream_bound | d_first))
+    del stream_bound, d_first
 
     # blocking calls: the op that ended last before the call returned, on a device its process launched on
     c_pid = c_thread >> 32
@@ -294,12 +312,12 @@ def build_graph(trace: Trace) -> Graph | None:
     c_gap = np.where(c_waker >= 0, 0, c_gap)  # it waited for the other thread, not for host work of its own
     # positions and group numbers in the narrowest exact type (times stay int64 ns): the graph of ten million
     # events is held through every replay
-    index = index_type(max(len(cpu), len(every_gpu)))
+    np.maximum(d_delay, 0, out=d_delay)
     return Graph(origin, c_start, c_end, _groups(c_thread).astype(index), c_gap, c_wait.astype(index),
                  np.maximum(c_post, 0), c_waker.astype(index), c_names, c_thread, d_start, d_end,
-                 _groups(d_key).astype(index), d_gap, d_launch.astype(index), np.maximum(d_delay, 0),
+                 d_group, d_gap, d_launch, d_delay,
                  every_gpu["name"].array.take(d_rows), every_gpu["kind"].array.take(d_rows), int((~linked).sum()),
-                 cross_process, c_rows.astype(index), d_rows.astype(index), cpu, every_gpu)
+                 cross_process, c_rows.astype(index), d_rows, cpu, every_gpu)
 
 
 IDLE_THREAD_NS = 100_000  # a thread with nothing traced on it this long before a call was woken by another
@@ -473,10 +491,16 @@ def replay(g: Graph, c_gap: np.ndarray | None = None, c_dur: np.ndarray | None =
         # were chained from those: a change of device work alone (kernel:, class:) takes one pass, not a second
         # pass to confirm it
         settled = not hands_over and np.array_equal(new_c_start, c_start)
-        d_start, c_start, c_end = new_d_start, new_c_start, new_c_end
-        if not moved or settled:
+        if not moved:  # the arrays held already are kept (unchanged: the graph's own), not equal copies of them
+            if not settled:
+                c_start = new_c_start
             break
-    return Replayed(c_start, c_end, d_start, d_start + d_dur, passes)
+        d_start, c_start, c_end = new_d_start, new_c_start, new_c_end
+        if settled:
+            break
+    # unchanged, the ops end where the graph's do: its array, not a copy, is what the savings hold through each change
+    d_end = g.d_end if d_start is g.d_start and d_dur_in is None else d_start + d_dur
+    return Replayed(c_start, c_end, d_start, d_end, passes)
 
 
 def _launch_floor(g: Graph, c_start: np.ndarray, d_delay: np.ndarray, linked: np.ndarray) -> np.ndarray:
