@@ -238,7 +238,7 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| trace | MB | floor s | load s | cached s | analyze s | HTA s | analyze/floor | HTA/analyze "
-            "| cached/load | peak RSS/size of the JSON text (analyze; children's own memory added) | largest child RSS MB |")
+            "| cached/load | peak RSS/size of the JSON text (analyze; children's own memory added) | largest child RSS MiB |")
     lines = [head, "|" + "---|" * 12]
     for r in rows:
         def cell(case: str, r: dict = r) -> str:
@@ -248,7 +248,8 @@ def table(rows: list[dict]) -> str:
             return v["error"] if "error" in v else f"{v['wall_s']:.2f}"
 
         analyze = r.get("analyze") if isinstance(r.get("analyze"), dict) else {}
-        rss = f"{analyze['tree_mb'] / r.get('text_mb', r['mb']):.2f}" if "tree_mb" in analyze else "-"
+        # RSS is measured in MiB (ru_maxrss / 1024) and sizes in MB: the ratio compares bytes with bytes
+        rss = f"{analyze['tree_mb'] * 2**20 / 1e6 / r.get('text_mb', r['mb']):.2f}" if "tree_mb" in analyze else "-"
         worker = f"{analyze['worker_rss_mb']:.0f}" if "worker_rss_mb" in analyze else "-"
         lines.append(f"| {r['case']} | {r['mb']:.0f} | {cell('floor')} | {cell('load')} | {cell('load_cached')} | "
                      f"{cell('analyze')} | {cell('hta')} | {ratio(_wall(r, 'analyze'), _wall(r, 'floor'))} | "
