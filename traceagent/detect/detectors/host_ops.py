@@ -158,14 +158,17 @@ def _nested_self_ns(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
     n = len(s)
     if not n or (e <= s).any():  # instants own no time (the detector leaves them out)
         return None
-    depth = depth_in_start_order(s, e)  # the events open at each start: its ancestors, where events nest
-    above = np.flatnonzero(depth > 0)
+    position = index_type(n)  # positions and depths in 32 bits: this runs over every host event
+    depth = depth_in_start_order(s, e).astype(position)  # the events open at each start: its ancestors, where events nest
+    above = np.flatnonzero(depth > 0).astype(position)
     # each event's parent: the last event before it one level up, found by one search of (level, position)
-    by_level = np.argsort(depth, kind="stable")
+    by_level = np.argsort(depth, kind="stable").astype(position)
     keys = depth[by_level].astype(np.int64) * n + by_level
     parent = by_level[np.searchsorted(keys, (depth[above] - 1).astype(np.int64) * n + above) - 1]
+    del by_level, keys
     if (depth[parent] != depth[above] - 1).any() or (e[above] > e[parent]).any():
         return None  # an event crosses the end of one it started inside
+    del depth
     dur = e - s
     return dur - np.bincount(parent, weights=dur[above], minlength=n).astype(np.int64)
 
