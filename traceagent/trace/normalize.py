@@ -87,7 +87,15 @@ def thread_time(pid: np.ndarray, tid: np.ndarray, t: np.ndarray, t_min: int, wid
     """Times shifted so each thread owns a disjoint stretch of one axis: per-thread interval
     work then runs as a single sorted-array pass over all threads."""
     thread, _ = pd.factorize(thread_keys(pid, tid))  # threads numbered in any order: hashing, not sorting
-    return thread.astype(np.int64) * width + (t - t_min)
+    return numbered_thread_time(thread, t, t_min, width)
+
+
+def numbered_thread_time(thread: np.ndarray, t: np.ndarray, t_min: int, width: int) -> np.ndarray:
+    """thread_time for threads already numbered 0, 1, …: thread × width + (t − t_min), built in one array."""
+    out = thread.astype(np.int64) * width
+    out += t
+    out -= t_min
+    return out
 
 
 def thread_keys(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
@@ -166,7 +174,7 @@ def innermost_by_thread(o_thread: np.ndarray, o_start: np.ndarray, o_end: np.nda
     # no event, where no query finds one): no concatenated copy of events and queries
     threads, known = pd.factorize(o_thread)
     asked_thread = pd.Index(known).get_indexer(thread)
-    s = threads.astype(np.int64) * width + (o_start - t_min)
+    s = numbered_thread_time(threads, o_start, t_min, width)
     del threads
     q = np.where(asked_thread >= 0, asked_thread.astype(np.int64) * width + (np.asarray(t, dtype=np.int64) - t_min), -1)
     del asked_thread

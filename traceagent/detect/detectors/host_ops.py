@@ -22,7 +22,14 @@ import pandas as pd
 from ...format import counted, duration, percent, shorten
 from ...text import code, md_prose, md_table
 from ...trace.model import Trace, matches
-from ...trace.normalize import STEP_NAME, depth_in_start_order, innermost_open, start_order, thread_keys
+from ...trace.normalize import (
+    STEP_NAME,
+    depth_in_start_order,
+    innermost_open,
+    numbered_thread_time,
+    start_order,
+    thread_keys,
+)
 from ..core.bounds import Count
 from ..core.host import launching_threads
 from ..core.view import index_type, pct, us
@@ -102,7 +109,7 @@ def _open_time(code: np.ndarray, chosen: list[int], thread: np.ndarray, start: n
     frame (`_call_impl` inside `_call_impl`) counts its outermost call only, never more than the thread."""
     rows = np.flatnonzero(np.isin(code, chosen))
     t_min, width = int(start.min()), int(end.max() - start.min()) + 1
-    s = thread[rows].astype(np.int64) * width + (start[rows] - t_min)  # each thread its own stretch of one axis
+    s = numbered_thread_time(thread[rows], start[rows], t_min, width)
     e = s + (end[rows] - start[rows])
     order = np.lexsort((s, code[rows]))
     group, s, e = code[rows][order], s[order], e[order]
@@ -121,9 +128,7 @@ def _self_ns(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     end is found in one vectorised query (normalize.innermost_open). Temporaries are let go as they
     are done with: this runs over every host event."""
     t_min, width = int(start.min()), int(end.max() - start.min()) + 1
-    s = thread.astype(np.int64) * width  # each thread (numbered 0, 1, …) its own stretch of one axis
-    s += start
-    s -= t_min
+    s = numbered_thread_time(thread, start, t_min, width)
     e = s + (end - start)
     order = start_order(s, e)  # on a tie, the longer first: the shorter is inside it
     s, e = s[order], e[order]
