@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from builder import TraceBuilder
 from conftest import B200, NSYS_AFTER, RESNET_NW0, RESNET_NW4, analyzed
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_schema import ALL_TRACES, DATA
 
 import traceagent
@@ -487,3 +489,24 @@ def test_on_a_two_gpu_rank_a_steps_share_is_of_each_gpus_step_time(tmp_path):
     assert "45.0% of step time on each of 2 GPUs" in gaps.sentence
     kernel = next(s for s in rank.findings.savings if s.root_cause == "hot_kernel")
     assert (kernel.per_step_us, kernel.step_pct, kernel.gpus) == (50, 5.0, 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2**40, 2**40), st.booleans()), min_size=1, max_size=60),
+       st.sampled_from(["int", "float", "wide"]))
+def test_running_maxima_by_run_are_each_runs_own(rows, kind):
+    # the replay's running maximum within runs (lifted apart in one accumulate, or a loop where the
+    # lift would leave int64, or floats), against the plain loop; a first value not marked is a run too
+    from traceagent.detect.verdict.whatif import _cummax_by_run
+
+    values = np.array([v for v, _ in rows], dtype=np.float64 if kind == "float" else np.int64)
+    if kind == "wide":
+        values[0] = -2**62
+    first = np.array([f for _, f in rows])
+    expected, best = [], None
+    for i, v in enumerate(values.tolist()):
+        best = v if i == 0 or first[i] or best is None else max(best, v)
+        expected.append(best)
+    assert _cummax_by_run(values.copy(), first, np.empty_like(values)).tolist() == expected
+    in_place = values.copy()
+    assert _cummax_by_run(in_place, first, in_place) is in_place and in_place.tolist() == expected

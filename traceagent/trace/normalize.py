@@ -173,14 +173,23 @@ def innermost_by_thread(o_thread: np.ndarray, o_start: np.ndarray, o_end: np.nda
     # the events' threads numbered by hashing, each query's looked up among them (-1: a thread with
     # no event, where no query finds one): no concatenated copy of events and queries
     threads, known = pd.factorize(o_thread)
-    asked_thread = pd.Index(known).get_indexer(thread)
     s = numbered_thread_time(threads, o_start, t_min, width)
     del threads
-    q = np.where(asked_thread >= 0, asked_thread.astype(np.int64) * width + (np.asarray(t, dtype=np.int64) - t_min), -1)
-    del asked_thread
     order = np.argsort(s, kind="stable")
-    found = innermost_open(s[order], (s + (o_end - o_start))[order], q, at_least=q)
-    result[found >= 0] = order[found[found >= 0]]
+    e = o_end - o_start
+    e += s
+    tree = _max_tree(e[order])
+    del e
+    s = s[order]
+    known_threads = pd.Index(known)
+    # the queries' axis times are made a chunk at a time, as innermost_open answers them
+    for lo in range(0, len(t), QUERY_CHUNK):
+        asked_thread = known_threads.get_indexer(thread[lo:lo + QUERY_CHUNK])
+        q = np.where(asked_thread >= 0,
+                     asked_thread.astype(np.int64) * width + (np.asarray(t[lo:lo + QUERY_CHUNK], dtype=np.int64) - t_min), -1)
+        found = _last_open(tree, s, q, q)
+        hit = found >= 0
+        result[lo:lo + QUERY_CHUNK][hit] = order[found[hit]]
     return result
 
 
@@ -192,14 +201,20 @@ def innermost_open(s: np.ndarray, e: np.ndarray, q: np.ndarray, at_least: np.nda
     result = np.full(len(q), -1, dtype=np.int64)
     tree = _max_tree(e)
     for lo in range(0, len(q), QUERY_CHUNK):
-        chunk = q[lo:lo + QUERY_CHUNK]
-        last_started = np.searchsorted(s, chunk, side="right") - 1
-        asked = np.flatnonzero((last_started >= 0) & (chunk >= 0))
-        result[lo + asked] = _rightmost_at_least(tree, last_started[asked], at_least[lo:lo + QUERY_CHUNK][asked])
+        result[lo:lo + QUERY_CHUNK] = _last_open(tree, s, q[lo:lo + QUERY_CHUNK], at_least[lo:lo + QUERY_CHUNK])
     return result
 
 
-#: queries innermost_open walks the tree for at once
+def _last_open(tree: np.ndarray, s: np.ndarray, q: np.ndarray, at_least: np.ndarray) -> np.ndarray:
+    """innermost_open for one chunk of queries, over the max-tree of the events' ends (_max_tree)."""
+    found = np.full(len(q), -1, dtype=np.int64)
+    last_started = np.searchsorted(s, q, side="right") - 1
+    asked = np.flatnonzero((last_started >= 0) & (q >= 0))
+    found[asked] = _rightmost_at_least(tree, last_started[asked], at_least[asked])
+    return found
+
+
+#: queries innermost_open and innermost_by_thread walk the tree for at once
 QUERY_CHUNK = 1 << 16
 
 

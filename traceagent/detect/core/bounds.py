@@ -5,6 +5,7 @@ negative or absurd values are refused with the range, never turned into a silent
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 from msgspec import Meta
@@ -25,6 +26,20 @@ Allowance = Annotated[int, Meta(ge=0, le=1_000_000)]
 Times = Annotated[float, Meta(ge=0, le=1e6)]
 #: a bandwidth in Gb/s or GB/s; 0 where the field says it means "the usual one"
 Bandwidth = Annotated[float, Meta(ge=0, le=1e6)]
+
+
+@dataclass(frozen=True)
+class TaggedBy:
+    """`Annotated[A | B | ..., TaggedBy("kind")]`: a union whose members each say which they are in
+    the key `key`; the JSON Schema says so (pydantic reads this when the schema is generated, and is
+    imported only then: the analysis does not load it)."""
+
+    key: str
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        from pydantic import Field
+
+        return handler(Annotated[source, Field(discriminator=self.key)])
 
 
 def field_range(owner: type, name: str) -> Meta | None:

@@ -13,11 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal, Required
 
-from pydantic import Field
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ...format import counted, duration, of_span
-from ..core.bounds import Percent, Share
+from ..core.bounds import Percent, Share, TaggedBy
 from ..core.vocabulary import GAP_ROOT, LIMITERS, ROOT_CAUSES, blocking, gap_causes_of
 from ..detectors.annotations import AnnotationsResult
 from ..detectors.base import Detector, Inputs, Key
@@ -165,7 +164,7 @@ class NoEvidence(JobEvidence, total=False):
 #: What a verdict rests on: a union tagged by `kind` (its limiter, or the straggler), each key of a
 #: kind always meaning the same thing.
 Evidence = Annotated[IdleEvidence | CommunicationEvidence | DataMovementEvidence | ComputeEvidence | StragglerEvidence
-                     | NoEvidence, Field(discriminator="kind")]
+                     | NoEvidence, TaggedBy("kind")]
 
 
 @dataclass(frozen=True)

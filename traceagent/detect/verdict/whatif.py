@@ -383,24 +383,36 @@ def _runs(keys: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _grouped_cummax(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """The running maximum of `values` within each run of equal sorted `keys`: one accumulate over
-    the values lifted by their run's number times their range, so no run sees another's maximum
-    (a loop over the runs only where that lift would leave int64)."""
+    """The running maximum of `values` within each run of equal sorted `keys` (a new array)."""
     if len(values) < 2:
         return values.copy()
-    first = _firsts(keys)
+    return _cummax_by_run(values, _firsts(keys), np.empty_like(values))
+
+
+def _cummax_by_run(values: np.ndarray, first: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The running maximum of `values` within each run (`first` marks each run's first; values before
+    the first marked one are a run too), written to `out` (which may be `values`): one accumulate over
+    the values lifted by their run's number times their range, so no run sees another's maximum (a
+    loop over the runs only where that lift would leave int64), in place but for one array of lifts."""
     low = int(values.min())
     spread = int(values.max()) - low + 1
-    runs = int(first.sum())
+    runs = int(first.sum()) + (not first[0])
     if runs == 1:
-        return np.maximum.accumulate(values)
+        return np.maximum.accumulate(values, out=out)
     if spread * runs >= 2**62 or values.dtype.kind != "i":  # lifted floats would lose their fractions
-        out = values.copy()
-        for a, b in _runs(keys):
-            out[a:b] = np.maximum.accumulate(values[a:b])
+        at = sorted({0, *np.flatnonzero(first).tolist()})
+        for a, b in zip(at, [*at[1:], len(values)]):
+            np.maximum.accumulate(values[a:b], out=out[a:b])
         return out
-    lift = (np.cumsum(first) - 1) * spread
-    return np.maximum.accumulate(values - low + lift) - lift + low
+    lift = np.cumsum(first, dtype=np.int64)  # a run before the first marked one is lifted by -spread
+    lift -= 1
+    lift *= spread
+    np.subtract(values, low, out=out)
+    out += lift
+    np.maximum.accumulate(out, out=out)
+    out -= lift
+    out += low
+    return out
 
 
 def _chain(step: np.ndarray, floor: np.ndarray, group: np.ndarray, has_floor: np.ndarray) -> np.ndarray:
@@ -580,7 +592,7 @@ def _run_cummax(values: np.ndarray, opens: np.ndarray, runs: int | None = None) 
     real = values > _NEVER
     if not real.all():  # the smallest real value stands for "none" and lets the runs be lifted apart
         np.copyto(values, values[real].min(), where=~real)
-    return _grouped_cummax(values, np.cumsum(opens))
+    return _cummax_by_run(values, opens, values)
 
 
 def _in_order(g: Graph, c_gap: np.ndarray, own: np.ndarray, wait: np.ndarray, d_dur: np.ndarray,
