@@ -32,6 +32,15 @@ def context(key: str) -> AnalysisContext:
     return AnalysisContext(analyzed(path), analyzed(other) if other else None)
 
 
+def pin_advice(c) -> str:
+    """The offline answer's lead to "should I pin?", from the copies detector's numbers."""
+    m = focus(c).results["memcpy"]
+    host = sum(m.by_kind[k].count for k in ("HtoD", "DtoH") if k in m.by_kind)
+    tail = (f", though copies take only {percent(m.share_pct)} of the span: pinning them will save little."
+            if m.share_pct < 1.0 else ".")
+    return f"**Yes, for {m.pageable_count} of the {host} host copies:** they come from pageable memory{tail}"
+
+
 def focus(ctx):
     return ctx.analysis.focus
 
@@ -383,6 +392,9 @@ TABLE = [
     ("R", "Is pin_memory on?", "copies", {},
      lambda c: [f"**No:** {focus(c).results['memcpy'].pageable_count} of the "
                 f"{focus(c).results['memcpy'].by_kind['HtoD'].count} host copies come from pageable memory"]),
+    # asked the other way round ("should I?"): yes means pin them, and whether the copies' time makes it matter
+    ("R", "Should I use pinned memory?", "copies", {}, lambda c: [pin_advice(c)]),
+    ("R", "Would pinning host memory help?", "copies", {}, lambda c: [pin_advice(c)]),
     ("R", "What would happen if I doubled the batch size?", "batch_size", {},
      lambda c: ["The trace does not record the batch size"]),
     ("R", "How many GPUs?", "summary", {}, lambda c: [f"1 rank(s) on {focus(c).trace.meta.devices[0]}"]),

@@ -603,10 +603,18 @@ class OfflineAnalyst:
         if _yes_no(q) and re.search(r"pin_?memory|\bpinn?(?:ed|ing)?\b|pageable", q.text, re.I):
             # "is pin_memory on?": whether the host copies come from pinned memory, first
             host = sum(c.count for kind, c in kinds if kind in ("HtoD", "DtoH"))
-            lines.insert(0, (f"**No:** {m.pageable_count} of the {counted(host, 'host copy', 'host copies')} come from "
-                             "pageable memory.\n" if m.pageable_count else
-                             f"**Yes:** the {counted(host, 'host copy', 'host copies')} come from pinned memory.\n")
-                         if host else "**No host copies** in this scope: nothing to pin.\n")
+            copies = counted(host, "host copy", "host copies")
+            if not host:
+                lead = "**No host copies** in this scope: nothing to pin.\n"
+            elif _asks_advice(q):  # "should I pin?": the other way round, and whether it would matter
+                lead = (f"**Yes, for {m.pageable_count} of the {copies}:** they come from pageable memory"
+                        + (f", though copies take only {percent(m.share_pct)} {of}: pinning them will save little.\n"
+                           if m.share_pct < LITTLE_COPIES_PCT else ".\n")
+                        if m.pageable_count else f"**No need:** the {copies} come from pinned memory already.\n")
+            else:
+                lead = (f"**No:** {m.pageable_count} of the {copies} come from pageable memory.\n" if m.pageable_count
+                        else f"**Yes:** the {copies} come from pinned memory.\n")
+            lines.insert(0, lead)
         lines += [f"- {kind}: {c.count} copies, {size(c.bytes)}, {duration(c.us)}, {rate(c.gbps)}, "
                   + (f"{c.pageable_count} from pageable memory" if c.pageable_count else "pinned or device memory")
                   for kind, c in kinds]
@@ -1347,6 +1355,16 @@ def _or_absent(us: float | None) -> str:
 def _yes_no(q: Question) -> bool:
     """Whether the question asks for a yes or a no ("did it help?", "is it faster?")."""
     return bool(re.match(r"\s*(?:did|does|do|is|are|was|were|has|have|can|could|should|will|would|am)\b", q.text, re.I))
+
+
+#: copies under this share of the span: pinning their memory saves little, whatever share is pageable
+LITTLE_COPIES_PCT = 1.0
+
+
+def _asks_advice(q: Question) -> bool:
+    """Whether a yes-or-no question asks what to do ("should I pin?", "would pinning help?"), not how
+    things are ("is pin_memory on?"): its yes means "do it"."""
+    return bool(re.match(r"\s*(?:should|would|will|could|do\s+(?:i|we)\s+need|is\s+it\s+worth)\b", q.text, re.I))
 
 
 def _ncu(kernel: str) -> str:

@@ -155,6 +155,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("longest_gap", r"\b(?:longest|largest|biggest|worst) (?:gap|stall|idle|bubble)"),
     ("dataloader", r"\b(?:data ?load|dataloader|input pipeline|num_workers|workers|prefetch|batches)"),
     ("copies", r"(?:\b|cuda|hip)(?:memcpy|copy|copies|copied|transfer|pageable|pinned|pin_?memory|bandwidth|"
+               r"pin(?:ning)?[_ ](?:the |host )?memory|"
                r"data movement|htod|dtoh|pcie|non[_ -]?blocking|"
                r"h2d|d2h)"),
     ("memory", r"\b(?:memory|oom|out of memory|leak|allocat|vram|cudamalloc|cudafree|empty_cache|fragment)"),
