@@ -16,7 +16,7 @@ from traceagent.detect.detectors.idle import detect_idle
 from traceagent.detect.detectors.kernels import detect_hot_kernels, distinct_labels, loosely, short_name
 from traceagent.detect.detectors.memcpy import detect_memcpy
 from traceagent.detect.verdict.diagnose import VerdictParams, _verdict_for
-from traceagent.sentences import gpu_behind
+from traceagent.sentences import gpu_behind, slowest_step_sentence
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
@@ -291,7 +291,28 @@ def test_steps_and_the_slowest_step(tmp_path):
     # step 2's device range [1010, 2995): busy 505, idle gap [1510, 2990) = 1480 from the loader
     step2 = next(s for s in steps.steps if s.step == 2)
     assert step2.idle_by_cause_us["dataloader"] == 1480 and step2.device_us == 1985
-    assert steps.slowest_vs_median["idle_dataloader_us"] > 0
+    # worked by hand: the median of two steps is their mean; step 2 is 500 µs longer than that; its 1480 µs
+    # of loader idle is 740 µs more than the median's (0 and 1480), and the 500 µs gap before its first
+    # kernel [510, 1010), other host work, 250 µs more: together more than half its extra time (its device
+    # span, 1985 µs against 500, is 742.5 µs over their median)
+    assert steps.slowest_vs_median == {"host_us": 500, "device_us": 742.5, "idle_us": 990,
+                                       "idle_dataloader_us": 740, "idle_host_other_us": 250}
+    assert slowest_step_sentence(steps) == ("The slowest step spent more than the median step on: waiting for data "
+                                            "loading idle +740.0 µs, other host work idle +250.0 µs.")
+
+
+def test_a_slowest_step_whose_idle_did_not_grow_is_not_explained_by_it(tmp_path):
+    # three steps of one 500 µs kernel each, 10 µs in; the host's third step runs 400 µs longer, and
+    # every step after the first owns the 500 µs gap before its kernel: no idle and no device span grew
+    b = TraceBuilder()
+    for n, length in enumerate((1000, 1000, 1400)):
+        b.op(f"ProfilerStep#{n + 1}", n * 1000, length)
+        b.kernel("k", n * 1000 + 10, 500, launch_at=n * 1000 + 5)
+    steps = analyze_trace(b.load(tmp_path)).findings.steps
+    assert (steps.slowest, steps.slowest_vs_median) == (3, {"host_us": 400})
+    assert slowest_step_sentence(steps) == (
+        "The slowest step took 400.0 µs more than the median step; no cause of idle grew, nor did its device work "
+        "span longer. The rest is time on the host that did not leave the GPU idle longer.")
 
 
 def test_a_gpu_behind_the_host_sets_the_step_time(tmp_path):

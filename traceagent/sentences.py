@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .detect.analysis import RankAnalysis
+from .detect.core.vocabulary import GAP_CAUSES, label
 from .detect.detectors.idle import Gap
 from .detect.detectors.steps import StepsResult
 from .detect.detectors.stragglers import RankComparison
@@ -37,6 +38,27 @@ def gpu_behind(steps: StepsResult) -> str:
         return ""
     return (f" The GPU runs behind the host: counted to the end of their GPU work, the steps take "
             f"{duration(steps.step_time_us)} each (the step time savings and diff use).")
+
+
+def slowest_step_sentence(steps: StepsResult) -> str:
+    """What the slowest step spent more time on than the median step: the causes of idle that grew,
+    where they account for at least half of its extra time; else that they do not (its extra time
+    is not GPU idle it added), so a few microseconds of growth are never given as the reason."""
+    delta = steps.slowest_vs_median
+    grew = {k.removeprefix("idle_").removesuffix("_us"): v for k, v in delta.items()
+            if k.startswith("idle_") and k != "idle_us"}
+    said = ", ".join(f"{label(GAP_CAUSES, cause)} idle +{duration(v)}" for cause, v in grew.items())
+    extra = delta.get("host_us", 0.0)
+    if extra <= 0 and not grew:
+        return ""
+    if sum(grew.values()) >= extra / 2:
+        return f"The slowest step spent more than the median step on: {said}."
+    device = delta.get("device_us", 0.0)
+    return (f"The slowest step took {duration(extra)} more than the median step; "
+            + (f"the idle that grew covers little of it ({said})" if said else "no cause of idle grew")
+            + (f", and its device work spanned {duration(device)} more." if device > 0 else
+               ", nor did its device work span longer.")
+            + " The rest is time on the host that did not leave the GPU idle longer.")
 
 
 def straggler_sentence(comparison: RankComparison) -> str:

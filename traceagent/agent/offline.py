@@ -40,7 +40,7 @@ from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import whatif_sentence
 from ..format import counted, duration, flop_rate, of_span, percent, rate, shorten, size
-from ..sentences import device_lines, gpu_behind, straggler_sentence
+from ..sentences import device_lines, gpu_behind, slowest_step_sentence, straggler_sentence
 from ..text import code, md_prose
 from ..trace.model import GPU_METRICS
 from .answers import (
@@ -911,15 +911,13 @@ class OfflineAnalyst:
         steps = answer.steps
         if not steps or not steps.count:
             return _unavailable(answer.unavailable or NO_STEPS)
-        extra = ", ".join(f"{label(GAP_CAUSES, k.removeprefix('idle_').removesuffix('_us'))} idle +{duration(v)}"
-                          for k, v in steps.slowest_vs_median.items() if k != "idle_us")
         if steps.count == 1:  # one step: no mean, median or slowest to speak of
             return f"{self._who(answer.scope)}1 step (step {steps.slowest}): **{duration(steps.mean_us)}**." + \
                 gpu_behind(steps)
         return (f"{self._who(answer.scope)}{steps.count} steps: mean **{duration(steps.mean_us)}**, "
                 f"median {duration(steps.median_us)}, "
                 f"from {duration(steps.min_us)} to {duration(steps.max_us)} (slowest: step {steps.slowest})."
-                + (f" The slowest step spent more than the median on: {extra}." if extra else "") + gpu_behind(steps))
+                + (f" {said}" if (said := slowest_step_sentence(steps)) else "") + gpu_behind(steps))
 
     def _serving(self, at: dict) -> bool:
         """Whether the rank asked about is an inference server's (its steps name phases)."""

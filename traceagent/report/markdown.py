@@ -12,7 +12,7 @@ from ..detect.detectors.kernels import short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.registry import DETECTORS
 from ..format import counted, duration, of_span, percent, scope, shorten, size
-from ..sentences import further_findings, gap_evidence, gpu_behind, straggler_sentence
+from ..sentences import further_findings, gap_evidence, gpu_behind, slowest_step_sentence, straggler_sentence
 from ..text import code, md_literal, md_prose, md_table, visible
 
 TOP_GAPS = 8
@@ -228,10 +228,8 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
     if steps and steps.count:
         out += ["", f"{steps.count} steps: mean {duration(steps.mean_us)}, median {duration(steps.median_us)}, "
                 f"slowest {duration(steps.max_us)} (step {steps.slowest}).{gpu_behind(steps)}"]
-        if steps.slowest_vs_median:
-            out.append("The slowest step spent more than the median step on: "
-                       + ", ".join(f"{k.removeprefix('idle_').removesuffix('_us')} idle +{duration(v)}"
-                                   for k, v in steps.slowest_vs_median.items() if k != "idle_us") + ".")
+        if slowest := slowest_step_sentence(steps):
+            out.append(md_prose(slowest))
     else:
         out += ["", "No steps in this trace."]
     return out
