@@ -340,6 +340,10 @@ TABLE = [
      lambda c: [holds_back(c, 3, 5)]),
     ("R", "Compare rank 0 and rank 1", "rank_vs_rank", {"ranks": (0, 1)}, lambda c: ["no rank 1 in this trace"]),
     ("D", "What would overlapping communication buy?", "whatif", {}, lambda c: ["**With comm=overlap: step "]),
+    # the device's work as a whole made faster: every kernel, not the verdict's own change
+    ("R", "What if kernels were 2x faster?", "whatif", {},
+     lambda c: ["**With kernel:.*=x2: step ", "every kernel runs 2× faster"]),
+    ("R", "What if the GPU were twice as fast?", "whatif", {}, lambda c: ["**With kernel:.*=x2: step "]),
     # a class of work or an op said in a what-if: its kernels made that many times faster
     ("R", "What would a 2x faster convolution buy?", "whatif", {}, lambda c: ["**With class:convolution=x2: step "]),
     # a factor said with the work it speeds up: the replay of that change, not the top cause's saving

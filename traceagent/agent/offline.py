@@ -38,7 +38,7 @@ from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
-from ..detect.verdict.whatif import whatif_sentence
+from ..detect.verdict.whatif import ALL_KERNELS, whatif_sentence
 from ..format import counted, duration, flop_rate, of_span, percent, rate, shorten, size
 from ..sentences import device_lines, gpu_behind, slowest_step_sentence, straggler_sentence
 from ..text import code, md_prose
@@ -303,6 +303,9 @@ class OfflineAnalyst:
         classes = classes_named(q.text, natures=True)
         if classes:  # classes of work said in words ("a 2x faster conv", "attention and matmuls")
             return f"class:{','.join(classes)}=x{factor:g}"
+        if (re.search(r"\b(?:kernels?|gpus?|device)\b", q.text, re.I) and not re.search(r"launch|graph", q.text, re.I)
+                and re.search(r"faster|quicker|speed|twice|\d\s*(?:x|×|times)\b", q.text, re.I)):
+            return f"kernel:{ALL_KERNELS}=x{factor:g}"  # "kernels 2x faster": every kernel, the device's work itself
         for root, word in ROOT_CAUSES.items():  # the causes a change fixes, by their words
             if word.change and (_names_cause(q.text, root) or (word.change == "launch=graphs"
                                                                and re.search(r"cuda ?graph|launch", q.text, re.I))):

@@ -65,6 +65,8 @@ CHANGES = {
     "link=NAME": "collectives on another link (NVLink 5, PCIe Gen5 x16, InfiniBand NDR…): their time scaled by the "
                  "ratio of per-GPU peaks",
 }
+#: the kernel pattern that names every kernel (`kernel:.*=x2`: the device's work itself twice as fast)
+ALL_KERNELS = ".*"
 # kernels that do matrix math (compute-bound at size); every other kernel is taken to move memory
 MATMUL_CLASS = re.compile(r"gemm|conv|cutlass|cublas|xmma|wgrad|dgrad|fprop|matmul|attention|attn|fmha|flash|sdpa|"
                           r"implicit_convolve|winograd|cudnn::detail|nchw.*(?:fw|bw)", re.I)
@@ -94,7 +96,8 @@ class Change:
             return ("blocking calls" + (f" named or under {self.pattern!r}" if self.pattern else "")
                     + " return without waiting for the GPU; their own host time stays")
         if self.what == "kernel":
-            return f"kernels matching {self.pattern!r} run {self.factor:g}× faster; launches and other work as measured"
+            return (("every kernel runs" if self.pattern == ALL_KERNELS else f"kernels matching {self.pattern!r} run")
+                    + f" {self.factor:g}× faster; launches and other work as measured")
         if self.what == "op":
             return f"the kernels {self.pattern!r} launches, itself or through the ops inside it, run {self.factor:g}× faster"
         if self.what == "class":
