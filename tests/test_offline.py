@@ -380,6 +380,8 @@ TABLE = [
      lambda c: [f"**MFU {percent(focus(c).findings.flops.mfu_pct)}**"]),
     # what the job is: training or inference, the model
     ("S", "Is this inference or training?", "detector:workload", {}, lambda c: ["An inference server (decode steps)"]),
+    # the kind of job said in passing: the question is what limits it
+    ("S", "Is this inference job launch bound?", "bound", {"limit": "launch"}, lambda c: ["**No.**"]),
     ("R", "Is this a training run?", "detector:workload", {},
      lambda c: ["A training job", "single-process DataLoader (num_workers=0)", "with_modules=True"]),
     ("B", "What model is this?", "detector:workload", {},

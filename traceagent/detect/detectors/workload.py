@@ -129,7 +129,9 @@ DETECTOR = Detector("workload", "Workload", "What kind of job the trace is: trai
                     "time, the profiler steps, the DataLoader kind, and the runtime calls.",
                     None, Workload, _run, lambda r, p: workload_sentence(r), reads=("modules", "phases", "steps"),
                     asks=r"\b(?:training or inference|inference or training|is (?:this|it) (?:an? )?(?:training|"
-                         r"inference)\b|what (?:kind|sort|type) of (?:job|workload|run|program|model|trace)|"
+                         # "is this inference job launch bound?" asks what limits it, not what kind it is
+                         r"inference)\b(?!.*\b(?:bound|limited|bottleneck\w*|slow\w*|idle|wait\w*|fast\w*)\b)|"
+                         r"what (?:kind|sort|type) of (?:job|workload|run|program|model|trace)|"
                          r"which workload\b|(?:what|which) model (?:is|was|does|did|are|runs?)\b|what am i looking at|"
                          r"what (?:is|does) this (?:trace|job|program|workload)(?: (?:do|show|run)\w*)?\s*\??\s*$)|"
                          # a forward pass's time: where the trace has no training phases, this answers (a
