@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from ..detect.analysis import RankAnalysis
-from ..detect.compare.diff import DiffResult, OpChange, work_note
+from ..detect.compare.diff import DiffResult, OpChange, Prediction, work_note
 from ..detect.compare.scaling import PARTS
 from ..detect.core.peaks import peak_for
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
@@ -662,8 +662,9 @@ class OfflineAnalyst:
         v = verdict.verdict
         waited = idle.totals.by_cause_us.get("dataloader", 0.0)
         who = self._who(idle.scope)
-        # "does it wait for data?" is yes where it waits; "is the loader fast enough?" is then no
-        keeps_up = bool(re.search(r"\benough\b|\bkeep(?:s|ing)? up\b|\b(?:fine|ok|okay|good)\b", q.text, re.I))
+        # "does it wait for data?" is yes where it waits; "is the loader fast enough?", "is it fixed?" are then no
+        keeps_up = bool(re.search(r"\benough\b|\bkeep(?:s|ing)? up\b|\b(?:fine|ok|okay|good|fixed|solved|resolved|gone)\b",
+                                  q.text, re.I))
         said = ("**Yes:** ", "**No:** ") if keeps_up else ("**No:** ", "**Yes:** ")
         if not waited:
             return f"{who}{said[0] if _yes_no(q) else ''}the GPU never waits for data loading in this trace. {v.headline}."
@@ -1189,7 +1190,12 @@ class OfflineAnalyst:
         lines: list[str] = []
         if answer.op is not None:  # "did aten::convolution get faster?": that op's kernels in both traces, then the run
             lines += [_op_in_both(answer.op, d), ""]
-        if _yes_no(q) and not q.op:  # "did it help?", "is it faster?": the answer first
+        if d.prediction and re.search(r"\bpredict(?:ion|ed)\b|\bestimate", q.text, re.I):
+            lines += _prediction_checked(d.prediction, d), ""  # "was the prediction right?": that first
+        elif (re.search(r"\b(?:slower|worse|regress\w*|grew|grown|increased|went up)\b", q.text, re.I) and not q.op
+              and not re.search(r"\bkernels?\b", q.text, re.I)):  # kernels asked: their rows below
+            lines += _what_grew(d), ""  # "what got slower?": what grew, even where the run got faster
+        elif _yes_no(q) and not q.op:  # "did it help?", "is it faster?": the answer first
             if d.helped:
                 verdict = "**Yes:**"
             elif abs(d.slower_pct) < d.noise_pct:
@@ -1207,11 +1213,12 @@ class OfflineAnalyst:
         lines += [f"- {m.name}: {_value(m.unit, m.before)} → {_value(m.unit, m.after)}" for m in d.metrics[:6]]
         if d.work:  # two captures holding different work: said, since the spans above are not the raw ones
             lines += ["", md_prose(work_note(d.work))]
-        if d.prediction:
+        if d.prediction and not lines[0].startswith(_PREDICTION_LEADS):
             lines.append(f"\nThe before verdict {d.prediction['sentence']}.")
         if d.collectives:
             lines.append(f"\n{d.collectives['sentence']}")
-        lines += [f"\nNew problem: {p}" for p in d.new_problems] or ["\nNo new problems."]
+        if not lines[0].startswith(_GREW_LEADS):  # what grew lists the new problems already
+            lines += [f"\nNew problem: {p}" for p in d.new_problems] or ["\nNo new problems."]
         return "\n".join(lines)
 
     def _most_idle(self, q: Question, overview: OverviewAnswer) -> str:
@@ -1351,6 +1358,51 @@ def _device_time_of(scope: Scope) -> str:
 def _or_absent(us: float | None) -> str:
     """A kernel's time in one trace of a comparison, or that the trace's top kernels lack it."""
     return duration(us) if us is not None else "not in its top kernels"
+
+
+#: how close a replay's prediction must come to the measured gain to be called right: within the
+#: run-to-run noise (percentage points), or within this fraction of the prediction
+PREDICTION_TOLERANCE = 0.1
+_GREW_LEADS = ("**It is slower:**", "**The run is not slower**")
+_PREDICTION_LEADS = ("**Yes, the prediction held:**", "**It promised more than came:**", "**It was cautious:**",
+                     "**Within its bound:**", "**No, outside its bound:**")
+
+
+def _prediction_checked(p: Prediction, d: DiffResult) -> str:
+    """The before verdict's prediction against the measured change, said first: held (within the
+    noise or a tenth of it), over or under; a bound without a replay, within it or not."""
+    if p["simulated_pct"] is not None:
+        simulated, measured = p["simulated_pct"], p["measured_pct"]
+        if abs(measured - simulated) <= max(d.noise_pct, PREDICTION_TOLERANCE * abs(simulated)):
+            lead = _PREDICTION_LEADS[0]
+        else:
+            lead = _PREDICTION_LEADS[1] if measured < simulated else _PREDICTION_LEADS[2]
+        said = f"{lead} the before verdict {p['sentence']}."
+        if measured < simulated and d.new_problems:  # where the rest went: what the change brought forward
+            said += f" Part of the gain went to what limits it now: {d.new_problems[0]}."
+        return said
+    lead = _PREDICTION_LEADS[3] if p["within_estimate"] else _PREDICTION_LEADS[4]
+    return f"{lead} the before verdict {p['sentence']} (an upper bound, with no replay to predict it)."
+
+
+def _what_grew(d: DiffResult) -> str:
+    """What got slower between the runs: the run itself when it did, else what grew though it got
+    faster (new problems, kernels and ranges that take longer per step or per trace)."""
+    basis = d.time_basis
+    kernels = sorted((k for k in d.kernels if k["before_us"] and k["after_us"]
+                      and k["after_us"] > k["before_us"] * (1 + d.noise_pct / 100)),
+                     key=lambda k: -((k["after_us"] or 0.0) - (k["before_us"] or 0.0)))[:3]
+    ranges = [r for r in d.ranges if r["change_pct"] is not None and r["change_pct"] >= d.noise_pct][:3]
+    lead = (f"{_GREW_LEADS[0]} {d.grew}." if d.slower_pct >= d.noise_pct and d.grew else
+            f"{_GREW_LEADS[1]}, but these grew:")
+    lines = [lead, *(f"- {p}" for p in d.new_problems)]
+    lines += [f"- kernel {code(shorten(k['label'], 80))}: {_or_absent(k['before_us'])} → {_or_absent(k['after_us'])} "
+              f"per {basis}" for k in kernels]
+    lines += [f"- range {code(shorten(r['name'], 60))}: host {_or_absent(r['before_host_us'])} → "
+              f"{_or_absent(r['after_host_us'])} per {basis}" for r in ranges]
+    if len(lines) == 1:
+        lines.append("- nothing beyond the run-to-run noise")
+    return "\n".join(lines)
 
 
 def _yes_no(q: Question) -> bool:

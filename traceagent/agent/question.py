@@ -210,7 +210,8 @@ LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kin
 _CHANGED = re.compile(r"\b(?:got|get|gets|getting|became|become|went|go|goes|gone|come|came) (?:\w+ )?(?:slower|faster|"
                       r"worse|better|up|down|away)\b|\bchang(?:ed|es)\b|\bpredict(?:ion|ed)\b|\b(?:keep|keeping|revert\w*) "
                       r"(?:the |this |that |my )?change|\b(?:increased|decreased|dropped|rose|grew|shrank|shrunk)\b|"
-                      r"\b(?:new|old|first|second|previous|last) (?:run|trace|profile|version)\b", re.I)
+                      r"\b(?:new|old|first|second|previous|last) (?:run|trace|profile|version)\b|"
+                      r"\b(?:fixed|solved|resolved)\b", re.I)
 # a question with none of these words, and no intent found, is taken to be in another language
 _ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "
                "did can should i we me you be slow fast time would could will help use using much many more".split())
