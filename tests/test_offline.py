@@ -401,6 +401,13 @@ TABLE = [
     # everyday phrasings: the hardware, making it faster, what blocks the host, data copied, the optimizer's time
     ("R", "Is the GPU memory bandwidth saturated?", "bound", {"limits": ("memory_bound",)},
      lambda c: [f"{percent(classes(c).memory_kernels_pct)} in kernels memory-bound by nature"]),
+    # asked of pageable memory, yes means pageable copies
+    ("R", "Are the copies pageable?", "copies", {},
+     lambda c: [f"**Yes:** {focus(c).results['memcpy'].pageable_count} of the "
+                f"{focus(c).results['memcpy'].by_kind['HtoD'].count} host copies come from pageable memory"]),
+    ("T", "Are there pageable copies?", "copies", {},
+     lambda c: [f"**No:** the {sum(focus(c).results['memcpy'].by_kind[k].count for k in ('HtoD', 'DtoH'))} host copies "
+                "come from pinned memory"]),
     ("R", "Is pin_memory on?", "copies", {},
      lambda c: [f"**No:** {focus(c).results['memcpy'].pageable_count} of the "
                 f"{focus(c).results['memcpy'].by_kind['HtoD'].count} host copies come from pageable memory"]),

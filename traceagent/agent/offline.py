@@ -614,9 +614,11 @@ class OfflineAnalyst:
                         + (f", though copies take only {percent(m.share_pct)} {of}: pinning them will save little.\n"
                            if m.share_pct < LITTLE_COPIES_PCT else ".\n")
                         if m.pageable_count else f"**No need:** the {copies} come from pinned memory already.\n")
-            else:
-                lead = (f"**No:** {m.pageable_count} of the {copies} come from pageable memory.\n" if m.pageable_count
-                        else f"**Yes:** the {copies} come from pinned memory.\n")
+            else:  # "is pin_memory on?" is yes where the copies are pinned; "are any pageable?" then no
+                pageable_asked = bool(re.search(r"pageable", q.text, re.I))
+                yes, no = ("**Yes:**", "**No:**") if pageable_asked else ("**No:**", "**Yes:**")
+                lead = (f"{yes} {m.pageable_count} of the {copies} come from pageable memory.\n" if m.pageable_count
+                        else f"{no} the {copies} come from pinned memory.\n")
             lines.insert(0, lead)
         lines += [f"- {kind}: {c.count} copies, {size(c.bytes)}, {duration(c.us)}, {rate(c.gbps)}, "
                   + (f"{c.pageable_count} from pageable memory" if c.pageable_count else "pinned or device memory")
