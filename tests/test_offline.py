@@ -467,6 +467,8 @@ TABLE = [
     ("D", "Which GPU has the most idle time?", "most_idle", {}, lambda c: ["Every GPU, most idle first:"]),
     ("D", "Where does rank 7 spend its time?", "idle", {"rank": 7},
      lambda c: [f"Rank 7: The GPU is idle **{percent(idle(c, 7).idle_pct)}**"]),
+    # what the host does while the GPU waits: the idle answer, whose gaps say what the host was in
+    ("R", "What does the CPU do between kernels?", "idle", {}, lambda c: ["The GPU is idle **", "meanwhile the host was in"]),
     ("D", "What is rank 3 doing?", "idle", {"rank": 3},
      lambda c: [f"Rank 3: The GPU is idle **{percent(idle(c, 3).idle_pct)}**"]),
     ("D", "Is there a network problem?", "interconnect", {}, lambda c: ["This trace cannot say the collectives' bandwidth"]),

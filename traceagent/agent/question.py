@@ -177,6 +177,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("idle", r"\bschedul(?:er|ing) overhead\b|\bwhere does (?:rank\s*#?\d+|(?:the |my )?(?:gpu|device|job|run|rank))\b.{0,20}"
              r"\bspend\b|"
              r"\bwhat (?:is|are|was|were) (?:the |my )?(?:gpus?|devices?|(?:rank|gpu|device)\s*#?\d+) doing\b|"
+             # what the host does while the GPU waits: the gaps' causes and the host's evidence
+             r"\bwhat (?:does|is|was|did) (?:the |my )?(?:cpu|host|python)\b.{0,20}\bdo(?:ing)?\b.{0,30}"
+             r"\b(?:between|during|while|when the (?:gpu|device))\b|"
              # the busy share asked in words: "what percentage of time is the GPU actually computing?"
              r"\b(?:gpus?|devices?)\b.{0,30}\b(?:actually |really )?"
              r"(?:comput(?:ing|es)|working|in use|doing (?:useful )?work)\b|"
