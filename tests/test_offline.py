@@ -388,6 +388,9 @@ TABLE = [
     ("S", "Is this inference or training?", "detector:workload", {}, lambda c: ["An inference server (decode steps)"]),
     # the kind of job said in passing: the question is what limits it
     ("S", "Is this inference job launch bound?", "bound", {"limit": "launch"}, lambda c: ["**No.**"]),
+    # the phases weighed against each other, where the trace holds one of them
+    ("S", "Is prefill or decode the bottleneck?", "phases", {},
+     lambda c: ["**This trace has no prefill steps** to weigh against decode"]),
     ("R", "Is this a training run?", "detector:workload", {},
      lambda c: ["A training job", "single-process DataLoader (num_workers=0)", "with_modules=True"]),
     ("B", "What model is this?", "detector:workload", {},

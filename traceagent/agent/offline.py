@@ -775,10 +775,16 @@ class OfflineAnalyst:
         lines = [f"{self._who(answer.scope)}By phase (each over its steps' time on the GPUs):"]
         present = [p.phase for p in answer.result.phases]
         asked = [w for w, said in _PHASE_WORDS if re.search(said, q.text, re.I)]
-        if (missing := [w for w in asked if w not in present]) and not set(asked) & set(present):
+        missing = [w for w in asked if w not in present]
+        windows = "; ".join(_PHASE_WINDOWS[m] for m in missing)
+        if missing and not set(asked) & set(present):
             lines.insert(0, f"**This trace has no {' or '.join(missing)} steps:** it holds {' and '.join(present)} "
                             f"steps only. To measure {' or '.join(missing)}, profile a window in which the server runs "
-                            f"it ({'; '.join(_PHASE_WINDOWS[m] for m in missing)}).\n")
+                            f"it ({windows}).\n")
+        elif missing:  # "prefill or decode?" where one of them is all the trace holds: nothing to weigh it against
+            lines.insert(0, f"**This trace has no {' or '.join(missing)} steps** to weigh against "
+                            f"{' and '.join(w for w in asked if w in present)}: profile a window in which the server runs "
+                            f"{' or '.join(missing)} ({windows}).\n")
         for p in answer.result.phases:
             line = (f"- **{p.phase}**: {counted(p.steps, 'step')}"
                     + (f", {p.tokens} tokens" if p.tokens is not None else "")

@@ -86,7 +86,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                       r"would (?:it|that) save|worth (?:optimi[sz]ing|speeding))"),
     # a bound asked of a phase ("is the decode memory-bound?") is the bound intent's: phases say no bound
     # as is a bottleneck asked of a phase, and why the GPU idles in one ("… between decode steps?": idle)
-    ("phases", r"^(?!.*(?:\w[- ]bound\b|\bbound by\b|\blimited by\b|\bbottleneck))(?!.*\bwhy\b.*\b(?:idle|gaps?|"
+    # the phases weighed against each other ("is prefill or decode the bottleneck?") are theirs too
+    ("phases", r"\b(?:prefill|decode)\b.{0,12}\b(?:or|vs\.?|versus|and)\b.{0,12}\b(?:prefill|decode)\b|"
+               r"^(?!.*(?:\w[- ]bound\b|\bbound by\b|\blimited by\b|\bbottleneck))(?!.*\bwhy\b.*\b(?:idle|gaps?|"
                r"bubbles?|stall\w*)\b).*"
                r"\b(?:prefill|pre-fill|decode|decoding|inference phases?|serving steps?|vllm|sglang|ttft|tpot)\b|"
                r"\btokens? ?(?:/|per) ?s(?:ec(?:ond)?)?\b|\btime to first token|\binter-?token|\bper output token|"
