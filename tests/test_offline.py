@@ -472,6 +472,8 @@ TABLE = [
      lambda c: [f"Rank 7: The GPU is idle **{percent(idle(c, 7).idle_pct)}**"]),
     # what the host does while the GPU waits: the idle answer, whose gaps say what the host was in
     ("R", "What does the CPU do between kernels?", "idle", {}, lambda c: ["The GPU is idle **", "meanwhile the host was in"]),
+    ("D", "Is the load balanced across ranks?", "straggler", {},
+     lambda c: [f"**No:** **Rank {c.analysis.comparison.straggler}** is the straggler."]),
     ("D", "What is rank 3 doing?", "idle", {"rank": 3},
      lambda c: [f"Rank 3: The GPU is idle **{percent(idle(c, 3).idle_pct)}**"]),
     ("D", "Is there a network problem?", "interconnect", {}, lambda c: ["This trace cannot say the collectives' bandwidth"]),

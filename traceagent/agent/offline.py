@@ -872,6 +872,7 @@ class OfflineAnalyst:
                 return _unavailable(answer.unavailable, "which rank is the straggler")
             return "The trace cannot say which rank is the straggler: no collective was matched across the ranks."
         rank = ranks.straggler
+        balanced = _yes_no(q) and bool(re.search(r"\b(?:balanced|even(?:ly)?|equal(?:ly)?)\b", q.text, re.I))
         rows = sorted(ranks.ranks[:MAX_ITEMS], key=lambda r: -r.exposed_waiting_us)
         asked = next((r for r in rows if r.rank == q.rank), None)
         if asked is not None and asked.rank == rank:  # "what is rank 7 waiting for?" about the straggler itself
@@ -882,9 +883,10 @@ class OfflineAnalyst:
                     f"({percent(asked.exposed_waiting_pct)} of its device time, with no compute beside it); it entered "
                     f"{asked.last_count} of the collectives last itself.")
         elif rank is None:
-            lead = "**No rank is a straggler**: no rank enters most collectives last."
+            lead = (("**Yes:** " if balanced else "") + "**No rank is a straggler**: no rank enters most "
+                    "collectives last.")
         else:
-            lead = f"**Rank {rank}** is the straggler."
+            lead = ("**No:** " if balanced else "") + f"**Rank {rank}** is the straggler."
         lines = [lead, straggler_sentence(ranks), "", "Waiting for the last rank, by rank (exposed: no compute beside it):"]
         lines += [f"- rank {r.rank}: {duration(r.exposed_waiting_us)} exposed waiting, "
                   f"{percent(r.exposed_waiting_pct)} of its device time; entered {r.last_count} collectives last"
