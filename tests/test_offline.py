@@ -471,6 +471,7 @@ TABLE = [
     ("D", "Where does rank 7 spend its time?", "idle", {"rank": 7},
      lambda c: [f"Rank 7: The GPU is idle **{percent(idle(c, 7).idle_pct)}**"]),
     # what the host does while the GPU waits: the idle answer, whose gaps say what the host was in
+    ("R", "gpu util?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
     ("R", "What does the CPU do between kernels?", "idle", {}, lambda c: ["The GPU is idle **", "meanwhile the host was in"]),
     ("D", "Is the load balanced across ranks?", "straggler", {},
      lambda c: [f"**No:** **Rank {c.analysis.comparison.straggler}** is the straggler."]),
