@@ -471,7 +471,9 @@ TABLE = [
     ("D", "Where does rank 7 spend its time?", "idle", {"rank": 7},
      lambda c: [f"Rank 7: The GPU is idle **{percent(idle(c, 7).idle_pct)}**"]),
     # what the host does while the GPU waits: the idle answer, whose gaps say what the host was in
+    # shorthand engineers type, read as the words it stands for
     ("R", "gpu util?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("D", "comms overlap?", "communication", {}, lambda c: ["collective kernels ran"]),
     ("R", "What does the CPU do between kernels?", "idle", {}, lambda c: ["The GPU is idle **", "meanwhile the host was in"]),
     ("D", "Is the load balanced across ranks?", "straggler", {},
      lambda c: [f"**No:** **Rank {c.analysis.comparison.straggler}** is the straggler."]),

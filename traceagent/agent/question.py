@@ -186,7 +186,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
              r"\b(?:gpus?|devices?)\b.{0,30}\b(?:actually |really )?"
              r"(?:comput(?:ing|es)|working|in use|doing (?:useful )?work)\b|"
              r"\b(?:percent(?:age)?|fraction|share|proportion) of (?:the )?time\b.{0,40}\b(?:gpus?|devices?)\b|"
-             r"\b(?:idle|wait\w*|stall\w*|gaps?|slow\w*|bottleneck\w*|utili[sz]\w*|util|starv\w*|underutil\w*|busy|why|"
+             r"\b(?:idle|wait\w*|stall\w*|gaps?|slow\w*|bottleneck\w*|utili[sz]\w*|starv\w*|underutil\w*|busy|why|"
              r"wast\w*)\b"),
     ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
                 r"report)|\bwhat does (?:the|my|this) (?:trace|timeline|run|profile|job) look like\b|"
@@ -217,6 +217,11 @@ _CHANGED = re.compile(r"\b(?:got|get|gets|getting|became|become|went|go|goes|gon
                       r"(?:the |this |that |my )?change|\b(?:increased|decreased|dropped|rose|grew|shrank|shrunk)\b|"
                       r"\b(?:new|old|first|second|previous|last) (?:run|trace|profile|version)\b|"
                       r"\b(?:fixed|solved|resolved)\b", re.I)
+#: words engineers shorten, read as the words the intents know ("gpu util?", "mem bw", "comms"); whole
+#: words only, so a kernel's `bn_bw_` or an op's `mem_efficient` stays as written
+SHORTHAND = {"mem": "memory", "bw": "bandwidth", "util": "utilization", "perf": "performance", "avg": "average",
+             "comms": "communication", "xfer": "transfer", "xfers": "transfers"}
+_SHORTHAND = re.compile(rf"\b(?:{'|'.join(SHORTHAND)})\b", re.I)
 # a question with none of these words, and no intent found, is taken to be in another language
 _ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "
                "did can should i we me you be slow fast time would could will help use using much many more".split())
@@ -265,6 +270,7 @@ class Question:
 
 def understand(text: str, ctx: AnalysisContext) -> Question:
     """The intent and entities of a question about the loaded trace."""
+    text = _SHORTHAND.sub(lambda m: SHORTHAND[m.group(0).lower()], text)  # "mem bw?": memory bandwidth
     # what the question asks is read without the ops it names ("vllm::moe_forward" is not about vLLM's phases)
     words = OP_NAME.sub(" ", text)
     # a registered detector that names its questions answers them first: its words are its own; of
