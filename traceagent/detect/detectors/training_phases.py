@@ -126,8 +126,10 @@ DETECTOR = Detector("training_phases", "Forward, backward and optimizer",
                     "advice where the optimizer or the backward takes more than usual.",
                     TrainingPhasesParams(), TrainingPhasesResult, lambda i, p: detect_training_phases(i.trace, p),
                     lambda r, p: training_phases_sentence(r), since="2.6",
-                    needs=("the rank shows no autograd work (an inference run, or a trace without host ops)",
-                           "profile a training step with CPU activities on (torch.profiler records autograd's ops)"),
+                    needs=("the rank shows no autograd work (an inference run, or a trace that does not record autograd's "
+                           "ops: no host ops, or NVTX ranges without them)",
+                           "profile a training step with CPU activities on (torch.profiler records autograd's ops), or "
+                           "under Nsight Systems inside torch.autograd.profiler.emit_nvtx()"),
                     asks=r"\b(?:forward|backward)(?: pass)?\b.{0,40}\b(?:take|takes|took|time|long|share|slow\w*|vs|"
                          r"versus|ratio|compar\w*)\b|\b(?:take|takes|took|time|long|share)\b.{0,40}\b(?:forward|backward) pass|"
                          r"\boptimi[sz]er(?: step)?\b.{0,30}\b(?:take|takes|took|time|long|share|slow\w*)\b|"
