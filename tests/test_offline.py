@@ -102,6 +102,11 @@ def most_changed(ctx) -> dict:
     return max(rows, key=lambda k: abs(k["after_us"] - k["before_us"]))
 
 
+def gpu_idle_pct(ctx, device: int) -> float:
+    """One GPU's idle share of its own span, as the breakdown reports it."""
+    return focus(ctx).results["breakdown"].devices[device].idle_pct
+
+
 def most_grown(ctx) -> dict:
     """The diff's kernel row whose time per step grew most (both traces list it)."""
     rows = [k for k in diff(ctx.analysis, ctx.other).kernels if k["before_us"] is not None and k["after_us"] is not None]
@@ -531,8 +536,8 @@ TABLE = [
     # two GPUs named: every GPU's idle and busy, side by side
     ("N", "Is the work split evenly across the GPUs?", "most_idle", {},
      lambda c: [f"rank 0, GPU {d}: idle {percent(idle(c).devices[d].idle_pct)}" for d in (0, 1)]),
-    ("N", "Is GPU 0 slower than GPU 1?", "most_idle", {},
-     lambda c: [f"rank 0, GPU {d}: idle {percent(idle(c).devices[d].idle_pct)}" for d in (0, 1)]),
+    ("N", "Is GPU 0 slower than GPU 1?", "device_vs_device", {"devices": (0, 1)},
+     lambda c: [f"- GPU {d}: idle {percent(gpu_idle_pct(c, d))}" for d in (0, 1)]),
     ("N", "Why is GPU 1 idle?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(idle(c).devices[1].idle_pct)}**"]),
     ("N", "did it help?", "compare", {},
@@ -548,6 +553,11 @@ TABLE = [
     ("R", "How long is the longest kernel?", "slow_kernel", {},
      lambda c: ["The longest single kernel run is of **`", f"`**: {duration(longest_kernel_us(c))} (mean"]),
     ("N", "Are there any NCCL collectives?", "communication", {}, lambda c: ["ncclDevKernel_SendRecv"]),
+    # two GPUs of the rank side by side, by the breakdown's idle of each over its own span
+    ("N", "Why is GPU 1 idle more than GPU 0?", "device_vs_device", {"devices": (1, 0)},
+     lambda c: [f"**GPU 1 is idle more than GPU 0:** {percent(gpu_idle_pct(c, 1))} of its span against "
+                f"{percent(gpu_idle_pct(c, 0))}", "- GPU 1: idle ", "- GPU 0: idle "]),
+    ("N", "Is GPU 1 doing the same as GPU 0?", "device_vs_device", {"devices": (1, 0)}, lambda c: ["- GPU 0: idle "]),
     ("C", "did it help?", "compare", {}, lambda c: ["**Yes:**", "(gone)"]),
     ("C", "is it faster?", "compare", {}, lambda c: ["**Yes:**", diff(c.analysis, c.other).prediction["sentence"]]),
     ("C", "did num_workers fix it?", "compare", {}, lambda c: ["**Yes:**", "(gone)"]),

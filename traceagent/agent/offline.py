@@ -159,6 +159,9 @@ class OfflineAnalyst:
             "step_vs_step": Plan(lambda q, at: [("steps", at)], self._step_vs_step),
             "rank_vs_rank": Plan(lambda q, at: [("overview", {"rank": r}) for r in q.ranks[:2]] + [("communication", {})],
                                  self._rank_vs_rank),
+            # two GPUs of a rank side by side: their idle by cause, each over its own span
+            "device_vs_device": Plan(lambda q, at: [("idle_gaps", _rank(at) | {"device": d}) for d in q.devices[:2]],
+                                     self._device_vs_device),
             "one_step": Plan(lambda q, at: [("steps", at), ("idle_gaps", at | {"step": q.steps[0], "top": 3})],
                              self._one_step),
             "steps": Plan(lambda q, at: [("steps", at)], self._steps),
@@ -919,6 +922,28 @@ class OfflineAnalyst:
                 line += (f"; waits {duration(w.exposed_waiting_us)} with no compute beside it "
                          f"({percent(w.exposed_waiting_pct)} of its device time), entered {w.last_count} collectives last")
             lines.append(line)
+        return "\n".join(lines)
+
+    def _device_vs_device(self, q: Question, a: IdleGapsAnswer, b: IdleGapsAnswer) -> str:
+        """Two GPUs side by side: which idles more, the cause of idle that differs most between them,
+        then each one's idle by cause (each over its own span)."""
+        pair = [(d, x) for d, x in zip(q.devices, (a, b), strict=False)]
+        (more, m), (less, n) = sorted(pair, key=lambda p: -p[1].totals.idle_pct)
+        causes = sorted(set(m.totals.by_cause_us) | set(n.totals.by_cause_us))
+        differs = max(causes, key=lambda c: abs(m.totals.by_cause_us.get(c, 0.0) - n.totals.by_cause_us.get(c, 0.0)),
+                      default=None)
+        who = self._who(Scope(rank=m.scope["rank"]) if "rank" in m.scope else None)  # the rank, where the job has several
+        lines = [f"{who}**GPU {more} is idle more than GPU {less}:** {percent(m.totals.idle_pct)} of its span against "
+                 f"{percent(n.totals.idle_pct)}"
+                 + (f"; the cause of idle that differs most is {label(GAP_CAUSES, differs)}: "
+                    f"{duration(m.totals.by_cause_us.get(differs, 0.0))} on GPU {more}, "
+                    f"{duration(n.totals.by_cause_us.get(differs, 0.0))} on GPU {less}." if differs else "."), ""]
+        for d, x in pair:
+            t = x.totals
+            by_cause = sorted(t.by_cause_us.items(), key=lambda kv: -kv[1])
+            lines.append(f"- GPU {d}: idle {percent(t.idle_pct)} ({duration(t.idle_us)} of {duration(t.span_us)}, "
+                         f"{counted(t.gaps, 'gap')})" + (": " + ", ".join(f"{label(GAP_CAUSES, c)} {duration(us)}"
+                                                                         for c, us in by_cause) if by_cause else ""))
         return "\n".join(lines)
 
     def _steps(self, q: Question, answer: StepsAnswer) -> str:

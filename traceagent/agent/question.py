@@ -45,6 +45,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     # two ranks named: "why is rank 0 slower than rank 1?", "rank 2 vs 5"
     ("rank_vs_rank", rf"\brank\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and|to|with|or)\s*"
                      r"(?:rank\s*)?#?\d+\b"),
+    # two GPUs named: "compare GPU 0 and GPU 1", "why is GPU 1 idle more than GPU 0?"
+    ("device_vs_device", rf"\b(?:gpu|device|cuda:)\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and|to|with|or|as)\s*"
+                         r"(?:(?:gpu|device|cuda:)\s*)?#?\d+\b"),
     ("step_vs_step", rf"\bsteps?\s*#?\d+\s*(?:{_VERSUS}|and|to|-|–)\s*(?:step\s*#?)?\d+|"
                      rf"\bsteps?\s*#?\d+\b.{{0,40}}?\b(?:than|{_VERSUS})\s*step\s*#?\d+"),
     ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
@@ -69,7 +72,6 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                   r"(?:two |\d+ )?(?:gpus|devices)\b|"
                   r"\bwhich (?:gpu|rank|device)s? (?:has|have|had) (?:the )?(?:most|least|highest|lowest|largest) "
                   r"(?:idle|busy|utili[sz]ation)|"
-                  rf"\b(?:gpu|device)\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and)\s*(?:gpu\s*|device\s*)?#?\d+\b|"
                   r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)|"
                   r"\b(?:utili[sz]ation|busy|idle)\b.{0,30}\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b|"
                   r"\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b.{0,30}\b(?:utili[sz]ation|busy|idle)\b"),
@@ -228,6 +230,8 @@ _ENGLISH = set("the a an is are was why what how which where who my our this tha
 _RANK = re.compile(r"\brank\s*#?(\d+)", re.I)
 _RANKS = re.compile(rf"\brank\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|with|or)\s*#?(\d+))?", re.I)
 _DEVICE = re.compile(r"\b(?:gpu|device|cuda:)\s*#?(\d+)", re.I)
+_DEVICES = re.compile(rf"\b(?:gpu|device|cuda:)\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|with|or|than)\s*"
+                      r"(?:(?:gpu|device|cuda:)\s*)?#?(\d+))?", re.I)
 _STEPS = re.compile(rf"\bsteps?\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|-|–|,)\s*"
                     r"(?:step\s*#?)?(\d+))?", re.I)
 _THRESHOLD = re.compile(r"\b(?:longer|more|over|above|at least|bigger|larger) than\s*(\d+(?:\.\d+)?)\s*(µs|us|ms|s)\b", re.I)
@@ -266,6 +270,7 @@ class Question:
     foreign: bool = False  # mostly non-Latin script: open questions need a model
     limits: tuple[str, ...] = ()  # every bound the question names ("compute- or memory-bound?"), `limit` first
     ranks: tuple[int, ...] = ()  # every rank the question names, in order, once each ("rank 0 vs 1": 0, 1)
+    devices: tuple[int, ...] = ()  # every GPU the question names, in order, once each ("GPU 0 and 1": 0, 1)
 
 
 def understand(text: str, ctx: AnalysisContext) -> Question:
@@ -327,7 +332,10 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     ranks = tuple(dict.fromkeys(int(n) for m in _RANKS.finditer(text) for n in m.groups() if n))
     if intent == "rank_vs_rank" and len(ranks) < 2:
         intent = "straggler"  # "rank 3 and its neighbours": about ranks, with one named
-    return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks)
+    devices = tuple(dict.fromkeys(int(n) for m in _DEVICES.finditer(text) for n in m.groups() if n))
+    if intent == "device_vs_device" and len(devices) < 2:
+        intent = "idle"  # "GPU 1 and its copies": about one GPU
+    return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks, devices)
 
 
 def classes_named(text: str, natures: bool = False) -> list[str]:
