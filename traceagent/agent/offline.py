@@ -933,8 +933,11 @@ class OfflineAnalyst:
         differs = max(causes, key=lambda c: abs(m.totals.by_cause_us.get(c, 0.0) - n.totals.by_cause_us.get(c, 0.0)),
                       default=None)
         who = self._who(Scope(rank=m.scope["rank"]) if "rank" in m.scope else None)  # the rank, where the job has several
-        lines = [f"{who}**GPU {more} is idle more than GPU {less}:** {percent(m.totals.idle_pct)} of its span against "
-                 f"{percent(n.totals.idle_pct)}"
+        alike = percent(m.totals.idle_pct) == percent(n.totals.idle_pct)  # as shown: no "more" between equal figures
+        lines = [f"{who}**GPU {more} is idle "
+                 + (f"as much as GPU {less}:** {percent(m.totals.idle_pct)} of its span each" if alike else
+                    f"more than GPU {less}:** {percent(m.totals.idle_pct)} of its span against "
+                    f"{percent(n.totals.idle_pct)}")
                  + (f"; the cause of idle that differs most is {label(GAP_CAUSES, differs)}: "
                     f"{duration(m.totals.by_cause_us.get(differs, 0.0))} on GPU {more}, "
                     f"{duration(n.totals.by_cause_us.get(differs, 0.0))} on GPU {less}." if differs else "."), ""]
