@@ -87,3 +87,15 @@ def test_the_offline_analyst_answers_a_checkpointing_question_with_the_detectors
     assert recompute_sentence(analysis.ranks[0].results["recompute"]) in text
     text = offline_answer(analyzed(RESNET_NW0), "How much recomputation is there?")
     assert "no activation-checkpoint recomputation" in text and "with_stack=True" in text
+
+
+def test_checkpointing_is_asked_with_what_it_checkpoints():
+    from traceagent.agent.question import understand
+    from traceagent.agent.tools import AnalysisContext
+
+    ctx = AnalysisContext(analyzed(MI300))
+    for question in ("Is activation checkpointing costing me?", "Does gradient checkpointing slow it down?",
+                     "How much recomputation is there?"):
+        assert understand(question, ctx).intent == "detector:recompute", question
+    # saving a model checkpoint is another question
+    assert understand("How long does saving the checkpoint take?", ctx).intent != "detector:recompute"
