@@ -99,3 +99,17 @@ def test_checkpointing_is_asked_with_what_it_checkpoints():
         assert understand(question, ctx).intent == "detector:recompute", question
     # saving a model checkpoint is another question
     assert understand("How long does saving the checkpoint take?", ctx).intent != "detector:recompute"
+
+
+def test_what_if_checkpointing_were_off_is_asked_in_words_and_replayed():
+    from traceagent.detect.verdict.whatif import parse_change, simulate
+    from traceagent.format import duration
+
+    analysis = analyzed(MI300)
+    result = simulate(analysis.ranks[0].trace, [parse_change("recompute=0")])
+    # the recomputed ops gone: the step shortens by at most about their time per step (what overlapped
+    # other work saves less)
+    per_step = analysis.ranks[0].results["recompute"].recomputed_us / analysis.ranks[0].results["steps"].count
+    assert 0 < result.measured_us - result.predicted_us <= per_step * 1.05
+    text = offline_answer(analysis, "What if I turned off activation checkpointing?")
+    assert f"**With recompute=0: step {duration(result.measured_us)} → {duration(result.predicted_us)}" in text

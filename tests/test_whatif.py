@@ -120,6 +120,29 @@ def test_a_faster_kernel(tmp_path):
     assert predicted(tmp_path, gpu_loop(), "kernel:.=x4").predicted_us == pytest.approx(5 + 200 + 5 + 90)
 
 
+def checkpointed_loop(steps: int = 3) -> TraceBuilder:
+    """gpu_loop with its first kernel the forward run again: launched inside torch.utils.checkpoint's
+    recompute_fn frame (from the step's start to 8 µs in), as the backward does under non-reentrant checkpointing."""
+    b = gpu_loop(steps, kernels=("recomputed_gemm", "backward_k"))
+    for n in range(steps):
+        b.python("torch/utils/checkpoint.py(1500): recompute_fn", n * 900, 8)
+    return b
+
+
+def test_turning_checkpointing_off(tmp_path):
+    # by hand: the recomputed kernel and its launch call take nothing; of the 5 µs of host time before the
+    # second launch (5 to 10) the 3 inside recompute_fn go: that call runs 2 to 7, its kernel starts 5 µs
+    # after it (the typical launch delay) and runs 7 to 407, the sync returns at 412, then 90 µs of host work
+    result = predicted(tmp_path, checkpointed_loop(), "recompute=0")
+    assert result.measured_us == 900 and result.predicted_us == pytest.approx(2 + 5 + 400 + 5 + 90)
+    assert result.changes[0].matched == 3 and "activation checkpointing off" in result.assumptions[0]
+
+
+def test_turning_checkpointing_off_where_the_trace_shows_none_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="no activation-checkpoint recomputation"):
+        predicted(tmp_path, gpu_loop(), "recompute=0")
+
+
 def test_an_ops_kernels_faster(tmp_path):
     # gemm_a is launched inside aten::mm: the same 700 µs as making it twice as fast by name
     assert predicted(tmp_path, gpu_loop(op="aten::mm"), "op:aten::mm=x2").predicted_us == pytest.approx(700)

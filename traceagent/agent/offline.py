@@ -298,6 +298,8 @@ class OfflineAnalyst:
             return "amp"
         if re.search(r"\boverlap", q.text, re.I):
             return "comm=overlap"
+        if re.search(r"checkpoint|recomput|rematerializ", q.text, re.I):
+            return "recompute=0"  # "what if I turned activation checkpointing off?"
         named = [w for w in re.findall(r"[A-Za-z]+\d+\w*", q.text) if peak_for(w) is not None]
         if named:  # another GPU, by a name the peak table knows (H100, MI300X)
             return f"gpu={named[0]}"

@@ -41,6 +41,7 @@ from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
 from ..detectors.kernels import op_kernels, short_name
 from ..detectors.precision import TENSOR_FORMATS, name_precisions
+from ..detectors.recompute import recompute_frames, recomputed_ops
 from ..detectors.steps import step_time_ns
 from ..detectors.time_by_class import class_indices, class_rows
 from .critical_path import blocking_waits, launch_positions, thread_key
@@ -56,6 +57,8 @@ CHANGES = {
                       "class:memory_bound=x2, what fusing memory-bound kernels buys at least)",
     "launch=graphs": "kernels launched from a CUDA graph: each launch call's host cost gone",
     "copies=pinned": "copies from pageable host memory made from pinned memory: asynchronous, at pinned bandwidth",
+    "recompute=0": "activation checkpointing off: the forward work the backward runs again removed (its device ops, "
+                   "their launch calls, the host time inside torch.utils.checkpoint's recompute)",
     "amp": "mixed precision: matmul-class kernels at the GPU's tensor-core peak ratio, the rest at half the bytes",
     "fp8": "FP8 matmuls (Transformer Engine, torchao): bf16/fp16 matmul-class kernels at the GPU's fp8/bf16 peak ratio, "
            "the rest as measured",
@@ -70,7 +73,8 @@ ALL_KERNELS = ".*"
 # kernels that do matrix math (compute-bound at size); every other kernel is taken to move memory
 MATMUL_CLASS = re.compile(r"gemm|conv|cutlass|cublas|xmma|wgrad|dgrad|fprop|matmul|attention|attn|fmha|flash|sdpa|"
                           r"implicit_convolve|winograd|cudnn::detail|nchw.*(?:fw|bw)", re.I)
-_SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|class|launch|copies)(?::(?P<pattern>.+?))?=(?P<value>x?[\d.]+|graphs|"
+_SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|class|launch|copies|recompute)(?::(?P<pattern>.+?))?="
+                   r"(?P<value>x?[\d.]+|graphs|"
                    r"pinned)$")
 PINNED_SHARE = 0.8  # of the host link's peak, what pinned copies reach where the trace has none to measure
 _NEVER = np.iinfo(np.int64).min // 4  # no floor (a quarter of the range: sums stay in range)
@@ -92,6 +96,10 @@ class Change:
             return ("data loading takes no host time" if math.isinf(self.factor) else
                     f"data loading takes 1/{self.factor:g} of its host time") + \
                 ": the batches are ready when the loop asks (workers that keep up, prefetching)"
+        if self.what == "recompute":
+            return ("activation checkpointing off: the recomputed forward's device ops and launch calls, and the host "
+                    "time inside its recompute, removed; the activations it freed are kept instead (check that they "
+                    "fit in memory)")
         if self.what == "sync":
             return ("blocking calls" + (f" named or under {self.pattern!r}" if self.pattern else "")
                     + " return without waiting for the GPU; their own host time stays")
@@ -165,12 +173,14 @@ def parse_change(spec: str) -> Change:
         factor = float(value[1:])
         if factor <= 0:
             raise ValueError(f"{spec!r}: the factor must be above 0")
-    elif float(value) == 0 and what in ("dataloader", "sync"):
+    elif float(value) == 0 and what in ("dataloader", "sync", "recompute"):
         factor = math.inf
     else:
         raise ValueError(f"{spec!r}: write =0 (removed) or =xF (F times faster); the changes are: {valid}")
     if what == "sync" and not math.isinf(factor):
         raise ValueError(f"{spec!r}: a wait is removed (sync=0), not made faster")
+    if what == "recompute" and (not math.isinf(factor) or pattern):
+        raise ValueError(f"{spec!r}: the recomputation is removed whole (recompute=0)")
     if what == "class":  # the names are checked before any trace is read
         try:
             class_indices((pattern or "").split(","))
@@ -884,6 +894,17 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
                                                                         if change.pattern else "") + " in the trace")
             matched = int(hit.sum())
             wait = np.where(hit, -1, wait)
+        elif change.what == "recompute":
+            hit = recomputed_ops(trace)[0][g.d_rows]
+            if not hit.any():
+                raise ValueError(f"{change.spec!r}: the trace shows no activation-checkpoint recomputation (no "
+                                 "recompute_fn frame or CheckpointFunctionBackward node launched device work)")
+            matched = int(hit.sum())
+            d_dur = np.where(hit, 0, d_dur)
+            launches = np.zeros(len(g.c_start), dtype=bool)
+            launches[g.d_launch[hit & (g.d_launch >= 0)]] = True
+            c_dur = np.where(launches & (g.c_wait < 0), 0, c_dur)
+            c_gap = c_gap - _host_in_gaps(g, _thread_intervals(trace.cpu, recompute_frames(trace)))
         elif change.what in ("kernel", "op", "class"):
             pattern = change.pattern or ""
             if change.what == "class":
@@ -1134,11 +1155,16 @@ def _loading(trace: Trace) -> dict[int, iv.Intervals]:
 
 def _loading_in_gaps(trace: Trace, g: Graph) -> np.ndarray:
     """The data loading inside each host gap (before each call), ns."""
+    return _host_in_gaps(g, _loading(trace))
+
+
+def _host_in_gaps(g: Graph, spans: dict[int, iv.Intervals]) -> np.ndarray:
+    """The time inside each thread's spans in each host gap on it (before each call), ns."""
     inside = np.zeros(len(g.c_start), dtype=np.int64)
     prev_end = np.concatenate([[0], g.c_end[:-1]]) + g.origin
-    for t, loading in _loading(trace).items():
+    for t, covering in spans.items():
         mine = g.c_thread == t
-        inside[mine] = iv.covered(loading, prev_end[mine], g.c_start[mine] + g.origin)
+        inside[mine] = iv.covered(covering, prev_end[mine], g.c_start[mine] + g.origin)
     return np.where(g.c_gap > 0, np.minimum(inside, g.c_gap), 0).astype(np.int64)
 
 
