@@ -389,12 +389,6 @@ def _groups(keys: np.ndarray) -> np.ndarray:
     return np.cumsum(_firsts(keys)) - 1
 
 
-def _runs(keys: np.ndarray) -> list[tuple[int, int]]:
-    """Each run of equal (sorted) keys as (start, stop)."""
-    starts = np.flatnonzero(_firsts(keys))
-    return list(zip(starts.tolist(), np.append(starts[1:], len(keys)).tolist()))
-
-
 def _grouped_cummax(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """The running maximum of `values` within each run of equal sorted `keys` (a new array)."""
     if len(values) < 2:
