@@ -478,6 +478,10 @@ TABLE = [
     # what the host does while the GPU waits: the idle answer, whose gaps say what the host was in
     # shorthand engineers type, read as the words it stands for
     ("R", "gpu util?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    # a figure asked: the figure first
+    ("R", "What is the peak memory?", "memory", {}, lambda c: ["**Peak memory:** GPU 0: peak "]),
+    # how far the host runs ahead: the launch queue's depth
+    ("R", "Is there CPU-GPU overlap?", "detector:launch_queue", {}, lambda c: ["**Launch queue.** GPU 0 stream"]),
     ("D", "comms overlap?", "communication", {}, lambda c: ["collective kernels ran"]),
     ("R", "What does the CPU do between kernels?", "idle", {}, lambda c: ["The GPU is idle **", "meanwhile the host was in"]),
     ("D", "Is the load balanced across ranks?", "straggler", {},

@@ -650,6 +650,10 @@ class OfflineAnalyst:
         else:
             lead = "**No sign of a memory problem:** no growth across steps and no synchronizing allocator calls."
         lines = [lead, ""]
+        if re.search(r"\b(?:peak|max(?:imum)?|how much|usage|footprint)\b", q.text, re.I) and not leaks and devices:
+            # "what is the peak memory?": the figure first, then whether anything is wrong
+            lines[:0] = ["**Peak memory:** " + "; ".join(f"{self._who(answer.scope)}GPU {d.device}: {memory_peak(d)}"
+                                                          for d in devices) + ".", ""]
         for d in devices:
             peak = memory_peak(d) + (" (the trace has no allocator totals)" if d.peak_allocated_bytes is None else "")
             lines.append(f"- {self._who(answer.scope)}GPU {d.device}: {peak}; {d.allocations} allocations"
