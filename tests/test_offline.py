@@ -510,7 +510,10 @@ TABLE = [
     ("B", "Is the MoE layer the bottleneck?", "op_bound", {"op": "moe"},
      lambda c: ["**Yes.**" if ops_replayed(c, "moe").saving_pct >= 10 else "**No.**",
                 f"({duration(ops_replayed(c, 'moe').measured_us)} → {duration(ops_replayed(c, 'moe').predicted_us)}, "
-                f"simulated", f"They launched {inside(c, 'moe').kernels} kernels"]),
+                f"simulated", f"They launched {inside(c, 'moe').kernels} kernels"]
+     # where its kernels are not the limit but the verdict names the op for its launches: said so
+     + (["**Its host side is, though:**"] if ops_replayed(c, "moe").saving_pct < 10
+        and "moe" in focus(c).results["verdict"].hypothesis.lower() else [])),
     ("R", "Is aten::addmm the bottleneck?", "op_bound", {"op": "aten::addmm"},
      lambda c: [f"({duration(ops_replayed(c, 'aten::addmm').measured_us)} → "
                 f"{duration(ops_replayed(c, 'aten::addmm').predicted_us)}, simulated"]),

@@ -386,8 +386,13 @@ class OfflineAnalyst:
         if replay is None or not kernels.top:
             return f"No kernel in this scope was launched by {what}. It is limited by **{v.headline}**."
         lead = kernels.top[0].kernel
+        yes, said = self._replayed_bottleneck(replay, f"the kernels of {what}")
+        if not yes and (q.op or "").lower() in f"{v.hypothesis} {v.next_step}".lower():
+            # "is the MoE layer the bottleneck?" where its launches are: its kernels are not, its host side is
+            said += (f" **Its host side is, though:** the verdict below points at {what}, for the launches and host "
+                     "work around its kernels, not their time on the GPU.")
         return "\n".join([
-            self._replayed_bottleneck(replay, f"the kernels of {what}")[1], "",
+            said, "",
             f"They launched {k.kernels} kernels for {duration(k.total_us)} of device time, led by "
             f"{code(shorten(lead.label, 80))} ({duration(lead.total_us)}, {percent(lead.share_of_busy_pct)} of busy time).",
             "", f"{self._who(verdict.scope)}{v.headline}. {v.hypothesis}", "", f"**Next step:** {v.next_step}", *_saving(v)])
