@@ -823,3 +823,7 @@ def test_on_a_trace_with_no_device_work_the_ops_time_is_the_hosts():
     top = analysis.focus.results["host_ops"].top[0]
     assert f"({top.kind}) {duration(top.self_us)}" in answer(ctx, "Which op takes the most time?").text
     assert understand("Which op takes the most time?", context("R")).intent == "detector:op_time"
+    # "what takes the most time?" too, where the trace has only host work; of a GPU trace, the summary
+    assert understand("What takes the most time?", ctx).intent == "detector:host_ops"
+    assert f"({top.kind}) {duration(top.self_us)}" in answer(ctx, "What takes the most time?").text
+    assert understand("What takes the most time?", context("R")).intent == "summary"

@@ -38,6 +38,7 @@ _PHASE_WORDS = re.compile(r"\b(?:prefill|pre-fill|decode|decoding)\b", re.I)
 #: what a run's or step's time goes to, asked in words: "what's eating my step time?", "where does the
 #: iteration time go?", "break down the step time", "what is the step made of?"
 _TIME_GOES_TO = (r"(?:\b(?:eat\w*|consum\w*|tak\w* up|us\w* up|dominat\w*)\b.{0,25}\btime\b|"
+                 r"\bwhat (?:takes|is taking|uses|is using|spends) (?:up )?(?:the )?most (?:of the )?time\b|"
                  r"\bbreak\w* down\b.{0,25}\btime\b|\bwhere (?:is|does) (?:the |my )?(?:step |iteration |run )?time "
                  r"(?:going|go)\b|\bwhat (?:is|are) (?:the |a |my )?(?:steps?|iterations?) made of\b)")
 # (intent, pattern): the order is the priority
@@ -288,6 +289,9 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if asked == "op_time" and about.results.get("op_time") is None and about.results.get("host_ops") is not None:
         asked = "host_ops"  # a trace with no device work: its ops' time is host time ("which op takes the most time?")
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
+    if intent == "summary" and about.verdict.limiter is None and about.results.get("host_ops") is not None \
+            and re.search(_TIME_GOES_TO, words, re.I):
+        intent = "detector:host_ops"  # "what takes the most time?" of a CPU-only trace: its host time by event
     if ctx.other is not None and intent not in ("rank_vs_rank", "step_vs_step") and _CHANGED.search(words):
         intent = "compare"  # two runs loaded: "what got slower?", "was the prediction right?" are about the change
     if intent == "compare" and ctx.other is None and _RANK.search(text) and len(ctx.analysis.ranks) > 1:
