@@ -683,9 +683,11 @@ class OfflineAnalyst:
                                   q.text, re.I))
         said = ("**Yes:** ", "**No:** ") if keeps_up else ("**No:** ", "**Yes:** ")
         if not waited:
-            return f"{who}{said[0] if _yes_no(q) else ''}the GPU never waits for data loading in this trace. {v.headline}."
+            return (f"{who}{said[0] if _yes_no(q) else ''}" + ("the" if who or _yes_no(q) else "The")
+                    + f" GPU never waits for data loading in this trace. {v.headline}.")
         pct = (idle.totals.by_cause_pct or {}).get("dataloader")
-        lines = [f"{who}{said[1] if _yes_no(q) else ''}the GPU waits for data loading {duration(waited)}"
+        lines = [f"{who}{said[1] if _yes_no(q) else ''}" + ("the" if who or _yes_no(q) else "The")
+                 + f" GPU waits for data loading {duration(waited)}"
                  + (f" ({percent(pct)} {self._of(idle.scope)})" if pct is not None else "")
                  + f", in {counted(idle.totals.by_cause_count['dataloader'], 'gap')}."]
         lines += self._largest_gap(idle)

@@ -195,12 +195,13 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"report)|\bwhat does (?:the|my|this) (?:trace|timeline|run|profile|job) look like\b|"
                 r"\bwhere (?:is|does) (?:the |my )?time (?:going|go)\b|\bhow efficient\b|" + _TIME_GOES_TO + "|"
                 r"\bwhat (?:limits|is limiting|holds back|caps)\b|"
-                r"\bhow long (?:was|is|did) (?:the |this )?(?:profile|trace|recording|capture)\b|"
+                r"\bhow long (?:was|is|did) (?:the |this )?(?:profile|profiling|trace|recording|capture)\b|"
                 # the hardware: the summary's first line names the ranks and their GPUs
                 r"\b(?:amd|nvidia|rocm|cuda) or (?:amd|nvidia|rocm|cuda)\b|\bwhich (?:gpu )?vendor\b|"
                 r"\bhow many (?:gpus|ranks|devices|nodes|workers)\b|^(?!.*\b(?:slow\w*|fast\w*|idle|busy|bottleneck|"
                 r"straggl\w*|wait\w*|most|least|behind|worst|best)\b).*\b(?:what|which) (?:kind of |type of |model of )?"
-                r"(?:gpus?|hardware|accelerators?)\b(?: \w+){0,5}\s*\??\s*$"),
+                r"(?:gpus?|hardware|accelerators?)\b(?: \w+){0,5}\s*\??\s*$|"
+                r"\b(?:gpu|accelerator) (?:model|type|name)\b"),
 ]]
 LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kind, p in [
     # kernels bound by the GPU's memory bandwidth, not copies: "memory-bound", "bound by bandwidth"
