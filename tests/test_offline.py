@@ -355,6 +355,9 @@ TABLE = [
     ("R", "What if kernels were 2x faster?", "whatif", {},
      lambda c: ["**With kernel:.*=x2: step ", "every kernel runs 2× faster"]),
     ("R", "What if the GPU were twice as fast?", "whatif", {}, lambda c: ["**With kernel:.*=x2: step "]),
+    # data loading made shorter, not removed
+    ("R", "What if I halved the data loading time?", "whatif", {}, lambda c: ["**With dataloader=x2: step "]),
+    ("R", "What if data loading were 4x faster?", "whatif", {}, lambda c: ["**With dataloader=x4: step "]),
     # a class of work or an op said in a what-if: its kernels made that many times faster
     ("R", "What would a 2x faster convolution buy?", "whatif", {}, lambda c: ["**With class:convolution=x2: step "]),
     # a factor said with the work it speeds up: the replay of that change, not the top cause's saving
