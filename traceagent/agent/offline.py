@@ -1243,11 +1243,15 @@ class OfflineAnalyst:
         lines: list[str] = []
         if answer.op is not None:  # "did aten::convolution get faster?": that op's kernels in both traces, then the run
             lines += [_op_in_both(answer.op, d), ""]
-        if d.prediction and re.search(r"\bpredict(?:ion|ed)\b|\bestimate", q.text, re.I):
-            lines += _prediction_checked(d.prediction, d), ""  # "was the prediction right?": that first
-        elif (re.search(r"\b(?:slower|worse|regress\w*|grew|grown|increased|went up)\b", q.text, re.I) and not q.op
-              and not re.search(r"\bkernels?\b", q.text, re.I)):  # kernels asked: their rows below
-            lines += _what_grew(d), ""  # "what got slower?": what grew, even where the run got faster
+        # "was the prediction right?": that first; "what got slower?": what grew, even where the run got faster
+        # (kernels asked: their rows below); each then not said again further down
+        checked = bool(d.prediction) and bool(re.search(r"\bpredict(?:ion|ed)\b|\bestimate", q.text, re.I))
+        grew = (not checked and not q.op and not re.search(r"\bkernels?\b", q.text, re.I)
+                and bool(re.search(r"\b(?:slower|worse|regress\w*|grew|grown|increased|went up)\b", q.text, re.I)))
+        if checked and d.prediction:
+            lines += _prediction_checked(d.prediction, d), ""
+        elif grew:
+            lines += _what_grew(d), ""
         elif _yes_no(q) and not q.op:  # "did it help?", "is it faster?": the answer first
             if d.helped:
                 verdict = "**Yes:**"
@@ -1266,11 +1270,11 @@ class OfflineAnalyst:
         lines += [f"- {m.name}: {_value(m.unit, m.before)} → {_value(m.unit, m.after)}" for m in d.metrics[:6]]
         if d.work:  # two captures holding different work: said, since the spans above are not the raw ones
             lines += ["", md_prose(work_note(d.work))]
-        if d.prediction and not lines[0].startswith(_PREDICTION_LEADS):
+        if d.prediction and not checked:
             lines.append(f"\nThe before verdict {d.prediction['sentence']}.")
         if d.collectives:
             lines.append(f"\n{d.collectives['sentence']}")
-        if not lines[0].startswith(_GREW_LEADS):  # what grew lists the new problems already
+        if not grew:  # what grew lists the new problems already
             lines += [f"\nNew problem: {p}" for p in d.new_problems] or ["\nNo new problems."]
         return "\n".join(lines)
 
@@ -1418,9 +1422,6 @@ def _or_absent(us: float | None) -> str:
 #: how close a replay's prediction must come to the measured gain to be called right: within the
 #: run-to-run noise (percentage points), or within this fraction of the prediction
 PREDICTION_TOLERANCE = 0.1
-_GREW_LEADS = ("**It is slower:**", "**The run is not slower**")
-_PREDICTION_LEADS = ("**Yes, the prediction held:**", "**It promised more than came:**", "**It was cautious:**",
-                     "**Within its bound:**", "**No, outside its bound:**")
 
 
 def _prediction_checked(p: Prediction, d: DiffResult) -> str:
@@ -1429,14 +1430,14 @@ def _prediction_checked(p: Prediction, d: DiffResult) -> str:
     if p["simulated_pct"] is not None:
         simulated, measured = p["simulated_pct"], p["measured_pct"]
         if abs(measured - simulated) <= max(d.noise_pct, PREDICTION_TOLERANCE * abs(simulated)):
-            lead = _PREDICTION_LEADS[0]
+            lead = "**Yes, the prediction held:**"
         else:
-            lead = _PREDICTION_LEADS[1] if measured < simulated else _PREDICTION_LEADS[2]
+            lead = "**It promised more than came:**" if measured < simulated else "**It was cautious:**"
         said = f"{lead} the before verdict {p['sentence']}."
         if measured < simulated and d.new_problems:  # where the rest went: what the change brought forward
             said += f" Part of the gain went to what limits it now: {d.new_problems[0]}."
         return said
-    lead = _PREDICTION_LEADS[3] if p["within_estimate"] else _PREDICTION_LEADS[4]
+    lead = "**Within its bound:**" if p["within_estimate"] else "**No, outside its bound:**"
     return f"{lead} the before verdict {p['sentence']} (an upper bound, with no replay to predict it)."
 
 
@@ -1448,8 +1449,8 @@ def _what_grew(d: DiffResult) -> str:
                       and k["after_us"] > k["before_us"] * (1 + d.noise_pct / 100)),
                      key=lambda k: -((k["after_us"] or 0.0) - (k["before_us"] or 0.0)))[:3]
     ranges = [r for r in d.ranges if r["change_pct"] is not None and r["change_pct"] >= d.noise_pct][:3]
-    lead = (f"{_GREW_LEADS[0]} {d.grew}." if d.slower_pct >= d.noise_pct and d.grew else
-            f"{_GREW_LEADS[1]}, but these grew:")
+    lead = (f"**It is slower:** {d.grew}." if d.slower_pct >= d.noise_pct and d.grew else
+            "**The run is not slower**, but these grew:")
     lines = [lead, *(f"- {p}" for p in d.new_problems)]
     lines += [f"- kernel {code(shorten(k['label'], 80))}: {_or_absent(k['before_us'])} → {_or_absent(k['after_us'])} "
               f"per {basis}" for k in kernels]
