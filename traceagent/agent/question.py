@@ -231,7 +231,6 @@ _ENGLISH = set("the a an is are was why what how which where who my our this tha
                "did can should i we me you be slow fast time would could will help use using much many more".split())
 _RANK = re.compile(r"\brank\s*#?(\d+)", re.I)
 _RANKS = re.compile(rf"\brank\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|with|or)\s*#?(\d+))?", re.I)
-_DEVICE = re.compile(r"\b(?:gpu|device|cuda:)\s*#?(\d+)", re.I)
 _DEVICES = re.compile(rf"\b(?:gpu|device|cuda:)\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|with|or|than)\s*"
                       r"(?:(?:gpu|device|cuda:)\s*)?#?(\d+))?", re.I)
 _STEPS = re.compile(rf"\bsteps?\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|-|–|,)\s*"
@@ -301,7 +300,9 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
         intent = "one_step"  # "did step 5 improve?" with one trace: about that step
     if intent == "compare" and ctx.other is None and _PHASE_WORDS.search(text):
         intent = "phases"  # "how long is prefill compared to decode?" with one trace: its phases
-    device = int(m.group(1)) if (m := _DEVICE.search(text)) else None
+    # every GPU named, in order, once each; the first is the one a question about one GPU means
+    devices = tuple(dict.fromkeys(int(n) for m in _DEVICES.finditer(text) for n in m.groups() if n))
+    device = devices[0] if devices else None
     steps = [int(n) for m in _STEPS.finditer(text) for n in m.groups() if n]
     if not steps and (m := _ORDINAL_STEP.search(text)):  # "the first step": its number in this trace
         steps = _step_by_order(m.group(1).lower(), ctx)
@@ -337,7 +338,6 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     ranks = tuple(dict.fromkeys(int(n) for m in _RANKS.finditer(text) for n in m.groups() if n))
     if intent == "rank_vs_rank" and len(ranks) < 2:
         intent = "straggler"  # "rank 3 and its neighbours": about ranks, with one named
-    devices = tuple(dict.fromkeys(int(n) for m in _DEVICES.finditer(text) for n in m.groups() if n))
     if intent == "device_vs_device" and len(devices) < 2:
         intent = "idle"  # "GPU 1 and its copies": about one GPU
     return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks, devices)
