@@ -895,9 +895,7 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
                                  "recompute_fn frame or CheckpointFunctionBackward node launched device work)")
             matched = int(hit.sum())
             d_dur = np.where(hit, 0, d_dur)
-            launches = np.zeros(len(g.c_start), dtype=bool)
-            launches[g.d_launch[hit & (g.d_launch >= 0)]] = True
-            c_dur = np.where(launches & (g.c_wait < 0), 0, c_dur)
+            c_dur = np.where(_launch_calls(g, hit), 0, c_dur)
             c_gap = c_gap - _host_in_gaps(g, _thread_intervals(trace.cpu, recompute_frames(trace)))
         elif change.what in ("kernel", "op", "class"):
             pattern = change.pattern or ""
@@ -938,15 +936,11 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
                 raise ValueError(f"{change.spec!r}: the trace has no copies from or to pageable host memory")
             matched = int(pageable.sum())
             d_dur = np.where(pageable, np.minimum(d_dur, pinned_ns), d_dur)
-            calls = np.zeros(len(g.c_start), dtype=bool)
-            calls[g.d_launch[pageable & (g.d_launch >= 0)]] = True
-            c_dur = np.where(calls & (g.c_wait < 0), _launch_ns(g), c_dur)
+            c_dur = np.where(_launch_calls(g, pageable), _launch_ns(g), c_dur)
             applied.append(ChangeApplied(change.spec, f"{change.assumption}; {note}", matched))
             continue
         else:  # launch=graphs
-            launches = np.zeros(len(g.c_start), dtype=bool)
-            launches[g.d_launch[g.d_launch >= 0]] = True
-            launches &= g.c_wait < 0
+            launches = _launch_calls(g, np.ones(len(g.d_launch), dtype=bool))
             matched = int(launches.sum())
             if not matched:
                 raise ValueError(f"{change.spec!r}: no kernel launch calls in the trace")
@@ -1122,6 +1116,15 @@ def _copy_columns(g: Graph, *names: str) -> list[np.ndarray]:
         values[copies] = (column if name == "copy_kind" else column.str.lower()).to_numpy()
         out.append(values)
     return out
+
+
+def _launch_calls(g: Graph, ops: np.ndarray) -> np.ndarray:
+    """The host calls that launched the device ops `ops` marks and do not wait (a blocking copy's call
+    keeps its time): a mask over the calls."""
+    calls = np.zeros(len(g.c_start), dtype=bool)
+    calls[g.d_launch[ops & (g.d_launch >= 0)]] = True
+    calls &= g.c_wait < 0
+    return calls
 
 
 def _launch_ns(g: Graph) -> int:
