@@ -185,8 +185,8 @@ def innermost_by_thread(o_thread: np.ndarray, o_start: np.ndarray, o_end: np.nda
     # the queries' axis times are made a chunk at a time, as innermost_open answers them
     for lo in range(0, len(t), QUERY_CHUNK):
         asked_thread = known_threads.get_indexer(thread[lo:lo + QUERY_CHUNK])
-        q = np.where(asked_thread >= 0,
-                     asked_thread.astype(np.int64) * width + (np.asarray(t[lo:lo + QUERY_CHUNK], dtype=np.int64) - t_min), -1)
+        q = np.where(asked_thread >= 0, numbered_thread_time(asked_thread, np.asarray(t[lo:lo + QUERY_CHUNK], dtype=np.int64),
+                                                             t_min, width), -1)
         found = _last_open(tree, s, q, q)
         hit = found >= 0
         result[lo:lo + QUERY_CHUNK][hit] = order[found[hit]]

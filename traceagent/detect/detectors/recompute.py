@@ -90,7 +90,7 @@ def recompute_frames(trace: Trace) -> np.ndarray:
 
 
 def recompute_sentence(result: RecomputeResult) -> str:
-    """'Activation checkpointing runs 12 segments' forward again in the backward: 1,234 device ops,
+    """'Activation checkpointing runs the forward again 12 times in the backward: 1234 device ops,
     5.20 ms, 5.2% of device time (96.0% of the forward's own), led by …', and what to do about it."""
     if not result.ops:
         return (f"Activation checkpointing recomputes {result.regions} times in the backward, launching no device "
