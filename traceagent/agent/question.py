@@ -229,7 +229,6 @@ _SHORTHAND = re.compile(rf"\b(?:{'|'.join(SHORTHAND)})\b", re.I)
 # a question with none of these words, and no intent found, is taken to be in another language
 _ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "
                "did can should i we me you be slow fast time would could will help use using much many more".split())
-_RANK = re.compile(r"\brank\s*#?(\d+)", re.I)
 _RANKS = re.compile(rf"\brank\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|with|or)\s*#?(\d+))?", re.I)
 _DEVICES = re.compile(rf"\b(?:gpu|device|cuda:)\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|with|or|than)\s*"
                       r"(?:(?:gpu|device|cuda:)\s*)?#?(\d+))?", re.I)
@@ -282,7 +281,9 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     # a registered detector that names its questions answers them first: its words are its own; of
     # several, the first with a result on the rank asked about ("how long is the forward pass?" on
     # an inference trace: the workload's forward passes, not the training phases it lacks)
-    rank = int(m.group(1)) if (m := _RANK.search(text)) else None
+    # every rank named, in order, once each ("rank 0 vs 1": 0, 1); the first is the one a question about one rank means
+    ranks = tuple(dict.fromkeys(int(n) for m in _RANKS.finditer(text) for n in m.groups() if n))
+    rank = ranks[0] if ranks else None
     named = [d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, words, re.I)]
     about = next((r for r in ctx.analysis.ranks if r.rank == rank), ctx.analysis.focus)
     asked = next((n for n in named if about.results.get(n) is not None), named[0] if named else None)
@@ -294,7 +295,7 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
         intent = "detector:host_ops"  # "what takes the most time?" of a CPU-only trace: its host time by event
     if ctx.other is not None and intent not in ("rank_vs_rank", "step_vs_step") and _CHANGED.search(words):
         intent = "compare"  # two runs loaded: "what got slower?", "was the prediction right?" are about the change
-    if intent == "compare" and ctx.other is None and _RANK.search(text) and len(ctx.analysis.ranks) > 1:
+    if intent == "compare" and ctx.other is None and ranks and len(ctx.analysis.ranks) > 1:
         intent = "straggler"  # "how does rank 0 compare to the others?" with one job: how that rank stands
     if intent == "compare" and ctx.other is None and _STEPS.search(text):
         intent = "one_step"  # "did step 5 improve?" with one trace: about that step
@@ -335,7 +336,6 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     letters = [c for c in text if c.isalpha()]
     english = len(set(re.findall(r"[a-z]+", text.lower())) & _ENGLISH)
     foreign = bool(letters) and (sum(c.isascii() for c in letters) < len(letters) / 2 or (not english and intent is None))
-    ranks = tuple(dict.fromkeys(int(n) for m in _RANKS.finditer(text) for n in m.groups() if n))
     if intent == "rank_vs_rank" and len(ranks) < 2:
         intent = "straggler"  # "rank 3 and its neighbours": about ranks, with one named
     if intent == "device_vs_device" and len(devices) < 2:
