@@ -174,6 +174,11 @@ def flops(ctx):
     return focus(ctx).findings.flops
 
 
+def library(ctx, key: str):
+    """One library's row of the focus rank's kernel time by library."""
+    return next(lib for lib in focus(ctx).results["libraries"].libraries if lib.library == key)
+
+
 def kernels_named(ctx, part: str) -> str:
     """'3 kernels, 1.36 ms': the focus rank's kernels whose name holds `part`, read from its table."""
     gpu = focus(ctx).trace.gpu
@@ -527,6 +532,18 @@ TABLE = [
     ("R", "Are kernels overlapping?", "detector:streams", {}, lambda c: ["**Streams.** One stream"]),
     ("N", "How many kernels run concurrently?", "detector:streams", {}, lambda c: ["**Streams.**"]),
     ("R", "Are the kernels' grids too small?", "detector:grid_fill", {}, lambda c: ["**Grids that cannot fill the GPU.**"]),
+    # a library named: its share of kernel time first, then every library's
+    ("R", "What percent of GPU time is spent in cuDNN kernels?", "detector:libraries", {},
+     lambda c: [f"**cuDNN / MIOpen: {percent(library(c, 'cudnn').share_pct)}** of the rank's kernel time",
+                "**Kernel time by library.**"]),
+    ("R", "How much time is spent in triton kernels?", "detector:libraries", {}, lambda c: ["**No Triton kernels:**"]),
+    ("Q", "What share of the time is cuBLAS?", "detector:libraries", {},
+     lambda c: [f"**cuBLAS / hipBLASLt: {percent(library(c, 'blas').share_pct)}**"]),
+    ("N", "Is flash attention used?", "detector:libraries", {},
+     lambda c: [f"**FlashAttention / FlashInfer / FMHA: {percent(library(c, 'attention').share_pct)}**"]),
+    ("B", "Which libraries do the kernels come from?", "detector:libraries", {},
+     lambda c: ["**Kernel time by library.**", f"loaded modules (Triton, other JIT-compiled code or cubins; the name "
+                                               f"says no library) {percent(library(c, 'module').share_pct)}"]),
     ("D", "What can't this trace tell me?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
     ("R", "What should I record next time?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
     # more ways of asking, each to the answer that has its figures

@@ -28,6 +28,8 @@ from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import is_op_name, op_kernels, short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
+from ..detect.detectors.libraries import DETECTOR as LIBRARIES_DETECTOR
+from ..detect.detectors.libraries import NAMED_IN_QUESTIONS, LibrariesResult, library_sentence
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
 from ..detect.detectors.precision import SHOWN_PCT, PrecisionResult, precision_sentence
@@ -188,6 +190,8 @@ class OfflineAnalyst:
                for d in DETECTORS if d.asks and d.tool},
             # precision asked yes or no ("is it using fp8?", "are tensor cores used?"): the answer first
             "detector:precision": Plan(partial(_own_tool, "precision"), self._precision),
+            # one library asked about ("how much time is in cuDNN?"): its share first
+            "detector:libraries": Plan(partial(_own_tool, "libraries"), self._libraries),
         }
 
     async def answer(self, question: str, note: str = NO_LLM) -> AsyncIterator:
@@ -854,6 +858,13 @@ class OfflineAnalyst:
                     + (f" (for {percent(unsaid)} of their time the names say no format)"
                        if unsaid >= SHOWN_PCT else "") + ".")
         return f"{lead}\n\n{said}"
+
+    def _libraries(self, q: Question, answer: DetectorAnswer) -> str:
+        """The libraries' shares, led by the share of the one the question names."""
+        said = self._registered(LIBRARIES_DETECTOR, q, answer)
+        r: LibrariesResult | None = answer.result
+        asked = next((key for key, pattern in NAMED_IN_QUESTIONS if re.search(pattern, q.text, re.I)), None)
+        return said if r is None or asked is None else f"{self._who(answer.scope)}{library_sentence(r, asked)}\n\n{said}"
 
     def _scaling(self, q: Question, answer: CommAnswer, scaled: ScalingAnswer | None = None) -> str:
         """Two runs loaded: how the job scales between them; one: what in it grows with more GPUs,

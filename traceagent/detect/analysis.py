@@ -51,7 +51,7 @@ from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdic
 #: steps' steps_per_s; launch.min_latency_us; op_time (its own `since`). 2.9: precision and grid_fill (their own
 #: `since`); the workload's compiled_pct and compiled_regions. 2.10: layout (its own `since`); comm.kinds
 #: (each kind of collective's time and exposed part). 2.11: recompute (its own `since`); the steps'
-#: slowest_vs_median also holds host_us (the slowest step's extra time) and device_us.
+#: slowest_vs_median also holds host_us (the slowest step's extra time) and device_us. 2.12: libraries (its own `since`).
 SCHEMA_VERSION = max(["2.8", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 

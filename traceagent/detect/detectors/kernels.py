@@ -20,11 +20,16 @@ from .base import Detector, Key
 def short_name(name: str) -> str:
     """A readable kernel name: no return type, template arguments, parameters or namespaces.
     'void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)' → 'vectorized_elementwise_kernel'."""
+    return qualified_name(name).split("::")[-1] or name[:60]
+
+
+def qualified_name(name: str) -> str:
+    """A kernel's name with its namespaces, without return type, template arguments or parameters.
+    'void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)' → 'at::native::vectorized_elementwise_kernel'."""
     text = re.sub(r"^(void|__global__)\s+", "", name.strip())
     text = _strip_bracketed(text, "(", ")")
-    text = _strip_bracketed(text, "<", ">")
-    text = text.strip().split(" ")[-1] if " " in text.strip() else text.strip()
-    return text.split("::")[-1] or name[:60]
+    text = _strip_bracketed(text, "<", ">").strip()
+    return text.split(" ")[-1] if " " in text else text
 
 
 #: kernels named for the template that wraps the real one (cutlass's `Kernel2<cutlass_80_simt_sgemm_…>`)
