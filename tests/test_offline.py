@@ -456,6 +456,10 @@ TABLE = [
     ("D", "How does this scale to more GPUs?", "scaling", {},
      lambda c: ["`traceagent scaling RUN RUN … --project 16`", percent(focus(c).findings.comm.exposed_pct),
                 percent(comparison(c).others_exposed_waiting_pct)]),
+    # every rank's step time, asked of a job: each rank's own, the longest named first
+    ("D", "What's the average step time across ranks?", "steps", {},
+     lambda c: [f"on rank {max(c.analysis.ranks, key=lambda r: r.findings.steps.mean_us).rank}.",
+                *(f"- rank {r.rank}: {duration(r.findings.steps.mean_us)}" for r in c.analysis.ranks)]),
     ("D", "Which rank is the straggler?", "straggler", {},
      lambda c: [f"**Rank {comparison(c).straggler}** is the straggler"]),
     ("D", "What is rank 3 waiting for?", "straggler", {"rank": 3},

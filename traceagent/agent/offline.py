@@ -166,7 +166,9 @@ class OfflineAnalyst:
                                      self._device_vs_device),
             "one_step": Plan(lambda q, at: [("steps", at), ("idle_gaps", at | {"step": q.steps[0], "top": 3})],
                              self._one_step),
-            "steps": Plan(lambda q, at: [("steps", at)], self._steps),
+            # "the step time across ranks": each rank's (the first _RANKS_LISTED)
+            "steps": Plan(lambda q, at: [("steps", {"rank": r.rank}) for r in self.ctx.analysis.ranks[:_RANKS_LISTED]]
+                          if self._every_rank(q) else [("steps", at)], self._steps),
             "throughput": Plan(lambda q, at: [("phases", at), ("verdict", at)] if self._serving(at) else [("steps", at)],
                                self._throughput),
             "launch": Plan(lambda q, at: [("launches", at), ("verdict", at)], self._launch),
@@ -975,7 +977,13 @@ class OfflineAnalyst:
                                                                          for c, us in by_cause) if by_cause else ""))
         return "\n".join(lines)
 
-    def _steps(self, q: Question, answer: StepsAnswer) -> str:
+    def _every_rank(self, q: Question) -> bool:
+        """Whether the question asks about every rank of a job that has several ("across ranks", "per rank")."""
+        return len(self.ctx.analysis.ranks) > 1 and q.rank is None and bool(_EVERY_RANK.search(q.text))
+
+    def _steps(self, q: Question, answer: StepsAnswer, *more: StepsAnswer) -> str:
+        if more:
+            return self._steps_by_rank([answer, *more])
         steps = answer.steps
         if not steps or not steps.count:
             return _unavailable(answer.unavailable or NO_STEPS)
@@ -986,6 +994,23 @@ class OfflineAnalyst:
                 f"median {duration(steps.median_us)}, "
                 f"from {duration(steps.min_us)} to {duration(steps.max_us)} (slowest: step {steps.slowest})."
                 + (f" {said}" if (said := slowest_step_sentence(steps)) else "") + gpu_behind(steps))
+
+    def _steps_by_rank(self, answers: list[StepsAnswer]) -> str:
+        """Each rank's mean step time, slowest first, with the slowest and fastest named."""
+        timed = sorted(((a.scope or {}).get("rank"), a.steps) for a in answers if a.steps and a.steps.count)
+        if not timed:
+            return _unavailable(answers[0].unavailable or NO_STEPS)
+        timed.sort(key=lambda rs: -rs[1].mean_us)
+        (slow, s), (fast, f) = timed[0], timed[-1]
+        ranks = len(self.ctx.analysis.ranks)
+        lines = [f"**Step time by rank** (each rank's mean over its steps): from **{duration(f.mean_us)}** on rank "
+                 f"{fast} to **{duration(s.mean_us)}** on rank {slow}.", ""]
+        lines += [f"- rank {r}: {duration(x.mean_us)} (step {x.slowest})" if x.count == 1 else
+                  f"- rank {r}: mean {duration(x.mean_us)} over {x.count} steps (slowest: step {x.slowest}, "
+                  f"{duration(x.max_us)})" for r, x in timed]
+        if ranks > len(answers):
+            lines.append(f"- and {ranks - len(answers)} more ranks (ask about one by number)")
+        return "\n".join(lines)
 
     def _serving(self, at: dict) -> bool:
         """Whether the rank asked about is an inference server's (its steps name phases)."""
@@ -1329,6 +1354,11 @@ class OfflineAnalyst:
             lead = "I did not recognize that question, so here is the trace in short:"
         return "\n".join([lead, "", self._summary(q, overview, verdict), "",
                           "Without a model I can answer: " + "; ".join(f"“{c}”" for c in CANNED_QUESTIONS) + "."])
+
+
+#: the ranks a question about every rank lists, at most
+_RANKS_LISTED = 32
+_EVERY_RANK = re.compile(r"\b(?:across|each|every|per|all|between|among) (?:the )?(?:\d+ )?ranks?\b|\branks'", re.I)
 
 
 def _own_tool(name: str, q: Question, at: dict) -> list[tuple[str, dict]]:
