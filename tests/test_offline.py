@@ -18,7 +18,7 @@ from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.compare.diff import diff
 from traceagent.detect.detectors.kernels import detect_hot_kernels, op_host
 from traceagent.detect.verdict.whatif import parse_change, simulate
-from traceagent.format import counted, duration, percent
+from traceagent.format import counted, duration, percent, shorten
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", None),
@@ -536,6 +536,10 @@ TABLE = [
     ("R", "Are kernels overlapping?", "detector:streams", {}, lambda c: ["**Streams.** One stream"]),
     ("N", "How many kernels run concurrently?", "detector:streams", {}, lambda c: ["**Streams.**"]),
     ("R", "Are the kernels' grids too small?", "detector:grid_fill", {}, lambda c: ["**Grids that cannot fill the GPU.**"]),
+    # which kernel to work on, where kernels are not the limit: that first, then the hottest
+    ("S", "Which kernel should I tune first?", "kernels", {},
+     lambda c: [f"**Kernels are not what limits this trace first:** {focus(c).verdict.headline}.",
+                f"1. `{shorten(top_kernel(c).label, 80)}`"]),
     # a library named: its share of kernel time first, then every library's
     ("R", "What percent of GPU time is spent in cuDNN kernels?", "detector:libraries", {},
      lambda c: [f"**cuDNN / MIOpen: {percent(library(c, 'cudnn').share_pct)}** of the rank's kernel time",

@@ -141,7 +141,8 @@ class OfflineAnalyst:
             "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5}), ("host_ops", _rank(at)),
                                       ("op_time", _rank(at))], self._op),
             "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})]
-                            + ([("launches", at)] if _TYPICAL_KERNEL.search(q.text) else []), self._kernels),
+                            + ([("launches", at)] if _TYPICAL_KERNEL.search(q.text) else [])
+                            + ([("verdict", at)] if _WHAT_TO_TUNE.search(q.text) else []), self._kernels),
             "copies": Plan(lambda q, at: [("data_movement", at), ("interconnect", at)], self._copies),
             "memory": Plan(lambda q, at: [("memory", at)], self._memory),
             "dataloader": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
@@ -592,12 +593,18 @@ class OfflineAnalyst:
         return "\n".join(lines)
 
     def _kernels(self, q: Question, kernels: KernelsAnswer, profiled: KernelProfilesAnswer,
-                 launches: LaunchesAnswer | None = None) -> str:
+                 *more: LaunchesAnswer | VerdictAnswer) -> str:
         top = [row.kernel for row in kernels.top[:5]]
         if not top:
             return "There are no kernels in this trace."
         k = kernels.kernels
+        launches = next((a for a in more if isinstance(a, LaunchesAnswer)), None)
+        verdict = next((a.verdict for a in more if isinstance(a, VerdictAnswer)), None)
         lines = []
+        if verdict is not None and verdict.limiter not in (None, "compute"):
+            # "which kernel should I tune first?" where kernels are not the limit: that first
+            lines += [f"**Kernels are not what limits this trace first:** {verdict.headline}. Speeding a kernel up "
+                      "shortens the busy time only; the hottest are below.", ""]
         if launches is not None and launches.launch.kernels:  # "how long is a typical kernel?"
             n = launches.launch
             lines += [f"{self._who(launches.scope)}**A kernel runs {duration(n.median_kernel_us)} at the median** (of "
@@ -1356,6 +1363,8 @@ class OfflineAnalyst:
                           "Without a model I can answer: " + "; ".join(f"“{c}”" for c in CANNED_QUESTIONS) + "."])
 
 
+#: a question about kernels that asks which to work on ("which kernel should I tune first?")
+_WHAT_TO_TUNE = re.compile(r"\b(?:tune|optimi[sz]e|speed up|focus on|work on|improve|rewrite|fuse)\b", re.I)
 #: the ranks a question about every rank lists, at most
 _RANKS_LISTED = 32
 _EVERY_RANK = re.compile(r"\b(?:across|each|every|per|all|between|among) (?:the )?(?:\d+ )?ranks?\b|\branks'", re.I)
