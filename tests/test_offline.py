@@ -577,6 +577,12 @@ TABLE = [
      lambda c: [f"rank 0, GPU {d}: idle {percent(idle(c).devices[d].idle_pct)}" for d in (0, 1)]),
     ("N", "Is GPU 0 slower than GPU 1?", "device_vs_device", {"devices": (0, 1)},
      lambda c: [f"- GPU {d}: idle {percent(gpu_idle_pct(c, d))}" for d in (0, 1)]),
+    # how busy a GPU is: that GPU's busy share of its own span first
+    ("N", "What's the GPU busy time on GPU 1?", "idle", {"device": 1},
+     lambda c: [f"**Rank 0, GPU 1: busy {percent(focus(c).breakdown.devices[1].busy_pct)}** of its span "
+                f"({duration(focus(c).breakdown.devices[1].busy_us)} of "]),
+    ("R", "What's the GPU utilization?", "idle", {},
+     lambda c: [f"**Rank 0, GPU 0: busy {percent(focus(c).breakdown.devices[0].busy_pct)}**"]),
     ("N", "Why is GPU 1 idle?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(idle(c).devices[1].idle_pct)}**"]),
     ("N", "did it help?", "compare", {},

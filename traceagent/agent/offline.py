@@ -41,7 +41,7 @@ from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import ALL_KERNELS, whatif_sentence
-from ..format import counted, duration, flop_rate, of_span, percent, rate, shorten, size
+from ..format import counted, duration, flop_rate, of_span, percent, rate, scope, shorten, size
 from ..sentences import device_lines, gpu_behind, slowest_step_sentence, straggler_sentence
 from ..text import code, md_prose
 from ..trace.model import GPU_METRICS
@@ -116,7 +116,8 @@ class OfflineAnalyst:
         return {
             # a rank named ("why is rank 3 slow?"): where it stands among the ranks too
             "idle": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | _min(q))]
-                         + ([("communication", at)] if q.rank is not None and len(self.ctx.analysis.ranks) > 1 else []),
+                         + ([("communication", at)] if q.rank is not None and len(self.ctx.analysis.ranks) > 1 else [])
+                         + ([("overview", {})] if _BUSY_ASKED.search(q.text) else []),
                          self._idle),
             "optimize_first": Plan(lambda q, at: [("verdict", at)], self._optimize_first),
             "saving": Plan(lambda q, at: [("verdict", at)], self._saving),
@@ -242,13 +243,17 @@ class OfflineAnalyst:
         devices = scope.get("devices", [])
         return of_span(len(devices) if scope.get("device") == "all" and len(devices) > 1 else 1)
 
-    def _idle(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer, comm: CommAnswer | None = None) -> str:
+    def _idle(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer,
+              *more: CommAnswer | OverviewAnswer) -> str:
         v = verdict.verdict
         if not v.limiter:
             return v.headline + ". " + v.next_step
+        comm = next((a for a in more if isinstance(a, CommAnswer)), None)
+        overview = next((a for a in more if isinstance(a, OverviewAnswer)), None)
         # the verdict first: on a copy- or communication-bound trace the idle time is its symptom
         standing = _standing(q.rank, comm.comparison if comm is not None else None)
-        lines = [*([f"{standing} Its own time:", ""] if standing else []), f"**{v.headline}.** {v.hypothesis}", ""]
+        lines = [*([f"{standing} Its own time:", ""] if standing else []),
+                 *(self._busy_lines(q, overview) if overview is not None else []), f"**{v.headline}.** {v.hypothesis}", ""]
         t = idle.totals
         causes = sorted(t.by_cause_us.items(), key=lambda kv: -kv[1])
         of = self._of(idle.scope)
@@ -260,6 +265,14 @@ class OfflineAnalyst:
         lines += self._largest_gap(idle) + self._sync_line(idle)
         lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
         return "\n".join(lines)
+
+    def _busy_lines(self, q: Question, overview: OverviewAnswer) -> list[str]:
+        """"How busy is GPU 1?": each GPU asked about (of the rank asked about), busy first, over its own span."""
+        rank = q.rank if q.rank is not None else self.ctx.analysis.focus.rank
+        gpus = [(r.rank, d, b) for r in overview.ranks if r.rank == rank for d, b in r.devices.items()
+                if q.device in (None, d)]
+        return [f"**{_upper_first(scope(r, d))}: busy {percent(b.busy_pct)}** of its span ({duration(b.busy_us)} of "
+                f"{duration(b.span_us)}), idle {percent(b.idle_pct)}." for r, d, b in gpus[:16]] + [""] if gpus else []
 
     def _largest_gap(self, idle: IdleGapsAnswer) -> list[str]:
         if not idle.top_gaps:
@@ -1363,11 +1376,18 @@ class OfflineAnalyst:
                           "Without a model I can answer: " + "; ".join(f"“{c}”" for c in CANNED_QUESTIONS) + "."])
 
 
+#: a question about how busy the GPU is ("what's the GPU busy time on GPU 1?", "GPU utilization")
+_BUSY_ASKED = re.compile(r"\bbusy\b|\butili[sz]\w*", re.I)
 #: a question about kernels that asks which to work on ("which kernel should I tune first?")
 _WHAT_TO_TUNE = re.compile(r"\b(?:tune|optimi[sz]e|speed up|focus on|work on|improve|rewrite|fuse)\b", re.I)
 #: the ranks a question about every rank lists, at most
 _RANKS_LISTED = 32
 _EVERY_RANK = re.compile(r"\b(?:across|each|every|per|all|between|among) (?:the )?(?:\d+ )?ranks?\b|\branks'", re.I)
+
+
+def _upper_first(text: str) -> str:
+    """The text with its first letter capitalised, the rest as written ("rank 0, GPU 1" → "Rank 0, GPU 1")."""
+    return text[:1].upper() + text[1:]
 
 
 def _own_tool(name: str, q: Question, at: dict) -> list[tuple[str, dict]]:
