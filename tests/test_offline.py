@@ -174,6 +174,11 @@ def flops(ctx):
     return focus(ctx).findings.flops
 
 
+def precision_of(ctx, name: str) -> float:
+    """One precision's share of the focus rank's math kernel time."""
+    return next(p.share_pct for p in focus(ctx).results["precision"].precisions if p.precision == name)
+
+
 def library(ctx, key: str):
     """One library's row of the focus rank's kernel time by library."""
     return next(lib for lib in focus(ctx).results["libraries"].libraries if lib.library == key)
@@ -540,6 +545,13 @@ TABLE = [
     ("S", "Which kernel should I tune first?", "kernels", {},
      lambda c: [f"**Kernels are not what limits this trace first:** {focus(c).verdict.headline}.",
                 f"1. `{shorten(top_kernel(c).label, 80)}`"]),
+    # two formats asked as a choice: each one's share, the larger first; neither, with the format there is
+    ("B", "Is this fp8 or fp4?", "detector:precision", {},
+     lambda c: [f"**Mostly fp4:** fp4 takes {percent(precision_of(c, 'fp4'))}, fp8 takes "
+                f"{percent(precision_of(c, 'fp8'))} of the math kernels' time."]),
+    ("B", "Is it bf16 or fp16?", "detector:precision", {},
+     lambda c: [f"**Neither:** no math kernel's name says bf16 or fp16; the most math time is fp4's "
+                f"({percent(precision_of(c, 'fp4'))})."]),
     # a library named: its share of kernel time first, then every library's
     ("R", "What percent of GPU time is spent in cuDNN kernels?", "detector:libraries", {},
      lambda c: [f"**cuDNN / MIOpen: {percent(library(c, 'cudnn').share_pct)}** of the rank's kernel time",

@@ -862,10 +862,21 @@ class OfflineAnalyst:
         tensor cores or a format ("is TF32 on?", "am I using AMP?")."""
         said = self._registered(PRECISION_DETECTOR, q, answer)
         r: PrecisionResult | None = answer.result
-        asked = next((f for f, pattern in _FORMATS_ASKED if re.search(pattern, q.text, re.I)), None)
+        named = [f for f, pattern in _FORMATS_ASKED if re.search(pattern, q.text, re.I)]
+        asked = named[0] if named else None
         if r is None or asked is None or not _yes_no(q):
             return said
-        if asked == "tensor cores":
+        formats = [f for f in named if f not in ("tensor cores", "mixed precision")]
+        if len(formats) > 1 and re.search(r"\bor\b", q.text, re.I):  # "fp8 or fp4?": each one's share, most first
+            shares = sorted((p for p in r.precisions if p.precision in formats and p.share_pct >= SHOWN_PCT),
+                            key=lambda p: -p.share_pct)
+            lead = (f"**Mostly {shares[0].precision}:** " + ", ".join(f"{p.precision} takes {percent(p.share_pct)}"
+                                                                      for p in shares)
+                    + " of the math kernels' time." if shares else
+                    f"**Neither:** no math kernel's name says {' or '.join(formats)}"
+                    + (f"; the most math time is {top.precision}'s ({percent(top.share_pct)})."
+                       if (top := next((p for p in r.precisions if p.precision != "unknown"), None)) else "."))
+        elif asked == "tensor cores":
             lead = (f"**Yes:** {percent(r.tensor_core_pct)} of the math kernels' time runs on tensor cores."
                     if r.tensor_core_pct >= 50 else
                     f"**Partly:** {percent(r.tensor_core_pct)} of the math kernels' time runs on tensor cores."
