@@ -552,6 +552,9 @@ TABLE = [
     ("B", "Is it bf16 or fp16?", "detector:precision", {},
      lambda c: [f"**Neither:** no math kernel's name says bf16 or fp16; the most math time is fp4's "
                 f"({percent(precision_of(c, 'fp4'))})."]),
+    # why the steps are slow: the verdict, with the idle behind it; why the slowest is: the step list's comparison
+    ("R", "Why is the step so slow?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
+    ("R", "Why is the slowest step slow?", "steps", {}, lambda c: ["The slowest step took "]),
     # a library named: its share of kernel time first, then every library's
     ("R", "What percent of GPU time is spent in cuDNN kernels?", "detector:libraries", {},
      lambda c: [f"**cuDNN / MIOpen: {percent(library(c, 'cudnn').share_pct)}** of the rank's kernel time",

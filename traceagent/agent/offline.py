@@ -866,14 +866,14 @@ class OfflineAnalyst:
         asked = named[0] if named else None
         if r is None or asked is None or not _yes_no(q):
             return said
-        formats = [f for f in named if f not in ("tensor cores", "mixed precision")]
-        if len(formats) > 1 and re.search(r"\bor\b", q.text, re.I):  # "fp8 or fp4?": each one's share, most first
-            shares = sorted((p for p in r.precisions if p.precision in formats and p.share_pct >= SHOWN_PCT),
+        choices = [f for f in named if f not in ("tensor cores", "mixed precision")]
+        if len(choices) > 1 and re.search(r"\bor\b", q.text, re.I):  # "fp8 or fp4?": each one's share, most first
+            shares = sorted((p for p in r.precisions if p.precision in choices and p.share_pct >= SHOWN_PCT),
                             key=lambda p: -p.share_pct)
             lead = (f"**Mostly {shares[0].precision}:** " + ", ".join(f"{p.precision} takes {percent(p.share_pct)}"
                                                                       for p in shares)
                     + " of the math kernels' time." if shares else
-                    f"**Neither:** no math kernel's name says {' or '.join(formats)}"
+                    f"**Neither:** no math kernel's name says {' or '.join(choices)}"
                     + (f"; the most math time is {top.precision}'s ({percent(top.share_pct)})."
                        if (top := next((p for p in r.precisions if p.precision != "unknown"), None)) else "."))
         elif asked == "tensor cores":

@@ -175,8 +175,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"\b(?:kernel|hot|gemm|matmul|hotspot|conv|what runs|most time on the gpu|compute)"),
     ("one_step", r"\bstep\s*#?\d+"),
     # why the GPU idles, said of a step ("why does the GPU go idle every step?"), is the idle answer's
-    # what the step's time goes to ("what's eating my step time?") is the summary's, not the step list
-    ("steps", r"^(?!.*\bwhy\b.*\b(?:idle|gaps?|bubbles?|stall\w*)\b)(?!.*" + _TIME_GOES_TO + r").*"
+    # what the step's time goes to ("what's eating my step time?") is the summary's, not the step list;
+    # why steps are slow ("why is the step so slow?") the verdict's, with the idle behind it
+    ("steps", r"^(?!.*\bwhy\b(?!.*\bslowest\b).*\b(?:idle|gaps?|bubbles?|stall\w*|slow(?:er)?|long)\b)"
+              r"(?!.*" + _TIME_GOES_TO + r").*"
               r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
     ("idle", r"\bschedul(?:er|ing) overhead\b|\bwhere does (?:rank\s*#?\d+|(?:the |my )?(?:gpu|device|job|run|rank))\b.{0,20}"
