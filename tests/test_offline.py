@@ -16,6 +16,7 @@ from traceagent.agent.question import named_op, understand
 from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.compare.diff import diff
+from traceagent.detect.core.vocabulary import ROOT_CAUSES, label
 from traceagent.detect.detectors.kernels import detect_hot_kernels, op_host
 from traceagent.detect.verdict.whatif import parse_change, simulate
 from traceagent.format import counted, duration, percent, shorten
@@ -172,6 +173,11 @@ def share(ctx, name: str) -> float:
 
 def flops(ctx):
     return focus(ctx).findings.flops
+
+
+def after_cause(ctx) -> str:
+    """How the second run's verdict names its root cause ("other host work")."""
+    return label(ROOT_CAUSES, ctx.other.verdict.root_cause)
 
 
 def precision_of(ctx, name: str) -> float:
@@ -646,6 +652,14 @@ TABLE = [
                 f"- kernel `{most_grown(c)['label']}`: {duration(most_grown(c)['before_us'])} → "
                 f"{duration(most_grown(c)['after_us'])} per step"]),
     ("C", "Did the idle time go down?", "compare", {}, lambda c: ["- idle: "]),
+    # how things stand now, two runs loaded: the second run's own answer, said to be its
+    ("C", "What is the bottleneck now?", "bound", {},
+     lambda c: ["**In the second run** (after the change):", f"It is limited by **idle time ({after_cause(c)})**."]),
+    ("C", "Is the GPU still idle?", "idle", {},
+     lambda c: ["**In the second run** (after the change):",
+                f"The GPU is idle **{percent(c.other.focus.results['idle'].idle_pct)}**"]),
+    ("C", "Is there a new problem?", "compare", {},
+     lambda c: ["**The run is not slower**, but these grew:", f"- {diff(c.analysis, c.other).new_problems[0]}"]),
     ("C", "Is it worth keeping the change?", "compare", {}, lambda c: ["**Yes:**"]),
     ("C", "What are the hot kernels?", "kernels", {}, lambda c: [f"1. `{top_kernel(c).label}`"]),
     ("B", "Should I use CUDA graphs?", "launch", {}, lambda c: ["**Yes:**"]),

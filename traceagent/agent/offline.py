@@ -13,7 +13,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -198,9 +198,16 @@ class OfflineAnalyst:
             "detector:libraries": Plan(partial(_own_tool, "libraries"), self._libraries),
         }
 
-    async def answer(self, question: str, note: str = NO_LLM) -> AsyncIterator:
-        """The events of one answer; `note` ends it (why the offline analyst, not a model, answers)."""
+    async def answer(self, question: str, note: str = NO_LLM, lead: str = "") -> AsyncIterator:
+        """The events of one answer; `note` ends it (why the offline analyst, not a model, answers),
+        `lead` starts it."""
         q = understand(question, self.ctx)
+        if self.ctx.other is not None and q.intent != "compare" and _ABOUT_AFTER.search(question):
+            # "what limits it now?", "is the GPU still idle?": the second run's own answer (same sources)
+            after = OfflineAnalyst(replace(self.ctx, analysis=self.ctx.other, other=None))
+            async for event in after.answer(question, note, "**In the second run** (after the change):\n\n"):
+                yield event
+            return
         plans = self.plans()
         intent = q.intent if q.intent in plans and not q.foreign else "unknown"
         plan = plans[intent]
@@ -219,7 +226,7 @@ class OfflineAnalyst:
             answers.append(answer)
             yield ToolResult(f"offline-{i}", name, content, ok=True)
         else:
-            text = plan.write(q, *answers)
+            text = lead + plan.write(q, *answers)
         checked = unverified(text, self.ctx.sources) if answers else []  # the note is ours, not a claim
         text += "\n\n" + note
         for piece in re.findall(r"\S+\s*", text):  # stream it like a model would
@@ -1314,7 +1321,8 @@ class OfflineAnalyst:
         # (kernels asked: their rows below); each then not said again further down
         checked = bool(d.prediction) and bool(re.search(r"\bpredict(?:ion|ed)\b|\bestimate", q.text, re.I))
         grew = (not checked and not q.op and not re.search(r"\bkernels?\b", q.text, re.I)
-                and bool(re.search(r"\b(?:slower|worse|regress\w*|grew|grown|increased|went up)\b", q.text, re.I)))
+                and bool(re.search(r"\b(?:slower|worse|regress\w*|grew|grown|increased|went up|new (?:problems?|"
+                                   r"issues?|bottlenecks?|limiters?))\b", q.text, re.I)))
         if checked and d.prediction:
             lines += _prediction_checked(d.prediction, d), ""
         elif grew:
@@ -1387,6 +1395,8 @@ class OfflineAnalyst:
                           "Without a model I can answer: " + "; ".join(f"“{c}”" for c in CANNED_QUESTIONS) + "."])
 
 
+#: a question about how things stand after the change, with two runs loaded ("what limits it now?")
+_ABOUT_AFTER = re.compile(r"\b(?:now|still|anymore|any more|remaining|left over|second run|after run|new run)\b", re.I)
 #: a question about how busy the GPU is ("what's the GPU busy time on GPU 1?", "GPU utilization")
 _BUSY_ASKED = re.compile(r"\bbusy\b|\butili[sz]\w*", re.I)
 #: a question about kernels that asks which to work on ("which kernel should I tune first?")

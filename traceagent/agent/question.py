@@ -222,6 +222,7 @@ _CHANGED = re.compile(r"\b(?:got|get|gets|getting|became|become|went|go|goes|gon
                       r"worse|better|up|down|away)\b|\bchang(?:ed|es)\b|\bpredict(?:ion|ed)\b|\b(?:keep|keeping|revert\w*) "
                       r"(?:the |this |that |my )?change|\b(?:increased|decreased|dropped|rose|grew|shrank|shrunk)\b|"
                       r"\b(?:new|old|first|second|previous|last) (?:run|trace|profile|version)\b|"
+                      r"\bnew (?:problems?|issues?|bottlenecks?|limiters?)\b|"
                       r"\b(?:fixed|solved|resolved)\b", re.I)
 #: words engineers shorten, read as the words the intents know ("gpu util?", "mem bw", "comms"); whole
 #: words only, so a kernel's `bn_bw_` or an op's `mem_efficient` stays as written
