@@ -117,18 +117,23 @@ def collective_waiting(files: dict[int, Path], tolerance_ns: int = 5000) -> dict
     for k in keys:
         entry = {rank: per_rank[rank][k][0] - offset[rank] for rank in ranks}
         latest = max(entry.values())
+        waited = {}
         for rank in ranks:
             start, end = per_rank[rank][k]
-            waiting[rank] += min(max(latest - entry[rank], 0), end - start)
+            waited[rank] = min(max(latest - entry[rank], 0), end - start)
+            waiting[rank] += waited[rank]
         ordered = sorted(entry.values())
         if ordered[-1] - ordered[-2] > tolerance_ns:
             last[max(entry, key=entry.get)] += 1
         # the waiting each rank causes: each stretch between two entries, waited by the ranks already
-        # in, shared equally by the ranks not yet in
+        # in, shared equally by the ranks not yet in; scaled to the waiting the ranks report (cut at
+        # their kernels' lengths)
+        apart = sum(latest - entry[rank] for rank in ranks)
+        scale = sum(waited.values()) / apart if apart else 0.0
         arrivals = sorted(ranks, key=lambda r: entry[r])
         for k in range(1, len(arrivals)):
             stretch = entry[arrivals[k]] - entry[arrivals[k - 1]]
             for late in arrivals[k:]:
-                caused[late] += k * stretch / (len(arrivals) - k)
+                caused[late] += k * stretch / (len(arrivals) - k) * scale
     return {"matched": len(keys), "waiting_us": {r: w / 1000 for r, w in waiting.items()}, "last": last,
             "caused_us": {r: c / 1000 for r, c in caused.items()}}

@@ -5,12 +5,13 @@ built here (the comments show the arithmetic), or read from the raw files by tes
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import rawtrace
 from builder import TraceBuilder
-from conftest import DLRM_8RANK, NSYS_BEFORE, analyzed
+from conftest import DATA, DLRM_8RANK, NSYS_BEFORE, analyzed
 
 import traceagent
 from traceagent.agent.tools import AnalysisContext, build_tools
@@ -193,6 +194,23 @@ def test_dlrm_waiting_matches_a_hand_computation():
         assert row.caused_waiting_us == pytest.approx(expected["caused_us"][row.rank], abs=0.01)
     # the rank that causes the most waiting (a third of it or more) is the straggler: rank 7, also last most often
     assert c.straggler == max(expected["caused_us"], key=expected["caused_us"].get) == 7
+
+
+def test_the_waiting_a_rank_causes_is_the_waiting_the_others_report(tmp_path):
+    # HTA's two sampled ranks: after the clocks are aligned, entries lie further apart than the early
+    # rank's kernel lasted, so its waiting is cut at the kernel's length; what the late rank causes
+    # is cut the same way (tests/rawtrace.py in plain Python), and with two ranks each causes exactly
+    # what the other waits
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in (0, 1):
+        shutil.copy(DATA / "hta" / f"sampled_rank-{rank}.json.gz", job)
+    expected = rawtrace.collective_waiting({rank: job / f"sampled_rank-{rank}.json.gz" for rank in (0, 1)})
+    rows = {r.rank: r for r in traceagent.analyze(job).comparison.ranks}
+    for rank, other in ((0, 1), (1, 0)):
+        assert rows[rank].waiting_us == pytest.approx(expected["waiting_us"][rank], abs=0.01)
+        assert rows[rank].caused_waiting_us == pytest.approx(expected["caused_us"][rank], abs=0.01)
+        assert rows[rank].caused_waiting_us == pytest.approx(rows[other].waiting_us, abs=0.01)
 
 
 # -- loading multi-rank data ---------------------------------------------------------------------

@@ -178,14 +178,14 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
     busbw, without_waiting = _bus_bandwidth(moved[:, payload], (end - start)[:, payload],
                                             (end - start - waiting)[:, payload])
     n_payload = int(payload.sum())
-    caused = _caused_waiting(entry)
+    caused = _caused_waiting(entry, waiting)
     rows = []
     for i, r in enumerate(ranks):
         exposed = _exposed_waiting(r, matched[i], waiting[i])
         rows.append(_row(r, int((end[i] - start[i]).sum()), int(waiting[i].sum()), exposed,
                          int((last == i).sum()), float(margin[last == i].sum()), float(caused[i])))
     counts = np.bincount(last[last >= 0], minlength=len(ranks))
-    total_waiting = float((last_entry - entry).sum())  # what _caused_waiting shares out
+    total_waiting = float(waiting.sum())  # what _caused_waiting shares out
     s = int(caused.argmax()) if caused.any() else int(counts.argmax())
     last_pct, caused_pct = pct(counts[s], len(keys)), pct(caused[s], total_waiting)
     if not caused.any() or caused_pct < params.straggler_waiting_pct:
@@ -202,12 +202,14 @@ def compare_ranks(ranks: list[RankTimeline], params: StragglerParams = Straggler
     )
 
 
-def _caused_waiting(entry: np.ndarray) -> np.ndarray:
+def _caused_waiting(entry: np.ndarray, waiting: np.ndarray) -> np.ndarray:
     """The waiting each rank causes the others, summed over collectives (ns; ranks × collectives of
-    entry times in). In each collective, between the k-th and the (k+1)-th entry the k ranks already
-    in wait, and the ranks not yet in share the blame equally; so a rank late once per step, by a
-    lot, is blamed for that whole stretch, however rarely it is last. The parts add up to all the
-    ranks' waiting."""
+    entry times in, and of each rank's waiting). In each collective, between the k-th and the (k+1)-th
+    entry the k ranks already in wait, and the ranks not yet in share the blame equally; so a rank late
+    once per step, by a lot, is blamed for that whole stretch, however rarely it is last. A rank's
+    waiting is cut at its kernel's length (entries on clocks aligned by a median offset can be further
+    apart than any rank waited): each collective's shares are scaled to the waiting its ranks report,
+    so the parts add up to all the ranks' waiting, as `waiting_us` counts it."""
     n = entry.shape[0]
     order = np.argsort(entry, axis=0, kind="stable")
     ordered = np.take_along_axis(entry, order, axis=0)
@@ -215,6 +217,8 @@ def _caused_waiting(entry: np.ndarray) -> np.ndarray:
     # differences of int64 ns first: epoch times (1.6e18 ns) are past a float's exact range
     share = k * np.diff(ordered, axis=0).astype(np.float64) / (n - k)  # the stretch before the (k+1)-th entry
     by_position = np.vstack([np.zeros((1, entry.shape[1])), np.cumsum(share, axis=0)])
+    apart = (ordered[-1] - entry).sum(axis=0).astype(np.float64)  # each collective's waiting, uncut
+    by_position *= np.divide(waiting.sum(axis=0), apart, out=np.zeros_like(apart), where=apart > 0)
     caused = np.zeros(n)
     np.add.at(caused, order.ravel(), by_position.ravel())
     return caused
