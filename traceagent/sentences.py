@@ -69,11 +69,12 @@ def straggler_sentence(comparison: RankComparison) -> str:
                 f"{c.caused_waiting_pct:.0f}% by one rank): no straggler.")
     else:
         cause = c.straggler_cause
+        caused = next((r.caused_waiting_us for r in c.ranks if r.rank == c.straggler), 0.0)
         text = (f"Rank {c.straggler} causes {c.caused_waiting_pct:.0f}% of the ranks' waiting in the {c.matched} "
                 f"matched collectives, entering {c.straggler_last_pct:.0f}% of them last "
                 f"({'busy computing' if cause == 'hot_kernel' else cause} before them); the other ranks wait "
-                f"{duration(c.others_waiting_us)} for it in all, {c.others_exposed_waiting_pct:.1f}% of their device "
-                "time with no compute beside it.")
+                f"{duration(c.others_waiting_us)} in them in all ({duration(caused)} of it for rank {c.straggler}), "
+                f"{c.others_exposed_waiting_pct:.1f}% of their device time with no compute beside it.")
     if c.busbw_gbps is not None and c.busbw_without_waiting_gbps is not None:
         text += (f" Over the {c.payload_matched} matched collectives with recorded sizes, every rank's bus bandwidth "
                  f"is {rate(c.busbw_gbps)} over their kernel time and {rate(c.busbw_without_waiting_gbps)} "

@@ -643,7 +643,7 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
         limiter, "straggler",
         f"Rank {rank} is the straggler: it causes {comparison.caused_waiting_pct:.0f}% of the ranks' waiting in "
         f"collectives (last into {comparison.straggler_last_pct:.0f}% of them), delayed by {what}; the other ranks "
-        f"wait for it {comparison.others_exposed_waiting_pct:.1f}% of their device time",
+        f"wait in collectives {comparison.others_exposed_waiting_pct:.1f}% of their device time",
         f"Collectives cannot finish before every rank joins, so the other ranks sit inside them while rank {rank} "
         f"is still busy with {what}: their waiting is rank {rank}'s cost, not slow communication.",
         f"Look at rank {rank} first (`traceagent analyze` on its trace). " + _STRAGGLER_STEPS[cause],
