@@ -111,9 +111,9 @@ STEP, COMPUTE, COMM, STEPS, RANKS = 5000.0, 1000.0, 200.0, 5, 4
 
 
 def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0, how: str = "dataloader",
-              overlapped: bool = False, ranks: int = RANKS) -> Path:
+              overlapped: bool = False, ranks: int = RANKS, late_ranks: list[int] | None = None) -> Path:
     """`ranks` ranks, STEPS steps of one compute kernel then one all-reduce; each rank's clock is
-    offset by a different amount (as on different hosts). The late rank, by `how`:
+    offset by a different amount (as on different hosts). The late rank (`late_ranks`: each step's), by `how`:
     - "dataloader": its host loads data for `delay` µs before launching its compute;
     - "host_work": its host runs other work (an op that launches nothing) for `delay` µs first;
     - "slow_kernel": its compute kernel runs `delay` µs longer.
@@ -124,7 +124,7 @@ def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0,
         b = TraceBuilder(distributedInfo={"rank": rank, "world_size": ranks})
         for k in range(STEPS):
             t = clock + k * STEP
-            late = rank == late_rank
+            late = rank == (late_ranks[k] if late_ranks else late_rank)
             host_first = late and how in ("dataloader", "host_work")
             start = t + (delay if host_first else 0)
             if host_first:
@@ -133,7 +133,7 @@ def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0,
             dur = COMPUTE + (delay if late and how == "slow_kernel" else 0)
             b.kernel("volta_sgemm_128x64_nn", start, dur, launch_at=start - 5)
             # everyone is in by the late rank's entry; the collective ends COMM after that
-            last_entry = t + COMPUTE + (delay if late_rank is not None else 0)
+            last_entry = t + COMPUTE + (delay if late_rank is not None or late_ranks else 0)
             if overlapped:  # on a side stream, under the compute kernel, all ranks together
                 b.kernel(ALLREDUCE, t + 100, COMM, stream=20, launch_at=t + 95)
             else:
@@ -161,6 +161,22 @@ def test_a_rank_late_from_host_work_is_the_straggler(tmp_path, how, cause, words
     assert (v.limiter, v.root_cause, v.rank) == ("idle", "straggler", 2)
     assert v.headline.startswith("Rank 2 is the straggler") and words in v.headline
     assert v.evidence["others_waiting_us"] == 30_000.0
+
+
+def test_fixing_the_straggler_saves_the_waiting_it_causes_not_the_waiting_others_cause(tmp_path):
+    # rank 1 is late by 2000 µs in steps 0-2, rank 2 in steps 3-4: the three others wait each time, so
+    # rank 1 causes 3 × 3 × 2000 = 18,000 µs of waiting and rank 2 12,000 µs; ranks 0, 2 and 3 wait
+    # 10,000 + 6,000 + 10,000 = 26,000 µs in all, none of it hidden by compute. Rank 1 is the straggler
+    # (60% of the waiting): fixing it removes the 18,000 µs it causes, not the 26,000 µs its peers wait
+    analysis = traceagent.analyze(write_job(tmp_path / "job", late_ranks=[1, 1, 1, 2, 2], how="host_work"))
+    c = analysis.comparison
+    assert (c.straggler, c.caused_waiting_pct, c.others_waiting_us) == (1, 60.0, 26_000.0)
+    assert {r.rank: r.caused_waiting_us for r in c.ranks} == {0: 0.0, 1: 18_000.0, 2: 12_000.0, 3: 0.0}
+    saving = analysis.verdict.saving
+    assert saving.upper_bound_us == 18_000.0
+    # over the others' device time: each on-time rank's runs from 0 to 4 × 5000 + 3200 µs (rank 2's too: it
+    # is late in its own steps' host work, not at either end)
+    assert saving.pct == round(100 * 18_000 / (3 * 23_200), 2)
 
 
 def test_a_rank_with_slower_kernels_is_the_straggler(tmp_path):

@@ -169,10 +169,16 @@ def _sum_of_all(values: list[float | None], digits: int) -> float | None:
 
 def straggler_saving(comparison: RankComparison, steps: StepsResult | None) -> Saving:
     """The straggler's cost: the other ranks' exposed waiting for it (all of it over the trace;
-    per step, one other rank's share over the straggler's steps)."""
+    per step, one other rank's share over the straggler's steps). Of their waiting, the part it
+    caused (the rest waits for other late ranks, which fixing it leaves), at the share of their
+    waiting that no compute hides."""
     rank = comparison.straggler
-    waiting = sum(r.exposed_waiting_us for r in comparison.ranks if r.rank != rank)
+    others = [r for r in comparison.ranks if r.rank != rank]
+    exposed, waited = sum(r.exposed_waiting_us for r in others), sum(r.waiting_us for r in others)
+    caused = next((r.caused_waiting_us for r in comparison.ranks if r.rank == rank), 0.0)
+    waiting = exposed * min(caused / waited, 1.0) if waited else 0.0
     per_step = round(waiting / (len(comparison.ranks) - 1) / steps.count, 3) if steps and steps.count else None
     step_pct = min(pct(per_step, steps.step_time_us), 100.0) if per_step is not None and steps and steps.step_time_us else None
-    return Saving(f"rank {rank}'s lateness", "straggler", round(waiting, 3), comparison.others_exposed_waiting_pct,
+    return Saving(f"rank {rank}'s lateness", "straggler", round(waiting, 3),
+                  pct(waiting, sum(r.device_time_us for r in others)),
                   per_step, step_pct, "an upper bound: the other ranks' waiting for it, where no compute of theirs hides it")
