@@ -11,6 +11,7 @@ import pytest
 from rawtrace import union  # the independent reader's interval union
 
 import traceagent
+from traceagent.detect.core.links import host_link
 from traceagent.report.markdown import render_markdown
 
 DATA = Path(__file__).parent / "data"
@@ -86,12 +87,21 @@ def test_copies_are_measured_against_the_host_link_with_the_assumption_said(tmp_
     result = a.focus.results["interconnect"]
     copies, memcpy = {c.kind: c for c in result.copies}, a.focus.findings.memcpy.by_kind
     link = result.links[copies["HtoD"].link]
-    assert (link.kind, link.peak_gbps) == ("PCIe Gen4 x16", 31.5)  # an Ada GPU: PCIe 4.0, 16 GT/s × 16, 128b/130b
+    # the RTX 4060 Ti is built with eight PCIe 4.0 lanes, whatever the slot: 16 GT/s × 8, 128b/130b
+    assert (link.kind, link.peak_gbps) == ("PCIe Gen4 x8", 15.75)
     assert copies["HtoD"].gbps == memcpy["HtoD"].gbps  # the same figure as data movement's
-    assert copies["HtoD"].peak_pct == pytest.approx(100 * memcpy["HtoD"].gbps / 31.5, abs=0.01)
+    assert copies["HtoD"].peak_pct == pytest.approx(100 * memcpy["HtoD"].gbps / 15.75, abs=0.01)
     assert copies["HtoD"].measured_pct is None and result.windows == []  # this export has no GPU metrics
     line = next(line for line in render_markdown(a).splitlines() if line.startswith("**Links.**"))
-    assert "of PCIe Gen4 x16's 31.5 GB/s (assumed: NVIDIA GeForce RTX 4060 Ti" in line and "x16 slot assumed" in line
+    assert "of PCIe Gen4 x8's 15.75 GB/s (assumed: NVIDIA GeForce RTX 4060 Ti" in line and "own eight lanes" in line
+
+
+@pytest.mark.parametrize("gpu, kind", [("NVIDIA GeForce RTX 4090", "PCIe Gen4 x16"),
+                                       ("NVIDIA GeForce RTX 4060", "PCIe Gen4 x8"),
+                                       ("NVIDIA GeForce RTX 5060 Ti", "PCIe Gen5 x8"),
+                                       ("NVIDIA GeForce RTX 5090", "PCIe Gen5 x16")])
+def test_cards_built_with_eight_lanes_are_measured_against_eight(gpu, kind):
+    assert host_link(gpu).kind == kind
 
 
 def test_a_one_byte_copy_is_quoted_at_its_rate_not_rounded_to_zero(tmp_path):

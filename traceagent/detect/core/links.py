@@ -69,6 +69,11 @@ _NIC_SOURCE = "InfiniBand/Ethernet line rate (Gb/s ÷ 8)"
 _HOST: list[tuple[str, str, float, str]] = [
     (r"GH200|GB200", "NVLink-C2C", 450.0, "NVIDIA GH200 datasheet: NVLink-C2C 900 GB/s (both directions)"),
     (r"V100|T4\b|RTX\s*20|TITAN V|QUADRO", "PCIe Gen3 x16", _PCIE3, "PCI-SIG PCIe 3.0: 8 GT/s × 16 lanes, 128b/130b"),
+    # cards built with eight lanes, whatever the slot
+    (r"RTX\s*50[56]0", "PCIe Gen5 x8", _PCIE5 / 2, "NVIDIA GeForce RTX 5060 / 5060 Ti specifications: PCIe 5.0 x8 "
+                                                  "(32 GT/s × 8 lanes, 128b/130b)"),
+    (r"RTX\s*40[56]0|RTX\s*3050", "PCIe Gen4 x8", _PCIE4 / 2, "NVIDIA GeForce RTX 4060 / 4060 Ti / 3050 "
+                                                             "specifications: PCIe 4.0 x8 (16 GT/s × 8 lanes, 128b/130b)"),
     (r"H100|H200|H800|B200|B100|MI300|MI325|RTX\s*50", "PCIe Gen5 x16", _PCIE5,
      "PCI-SIG PCIe 5.0: 32 GT/s × 16 lanes, 128b/130b"),
     (r"A100|A10\b|A40|L4\b|L40|RTX\s*(?:30|40)|RTX A\d|MI2\d0", "PCIe Gen4 x16", _PCIE4,
@@ -97,13 +102,13 @@ def named_link(name: str) -> tuple[str, float, str] | None:
 
 
 def host_link(device_name: str) -> Link:
-    """The link between a GPU and its host, from the GPU's generation (x16 assumed: a GPU in a
-    narrower slot, or behind a switch shared with a NIC, gets less)."""
+    """The link between a GPU and its host, from the GPU's generation (x16 assumed, but for cards
+    built with eight lanes: a GPU in a narrower slot, or behind a switch shared with a NIC, gets less)."""
     upper = (device_name or "").upper()
     found = next(((k, g, src) for pattern, k, g, src in _HOST if re.search(pattern, upper)), None)
     kind, gbps, source = found or ("PCIe Gen4 x16", _PCIE4, "PCI-SIG PCIe 4.0: 16 GT/s × 16 lanes, 128b/130b")
     why = "by the GPU's generation" if found else "assumed (the GPU is not in the table)"
-    slot = "; a full x16 slot assumed" if kind.startswith("PCIe") else ""
+    slot = {"x16": "; a full x16 slot assumed", "x8": "; the card's own eight lanes"}.get(kind.rpartition(" ")[2], "")
     return Link(kind, gbps, source, f"{device_name or 'an unnamed GPU'}; host link {why}{slot}")
 
 
