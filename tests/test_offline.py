@@ -576,6 +576,7 @@ TABLE = [
     ("D", "What can't this trace tell me?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
     ("R", "What should I record next time?", "profile_next", {}, lambda c: ["What this trace lacks, and how to record it:"]),
     # more ways of asking, each to the answer that has its figures
+    ("T", "What's in this trace?", "summary", {}, lambda c: ["A nsys trace with 1 rank(s)", "**Verdict:**"]),
     ("R", "Where is the time going?", "summary", {}, lambda c: ["**Verdict:**", f"idle {percent(idle(c).idle_pct)}"]),
     ("R", "Is there a warmup effect?", "steps", {}, lambda c: [f"{focus(c).findings.steps.count} steps: mean **"]),
     ("R", "How much time is spent on the CPU?", "detector:host_ops", {}, lambda c: ["On the host, by self time"]),

@@ -195,6 +195,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
              r"wast\w*)\b"),
     ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
                 r"report)|\bwhat does (?:the|my|this) (?:trace|timeline|run|profile|job) look like\b|"
+                r"\bwhat(?:'s| is| does)? (?:in|inside) (?:the|my|this) (?:trace|profile|file)\b|"
                 r"\bwhere (?:is|does) (?:the |my )?time (?:going|go)\b|\bhow efficient\b|" + _TIME_GOES_TO + "|"
                 r"\bwhat (?:limits|is limiting|holds back|caps)\b|"
                 r"\bhow long (?:was|is|did) (?:the |this )?(?:profile|profiling|trace|recording|capture)\b|"
