@@ -289,6 +289,11 @@ TABLE = [
     ("D", "Are all-gathers slow?", "communication", {}, lambda c: ["**All-gather: none** in this scope"]),
     # changes named with what they would buy: replayed (the step time predicted comes from the replay at test time)
     ("R", "Would mixed precision help?", "whatif", {}, lambda c: ["**With amp: step "]),
+    # a class of work or a kernel made faster, asked whether it would help: replayed
+    ("R", "Would making the convolutions faster help?", "whatif", {},
+     lambda c: [f"**With class:convolution=x2: step {duration(replayed(c, 'class:convolution=x2').measured_us)} → "
+                f"{duration(replayed(c, 'class:convolution=x2').predicted_us)}"]),
+    ("R", "Would speeding up dgrad help?", "whatif", {}, lambda c: ["**With kernel:dgrad=x2: step "]),
     ("R", "What would I gain on an H100?", "whatif", {}, lambda c: ["**With gpu=H100: step "]),
     ("Q", "Would FP8 help?", "whatif", {},
      lambda c: [f"**With fp8: step {duration(replayed(c, 'fp8').measured_us)} → {duration(replayed(c, 'fp8').predicted_us)}"]),

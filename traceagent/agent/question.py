@@ -123,6 +123,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                r"turn(?:ed)?|enabled?|add(?:ed)?|pinn?(?:ed)?|drop(?:ped)?|fix(?:ed)?|sped|speed)\b|\bsimulat\w*|"
                r"\bpredict\w*|\bwhatif\b|\bwhat (?:would|will|could) (?!fixing|removing|getting)(?:\w+ ){1,4}?"
                r"(?:buy|gain|save)\b|"
+               # a speed-up asked of: "would making the conv faster help?", "would optimizing attention matter?"
+               r"\bwould (?:making|speeding up|optimi[sz]ing|tuning|a faster|faster)\b.{0,40}?\b(?:help|matter|buy|gain|save|"
+               r"faster)\b|"
                # a change with its factor: "with 2x faster convolutions", "if attention were 1.5 times faster"
                r"\b\d+(?:\.\d+)?\s*(?:x|×|times)\s+(?:faster|quicker)\b|"
                # a change named with what it would buy: mixed precision, another GPU
