@@ -13,6 +13,7 @@ from conftest import RESNET_NW0, analyzed
 
 from traceagent.detect.analysis import analyze_trace
 from traceagent.detect.detectors.libraries import library_sentence
+from traceagent.detect.verdict.whatif import parse_change, simulate
 
 CUTLASS_GEMM = "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>(Params)"
 
@@ -86,3 +87,19 @@ def test_on_resnet50_the_libraries_add_up_to_the_kernel_time_and_cudnn_holds_its
     mine = sum(t for name, t in by_hand.items() if "at::native::" in name or name.startswith("void cunn_")
                or name.startswith("void (anonymous namespace)::softmax_warp_"))
     assert pytorch.time_us == pytest.approx(mine, abs=1)
+
+
+def test_a_library_made_faster_is_replayed_on_its_kernels_alone(tmp_path):
+    # by hand: a cuDNN kernel (100 µs) then PyTorch's (50 µs), back to back on one stream, both launched
+    # before the first starts: the span is 150 µs, 100 with cuDNN's kernel twice as fast; PyTorch's made
+    # twice as fast, 125
+    b = TraceBuilder()
+    b.kernel("void cudnn::detail::dgrad_engine<float, 512>(int)", 10, 100, launch_at=1, launch_dur=2)
+    b.kernel("void at::native::vectorized_elementwise_kernel<4>(int)", 110, 50, launch_at=4, launch_dur=2)
+    trace = b.load(tmp_path)
+    assert simulate(trace, [parse_change("lib:cudnn=x2")]).predicted_us == pytest.approx(100)
+    assert simulate(trace, [parse_change("lib:pytorch=x2")]).predicted_us == pytest.approx(125)
+    with pytest.raises(ValueError, match="no library 'cudn'; the libraries are triton, cudnn"):
+        parse_change("lib:cudn=x2")
+    with pytest.raises(ValueError, match="no kernel is of library triton"):
+        simulate(trace, [parse_change("lib:triton=x2")])

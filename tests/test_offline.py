@@ -294,6 +294,7 @@ TABLE = [
      lambda c: [f"**With class:convolution=x2: step {duration(replayed(c, 'class:convolution=x2').measured_us)} → "
                 f"{duration(replayed(c, 'class:convolution=x2').predicted_us)}"]),
     ("R", "Would speeding up dgrad help?", "whatif", {}, lambda c: ["**With kernel:dgrad=x2: step "]),
+    ("R", "What if cuDNN were 2x faster?", "whatif", {}, lambda c: ["**With lib:cudnn=x2: step "]),
     ("R", "What would I gain on an H100?", "whatif", {}, lambda c: ["**With gpu=H100: step "]),
     ("Q", "Would FP8 help?", "whatif", {},
      lambda c: [f"**With fp8: step {duration(replayed(c, 'fp8').measured_us)} → {duration(replayed(c, 'fp8').predicted_us)}"]),

@@ -332,6 +332,9 @@ class OfflineAnalyst:
             return f"gpu={named[0]}"
         if q.op and "::" in q.op:  # an op the trace has, by its name: its kernels F times faster
             return f"op:{q.op}=x{factor:g}"
+        library = next((key for key, pattern in NAMED_IN_QUESTIONS if re.search(pattern, q.text, re.I)), None)
+        if library:  # a library named ("what if cuDNN were 2x faster?"), before the class its name says (flash attention)
+            return f"lib:{library}=x{factor:g}"
         classes = classes_named(q.text, natures=True)
         if classes:  # classes of work said in words ("a 2x faster conv", "attention and matmuls")
             return f"class:{','.join(classes)}=x{factor:g}"

@@ -129,20 +129,43 @@ def library_of_kernels(kernels: pd.DataFrame, module_launched: np.ndarray) -> np
     return np.where(said, chosen, usual[codes])
 
 
+def kernels_with_libraries(trace: Trace) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
+    """The device ops that are kernels (their rows in trace.gpu), their columns, and each one's library
+    (an index into _ORDER)."""
+    gpu = trace.gpu
+    kernel = (gpu["kind"] == "kernel").to_numpy()
+    kernels = rows_where(gpu[["name", "op", "is_comm", "correlation", "start", "end"]], kernel)
+    calls = launch_calls(trace, kernels["correlation"].to_numpy(), ("name",))["name"]
+    module_launched = matches(calls, _MODULE_LAUNCH) if len(calls) else np.zeros(len(kernels), bool)
+    return np.flatnonzero(kernel), kernels, library_of_kernels(kernels, module_launched) if len(kernels) else \
+        np.zeros(0, np.int64)
+
+
+def library_rows(trace: Trace, libraries: list[str]) -> np.ndarray:
+    """The device ops (rows of trace.gpu) that are kernels of the libraries named (keys of LABELS)."""
+    at, _, chosen = kernels_with_libraries(trace)
+    hit = np.zeros(len(trace.gpu), dtype=bool)
+    hit[at] = np.isin(chosen, [_ORDER.index(name) for name in libraries])
+    return hit
+
+
+def library_keys(names: list[str]) -> list[str]:
+    """The libraries named, as keys of LABELS; ValueError naming the keys there are."""
+    unknown = [n for n in names if n not in LABELS]
+    if unknown:
+        raise ValueError(f"no library {', '.join(map(repr, unknown))}; the libraries are {', '.join(LABELS)}")
+    return names
+
+
 def detect_libraries(trace: Trace) -> LibrariesResult | None:
     """None where the rank ran no kernels."""
-    gpu = trace.gpu
-    kernels = rows_where(gpu[["name", "op", "is_comm", "correlation", "start", "end"]],
-                         (gpu["kind"] == "kernel").to_numpy())
+    _, kernels, chosen = kernels_with_libraries(trace)
     if kernels.empty:
         return None
     dur = (kernels["end"].to_numpy(np.int64) - kernels["start"].to_numpy(np.int64)).clip(0)
     total = int(dur.sum())
     if not total:
         return None
-    calls = launch_calls(trace, kernels["correlation"].to_numpy(), ("name",))["name"]
-    module_launched = matches(calls, _MODULE_LAUNCH) if len(calls) else np.zeros(len(kernels), bool)
-    chosen = library_of_kernels(kernels, module_launched)
     time = np.bincount(chosen, weights=dur, minlength=len(_ORDER))
     launches = np.bincount(chosen, minlength=len(_ORDER))
     names = kernels["name"].array
@@ -223,7 +246,9 @@ DETECTOR = Detector("libraries", "Kernel time by library",
                     None, LibrariesResult, lambda i, p: detect_libraries(i.trace),
                     lambda r, p: libraries_sentence(r), since="2.12",
                     needs=("the rank ran no kernels", "profile with CUDA activities on"),
-                    asks=r"\b(?:cudnn|cublas(?:lt)?|hipblas(?:lt)?|rocblas|miopen|triton|cutlass|composable kernel|"
+                    # what a library made faster would buy is what-if's (lib:NAMES=xF)
+                    asks=r"^(?!.*\b(?:what if|if (?:i|we)|faster|speed\w*|help|buy|gain|save|worth)\b)"
+                         r".*\b(?:cudnn|cublas(?:lt)?|hipblas(?:lt)?|rocblas|miopen|triton|cutlass|composable kernel|"
                          r"flash[- ]?attn|flash[- ]?attention|flashinfer|xformers|aten kernels?|"
                          r"(?:kernel |gpu |cuda |math )?librar(?:y|ies))\b",
                     section=libraries_section, findings=libraries_findings, place=68)

@@ -40,6 +40,7 @@ from ..core.vocabulary import BLOCKING_NAME
 from ..detectors.base import Detector, Key
 from ..detectors.collectives import parse_payload
 from ..detectors.kernels import op_kernels, short_name
+from ..detectors.libraries import LABELS, library_keys, library_rows
 from ..detectors.precision import TENSOR_FORMATS, name_precisions
 from ..detectors.recompute import recompute_frames, recomputed_ops
 from ..detectors.steps import step_time_ns
@@ -55,6 +56,8 @@ CHANGES = {
     "op:NAME=xF": "the kernels an op (aten::mm, a record_function range) launches, at any depth, F times faster",
     "class:NAMES=xF": "kernels of these classes of work F times faster (time_by_class's classes, or a nature: "
                       "class:memory_bound=x2, what fusing memory-bound kernels buys at least)",
+    "lib:NAMES=xF": "kernels of these libraries F times faster (the libraries detector's: cudnn, blas, attention, "
+                    "triton, pytorch, cutlass, ...)",
     "launch=graphs": "kernels launched from a CUDA graph: each launch call's host cost gone",
     "copies=pinned": "copies from pageable host memory made from pinned memory: asynchronous, at pinned bandwidth",
     "recompute=0": "activation checkpointing off: the forward work the backward runs again removed (its device ops, "
@@ -73,7 +76,7 @@ ALL_KERNELS = ".*"
 # kernels that do matrix math (compute-bound at size); every other kernel is taken to move memory
 MATMUL_CLASS = re.compile(r"gemm|conv|cutlass|cublas|xmma|wgrad|dgrad|fprop|matmul|attention|attn|fmha|flash|sdpa|"
                           r"implicit_convolve|winograd|cudnn::detail|nchw.*(?:fw|bw)", re.I)
-_SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|class|launch|copies|recompute)(?::(?P<pattern>.+?))?="
+_SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|class|lib|launch|copies|recompute)(?::(?P<pattern>.+?))?="
                    r"(?P<value>x?[\d.]+|graphs|"
                    r"pinned)$")
 PINNED_SHARE = 0.8  # of the host link's peak, what pinned copies reach where the trace has none to measure
@@ -111,6 +114,9 @@ class Change:
         if self.what == "class":
             return (f"kernels of class {self.pattern} run {self.factor:g}× faster (fusion also saves launches and "
                     "round trips through memory that this leaves as measured)")
+        if self.what == "lib":
+            return (f"the kernels of {', '.join(LABELS[name] for name in (self.pattern or '').split(','))} run "
+                    f"{self.factor:g}× faster; launches and other work as measured")
         if self.what == "amp":
             return ("mixed precision: matmul-class kernels run at the tensor-core peak ratio of the lower precision "
                     "(an upper bound: kernels rarely reach peak in either), every other kernel on half the bytes; "
@@ -186,7 +192,12 @@ def parse_change(spec: str) -> Change:
             class_indices((pattern or "").split(","))
         except ValueError as exc:
             raise ValueError(f"{spec!r}: {exc}") from None
-    if what in ("kernel", "op", "class") and not pattern:
+    if what == "lib":
+        try:
+            library_keys((pattern or "").split(","))
+        except ValueError as exc:
+            raise ValueError(f"{spec!r}: {exc}") from None
+    if what in ("kernel", "op", "class", "lib") and not pattern:
         raise ValueError(f"{spec!r}: name the kernels ({what}:NAME=xF)")
     if what == "kernel":
         try:
@@ -897,10 +908,12 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
             d_dur = np.where(hit, 0, d_dur)
             c_dur = np.where(_launch_calls(g, hit), 0, c_dur)
             c_gap = c_gap - _host_in_gaps(g, _thread_intervals(trace.cpu, recompute_frames(trace)))
-        elif change.what in ("kernel", "op", "class"):
+        elif change.what in ("kernel", "op", "class", "lib"):
             pattern = change.pattern or ""
             if change.what == "class":
                 hit = class_rows(trace.gpu, pattern.split(","))[g.d_rows]
+            elif change.what == "lib":
+                hit = library_rows(trace, pattern.split(","))[g.d_rows]
             elif change.what == "op":  # its kernels and those of the ops inside it, as the hot kernels' op filter
                 hit = op_kernels(trace, pattern)[g.d_rows]
             else:
@@ -909,7 +922,8 @@ def simulate_replay(trace: Trace, changes: list[Change], graph: Graph | None = N
             if not hit.any():
                 raise ValueError(f"{change.spec!r}: no kernel " + {"kernel": f"matches {pattern!r}",
                                                                    "op": f"is launched by op {pattern!r}",
-                                                                   "class": f"is of class {pattern}"}[change.what])
+                                                                   "class": f"is of class {pattern}",
+                                                                   "lib": f"is of library {pattern}"}[change.what])
             matched = int(hit.sum())
             d_dur = np.where(hit, d_dur / change.factor, d_dur)
         elif change.what in ("amp", "fp8", "gpu"):
