@@ -23,6 +23,7 @@ from traceagent.format import counted, duration, percent, shorten
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", None),
+          "P": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_prefilldecode.json.gz", None),
           "R": (RESNET_NW0, None), "D": (DLRM_8RANK, None), "N": (NSYS_BEFORE, NSYS_AFTER),
           "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None), "Q": (H100_QWEN, None),
           "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None), "T": (DATA / "test-cuda" / "report1.sqlite", None)}
@@ -567,6 +568,13 @@ TABLE = [
     # why the steps are slow: the verdict, with the idle behind it; why the slowest is: the step list's comparison
     ("R", "Why is the step so slow?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     ("R", "Why is the slowest step slow?", "steps", {}, lambda c: ["The slowest step took "]),
+    # a bound asked of a phase the trace lacks: said first
+    ("P", "Is decode memory-bound?", "bound", {},
+     lambda c: ["**This trace has no decode steps** (it holds prefill steps only): what follows is about the whole "
+                "trace.", "**No.**"]),
+    # tokens in a batch: a server's steps count them; a training loop's trace records no batch
+    ("S", "How many tokens are in the batch?", "phases", {}, lambda c: ["tokens"]),
+    ("R", "How many tokens are in the batch?", "batch_size", {}, lambda c: ["The trace does not record the batch size"]),
     # a library named: its share of kernel time first, then every library's
     ("R", "What percent of GPU time is spent in cuDNN kernels?", "detector:libraries", {},
      lambda c: [f"**cuDNN / MIOpen: {percent(library(c, 'cudnn').share_pct)}** of the rank's kernel time",

@@ -127,7 +127,7 @@ class OfflineAnalyst:
                              if {"compute", "memory_bound"} & set(q.limits) or classes_named(q.text) else [])
                           + [("what_if", {"change": f"class:{','.join(classes)}=x{BOTTLENECK_SPEEDUP:g}"} | _rank(at))
                              for classes in [self._classes_asked(q, at)] if classes and not q.limits],
-                          self._bound),
+                          lambda q, *answers: self._absent_phase(q) + self._bound(q, *answers)),
             # "is the MoE layer the bottleneck?": that op's kernels made faster, replayed
             "op_bound": Plan(lambda q, at: [("verdict", at), ("hot_kernels", at | {"op_filter": q.op, "top": 3})]
                              + [("what_if", {"change": change} | _rank(at)) for change in [self._op_change(q, at)] if change],
@@ -444,6 +444,19 @@ class OfflineAnalyst:
         result = self._result(at, "time_by_class")
         ran = {c.name for c in result.classes} if result is not None else set()
         return [name for name in classes_named(q.text) if name in ran]
+
+    def _absent_phase(self, q: Question) -> str:
+        """Where a question asks about a serving phase the rank lacks ("is decode memory-bound?" of a
+        prefill-only trace): that first, since what follows is about the whole trace."""
+        asked = [w for w, said in _PHASE_WORDS if re.search(said, q.text, re.I)]
+        if not asked:
+            return ""
+        phases = self.ctx.rank(q.rank).results.get("phases")
+        present = [p.phase for p in phases.phases] if phases is not None else []
+        if set(asked) & set(present):
+            return ""
+        holds = f"it holds {' and '.join(present)} steps only" if present else "it has no inference server steps"
+        return f"**This trace has no {' or '.join(asked)} steps** ({holds}): what follows is about the whole trace.\n\n"
 
     def _bound(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer,
                classes: DetectorAnswer | None = None, flops: FlopsAnswer | None = None,

@@ -95,6 +95,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                r"bubbles?|stall\w*)\b).*"
                r"\b(?:prefill|pre-fill|decode|decoding|inference phases?|serving steps?|vllm|sglang|ttft|tpot)\b|"
                r"\btokens? ?(?:/|per) ?s(?:ec(?:ond)?)?\b|\btime to first token|\binter-?token|\bper output token|"
+               r"\bhow many tokens\b|\btokens (?:are )?(?:in|per) (?:the |a |each )?(?:batch|step)\b|"
                r"\blatency per token|\bper[- ]token latency|\btoken latency"),
     # the job's rate: tokens where an inference server's steps say them (phases, above), else steps per second
     ("throughput", r"^(?!.*\b(?:cop(?:y|ies)|memcpy|transfers?|pcie|nvlink|interconnect|collectives?|nccl|rccl|"
@@ -249,7 +250,8 @@ _ORDINAL_STEP = re.compile(r"\b(first|second|third|last|final) (?:training |prof
 _GENERIC_OP_WORDS = set(("all aten prims c10d nccl rccl cuda hip cudnn miopen native torch autograd engine evaluate "
                           "function forward backward step copy add mul sub div view empty fill zero clone contiguous "
                           "item linear matmul conv softmax norm layer layers model time kernel kernels and inside into "
-                          "from gpu gpus device rank ranks vllm sglang call calls data loader take").split()) | _ENGLISH
+                          "from gpu gpus device rank ranks vllm sglang call calls data loader take batch batches token "
+                          "tokens size").split()) | _ENGLISH
 #: words of kernel names that name no kernel in particular
 _GENERIC_KERNEL_WORDS = {"kernel", "kernels", "native", "void", "float", "const", "unsigned", "template", "anonymous",
                          "namespace", "vectorized", "elementwise", "functor", "cutlass", "device", "global", "memcpy",
@@ -300,6 +302,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "summary" and about.verdict.limiter is None and about.results.get("host_ops") is not None \
             and re.search(_TIME_GOES_TO, words, re.I):
         intent = "detector:host_ops"  # "what takes the most time?" of a CPU-only trace: its host time by event
+    if intent == "phases" and about.results.get("phases") is None and re.search(r"\bbatch", words, re.I):
+        intent = "batch_size"  # "how many tokens are in the batch?" of a training loop: what its trace says of batches
     if ctx.other is not None and intent not in ("rank_vs_rank", "step_vs_step") and _CHANGED.search(words):
         intent = "compare"  # two runs loaded: "what got slower?", "was the prediction right?" are about the change
     if intent == "compare" and ctx.other is None and ranks and len(ctx.analysis.ranks) > 1:
