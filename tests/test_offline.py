@@ -568,6 +568,10 @@ TABLE = [
     # why the steps are slow: the verdict, with the idle behind it; why the slowest is: the step list's comparison
     ("R", "Why is the step so slow?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     ("R", "Why is the slowest step slow?", "steps", {}, lambda c: ["The slowest step took "]),
+    # what to do, asked tersely: the first thing to fix
+    ("R", "next step?", "optimize_first", {}, lambda c: ["Start with **"]),
+    ("R", "fix?", "optimize_first", {}, lambda c: ["Start with **"]),
+    ("R", "speedup ideas", "optimize_first", {}, lambda c: ["Start with **"]),
     # a bound asked of a phase the trace lacks: said first
     ("P", "Is decode memory-bound?", "bound", {},
      lambda c: ["**This trace has no decode steps** (it holds prefill steps only): what follows is about the whole "

@@ -148,7 +148,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                        r"\b(?:make|get) (?:it|this|things|the (?:job|run|model|training|code)|my \w+)(?: run| go)? faster\b|"
                        r"\bspeed (?:it|this|things|my \w+) up\b|\bhow (?:can|do|could|should|would) (?:i|we) (?:speed up|"
                        r"accelerate|optimi[sz]e)\b|\bmake (?:\w+ ){0,3}?(?:faster|quicker)\b|\bimprove (?:the )?performance\b|"
-                       r"\b(?:tips|advice|suggestions?|recommend\w*)\b|\bwhat (?:should|do|can) i look at\b|"
+                       r"\b(?:tips|advice|suggestions?|recommend\w*|ideas)\b|\bwhat (?:should|do|can) i look at\b|"
+                       r"^\s*(?:fix(?:es)?|next steps?|what next|now what)\s*\??\s*$|"
+                       r"\bwhat(?:'s| is| are)? (?:the |my )?next steps?\b(?! times?)|"
                        r"\bwhat would help(?: the)? most\b|\binefficien\w*)"),
     # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
     ("launch", r"\bhow many kernels\b|\bkernels (?:per|a|each) (?:step|iteration)\b|"
