@@ -568,6 +568,9 @@ TABLE = [
     # why the steps are slow: the verdict, with the idle behind it; why the slowest is: the step list's comparison
     ("R", "Why is the step so slow?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     ("R", "Why is the slowest step slow?", "steps", {}, lambda c: ["The slowest step took "]),
+    # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
+    ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
+    ("Q", "What PyTorch version made this trace?", None, {}, lambda c: ["I did not recognize"]),
     # what to do, asked tersely: the first thing to fix
     ("R", "next step?", "optimize_first", {}, lambda c: ["Start with **"]),
     ("R", "fix?", "optimize_first", {}, lambda c: ["Start with **"]),

@@ -257,6 +257,7 @@ _GENERIC_OP_WORDS = set(("all aten prims c10d nccl rccl cuda hip cudnn miopen na
 #: words of kernel names that name no kernel in particular
 _GENERIC_KERNEL_WORDS = {"kernel", "kernels", "native", "void", "float", "const", "unsigned", "template", "anonymous",
                          "namespace", "vectorized", "elementwise", "functor", "cutlass", "device", "global", "memcpy",
+                         "pytorch", "torch", "version", "model", "layers", "sequence", "length",
                          "memset", "gemm", "gemms", "sgemm", "matmul", "reduce", "tensor", "tensorop", "attention",
                          "softmax", "convolution", "batch", "stream", "launch", "params", "arguments", "policy"}
 #: words that end many module types' names without naming one ("layer" of every *DecoderLayer)

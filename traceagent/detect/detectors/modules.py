@@ -159,5 +159,6 @@ DETECTOR = Detector("modules", "Modules", "Device time by nn.Module type in the 
                     asks=r"\b(?:which|slowest|heaviest|most expensive|costliest) (?:\w+ )?(?:layers?|modules?|blocks?)\b|"
                          r"\b(?:mlps?|ffn|feed-?forward|decoder layers?|encoder layers?|transformer blocks?)\b|"
                          r"\b(?:layers?|modules?)\b.{0,30}\b(?:slow\w*|take|takes|took|cost\w*|expensive)\b|"
-                         r"\bper (?:layer|module)\b|\bnn\.module\b|\bby (?:layer|module)\b",
+                         r"\bper (?:layer|module)\b|\bnn\.module\b|\bby (?:layer|module)\b|"
+                         r"\bhow many (?:\w+ )?(?:layers?|modules?|blocks?)\b",
                     section=modules_section, place=64)
