@@ -568,6 +568,8 @@ TABLE = [
     # why the steps are slow: the verdict, with the idle behind it; why the slowest is: the step list's comparison
     ("R", "Why is the step so slow?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     ("R", "Why is the slowest step slow?", "steps", {}, lambda c: ["The slowest step took "]),
+    ("R", "Why are some steps slower than others?", "steps", {}, lambda c: ["The slowest step took "]),
+    ("R", "Why is the GPU idle in some steps?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
     ("Q", "What PyTorch version made this trace?", None, {}, lambda c: ["I did not recognize"]),

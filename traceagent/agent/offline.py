@@ -1051,10 +1051,10 @@ class OfflineAnalyst:
 
     def _steps_by_rank(self, answers: list[StepsAnswer]) -> str:
         """Each rank's mean step time, slowest first, with the slowest and fastest named."""
-        timed = sorted(((a.scope or {}).get("rank"), a.steps) for a in answers if a.steps and a.steps.count)
+        timed = sorted((((a.scope or {}).get("rank"), a.steps) for a in answers if a.steps and a.steps.count),
+                       key=lambda rank_steps: -rank_steps[1].mean_us)
         if not timed:
             return _unavailable(answers[0].unavailable or NO_STEPS)
-        timed.sort(key=lambda rs: -rs[1].mean_us)
         (slow, s), (fast, f) = timed[0], timed[-1]
         ranks = len(self.ctx.analysis.ranks)
         lines = [f"**Step time by rank** (each rank's mean over its steps): from **{duration(f.mean_us)}** on rank "

@@ -182,8 +182,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("one_step", r"\bstep\s*#?\d+"),
     # why the GPU idles, said of a step ("why does the GPU go idle every step?"), is the idle answer's
     # what the step's time goes to ("what's eating my step time?") is the summary's, not the step list;
-    # why steps are slow ("why is the step so slow?") the verdict's, with the idle behind it
-    ("steps", r"^(?!.*\bwhy\b(?!.*\bslowest\b).*\b(?:idle|gaps?|bubbles?|stall\w*|slow(?:er)?|long)\b)"
+    # why steps are slow ("why is the step so slow?") the verdict's, with the idle behind it; why some are
+    # slower than others the step list's
+    ("steps", r"^(?!.*\bwhy\b.*\b(?:idle|gaps?|bubbles?|stall\w*)\b)"
+              r"(?!.*\bwhy\b(?!.*\b(?:slowest|than|others?|some|vary|varies|variance)\b).*\b(?:slow(?:er)?|long)\b)"
               r"(?!.*" + _TIME_GOES_TO + r").*"
               r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
