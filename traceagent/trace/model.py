@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -156,6 +156,13 @@ def matches(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:
     categories = column.cat.categories
     return _per_row(column, np.fromiter((bool(regex.search(str(c))) for c in categories), dtype=bool,
                                         count=len(categories)), False)
+
+
+def per_category(column: pd.Series, value_of: Callable[[str], Any], missing: Any, dtype: Any) -> np.ndarray:
+    """Each row of a categorical column as `value_of` its string, worked out once per distinct string;
+    `missing` for rows without one (code -1)."""
+    table = np.array([value_of(str(c)) for c in column.cat.categories] + [missing], dtype=dtype)
+    return table[column.array.codes]
 
 
 def _per_row(column: pd.Series, per_category: np.ndarray, missing: bool | float) -> np.ndarray:

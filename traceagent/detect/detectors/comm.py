@@ -10,7 +10,7 @@ import pandas as pd
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ...format import percent
-from ...trace.model import Trace
+from ...trace.model import Trace, per_category
 from ..core import intervals as iv
 from ..core.view import DeviceView, device_time_ns, on_device, pct, us, views_of
 from .base import Detector, Key
@@ -101,9 +101,7 @@ def _by_kind(kernels: pd.DataFrame, views: list[DeviceView]) -> list[CollectiveK
 def _kind_numbers(column: pd.Series, kinds: tuple[str, ...]) -> np.ndarray:
     """Each row's kind of collective as its place in `kinds`, -1 where its string says none: each
     distinct string read once, then a lookup by code (-1, no string, takes the last entry: none)."""
-    lookup = np.array([kinds.index(k) if (k := collective_kind(str(v))) else -1 for v in column.cat.categories] + [-1],
-                      dtype=np.int64)
-    return lookup[column.cat.codes.to_numpy(np.int64)]
+    return per_category(column, lambda v: kinds.index(k) if (k := collective_kind(v)) else -1, -1, np.int64)
 
 
 def comm_findings(result: CommResult, on: str) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ...format import counted, duration, percent, shorten
 from ...text import code, md_prose, md_table
-from ...trace.model import Trace, matches, rows_where
+from ...trace.model import Trace, matches, per_category, rows_where
 from ..core.host import launch_calls
 from ..core.view import pct, us
 from .base import Detector
@@ -103,18 +103,12 @@ def _by_name(name: str) -> int:
     return found if found >= 0 else _rule(name.lower(), _NAME_RULES)
 
 
-def _codes(column: pd.Series, classify) -> np.ndarray:
-    """Each row's library as an index into _ORDER (-1: none), each distinct value read once."""
-    table = np.array([classify(str(v)) for v in column.cat.categories] + [-1], dtype=np.int8)
-    return table[column.cat.codes.to_numpy()]  # code -1 (missing) takes the last entry
-
-
 def library_of_kernels(kernels: pd.DataFrame, module_launched: np.ndarray) -> np.ndarray:
     """Each kernel's library (an index into _ORDER): its name, else its op where a library op launched it
     (deciding for kernels named for CUTLASS too), else a module launch, else its op, else what its name
     is elsewhere, else other."""
-    by_name = _codes(kernels["name"], _by_name)
-    by_op = _codes(kernels["op"], lambda op: _rule(op.lower(), _OP_RULES))
+    by_name = per_category(kernels["name"], _by_name, -1, np.int8)
+    by_op = per_category(kernels["op"], lambda op: _rule(op.lower(), _OP_RULES), -1, np.int8)
     op_decides = np.isin(by_op, [_ORDER.index(k) for k in _OP_DECIDES])
     chosen = np.where((by_name < 0) | ((by_name == _ORDER.index("cutlass")) & op_decides), by_op, by_name)
     chosen = np.where((by_name < 0) & ~op_decides & module_launched, _ORDER.index("module"), chosen)

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ...format import duration, percent, shorten
 from ...text import code, md_prose, md_table
-from ...trace.model import Trace, rows_where
+from ...trace.model import Trace, per_category, rows_where
 from ..core.view import pct, us
 from .base import Detector
 from .kernels import leading_kernels, short_name
@@ -131,9 +131,7 @@ def op_class(op: str) -> str | None:
 
 def _codes(column: pd.Series, classify) -> np.ndarray:
     """Each row's class as an index into _ORDER (-1: none), classifying each distinct value once."""
-    table = np.array([_ORDER.index(c) if (c := classify(str(v))) else -1 for v in column.cat.categories] + [-1],
-                     dtype=np.int8)
-    return table[column.cat.codes.to_numpy()]  # code -1 (missing) takes the last entry
+    return per_category(column, lambda v: _ORDER.index(c) if (c := classify(v)) else -1, -1, np.int8)
 
 
 def classes_of(device_ops: pd.DataFrame) -> np.ndarray:
