@@ -176,6 +176,11 @@ def flops(ctx):
     return focus(ctx).findings.flops
 
 
+def busiest_gpu(ctx) -> int:
+    """The focus rank's GPU with the least idle share, from the idle detector's devices."""
+    return min(idle(ctx).devices, key=lambda d: idle(ctx).devices[d].idle_pct)
+
+
 def after_cause(ctx) -> str:
     """How the second run's verdict names its root cause ("other host work")."""
     return label(ROOT_CAUSES, ctx.other.verdict.root_cause)
@@ -617,6 +622,12 @@ TABLE = [
     ("T", "What does the timeline look like?", "summary", {}, lambda c: ["**Verdict:** Copies take"]),
     ("N", "compute bound or memory bound?", "bound", {"limits": ("memory_bound", "compute")},
      lambda c: ["**Compute**, not memory bandwidth.", f"{percent(classes(c).compute_pct)} of device time is in compute-heavy"]),
+    # the GPUs of one rank weighed against each other: each one's idle and busy, the busier first where asked
+    ("N", "Which GPU is busier?", "most_idle", {},
+     lambda c: [f"**Rank 0, GPU {busiest_gpu(c)}**: busy {percent(focus(c).breakdown.devices[busiest_gpu(c)].busy_pct)}"
+                f" of its span", "Every GPU, least idle first:"]),
+    ("N", "Is the load balanced between the GPUs?", "most_idle", {},
+     lambda c: [f"- rank 0, GPU {d}: idle {percent(idle(c).devices[d].idle_pct)}" for d in (0, 1)]),
     # two GPUs named: every GPU's idle and busy, side by side
     ("N", "Is the work split evenly across the GPUs?", "most_idle", {},
      lambda c: [f"rank 0, GPU {d}: idle {percent(idle(c).devices[d].idle_pct)}" for d in (0, 1)]),

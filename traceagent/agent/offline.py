@@ -1373,11 +1373,13 @@ class OfflineAnalyst:
         gpus = [(r.rank, d, b) for r in overview.ranks for d, b in r.devices.items()]
         if not gpus:
             return "This trace has no GPU activity, so no GPU is idle or busy in it."
-        least = bool(re.search(r"\bleast idle|\bmost (?:busy|utili)", q.text, re.I))
+        least = bool(re.search(r"\bleast idle|\bmost (?:busy|utili)|\bbusier\b|\bless idle|\bmore (?:busy|utili)", q.text,
+                               re.I))
         gpus.sort(key=lambda g: g[2].idle_pct, reverse=not least)
         rank, device, b = gpus[0]
-        lines = [f"**Rank {rank}, GPU {device}**: idle {percent(b.idle_pct)} of its span "
-                 f"({duration(b.idle_us)} of {duration(b.span_us)}).", "", "Every GPU, "
+        said = f"busy {percent(b.busy_pct)}" if least else f"idle {percent(b.idle_pct)}"  # what was asked, first
+        lines = [f"**Rank {rank}, GPU {device}**: {said} of its span "
+                 f"({duration(b.busy_us if least else b.idle_us)} of {duration(b.span_us)}).", "", "Every GPU, "
                  + ("least" if least else "most") + " idle first:"]
         lines += [f"- rank {r}, GPU {d}: idle {percent(x.idle_pct)}, busy {percent(x.busy_pct)}" for r, d, x in gpus[:16]]
         return "\n".join(lines)

@@ -74,6 +74,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                   r"\bwhich (?:gpu|rank|device)s? (?:has|have|had) (?:the )?(?:most|least|highest|lowest|largest) "
                   r"(?:idle|busy|utili[sz]ation)|"
                   r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)|"
+                  r"\bwhich (?:gpu|rank|device)s? (?:is |are )?(?:busier|idler|(?:more|less) (?:idle|busy|utili[sz]ed))\b|"
                   r"\b(?:utili[sz]ation|busy|idle)\b.{0,30}\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b|"
                   r"\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b.{0,30}\b(?:utili[sz]ation|busy|idle)\b"),
     ("mfu", r"\b(?:mfu|t?flop/?s|t?flops|model flops|tensor ?cores?|tensor core utili[sz]ation|"
@@ -307,6 +308,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "summary" and about.verdict.limiter is None and about.results.get("host_ops") is not None \
             and re.search(_TIME_GOES_TO, words, re.I):
         intent = "detector:host_ops"  # "what takes the most time?" of a CPU-only trace: its host time by event
+    if intent == "straggler" and len(ctx.analysis.ranks) == 1 and re.search(r"\b(?:gpus|devices)\b", words, re.I):
+        intent = "most_idle"  # "is the load balanced between the GPUs?" of one rank on several GPUs: each GPU's
     if intent == "phases" and about.results.get("phases") is None and re.search(r"\bbatch", words, re.I):
         intent = "batch_size"  # "how many tokens are in the batch?" of a training loop: what its trace says of batches
     if ctx.other is not None and intent not in ("rank_vs_rank", "step_vs_step") and _CHANGED.search(words):
