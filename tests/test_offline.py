@@ -142,14 +142,18 @@ def holds_back(ctx, a: int, b: int) -> str:
     return f"**Rank {slow} holds the job back more than rank {fast}:**"
 
 
-def why_slow(ctx, rank: int) -> str:
-    """The lead of "why is rank N slow?": the straggler is told it is one; another rank, whom it waits for."""
+def why_slow(ctx, rank: int) -> list[str]:
+    """The lead of "why is rank N slow?": the straggler is told it is one and what it causes; another rank, what
+    it waits, and how much of all waiting the straggler causes."""
     c = comparison(ctx)
     asked = next(r for r in c.ranks if r.rank == rank)
     if rank == c.straggler:
-        return f"**Rank {rank} is the straggler:** it entered {asked.last_count} of the {c.matched} matched collectives last"
-    return (f"**Rank {rank} is not the straggler:** it waits {duration(asked.exposed_waiting_us)} for rank {c.straggler}, "
-            "the straggler")
+        return [f"**Rank {rank} is the straggler:** it entered {asked.last_count} of the {c.matched} matched collectives "
+                f"last, and caused {duration(asked.caused_waiting_us)} of the other ranks' waiting in them"]
+    # its waiting is for whoever entered after it; how much of all waiting the straggler causes beside it
+    return [f"**Rank {rank} is not the straggler:** it waits {duration(asked.exposed_waiting_us)} in collectives for the "
+            f"ranks that enter after it", f"rank {c.straggler}, the straggler, causes {c.caused_waiting_pct:.0f}% of the "
+            "ranks' waiting"]
 
 
 def steps_of(ctx) -> list[int]:
@@ -368,7 +372,7 @@ TABLE = [
     # one rank named as slow: the straggler is told it is one, any other rank whom it waits for; with one
     # rank loaded there is no other rank to be slow against: its idle time
     ("D", "Why is rank 3 slow?", "idle", {"rank": 3},
-     lambda c: [why_slow(c, 3), f"Rank 3: The GPU is idle **{percent(idle(c, 3).idle_pct)}**"]),
+     lambda c: [*why_slow(c, 3), f"Rank 3: The GPU is idle **{percent(idle(c, 3).idle_pct)}**"]),
     ("R", "Why is rank 0 slow?", "idle", {"rank": 0}, idle_lead),
     # two ranks side by side: who makes the other ranks wait more, from the comparison at test time
     ("D", "Why is rank 0 slower than rank 1?", "rank_vs_rank", {"ranks": (0, 1)},
@@ -485,11 +489,16 @@ TABLE = [
                 *(f"- rank {r.rank}: {duration(r.findings.steps.mean_us)}" for r in c.analysis.ranks)]),
     ("D", "Which rank is the straggler?", "straggler", {},
      lambda c: [f"**Rank {comparison(c).straggler}** is the straggler"]),
+    # the busiest rank, not the straggler; what fixing the straggler saves, its saving (the waiting it causes)
+    ("D", "Which rank is busiest?", "most_idle", {}, lambda c: ["Every GPU, least idle first:"]),
+    ("D", "What would fixing the straggler save?", "straggler", {},
+     lambda c: [f"**Rank {comparison(c).straggler}** is the straggler.", c.analysis.verdict.saving.sentence]),
     ("D", "What is rank 3 waiting for?", "straggler", {"rank": 3},
-     lambda c: [f"**Rank 3 waits {duration(comparison(c).ranks[3].exposed_waiting_us)} for rank "
-                f"{comparison(c).straggler}"]),
+     lambda c: [f"**Rank 3 waits {duration(comparison(c).ranks[3].exposed_waiting_us)} in collectives for the ranks "
+                f"that enter after it**", f"rank {comparison(c).straggler}, the straggler, causes "
+                f"{comparison(c).caused_waiting_pct:.0f}% of the ranks' waiting"]),
     ("D", "Why is rank 7 slow?", "idle", {"rank": 7},
-     lambda c: [why_slow(c, 7), f"Rank 7: The GPU is idle **{percent(idle(c, 7).idle_pct)}**"]),
+     lambda c: [*why_slow(c, 7), f"Rank 7: The GPU is idle **{percent(idle(c, 7).idle_pct)}**"]),
     ("D", "Is the all-to-all overlapped with compute?", "communication", {},
      lambda c: [f"**All-to-all: {counted(kind(c, 'all_to_all').kernels, 'kernel')}",
                 f"{percent(kind(c, 'all_to_all').exposed_pct)} of its time ({duration(kind(c, 'all_to_all').exposed_us)}) "
@@ -505,8 +514,8 @@ TABLE = [
      lambda c: [f"**Rank {comparison(c).straggler}** is the straggler"]),
     ("D", "Is rank 7 the problem?", "straggler", {"rank": 7}, lambda c: ["**Rank 7 is the straggler:**"]),
     ("D", "How does rank 0 compare to the others?", "straggler", {"rank": 0},
-     lambda c: [f"**Rank 0 waits {duration(next(r for r in comparison(c).ranks if r.rank == 0).exposed_waiting_us)} for rank "
-                f"{comparison(c).straggler}"]),
+     lambda c: [f"**Rank 0 waits {duration(next(r for r in comparison(c).ranks if r.rank == 0).exposed_waiting_us)} in "
+                "collectives for the ranks that enter after it**"]),
     ("D", "Why is all_reduce taking so long?", "communication", {},
      lambda c: [f"**All-reduce: {counted(kind(c, 'all_reduce').kernels, 'kernel')}"]),
     ("D", "Is the gradient sync overlapped with backward?", "communication", {},

@@ -157,7 +157,10 @@ class OfflineAnalyst:
             "phases": Plan(lambda q, at: [("phases", at), ("verdict", at), ("workload", at)], self._phases),
             "interconnect": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)],
                                  self._communication),
-            "straggler": Plan(lambda q, at: [("communication", at)], self._straggler),
+            # what fixing it would save: the verdict's saving too
+            "straggler": Plan(lambda q, at: [("communication", at)]
+                              + ([("verdict", {})] if re.search(r"\b(?:sav\w*|buy|gain|worth)\b", q.text, re.I) else []),
+                              self._straggler),
             "scaling": Plan(lambda q, at: [("communication", at)] + ([("scaling", {})] if compare else []),
                             self._scaling),
             "step_vs_step": Plan(lambda q, at: [("steps", at)], self._step_vs_step),
@@ -950,7 +953,7 @@ class OfflineAnalyst:
                          f"device time; {who}")
         return "\n".join(lines)
 
-    def _straggler(self, q: Question, answer: CommAnswer) -> str:
+    def _straggler(self, q: Question, answer: CommAnswer, verdict: VerdictAnswer | None = None) -> str:
         ranks = answer.comparison
         if not ranks or not ranks.matched:
             if answer.unavailable:
@@ -963,10 +966,11 @@ class OfflineAnalyst:
         if asked is not None and asked.rank == rank:  # "what is rank 7 waiting for?" about the straggler itself
             lead = _standing(rank, ranks) or ""
         elif asked is not None:  # "what is rank 3 waiting for?": that rank first
-            late = f"for rank {rank}, the straggler" if rank is not None else "for the last rank to enter"
-            lead = (f"**Rank {q.rank} waits {duration(asked.exposed_waiting_us)} {late}** "
-                    f"({percent(asked.exposed_waiting_pct)} of its device time, with no compute beside it); it entered "
-                    f"{asked.last_count} of the collectives last itself.")
+            late = (f"; rank {rank}, the straggler, causes {ranks.caused_waiting_pct:.0f}% of the ranks' waiting"
+                    if rank is not None else "")
+            lead = (f"**Rank {q.rank} waits {duration(asked.exposed_waiting_us)} in collectives for the ranks that enter "
+                    f"after it** ({percent(asked.exposed_waiting_pct)} of its device time, with no compute beside it); "
+                    f"it entered {asked.last_count} of the collectives last itself{late}.")
         elif rank is None:
             lead = (("**Yes:** " if balanced else "") + "**No rank is a straggler**: no rank enters most "
                     "collectives last.")
@@ -976,6 +980,8 @@ class OfflineAnalyst:
         lines += [f"- rank {r.rank}: {duration(r.exposed_waiting_us)} exposed waiting, "
                   f"{percent(r.exposed_waiting_pct)} of its device time; entered {r.last_count} collectives last"
                   for r in rows[:8]]
+        if verdict is not None and verdict.verdict.root_cause == "straggler":  # "what would fixing it save?"
+            lines += _saving(verdict.verdict)
         return "\n".join(lines)
 
     def _rank_vs_rank(self, q: Question, first: OverviewAnswer, second: OverviewAnswer, comm: CommAnswer) -> str:
@@ -1373,8 +1379,8 @@ class OfflineAnalyst:
         gpus = [(r.rank, d, b) for r in overview.ranks for d, b in r.devices.items()]
         if not gpus:
             return "This trace has no GPU activity, so no GPU is idle or busy in it."
-        least = bool(re.search(r"\bleast idle|\bmost (?:busy|utili)|\bbusier\b|\bless idle|\bmore (?:busy|utili)", q.text,
-                               re.I))
+        least = bool(re.search(r"\bleast idle|\bmost (?:busy|utili)|\bbusier\b|\bbusiest\b|\bless idle|\bmore (?:busy|utili)",
+                               q.text, re.I))
         gpus.sort(key=lambda g: g[2].idle_pct, reverse=not least)
         rank, device, b = gpus[0]
         said = f"busy {percent(b.busy_pct)}" if least else f"idle {percent(b.idle_pct)}"  # what was asked, first
@@ -1617,10 +1623,12 @@ def _standing(rank: int | None, c: RankComparison | None) -> str | None:
         return None
     if rank == c.straggler:
         return (f"**Rank {rank} is the straggler:** it entered {me.last_count} of the {c.matched} matched collectives "
-                "last, so the other ranks wait for it.")
-    late = f"rank {c.straggler}, the straggler" if c.straggler is not None else "the last rank to enter"
-    return (f"**Rank {rank} is not the straggler:** it waits {duration(me.exposed_waiting_us)} for {late} "
-            f"({percent(me.exposed_waiting_pct)} of its device time, with no compute beside it).")
+                f"last, and caused {duration(me.caused_waiting_us)} of the other ranks' waiting in them "
+                f"({c.caused_waiting_pct:.0f}% of all).")
+    return (f"**Rank {rank} is not the straggler:** it waits {duration(me.exposed_waiting_us)} in collectives for the "
+            f"ranks that enter after it ({percent(me.exposed_waiting_pct)} of its device time, with no compute beside "
+            "it)" + (f"; rank {c.straggler}, the straggler, causes {c.caused_waiting_pct:.0f}% of the ranks' waiting."
+                     if c.straggler is not None else "."))
 
 
 def _unavailable(u: Unavailable, what: str | None = None) -> str:

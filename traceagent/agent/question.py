@@ -60,7 +60,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"\b(?:the|a|any|what|got|get|measured|real|actual) speed-?up\b"
                 r"|did (?:my|our|the|this|that) (?:\w+ )?(?:change|fix|patch|commit|edit|update)s?\b[^?.]{0,40}?"
                 r"\b(?:faster|slower|help|work|improve|fix|speed))"),
-    ("straggler", r"\b(?:straggler|which rank|slowest rank|late rank|load imbalance|imbalance|balanced|barriers?|skew\w*|"
+    ("straggler", r"\b(?:straggler|which rank(?! (?:is |has |sits )?(?:the )?(?:busiest|idlest|busier|most|least|more|less)\b)|"
+                  r"slowest rank|late rank|load imbalance|imbalance|balanced|barriers?|skew\w*|"
                   r"(?:ranks|workers) (?:wait|waits|waiting)|rank\s*#?\d+ (?:the )?(?:problem|culprit|bottleneck)|"
                   r"(?:same|equal|even|similar) (?:on|across|for) (?:all|every|each|the) ranks?|waits? (?:for|on) "
                   r"(?:whom|which|rank)|who (?:is )?wait|rank \d+ (?:is )?waiting|waiting (?:for|on) (?:other|another) rank|"
@@ -74,7 +75,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                   r"\bwhich (?:gpu|rank|device)s? (?:has|have|had) (?:the )?(?:most|least|highest|lowest|largest) "
                   r"(?:idle|busy|utili[sz]ation)|"
                   r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)|"
-                  r"\bwhich (?:gpu|rank|device)s? (?:is |are )?(?:busier|idler|(?:more|less) (?:idle|busy|utili[sz]ed))\b|"
+                  r"\bwhich (?:gpu|rank|device)s? (?:is |are )?(?:the )?(?:busier|idler|busiest|idlest|"
+                  r"(?:more|less) (?:idle|busy|utili[sz]ed))\b|"
                   r"\b(?:utili[sz]ation|busy|idle)\b.{0,30}\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b|"
                   r"\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b.{0,30}\b(?:utili[sz]ation|busy|idle)\b"),
     ("mfu", r"\b(?:mfu|t?flop/?s|t?flops|model flops|tensor ?cores?|tensor core utili[sz]ation|"
