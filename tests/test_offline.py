@@ -180,6 +180,11 @@ def flops(ctx):
     return focus(ctx).findings.flops
 
 
+def largest_gap_of(ctx, cause: str):
+    """The focus rank's largest gap of a cause, from the idle detector's largest gaps."""
+    return next(g for g in idle(ctx).top_gaps if g.cause == cause)
+
+
 def busiest_gpu(ctx) -> int:
     """The focus rank's GPU with the least idle share, from the idle detector's devices."""
     return min(idle(ctx).devices, key=lambda d: idle(ctx).devices[d].idle_pct)
@@ -531,7 +536,8 @@ TABLE = [
     # how far the host runs ahead: the launch queue's depth
     ("R", "Is there CPU-GPU overlap?", "detector:launch_queue", {}, lambda c: ["**Launch queue.** GPU 0 stream"]),
     ("D", "comms overlap?", "communication", {}, lambda c: ["collective kernels ran"]),
-    ("R", "What does the CPU do between kernels?", "idle", {}, lambda c: ["The GPU is idle **", "meanwhile the host was in"]),
+    ("R", "What does the CPU do between kernels?", "idle", {},
+     lambda c: ["The GPU is idle **", "The largest gap of each cause, and what the launching thread was doing in it:"]),
     ("D", "Is the load balanced across ranks?", "straggler", {},
      lambda c: [f"**No:** **Rank {c.analysis.comparison.straggler}** is the straggler."]),
     ("D", "What is rank 3 doing?", "idle", {"rank": 3},
@@ -587,6 +593,10 @@ TABLE = [
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
     ("Q", "What PyTorch version made this trace?", None, {}, lambda c: ["I did not recognize"]),
+    # what the host does while the GPU waits: the largest gap of each cause, with the launching thread's events
+    ("R", "What does the CPU do while the GPU is idle?", "idle", {},
+     lambda c: ["The largest gap of each cause, and what the launching thread was doing in it:",
+                f"- waiting for data loading: {duration(largest_gap_of(c, 'dataloader').dur_us)} at "]),
     # what to do, asked tersely: the first thing to fix
     ("R", "next step?", "optimize_first", {}, lambda c: ["Start with **"]),
     ("R", "fix?", "optimize_first", {}, lambda c: ["Start with **"]),

@@ -53,6 +53,7 @@ from .answers import (
     CopiesAnswer,
     DetectorAnswer,
     FlopsAnswer,
+    GapRow,
     IdleGapsAnswer,
     InstancesAnswer,
     KernelProfilesAnswer,
@@ -272,7 +273,7 @@ class OfflineAnalyst:
         pcts = t.by_cause_pct or {}
         lines += [f"- {label(GAP_CAUSES, c)}: {duration(us)}" + (f" ({percent(pcts[c])} {of}" if c in pcts else " (")
                   + f"{', ' if c in pcts else ''}{counted(t.by_cause_count[c], 'gap')})" for c, us in causes[:5] if us > 0]
-        lines += self._largest_gap(idle) + self._sync_line(idle)
+        lines += self._largest_gap(idle, 3 if _HOST_DURING_IDLE.search(q.text) else 1) + self._sync_line(idle)
         lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
         return "\n".join(lines)
 
@@ -284,16 +285,27 @@ class OfflineAnalyst:
         return [f"**{_upper_first(scope(r, d))}: busy {percent(b.busy_pct)}** of its span ({duration(b.busy_us)} of "
                 f"{duration(b.span_us)}), idle {percent(b.idle_pct)}." for r, d, b in gpus[:16]] + [""] if gpus else []
 
-    def _largest_gap(self, idle: IdleGapsAnswer) -> list[str]:
+    def _largest_gap(self, idle: IdleGapsAnswer, count: int = 1) -> list[str]:
+        """The largest gap and what the launching thread was doing in it; with `count` > 1, the largest
+        gap of each cause among the largest gaps, that many, one a line ("what does the CPU do while the
+        GPU is idle?")."""
         if not idle.top_gaps:
             return []
+        if count > 1:
+            by_cause = list({g.cause: g for g in reversed(idle.top_gaps)}.values())[::-1][:count]
+            return ["\nThe largest gap of each cause, and what the launching thread was doing in it:"] + [
+                f"- {label(GAP_CAUSES, g.cause)}: {duration(g.dur_us)} at {duration(g.start_us)} on GPU {g.device}"
+                + self._host_in(g) for g in sorted(by_cause, key=lambda g: -g.dur_us)]
         g = idle.top_gaps[0]
-        host = g.host.host if g.host else []
-        what = ", ".join(f"`{shorten(h.name, 60)}`" for h in host[:2])
-        line = g.host.python if g.host else None
         return [f"\nThe largest gap lasts {duration(g.dur_us)} at {duration(g.start_us)} on GPU {g.device} "
-                f"({label(GAP_CAUSES, g.cause)})" + (f"; meanwhile the host was in {what}" if what else "")
-                + (f", from `{line}`" if line else "") + "."]
+                f"({label(GAP_CAUSES, g.cause)})" + self._host_in(g, "; meanwhile the host was in") + "."]
+
+    @staticmethod
+    def _host_in(g: GapRow, said: str = ":") -> str:
+        """What the launching thread was in over a gap ("; meanwhile the host was in `X`, from `line`"), or ""."""
+        what = ", ".join(f"`{shorten(h.name, 60)}`" for h in (g.host.host if g.host else [])[:2])
+        line = g.host.python if g.host else None
+        return (f"{said} {what}" if what else "") + (f", from `{line}`" if line else "")
 
     @staticmethod
     def _sync_line(idle: IdleGapsAnswer) -> list[str]:
@@ -1421,6 +1433,8 @@ class OfflineAnalyst:
 
 #: a question about how things stand after the change, with two runs loaded ("what limits it now?")
 _ABOUT_AFTER = re.compile(r"\b(?:now|still|anymore|any more|remaining|left over|second run|after run|new run)\b", re.I)
+#: a question about what the host does while the GPU waits ("what does the CPU do while the GPU is idle?")
+_HOST_DURING_IDLE = re.compile(r"\b(?:cpu|host|python|thread)\b.{0,30}\b(?:do|does|doing|did)\b", re.I)
 #: a question about how busy the GPU is ("what's the GPU busy time on GPU 1?", "GPU utilization")
 _BUSY_ASKED = re.compile(r"\bbusy\b|\butili[sz]\w*", re.I)
 #: a question about kernels that asks which to work on ("which kernel should I tune first?")
