@@ -161,14 +161,13 @@ def matches(column: pd.Series, pattern: str | re.Pattern) -> np.ndarray:
 def per_category(column: pd.Series, value_of: Callable[[str], Any], missing: Any, dtype: Any) -> np.ndarray:
     """Each row of a categorical column as `value_of` its string, worked out once per distinct string;
     `missing` for rows without one (code -1)."""
-    table = np.array([value_of(str(c)) for c in column.cat.categories] + [missing], dtype=dtype)
-    return table[column.array.codes]
+    return _per_row(column, np.array([value_of(str(c)) for c in column.cat.categories], dtype=dtype), missing)
 
 
-def _per_row(column: pd.Series, per_category: np.ndarray, missing: bool | float) -> np.ndarray:
+def _per_row(column: pd.Series, per_category: np.ndarray, missing: Any) -> np.ndarray:
     """A categorical column's rows looked up in `per_category` (an entry for each of its
-    categories) by their codes, `missing` for rows without a value (code -1)."""
-    return np.append(per_category, missing)[column.array.codes]
+    categories) by their codes, `missing` for rows without a value (code -1), in its dtype."""
+    return np.append(per_category, np.array([missing], dtype=per_category.dtype))[column.array.codes]
 
 
 def typed_frame(columns: dict[str, list | np.ndarray], schema: dict[str, str]) -> pd.DataFrame:
