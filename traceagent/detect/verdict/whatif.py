@@ -79,6 +79,8 @@ MATMUL_CLASS = re.compile(r"gemm|conv|cutlass|cublas|xmma|wgrad|dgrad|fprop|matm
 _SPEC = re.compile(r"^(?P<what>dataloader|sync|kernel|op|class|lib|launch|copies|recompute)(?::(?P<pattern>.+?))?="
                    r"(?P<value>x?[\d.]+|graphs|"
                    r"pinned)$")
+#: the changes that name classes or libraries, and the check that each name is one (ValueError naming those there are)
+_NAMES_CHECKED = {"class": class_indices, "lib": library_keys}
 PINNED_SHARE = 0.8  # of the host link's peak, what pinned copies reach where the trace has none to measure
 _NEVER = np.iinfo(np.int64).min // 4  # no floor (a quarter of the range: sums stay in range)
 MAX_PASSES = 10_000  # whole-trace passes after the ordered replay: one confirms it, ties at segment edges take a few more
@@ -187,14 +189,9 @@ def parse_change(spec: str) -> Change:
         raise ValueError(f"{spec!r}: a wait is removed (sync=0), not made faster")
     if what == "recompute" and (not math.isinf(factor) or pattern):
         raise ValueError(f"{spec!r}: the recomputation is removed whole (recompute=0)")
-    if what == "class":  # the names are checked before any trace is read
+    if what in _NAMES_CHECKED:  # the names are checked before any trace is read
         try:
-            class_indices((pattern or "").split(","))
-        except ValueError as exc:
-            raise ValueError(f"{spec!r}: {exc}") from None
-    if what == "lib":
-        try:
-            library_keys((pattern or "").split(","))
+            _NAMES_CHECKED[what]((pattern or "").split(","))
         except ValueError as exc:
             raise ValueError(f"{spec!r}: {exc}") from None
     if what in ("kernel", "op", "class", "lib") and not pattern:
