@@ -29,12 +29,12 @@ from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import is_op_name, op_kernels, short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.detectors.libraries import DETECTOR as LIBRARIES_DETECTOR
-from ..detect.detectors.libraries import NAMED_IN_QUESTIONS, LibrariesResult, library_sentence
+from ..detect.detectors.libraries import LibrariesResult, library_named, library_sentence
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
 from ..detect.detectors.precision import SHOWN_PCT, PrecisionResult, precision_sentence
 from ..detect.detectors.steps import StepRow
-from ..detect.detectors.stragglers import RankComparison
+from ..detect.detectors.stragglers import RankCollectives, RankComparison
 from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
@@ -347,7 +347,7 @@ class OfflineAnalyst:
             return f"gpu={named[0]}"
         if q.op and "::" in q.op:  # an op the trace has, by its name: its kernels F times faster
             return f"op:{q.op}=x{factor:g}"
-        library = next((key for key, pattern in NAMED_IN_QUESTIONS if re.search(pattern, q.text, re.I)), None)
+        library = library_named(q.text)
         if library:  # a library named ("what if cuDNN were 2x faster?"), before the class its name says (flash attention)
             return f"lib:{library}=x{factor:g}"
         classes = classes_named(q.text, natures=True)
@@ -934,7 +934,7 @@ class OfflineAnalyst:
         """The libraries' shares, led by the share of the one the question names."""
         said = self._registered(LIBRARIES_DETECTOR, q, answer)
         r: LibrariesResult | None = answer.result
-        asked = next((key for key, pattern in NAMED_IN_QUESTIONS if re.search(pattern, q.text, re.I)), None)
+        asked = library_named(q.text)
         return said if r is None or asked is None else f"{self._who(answer.scope)}{library_sentence(r, asked)}\n\n{said}"
 
     def _scaling(self, q: Question, answer: CommAnswer, scaled: ScalingAnswer | None = None) -> str:
@@ -978,11 +978,9 @@ class OfflineAnalyst:
         if asked is not None and asked.rank == rank:  # "what is rank 7 waiting for?" about the straggler itself
             lead = _standing(rank, ranks) or ""
         elif asked is not None:  # "what is rank 3 waiting for?": that rank first
-            late = (f"; rank {rank}, the straggler, causes {ranks.caused_waiting_pct:.0f}% of the ranks' waiting"
-                    if rank is not None else "")
-            lead = (f"**Rank {q.rank} waits {duration(asked.exposed_waiting_us)} in collectives for the ranks that enter "
-                    f"after it** ({percent(asked.exposed_waiting_pct)} of its device time, with no compute beside it); "
-                    f"it entered {asked.last_count} of the collectives last itself{late}.")
+            waits, share, caused = _waiting(asked, ranks)
+            lead = (f"**Rank {q.rank} {waits}** {share}; it entered {asked.last_count} of the collectives last itself"
+                    + (f"; {caused}." if caused else "."))
         elif rank is None:
             lead = (("**Yes:** " if balanced else "") + "**No rank is a straggler**: no rank enters most "
                     "collectives last.")
@@ -1639,10 +1637,17 @@ def _standing(rank: int | None, c: RankComparison | None) -> str | None:
         return (f"**Rank {rank} is the straggler:** it entered {me.last_count} of the {c.matched} matched collectives "
                 f"last, and caused {duration(me.caused_waiting_us)} of the other ranks' waiting in them "
                 f"({c.caused_waiting_pct:.0f}% of all).")
-    return (f"**Rank {rank} is not the straggler:** it waits {duration(me.exposed_waiting_us)} in collectives for the "
-            f"ranks that enter after it ({percent(me.exposed_waiting_pct)} of its device time, with no compute beside "
-            "it)" + (f"; rank {c.straggler}, the straggler, causes {c.caused_waiting_pct:.0f}% of the ranks' waiting."
-                     if c.straggler is not None else "."))
+    waits, share, caused = _waiting(me, c)
+    return f"**Rank {rank} is not the straggler:** it {waits} {share}" + (f"; {caused}." if caused else ".")
+
+
+def _waiting(me: RankCollectives, c: RankComparison) -> tuple[str, str, str]:
+    """How a rank's waiting is said: what it waits, over what share, and how much of all waiting the
+    straggler causes ("" without one): its waiting is for whoever entered after it, not the straggler alone."""
+    return (f"waits {duration(me.exposed_waiting_us)} in collectives for the ranks that enter after it",
+            f"({percent(me.exposed_waiting_pct)} of its device time, with no compute beside it)",
+            f"rank {c.straggler}, the straggler, causes {c.caused_waiting_pct:.0f}% of the ranks' waiting"
+            if c.straggler is not None else "")
 
 
 def _unavailable(u: Unavailable, what: str | None = None) -> str:

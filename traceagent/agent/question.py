@@ -299,7 +299,7 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     # several, the first with a result on the rank asked about ("how long is the forward pass?" on
     # an inference trace: the workload's forward passes, not the training phases it lacks)
     # every rank named, in order, once each ("rank 0 vs 1": 0, 1); the first is the one a question about one rank means
-    ranks = tuple(dict.fromkeys(int(n) for m in _RANKS.finditer(text) for n in m.groups() if n))
+    ranks = _numbers_named(_RANKS, text)
     rank = ranks[0] if ranks else None
     named = [d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, words, re.I)]
     about = next((r for r in ctx.analysis.ranks if r.rank == rank), ctx.analysis.focus)
@@ -323,7 +323,7 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "compare" and ctx.other is None and _PHASE_WORDS.search(text):
         intent = "phases"  # "how long is prefill compared to decode?" with one trace: its phases
     # every GPU named, in order, once each; the first is the one a question about one GPU means
-    devices = tuple(dict.fromkeys(int(n) for m in _DEVICES.finditer(text) for n in m.groups() if n))
+    devices = _numbers_named(_DEVICES, text)
     device = devices[0] if devices else None
     steps = [int(n) for m in _STEPS.finditer(text) for n in m.groups() if n]
     if not steps and (m := _ORDINAL_STEP.search(text)):  # "the first step": its number in this trace
@@ -362,6 +362,11 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "device_vs_device" and len(devices) < 2:
         intent = "idle"  # "GPU 1 and its copies": about one GPU
     return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks, devices)
+
+
+def _numbers_named(pattern: re.Pattern, text: str) -> tuple[int, ...]:
+    """The numbers a pattern's groups find in the text (ranks, GPUs), in order, once each."""
+    return tuple(dict.fromkeys(int(n) for m in pattern.finditer(text) for n in m.groups() if n))
 
 
 def classes_named(text: str, natures: bool = False) -> list[str]:

@@ -198,6 +198,11 @@ NAMED_IN_QUESTIONS = [("cudnn", r"\b(?:cudnn|miopen)\b"), ("blas", r"\b(?:cublas
                       ("pytorch", r"\baten\b"), ("fbgemm", r"\bfbgemm\b")]
 
 
+def library_named(text: str) -> str | None:
+    """The library (a key of LABELS) a question names, the first in NAMED_IN_QUESTIONS' order, or None."""
+    return next((key for key, pattern in NAMED_IN_QUESTIONS if re.search(pattern, text, re.I)), None)
+
+
 def library_sentence(result: LibrariesResult, library: str) -> str:
     """One library's share, led by the figure ('**cuDNN / MIOpen: 75.5%** of the rank's kernel time …'),
     or that no kernel is its; for Triton, the kernels launched from loaded modules too (Triton's own way)."""
