@@ -172,6 +172,24 @@ def test_communication_by_kind_each_with_its_exposed_part(tmp_path):
     comm = detect_comm(b.load(tmp_path))
     assert [(k.kind, k.kernels, k.time_us, k.exposed_us, k.exposed_pct) for k in comm.kinds] == [
         ("all_reduce", 2, 300.0, 150.0, 50.0), ("all_to_all", 1, 100.0, 50.0, 50.0), ("broadcast", 1, 50.0, 50.0, 100.0)]
+    # collectives 300 + 100 + 50 = 450 µs against compute 250 + 50 = 300 µs: 1.5×
+    assert (comm.comm_us, comm.compute_us, comm.comm_to_compute_x) == (450.0, 300.0, 1.5)
+
+
+def test_communication_to_computation_counts_overlapping_compute_once_and_is_none_without_compute(tmp_path):
+    """By hand: compute kernels [0, 100) and [50, 150) on two streams (150 µs together, not 200), an
+    all-reduce [100, 160) and one [300, 340) (100 µs): 100 / 150 = 0.667×. Collectives alone: no ratio."""
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100, stream=7)
+    b.kernel("gemm", 50, 100, stream=8)
+    for start, dur in ((100, 60), (300, 40)):
+        b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", start, dur, stream=20)
+    comm = detect_comm(b.load(tmp_path, "both.json"))
+    assert (comm.comm_us, comm.compute_us, comm.comm_to_compute_x) == (100.0, 150.0, 0.667)
+    alone = TraceBuilder()
+    alone.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 0, 50, stream=20)
+    comm = detect_comm(alone.load(tmp_path, "alone.json"))
+    assert (comm.comm_us, comm.compute_us, comm.comm_to_compute_x) == (50.0, 0.0, None)
 
 
 def test_a_second_limiter_over_its_threshold_is_named_too(tmp_path):

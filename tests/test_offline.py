@@ -168,6 +168,14 @@ def phase(ctx, name: str):
     return next(p for p in focus(ctx).results["training_phases"].phases if p.name == name)
 
 
+def slowest_collective(ctx):
+    """The collective kernel with the longest mean run on the focus rank, from its kernel table."""
+    gpu = focus(ctx).trace.gpu
+    comm = gpu[gpu["is_comm"].to_numpy(bool) & (gpu["kind"] == "kernel").to_numpy()]
+    name = (comm["end"] - comm["start"]).groupby(comm["name"], observed=True).mean().idxmax()
+    return next(k for k in detect_hot_kernels(focus(ctx).trace, top=50).top if k.name == name)
+
+
 def comparison(ctx):
     return ctx.analysis.comparison
 
@@ -508,6 +516,16 @@ TABLE = [
      lambda c: [f"**All-to-all: {counted(kind(c, 'all_to_all').kernels, 'kernel')}",
                 f"{percent(kind(c, 'all_to_all').exposed_pct)} of its time ({duration(kind(c, 'all_to_all').exposed_us)}) "
                 "no compute overlapped"]),
+    # communication weighed against computation, and the slowest collective per call (from the detectors' numbers)
+    ("D", "What's the comm to compute ratio on rank 3?", "communication", {"rank": 3},
+     lambda c: [f"**Communication to computation: {c.analysis.rank(3).findings.comm.comm_to_compute_x:g}×**: collectives "
+                f"ran {duration(c.analysis.rank(3).findings.comm.comm_us)}, compute kernels "
+                f"{duration(c.analysis.rank(3).findings.comm.compute_us)}"]),
+    ("D", "How does communication time compare with compute time?", "communication", {},
+     lambda c: [f"**Communication to computation: {focus(c).findings.comm.comm_to_compute_x:g}×**"]),
+    ("D", "Which collective call is the slowest?", "communication", {},
+     lambda c: [f"**By time per call, the slowest collective is `{slowest_collective(c).label}`**: mean "
+                f"{duration(slowest_collective(c).mean_us)}"]),
     ("D", "Is communication overlapped?", "communication", {},
      lambda c: [f"**{percent(focus(c).findings.comm.exposed_of_comm_pct)}**"]),
     ("D", "Is it communication-bound?", "bound", {"limit": "communication"}, lambda c: ["**No.**", "straggler"]),
@@ -917,6 +935,16 @@ def test_a_cpu_only_trace_gets_an_answer_to_every_canned_question(question):
     assert result.text.strip() and result.unverified == []
     if question == "Which GPU is most idle?":
         assert "no GPU activity" in result.text
+
+
+@pytest.mark.parametrize("question", ["Is the dataloader slow?", "Is data loading fast enough?"])
+def test_on_a_trace_with_no_device_work_data_loading_is_neither_yes_nor_no(question):
+    """No GPU ran: nothing waited for data, so the answer says that and how to record the GPU, not
+    "No: the GPU never waits" about a GPU the trace does not have."""
+    analysis = analyzed(CPU_ONLY)
+    result = answer(AnalysisContext(analysis), question)
+    assert result.text.startswith(f"**There is no GPU work here to wait for data:** {analysis.verdict.headline}.")
+    assert analysis.verdict.next_step in result.text and "**No:**" not in result.text and "**Yes:**" not in result.text
 
 
 def test_the_same_trace_twice_is_no_measurable_change():

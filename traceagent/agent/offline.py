@@ -151,7 +151,10 @@ class OfflineAnalyst:
                                self._dataloader),
             "sync": Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync),
             "communication": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)]
-                                  + [("hot_kernels", at | kind.filters) for kind in _collective_named(q.text)],
+                                  + [("hot_kernels", at | kind.filters) for kind in _collective_named(q.text)]
+                                  # "which collective is slowest?": the collective kernels by time per call
+                                  + ([("hot_kernels", at | {"collectives": True, "order_by": _slow_order(q), "top": 3})]
+                                     if _SLOWEST.search(q.text) and not _collective_named(q.text) else []),
                                   self._communication),
             "critical_path": Plan(lambda q, at: [("critical_path", at | ({"step": q.steps[0]} if q.steps else {}))],
                                   self._critical_path),
@@ -748,6 +751,8 @@ class OfflineAnalyst:
         keeps_up = bool(re.search(r"\benough\b|\bkeep(?:s|ing)? up\b|\b(?:fine|ok|okay|good|fixed|solved|resolved|gone)\b",
                                   q.text, re.I))
         said = ("**Yes:** ", "**No:** ") if keeps_up else ("**No:** ", "**Yes:** ")
+        if idle.matching_gaps is None:  # no device work: nothing waited for data, and no yes or no to give
+            return (f"{who}**There is no GPU work here to wait for data:** {v.headline}. {v.next_step}")
         if not waited:
             return (f"{who}{said[0] if _yes_no(q) else ''}" + ("the" if who or _yes_no(q) else "The")
                     + f" GPU never waits for data loading in this trace. {v.headline}.")
@@ -806,6 +811,21 @@ class OfflineAnalyst:
                       f"{duration(r.kernel.mean_us)}, longest {duration(r.kernel.max_us)}"
                       + (f", from `{r.kernel.op}`" if r.kernel.op else "") for r in kind.top if r.kernel.is_comm or own is None]
             lines.append("")
+        elif kind is not None and kind.top:  # the slowest collective, per call as the question ranks it
+            first = kind.top[0].kernel
+            by = "its longest single run" if kind.order_by == "max" else "time per call"
+            lines += [f"{self._who(kind.scope)}**By {by}, the slowest collective is {code(shorten(first.label, 80))}**: "
+                      f"mean {duration(first.mean_us)}, longest {duration(first.max_us)}, {counted(first.count, 'call')}"
+                      + (f", from `{first.op}`" if first.op else "") + "."]
+            lines += [f"- {code(shorten(r.kernel.label, 80))}: mean {duration(r.kernel.mean_us)}, longest "
+                      f"{duration(r.kernel.max_us)}, {counted(r.kernel.count, 'call')}" for r in kind.top[1:]]
+            lines.append("")
+        if _RATIO_ASKED.search(q.text):  # communication weighed against computation, in the same scope
+            lines += [f"{'' if lines else self._who(answer.scope)}" + (
+                f"**Communication to computation: {c.comm_to_compute_x:g}×**: collectives ran {duration(c.comm_us)}, "
+                f"compute kernels {duration(c.compute_us)} (each the time any of them ran, added up over the GPUs)."
+                if c.comm_to_compute_x is not None else
+                f"**No compute kernels ran** beside {duration(c.comm_us)} of collectives: the ratio has no denominator."), ""]
         lines += [f"{'' if lines else self._who(answer.scope)}{c.kernels} collective kernels ran {duration(c.comm_us)} "
                  f"({percent(c.share_pct)} {of}). **{percent(c.exposed_of_comm_pct)}** of that time no compute "
                  f"overlapped: {duration(c.exposed_us)}, {percent(c.exposed_pct)} {of}."]
@@ -1493,6 +1513,13 @@ def _collective_named(text: str) -> list[_Collective]:
     """The kinds of collective a question names, in the question's order."""
     found = [(m.start(), c) for c in _COLLECTIVES if (m := re.search(rf"\b{c.said}", text, re.I))]
     return [c for _, c in sorted(found, key=lambda f: f[0])]
+
+
+#: "which collective is slowest?", "the longest NCCL call": collectives ranked per call
+_SLOWEST = re.compile(r"\b(?:slowest|longest)\b|\bper (?:call|launch)\b", re.I)
+#: communication weighed against computation: "comm to compute ratio", "communication vs compute time"
+_RATIO_ASKED = re.compile(r"\bratio\b|\b(?:vs\.?|versus|against|compar\w*|relative)\b.{0,25}\bcomput|"
+                          r"\bcomput\w*\b.{0,25}\b(?:vs\.?|versus|against|compar\w*|relative)\b", re.I)
 
 
 def _slow_order(q: Question) -> str:

@@ -51,6 +51,12 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                          r"(?:(?:gpu|device|cuda:)\s*)?#?\d+\b"),
     ("step_vs_step", rf"\bsteps?\s*#?\d+\s*(?:{_VERSUS}|and|to|-|–)\s*(?:step\s*#?)?\d+|"
                      rf"\bsteps?\s*#?\d+\b.{{0,40}}?\b(?:than|{_VERSUS})\s*step\s*#?\d+"),
+    # communication weighed against computation ("the comm to compute ratio", "how does communication time
+    # compare with compute time?"): the communication answer's ratio, not two runs compared
+    ("communication", rf"\b(?:communication|collectives?|nccl|rccl)\b.{{0,25}}\b(?:ratio|{_VERSUS}|to|over|compar\w*|"
+                      r"against|relative)\b.{0,25}\b(?:computation|compute|computing)\b|"
+                      rf"\b(?:computation|compute)\b.{{0,25}}\b(?:ratio|{_VERSUS}|to|over|compar\w*|against|relative)\b"
+                      r".{0,25}\b(?:communication|collectives?|nccl|rccl)\b"),
     ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
                 r"(?:faster|slower|better|worse)|(?:faster|slower) now|what changed|compar|before and after|"
                 r"after the (?:fix|change)|improv(?:ed|es)\b|improvements? (?:from|after|since|over|between)|"
@@ -239,7 +245,7 @@ _CHANGED = re.compile(r"\b(?:got|get|gets|getting|became|become|went|go|goes|gon
 #: words engineers shorten, read as the words the intents know ("gpu util?", "mem bw", "comms"); whole
 #: words only, so a kernel's `bn_bw_` or an op's `mem_efficient` stays as written
 SHORTHAND = {"mem": "memory", "bw": "bandwidth", "util": "utilization", "perf": "performance", "avg": "average",
-             "comms": "communication", "xfer": "transfer", "xfers": "transfers"}
+             "comms": "communication", "comm": "communication", "xfer": "transfer", "xfers": "transfers"}
 _SHORTHAND = re.compile(rf"\b(?:{'|'.join(SHORTHAND)})\b", re.I)
 # a question with none of these words, and no intent found, is taken to be in another language
 _ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "

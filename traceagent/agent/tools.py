@@ -337,6 +337,8 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
                                                                     "aten::convolution, vllm::moe_forward, a "
                                                                     "record_function range), else every op whose name "
                                                                     "contains it, case and underscores aside")] = None,
+                collectives: Annotated[bool, Field(description="only collective (NCCL/RCCL) kernels: which collective "
+                                                               "is slowest per call")] = False,
                 ) -> KernelsAnswer:
     """Kernels ranked by total device time (or per call, or by launches): count, total, mean,
     median, max, share of busy time, the op that launched them, the user's Python line (when the
@@ -344,13 +346,15 @@ def hot_kernels(ctx: AnalysisContext, top: Top = 10,
     with op_filter, where the time inside one op goes (the totals are then that op's kernels',
     op_share_pct their share of the scope's device time, and op_host its calls and time on the host)."""
     r, scope = ctx.scoped(rank, device)
-    result = r.hot_kernels(top=_top(top), name_filter=name_filter, device=device, order=order_by, op_filter=op_filter)
+    result = r.hot_kernels(top=_top(top), name_filter=name_filter, device=device, order=order_by, op_filter=op_filter,
+                           collectives=collectives)
     frames = r.findings.has_python_frames
     lines = kernel_python_lines(r.trace, [k.name for k in result.top]) if frames else {}
     # from recorded shapes, over the rank's GPUs (see the flops tool)
     throughput = {k.name: k for k in r.findings.flops.by_kernel} if r.findings.flops and device is None else {}
     rows = [KernelRow(k, lines.get(k.name), throughput.get(k.name), full_names) for k in result.top]
-    wanted = " and ".join(w for w in (f"match {name_filter!r}" if name_filter else "",
+    wanted = " and ".join(w for w in ("are collectives" if collectives else "",
+                                      f"match {name_filter!r}" if name_filter else "",
                                       f"are launched by or inside an op matching {op_filter!r}" if op_filter else "") if w)
     note = None if result.kernels else (f"no kernels {wanted}" if wanted else "no kernels in this scope")
     share = None

@@ -52,7 +52,8 @@ from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdic
 #: `since`); the workload's compiled_pct and compiled_regions. 2.10: layout (its own `since`); comm.kinds
 #: (each kind of collective's time and exposed part). 2.11: recompute (its own `since`); the steps'
 #: slowest_vs_median also holds host_us (the slowest step's extra time) and device_us. 2.12: libraries (its own `since`).
-SCHEMA_VERSION = max(["2.8", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
+#: 2.13: comm.compute_us and comm.comm_to_compute_x (communication over computation, in the same scope).
+SCHEMA_VERSION = max(["2.13", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 
 @dataclass(frozen=True)
@@ -205,14 +206,14 @@ class RankAnalysis:
         return sorted(int(d) for d in self.findings.idle.devices)
 
     def hot_kernels(self, top: int = 10, name_filter: str | None = None, device: int | None = None,
-                    order: str = "total", op_filter: str | None = None) -> KernelsResult:
+                    order: str = "total", op_filter: str | None = None, collectives: bool = False) -> KernelsResult:
         """The hot kernels as analyzed (of the rank, or of one GPU), or a query of the events for
-        what the analysis did not list (a name or op filter, a longer list, another order)."""
+        what the analysis did not list (a name or op filter, collectives alone, a longer list, another order)."""
         kernels = self.findings.kernels if device is None else self.by_device[device].kernels
-        if name_filter is None and op_filter is None and order == "total" and top <= len(kernels.top):
+        if name_filter is None and op_filter is None and not collectives and order == "total" and top <= len(kernels.top):
             return replace(kernels, top=kernels.top[:top])
         return detect_hot_kernels(self.trace, top=top, name_filter=name_filter, device=device, order=order,
-                                  op_filter=op_filter)
+                                  op_filter=op_filter, collectives=collectives)
 
     def memcpy(self, device: int | None = None) -> MemcpyResult:
         """Copies on the rank, or on one of its GPUs."""

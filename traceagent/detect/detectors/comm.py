@@ -51,16 +51,21 @@ class CommResult:
     kinds: list[CollectiveKind] = field(default_factory=list)
     # streams where collectives take turns with compute kernels: no overlap is possible there
     shared_streams: list[SharedStream] = field(default_factory=list)
+    # 2.13: compute kernels' time in the same scope (each device's union, summed as comm_us is), and
+    # communication over it: "what is the communication to computation ratio?" (None without compute)
+    compute_us: float = 0.0
+    comm_to_compute_x: float | None = None
 
 
 def detect_comm(trace: Trace, top: int = 5, device: int | None = None) -> CommResult:
     """Collectives on every device of the rank, or on one."""
     views = views_of(trace, device)
     span = device_time_ns(views)
-    comm = exposed = 0
+    comm = exposed = compute = 0
     for view in views:
         comm += iv.length(view.comm)
         exposed += iv.length(view.exposed_comm)
+        compute += iv.length(view.compute)
     kernels = on_device(trace.gpu, device)
     kernels = kernels[kernels["is_comm"]]
     by_name = (kernels.assign(dur=kernels["end"] - kernels["start"]).groupby("name", observed=True)["dur"]
@@ -70,7 +75,8 @@ def detect_comm(trace: Trace, top: int = 5, device: int | None = None) -> CommRe
         exposed_pct=pct(exposed, span), exposed_of_comm_pct=pct(exposed, comm),
         top=[Collective(name=str(n), count=int(r["size"]), total_us=us(r["sum"])) for n, r in by_name.iterrows()],
         shared_streams=[s for s in shared_streams(trace) if device is None or s.device == device],
-        kinds=_by_kind(kernels, views),
+        kinds=_by_kind(kernels, views), compute_us=us(compute),
+        comm_to_compute_x=round(comm / compute, 3) if compute else None,
     )
 
 

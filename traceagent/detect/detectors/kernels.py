@@ -232,10 +232,12 @@ def op_kernels(trace: Trace, op: str) -> np.ndarray:
 
 
 def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = None,
-                       device: int | None = None, order: str = "total", op_filter: str | None = None) -> KernelsResult:
+                       device: int | None = None, order: str = "total", op_filter: str | None = None,
+                       collectives: bool = False) -> KernelsResult:
     """The kernels taking the most device time (on every device, or one), or the longest per
     call (`order` mean or max) or most launched (count); `name_filter` keeps names containing it
-    (case and underscores aside), `op_filter` kernels launched by the op it names or inside it (launched_by)."""
+    (case and underscores aside), `op_filter` kernels launched by the op it names or inside it (launched_by),
+    `collectives` the collective kernels alone (the communication detector's)."""
     # the columns read here, and rows copied only where some are dropped (a rank of kernels alone is its table)
     kernels = on_device(trace.gpu, device)[["name", "kind", "device", "start", "end", "is_comm", "op", "op_from",
                                              "correlation"]]
@@ -244,6 +246,8 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
         keep = keep & matches(kernels["name"], loosely(name_filter))
     if op_filter:
         keep = keep & launched_by(trace, kernels, op_filter)
+    if collectives:
+        keep = keep & kernels["is_comm"].to_numpy(bool)
     kernels = rows_where(kernels, keep)
     busy = sum(iv.length(v.busy) for v in views_of(trace, device))
     if kernels.empty:
