@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import traceagent
 from traceagent.detect.verdict.critical_path import (
     KINDS,
+    _previous,
     _walk,
     critical_path,
     critical_path_sentence,
@@ -272,6 +273,19 @@ def test_the_op_that_ended_last_before_each_started_against_brute_force(events):
             assert found[i] == -1
         else:
             assert found[i] in ended and end[found[i]] == max(end[j] for j in ended)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6)), max_size=20), st.booleans())
+def test_the_event_before_each_in_its_group_against_brute_force(events, in_time_order):
+    # (group, time), in time order as a device's ops are loaded or not (a thread's calls may not be): the
+    # event before each in its group is the latest earlier one, of equal times the one before it in position
+    pairs = sorted(events, key=lambda e: e[1]) if in_time_order else events
+    group = np.array([g * 1000 for g, _ in pairs], dtype=np.int64)
+    t = np.array([t for _, t in pairs], dtype=np.int64)
+    found = _previous(group, t, np.int32)
+    for i in range(len(t)):
+        before = [j for j in range(len(t)) if group[j] == group[i] and (t[j], j) < (t[i], i)]
+        assert found[i] == (max(before, key=lambda j: (t[j], j)) if before else -1)
 
 
 @given(st.lists(st.tuples(st.integers(-1, 30), st.integers(0, 5)), min_size=1, max_size=30),

@@ -310,6 +310,8 @@ def trace_gaps(trace: Trace, params: IdleParams = IdleParams()) -> pd.DataFrame:
     gaps = pd.concat(frames, ignore_index=True) if frames else _no_gaps()
     rows = gap_step_rows(trace, gaps["start"].to_numpy(np.int64)).astype(np.int32)  # steps: far fewer than 2**31
     numbers = np.append(trace.steps["step"].to_numpy(np.int64), -1)  # row -1: no step
+    if len(numbers) and np.abs(numbers).max() < 2**31:  # a row per gap: in int32 where the numbers fit
+        numbers = numbers.astype(np.int32)
     return gaps.assign(step_row=rows, step=numbers[rows])
 
 

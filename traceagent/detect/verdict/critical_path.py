@@ -125,7 +125,8 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     n_dev = len(gpu)
     d_start, d_end = gpu["start"].to_numpy(np.int64), gpu["end"].to_numpy(np.int64)
     c_start, c_end = cpu["start"].to_numpy(np.int64)[c_rows], cpu["end"].to_numpy(np.int64)[c_rows]
-    start, end = np.concatenate([d_start, c_start]), np.concatenate([d_end, c_end])
+    # a trace of device activity alone has no calls: the ops' own columns, not copies of them
+    start, end = (np.concatenate([d_start, c_start]), np.concatenate([d_end, c_end])) if len(c_rows) else (d_start, d_end)
     device = gpu["device"].to_numpy()
     # positions of ops and calls (calls after the ops) in the narrowest exact type: a rank of ten million
     # ops holds several arrays of them at once
@@ -150,7 +151,8 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     pred = np.full(n_dev, -1, dtype=position)
     latest = np.full(n_dev, np.iinfo(np.int64).min, dtype=np.int64)
     for candidate in (prev_on_stream, before, launch):
-        ready = np.where(candidate >= 0, end[np.maximum(candidate, 0)], np.iinfo(np.int64).min)
+        ready = end.take(np.maximum(candidate, 0))  # filled in place: one temporary of the ops' length at a time
+        ready[candidate < 0] = np.iinfo(np.int64).min
         later = (ready > latest) & (ready <= d_end)  # a dependency ends before its dependant does
         np.copyto(latest, ready, where=later)
         np.copyto(pred, candidate, where=later)
@@ -191,27 +193,29 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Path |
     node_start = start[nodes]
     follows = pred[nodes]
     del pred
-    at = np.where(follows >= 0, end[np.maximum(follows, 0)], node_start)  # when each event's dependency was ready
+    at = end.take(np.maximum(follows, 0))  # when each event's dependency was ready (its start where it has none)
+    np.copyto(at, node_start, where=follows < 0)
     del follows, start
     np.maximum(at, first_device, out=at)
-    gap = np.flatnonzero(at < node_start)  # the time between: a wait on the device, or host work on a thread
+    gap = np.flatnonzero(at < node_start).astype(position)  # the time between: a wait on the device, or host work
     m, size = len(nodes), len(nodes) + len(gap)
     on_host = (nodes >= n_dev).view(np.int8)  # the kinds as codes: 0 device, 1 host call; 3 wait, 2 host work
     kind = np.empty(size, dtype=np.int8)
     kind[:m], kind[m:] = on_host, 3 - on_host[gap]
     seg_start = np.empty(size, dtype=np.int64)
     np.maximum(node_start, at, out=seg_start[:m])
-    seg_start[m:] = at[gap]
+    np.take(at, gap, out=seg_start[m:], mode="clip")  # valid positions: clip, which writes out unbuffered
     del at
     seg_end = np.empty(size, dtype=np.int64)
-    seg_end[:m], seg_end[m:] = end[nodes], node_start[gap]
+    np.take(end, nodes, out=seg_end[:m], mode="clip")
+    np.take(node_start, gap, out=seg_end[m:], mode="clip")
     del node_start, end
     calls = np.flatnonzero(on_host)
     event = np.full(size, -1, dtype=position)
     event[:m] = nodes
     event[calls] -= n_dev
     return Path(kind=kind, start=seg_start, end=seg_end, event=event, device_names=gpu["name"].array,
-                call_names=call_names, gap_before=gap.astype(position), call_thread=call_thread, device_ops=gpu)
+                call_names=call_names, gap_before=gap, call_thread=call_thread, device_ops=gpu)
 
 
 def step_window(trace: Trace, step: int) -> tuple[int, int]:
@@ -299,7 +303,8 @@ def _walk(pred: np.ndarray, end: np.ndarray, node: int, floor: int, whole_from: 
     as one slice; elsewhere one event at a time (memoryviews of the int64 arrays: each read a
     Python int, as fast as a list's, without a list of every event's ints)."""
     n = len(pred)
-    index = np.arange(n, dtype=index_type(n))
+    position = index_type(n)  # the path's events in the narrowest exact type: a path may hold every event
+    index = np.arange(n, dtype=position)
     # each event's run's first event: the last one at or before it that does not follow the one before
     opens = np.ones(n, dtype=bool)
     opens[1:] = pred[1:] != index[:-1]
@@ -321,14 +326,14 @@ def _walk(pred: np.ndarray, end: np.ndarray, node: int, floor: int, whole_from: 
         stops = np.flatnonzero((end[first:node + 1] <= floor) | seen[first:node + 1])
         low = first + int(stops[-1]) + 1 if len(stops) else first
         if path:
-            pieces.append(np.frombuffer(path, dtype=np.int64))
+            pieces.append(np.frombuffer(path, dtype=np.int64).astype(position))
             path = array("q")
-        pieces.append(np.arange(node, low - 1, -1, dtype=np.int64))
+        pieces.append(np.arange(node, low - 1, -1, dtype=position))
         seen[low:node + 1] = True
         node = pred_at[low]  # below the run, or the event that stopped it: the loop tests it
     if path:
-        pieces.append(np.frombuffer(path, dtype=np.int64))
-    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+        pieces.append(np.frombuffer(path, dtype=np.int64).astype(position))
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=position)
 
 
 def launch_positions(op_correlation: np.ndarray, call_correlation: np.ndarray,
@@ -344,27 +349,31 @@ def launch_positions(op_correlation: np.ndarray, call_correlation: np.ndarray,
     return pd.Series(op_correlation).map(by_corr).fillna(-1).to_numpy(position)
 
 
-def _group_then_time_order(group: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Positions with each group's events together, each group's in time order (ties in position
-    order): np.lexsort((t, group)) up to the groups' own order, by one stable sort of a single key
-    (the groups numbered by hashing), several times faster on millions of events."""
-    if not len(t):
-        return np.zeros(0, dtype=np.int64)
-    number, groups = pd.factorize(group)
-    low = int(t.min())
-    span = int(t.max()) - low + 1
-    if span * len(groups) >= 2**62:  # the key would leave int64: two keys
-        return np.lexsort((t, group))
-    return np.argsort(number.astype(np.int64) * span + (t - low), kind="stable")
-
-
 def _previous(group: np.ndarray, t: np.ndarray, position: type[np.signedinteger] = np.int64) -> np.ndarray:
-    """For each event, the one before it (by start) in its group (a stream, a thread), or -1."""
-    order = _group_then_time_order(group, t)
-    same = np.zeros(len(t), dtype=bool)
-    same[1:] = group[order][1:] == group[order][:-1]
+    """For each event, the one before it (by start) in its group (a stream, a thread), or -1. The
+    groups are numbered by hashing, and the events ordered by one stable sort of a single key (each
+    group's together, in time order, ties in position order): several times faster than
+    np.lexsort((t, group)) on millions of events."""
     out: np.ndarray = np.full(len(t), -1, dtype=position)
-    out[order[1:][same[1:]]] = order[:-1][same[1:]]
+    if len(t) < 2:
+        return out
+    number, groups = pd.factorize(group)
+    if bool((t[1:] >= t[:-1]).all()):
+        # already in time order (a device's ops as loaded): a stable sort of the group numbers alone keeps
+        # it, and numpy sorts 16-bit numbers by radix, in linear time and little memory
+        number = number.astype(np.int16 if len(groups) < 2**15 else np.int32)
+        order = np.argsort(number, kind="stable")
+    else:
+        low = int(t.min())
+        span = int(t.max()) - low + 1
+        if span * len(groups) >= 2**62:  # the key would leave int64: two keys
+            order = np.lexsort((t, number))
+        else:
+            order = np.argsort(number.astype(np.int64) * span + (t - low), kind="stable")
+    ranked = number[order]
+    same = np.flatnonzero(ranked[1:] == ranked[:-1])  # the event at same + 1 follows the one at same in its group
+    del ranked, number
+    out[order[same + 1]] = order[same]
     return out
 
 
