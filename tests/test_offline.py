@@ -19,7 +19,7 @@ from traceagent.detect.compare.diff import diff
 from traceagent.detect.core.vocabulary import ROOT_CAUSES, label
 from traceagent.detect.detectors.kernels import detect_hot_kernels, op_host
 from traceagent.detect.verdict.whatif import parse_change, simulate
-from traceagent.format import counted, duration, percent, shorten
+from traceagent.format import counted, duration, percent, shorten, size
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", None),
@@ -166,6 +166,16 @@ def classes(ctx):
 
 def phase(ctx, name: str):
     return next(p for p in focus(ctx).results["training_phases"].phases if p.name == name)
+
+
+def copies_of(ctx, kind: str):
+    """One kind of copy on the focus rank, as the copies detector has it."""
+    return focus(ctx).findings.memcpy.by_kind[kind]
+
+
+def work_class(ctx, name: str):
+    """One class of work's time on the focus rank, as the time-by-class detector has it."""
+    return next(k for k in focus(ctx).results["time_by_class"].classes if k.name == name)
 
 
 def slowest_collective(ctx):
@@ -610,6 +620,19 @@ TABLE = [
     ("R", "Why is the GPU idle in some steps?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
+    # a class of work named: its share first; a kind of copy named: there or not, first
+    ("Q", "How much time does attention take?", "detector:time_by_class", {},
+     lambda c: [f"**Attention: {percent(work_class(c, 'attention').share_pct)} of device time** "
+                f"({duration(work_class(c, 'attention').time_us)} in {work_class(c, 'attention').ops} ops",
+                "**GPU time by class.**"]),
+    ("Q", "How much time do convolutions take?", "detector:time_by_class", {},
+     lambda c: ["**No convolution kernels** in this scope."]),
+    ("Q", "Are there any copies from host to device?", "copies", {},
+     lambda c: ["**No host-to-device (HtoD) copies** in this scope."] if "HtoD" not in focus(c).findings.memcpy.by_kind
+     else ["**HtoD (host-to-device): "]),
+    ("Q", "How long do D2H copies take?", "copies", {},
+     lambda c: [f"**DtoH (device-to-host): {counted(copies_of(c, 'DtoH').count, 'copy', 'copies')}**, "
+                f"{size(copies_of(c, 'DtoH').bytes)} in {duration(copies_of(c, 'DtoH').us)}."]),
     ("Q", "What PyTorch version made this trace?", None, {}, lambda c: ["I did not recognize"]),
     # what the host does while the GPU waits: the largest gap of each cause, with the launching thread's events
     ("R", "What does the CPU do while the GPU is idle?", "idle", {},

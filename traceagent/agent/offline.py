@@ -36,6 +36,7 @@ from ..detect.detectors.precision import SHOWN_PCT, PrecisionResult, precision_s
 from ..detect.detectors.steps import StepRow
 from ..detect.detectors.stragglers import RankCollectives, RankComparison
 from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult
+from ..detect.detectors.time_by_class import DETECTOR as CLASSES_DETECTOR
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
@@ -201,6 +202,8 @@ class OfflineAnalyst:
                for d in DETECTORS if d.asks and d.tool},
             # precision asked yes or no ("is it using fp8?", "are tensor cores used?"): the answer first
             "detector:precision": Plan(partial(_own_tool, "precision"), self._precision),
+            # a class of work asked about ("how much time does attention take?"): its share first
+            "detector:time_by_class": Plan(partial(_own_tool, "time_by_class"), self._time_by_class),
             # one library asked about ("how much time is in cuDNN?"): its share first
             "detector:libraries": Plan(partial(_own_tool, "libraries"), self._libraries),
         }
@@ -682,6 +685,12 @@ class OfflineAnalyst:
         lines = [f"{self._who(movement.scope)}Copies ran **{percent(m.share_pct)}** {of}, mostly {main_kind}; "
                  f"{percent(m.exposed_pct)} {of} had copies and no compute beside them ({duration(m.exposed_us)}). "
                  "By kind:"]
+        if asked := [kind for kind, said in _COPY_KINDS_SAID if re.search(said, q.text, re.I)]:
+            # "any host-to-device copies?": each kind asked about, there or not, first
+            lines.insert(0, " ".join(
+                f"**{kind} ({_COPY_KIND_WORDS[kind]}): {counted(m.by_kind[kind].count, 'copy', 'copies')}**, "
+                f"{size(m.by_kind[kind].bytes)} in {duration(m.by_kind[kind].us)}." if kind in m.by_kind else
+                f"**No {_COPY_KIND_WORDS[kind]} ({kind}) copies** in this scope." for kind in asked) + "\n")
         if _yes_no(q) and re.search(r"pin_?memory|\bpinn?(?:ed|ing)?\b|pageable", q.text, re.I):
             # "is pin_memory on?": whether the host copies come from pinned memory, first
             host = sum(c.count for kind, c in kinds if kind in ("HtoD", "DtoH"))
@@ -699,7 +708,7 @@ class OfflineAnalyst:
                 lead = (f"{yes} {m.pageable_count} of the {copies} come from pageable memory.\n" if m.pageable_count
                         else f"{no} the {copies} come from pinned memory.\n")
             lines.insert(0, lead)
-        lines += [f"- {kind}: {c.count} copies, {size(c.bytes)}, {duration(c.us)}, {rate(c.gbps)}, "
+        lines += [f"- {kind}: {counted(c.count, 'copy', 'copies')}, {size(c.bytes)}, {duration(c.us)}, {rate(c.gbps)}, "
                   + (f"{c.pageable_count} from pageable memory" if c.pageable_count else "pinned or device memory")
                   for kind, c in kinds]
         if m.pageable_count:
@@ -949,6 +958,19 @@ class OfflineAnalyst:
                     + (f" (for {percent(unsaid)} of their time the names say no format)"
                        if unsaid >= SHOWN_PCT else "") + ".")
         return f"{lead}\n\n{said}"
+
+    def _time_by_class(self, q: Question, answer: DetectorAnswer) -> str:
+        """The classes' shares, led by the time of each class the question names."""
+        said = self._registered(CLASSES_DETECTOR, q, answer)
+        r: TimeByClassResult | None = answer.result
+        if r is None or not (asked := classes_named(q.text)):
+            return said
+        by_name = {c.name: c for c in r.classes}
+        lead = [f"**{_upper_first(c.label)}: {percent(c.share_pct)} of device time** ({duration(c.time_us)} in "
+                f"{counted(c.ops, 'op')}" + (f", led by {code(shorten(c.top[0], 60))}" if c.top else "") + ")."
+                if (c := by_name.get(name)) is not None else
+                f"**No {CLASSES[name].label} kernels** in this scope." for name in asked]
+        return f"{self._who(answer.scope)}{' '.join(lead)}\n\n{said}"
 
     def _libraries(self, q: Question, answer: DetectorAnswer) -> str:
         """The libraries' shares, led by the share of the one the question names."""
@@ -1520,6 +1542,15 @@ _SLOWEST = re.compile(r"\b(?:slowest|longest)\b|\bper (?:call|launch)\b", re.I)
 #: communication weighed against computation: "comm to compute ratio", "communication vs compute time"
 _RATIO_ASKED = re.compile(r"\bratio\b|\b(?:vs\.?|versus|against|compar\w*|relative)\b.{0,25}\bcomput|"
                           r"\bcomput\w*\b.{0,25}\b(?:vs\.?|versus|against|compar\w*|relative)\b", re.I)
+
+
+#: the kinds of copy as questions name them ("host to device", "H2D", "GPU to CPU"), in the memcpy detector's keys
+_COPY_KINDS_SAID = [("HtoD", r"\bhost[- ]to[- ]device\b|\bh2d\b|\bhtod\b|\bcpu[- ]to[- ]gpu\b"),
+                    ("DtoH", r"\bdevice[- ]to[- ]host\b|\bd2h\b|\bdtoh\b|\bgpu[- ]to[- ]cpu\b"),
+                    ("DtoD", r"\bdevice[- ]to[- ]device\b|\bd2d\b|\bdtod\b"),
+                    ("PtoP", r"\bpeer[- ]to[- ]peer\b|\bp2p\b|\bptop\b|\bgpu[- ]to[- ]gpu\b")]
+_COPY_KIND_WORDS = {"HtoD": "host-to-device", "DtoH": "device-to-host", "DtoD": "device-to-device",
+                    "PtoP": "peer-to-peer"}
 
 
 def _slow_order(q: Question) -> str:
