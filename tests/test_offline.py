@@ -620,6 +620,15 @@ TABLE = [
     ("R", "Why is the GPU idle in some steps?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
+    # launches counted, by the API named or all, and their latency asked: the figures first
+    ("R", "How many cudaLaunchKernel calls are there?", "launch", {},
+     lambda c: [f"**{focus(c).findings.launch.by_call['cudaLaunchKernel']} `cudaLaunchKernel` calls** launched kernels"]),
+    ("R", "How many kernel launches are there?", "launch", {},
+     lambda c: [f"**{sum(focus(c).findings.launch.by_call.values())} launch calls** ran kernels here"]),
+    ("R", "What is the average kernel launch latency?", "launch", {},
+     lambda c: [f"**Launch-to-start latency: median {duration(focus(c).findings.launch.median_latency_us)}, p90 "
+                f"{duration(focus(c).findings.launch.p90_latency_us)}**; the launch call itself takes "
+                f"{duration(focus(c).findings.launch.median_launch_us)} (median)."]),
     # a class of work named: its share first; a kind of copy named: there or not, first
     ("Q", "How much time does attention take?", "detector:time_by_class", {},
      lambda c: [f"**Attention: {percent(work_class(c, 'attention').share_pct)} of device time** "

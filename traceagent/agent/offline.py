@@ -1200,6 +1200,18 @@ class OfflineAnalyst:
             else:
                 head = ("**Yes:** the host cannot launch kernels fast enough, and a CUDA graph launches a whole step "
                         "at once." if bound else "**Not for speed here:** launch overhead is not what limits this trace.")
+        elif calls := [(api, n) for api, n in la.by_call.items() if re.search(rf"\b{re.escape(api)}\b", q.text, re.I)]:
+            # "how many cudaLaunchKernel calls?": that API's count, as the launch detector linked them
+            head = " ".join(f"**{n} `{api}` calls** launched kernels here." for api, n in calls)
+        elif re.search(r"\b(?:how many|number of|count)\b.{0,30}\blaunch", q.text, re.I):
+            head = (f"**{sum(la.by_call.values())} launch calls** ran kernels here: "
+                    + ", ".join(f"`{api}` {n}" for api, n in sorted(la.by_call.items(), key=lambda kv: -kv[1])) + ".")
+        elif re.search(r"\blatency\b|\baverage\b|\bmean\b|\btypical\b", q.text, re.I) and not _yes_no(q):
+            # "what is the launch latency?": the figures first
+            head = (f"**Launch-to-start latency: median {duration(la.median_latency_us)}, p90 "
+                    f"{duration(la.p90_latency_us)}**; the launch call itself takes {duration(la.median_launch_us)} "
+                    "(median). " + ("**Launch overhead limits this trace.**" if bound
+                                    else "**Launch overhead is not the main limit.**"))
         elif _yes_no(q):  # "is it launch-bound?"
             head = ("**Yes, launch overhead limits it.**" if bound
                     else "**No:** launch overhead is not the main limit.")
