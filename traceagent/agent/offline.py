@@ -1445,6 +1445,16 @@ class OfflineAnalyst:
             return "This trace has no GPU activity, so no GPU is idle or busy in it."
         least = bool(re.search(r"\bleast idle|\bmost (?:busy|utili)|\bbusier\b|\bbusiest\b|\bless idle|\bmore (?:busy|utili)",
                                q.text, re.I))
+        if re.search(r"\b(?:slow|fast)(?:er|est)\b", q.text, re.I) and len(gpus) > 1:
+            # "which GPU is slower?": the one with the most work sets the pace where they wait for each other
+            gpus.sort(key=lambda g: g[2].idle_pct)
+            (rank, device, b), (r2, d2, b2) = max(gpus, key=lambda g: g[2].busy_us), gpus[-1]
+            lines = [f"**Rank {rank}, GPU {device} has the most device work**: busy {percent(b.busy_pct)} of its span "
+                     f"({duration(b.busy_us)} of {duration(b.span_us)}); rank {r2}, GPU {d2} idles the most, "
+                     f"{percent(b2.idle_pct)} of its span. Where the GPUs wait for each other (a collective, a copy "
+                     "between them), the busiest sets the pace.", "", "Every GPU, least idle first:"]
+            return "\n".join(lines + [f"- rank {r}, GPU {d}: idle {percent(x.idle_pct)}, busy {percent(x.busy_pct)}"
+                                      for r, d, x in gpus[:16]])
         gpus.sort(key=lambda g: g[2].idle_pct, reverse=not least)
         rank, device, b = gpus[0]
         said = f"busy {percent(b.busy_pct)}" if least else f"idle {percent(b.idle_pct)}"  # what was asked, first

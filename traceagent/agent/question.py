@@ -81,6 +81,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                   r"\bwhich (?:gpu|rank|device)s? (?:has|have|had) (?:the )?(?:most|least|highest|lowest|largest) "
                   r"(?:idle|busy|utili[sz]ation)|"
                   r"\bwhich (?:gpu|rank|device)s? (?:is |are |sits? )?(?:the )?(?:most|least) (?:idle|busy|utili[sz]ed)|"
+                  r"\bwhich (?:gpu|device)s? (?:is |are |runs? )?(?:the )?(?:slower|slowest|faster|fastest)\b|"
                   r"\bwhich (?:gpu|rank|device)s? (?:is |are )?(?:the )?(?:busier|idler|busiest|idlest|"
                   r"(?:more|less) (?:idle|busy|utili[sz]ed))\b|"
                   r"\b(?:utili[sz]ation|busy|idle)\b.{0,30}\b(?:each|every|per|all) (?:ranks?|gpus?|devices?)\b|"
@@ -198,8 +199,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
               r"(?!.*" + _TIME_GOES_TO + r").*"
               r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
-    ("idle", r"\bschedul(?:er|ing) overhead\b|\bwhere does (?:rank\s*#?\d+|(?:the |my )?(?:gpu|device|job|run|rank))\b.{0,20}"
-             r"\bspend\b|"
+    ("idle", r"\bschedul(?:er|ing) overhead\b|\b(?:where|what) (?:does|is) (?:rank\s*#?\d+|(?:the |my )?(?:gpu|device|job|run|rank)"
+             r"(?:\s*#?\d+)?)\b.{0,20}\bspend(?:s|ing)?\b|"
              r"\bwhat (?:is|are|was|were) (?:the |my )?(?:gpus?|devices?|(?:rank|gpu|device)\s*#?\d+) doing\b|"
              # what the host does while the GPU waits: the gaps' causes and the host's evidence
              r"\bwhat (?:does|is|was|did) (?:the |my )?(?:cpu|host|python)\b.{0,20}\bdo(?:ing)?\b.{0,30}"
