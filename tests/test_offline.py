@@ -168,7 +168,7 @@ def phase(ctx, name: str):
     return next(p for p in focus(ctx).results["training_phases"].phases if p.name == name)
 
 
-def busiest_gpu(ctx) -> int:
+def most_work_gpu(ctx) -> int:
     """The focus rank's GPU with the most busy time, from the breakdown's devices."""
     devices = focus(ctx).breakdown.devices
     return max(devices, key=lambda d: devices[d].busy_us)
@@ -628,7 +628,7 @@ TABLE = [
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
     # which GPU is slower: the one with the most device work (it sets the pace), and the one that idles most
     ("N", "Which GPU is slower?", "most_idle", {},
-     lambda c: [f"**Rank 0, GPU {busiest_gpu(c)} has the most device work**", "Every GPU, least idle first:"]),
+     lambda c: [f"**Rank 0, GPU {most_work_gpu(c)} has the most device work**", "Every GPU, least idle first:"]),
     ("N", "What does GPU 1 spend its time on?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(focus(c).findings.idle.devices[1].idle_pct)}**"]),
     # launches counted, by the API named or all, and their latency asked: the figures first

@@ -199,8 +199,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
               r"(?!.*" + _TIME_GOES_TO + r").*"
               r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
-    ("idle", r"\bschedul(?:er|ing) overhead\b|\b(?:where|what) (?:does|is) (?:rank\s*#?\d+|(?:the |my )?(?:gpu|device|job|run|rank)"
-             r"(?:\s*#?\d+)?)\b.{0,20}\bspend(?:s|ing)?\b|"
+    ("idle", r"\bschedul(?:er|ing) overhead\b|\b(?:where|what) (?:does|is) (?:rank\s*#?\d+|"
+             r"(?:the |my )?(?:gpu|device|job|run|rank)(?:\s*#?\d+)?)\b.{0,20}\bspend(?:s|ing)?\b|"
              r"\bwhat (?:is|are|was|were) (?:the |my )?(?:gpus?|devices?|(?:rank|gpu|device)\s*#?\d+) doing\b|"
              # what the host does while the GPU waits: the gaps' causes and the host's evidence
              r"\bwhat (?:does|is|was|did) (?:the |my )?(?:cpu|host|python)\b.{0,20}\bdo(?:ing)?\b.{0,30}"
