@@ -165,3 +165,27 @@ def test_a_recursive_frame_is_open_once_for_its_total(tmp_path):
     assert got == {"module.py(1743): _call_impl": (2, 85.0, 100.0), "aten::x": (1, 10.0, 10.0),
                    "cudaLaunchKernel": (1, 5.0, 5.0)}
     assert result.host_time_us == 100.0
+
+
+def test_runtime_calls_are_each_listed_with_their_calls_and_self_time_and_a_question_naming_one_leads_with_it(tmp_path):
+    """By hand: aten::copy_ 0-100 holds cudaMemcpyAsync 10-50 and 60-70 (50 µs of self time in 2
+    calls); a launch 80-85 inside it; cudaMalloc 120-150 alone (30 µs). Host time in events: 100 + 30
+    = 130 µs. The runtime calls, by self time: cudaMemcpyAsync 50 (38.46%), cudaMalloc 30, the launch 5."""
+    b = TraceBuilder()
+    b.op("aten::copy_", 0, 100)
+    b.runtime("cudaMemcpyAsync", 10, 40)
+    b.runtime("cudaMemcpyAsync", 60, 10)
+    b.kernel("gemm", 90, 10, launch_at=80, launch_dur=5)
+    b.runtime("cudaMalloc", 120, 30)
+    analysis = analyze(b.write(tmp_path / "calls.json"))
+    result = analysis.ranks[0].results["host_ops"]
+    assert [(c.name, c.kind, c.calls, c.self_us, c.share_pct) for c in result.runtime_calls] == [
+        ("cudaMemcpyAsync", "runtime", 2, 50.0, 38.46), ("cudaMalloc", "runtime", 1, 30.0, 23.08),
+        ("cudaLaunchKernel", "runtime", 1, 5.0, 3.85)]
+    ctx = AnalysisContext(analysis)
+    assert understand("How much time is spent in cudaMalloc?", ctx).intent == "detector:host_ops"
+    text = offline_answer(analysis, "How much time is spent in cudaMalloc?")
+    assert text.startswith("**`cudaMalloc`: 1 call, 30.0 µs on the host** (23.1% of the time in host events on the "
+                           "thread that launches GPU work).")
+    assert offline_answer(analysis, "Is hipMalloc slow?").startswith("**No `hipMalloc` calls**")
+    assert understand("Is cudaStreamSynchronize slow?", ctx).intent == "sync"  # a sync's answer is its own

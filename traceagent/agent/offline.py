@@ -24,6 +24,8 @@ from ..detect.core.peaks import peak_for
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
 from ..detect.detectors.flops import roofline, uncounted_sentence
+from ..detect.detectors.host_ops import DETECTOR as HOST_OPS_DETECTOR
+from ..detect.detectors.host_ops import HostOpsResult, threads_read
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import is_op_name, op_kernels, short_name
@@ -202,6 +204,8 @@ class OfflineAnalyst:
                for d in DETECTORS if d.asks and d.tool},
             # precision asked yes or no ("is it using fp8?", "are tensor cores used?"): the answer first
             "detector:precision": Plan(partial(_own_tool, "precision"), self._precision),
+            # a runtime API named ("how much time is spent in cudaMalloc?"): its calls and host time first
+            "detector:host_ops": Plan(partial(_own_tool, "host_ops"), self._host_ops),
             # a class of work asked about ("how much time does attention take?"): its share first
             "detector:time_by_class": Plan(partial(_own_tool, "time_by_class"), self._time_by_class),
             # one library asked about ("how much time is in cuDNN?"): its share first
@@ -958,6 +962,22 @@ class OfflineAnalyst:
                     + (f" (for {percent(unsaid)} of their time the names say no format)"
                        if unsaid >= SHOWN_PCT else "") + ".")
         return f"{lead}\n\n{said}"
+
+    def _host_ops(self, q: Question, answer: DetectorAnswer) -> str:
+        """Host time by op, led by each runtime or driver API the question names: its calls and self time."""
+        said = self._registered(HOST_OPS_DETECTOR, q, answer)
+        r: HostOpsResult | None = answer.result
+        named = re.findall(r"\b(?:cuda|hip|cu)[A-Z]\w+", q.text)
+        if r is None or not named:
+            return said
+        threads = threads_read(r)
+        lead = []
+        for name in dict.fromkeys(named):  # each API named, and its variants (cudaMalloc: cudaMallocAsync, cudaMallocHost)
+            found = [c for c in r.runtime_calls if c.name.lower().startswith(name.lower())]
+            lead += [f"**`{c.name}`: {counted(c.calls, 'call')}, {duration(c.self_us)} on the host** "
+                     f"({percent(c.share_pct)} of the time in host events on {threads})." for c in found] or [
+                f"**No `{shorten(name, 60)}` calls** on {threads} in this trace."]
+        return f"{self._who(answer.scope)}{' '.join(lead)}\n\n{said}"
 
     def _time_by_class(self, q: Question, answer: DetectorAnswer) -> str:
         """The classes' shares, led by the time of each class the question names."""

@@ -14,7 +14,7 @@ stretches that open at an event's end. No loop per event.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -66,6 +66,13 @@ class HostOpsResult:
     # most of the trace, would lead otherwise); False: every thread (none launches)
     launching_only: bool
     top: list[HostOpTime]  # by self time; profiler step markers left out (their self time is time in no event)
+    # 2.13: every CUDA/HIP runtime and driver API called on those threads (cudaMalloc, cudaMemcpyAsync,
+    # cuLaunchKernel...), by self time, up to RUNTIME_CALLS of them: "how much time is spent in cudaMalloc?"
+    runtime_calls: list[HostOpTime] = field(default_factory=list)
+
+
+#: how many runtime and driver APIs a result lists (a trace calls a few dozen at most)
+RUNTIME_CALLS = 40
 
 
 def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> HostOpsResult | None:
@@ -95,12 +102,19 @@ def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> Ho
     own_by = np.bincount(code, weights=own)
     calls_by = np.bincount(code)
     host_time = int(own.sum())
-    best = [i for i in np.argsort(-own_by, kind="stable")[:params.top] if own_by[i] > 0]
-    total_by = _open_time(code, best, thread, start, end)
-    top = [HostOpTime(str(names.categories[found[i] // (len(kinds.categories) + 1)]),
-                      str(kinds.categories[found[i] % (len(kinds.categories) + 1)]), int(calls_by[i]),
-                      us(int(own_by[i])), us(total_by[i]), pct(own_by[i], host_time)) for i in best]
-    return HostOpsResult(us(host_time), len(known), bool(len(launching)), top)
+    ranked = np.argsort(-own_by, kind="stable")
+    best = [i for i in ranked[:params.top] if own_by[i] > 0]
+    kind_of = found % (len(kinds.categories) + 1)
+    api = np.flatnonzero(np.isin(kind_of, [kinds.categories.get_loc(k) for k in ("runtime", "driver")
+                                          if k in kinds.categories]))
+    is_api = set(api.tolist())
+    calls = [i for i in ranked if i in is_api][:RUNTIME_CALLS]
+    total_by = _open_time(code, sorted({*best, *calls}), thread, start, end)
+
+    def row(i: int) -> HostOpTime:
+        return HostOpTime(str(names.categories[found[i] // (len(kinds.categories) + 1)]), str(kinds.categories[kind_of[i]]),
+                          int(calls_by[i]), us(int(own_by[i])), us(total_by[i]), pct(own_by[i], host_time))
+    return HostOpsResult(us(host_time), len(known), bool(len(launching)), [row(i) for i in best], [row(i) for i in calls])
 
 
 def _open_time(code: np.ndarray, chosen: list[int], thread: np.ndarray, start: np.ndarray,
@@ -178,6 +192,14 @@ def _nested_self_ns(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
     return dur - np.bincount(parent, weights=dur[above], minlength=n).astype(np.int64)
 
 
+def threads_read(result: HostOpsResult) -> str:
+    """The threads the shares are of, in words: 'the thread that launches GPU work', '3 threads'."""
+    threads = counted(result.threads, "thread")
+    if result.launching_only:
+        return "the thread that launches GPU work" if result.threads == 1 else f"the {threads} that launch GPU work"
+    return threads
+
+
 def host_ops_sentence(result: HostOpsResult) -> str | None:
     """'On the host, by self time …: aten::cudnn_convolution 11.900 s (27.4%), …'"""
     if not result.top:
@@ -185,11 +207,8 @@ def host_ops_sentence(result: HostOpsResult) -> str | None:
     parts = [f"{code(shorten(o.name, 60))} ({o.kind}) {duration(o.self_us)} ({percent(o.share_pct)})"
              for o in result.top[:5]]
     waits = [o for o in result.top[:5] if o.kind in ("runtime", "driver") and _WAITS.search(o.name)]
-    threads = counted(result.threads, "thread")
-    if result.launching_only:
-        threads = "the thread that launches GPU work" if result.threads == 1 else f"the {threads} that launch GPU work"
     return (f"On the host, by self time (an event's time less the events inside it) of {duration(result.host_time_us)} "
-            f"in host events on {threads}: {'; '.join(parts)}."
+            f"in host events on {threads_read(result)}: {'; '.join(parts)}."
             + (" A synchronizing runtime call's self time is time the host waited on the GPU or the driver." if waits else ""))
 
 
@@ -212,6 +231,10 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                          r"\b(?:cpu|host)(?: side)? (?:time|ops?|hotspots?|profile)\b|\b(?:where|how) does the (?:cpu|host) "
                          r"spend\b|\bself (?:cpu )?time\b|\bwhy is (?:the |my )?(?:cpu|host)(?: side)? (?:so )?(?:slow|busy)\b|"
                          r"\btime (?:is )?spent (?:on|in) the (?:cpu|host)\b|"
+                         # a runtime or driver API named as written (cudaMalloc, hipFree, cuMemAlloc); syncs, launches
+                         # and copies have answers of their own
+                         r"(?-i:\b(?:cuda|hip)(?!\w*(?:Synchroni|Launch|Memcpy|Memset))[A-Z]\w+|"
+                         r"\bcu(?!\w*(?:Launch|Memcpy|Memset))[A-Z][a-z]\w+)|"
                          r"^(?!.*\b(?:idle|sync\w*|wait\w*|stall\w*|gaps?)\b).*"  # the line behind idle time: sync's
                          r"\b(?:which|what) (?:python )?(?:functions?|lines?) (?:in|of) (?:my|the) (?:code|script|program)\b",
                     section=host_ops_section, place=66)
