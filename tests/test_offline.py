@@ -626,6 +626,12 @@ TABLE = [
     ("R", "Why is the GPU idle in some steps?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
+    # communication asked of every rank: each rank's collective time, most first
+    ("D", "What is the total communication time across all ranks?", "communication", {},
+     lambda c: [f"**Communication by rank** (collective kernels' time, each over its own device time): from "
+                f"**{duration(min(r.findings.comm.comm_us for r in c.analysis.ranks))}** on rank",
+                *[f"- rank {r.rank}: {duration(r.findings.comm.comm_us)} ({percent(r.findings.comm.share_pct)} of its "
+                  f"device time), {duration(r.findings.comm.exposed_us)} of it" for r in c.analysis.ranks]]),
     # which GPU is slower: the one with the most device work (it sets the pace), and the one that idles most
     ("N", "Which GPU is slower?", "most_idle", {},
      lambda c: [f"**Rank 0, GPU {most_work_gpu(c)} has the most device work**", "Every GPU, least idle first:"]),

@@ -15,7 +15,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from ..detect.analysis import RankAnalysis
 from ..detect.compare.diff import DiffResult, OpChange, Prediction, work_note
@@ -153,7 +153,10 @@ class OfflineAnalyst:
             "dataloader": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
                                self._dataloader),
             "sync": Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync),
-            "communication": Plan(lambda q, at: [("communication", at), ("collectives", at), ("interconnect", at)]
+            # "the communication time across all ranks": each rank's (the first _RANKS_LISTED)
+            "communication": Plan(lambda q, at: [("communication", {"rank": r.rank})
+                                                 for r in self.ctx.analysis.ranks[:_RANKS_LISTED]] if self._every_rank(q)
+                                  else [("communication", at), ("collectives", at), ("interconnect", at)]
                                   + [("hot_kernels", at | kind.filters) for kind in _collective_named(q.text)]
                                   # "which collective is slowest?": the collective kernels by time per call
                                   + ([("hot_kernels", at | {"collectives": True, "order_by": _slow_order(q), "top": 3})]
@@ -801,8 +804,13 @@ class OfflineAnalyst:
                       "Keep values on the GPU, or read them every N steps."]
         return "\n".join(lines)
 
-    def _communication(self, q: Question, answer: CommAnswer, bandwidth: DetectorAnswer, links: DetectorAnswer,
-                       kind: KernelsAnswer | None = None) -> str:
+    def _communication(self, q: Question, answer: CommAnswer, bandwidth: DetectorAnswer | CommAnswer,
+                       links: DetectorAnswer | CommAnswer | None = None, kind: KernelsAnswer | CommAnswer | None = None,
+                       *more: CommAnswer) -> str:
+        if isinstance(bandwidth, CommAnswer):  # one answer a rank: "across all ranks"
+            ranks = [answer, bandwidth, *(a for a in (links, kind, *more) if isinstance(a, CommAnswer))]
+            return self._comm_by_rank(ranks)
+        links, kind = cast(DetectorAnswer, links), cast("KernelsAnswer | None", kind)  # one rank's: these tools' answers
         c = answer.comm
         if not c.kernels:
             return ("There are no collective (NCCL/RCCL) kernels in this scope, so communication is not a factor."
@@ -858,6 +866,18 @@ class OfflineAnalyst:
             lines.append(straggler_sentence(answer.comparison))
         elif answer.unavailable:
             lines.append(_unavailable(answer.unavailable))
+        return "\n".join(lines)
+
+    def _comm_by_rank(self, answers: list[CommAnswer]) -> str:
+        """Each rank's collective time and its exposed part, most first, with the range named."""
+        timed = sorted((((a.scope or {}).get("rank"), a.comm) for a in answers), key=lambda rank_comm: -rank_comm[1].comm_us)
+        (most, m), (least, f) = timed[0], timed[-1]
+        lines = [f"**Communication by rank** (collective kernels' time, each over its own device time): from "
+                 f"**{duration(f.comm_us)}** on rank {least} to **{duration(m.comm_us)}** on rank {most}.", ""]
+        lines += [f"- rank {r}: {duration(c.comm_us)} ({percent(c.share_pct)} of its device time), "
+                  f"{duration(c.exposed_us)} of it with no compute beside it" for r, c in timed]
+        if (ranks := len(self.ctx.analysis.ranks)) > len(answers):
+            lines.append(f"- and {ranks - len(answers)} more ranks (ask about one by number)")
         return "\n".join(lines)
 
     def _critical_path(self, q: Question, answer: DetectorAnswer) -> str:
