@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ def short_name(name: str) -> str:
     return qualified_name(name).split("::")[-1] or name[:60]
 
 
+@functools.lru_cache(maxsize=4096)  # a name is asked for again by every detector that lists it
 def qualified_name(name: str) -> str:
     """A kernel's name with its namespaces, without return type, template arguments or parameters.
     'void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)' → 'at::native::vectorized_elementwise_kernel'."""
