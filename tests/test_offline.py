@@ -637,6 +637,14 @@ TABLE = [
      lambda c: [f"**Rank 0, GPU {most_work_gpu(c)} has the most device work**", "Every GPU, least idle first:"]),
     ("N", "What does GPU 1 spend its time on?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(focus(c).findings.idle.devices[1].idle_pct)}**"]),
+    # kernels counted: every kernel (linked to a launch or not), or a step's
+    ("T", "How many kernels ran?", "launch", {},
+     lambda c: [f"**{counted(focus(c).findings.kernels.kernels, 'kernel')} ran** "
+                f"({counted(focus(c).findings.kernels.distinct, 'distinct name')}, "
+                f"{duration(focus(c).findings.kernels.total_us)} in all)."]),
+    ("R", "How many kernels per step?", "launch", {},
+     lambda c: [f"**About {round(focus(c).findings.launch.kernels / focus(c).findings.steps.count, 1):g} kernels "
+                "a step** (its kernels over its steps)."]),
     # launches counted, by the API named or all, and their latency asked: the figures first
     ("R", "How many cudaLaunchKernel calls are there?", "launch", {},
      lambda c: [f"**{focus(c).findings.launch.by_call['cudaLaunchKernel']} `cudaLaunchKernel` calls** launched kernels"]),

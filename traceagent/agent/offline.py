@@ -186,7 +186,8 @@ class OfflineAnalyst:
                           if self._every_rank(q) else [("steps", at)], self._steps),
             "throughput": Plan(lambda q, at: [("phases", at), ("verdict", at)] if self._serving(at) else [("steps", at)],
                                self._throughput),
-            "launch": Plan(lambda q, at: [("launches", at), ("verdict", at)], self._launch),
+            "launch": Plan(lambda q, at: [("launches", at), ("verdict", at)]
+                           + ([("hot_kernels", at | {"top": 1})] if _KERNELS_COUNTED.search(q.text) else []), self._launch),
             "longest_gap": Plan(lambda q, at: [("idle_gaps", at | {"top": 1} | _min(q))], self._longest_gap),
             "gaps": Plan(lambda q, at: [("idle_gaps", at | {"top": 5} | _min(q))], self._gaps),
             "annotations": Plan(lambda q, at: [("annotations", at)], self._annotations),
@@ -1224,10 +1225,15 @@ class OfflineAnalyst:
         lines += self._largest_gap(idle)
         return "\n".join(lines)
 
-    def _launch(self, q: Question, answer: LaunchesAnswer, verdict: VerdictAnswer) -> str:
+    def _launch(self, q: Question, answer: LaunchesAnswer, verdict: VerdictAnswer, kernels: KernelsAnswer | None = None) -> str:
         la, v = answer.launch, verdict.verdict
+        counted_kernels = ""
+        if kernels is not None:  # "how many kernels ran?": every kernel, linked to its launch call or not
+            k = kernels.kernels
+            counted_kernels = (f"{self._who(kernels.scope)}**{counted(k.kernels, 'kernel')} ran** "
+                               f"({counted(k.distinct, 'distinct name')}, {duration(k.total_us)} in all).")
         if not la.kernels:
-            return NO_LAUNCHES
+            return f"{counted_kernels}\n\n{NO_LAUNCHES}" if counted_kernels else NO_LAUNCHES
         bound = v.root_cause == "launch_overhead"
         share = answer.launch_overhead_idle_pct
         graphs = answer.graphs
@@ -1240,6 +1246,8 @@ class OfflineAnalyst:
             else:
                 head = ("**Yes:** the host cannot launch kernels fast enough, and a CUDA graph launches a whole step "
                         "at once." if bound else "**Not for speed here:** launch overhead is not what limits this trace.")
+        elif answer.kernels_per_step and re.search(r"\bkernels?\b.{0,20}\b(?:per|a|each) (?:step|iteration)\b", q.text, re.I):
+            head = f"**About {answer.kernels_per_step:g} kernels a step** (its kernels over its steps)."
         elif calls := [(api, n) for api, n in la.by_call.items() if re.search(rf"\b{re.escape(api)}\b", q.text, re.I)]:
             # "how many cudaLaunchKernel calls?": that API's count, as the launch detector linked them
             head = " ".join(f"**{n} `{api}` calls** launched kernels here." for api, n in calls)
@@ -1258,7 +1266,7 @@ class OfflineAnalyst:
         else:  # "how long do launches take?": the figures, and whether they limit the trace
             head = ("**Launch overhead limits this trace.**" if bound
                     else "**Launch overhead is not the main limit.**")
-        lines = [head, "",
+        lines = [*([counted_kernels] if counted_kernels else []), head, "",
                  f"{self._who(answer.scope)}{la.kernels} kernels: the launch call takes {duration(la.median_launch_us)} "
                  f"(median), a kernel runs {duration(la.median_kernel_us)} (median), and "
                  f"{percent(la.short_kernel_pct)} of kernels are shorter than their own launch call. Launch-to-start "
@@ -1599,6 +1607,9 @@ def _collective_named(text: str) -> list[_Collective]:
     return [c for _, c in sorted(found, key=lambda f: f[0])]
 
 
+#: "how many kernels ran?": every kernel counted, not only those linked to a launch call
+_KERNELS_COUNTED = re.compile(r"\b(?:how many|number of|count of)\b.{0,20}\bkernels?\b(?!.{0,20}\b(?:per|a|each) "
+                              r"(?:step|iteration)\b)", re.I)
 #: "which collective is slowest?", "the longest NCCL call": collectives ranked per call
 _SLOWEST = re.compile(r"\b(?:slowest|longest)\b|\bper (?:call|launch)\b", re.I)
 #: communication weighed against computation: "comm to compute ratio", "communication vs compute time"
