@@ -8,7 +8,19 @@ import asyncio
 
 import pytest
 from builder import TraceBuilder
-from conftest import B200, CPU_ONLY, DATA, DLRM_8RANK, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed, offline_answer
+from conftest import (
+    B200,
+    CPU_ONLY,
+    DATA,
+    DLRM_8RANK,
+    NCCL_A100,
+    NSYS_AFTER,
+    NSYS_BEFORE,
+    RESNET_NW0,
+    RESNET_NW4,
+    analyzed,
+    offline_answer,
+)
 
 from traceagent import analyze
 from traceagent.agent.offline import CANNED_QUESTIONS
@@ -26,7 +38,8 @@ TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", Non
           "P": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_prefilldecode.json.gz", None),
           "R": (RESNET_NW0, None), "D": (DLRM_8RANK, None), "N": (NSYS_BEFORE, NSYS_AFTER),
           "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None), "Q": (H100_QWEN, None),
-          "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None), "T": (DATA / "test-cuda" / "report1.sqlite", None)}
+          "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None), "A": (NCCL_A100, None),
+          "T": (DATA / "test-cuda" / "report1.sqlite", None)}
 
 
 def context(key: str) -> AnalysisContext:
@@ -626,6 +639,14 @@ TABLE = [
     ("R", "Why is the GPU idle in some steps?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
+    # the collectives' payloads asked about: latency- or bandwidth-bound, and their message sizes
+    ("A", "Are the collectives latency bound?", "interconnect", {},
+     lambda c: [f"**{'Yes' if collectives(c).bound == 'latency' else 'No'}: ",
+                f"({percent(collectives(c).small_time_pct)} of the collectives' time is in messages under "
+                f"{size(collectives(c).small_bytes)})."]),
+    ("A", "What message sizes are the all-reduces?", "communication", {},
+     lambda c: [f"**Message sizes** (median per call): {collectives(c).rows[0].collective} on group "
+                f"{collectives(c).rows[0].group} {size(collectives(c).rows[0].median_bytes)}"]),
     # communication asked of every rank: each rank's collective time, most first
     ("D", "What is the total communication time across all ranks?", "communication", {},
      lambda c: [f"**Communication by rank** (collective kernels' time, each over its own device time): from "

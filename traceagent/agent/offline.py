@@ -857,6 +857,7 @@ class OfflineAnalyst:
                          f"{duration(top['total_us'])}).")
         if bandwidth.result is not None:
             lines.append(_bandwidth_lines(bandwidth.result))
+            lines[:0] = _collectives_asked(q, bandwidth.result)
         elif q.intent == "interconnect" and bandwidth.unavailable:
             lines.append(_unavailable(bandwidth.unavailable, "the collectives' bandwidth"))
         measured = [w for w in links.result.windows if w.during == "collectives"] if links.result is not None else []
@@ -1746,6 +1747,25 @@ def _why_slow(names: list[str], profiled: KernelProfilesAnswer) -> str:
     if found is None:
         return _ncu(short_name(names[0]))
     return f"Nsight Compute ({profiled.profiles.path if profiled.profiles else 'export'}): {profile_sentence(found)}"
+
+
+def _collectives_asked(q: Question, c: CollectivesResult) -> list[str]:
+    """What a question asks of the collectives' payloads, first: whether they are latency- or
+    bandwidth-bound (the collectives detector's `bound`), and their message sizes."""
+    lead = []
+    if asked := re.search(r"\b(latency|bandwidth)[- ]bound\b", q.text, re.I):
+        said = {"latency": "latency-bound: most of their time is in small messages",
+                "bandwidth": "bandwidth-bound: large messages near the link's peak",
+                "below_peak": "large messages, well below the link's peak"}[c.bound]
+        yes = c.bound == asked.group(1).lower()
+        lead.append(f"**{'Yes' if yes else 'No'}: {said}** ({percent(c.small_time_pct)} of the collectives' time is "
+                    f"in messages under {size(c.small_bytes)}).")
+    if re.search(r"\b(?:message|payload|buffer|transfer)s?\s*sizes?\b|\bhow (?:big|large)\b|\bsizes? of\b", q.text, re.I):
+        lead.append("**Message sizes** (median per call): " + "; ".join(
+            f"{r.collective} on group {r.group} {size(r.median_bytes)} ({counted(r.calls, 'call')})" for r in c.rows[:5])
+            + ". By size: " + "; ".join(f"{b.size}: {counted(b.calls, 'call')}, {percent(b.time_pct)} of the time"
+                                        for b in c.sizes) + ".")
+    return [*lead, ""] if lead else []
 
 
 def _bandwidth_lines(c: CollectivesResult) -> str:
