@@ -383,7 +383,10 @@ def detect_critical_path(trace: Trace, hot: list[str], window: tuple[int, int] |
     path = critical_path(trace, window)
     if path is None or not len(path.start):  # e.g. only zero-length device work: no chain to walk
         return None
-    dur = path.end - path.start
+    length = int(path.end.max() - path.start.min())
+    # the path is this function's own and its ends are not read again: its durations take their place (a
+    # path of ten million events holds one column the fewer)
+    dur = np.subtract(path.end, path.start, out=path.end)
     # sums by masked reductions, not float copies of the path's columns (ten million segments and more)
     part = np.array([dur.sum(where=path.kind == k) for k in range(len(KINDS))], dtype=np.int64)
     # per kernel name (codes of the device ops' names): time on the path, instances on it, time in all
@@ -414,7 +417,6 @@ def detect_critical_path(trace: Trace, hot: list[str], window: tuple[int, int] |
     wanted |= {index[n] for n in hot if n in index and kernel_on_path[index[n]]}  # the savings read the hot ones
     rows = sorted((PathKernel(categories[i], short_name(categories[i]), us(on_path[i]), int(count[i]), us(totals[i]),
                               us(on_path[i] / 2)) for i in wanted), key=lambda k: -k.on_path_us)
-    length = int(path.end.max() - path.start.min())
     return CriticalPathResult(
         length_us=us(length), device_us=us(part[0]), host_call_us=us(part[1]), host_work_us=us(part[2]),
         wait_us=us(part[3]), device_pct=pct(part[0], length), host_call_pct=pct(part[1], length),
