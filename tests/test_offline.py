@@ -187,6 +187,11 @@ def most_work_gpu(ctx) -> int:
     return max(devices, key=lambda d: devices[d].busy_us)
 
 
+def decode_phase(ctx):
+    """The decode phase of the focus rank's serving steps, as the phases detector has it."""
+    return next(p for p in focus(ctx).results["phases"].phases if p.phase == "decode")
+
+
 def copies_of(ctx, kind: str):
     """One kind of copy on the focus rank, as the copies detector has it."""
     return focus(ctx).findings.memcpy.by_kind[kind]
@@ -639,6 +644,10 @@ TABLE = [
     ("R", "Why is the GPU idle in some steps?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
+    # an inference server's batch asked as requests: the decode step's tokens, one a request
+    ("S", "How many requests are in the batch?", "phases", {},
+     lambda c: [f"**{decode_phase(c).tokens} requests** in the decode step: a decode step makes one token for each "
+                "request in the batch."]),
     # the collectives' payloads asked about: latency- or bandwidth-bound, and their message sizes
     ("A", "Are the collectives latency bound?", "interconnect", {},
      lambda c: [f"**{'Yes' if collectives(c).bound == 'latency' else 'No'}: ",

@@ -922,6 +922,11 @@ class OfflineAnalyst:
             lines.insert(0, f"**This trace has no {' or '.join(missing)} steps** to weigh against "
                             f"{' and '.join(w for w in asked if w in present)}: profile a window in which the server runs "
                             f"{' or '.join(missing)} ({windows}).\n")
+        decode = next((p for p in answer.result.phases if p.phase == "decode" and p.tokens), None)
+        if decode is not None and _REQUESTS_ASKED.search(q.text):  # a decode step makes one token for each request
+            lines.insert(0, (f"**{decode.tokens} requests** in the decode step" if decode.steps == 1 else
+                             f"**{decode.tokens} tokens over {decode.steps} decode steps**")
+                         + ": a decode step makes one token for each request in the batch.\n")
         for p in answer.result.phases:
             line = (f"- **{p.phase}**: {counted(p.steps, 'step')}"
                     + (f", {p.tokens} tokens" if p.tokens is not None else "")
@@ -1608,6 +1613,9 @@ def _collective_named(text: str) -> list[_Collective]:
     return [c for _, c in sorted(found, key=lambda f: f[0])]
 
 
+#: the batch of an inference server's step asked as requests ("how many requests are in the batch?")
+_REQUESTS_ASKED = re.compile(r"\bhow many (?:requests|sequences|prompts)\b|\brequests? (?:are )?(?:in|per) (?:the |a |each )?"
+                             r"(?:batch|step)\b|\bconcurrent requests\b", re.I)
 #: "how many kernels ran?": every kernel counted, not only those linked to a launch call
 _KERNELS_COUNTED = re.compile(r"\b(?:how many|number of|count of)\b.{0,20}\bkernels?\b(?!.{0,20}\b(?:per|a|each) "
                               r"(?:step|iteration)\b)", re.I)

@@ -105,7 +105,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                r"bubbles?|stall\w*)\b).*"
                r"\b(?:prefill|pre-fill|decode|decoding|inference phases?|serving steps?|vllm|sglang|ttft|tpot)\b|"
                r"\btokens? ?(?:/|per) ?s(?:ec(?:ond)?)?\b|\btime to first token|\binter-?token|\bper output token|"
-               r"\bhow many tokens\b|\btokens (?:are )?(?:in|per) (?:the |a |each )?(?:batch|step)\b|"
+               r"\bhow many (?:tokens|requests|sequences|prompts)\b|\b(?:tokens|requests?) (?:are )?(?:in|per) "
+               r"(?:the |a |each )?(?:batch|step)\b|\bconcurrent requests\b|"
                r"\blatency per token|\bper[- ]token latency|\btoken latency"),
     # the job's rate: tokens where an inference server's steps say them (phases, above), else steps per second
     ("throughput", r"^(?!.*\b(?:cop(?:y|ies)|memcpy|transfers?|pcie|nvlink|interconnect|collectives?|nccl|rccl|"
