@@ -187,6 +187,11 @@ def most_work_gpu(ctx) -> int:
     return max(devices, key=lambda d: devices[d].busy_us)
 
 
+def first_step(ctx) -> int:
+    """The number of the focus rank's first profiled step, from its step table."""
+    return int(focus(ctx).trace.steps["step"].min())
+
+
 def decode_phase(ctx):
     """The decode phase of the focus rank's serving steps, as the phases detector has it."""
     return next(p for p in focus(ctx).results["phases"].phases if p.phase == "decode")
@@ -644,6 +649,12 @@ TABLE = [
     ("R", "Why is the GPU idle in some steps?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
+    # the warm-up asked of: whether the first profiled step is the slowest (from the steps detector)
+    ("C", "Is the warmup step slower?", "steps", {},
+     lambda c: [(f"**Yes: the first profiled step, step {first_step(c)}, is the slowest**"
+                 if first_step(c) == focus(c).findings.steps.slowest else
+                 f"**No: the first profiled step, step {first_step(c)}, is not the slowest**: step "
+                 f"{focus(c).findings.steps.slowest} is"), f"median {duration(focus(c).findings.steps.median_us)})."]),
     # an inference server's batch asked as requests: the decode step's tokens, one a request
     ("S", "How many requests are in the batch?", "phases", {},
      lambda c: [f"**{decode_phase(c).tokens} requests** in the decode step: a decode step makes one token for each "

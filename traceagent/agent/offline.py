@@ -1149,7 +1149,16 @@ class OfflineAnalyst:
         if steps.count == 1:  # one step: no mean, median or slowest to speak of
             return f"{self._who(answer.scope)}1 step (step {steps.slowest}): **{duration(steps.mean_us)}**." + \
                 gpu_behind(steps)
-        return (f"{self._who(answer.scope)}{steps.count} steps: mean **{duration(steps.mean_us)}**, "
+        warm = ""
+        if re.search(r"\bwarm-?up\b|\bfirst (?:profiled |training )?(?:step|iteration)s? (?:is |are )?slow", q.text, re.I):
+            # "is the warm-up step slower?": whether the first step recorded is the slowest
+            first = min(r.step for r in steps.steps)
+            warm = (f"**Yes: the first profiled step, step {first}, is the slowest** ({duration(steps.max_us)}, against a "
+                    f"median {duration(steps.median_us)})." if first == steps.slowest else
+                    f"**No: the first profiled step, step {first}, is not the slowest**: step {steps.slowest} is "
+                    f"({duration(steps.max_us)}, against a median {duration(steps.median_us)}).") + (
+                    " The profiler's own warm-up steps are not in the trace: a schedule records after them.\n\n")
+        return (f"{warm}{self._who(answer.scope)}{steps.count} steps: mean **{duration(steps.mean_us)}**, "
                 f"median {duration(steps.median_us)}, "
                 f"from {duration(steps.min_us)} to {duration(steps.max_us)} (slowest: step {steps.slowest})."
                 + (f" {said}" if (said := slowest_step_sentence(steps)) else "") + gpu_behind(steps))
