@@ -649,6 +649,10 @@ TABLE = [
     ("R", "Why is the GPU idle in some steps?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
+    # whether it runs compiled, asked as "used": that first, then whether compiling answers the limit
+    ("B", "Is torch.compile used?", "compile", {},
+     lambda c: [("**It runs compiled now:**" if workload(c).compiled_pct or workload(c).compiled_regions
+                 else "**It does not run compiled now:**")]),
     # the warm-up asked of: whether the first profiled step is the slowest (from the steps detector)
     ("C", "Is the warmup step slower?", "steps", {},
      lambda c: [(f"**Yes: the first profiled step, step {first_step(c)}, is the slowest**"

@@ -1419,8 +1419,11 @@ class OfflineAnalyst:
                    "**It does not run compiled now:** no kernel torch.compile generates (Inductor's `triton_…`) and no "
                    "compiled region on the host.")
         # "is it compiled?", "how much time is spent compiling?", "is there recompilation?": whether it is, first
-        asked_if_compiled = bool(now and re.search(r"\bcompiled\b|\bcompiling\b|\bcompilation\b|\brecompil", q.text,
-                                                   re.I))
+        # "is torch.compile used?", "am I using torch.compile?" too, but not "would using it help?"
+        asked_if_compiled = bool(now and (re.search(r"\bcompiled\b|\bcompiling\b|\bcompilation\b|\brecompil", q.text, re.I)
+                                          or (re.search(r"\b(?:used|using|use|enabled|turned on|active|on)\b", q.text, re.I)
+                                              and not re.search(r"\b(?:help|would|should|worth|faster|speed\w*|gain|save|"
+                                                                r"buy)\b", q.text, re.I))))
         verdict_line = ({(True, False): "**Yes: it answers what limits this trace.**",
                          (False, False): "**Not for what limits this trace first.**",
                          (True, True): "**Compiling would answer what limits this trace.**",
