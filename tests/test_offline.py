@@ -649,6 +649,11 @@ TABLE = [
     ("R", "Why is the GPU idle in some steps?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
     ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
+    # occupancy: Kineto's estimate first; the SM efficiency is the grids' fill; "how much faster could it run?" the savings
+    ("R", "What is the achieved occupancy?", "detector:grid_fill", {},
+     lambda c: [f"**Achieved occupancy: {percent(focus(c).results['grid_fill'].occupancy_pct)}** of the SMs' warps"]),
+    ("R", "What's the SM efficiency?", "detector:grid_fill", {}, lambda c: ["**Grids that cannot fill the GPU.**"]),
+    ("R", "How much faster could this run?", "saving", {}, lambda c: [f"**{c.analysis.verdict.saving.sentence}"]),
     # whether it runs compiled, asked as "used": that first, then whether compiling answers the limit
     ("B", "Is torch.compile used?", "compile", {},
      lambda c: [("**It runs compiled now:**" if workload(c).compiled_pct or workload(c).compiled_regions

@@ -24,6 +24,8 @@ from ..detect.core.peaks import peak_for
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
 from ..detect.detectors.flops import roofline, uncounted_sentence
+from ..detect.detectors.grid_fill import DETECTOR as GRID_FILL_DETECTOR
+from ..detect.detectors.grid_fill import GridFillResult
 from ..detect.detectors.host_ops import DETECTOR as HOST_OPS_DETECTOR
 from ..detect.detectors.host_ops import HostOpsResult, threads_read
 from ..detect.detectors.interconnect import interconnect_sentence
@@ -210,6 +212,8 @@ class OfflineAnalyst:
             "detector:precision": Plan(partial(_own_tool, "precision"), self._precision),
             # a runtime API named ("how much time is spent in cudaMalloc?"): its calls and host time first
             "detector:host_ops": Plan(partial(_own_tool, "host_ops"), self._host_ops),
+            # occupancy asked about: Kineto's estimate first
+            "detector:grid_fill": Plan(partial(_own_tool, "grid_fill"), self._grid_fill),
             # a class of work asked about ("how much time does attention take?"): its share first
             "detector:time_by_class": Plan(partial(_own_tool, "time_by_class"), self._time_by_class),
             # one library asked about ("how much time is in cuDNN?"): its share first
@@ -1005,6 +1009,15 @@ class OfflineAnalyst:
                      f"({percent(c.share_pct)} of the time in host events on {threads})." for c in found] or [
                 f"**No `{shorten(name, 60)}` calls** on {threads} in this trace."]
         return f"{self._who(answer.scope)}{' '.join(lead)}\n\n{said}"
+
+    def _grid_fill(self, q: Question, answer: DetectorAnswer) -> str:
+        """Grids that cannot fill the GPU, led by the achieved occupancy where the question asks it."""
+        said = self._registered(GRID_FILL_DETECTOR, q, answer)
+        r: GridFillResult | None = answer.result
+        if r is None or r.occupancy_pct is None or not re.search(r"\boccupancy\b", q.text, re.I):
+            return said
+        return (f"{self._who(answer.scope)}**Achieved occupancy: {percent(r.occupancy_pct)}** of the SMs' warps "
+                f"(Kineto's estimate, weighted by kernel time).\n\n{said}")
 
     def _time_by_class(self, q: Question, answer: DetectorAnswer) -> str:
         """The classes' shares, led by the time of each class the question names."""

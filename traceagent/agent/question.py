@@ -146,7 +146,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("compile", r"\btorch\.?compile|\bcompil(?:e|ing) (?:the|my) model|\binductor\b|\bkernel fusion\b|\bcompiled\b|"
                 r"\b(?:be )?fus(?:e|ed|ing|ion)\b|\b(?:spent|spend|time) (?:in |on )?compil\w*|\bcompil\w* (?:time|overhead)\b|"
                 r"\brecompil\w*"),
-    ("saving", r"\bhow much (?:\w+ ){0,8}?(?:would|could|will|can|might|does|do)\b.{0,80}\b(?:save|gain|buy|win|cut|"
+    ("saving", r"\bhow much (?:faster|quicker) (?:could|can|would|might|will) (?:it|this|the \w+|my \w+)\b|"
+               r"\bhow much (?:\w+ ){0,8}?(?:would|could|will|can|might|does|do)\b.{0,80}\b(?:save|gain|buy|win|cut|"
                r"speed|faster)|\bhow much (?:faster|time)\b.{0,60}\b(?:fix|remov|if)|\bwhat (?:would|could) "
                r"(?:fixing|removing|getting rid of)\b.{0,60}\b(?:save|gain|buy)|\bwhat(?:'s| is) the (?:potential |expected )?"
                r"(?:saving|gain|speed-?up)"),

@@ -140,6 +140,6 @@ DETECTOR = Detector("grid_fill", "Grids that cannot fill the GPU",
                     asks=r"\boccupancy\b|\bblocks? per sm\b|\bgrid (?:size|dim\w*)s?\b|\bgrids?\b.{0,20}\b(?:too )?(?:small|"
                          r"large|big|full|fill\w*)\b|\b(?:fill|fills|filling|use|uses|"
                          r"using) (?:all )?(?:the |my )?(?:gpu|sms|streaming multiprocessors)\b.{0,20}$|"
-                         r"\b(?:under-?fill\w*|under-?occup\w*)\b|\bsm (?:utili[sz]ation|occupancy|usage)\b|"
+                         r"\b(?:under-?fill\w*|under-?occup\w*)\b|\bsm (?:utili[sz]ation|occupancy|usage|efficiency)\b|"
                          r"\bhow many sms\b|\bidle sms\b",
                     section=grid_fill_section, findings=grid_fill_findings, place=67)
