@@ -15,7 +15,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from ..detect.analysis import RankAnalysis
 from ..detect.compare.diff import DiffResult, OpChange, Prediction, work_note
@@ -163,7 +163,7 @@ class OfflineAnalyst:
                                   # "which collective is slowest?": the collective kernels by time per call
                                   + ([("hot_kernels", at | {"collectives": True, "order_by": _slow_order(q), "top": 3})]
                                      if _SLOWEST.search(q.text) and not _collective_named(q.text) else []),
-                                  self._communication),
+                                  self._communication_asked),
             "critical_path": Plan(lambda q, at: [("critical_path", at | ({"step": q.steps[0]} if q.steps else {}))],
                                   self._critical_path),
             "phases": Plan(lambda q, at: [("phases", at), ("verdict", at), ("workload", at)], self._phases),
@@ -809,13 +809,15 @@ class OfflineAnalyst:
                       "Keep values on the GPU, or read them every N steps."]
         return "\n".join(lines)
 
-    def _communication(self, q: Question, answer: CommAnswer, bandwidth: DetectorAnswer | CommAnswer,
-                       links: DetectorAnswer | CommAnswer | None = None, kind: KernelsAnswer | CommAnswer | None = None,
-                       *more: CommAnswer) -> str:
-        if isinstance(bandwidth, CommAnswer):  # one answer a rank: "across all ranks"
-            ranks = [answer, bandwidth, *(a for a in (links, kind, *more) if isinstance(a, CommAnswer))]
-            return self._comm_by_rank(ranks)
-        links, kind = cast(DetectorAnswer, links), cast("KernelsAnswer | None", kind)  # one rank's: these tools' answers
+    def _communication_asked(self, q: Question, answer: CommAnswer, *more: Answer) -> str:
+        """Communication on one rank (its collectives, links and the kernels asked about), or on each
+        rank where the plan asked every rank's ("across all ranks": a communication answer each)."""
+        if more and all(isinstance(a, CommAnswer) for a in more):
+            return self._comm_by_rank([answer, *(a for a in more if isinstance(a, CommAnswer))])
+        return self._communication(q, answer, *more)  # type: ignore[arg-type]  # the one-rank plan's answers
+
+    def _communication(self, q: Question, answer: CommAnswer, bandwidth: DetectorAnswer, links: DetectorAnswer,
+                       kind: KernelsAnswer | None = None) -> str:
         c = answer.comm
         if not c.kernels:
             return ("There are no collective (NCCL/RCCL) kernels in this scope, so communication is not a factor."
