@@ -668,6 +668,12 @@ TABLE = [
     ("S", "How many requests are in the batch?", "phases", {},
      lambda c: [f"**{decode_phase(c).tokens} requests** in the decode step: a decode step makes one token for each "
                 "request in the batch."]),
+    # a figure asked of both runs ("did X change?"): each run's answer, the first then the second
+    ("N", "Did the comm to compute ratio change?", "communication", {},
+     lambda c: ["**In the first run** (before the change):\n\n**Communication to computation: "
+                f"{focus(c).findings.comm.comm_to_compute_x:g}×**",
+                "**In the second run** (after the change):\n\n**Communication to computation: "
+                f"{c.other.focus.findings.comm.comm_to_compute_x:g}×**"]),
     # the collectives' payloads asked about: latency- or bandwidth-bound, and their message sizes
     ("A", "Are the collectives latency bound?", "interconnect", {},
      lambda c: [f"**{'Yes' if collectives(c).bound == 'latency' else 'No'}: ",

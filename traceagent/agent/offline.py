@@ -230,6 +230,22 @@ class OfflineAnalyst:
             async for event in after.answer(question, note, "**In the second run** (after the change):\n\n"):
                 yield event
             return
+        if self.ctx.other is not None and q.intent not in ("compare", None) and _BOTH_RUNS.search(question):
+            # "did the comm to compute ratio change?": the same answer of each run, one after the other
+            texts, checked = [], []
+            for n, (run, said) in enumerate(((self.ctx.analysis, "**In the first run** (before the change):\n\n"),
+                                             (self.ctx.other, "**In the second run** (after the change):\n\n"))):
+                async for event in OfflineAnalyst(replace(self.ctx, analysis=run, other=None)).answer(question, "", said):
+                    if isinstance(event, Answer):
+                        texts.append(event.text.strip())
+                        checked += event.unverified
+                    elif isinstance(event, ToolCall | ToolResult):  # each run's calls told apart
+                        yield replace(event, id=f"{event.id}-run{n + 1}")
+            text = "\n\n".join(texts) + "\n\n" + note
+            for piece in re.findall(r"\S+\s*", text):
+                yield Token(piece)
+            yield Answer(text, checked)
+            return
         plans = self.plans()
         intent = q.intent if q.intent in plans and not q.foreign else "unknown"
         plan = plans[intent]
@@ -1575,6 +1591,9 @@ class OfflineAnalyst:
 
 
 #: a question about how things stand after the change, with two runs loaded ("what limits it now?")
+#: a question asked of both runs: "did the comm to compute ratio change?", "X before and after"
+_BOTH_RUNS = re.compile(r"\bdid (?:the |my |its |our )?(?!change\b|fix\b)\w+(?: \w+){0,6} change\b|\bbefore and after\b|"
+                        r"\b(?:in )?(?:both|each) runs?\b", re.I)
 _ABOUT_AFTER = re.compile(r"\b(?:now|still|anymore|any more|remaining|left over|second run|after run|new run)\b", re.I)
 #: a question about what the host does while the GPU waits ("what does the CPU do while the GPU is idle?")
 _HOST_DURING_IDLE = re.compile(r"\b(?:cpu|host|python|thread)\b.{0,30}\b(?:do|does|doing|did)\b", re.I)
