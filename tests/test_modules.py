@@ -87,3 +87,24 @@ def test_a_call_inside_a_call_of_its_own_type_counts_once(tmp_path):
     b.kernel("triton_poi_fused_add_0", 20, 100, launch_at=20)
     (graph,) = analyze(b.write(tmp_path / "nested.json")).ranks[0].results["modules"].modules
     assert (graph.name, graph.calls, graph.device_us, graph.share_pct) == ("GraphModule", 1, 100.0, 100.0)
+
+
+def test_the_layers_are_the_distinct_instances_of_the_repeated_block(tmp_path):
+    """By hand: two forward passes of Model_0, each through Block_0, Block_1 and Block_2 (and a Linear_0
+    inside each block, called more often but no block): Block is called 6 times, 3 distinct instances,
+    so 3 layers; a trace built from model_trace has Layer_0 and Layer_1: 2."""
+    b = TraceBuilder()
+    for base in (0, 1000):
+        b.python("nn.Module: Model_0", base, 900)
+        for i in range(3):
+            b.python(f"nn.Module: Block_{i}", base + 300 * i, 250)
+            b.python("nn.Module: Linear_0", base + 300 * i + 10, 100)
+            b.kernel("gemm", base + 300 * i + 20, 50 + i, launch_at=base + 300 * i + 15, launch_dur=2)
+    analysis = analyze(b.write(tmp_path / "passes.json"))
+    result = analysis.ranks[0].results["modules"]
+    assert (result.layer, result.layers) == ("Block", 3)
+    assert next(m for m in result.modules if m.name == "Block").calls == 6
+    assert offline_answer(analysis, "How many layers does the model have?").startswith(
+        "**3 layers** of `Block` (the distinct instances of the model's repeated block that the trace ran).")
+    result = analyze(model_trace(tmp_path)).ranks[0].results["modules"]
+    assert (result.layer, result.layers) == ("Layer", 2)

@@ -648,7 +648,9 @@ TABLE = [
     ("R", "Why are some steps slower than others?", "steps", {}, lambda c: ["The slowest step took "]),
     ("R", "Why is the GPU idle in some steps?", "idle", {}, lambda c: [f"**{focus(c).verdict.headline}.**"]),
     # how many layers: the modules' calls; a word of a kernel's name that names no kernel in particular leads nowhere
-    ("Q", "How many layers does the model have?", "detector:modules", {}, lambda c: ["**Modules.**"]),
+    ("Q", "How many layers does the model have?", "detector:modules", {},
+     lambda c: [f"**{focus(c).results['modules'].layers} layers** of `{focus(c).results['modules'].layer}`",
+                "**Modules.**"]),
     # occupancy: Kineto's estimate first; the SM efficiency is the grids' fill; "how much faster could it run?" the savings
     ("R", "What is the achieved occupancy?", "detector:grid_fill", {},
      lambda c: [f"**Achieved occupancy: {percent(focus(c).results['grid_fill'].occupancy_pct)}** of the SMs' warps"]),

@@ -35,6 +35,8 @@ from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.detectors.libraries import DETECTOR as LIBRARIES_DETECTOR
 from ..detect.detectors.libraries import LibrariesResult, library_named, library_sentence
 from ..detect.detectors.memory import memory_peak
+from ..detect.detectors.modules import DETECTOR as MODULES_DETECTOR
+from ..detect.detectors.modules import ModulesResult
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
 from ..detect.detectors.precision import SHOWN_PCT, PrecisionResult, precision_sentence
 from ..detect.detectors.steps import StepRow
@@ -212,6 +214,8 @@ class OfflineAnalyst:
             "detector:precision": Plan(partial(_own_tool, "precision"), self._precision),
             # a runtime API named ("how much time is spent in cudaMalloc?"): its calls and host time first
             "detector:host_ops": Plan(partial(_own_tool, "host_ops"), self._host_ops),
+            # "how many layers?": the model's repeated block counted first
+            "detector:modules": Plan(partial(_own_tool, "modules"), self._modules),
             # occupancy asked about: Kineto's estimate first
             "detector:grid_fill": Plan(partial(_own_tool, "grid_fill"), self._grid_fill),
             # a class of work asked about ("how much time does attention take?"): its share first
@@ -1027,6 +1031,15 @@ class OfflineAnalyst:
                      f"({percent(c.share_pct)} of the time in host events on {threads})." for c in found] or [
                 f"**No `{shorten(name, 60)}` calls** on {threads} in this trace."]
         return f"{self._who(answer.scope)}{' '.join(lead)}\n\n{said}"
+
+    def _modules(self, q: Question, answer: DetectorAnswer) -> str:
+        """Device time by module, led by the model's layer count where the question asks it."""
+        said = self._registered(MODULES_DETECTOR, q, answer)
+        r: ModulesResult | None = answer.result
+        if r is None or r.layers is None or not re.search(r"\bhow many\b.{0,20}\b(?:layers?|blocks?)\b", q.text, re.I):
+            return said
+        return (f"{self._who(answer.scope)}**{counted(r.layers, 'layer')}** of `{r.layer}` (the distinct instances of "
+                f"the model's repeated block that the trace ran).\n\n{said}")
 
     def _grid_fill(self, q: Question, answer: DetectorAnswer) -> str:
         """Grids that cannot fill the GPU, led by the achieved occupancy where the question asks it."""

@@ -59,6 +59,14 @@ class ModulesResult:
     # the forward pass; a checkpointed block re-run in the backward holds a few), kept or not among the
     # top; None where no call holds another
     model: ModuleTime | None = None
+    # 2.13: the model's repeated block (the type named ...Layer or ...Block with the most device time, called
+    # more than once) and how many distinct instances of it the trace ran ("how many layers?"); None without one
+    layer: str | None = None
+    layers: int | None = None
+
+
+#: the type names of a model's repeated blocks: Qwen2DecoderLayer, BertLayer, TransformerBlock, BasicBlock
+_BLOCK = re.compile(r"(?:Layer|Block)$")
 
 
 def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> ModulesResult | None:
@@ -108,7 +116,9 @@ def detect_modules(trace: Trace, params: ModulesParams = ModulesParams()) -> Mod
     kept = [module_time(str(name), r) for name, r in grouped.iterrows()]
     repeated = [m for m in kept if m.calls > 1]  # layers repeat; the model's own single call is not one
     slowest = max(repeated, key=lambda m: m.mean_device_us).name if repeated else None
-    return ModulesResult(us(total), kept, slowest, model)
+    block = next((m.name for m in repeated if _BLOCK.search(m.name)), None)  # kept most device time first
+    layers = int(table.loc[(table["type"] == block).to_numpy(), "instance"].nunique()) if block else None
+    return ModulesResult(us(total), kept, slowest, model, block, layers)
 
 
 def _outermost_type(calls: pd.DataFrame) -> str | None:
