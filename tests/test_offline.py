@@ -28,7 +28,7 @@ from traceagent.agent.question import named_op, understand
 from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.compare.diff import diff
-from traceagent.detect.core.vocabulary import ROOT_CAUSES, label
+from traceagent.detect.core.vocabulary import GAP_CAUSES, ROOT_CAUSES, label
 from traceagent.detect.detectors.kernels import detect_hot_kernels, op_host
 from traceagent.detect.verdict.whatif import parse_change, simulate
 from traceagent.format import counted, duration, percent, shorten, size
@@ -185,6 +185,19 @@ def most_work_gpu(ctx) -> int:
     """The focus rank's GPU with the most busy time, from the breakdown's devices."""
     devices = focus(ctx).breakdown.devices
     return max(devices, key=lambda d: devices[d].busy_us)
+
+
+def grew_most(ctx, slow: int, fast: int) -> str:
+    """What the step answer says grew most from step `fast` to step `slow`, worked out here from the
+    steps detector's rows: the device work or the idle cause with the largest growth."""
+    rows = {r.step: r for r in focus(ctx).findings.steps.steps}
+    a, b = rows[slow], rows[fast]
+    parts = {"the device work": (a.device_us, b.device_us)}
+    for cause in {*a.idle_by_cause_us, *b.idle_by_cause_us}:
+        parts[f"idle {label(GAP_CAUSES, cause)}"] = (a.idle_by_cause_us.get(cause, 0.0), b.idle_by_cause_us.get(cause, 0.0))
+    what, (mine, theirs) = max(parts.items(), key=lambda kv: (kv[1][0] - kv[1][1], kv[0]))
+    return (f"{what} grew most: {duration(mine)} in step {slow} against "
+            f"{duration(theirs) if theirs else 'none'} in step {fast}.")
 
 
 def first_step(ctx) -> int:
@@ -462,7 +475,8 @@ TABLE = [
     ("R", "How long is a step?", "steps", {}, lambda c: [duration(focus(c).findings.steps.mean_us)]),
     ("R", "Compare step 5 and step 6", "step_vs_step", {"steps": [5, 6]}, lambda c: ["- step 5:", "- step 6:"]),
     ("R", "step 8 vs 9: which is slower?", "step_vs_step", {"steps": [8, 9]}, lambda c: ["**Step 8 is slower.**"]),
-    ("R", "Why is step 5 slower than step 6?", "step_vs_step", {"steps": [5, 6]}, lambda c: ["- step 5:", "- step 6:"]),
+    ("R", "Why is step 5 slower than step 6?", "step_vs_step", {"steps": [5, 6]},
+     lambda c: ["- step 5:", "- step 6:", grew_most(c, 5, 6)]),
     ("R", "What happened in step 7?", "one_step", {"steps": [7]}, lambda c: ["step 7:", "against the median step"]),
     ("R", "Which step is the slowest?", "steps", {},
      lambda c: [f"slowest: step {focus(c).findings.steps.slowest}"]),

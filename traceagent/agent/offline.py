@@ -1267,9 +1267,19 @@ class OfflineAnalyst:
             rows = [self._step_row(answer, n) for n in q.steps[:2]]
         except LookupError as exc:
             return f"I cannot compare those: {exc}."
-        slower = max(rows, key=lambda r: r.host_us)
-        return "\n".join([f"{self._who(answer.scope)}**Step {slower.step} is slower.**", "",
-                          *[f"- {self._step_line(answer, r)}" for r in rows]])
+        slower, faster = max(rows, key=lambda r: r.host_us), min(rows, key=lambda r: r.host_us)
+        lines = [f"{self._who(answer.scope)}**Step {slower.step} is slower.**", "",
+                 *[f"- {self._step_line(answer, r)}" for r in rows]]
+        # where the difference is: its device work, or the cause of idle that grew most (both steps' figures)
+        parts = {"the device work": (slower.device_us or 0.0, faster.device_us or 0.0)}
+        parts |= {f"idle {label(GAP_CAUSES, c)}": (slower.idle_by_cause_us.get(c, 0.0), faster.idle_by_cause_us.get(c, 0.0))
+                  for c in {*slower.idle_by_cause_us, *faster.idle_by_cause_us}}
+        what, (mine, theirs) = max(parts.items(), key=lambda kv: (kv[1][0] - kv[1][1], kv[0]))
+        if slower is not faster and mine > theirs:
+            against = duration(theirs) if theirs else "none"
+            lines += ["", f"Of its device work and idle by cause, {what} grew most: {duration(mine)} in step "
+                          f"{slower.step} against {against} in step {faster.step}."]
+        return "\n".join(lines)
 
     def _one_step(self, q: Question, answer: StepsAnswer, idle: IdleGapsAnswer) -> str:
         try:
