@@ -698,6 +698,9 @@ TABLE = [
     ("A", "What message sizes are the all-reduces?", "communication", {},
      lambda c: [f"**Message sizes** (median per call): {collectives(c).rows[0].collective} on group "
                 f"{collectives(c).rows[0].group} {size(collectives(c).rows[0].median_bytes)}"]),
+    # a GPU named in a job of one GPU a rank: the rank whose GPU it is, not "rank 7 has no GPU 3"
+    ("D", "What is GPU 3 doing?", "idle", {"rank": 3, "device": 3},
+     lambda c: [f"Rank 3, GPU 3: The GPU is idle **{percent(c.analysis.rank(3).findings.idle.devices[3].idle_pct)}**"]),
     # communication asked of every rank: each rank's collective time, most first
     ("D", "What is the total communication time across all ranks?", "communication", {},
      lambda c: [f"**Communication by rank** (collective kernels' time, each over its own device time): from "
