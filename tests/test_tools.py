@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 from builder import TraceBuilder
-from conftest import B200, DATA, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
+from conftest import B200, DATA, DLRM_8RANK, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, RESNET_NW4, analyzed
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ValidationError
 from rawtrace import events
@@ -188,3 +188,14 @@ def test_tool_json_keeps_units_as_they_read_and_escapes_what_no_one_sees():
     text = dumps({"gap": "397.3 µs on GPU 2", "name": "k\u202eevil\u2028x", "x": "2×"})
     assert json.loads(text) == {"gap": "397.3 µs on GPU 2", "name": "k\u202eevil\u2028x", "x": "2×"}
     assert "µs" in text and "2×" in text and "\u202e" not in text and "\u2028" not in text and "\\u202e" in text
+
+
+def test_a_gpu_named_without_its_rank_is_the_rank_that_owns_it():
+    """DLRM's eight ranks each run one GPU (GPU n on rank n): a tool asked for GPU 3 alone answers of
+    rank 3 (not "rank 7, the verdict's, has no GPU 3"); a GPU no rank has is still an error."""
+    tools = tools_of(DLRM_8RANK)
+    answer = call(tools, "hot_kernels", device=3, top=1)
+    assert (answer["scope"]["rank"], answer["scope"]["device"]) == (3, 3)
+    assert answer["kernels"] == analyzed(DLRM_8RANK).rank(3).hot_kernels(device=3).kernels
+    with pytest.raises(ToolInputError, match="has no GPU 9"):
+        call(tools, "hot_kernels", device=9)

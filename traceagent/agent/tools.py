@@ -116,6 +116,10 @@ class AnalysisContext:
         focus and no rank was named), and the rank's GPUs."""
         if rank is None and device is None and self.focus is not None:
             rank, device = self.focus
+        if rank is None and device is not None and device not in self.rank(None).devices:
+            # a GPU named without its rank, in a job where one other rank owns it (one GPU a rank): that rank
+            owners = [x.rank for x in self.analysis.ranks if device in x.devices]
+            rank = owners[0] if len(owners) == 1 else None
         r = self.rank(rank)
         if device is not None and device not in r.devices:
             raise ToolInputError(f"rank {r.rank} has no GPU {device} with work; its GPUs are {r.devices}")
