@@ -334,10 +334,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     # every GPU named, in order, once each; the first is the one a question about one GPU means
     devices = _numbers_named(_DEVICES, text)
     device = devices[0] if devices else None
-    if device is not None and rank is None and device not in about.findings.idle.devices:
-        # "what is GPU 3 doing?" in a job of one GPU a rank: the rank whose GPU that is, where one rank has it
-        owners = [r.rank for r in ctx.analysis.ranks if device in r.findings.idle.devices]
-        rank = owners[0] if len(owners) == 1 else None
+    if device is not None and rank is None:
+        rank = ctx.rank_of(device)  # "what is GPU 3 doing?" in a job of one GPU a rank: rank 3's
     steps = [int(n) for m in _STEPS.finditer(text) for n in m.groups() if n]
     if not steps and (m := _ORDINAL_STEP.search(text)):  # "the first step": its number in this trace
         steps = _step_by_order(m.group(1).lower(), ctx)

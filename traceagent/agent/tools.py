@@ -110,16 +110,22 @@ class AnalysisContext:
             raise ToolInputError(f"no rank {rank} in this trace; ranks are {[r.rank for r in self.analysis.ranks]}") \
                 from None
 
+    def rank_of(self, device: int) -> int | None:
+        """The rank a GPU named without its rank is asked of: the default one where it has that GPU, else
+        the one other rank that does (a job of one GPU a rank: GPU 3 is rank 3's); None (the default) else."""
+        if device in self.rank(None).devices:
+            return None
+        owners = [r.rank for r in self.analysis.ranks if device in r.devices]
+        return owners[0] if len(owners) == 1 else None
+
     def scoped(self, rank: int | None, device: int | None) -> tuple[RankAnalysis, Scope]:
         """The rank asked for (the one in focus, else the verdict's, by default) and the scope to
         report: which rank, which GPU ("all" of the rank's when none is named, unless a GPU is in
         focus and no rank was named), and the rank's GPUs."""
         if rank is None and device is None and self.focus is not None:
             rank, device = self.focus
-        if rank is None and device is not None and device not in self.rank(None).devices:
-            # a GPU named without its rank, in a job where one other rank owns it (one GPU a rank): that rank
-            owners = [x.rank for x in self.analysis.ranks if device in x.devices]
-            rank = owners[0] if len(owners) == 1 else None
+        if rank is None and device is not None:
+            rank = self.rank_of(device)
         r = self.rank(rank)
         if device is not None and device not in r.devices:
             raise ToolInputError(f"rank {r.rank} has no GPU {device} with work; its GPUs are {r.devices}")
