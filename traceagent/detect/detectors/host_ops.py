@@ -105,10 +105,8 @@ def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> Ho
     ranked = np.argsort(-own_by, kind="stable")
     best = [i for i in ranked[:params.top] if own_by[i] > 0]
     kind_of = found % (len(kinds.categories) + 1)
-    api = np.flatnonzero(np.isin(kind_of, [kinds.categories.get_loc(k) for k in ("runtime", "driver")
-                                          if k in kinds.categories]))
-    is_api = set(api.tolist())
-    calls = [i for i in ranked if i in is_api][:RUNTIME_CALLS]
+    is_api = np.isin(kind_of, [kinds.categories.get_loc(k) for k in ("runtime", "driver") if k in kinds.categories])
+    calls = ranked[is_api[ranked]][:RUNTIME_CALLS].tolist()  # the APIs, most self time first
     total_by = _open_time(code, sorted({*best, *calls}), thread, start, end)
 
     def row(i: int) -> HostOpTime:
