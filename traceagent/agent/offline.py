@@ -25,7 +25,6 @@ from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, 
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
 from ..detect.detectors.flops import roofline, uncounted_sentence
 from ..detect.detectors.grid_fill import DETECTOR as GRID_FILL_DETECTOR
-from ..detect.detectors.grid_fill import GridFillResult
 from ..detect.detectors.host_ops import DETECTOR as HOST_OPS_DETECTOR
 from ..detect.detectors.host_ops import HostOpsResult, threads_read
 from ..detect.detectors.interconnect import interconnect_sentence
@@ -33,10 +32,9 @@ from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import is_op_name, op_kernels, short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.detectors.libraries import DETECTOR as LIBRARIES_DETECTOR
-from ..detect.detectors.libraries import LibrariesResult, library_named, library_sentence
+from ..detect.detectors.libraries import library_named, library_sentence
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.modules import DETECTOR as MODULES_DETECTOR
-from ..detect.detectors.modules import ModulesResult
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
 from ..detect.detectors.precision import SHOWN_PCT, PrecisionResult, precision_sentence
 from ..detect.detectors.steps import StepRow
@@ -1016,59 +1014,53 @@ class OfflineAnalyst:
                        if unsaid >= SHOWN_PCT else "") + ".")
         return f"{lead}\n\n{said}"
 
+    def _led(self, detector: Detector, q: Question, answer: DetectorAnswer, lead: Callable[[Any], str | None]) -> str:
+        """A registered detector's answer, led by what the question asks of its result (`lead` gives it,
+        or None where the question asks nothing in particular of it)."""
+        said = self._registered(detector, q, answer)
+        first = lead(answer.result) if answer.result is not None else None
+        return f"{self._who(answer.scope)}{first}\n\n{said}" if first else said
+
     def _host_ops(self, q: Question, answer: DetectorAnswer) -> str:
         """Host time by op, led by each runtime or driver API the question names: its calls and self time."""
-        said = self._registered(HOST_OPS_DETECTOR, q, answer)
-        r: HostOpsResult | None = answer.result
-        named = re.findall(r"\b(?:cuda|hip|cu)[A-Z]\w+", q.text)
-        if r is None or not named:
-            return said
-        threads = threads_read(r)
-        lead = []
-        for name in dict.fromkeys(named):  # each API named, and its variants (cudaMalloc: cudaMallocAsync, cudaMallocHost)
-            found = [c for c in r.runtime_calls if c.name.lower().startswith(name.lower())]
-            lead += [f"**`{c.name}`: {counted(c.calls, 'call')}, {duration(c.self_us)} on the host** "
-                     f"({percent(c.share_pct)} of the time in host events on {threads})." for c in found] or [
-                f"**No `{shorten(name, 60)}` calls** on {threads} in this trace."]
-        return f"{self._who(answer.scope)}{' '.join(lead)}\n\n{said}"
+        def lead(r: HostOpsResult) -> str | None:
+            lines = []
+            for name in dict.fromkeys(re.findall(r"\b(?:cuda|hip|cu)[A-Z]\w+", q.text)):  # and its variants (cudaMallocAsync)
+                found = [c for c in r.runtime_calls if c.name.lower().startswith(name.lower())]
+                lines += [f"**`{c.name}`: {counted(c.calls, 'call')}, {duration(c.self_us)} on the host** "
+                          f"({percent(c.share_pct)} of the time in host events on {threads_read(r)})." for c in found] or [
+                    f"**No `{shorten(name, 60)}` calls** on {threads_read(r)} in this trace."]
+            return " ".join(lines) or None
+        return self._led(HOST_OPS_DETECTOR, q, answer, lead)
 
     def _modules(self, q: Question, answer: DetectorAnswer) -> str:
         """Device time by module, led by the model's layer count where the question asks it."""
-        said = self._registered(MODULES_DETECTOR, q, answer)
-        r: ModulesResult | None = answer.result
-        if r is None or r.layers is None or not re.search(r"\bhow many\b.{0,20}\b(?:layers?|blocks?)\b", q.text, re.I):
-            return said
-        return (f"{self._who(answer.scope)}**{counted(r.layers, 'layer')}** of `{r.layer}` (the distinct instances of "
-                f"the model's repeated block that the trace ran).\n\n{said}")
+        asked = re.search(r"\bhow many\b.{0,20}\b(?:layers?|blocks?)\b", q.text, re.I)
+        return self._led(MODULES_DETECTOR, q, answer, lambda r: (
+            f"**{counted(r.layers, 'layer')}** of `{r.layer}` (the distinct instances of the model's repeated block "
+            "that the trace ran)." if asked and r.layers is not None else None))
 
     def _grid_fill(self, q: Question, answer: DetectorAnswer) -> str:
         """Grids that cannot fill the GPU, led by the achieved occupancy where the question asks it."""
-        said = self._registered(GRID_FILL_DETECTOR, q, answer)
-        r: GridFillResult | None = answer.result
-        if r is None or r.occupancy_pct is None or not re.search(r"\boccupancy\b", q.text, re.I):
-            return said
-        return (f"{self._who(answer.scope)}**Achieved occupancy: {percent(r.occupancy_pct)}** of the SMs' warps "
-                f"(Kineto's estimate, weighted by kernel time).\n\n{said}")
+        asked = re.search(r"\boccupancy\b", q.text, re.I)
+        return self._led(GRID_FILL_DETECTOR, q, answer, lambda r: (
+            f"**Achieved occupancy: {percent(r.occupancy_pct)}** of the SMs' warps (Kineto's estimate, weighted by "
+            "kernel time)." if asked and r.occupancy_pct is not None else None))
 
     def _time_by_class(self, q: Question, answer: DetectorAnswer) -> str:
         """The classes' shares, led by the time of each class the question names."""
-        said = self._registered(CLASSES_DETECTOR, q, answer)
-        r: TimeByClassResult | None = answer.result
-        if r is None or not (asked := classes_named(q.text)):
-            return said
-        by_name = {c.name: c for c in r.classes}
-        lead = [f"**{_upper_first(c.label)}: {percent(c.share_pct)} of device time** ({duration(c.time_us)} in "
-                f"{counted(c.ops, 'op')}" + (f", led by {code(shorten(c.top[0], 60))}" if c.top else "") + ")."
-                if (c := by_name.get(name)) is not None else
-                f"**No {CLASSES[name].label} kernels** in this scope." for name in asked]
-        return f"{self._who(answer.scope)}{' '.join(lead)}\n\n{said}"
+        def lead(r: TimeByClassResult) -> str | None:
+            by_name = {c.name: c for c in r.classes}
+            return " ".join(f"**{_upper_first(c.label)}: {percent(c.share_pct)} of device time** ({duration(c.time_us)} "
+                            f"in {counted(c.ops, 'op')}" + (f", led by {code(shorten(c.top[0], 60))}" if c.top else "")
+                            + ")." if (c := by_name.get(name)) is not None else
+                            f"**No {CLASSES[name].label} kernels** in this scope." for name in classes_named(q.text)) or None
+        return self._led(CLASSES_DETECTOR, q, answer, lead)
 
     def _libraries(self, q: Question, answer: DetectorAnswer) -> str:
         """The libraries' shares, led by the share of the one the question names."""
-        said = self._registered(LIBRARIES_DETECTOR, q, answer)
-        r: LibrariesResult | None = answer.result
         asked = library_named(q.text)
-        return said if r is None or asked is None else f"{self._who(answer.scope)}{library_sentence(r, asked)}\n\n{said}"
+        return self._led(LIBRARIES_DETECTOR, q, answer, lambda r: library_sentence(r, asked) if asked else None)
 
     def _scaling(self, q: Question, answer: CommAnswer, scaled: ScalingAnswer | None = None) -> str:
         """Two runs loaded: how the job scales between them; one: what in it grows with more GPUs,
