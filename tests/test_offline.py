@@ -39,7 +39,7 @@ TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", Non
           "R": (RESNET_NW0, None), "D": (DLRM_8RANK, None), "N": (NSYS_BEFORE, NSYS_AFTER),
           "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None), "Q": (H100_QWEN, None),
           "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None), "A": (NCCL_A100, None),
-          "T": (DATA / "test-cuda" / "report1.sqlite", None)}
+          "T": (DATA / "test-cuda" / "report1.sqlite", None), "H": (DATA / "hta" / "alexnet_critical_path.json.gz", None)}
 
 
 def context(key: str) -> AnalysisContext:
@@ -698,6 +698,13 @@ TABLE = [
     ("A", "What message sizes are the all-reduces?", "communication", {},
      lambda c: [f"**Message sizes** (median per call): {collectives(c).rows[0].collective} on group "
                 f"{collectives(c).rows[0].group} {size(collectives(c).rows[0].median_bytes)}"]),
+    # the critical path asked of what is off it, and of its host share (not host time by op)
+    ("H", "Which kernels are not on the critical path?", "critical_path", {},
+     lambda c: [("**Off the path:** " + ", ".join(f"`{k}`" for k in focus(c).findings.critical_path.off_path))
+                if focus(c).findings.critical_path.off_path else "**Every hot kernel has time on the path.**"]),
+    ("H", "How much of the critical path is host time?", "critical_path", {},
+     lambda c: [f"**Host calls {percent(focus(c).findings.critical_path.host_call_pct)} and host work between them "
+                f"{percent(focus(c).findings.critical_path.host_work_pct)} of the path**"]),
     # a GPU named in a job of one GPU a rank: the rank whose GPU it is, not "rank 7 has no GPU 3"
     ("D", "What is GPU 3 doing?", "idle", {"rank": 3, "device": 3},
      lambda c: [f"Rank 3, GPU 3: The GPU is idle **{percent(c.analysis.rank(3).findings.idle.devices[3].idle_pct)}**"]),

@@ -912,6 +912,15 @@ class OfflineAnalyst:
         path = answer.result
         window = (answer.scope or {}).get("window")
         lines = [f"{self._who(answer.scope)}{f'{window.capitalize()}: ' if window else ''}{critical_path_sentence(path)}"]
+        if re.search(r"\b(?:not|never|off) (?:on )?the (?:critical )?path\b|\boff[- ]path\b", q.text, re.I):
+            # "which kernels are not on the critical path?": the hot ones with no instance on it, first
+            lines.insert(0, ("**Off the path:** " + ", ".join(code(shorten(k, 60)) for k in path.off_path)
+                             + " (hot kernels with no instance on it: making them faster does not shorten the run)."
+                             if path.off_path else "**Every hot kernel has time on the path.**") + "\n")
+        elif re.search(r"\b(?:host|cpu)\b", q.text, re.I):  # "how much of the path is host time?": the host's parts
+            lines.insert(0, f"**Host calls {percent(path.host_call_pct)} and host work between them "
+                            f"{percent(path.host_work_pct)} of the path** ({duration(path.host_call_us)} and "
+                            f"{duration(path.host_work_us)}).\n")
         lines += [f"- `{shorten(k.short_name, 50)}`: {duration(k.on_path_us)} on the path of its {duration(k.total_us)}; "
                   f"twice as fast, it saves at most {duration(k.saving_2x_us)}" for k in path.kernels[:5]]
         return "\n".join(lines)

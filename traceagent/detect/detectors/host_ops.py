@@ -225,7 +225,9 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                     lambda r, p: host_ops_sentence(r), since="2.7",
                     needs=("the trace records no host events", "profile with CPU activities on "
                            "(torch.profiler.ProfilerActivity.CPU)"),
-                    asks=r"\b(?:which|what) (?:ops?|functions?|calls?|python (?:functions?|code))\b.{0,40}\b(?:cpu|host)\b|"
+                    # the critical path's host share is the path's ("how much of the critical path is host time?")
+                    asks=r"^(?!.*\bcritical path\b).*?(?:"
+                         r"\b(?:which|what) (?:ops?|functions?|calls?|python (?:functions?|code))\b.{0,40}\b(?:cpu|host)\b|"
                          r"\b(?:cpu|host)(?: side)? (?:time|ops?|hotspots?|profile)\b|\b(?:where|how) does the (?:cpu|host) "
                          r"spend\b|\bself (?:cpu )?time\b|\bwhy is (?:the |my )?(?:cpu|host)(?: side)? (?:so )?(?:slow|busy)\b|"
                          r"\btime (?:is )?spent (?:on|in) the (?:cpu|host)\b|"
@@ -234,5 +236,5 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                          r"(?-i:\b(?:cuda|hip)(?!\w*(?:Synchroni|Launch|Memcpy|Memset))[A-Z]\w+|"
                          r"\bcu(?!\w*(?:Launch|Memcpy|Memset))[A-Z][a-z]\w+)|"
                          r"^(?!.*\b(?:idle|sync\w*|wait\w*|stall\w*|gaps?)\b).*"  # the line behind idle time: sync's
-                         r"\b(?:which|what) (?:python )?(?:functions?|lines?) (?:in|of) (?:my|the) (?:code|script|program)\b",
+                         r"\b(?:which|what) (?:python )?(?:functions?|lines?) (?:in|of) (?:my|the) (?:code|script|program)\b)",
                     section=host_ops_section, place=66)
