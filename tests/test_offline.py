@@ -606,6 +606,7 @@ TABLE = [
     ("R", "What is the peak memory?", "memory", {}, lambda c: ["**Peak memory:** GPU 0: peak "]),
     # how far the host runs ahead: the launch queue's depth
     ("R", "Is there CPU-GPU overlap?", "detector:launch_queue", {}, lambda c: ["**Launch queue.** GPU 0 stream"]),
+    ("G", "Are kernels waiting in the queue?", "detector:launch_queue", {}, lambda c: ["**Launch queue.** GPU 0 stream"]),
     ("D", "comms overlap?", "communication", {}, lambda c: ["collective kernels ran"]),
     ("R", "What does the CPU do between kernels?", "idle", {},
      lambda c: ["The GPU is idle **", "The largest gap of each cause, and what the launching thread was doing in it:"]),

@@ -143,7 +143,8 @@ DETECTOR = Detector("launch_queue", "Launch queue", "Per stream, the launched op
                     needs=("no device op's launch call is in the trace",
                            "profile with CPU and CUDA activities, so that launch calls link to their kernels"),
                     asks=r"launch queue|queue(?:d)? (?:length|depth)|queued launches|outstanding (?:launches|kernels)"
-                         r"|full queue"
+                         r"|full queue|\b(?:kernels?|ops|launches|work)\b.{0,20}\bwait\w* in (?:the |a )?queue\b"
+                         r"|\bhow (?:deep|long|full) is the (?:launch |kernel )?queue\b"
                          # how far the host runs ahead of the device: "is there CPU-GPU overlap?"
                          r"|\b(?:cpu|host)\b.{0,15}\b(?:gpu|device)\b.{0,10}\boverlap|\boverlap\w*\b.{0,20}\b(?:cpu|host)\b"
                          r".{0,15}\b(?:gpu|device)\b|\b(?:cpu|host) (?:runs? |get(?:s|ting)? )?ahead")
