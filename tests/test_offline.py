@@ -699,6 +699,11 @@ TABLE = [
     ("A", "What message sizes are the all-reduces?", "communication", {},
      lambda c: [f"**Message sizes** (median per call): {collectives(c).rows[0].collective} on group "
                 f"{collectives(c).rows[0].group} {size(collectives(c).rows[0].median_bytes)}"]),
+    # the host's threads counted, and CPU utilization asked (which a trace does not measure)
+    ("R", "How many threads launch work?", "detector:host_ops", {},
+     lambda c: [f"**{focus(c).results['host_ops'].threads} threads launch GPU work.**"]),
+    ("R", "What is the CPU utilization?", "detector:host_ops", {},
+     lambda c: ["**The trace does not measure CPU utilization:**", "**Host time by op.**"]),
     # the critical path asked of what is off it, and of its host share (not host time by op)
     ("H", "Which kernels are not on the critical path?", "critical_path", {},
      lambda c: [("**Off the path:** " + ", ".join(f"`{k}`" for k in focus(c).findings.critical_path.off_path))

@@ -1034,6 +1034,14 @@ class OfflineAnalyst:
         """Host time by op, led by each runtime or driver API the question names: its calls and self time."""
         def lead(r: HostOpsResult) -> str | None:
             lines = []
+            if re.search(r"\bhow many (?:cpu |host |python )?threads\b", q.text, re.I):
+                lines.append(f"**{counted(r.threads, 'thread')} {'launch' if r.threads > 1 else 'launches'} GPU work.**"
+                             if r.launching_only else f"**{counted(r.threads, 'thread')}** with host events; none launches "
+                             "GPU work.")
+            if re.search(r"\b(?:cpu|host) (?:utili[sz]ation|usage|load)\b", q.text, re.I):
+                lines.append("**The trace does not measure CPU utilization:** a profiler records the events on the "
+                             "host's threads, not how loaded its cores are. What it says is where those threads' time in "
+                             "events goes:")
             for name in dict.fromkeys(re.findall(r"\b(?:cuda|hip|cu)[A-Z]\w+", q.text)):  # and its variants (cudaMallocAsync)
                 found = [c for c in r.runtime_calls if c.name.lower().startswith(name.lower())]
                 lines += [f"**`{c.name}`: {counted(c.calls, 'call')}, {duration(c.self_us)} on the host** "

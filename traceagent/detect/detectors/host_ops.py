@@ -231,6 +231,7 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                          r"\b(?:cpu|host)(?: side)? (?:time|ops?|hotspots?|profile)\b|\b(?:where|how) does the (?:cpu|host) "
                          r"spend\b|\bself (?:cpu )?time\b|\bwhy is (?:the |my )?(?:cpu|host)(?: side)? (?:so )?(?:slow|busy)\b|"
                          r"\btime (?:is )?spent (?:on|in) the (?:cpu|host)\b|"
+                         r"\b(?:cpu|host) (?:utili[sz]ation|usage|load)\b|\bhow many (?:cpu |host |python )?threads\b|"
                          # a runtime or driver API named as written (cudaMalloc, hipFree, cuMemAlloc); syncs, launches
                          # and copies have answers of their own
                          r"(?-i:\b(?:cuda|hip)(?!\w*(?:Synchroni|Launch|Memcpy|Memset))[A-Z]\w+|"
