@@ -39,7 +39,8 @@ TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", Non
           "R": (RESNET_NW0, None), "D": (DLRM_8RANK, None), "N": (NSYS_BEFORE, NSYS_AFTER),
           "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None), "Q": (H100_QWEN, None),
           "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None), "A": (NCCL_A100, None),
-          "T": (DATA / "test-cuda" / "report1.sqlite", None), "H": (DATA / "hta" / "alexnet_critical_path.json.gz", None)}
+          "T": (DATA / "test-cuda" / "report1.sqlite", None), "H": (DATA / "hta" / "alexnet_critical_path.json.gz", None),
+          "V": (DATA / "tracelens" / "mi300_vllm_prefilldecode_piecewise_graph_capture.json.gz", None)}
 
 
 def context(key: str) -> AnalysisContext:
@@ -699,6 +700,11 @@ TABLE = [
     ("A", "What message sizes are the all-reduces?", "communication", {},
      lambda c: [f"**Message sizes** (median per call): {collectives(c).rows[0].collective} on group "
                 f"{collectives(c).rows[0].group} {size(collectives(c).rows[0].median_bytes)}"]),
+    # graph captures asked about: their count, the host time inside them and instantiating them
+    ("V", "How long did graph capture take?", "launch", {},
+     lambda c: [f"**{focus(c).findings.graphs.captures} graph captures: {duration(focus(c).findings.graphs.capture_us)} "
+                f"of host time from each capture's begin to its end, {duration(focus(c).findings.graphs.instantiate_us)} "
+                "instantiating.**"]),
     # the host's threads counted, and CPU utilization asked (which a trace does not measure)
     ("R", "How many threads launch work?", "detector:host_ops", {},
      lambda c: [f"**{focus(c).results['host_ops'].threads} threads launch GPU work.**"]),

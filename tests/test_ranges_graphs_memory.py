@@ -38,6 +38,28 @@ def test_graph_replays_by_hand(tmp_path):
     assert graphs.saved_us == 2 * 4.0
 
 
+def test_graph_captures_by_hand_and_on_a_real_trace(tmp_path):
+    """By hand: a capture begun at 10 µs and ended at 50-52, instantiated 60-70; a second begun at 100
+    that the trace cut before its end, the thread's last event ending at 180: 2 captures, 42 + 80 = 122 µs
+    captured, 10 µs instantiating. vLLM's capture trace (TraceLens's MI300) read independently: its
+    hipStreamBeginCapture calls counted, the instantiations' time added up."""
+    b = TraceBuilder()
+    b.kernel("warmup", 0, 5, launch_at=0, launch_dur=2)
+    b.runtime("cudaStreamBeginCapture", 10, 2)
+    b.runtime("cudaStreamEndCapture", 50, 2)
+    b.runtime("cudaGraphInstantiate", 60, 10)
+    b.runtime("cudaStreamBeginCapture", 100, 1)
+    b.op("aten::mm", 150, 30)
+    graphs = analyze(b.write(tmp_path / "c.json"), use_cache=False).ranks[0].findings.graphs
+    assert (graphs.captures, graphs.capture_us, graphs.instantiate_us) == (2, 122.0, 10.0)
+    capture = DATA / "tracelens" / "mi300_vllm_prefilldecode_piecewise_graph_capture.json.gz"
+    raw = raw_events(capture)
+    graphs = analyzed(capture).ranks[0].findings.graphs
+    assert graphs.captures == sum(e.get("name") == "hipStreamBeginCapture" for e in raw)
+    assert graphs.instantiate_us == pytest.approx(
+        sum(e["dur"] for e in raw if str(e.get("name", "")).startswith("hipGraphInstantiate")), abs=0.01)
+
+
 def test_graph_replays_on_a_real_trace():
     raw = raw_events(GRAPHS)
     launches = {e["args"]["correlation"] for e in raw if e.get("name") == "cudaGraphLaunch"}

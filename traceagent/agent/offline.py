@@ -24,6 +24,7 @@ from ..detect.core.peaks import peak_for
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
 from ..detect.detectors.flops import roofline, uncounted_sentence
+from ..detect.detectors.graphs import capture_sentence
 from ..detect.detectors.grid_fill import DETECTOR as GRID_FILL_DETECTOR
 from ..detect.detectors.host_ops import DETECTOR as HOST_OPS_DETECTOR
 from ..detect.detectors.host_ops import HostOpsResult, threads_read
@@ -1315,7 +1316,9 @@ class OfflineAnalyst:
         bound = v.root_cause == "launch_overhead"
         share = answer.launch_overhead_idle_pct
         graphs = answer.graphs
-        if re.search(r"cuda ?graph|\bgraphs?\b", q.text, re.I):
+        if graphs and graphs.captures and re.search(r"\bcaptur", q.text, re.I):  # "how long did graph capture take?"
+            head = f"**{capture_sentence(graphs)}**"
+        elif re.search(r"cuda ?graph|\bgraphs?\b", q.text, re.I):
             if graphs and graphs.used:
                 head = (f"**It already uses them:** {graphs.launches} graph replays run {graphs.kernels} kernels "
                         f"({percent(graphs.share_of_kernel_time_pct)} of kernel time), saving "

@@ -167,6 +167,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
     ("launch", r"\bhow many kernels\b|\bkernels (?:per|a|each) (?:step|iteration)\b|"
                r"\b(?:outside|inside|out of) (?:the )?(?:cuda |hip )?graphs?\b|\bgraph (?:replay|capture)s?\b|"
+               r"\bgraphs? (?:were |was |are )?(?:captured|replayed)\b|"
                r"(?:\b|cuda|hip)(?:launch|cuda ?graphs?|too many kernels|(?:small|tiny|short) kernels|kernel overhead|"
                r"cpu overhead|python overhead)|\bkernels? (?:are |is )?(?:too |very )?(?:small|tiny|short)\b"),
     # a gradient sync is a collective ("is the gradient sync overlapped with backward?"), not a host wait

@@ -53,7 +53,8 @@ from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdic
 #: (each kind of collective's time and exposed part). 2.11: recompute (its own `since`); the steps'
 #: slowest_vs_median also holds host_us (the slowest step's extra time) and device_us. 2.12: libraries (its own `since`).
 #: 2.13: comm.compute_us and comm.comm_to_compute_x (communication over computation, in the same scope);
-#: host_ops.runtime_calls (each runtime and driver API's calls and self time); modules.layer and modules.layers.
+#: host_ops.runtime_calls (each runtime and driver API's calls and self time); modules.layer and modules.layers;
+#: graphs.captures, capture_us and instantiate_us.
 SCHEMA_VERSION = max(["2.13", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 
