@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from ..detect.analysis import RankAnalysis
+from ..detect.analysis import Analysis, RankAnalysis
 from ..detect.compare.diff import DiffResult, OpChange, Prediction, work_note
 from ..detect.compare.scaling import PARTS
 from ..detect.core.peaks import peak_for
@@ -27,7 +27,7 @@ from ..detect.detectors.flops import roofline, uncounted_sentence
 from ..detect.detectors.graphs import capture_sentence
 from ..detect.detectors.grid_fill import DETECTOR as GRID_FILL_DETECTOR
 from ..detect.detectors.host_ops import DETECTOR as HOST_OPS_DETECTOR
-from ..detect.detectors.host_ops import HostOpsResult, threads_read
+from ..detect.detectors.host_ops import THREADS_ASKED, UTILIZATION_ASKED, HostOpsResult, threads_read
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import is_op_name, op_kernels, short_name
@@ -229,25 +229,21 @@ class OfflineAnalyst:
         q = understand(question, self.ctx)
         if self.ctx.other is not None and q.intent != "compare" and _ABOUT_AFTER.search(question):
             # "what limits it now?", "is the GPU still idle?": the second run's own answer (same sources)
-            after = OfflineAnalyst(replace(self.ctx, analysis=self.ctx.other, other=None))
-            async for event in after.answer(question, note, "**In the second run** (after the change):\n\n"):
+            async for event in self._of_run(self.ctx.other).answer(question, note, _SECOND_RUN):
                 yield event
             return
         if self.ctx.other is not None and q.intent not in ("compare", None) and _BOTH_RUNS.search(question):
             # "did the comm to compute ratio change?": the same answer of each run, one after the other
             texts, checked = [], []
-            for n, (run, said) in enumerate(((self.ctx.analysis, "**In the first run** (before the change):\n\n"),
-                                             (self.ctx.other, "**In the second run** (after the change):\n\n"))):
-                async for event in OfflineAnalyst(replace(self.ctx, analysis=run, other=None)).answer(question, "", said):
+            for n, (run, said) in enumerate(((self.ctx.analysis, _FIRST_RUN), (self.ctx.other, _SECOND_RUN))):
+                async for event in self._of_run(run).answer(question, "", said):
                     if isinstance(event, Answer):
                         texts.append(event.text.strip())
                         checked += event.unverified
                     elif isinstance(event, ToolCall | ToolResult):  # each run's calls told apart
                         yield replace(event, id=f"{event.id}-run{n + 1}")
-            text = "\n\n".join(texts) + "\n\n" + note
-            for piece in re.findall(r"\S+\s*", text):
-                yield Token(piece)
-            yield Answer(text, checked)
+            for final in _streamed("\n\n".join(texts) + "\n\n" + note, checked):
+                yield final
             return
         plans = self.plans()
         intent = q.intent if q.intent in plans and not q.foreign else "unknown"
@@ -269,10 +265,12 @@ class OfflineAnalyst:
         else:
             text = lead + plan.write(q, *answers)
         checked = unverified(text, self.ctx.sources) if answers else []  # the note is ours, not a claim
-        text += "\n\n" + note
-        for piece in re.findall(r"\S+\s*", text):  # stream it like a model would
-            yield Token(piece)
-        yield Answer(text, checked)
+        for final in _streamed(text + "\n\n" + note, checked):
+            yield final
+
+    def _of_run(self, run: Analysis) -> OfflineAnalyst:
+        """The analyst of one of the two runs loaded, alone (the same sources: its numbers check)."""
+        return OfflineAnalyst(replace(self.ctx, analysis=run, other=None))
 
     # -- templates: each takes the question and the answers of its plan's calls ----------------
 
@@ -1035,11 +1033,11 @@ class OfflineAnalyst:
         """Host time by op, led by each runtime or driver API the question names: its calls and self time."""
         def lead(r: HostOpsResult) -> str | None:
             lines = []
-            if re.search(r"\bhow many (?:cpu |host |python )?threads\b", q.text, re.I):
+            if re.search(THREADS_ASKED, q.text, re.I):
                 lines.append(f"**{counted(r.threads, 'thread')} {'launch' if r.threads > 1 else 'launches'} GPU work.**"
                              if r.launching_only else f"**{counted(r.threads, 'thread')}** with host events; none launches "
                              "GPU work.")
-            if re.search(r"\b(?:cpu|host) (?:utili[sz]ation|usage|load)\b", q.text, re.I):
+            if re.search(UTILIZATION_ASKED, q.text, re.I):
                 lines.append("**The trace does not measure CPU utilization:** a profiler records the events on the "
                              "host's threads, not how loaded its cores are. What it says is where those threads' time in "
                              "events goes:")
@@ -1626,6 +1624,12 @@ class OfflineAnalyst:
 
 
 #: a question about how things stand after the change, with two runs loaded ("what limits it now?")
+def _streamed(text: str, unverified_numbers: list[str]) -> list[Token | Answer]:
+    """An answer's closing events: its text a word at a time, as a model streams, then the answer."""
+    return [*(Token(piece) for piece in re.findall(r"\S+\s*", text)), Answer(text, unverified_numbers)]
+
+
+_FIRST_RUN, _SECOND_RUN = "**In the first run** (before the change):\n\n", "**In the second run** (after the change):\n\n"
 #: a question asked of both runs: "did the comm to compute ratio change?", "X before and after"
 _BOTH_RUNS = re.compile(r"\bdid (?:the |my |its |our )?(?!change\b|fix\b)\w+(?: \w+){0,6} change\b|\bbefore and after\b|"
                         r"\b(?:in )?(?:both|each) runs?\b", re.I)

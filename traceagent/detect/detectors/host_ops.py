@@ -73,6 +73,10 @@ class HostOpsResult:
 
 #: how many runtime and driver APIs a result lists (a trace calls a few dozen at most)
 RUNTIME_CALLS = 40
+#: questions this detector answers with a lead of its own (the offline analyst's): the CPU's utilization,
+#: which a trace does not measure, and how many threads launch work
+UTILIZATION_ASKED = r"\b(?:cpu|host) (?:utili[sz]ation|usage|load)\b"
+THREADS_ASKED = r"\bhow many (?:cpu |host |python )?threads\b"
 
 
 def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> HostOpsResult | None:
@@ -231,7 +235,7 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                          r"\b(?:cpu|host)(?: side)? (?:time|ops?|hotspots?|profile)\b|\b(?:where|how) does the (?:cpu|host) "
                          r"spend\b|\bself (?:cpu )?time\b|\bwhy is (?:the |my )?(?:cpu|host)(?: side)? (?:so )?(?:slow|busy)\b|"
                          r"\btime (?:is )?spent (?:on|in) the (?:cpu|host)\b|"
-                         r"\b(?:cpu|host) (?:utili[sz]ation|usage|load)\b|\bhow many (?:cpu |host |python )?threads\b|"
+                         rf"{UTILIZATION_ASKED}|{THREADS_ASKED}|"
                          # a runtime or driver API named as written (cudaMalloc, hipFree, cuMemAlloc); syncs, launches
                          # and copies have answers of their own
                          r"(?-i:\b(?:cuda|hip)(?!\w*(?:Synchroni|Launch|Memcpy|Memset))[A-Z]\w+|"
