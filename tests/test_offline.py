@@ -201,6 +201,11 @@ def grew_most(ctx, slow: int, fast: int) -> str:
             f"{duration(theirs) if theirs else 'none'} in step {fast}.")
 
 
+def kernels_a_step(ctx) -> float:
+    """The launch detector's kernels over the steps detector's count, worked out here."""
+    return round(focus(ctx).findings.launch.kernels / focus(ctx).findings.steps.count, 1)
+
+
 def first_step(ctx) -> int:
     """The number of the focus rank's first profiled step, from its step table."""
     return int(focus(ctx).trace.steps["step"].min())
@@ -338,7 +343,7 @@ TABLE = [
      lambda c: [f"{focus(c).results['phases'].phases[0].tokens_per_s:g} tokens/s over its steps"]),
     # kernels per step: the launch detector's kernels over the steps detector's count, worked out here
     ("R", "How many kernels are launched per step?", "launch", {},
-     lambda c: [f"About {round(focus(c).findings.launch.kernels / focus(c).findings.steps.count, 1):g} kernels a step"]),
+     lambda c: [f"About {kernels_a_step(c):g} kernels a step"]),
     # the typical kernel, not only the hottest: the median duration beside the launch call's
     ("R", "What is the average kernel duration?", "kernels", {},
      lambda c: [f"**A kernel runs {duration(focus(c).findings.launch.median_kernel_us)} at the median**",
@@ -737,8 +742,7 @@ TABLE = [
                 f"({counted(focus(c).findings.kernels.distinct, 'distinct name')}, "
                 f"{duration(focus(c).findings.kernels.total_us)} in all)."]),
     ("R", "How many kernels per step?", "launch", {},
-     lambda c: [f"**About {round(focus(c).findings.launch.kernels / focus(c).findings.steps.count, 1):g} kernels "
-                "a step** (its kernels over its steps)."]),
+     lambda c: [f"**About {kernels_a_step(c):g} kernels a step** (its kernels over its steps)."]),
     # launches counted, by the API named or all, and their latency asked: the figures first
     ("R", "How many cudaLaunchKernel calls are there?", "launch", {},
      lambda c: [f"**{focus(c).findings.launch.by_call['cudaLaunchKernel']} `cudaLaunchKernel` calls** launched kernels"]),
