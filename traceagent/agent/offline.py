@@ -901,9 +901,12 @@ class OfflineAnalyst:
                  f"**{duration(f.comm_us)}** on rank {least} to **{duration(m.comm_us)}** on rank {most}.", ""]
         lines += [f"- rank {r}: {duration(c.comm_us)} ({percent(c.share_pct)} of its device time), "
                   f"{duration(c.exposed_us)} of it with no compute beside it" for r, c in timed]
-        if (ranks := len(self.ctx.analysis.ranks)) > len(answers):
-            lines.append(f"- and {ranks - len(answers)} more ranks (ask about one by number)")
-        return "\n".join(lines)
+        return "\n".join(lines + self._more_ranks(len(answers)))
+
+    def _more_ranks(self, listed: int) -> list[str]:
+        """The line after a list of the first `listed` ranks that says how many more the job has, if any."""
+        more = len(self.ctx.analysis.ranks) - listed
+        return [f"- and {more} more ranks (ask about one by number)"] if more > 0 else []
 
     def _critical_path(self, q: Question, answer: DetectorAnswer) -> str:
         if answer.result is None:
@@ -1222,15 +1225,12 @@ class OfflineAnalyst:
         if not timed:
             return _unavailable(answers[0].unavailable or NO_STEPS)
         (slow, s), (fast, f) = timed[0], timed[-1]
-        ranks = len(self.ctx.analysis.ranks)
         lines = [f"**Step time by rank** (each rank's mean over its steps): from **{duration(f.mean_us)}** on rank "
                  f"{fast} to **{duration(s.mean_us)}** on rank {slow}.", ""]
         lines += [f"- rank {r}: {duration(x.mean_us)} (step {x.slowest})" if x.count == 1 else
                   f"- rank {r}: mean {duration(x.mean_us)} over {x.count} steps (slowest: step {x.slowest}, "
                   f"{duration(x.max_us)})" for r, x in timed]
-        if ranks > len(answers):
-            lines.append(f"- and {ranks - len(answers)} more ranks (ask about one by number)")
-        return "\n".join(lines)
+        return "\n".join(lines + self._more_ranks(len(answers)))
 
     def _serving(self, at: dict) -> bool:
         """Whether the rank asked about is an inference server's (its steps name phases)."""
