@@ -46,6 +46,17 @@ def test_gaps_and_covered():
     assert iv.covered(a, np.array([5, 10, 0]), np.array([25, 20, 100])).tolist() == [10, 0, 25]
 
 
+def test_a_set_already_disjoint_and_its_gaps_share_the_input_memory_read_only():
+    # a stream of back-to-back kernels is its own busy set: ten million of them must not be held twice
+    starts, ends = np.array([0, 20, 40]), np.array([10, 30, 45])
+    busy = iv.union(starts, ends)
+    holes = iv.gaps(busy)
+    assert pairs(busy) == [(0, 10), (20, 30), (40, 45)] and pairs(holes) == [(10, 20), (30, 40)]
+    assert np.shares_memory(busy[0], starts) and np.shares_memory(holes[0], ends)
+    assert not any(a.flags.writeable for a in (*busy, *holes))
+    assert starts.flags.writeable  # the caller's own arrays stay as they were
+
+
 def test_against_brute_force_on_random_sets():
     rng = np.random.default_rng(0)
     for _ in range(50):

@@ -34,6 +34,8 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     np.greater(starts[1:], reach[:-1], out=new[1:])
     first = np.flatnonzero(new)
     del new
+    if len(first) == len(starts):  # nothing merged (a stream of tiny kernels), so reach is ends: the input is
+        return _read_only(starts), _read_only(ends)  # the set, as views, not copies (150 MiB on 10 M kernels)
     last = np.r_[first[1:] - 1, len(starts) - 1]
     return starts[first], reach[last]
 
@@ -83,10 +85,19 @@ def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
 
 
 def gaps(iv: Intervals) -> Intervals:
-    """The holes between consecutive intervals of a set (the set's own span, no edges)."""
+    """The holes between consecutive intervals of a set (the set's own span, no edges): read-only
+    views of the set's own arrays, not copies (a device's gap table is as long as its busy set, and
+    on millions of tiny kernels two copies were 150 MiB of the analysis' peak)."""
     if len(iv[0]) < 2:
         return EMPTY
-    return iv[1][:-1].copy(), iv[0][1:].copy()
+    return _read_only(iv[1][:-1]), _read_only(iv[0][1:])
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    """A view of the array that cannot be written through: for sets that share another's memory."""
+    view = values.view()
+    view.flags.writeable = False
+    return view
 
 
 def covered(iv: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
