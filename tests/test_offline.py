@@ -70,6 +70,20 @@ def kind(ctx, name: str):
     return next(k for k in focus(ctx).findings.comm.kinds if k.kind == name)
 
 
+def most_comm(ctx, kind: str | None = None):
+    """The rank with the most collective time (its analysis), or with `kind`: (rank, that kind's time), from each
+    rank's communication detector."""
+    if kind is None:
+        return max(ctx.analysis.ranks, key=lambda r: r.findings.comm.comm_us)
+    return max(((r.rank, k.time_us) for r in ctx.analysis.ranks for k in r.findings.comm.kinds if k.kind == kind),
+               key=lambda rank_time: rank_time[1])
+
+
+def longest_span(ctx):
+    """The rank whose GPU span is the longest, from each rank's breakdown."""
+    return max(ctx.analysis.ranks, key=lambda r: r.breakdown.total.span_us)
+
+
 def idle_lead(ctx) -> list[str]:
     """The idle answer's lead on the focus rank: its GPU idle share, as the idle detector has it."""
     return [f"The GPU is idle **{percent(idle(ctx).idle_pct)}**"]
@@ -199,6 +213,20 @@ def grew_most(ctx, slow: int, fast: int) -> str:
     what, (mine, theirs) = max(parts.items(), key=lambda kv: (kv[1][0] - kv[1][1], kv[0]))
     return (f"{what} grew most: {duration(mine)} in step {slow} against "
             f"{duration(theirs) if theirs else 'none'} in step {fast}.")
+
+
+def mean_kernel_us(ctx) -> float:
+    """The mean duration of the focus rank's kernels, read here from its device rows."""
+    gpu = focus(ctx).trace.gpu
+    kernels = gpu[gpu["kind"] == "kernel"]
+    return float((kernels["end"] - kernels["start"]).mean()) / 1000
+
+
+def most_launching_op(ctx) -> tuple[str, int]:
+    """The op that launched the most device ops on the focus rank and how many, read here from its device rows."""
+    gpu = focus(ctx).trace.gpu
+    counts = gpu[gpu["kind"] != "sync"]["op"].value_counts()
+    return str(counts.index[0]), int(counts.iloc[0])
 
 
 def kernels_a_step(ctx) -> float:
@@ -344,10 +372,19 @@ TABLE = [
     # kernels per step: the launch detector's kernels over the steps detector's count, worked out here
     ("R", "How many kernels are launched per step?", "launch", {},
      lambda c: [f"About {kernels_a_step(c):g} kernels a step"]),
-    # the typical kernel, not only the hottest: the median duration beside the launch call's
+    # the typical kernel, not only the hottest: the mean asked (worked out here from the trace's kernel rows),
+    # and the median duration beside the launch call's
     ("R", "What is the average kernel duration?", "kernels", {},
-     lambda c: [f"**A kernel runs {duration(focus(c).findings.launch.median_kernel_us)} at the median**",
+     lambda c: [f"**A kernel runs {duration(mean_kernel_us(c))} on average**",
+                f"**A kernel runs {duration(focus(c).findings.launch.median_kernel_us)} at the median**",
                 top_kernel(c).short_name]),
+    # "mean" said of a time is no op of that name (ResNet has aten::mean)
+    ("R", "What is the mean kernel time?", "kernels", {"op": None},
+     lambda c: [f"**A kernel runs {duration(mean_kernel_us(c))} on average**"]),
+    # launches counted, not timed: the optimizer's many small adds, outside the top ops by time (found here from
+    # the trace's device rows)
+    ("R", "Which operator launches the most kernels?", "detector:op_time", {},
+     lambda c: [f"**`{most_launching_op(c)[0]}` launched the most device ops: {most_launching_op(c)[1]}**"]),
     # a runtime call named for its kind of work (no word boundary before Memcpy or Synchronize)
     ("R", "How much time is spent in cudaMemcpy?", "copies", {}, lambda c: ["mostly HtoD"]),
     ("R", "Where is cudaStreamSynchronize called?", "sync", {}, lambda c: ["cudaStreamSynchronize"]),
@@ -727,10 +764,26 @@ TABLE = [
      lambda c: [f"Rank 3, GPU 3: The GPU is idle **{percent(c.analysis.rank(3).findings.idle.devices[3].idle_pct)}**"]),
     # communication asked of every rank: each rank's collective time, most first
     ("D", "What is the total communication time across all ranks?", "communication", {},
-     lambda c: [f"**Communication by rank** (collective kernels' time, each over its own device time): from "
-                f"**{duration(min(r.findings.comm.comm_us for r in c.analysis.ranks))}** on rank",
+     lambda c: [f"**Rank {most_comm(c).rank} spends the most time in communication: "
+                f"{duration(most_comm(c).findings.comm.comm_us)}**",
                 *[f"- rank {r.rank}: {duration(r.findings.comm.comm_us)} ({percent(r.findings.comm.share_pct)} of its "
                   f"device time), {duration(r.findings.comm.exposed_us)} of it" for r in c.analysis.ranks]]),
+    # the ranks ranked by communication, not the straggler; of one kind of collective where it is named
+    ("D", "Which rank communicates the most?", "communication", {},
+     lambda c: [f"**Rank {most_comm(c).rank} spends the most time in communication: "
+                f"{duration(most_comm(c).findings.comm.comm_us)}** ({percent(most_comm(c).findings.comm.share_pct)} "
+                "of its device time)"]),
+    ("D", "Which rank spends the most time in all-reduce?", "communication", {},
+     lambda c: [f"**Rank {most_comm(c, 'all_reduce')[0]} spends the most time in all-reduce: "
+                f"{duration(most_comm(c, 'all_reduce')[1])}**"]),
+    # how long the trace is: the longest rank's GPU span, the profiled steps, and that it is a window of the run
+    ("R", "What is the total training time?", "summary", {},
+     lambda c: [f"**The trace records {duration(focus(c).breakdown.total.span_us)} of GPU activity** (first "
+                f"to last device activity); it ran {counted(focus(c).findings.steps.count, 'profiled step')} of "
+                f"{duration(focus(c).findings.steps.step_time_us)}", "A profile records a window of the run"]),
+    ("D", "How long is the trace?", "summary", {},
+     lambda c: [f"**The trace records {duration(longest_span(c).breakdown.total.span_us)} of GPU activity** "
+                f"(rank {longest_span(c).rank}'s span, the longest of the 8 ranks')"]),
     # which GPU is slower: the one with the most device work (it sets the pace), and the one that idles most
     ("N", "Which GPU is slower?", "most_idle", {},
      lambda c: [f"**Rank 0, GPU {most_work_gpu(c)} has the most device work**", "Every GPU, least idle first:"]),

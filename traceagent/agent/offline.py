@@ -36,6 +36,8 @@ from ..detect.detectors.libraries import DETECTOR as LIBRARIES_DETECTOR
 from ..detect.detectors.libraries import library_named, library_sentence
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.modules import DETECTOR as MODULES_DETECTOR
+from ..detect.detectors.op_time import DETECTOR as OP_TIME_DETECTOR
+from ..detect.detectors.op_time import OpTimeResult
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
 from ..detect.detectors.precision import SHOWN_PCT, PrecisionResult, precision_sentence
 from ..detect.detectors.steps import StepRow
@@ -77,7 +79,7 @@ from .answers import (
 from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
-from .question import FP8, OP_NAME, PRECISION, Question, classes_named, understand
+from .question import FP8, OP_NAME, PRECISION, RUN_LENGTH, Question, classes_named, understand
 from .tools import NO_ANNOTATIONS, NO_MEMORY, NO_STEPS, AnalysisContext, ToolInputError, dumps, tool_functions
 
 NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from templates over the detectors. "
@@ -203,7 +205,8 @@ class OfflineAnalyst:
                                  self._profile_next),
             "compare": Plan(lambda q, at: [("compare_traces", {"op": q.op} if q.op else {})] if compare else [],
                             self._compare),
-            "summary": Plan(lambda q, at: [("overview", {}), ("verdict", at)], self._summary),
+            "summary": Plan(lambda q, at: [("overview", {}), ("verdict", at)]
+                            + ([("steps", at)] if re.search(RUN_LENGTH, q.text, re.I) else []), self._summary),
             "most_idle": Plan(lambda q, at: [("overview", {})], self._most_idle),
             "unknown": Plan(lambda q, at: [("overview", {}), ("verdict", {})], self._unknown),
             # each registered detector that names the questions it answers (Detector.asks)
@@ -221,6 +224,8 @@ class OfflineAnalyst:
             "detector:time_by_class": Plan(partial(_own_tool, "time_by_class"), self._time_by_class),
             # one library asked about ("how much time is in cuDNN?"): its share first
             "detector:libraries": Plan(partial(_own_tool, "libraries"), self._libraries),
+            # "which op launches the most kernels?": that op first, not the most time
+            "detector:op_time": Plan(partial(_own_tool, "op_time"), self._op_time),
         }
 
     async def answer(self, question: str, note: str = NO_LLM, lead: str = "") -> AsyncIterator:
@@ -691,11 +696,15 @@ class OfflineAnalyst:
             # "which kernel should I tune first?" where kernels are not the limit: that first
             lines += [f"**Kernels are not what limits this trace first:** {verdict.headline}. Speeding a kernel up "
                       "shortens the busy time only; the hottest are below.", ""]
+        if re.search(r"\b(?:average|mean)\b", q.text, re.I) and k.kernels:  # the mean asked, not the median
+            lines += [f"{self._who(kernels.scope)}**A kernel runs {duration(k.mean_us)} on average** "
+                      f"({k.kernels} kernels, {duration(k.total_us)} of kernel time).", ""]
         if launches is not None and launches.launch.kernels:  # "how long is a typical kernel?"
             n = launches.launch
-            lines += [f"{self._who(launches.scope)}**A kernel runs {duration(n.median_kernel_us)} at the median** (of "
-                      f"the {n.kernels} linked to their launch call), against {duration(n.median_launch_us)} for a "
-                      f"launch call; {percent(n.short_kernel_pct)} of kernels are shorter than their own launch.", ""]
+            lines += [f"{'' if lines else self._who(launches.scope)}**A kernel runs {duration(n.median_kernel_us)} at "
+                      f"the median** (of the {n.kernels} linked to their launch call), against "
+                      f"{duration(n.median_launch_us)} for a launch call; {percent(n.short_kernel_pct)} of kernels are "
+                      "shorter than their own launch.", ""]
         lines += [f"{'' if lines else self._who(kernels.scope)}{k.kernels} kernels ({k.distinct} distinct names) ran "
                   f"{duration(k.total_us)}. The hottest:"]
         lines += [f"{i}. `{shorten(h.label, 80)}`: {duration(h.total_us)}, {percent(h.share_of_busy_pct)} of "
@@ -830,7 +839,7 @@ class OfflineAnalyst:
         """Communication on one rank (its collectives, links and the kernels asked about), or on each
         rank where the plan asked every rank's ("across all ranks": a communication answer each)."""
         if more and all(isinstance(a, CommAnswer) for a in more):
-            return self._comm_by_rank([answer, *(a for a in more if isinstance(a, CommAnswer))])
+            return self._comm_by_rank(q, [answer, *(a for a in more if isinstance(a, CommAnswer))])
         return self._communication(q, answer, *more)  # type: ignore[arg-type]  # the one-rank plan's answers
 
     def _communication(self, q: Question, answer: CommAnswer, bandwidth: DetectorAnswer, links: DetectorAnswer,
@@ -893,14 +902,30 @@ class OfflineAnalyst:
             lines.append(_unavailable(answer.unavailable))
         return "\n".join(lines)
 
-    def _comm_by_rank(self, answers: list[CommAnswer]) -> str:
-        """Each rank's collective time and its exposed part, most first, with the range named."""
-        timed = sorted((((a.scope or {}).get("rank"), a.comm) for a in answers), key=lambda rank_comm: -rank_comm[1].comm_us)
-        (most, m), (least, f) = timed[0], timed[-1]
-        lines = [f"**Communication by rank** (collective kernels' time, each over its own device time): from "
-                 f"**{duration(f.comm_us)}** on rank {least} to **{duration(m.comm_us)}** on rank {most}.", ""]
-        lines += [f"- rank {r}: {duration(c.comm_us)} ({percent(c.share_pct)} of its device time), "
-                  f"{duration(c.exposed_us)} of it with no compute beside it" for r, c in timed]
+    def _comm_by_rank(self, q: Question, answers: list[CommAnswer]) -> str:
+        """Each rank's collective time and its exposed part, most first; of the kind of collective the
+        question names where it names one ("which rank spends the most time in all-reduce?")."""
+        named = _collective_named(q.text)
+        rows: list[tuple[Any, float, float, float | None]]  # rank, time, exposed, share of its device time
+        if named:
+            kinds = [(a.scope or {}, next((k for k in a.comm.kinds if k.kind == named[0].kind), None)) for a in answers]
+            rows = sorted(((s.get("rank"), k.time_us, k.exposed_us, None) for s, k in kinds if k is not None),
+                          key=lambda row: -row[1])
+            subject = named[0].label.lower()
+            if not rows:
+                return f"**No rank ran {subject} kernels** among the {len(answers)} ranks read."
+        else:
+            rows = sorted((((a.scope or {}).get("rank"), a.comm.comm_us, a.comm.exposed_us, a.comm.share_pct)
+                           for a in answers), key=lambda row: -row[1])
+            subject = "communication"
+        what = f"{'collective' if subject == 'communication' else subject} kernels' time"
+        (most, most_us, _, most_pct), (least, least_us, _, _) = rows[0], rows[-1]
+        lines = [f"**Rank {most} spends the most time in {subject}: {duration(most_us)}**"
+                 + (f" ({percent(most_pct)} of its device time)" if most_pct is not None else "")
+                 + (f"; rank {least} the least, {duration(least_us)}" if len(rows) > 1 else "")
+                 + f". By rank ({what}; the part with no compute beside it):", ""]
+        lines += [f"- rank {r}: {duration(t)}" + (f" ({percent(p)} of its device time)" if p is not None else "")
+                  + f", {duration(e)} of it with no compute beside it" for r, t, e, p in rows]
         return "\n".join(lines + self._more_ranks(len(answers)))
 
     def _more_ranks(self, listed: int) -> list[str]:
@@ -1080,6 +1105,16 @@ class OfflineAnalyst:
         """The libraries' shares, led by the share of the one the question names."""
         asked = library_named(q.text)
         return self._led(LIBRARIES_DETECTOR, q, answer, lambda r: library_sentence(r, asked) if asked else None)
+
+    def _op_time(self, q: Question, answer: DetectorAnswer) -> str:
+        """GPU time by op, led by the op that launched the most device ops where the question asks for it."""
+        def lead(r: OpTimeResult) -> str | None:
+            if not _MOST_LAUNCHED.search(q.text) or (o := r.most_device_ops) is None:
+                return None
+            return (f"**{code(shorten(o.name, 60))} launched the most device ops: {o.device_ops}** (its kernels, copies "
+                    f"and memsets, for {duration(o.time_us)} of device time, {percent(o.share_pct)} of the rank's"
+                    + (f"; {counted(o.calls, 'call')} of the op" if o.calls else "") + ").")
+        return self._led(OP_TIME_DETECTOR, q, answer, lead)
 
     def _scaling(self, q: Question, answer: CommAnswer, scaled: ScalingAnswer | None = None) -> str:
         """Two runs loaded: how the job scales between them; one: what in it grows with more GPUs,
@@ -1594,9 +1629,11 @@ class OfflineAnalyst:
         lines += [f"- rank {r}, GPU {d}: idle {percent(x.idle_pct)}, busy {percent(x.busy_pct)}" for r, d, x in gpus[:16]]
         return "\n".join(lines)
 
-    def _summary(self, q: Question, overview: OverviewAnswer, verdict: VerdictAnswer) -> str:
+    def _summary(self, q: Question, overview: OverviewAnswer, verdict: VerdictAnswer, steps: StepsAnswer | None = None) -> str:
         a, v = overview.analysis, verdict.verdict
         lines = [f"A {a.format} trace with {len(a.ranks)} rank(s) on {', '.join(a.devices) or 'no GPU'}."]
+        if steps is not None:  # "how long is the trace?", "the total training time?": the window it records first
+            lines[:0] = [self._run_length(overview, steps), ""]
         for r in overview.ranks[:8]:
             lines += [f"- {line}" for line in device_lines(r.source)]
             lines.append(f"  rank {r.rank}: limiter {r.limiter} ({r.root_cause})")
@@ -1607,6 +1644,21 @@ class OfflineAnalyst:
         if self.ctx.other is not None:
             lines += ["", "A second trace is loaded: ask “did it help?” to compare."]
         return "\n".join(lines)
+
+    def _run_length(self, overview: OverviewAnswer, steps: StepsAnswer) -> str:
+        """The GPU time the trace records (the longest rank's span), its profiled steps, and that a profile is
+        a window of the run, not the run."""
+        spans = {r.rank: r.breakdown.total.span_us for r in overview.ranks}
+        longest = max(spans, key=lambda rank: spans[rank])
+        lead = (f"**The trace records {duration(spans[longest])} of GPU activity**"
+                + (f" (rank {longest}'s span, the longest of the {len(spans)} ranks')" if len(spans) > 1 else
+                   " (first to last device activity)"))
+        if (s := steps.steps) is not None and s.count:
+            who = f"rank {steps.scope['rank']}" if len(spans) > 1 and steps.scope and "rank" in steps.scope else "it"
+            lead += (f"; {who} ran {counted(s.count, 'profiled step')} of "
+                     f"{duration(s.step_time_us)}")
+        return (lead + ". A profile records a window of the run, not the whole run, which takes about the step time "
+                "times the steps it runs, plus start-up, evaluation and checkpoints.")
 
     def _unknown(self, q: Question, overview: OverviewAnswer, verdict: VerdictAnswer) -> str:
         if q.foreign:
@@ -1642,7 +1694,8 @@ _BUSY_ASKED = re.compile(r"\bbusy\b|\butili[sz]\w*", re.I)
 _WHAT_TO_TUNE = re.compile(r"\b(?:tune|optimi[sz]e|speed up|focus on|work on|improve|rewrite|fuse)\b", re.I)
 #: the ranks a question about every rank lists, at most
 _RANKS_LISTED = 32
-_EVERY_RANK = re.compile(r"\b(?:across|each|every|per|all|between|among) (?:the )?(?:\d+ )?ranks?\b|\branks'", re.I)
+_EVERY_RANK = re.compile(r"\b(?:across|each|every|per|all|between|among) (?:the )?(?:\d+ )?ranks?\b|\branks'|"
+                         r"\bwhich ranks?\b", re.I)  # "which rank communicates the most?": every rank's, to rank
 
 
 def _upper_first(text: str) -> str:
@@ -1729,6 +1782,9 @@ def _slow_order(q: Question) -> str:
 
 
 #: a question about the typical kernel rather than the hottest ("what is the average kernel duration?")
+#: "which op launches the most kernels?": counted, not timed
+_MOST_LAUNCHED = re.compile(r"\bmost\b.{0,20}\b(?:kernels?|launch\w*|device ops?)\b|\blaunch\w* the most\b|"
+                            r"\b(?:kernels?|launches) (?:per|by) (?:op|operator)s?\b", re.I)
 _TYPICAL_KERNEL = re.compile(r"\b(?:average|mean|median|typical)\b.{0,20}\bkernels?\b|"
                              r"\bkernels?\b.{0,20}\b(?:average|mean|median|typical)\b|how long (?:is|does) a kernel", re.I)
 _FACTOR = re.compile(r"\b(\d+(?:\.\d+)?)\s*(?:x|×|times)\b", re.I)

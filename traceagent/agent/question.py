@@ -41,6 +41,14 @@ _TIME_GOES_TO = (r"(?:\b(?:eat\w*|consum\w*|tak\w* up|us\w* up|dominat\w*)\b.{0,
                  r"\bwhat (?:takes|is taking|uses|is using|spends) (?:up )?(?:the )?most (?:of the )?time\b|"
                  r"\bbreak\w* down\b.{0,25}\btime\b|\bwhere (?:is|does) (?:the |my )?(?:step |iteration |run )?time "
                  r"(?:going|go)\b|\bwhat (?:is|are) (?:the |a |my )?(?:steps?|iterations?) made of\b)")
+#: how long the trace or the run lasted ("what is the total training time?", "how long is the trace?"): a
+#: profile records a window of the run, which the summary says first
+RUN_LENGTH = (r"\bhow long (?:was|is|did|does) (?:the |this |my )?(?:profile|profiling|trace|recording|capture|run|"
+              r"training|job|program|script)\b(?! (?:step|iteration|kernel|op)s?\b)|"
+              r"\b(?:total|overall|whole|entire|end-to-end) (?:training |run |job |wall(?:[- ]clock)? |execution |elapsed )?"
+              r"(?:time|duration|runtime|length)\b(?! (?:of|in|on|spent) (?:the |each |a )?(?:step|kernel|op|gpu|comm|copies|"
+              r"data|idle)\w*)|\bwall[- ]?(?:clock )?time\b|\b(?:duration|length) of (?:the |this |my )?(?:trace|profile|"
+              r"run|recording|capture|training)\b|\btime (?:does|did) (?:the |this )?(?:trace|profile) (?:cover|span|record)")
 # (intent, pattern): the order is the priority
 INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for name, pattern in [
     # two ranks named: "why is rank 0 slower than rank 1?", "rank 2 vs 5"
@@ -56,7 +64,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("communication", rf"\b(?:communication|collectives?|nccl|rccl)\b.{{0,25}}\b(?:ratio|{_VERSUS}|to|over|compar\w*|"
                       r"against|relative)\b.{0,25}\b(?:computation|compute|computing)\b|"
                       rf"\b(?:computation|compute)\b.{{0,25}}\b(?:ratio|{_VERSUS}|to|over|compar\w*|against|relative)\b"
-                      r".{0,25}\b(?:communication|collectives?|nccl|rccl)\b"),
+                      r".{0,25}\b(?:communication|collectives?|nccl|rccl)\b|"
+                      # the ranks ranked by their communication ("which rank communicates the most?"), not the straggler
+                      r"\bwhich (?:ranks?|gpus?|workers?) (?:communicates?|(?:spends?|has|have|does|do) (?:the )?(?:most|least|"
+                      r"more|less)\b.{0,25}\b(?:communication|collectives?|nccl|rccl|all-?reduce))"),
     ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
                 r"(?:faster|slower|better|worse)|(?:faster|slower) now|what changed|compar|before and after|"
                 r"after the (?:fix|change)|improv(?:ed|es)\b|improvements? (?:from|after|since|over|between)|"
@@ -219,7 +230,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"\bwhat(?:'s| is| does)? (?:in|inside) (?:the|my|this) (?:trace|profile|file)\b|"
                 r"\bwhere (?:is|does) (?:the |my )?time (?:going|go)\b|\bhow efficient\b|" + _TIME_GOES_TO + "|"
                 r"\bwhat (?:limits|is limiting|holds back|caps)\b|"
-                r"\bhow long (?:was|is|did) (?:the |this )?(?:profile|profiling|trace|recording|capture)\b|"
+                + RUN_LENGTH + "|"
                 # the hardware: the summary's first line names the ranks and their GPUs
                 r"\b(?:amd|nvidia|rocm|cuda) or (?:amd|nvidia|rocm|cuda)\b|\bwhich (?:gpu )?vendor\b|"
                 r"\bhow many (?:gpus|ranks|devices|nodes|workers)\b|^(?!.*\b(?:slow\w*|fast\w*|idle|busy|bottleneck|"
@@ -269,6 +280,9 @@ _GENERIC_OP_WORDS = set(("all aten prims c10d nccl rccl cuda hip cudnn miopen na
                           "item linear matmul conv softmax norm layer layers model time kernel kernels and inside into "
                           "from gpu gpus device rank ranks vllm sglang call calls data loader take batch batches token "
                           "tokens size").split()) | _ENGLISH
+#: a statistic said of a measure ("the mean kernel time", "max step duration"): not the op of that name
+_STATISTIC = re.compile(r"\b(?:mean|average|max|min|sum|median)\s+(?=(?:kernel|time|duration|latency|step|launch|gap|"
+                        r"idle|length|runtime|run|iteration|value|bandwidth|throughput)s?\b)")
 #: words of kernel names that name no kernel in particular
 _GENERIC_KERNEL_WORDS = {"kernel", "kernels", "native", "void", "float", "const", "unsigned", "template", "anonymous",
                          "namespace", "vectorized", "elementwise", "functor", "cutlass", "device", "global", "memcpy",
@@ -433,7 +447,8 @@ def named_op(text: str, ctx: AnalysisContext) -> str | None:
                 if written in tokens:
                     return written
     parts = {p for o in ops for p in re.split(r"[^a-z0-9]+", o.lower()) if len(p) >= 3}
-    asked = [w for w in re.findall(r"[a-z][a-z0-9]{2,}", text.lower()) if w in parts and w not in _GENERIC_OP_WORDS]
+    plain = _STATISTIC.sub(" ", text.lower())  # "the mean kernel time" names no aten::mean
+    asked = [w for w in re.findall(r"[a-z][a-z0-9]{2,}", plain) if w in parts and w not in _GENERIC_OP_WORDS]
     return asked[0] if asked else None
 
 

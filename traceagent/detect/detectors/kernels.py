@@ -183,6 +183,7 @@ class KernelsResult:
     distinct: int
     total_us: float
     top: list[HotKernel]
+    mean_us: float = 0.0  # 2.14: total_us over kernels ("what is the average kernel duration?")
 
 
 ORDERS = {"total": "sum", "mean": "mean", "max": "max", "count": "size"}
@@ -274,7 +275,8 @@ def detect_hot_kernels(trace: Trace, top: int = 10, name_filter: str | None = No
         op=ops[name][0] if name in ops else None, is_comm=bool(comm[name]),
         saving_2x_us=us(r["sum"] / 2), op_from=ops[name][1] if name in ops else None,
     ) for name, r in chosen.iterrows()]
-    return KernelsResult(kernels=len(kernels), distinct=len(stats), total_us=us(int(dur.sum())), top=rows)
+    return KernelsResult(kernels=len(kernels), distinct=len(stats), total_us=us(int(dur.sum())), top=rows,
+                         mean_us=us(dur.sum() / len(dur)))
 
 
 def _per_name(names: pd.Series, dur: np.ndarray) -> pd.DataFrame:
@@ -295,11 +297,12 @@ def _per_name(names: pd.Series, dur: np.ndarray) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class KernelCounts:
-    """A rank's kernels: how many ran, how many distinct names, their device time."""
+    """A rank's kernels: how many ran, how many distinct names, their device time and its mean."""
 
     count: int
     distinct: int
     total_us: float
+    mean_us: float  # 2.14
 
 
 def kernel_findings(result: KernelsResult, on: str) -> list[tuple[str, str]]:
@@ -313,4 +316,4 @@ def kernel_findings(result: KernelsResult, on: str) -> list[tuple[str, str]]:
 DETECTOR = Detector("kernels", "Hot kernels", "The kernels that take the most device time.", None, KernelsResult,
                     lambda i, p: detect_hot_kernels(i.trace), place=14, tool=False, findings=kernel_findings,
                     keys=(Key("hot_kernels", list[HotKernel], lambda r: r.top),
-                          Key("kernels", KernelCounts, lambda r: KernelCounts(r.kernels, r.distinct, r.total_us))))
+                          Key("kernels", KernelCounts, lambda r: KernelCounts(r.kernels, r.distinct, r.total_us, r.mean_us))))

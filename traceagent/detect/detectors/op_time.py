@@ -52,6 +52,9 @@ class OpTimeResult:
     no_op_pct: float
     top: list[OpTime]  # most device time first
     no_op_graph_pct: float = 0.0  # of no_op_us, kernels replayed from a CUDA graph (a capture trace names their ops)
+    # 2.14: the op that launched the most device ops (more time first among equals): "which op launches the
+    # most kernels?" (many tiny elementwise launches can sit outside the top by time)
+    most_device_ops: OpTime | None = None
 
 
 def detect_op_time(trace: Trace, params: OpTimeParams = OpTimeParams()) -> OpTimeResult | None:
@@ -71,19 +74,21 @@ def detect_op_time(trace: Trace, params: OpTimeParams = OpTimeParams()) -> OpTim
     names = trace.cpu["name"].array
     calls_by_name = np.bincount(names.codes[names.codes >= 0], minlength=len(names.categories))
     total = int(dur.sum())
-    top = []
-    for i in np.argsort(-time, kind="stable")[:params.top]:  # the ops kept, not events
-        if not count[i]:
-            break
+
+    def op_time(i: int) -> OpTime:
         name = str(ops.categories[i])
         at = names.categories.get_indexer([name])[0]
         calls = int(calls_by_name[at]) if at >= 0 else 0
         kernels, _ = leading_kernels(work["name"], dur, codes == i, top=1)
-        top.append(OpTime(name, int(count[i]), us(int(time[i])), pct(time[i], total), calls,
-                          us(time[i] / calls) if calls else None, kernels[0] if kernels else None))
+        return OpTime(name, int(count[i]), us(int(time[i])), pct(time[i], total), calls,
+                      us(time[i] / calls) if calls else None, kernels[0] if kernels else None)
+
+    top = [op_time(i) for i in np.argsort(-time, kind="stable")[:params.top] if count[i]]  # the ops kept, not events
+    most = int(np.lexsort((-time, -count))[0]) if len(count) else -1
     no_op = int(dur[~launched].sum())
     graphed = int(dur[~launched & replayed(trace)[device]].sum()) if no_op else 0
-    return OpTimeResult(us(total), int((count > 0).sum()), us(no_op), pct(no_op, total), top, pct(graphed, no_op))
+    return OpTimeResult(us(total), int((count > 0).sum()), us(no_op), pct(no_op, total), top, pct(graphed, no_op),
+                        op_time(most) if most >= 0 and count[most] else None)
 
 
 def op_time_sentence(result: OpTimeResult) -> str | None:
