@@ -776,6 +776,10 @@ TABLE = [
     ("D", "Which rank spends the most time in all-reduce?", "communication", {},
      lambda c: [f"**Rank {most_comm(c, 'all_reduce')[0]} spends the most time in all-reduce: "
                 f"{duration(most_comm(c, 'all_reduce')[1])}**"]),
+    # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
+    ("R", "How much idle time is there per step?", "steps", {},
+     lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],
+                f"{focus(c).findings.steps.count} steps: mean"]),
     # how long the trace is: the longest rank's GPU span, the profiled steps, and that it is a window of the run
     ("R", "What is the total training time?", "summary", {},
      lambda c: [f"**The trace records {duration(focus(c).breakdown.total.span_us)} of GPU activity** (first "

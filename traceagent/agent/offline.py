@@ -1236,6 +1236,8 @@ class OfflineAnalyst:
         steps = answer.steps
         if not steps or not steps.count:
             return _unavailable(answer.unavailable or NO_STEPS)
+        if _IDLE_ASKED.search(q.text):  # "how much idle time is there per step?": each step's own idle first
+            return self._idle_by_step(answer) + "\n\n" + self._steps(replace(q, text=""), answer)
         if steps.count == 1:  # one step: no mean, median or slowest to speak of
             return f"{self._who(answer.scope)}1 step (step {steps.slowest}): **{duration(steps.mean_us)}**." + \
                 gpu_behind(steps)
@@ -1252,6 +1254,19 @@ class OfflineAnalyst:
                 f"median {duration(steps.median_us)}, "
                 f"from {duration(steps.min_us)} to {duration(steps.max_us)} (slowest: step {steps.slowest})."
                 + (f" {said}" if (said := slowest_step_sentence(steps)) else "") + gpu_behind(steps))
+
+    def _idle_by_step(self, answer: StepsAnswer) -> str:
+        """Each step's idle (the gaps it owns, by the one rule every section uses) and its largest cause."""
+        lines = [f"{self._who(answer.scope)}**Idle by step** (the GPU's gaps each step owns, every GPU of the rank; a step "
+                 "owns the gap before its first device work):"]
+        for row in answer.rows:
+            cause = max(row.idle_by_cause_us.items(), key=lambda kv: kv[1], default=None)
+            lines.append(f"- step {row.step}: {duration(row.idle_us)} idle" + (
+                f", mostly {label(GAP_CAUSES, cause[0])} ({duration(cause[1])})" if cause and cause[1] else "")
+                + f", of a {duration(row.host_us)} step")
+        if answer.steps is not None and answer.steps.count > len(answer.rows):
+            lines.append(f"- and {answer.steps.count - len(answer.rows)} more steps (ask about one by number)")
+        return "\n".join(lines)
 
     def _steps_by_rank(self, answers: list[StepsAnswer]) -> str:
         """Each rank's mean step time, slowest first, with the slowest and fastest named."""
@@ -1689,6 +1704,8 @@ _ABOUT_AFTER = re.compile(r"\b(?:now|still|anymore|any more|remaining|left over|
 #: a question about what the host does while the GPU waits ("what does the CPU do while the GPU is idle?")
 _HOST_DURING_IDLE = re.compile(r"\b(?:cpu|host|python|thread)\b.{0,30}\b(?:do|does|doing|did)\b", re.I)
 #: a question about how busy the GPU is ("what's the GPU busy time on GPU 1?", "GPU utilization")
+#: idle asked of the steps ("how much idle time is there per step?", "is the GPU idle between iterations?")
+_IDLE_ASKED = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
 _BUSY_ASKED = re.compile(r"\bbusy\b|\butili[sz]\w*", re.I)
 #: a question about kernels that asks which to work on ("which kernel should I tune first?")
 _WHAT_TO_TUNE = re.compile(r"\b(?:tune|optimi[sz]e|speed up|focus on|work on|improve|rewrite|fuse)\b", re.I)
