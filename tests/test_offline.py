@@ -776,6 +776,18 @@ TABLE = [
     ("D", "Which rank spends the most time in all-reduce?", "communication", {},
      lambda c: [f"**Rank {most_comm(c, 'all_reduce')[0]} spends the most time in all-reduce: "
                 f"{duration(most_comm(c, 'all_reduce')[1])}**"]),
+    # a training phase named: its time first; the two weighed: the backward over the forward first
+    ("R", "What is the optimizer time?", "detector:training_phases", {},
+     lambda c: [f"**Optimizer: {duration(phase(c, 'optimizer').time_us)}, {percent(phase(c, 'optimizer').share_pct)} of "
+                f"device time** ({counted(phase(c, 'optimizer').ops, 'device op')}", "**Forward, backward and optimizer.**"]),
+    ("R", "What's the backward to forward ratio?", "detector:training_phases", {},
+     lambda c: [f"**The backward takes {focus(c).results['training_phases'].backward_per_forward_x:g}× the forward**"]),
+    # what no profiler trace records: said so, where to read it, and what the trace does say
+    ("R", "How many parameters does the model have?", "not_recorded", {},
+     lambda c: ["**The trace does not record the model's parameter count**", "p.numel()",
+                f"**What this trace does say:** {focus(c).verdict.headline}."]),
+    ("R", "Is the loss going down?", "not_recorded", {},
+     lambda c: ["**The trace does not record loss or accuracy values**"]),
     # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
     ("R", "How much idle time is there per step?", "steps", {},
      lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],

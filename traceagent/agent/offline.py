@@ -44,6 +44,8 @@ from ..detect.detectors.steps import StepRow
 from ..detect.detectors.stragglers import RankCollectives, RankComparison
 from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult
 from ..detect.detectors.time_by_class import DETECTOR as CLASSES_DETECTOR
+from ..detect.detectors.training_phases import DETECTOR as TRAINING_PHASES_DETECTOR
+from ..detect.detectors.training_phases import TrainingPhasesResult
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
@@ -79,7 +81,7 @@ from .answers import (
 from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
-from .question import FP8, OP_NAME, PRECISION, RUN_LENGTH, Question, classes_named, understand
+from .question import FP8, NOT_RECORDED, OP_NAME, PRECISION, RUN_LENGTH, Question, classes_named, understand
 from .tools import NO_ANNOTATIONS, NO_MEMORY, NO_STEPS, AnalysisContext, ToolInputError, dumps, tool_functions
 
 NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from templates over the detectors. "
@@ -129,6 +131,7 @@ class OfflineAnalyst:
                          + ([("overview", {})] if _BUSY_ASKED.search(q.text) else []),
                          self._idle),
             "optimize_first": Plan(lambda q, at: [("verdict", at)], self._optimize_first),
+            "not_recorded": Plan(lambda q, at: [("verdict", at)], self._not_recorded),
             "saving": Plan(lambda q, at: [("verdict", at)], self._saving),
             "whatif": Plan(lambda q, at: [("what_if", {"change": self._change(q)} | _rank(at))], self._what_if),
             "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)]
@@ -224,6 +227,8 @@ class OfflineAnalyst:
             "detector:time_by_class": Plan(partial(_own_tool, "time_by_class"), self._time_by_class),
             # one library asked about ("how much time is in cuDNN?"): its share first
             "detector:libraries": Plan(partial(_own_tool, "libraries"), self._libraries),
+            # "how long does the optimizer take?", "the backward to forward ratio?": that phase or the ratio first
+            "detector:training_phases": Plan(partial(_own_tool, "training_phases"), self._training_phases),
             # "which op launches the most kernels?": that op first, not the most time
             "detector:op_time": Plan(partial(_own_tool, "op_time"), self._op_time),
         }
@@ -1106,6 +1111,22 @@ class OfflineAnalyst:
         asked = library_named(q.text)
         return self._led(LIBRARIES_DETECTOR, q, answer, lambda r: library_sentence(r, asked) if asked else None)
 
+    def _training_phases(self, q: Question, answer: DetectorAnswer) -> str:
+        """Forward, backward and optimizer, led by the phase the question names, or by the backward over the
+        forward where it weighs the two."""
+        def lead(r: TrainingPhasesResult) -> str | None:
+            named = re.findall(r"\b(forward|backward|optimi[sz]er)\b", q.text, re.I)
+            if len({n.lower() for n in named}) == 2 and {n.lower() for n in named} == {"forward", "backward"}:
+                return (f"**The backward takes {r.backward_per_forward_x:g}× the forward** (device time, collectives "
+                        "left out; about twice is usual)." if r.backward_per_forward_x is not None else None)
+            phases = {p.name: p for p in r.phases}
+            said = [("optimizer" if n.lower().startswith("optimi") else n.lower()) for n in dict.fromkeys(named)]
+            return " ".join(f"**{_upper_first(name)}: {duration(p.time_us)}, {percent(p.share_pct)} of device time** "
+                            f"({counted(p.ops, 'device op')}" + (f", led by {code(shorten(p.top[0], 60))}" if p.top else "")
+                            + ")." if (p := phases.get(name)) is not None else f"**No {name} work** in this trace."
+                            for name in said) or None
+        return self._led(TRAINING_PHASES_DETECTOR, q, answer, lead)
+
     def _op_time(self, q: Question, answer: DetectorAnswer) -> str:
         """GPU time by op, led by the op that launched the most device ops where the question asks for it."""
         def lead(r: OpTimeResult) -> str | None:
@@ -1495,6 +1516,16 @@ class OfflineAnalyst:
                  "(`ncu --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed`)."]
         if precision.result is not None:  # the kernels' names still say their precision
             lines += ["", f"**Tensor cores:** {md_prose(precision_sentence(precision.result))}"]
+        return "\n".join(lines)
+
+    def _not_recorded(self, q: Question, verdict: VerdictAnswer) -> str:
+        """What the question asks that no profiler trace records, where to read it instead, and what the
+        trace does say."""
+        asked = [(what, where) for what, said, where in NOT_RECORDED if re.search(said, q.text, re.I)]
+        lines = [f"**The trace does not record {what}**: see {where}." for what, where in asked]
+        lines += ["", "A profiler trace records what the run did on the host and the GPUs (ops, kernels, copies, "
+                  "collectives) and when, not the model's settings or the training's values.", "",
+                  f"**What this trace does say:** {verdict.verdict.headline}.", f"**Next step:** {verdict.verdict.next_step}"]
         return "\n".join(lines)
 
     def _batch_size(self, q: Question, verdict: VerdictAnswer, launches: LaunchesAnswer, overview: OverviewAnswer) -> str:

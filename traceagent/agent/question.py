@@ -49,8 +49,25 @@ RUN_LENGTH = (r"\bhow long (?:was|is|did|does) (?:the |this |my )?(?:profile|pro
               r"(?:time|duration|runtime|length)\b(?! (?:of|in|on|spent) (?:the |each |a )?(?:step|kernel|op|gpu|comm|copies|"
               r"data|idle)\w*)|\bwall[- ]?(?:clock )?time\b|\b(?:duration|length) of (?:the |this |my )?(?:trace|profile|"
               r"run|recording|capture|training)\b|\btime (?:does|did) (?:the |this )?(?:trace|profile) (?:cover|span|record)")
+#: what a question may ask that no profiler trace records: (what, how it is asked, where to read it instead)
+NOT_RECORDED: list[tuple[str, str, str]] = [
+    ("the model's parameter count",
+     r"\bhow many (?:model |trainable )?(?:parameters|params|weights)\b|\b(?:parameter|param) count\b|"
+     r"\bnumber of (?:model |trainable )?(?:parameters|params)\b",
+     "`sum(p.numel() for p in model.parameters())` in the script"),
+    ("the learning rate", r"\blearning[- ]rate\b|\blr schedule\b",
+     "`optimizer.param_groups[0]['lr']`, or the run's logs (TensorBoard, W&B)"),
+    ("loss or accuracy values",
+     r"\b(?:training|validation|val|test|eval) (?:loss|accuracy)\b|\bwhat(?:'s| is) the (?:loss|accuracy)\b|"
+     r"\bloss (?:value|curve)s?\b|\bis (?:the|my) (?:loss|model) (?:going down|decreasing|converg\w*)|\bconverg\w*\b",
+     "the run's logs (TensorBoard, W&B, the script's prints)"),
+    ("how many epochs the run trains", r"\b(?:how many|number of) epochs\b|\bepochs? (?:count|number)\b",
+     "the training script's arguments or its logs; the trace records only the steps it profiled"),
+]
 # (intent, pattern): the order is the priority
 INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for name, pattern in [
+    # what a profiler does not record (the model's size, the training's values): said so, with where to read it
+    ("not_recorded", "|".join(said for _, said, _ in NOT_RECORDED)),
     # two ranks named: "why is rank 0 slower than rank 1?", "rank 2 vs 5"
     ("rank_vs_rank", rf"\brank\s*#?\d+\b.{{0,60}}?\b(?:{_VERSUS}|than|and|to|with|or)\s*"
                      r"(?:rank\s*)?#?\d+\b"),
