@@ -189,3 +189,10 @@ def test_runtime_calls_are_each_listed_with_their_calls_and_self_time_and_a_ques
                            "thread that launches GPU work).")
     assert offline_answer(analysis, "Is hipMalloc slow?").startswith("**No `hipMalloc` calls**")
     assert understand("Is cudaStreamSynchronize slow?", ctx).intent == "sync"  # a sync's answer is its own
+    # a launch or copy API's time asked: that answer, led by the API's host time (the same figures as above)
+    assert understand("How much time is spent in cudaMemcpyAsync?", ctx).intent == "copies"
+    assert offline_answer(analysis, "How much time is spent in cudaMemcpyAsync?").startswith(
+        "**`cudaMemcpyAsync`: 2 calls, 50.0 µs on the host** (38.5% of the time in host events")
+    launches = offline_answer(analysis, "How long do the cudaLaunchKernel calls take?")
+    assert launches.startswith("**`cudaLaunchKernel`: 1 call, 5.0 µs on the host**")
+    assert "**1 `cudaLaunchKernel` call** launched kernels the trace records" in launches

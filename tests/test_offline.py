@@ -79,6 +79,11 @@ def most_comm(ctx, kind: str | None = None):
                key=lambda rank_time: rank_time[1])
 
 
+def busy_by_gpu(ctx) -> list[float]:
+    """Each GPU's busy time in the job, from each rank's per-device breakdown."""
+    return [b.busy_us for r in ctx.analysis.ranks for b in r.breakdown.devices.values()]
+
+
 def longest_span(ctx):
     """The rank whose GPU span is the longest, from each rank's breakdown."""
     return max(ctx.analysis.ranks, key=lambda r: r.breakdown.total.span_us)
@@ -803,6 +808,10 @@ TABLE = [
     # which GPU is slower: the one with the most device work (it sets the pace), and the one that idles most
     ("N", "Which GPU is slower?", "most_idle", {},
      lambda c: [f"**Rank 0, GPU {most_work_gpu(c)} has the most device work**", "Every GPU, least idle first:"]),
+    # the GPUs' load weighed: their busy time side by side (the breakdown's), the judgement by the 90% rule first
+    ("N", "Are the two GPUs balanced?", "most_idle", {},
+     lambda c: [f"**{'Yes, roughly' if min(busy_by_gpu(c)) >= 0.9 * max(busy_by_gpu(c)) else 'No'}:** the GPUs' busy "
+                f"time ranges from {duration(min(busy_by_gpu(c)))}", f"to {duration(max(busy_by_gpu(c)))}"]),
     ("N", "What does GPU 1 spend its time on?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(focus(c).findings.idle.devices[1].idle_pct)}**"]),
     # kernels counted: every kernel (linked to a launch or not), or a step's

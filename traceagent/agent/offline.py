@@ -156,11 +156,12 @@ class OfflineAnalyst:
             "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})]
                             + ([("launches", at)] if _TYPICAL_KERNEL.search(q.text) else [])
                             + ([("verdict", at)] if _WHAT_TO_TUNE.search(q.text) else []), self._kernels),
-            "copies": Plan(lambda q, at: [("data_movement", at), ("interconnect", at)], self._copies),
+            # a runtime API's time asked ("how much time is spent in cudaMemcpyAsync?"): led by its host time
+            "copies": self._with_api_time(Plan(lambda q, at: [("data_movement", at), ("interconnect", at)], self._copies)),
             "memory": Plan(lambda q, at: [("memory", at)], self._memory),
             "dataloader": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
                                self._dataloader),
-            "sync": Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync),
+            "sync": self._with_api_time(Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync)),
             # "the communication time across all ranks": each rank's (the first _RANKS_LISTED)
             "communication": Plan(lambda q, at: [("communication", {"rank": r.rank})
                                                  for r in self.ctx.analysis.ranks[:_RANKS_LISTED]] if self._every_rank(q)
@@ -194,8 +195,9 @@ class OfflineAnalyst:
                           if self._every_rank(q) else [("steps", at)], self._steps),
             "throughput": Plan(lambda q, at: [("phases", at), ("verdict", at)] if self._serving(at) else [("steps", at)],
                                self._throughput),
-            "launch": Plan(lambda q, at: [("launches", at), ("verdict", at)]
-                           + ([("hot_kernels", at | {"top": 1})] if _KERNELS_COUNTED.search(q.text) else []), self._launch),
+            "launch": self._with_api_time(Plan(lambda q, at: [("launches", at), ("verdict", at)]
+                                               + ([("hot_kernels", at | {"top": 1})] if _KERNELS_COUNTED.search(q.text)
+                                                  else []), self._launch)),
             "longest_gap": Plan(lambda q, at: [("idle_gaps", at | {"top": 1} | _min(q))], self._longest_gap),
             "gaps": Plan(lambda q, at: [("idle_gaps", at | {"top": 5} | _min(q))], self._gaps),
             "annotations": Plan(lambda q, at: [("annotations", at)], self._annotations),
@@ -1074,13 +1076,25 @@ class OfflineAnalyst:
                 lines.append("**The trace does not measure CPU utilization:** a profiler records the events on the "
                              "host's threads, not how loaded its cores are. What it says is where those threads' time in "
                              "events goes:")
-            for name in dict.fromkeys(re.findall(r"\b(?:cuda|hip|cu)[A-Z]\w+", q.text)):  # and its variants (cudaMallocAsync)
-                found = [c for c in r.runtime_calls if c.name.lower().startswith(name.lower())]
-                lines += [f"**`{c.name}`: {counted(c.calls, 'call')}, {duration(c.self_us)} on the host** "
-                          f"({percent(c.share_pct)} of the time in host events on {threads_read(r)})." for c in found] or [
-                    f"**No `{shorten(name, 60)}` calls** on {threads_read(r)} in this trace."]
-            return " ".join(lines) or None
+            return " ".join(lines + _api_time(q, r)) or None
         return self._led(HOST_OPS_DETECTOR, q, answer, lead)
+
+    def _with_api_time(self, plan: Plan) -> Plan:
+        """A plan whose answer leads with the host time of each runtime API the question names, where it asks
+        how long they take ("how much time is spent in cudaLaunchKernel?" is the launch answer, led by that)."""
+        def asked(q: Question) -> bool:
+            return bool(_API_NAMED.search(q.text) and _TIME_ASKED.search(q.text))
+
+        def calls(q: Question, at: dict) -> list[tuple[str, dict]]:
+            return plan.calls(q, at) + ([("host_ops", _rank(at))] if asked(q) else [])
+
+        def write(q: Question, *answers: Any) -> str:
+            if not asked(q):
+                return plan.write(q, *answers)
+            *own, host = answers
+            lead = " ".join(_api_time(q, host.result)) if host.result is not None else ""
+            return (f"{self._who(host.scope)}{lead}\n\n" if lead else "") + plan.write(q, *own)
+        return Plan(calls, write)
 
     def _modules(self, q: Question, answer: DetectorAnswer) -> str:
         """Device time by module, led by the model's layer count where the question asks it."""
@@ -1400,7 +1414,7 @@ class OfflineAnalyst:
             head = f"**About {answer.kernels_per_step:g} kernels a step** (its kernels over its steps)."
         elif calls := [(api, n) for api, n in la.by_call.items() if re.search(rf"\b{re.escape(api)}\b", q.text, re.I)]:
             # "how many cudaLaunchKernel calls?": that API's count, as the launch detector linked them
-            head = " ".join(f"**{n} `{api}` calls** launched kernels here." for api, n in calls)
+            head = " ".join(f"**{counted(n, f'`{api}` call')}** launched kernels the trace records." for api, n in calls)
         elif re.search(r"\b(?:how many|number of|count)\b.{0,30}\blaunch", q.text, re.I):
             head = (f"**{sum(la.by_call.values())} launch calls** ran kernels here: "
                     + ", ".join(f"`{api}` {n}" for api, n in sorted(la.by_call.items(), key=lambda kv: -kv[1])) + ".")
@@ -1672,6 +1686,14 @@ class OfflineAnalyst:
         lines = [f"**Rank {rank}, GPU {device}**: {said} of its span "
                  f"({duration(b.busy_us if least else b.idle_us)} of {duration(b.span_us)}).", "", "Every GPU, "
                  + ("least" if least else "most") + " idle first:"]
+        if _BALANCE_ASKED.search(q.text) and len(gpus) > 1:
+            # "are the two GPUs balanced?": their device work side by side, the judgement first
+            (r1, d1, most), (r2, d2, fewest) = max(gpus, key=lambda g: g[2].busy_us), min(gpus, key=lambda g: g[2].busy_us)
+            even = fewest.busy_us >= BALANCED_WORK * most.busy_us
+            lines[0] = (f"**{'Yes, roughly' if even else 'No'}:** the GPUs' busy time ranges from {duration(fewest.busy_us)} "
+                        f"(rank {r2}, GPU {d2}) to {duration(most.busy_us)} (rank {r1}, GPU {d1})"
+                        + ("." if even else ": the GPU with less work idles wherever they wait for each other (a "
+                           "collective, a copy between them)."))
         lines += [f"- rank {r}, GPU {d}: idle {percent(x.idle_pct)}, busy {percent(x.busy_pct)}" for r, d, x in gpus[:16]]
         return "\n".join(lines)
 
@@ -1735,6 +1757,11 @@ _ABOUT_AFTER = re.compile(r"\b(?:now|still|anymore|any more|remaining|left over|
 #: a question about what the host does while the GPU waits ("what does the CPU do while the GPU is idle?")
 _HOST_DURING_IDLE = re.compile(r"\b(?:cpu|host|python|thread)\b.{0,30}\b(?:do|does|doing|did)\b", re.I)
 #: a question about how busy the GPU is ("what's the GPU busy time on GPU 1?", "GPU utilization")
+#: the load across GPUs asked about ("are the two GPUs balanced?", "is the work even across GPUs?")
+_BALANCE_ASKED = re.compile(r"\b(?:balanced?|imbalance\w*|unbalanced|even(?:ly)?|uneven\w*|equal(?:ly)?|same (?:load|work))\b",
+                            re.I)
+#: the least device work of any GPU, as a share of the most, that still reads as balanced
+BALANCED_WORK = 0.9
 #: idle asked of the steps ("how much idle time is there per step?", "is the GPU idle between iterations?")
 _IDLE_ASKED = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
 _BUSY_ASKED = re.compile(r"\bbusy\b|\butili[sz]\w*", re.I)
@@ -1791,6 +1818,24 @@ _COLLECTIVES = [_Collective("All-reduce", r"all[- _]?reduce", {"name_filter": "a
                 _Collective("Reduce-scatter", r"reduce[- _]?scatter", {"name_filter": "reducescatter"}, "reduce_scatter"),
                 _Collective("All-to-all", r"all[- _]?to[- _]?all", {"op_filter": "all_to_all"}, "all_to_all"),
                 _Collective("Broadcast", r"broadcast", {"name_filter": "broadcast"}, "broadcast")]
+
+
+def _api_time(q: Question, r: HostOpsResult) -> list[str]:
+    """Each runtime or driver API the question names (and its variants: cudaMallocAsync), its calls and host
+    time, or that there are none."""
+    lines = []
+    for name in dict.fromkeys(_API_NAMED.findall(q.text)):
+        found = [c for c in r.runtime_calls if c.name.lower().startswith(name.lower())]
+        lines += [f"**`{c.name}`: {counted(c.calls, 'call')}, {duration(c.self_us)} on the host** "
+                  f"({percent(c.share_pct)} of the time in host events on {threads_read(r)})." for c in found] or [
+            f"**No `{shorten(name, 60)}` calls** on {threads_read(r)} in this trace."]
+    return lines
+
+
+#: a CUDA/HIP runtime or driver API written as code (cudaLaunchKernel, hipMemcpyAsync, cuMemAlloc)
+_API_NAMED = re.compile(r"\b(?:cuda|hip|cu)[A-Z]\w+")
+#: how long something takes, asked
+_TIME_ASKED = re.compile(r"\bhow (?:much|long)\b|\btime (?:is )?spent\b|\btotal time\b", re.I)
 
 
 def _collective_named(text: str) -> list[_Collective]:
