@@ -5,6 +5,7 @@ analysis at test time (never literals), and every offline answer passes the numb
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from builder import TraceBuilder
@@ -417,6 +418,9 @@ TABLE = [
      lambda c: [f"**With class:convolution=x2: step {duration(replayed(c, 'class:convolution=x2').measured_us)} → "
                 f"{duration(replayed(c, 'class:convolution=x2').predicted_us)}"]),
     ("R", "Would speeding up dgrad help?", "whatif", {}, lambda c: ["**With kernel:dgrad=x2: step "]),
+    # "the slowest kernel": the hottest one (the kernels detector's top), not every kernel
+    ("R", "What would happen if the slowest kernel were twice as fast?", "whatif", {},
+     lambda c: [f"**With kernel:^{re.escape(top_kernel(c).name)}$=x2: step "]),
     ("R", "What if cuDNN were 2x faster?", "whatif", {}, lambda c: ["**With lib:cudnn=x2: step "]),
     ("R", "What would I gain on an H100?", "whatif", {}, lambda c: ["**With gpu=H100: step "]),
     ("Q", "Would FP8 help?", "whatif", {},

@@ -400,6 +400,10 @@ class OfflineAnalyst:
         classes = classes_named(q.text, natures=True)
         if classes:  # classes of work said in words ("a 2x faster conv", "attention and matmuls")
             return f"class:{','.join(classes)}=x{factor:g}"
+        top = self.ctx.analysis.rank(q.rank).findings.kernels.top if q.rank is not None else \
+            self.ctx.analysis.focus.findings.kernels.top
+        if top and _ONE_TOP_KERNEL.search(q.text):  # "the slowest kernel twice as fast": the hottest, not every kernel
+            return f"kernel:^{re.escape(top[0].name)}$=x{factor:g}"
         if (re.search(r"\b(?:kernels?|gpus?|device)\b", q.text, re.I) and not re.search(r"launch|graph", q.text, re.I)
                 and re.search(r"faster|quicker|speed|twice|\d\s*(?:x|×|times)\b", q.text, re.I)):
             return f"kernel:{ALL_KERNELS}=x{factor:g}"  # "kernels 2x faster": every kernel, the device's work itself
@@ -412,8 +416,6 @@ class OfflineAnalyst:
         verdict = self.ctx.analysis.rank(q.rank).verdict if q.rank is not None else self.ctx.analysis.verdict
         if verdict.root_cause in ROOT_CAUSES and ROOT_CAUSES[verdict.root_cause].change:
             return ROOT_CAUSES[verdict.root_cause].change
-        top = self.ctx.analysis.rank(q.rank).findings.kernels.top if q.rank is not None else \
-            self.ctx.analysis.focus.findings.kernels.top
         return f"kernel:^{re.escape(top[0].name)}$=x{factor:g}" if top else "launch=graphs"
 
     def _what_if(self, q: Question, answer: WhatIfAnswer) -> str:
@@ -1875,6 +1877,9 @@ def _slow_order(q: Question) -> str:
 
 
 #: a question about the typical kernel rather than the hottest ("what is the average kernel duration?")
+#: one kernel named by its rank ("the slowest kernel", "the top kernel"): the hottest, by total time
+_ONE_TOP_KERNEL = re.compile(r"\bthe (?:slowest|hottest|top|biggest|largest|longest|heaviest|most expensive|costliest|"
+                             r"main|dominant) kernel\b(?!s)", re.I)
 #: "which op launches the most kernels?": counted, not timed
 _MOST_LAUNCHED = re.compile(r"\bmost\b.{0,20}\b(?:kernels?|launch\w*|device ops?)\b|\blaunch\w* the most\b|"
                             r"\b(?:kernels?|launches) (?:per|by) (?:op|operator)s?\b", re.I)
