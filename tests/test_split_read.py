@@ -35,8 +35,8 @@ def split(monkeypatch, tmp_path):
     original = kineto._columns_after
 
     def recorded(*args):
-        with open(ran_in, "a") as f:
-            f.write(f"{os.getpid()}\n")
+        with open(ran_in, "a") as f:  # the pid, and whether it read on from a gzip's second reader
+            f.write(f"{os.getpid()} {len(args) > 4 and args[4] is not None}\n")
         return original(*args)
 
     monkeypatch.setattr(kineto, "_columns_after", recorded)
@@ -54,7 +54,12 @@ def whole(path: str):
 
 
 def pids(ran_in) -> list[int]:
-    return [int(line) for line in ran_in.read_text().split()]
+    return [int(line.split()[0]) for line in ran_in.read_text().splitlines()]
+
+
+def read_on(ran_in) -> list[bool]:
+    """For each second half read: whether it read on from the gzip's second reader (not from the start)."""
+    return [line.split()[1] == "True" for line in ran_in.read_text().splitlines()]
 
 
 @pytest.mark.parametrize("source", [RESNET_NW0, B200, NCCL_A100, ALEXNET], ids=lambda p: p.name[:24])
@@ -212,11 +217,18 @@ def test_a_fork_that_fails_is_replaced_by_reading_here(split, tmp_path, monkeypa
 @pytest.mark.parametrize("source", [RESNET_NW0, B200, NCCL_A100], ids=lambda p: p.name[:24])
 def test_a_gzip_is_split_between_two_readers_each_inflating_its_half_and_equals_the_whole_file(source, split,
                                                                                                 tmp_path):
-    # the shared traces are gzips themselves: each reader inflates from the start, the child drops
-    # the text before the boundary the parent found from the gzip's own text size (ISIZE)
+    # the shared traces are gzips themselves: the parent inflates a second reader up to the boundary it
+    # finds from the gzip's own text size (ISIZE), and the child reads on from its copy of that reader
     read = kineto._read_in_pieces(str(source))
-    assert pids(split) != [PARENT] and len(pids(split)) == 1
+    assert pids(split) != [PARENT] and len(pids(split)) == 1 and read_on(split) == [True]
     assert_same(kineto._trace(str(source), *read), whole(plain(tmp_path, source)))
+
+
+def test_a_gzip_whose_child_dies_is_read_here_from_the_start(split, tmp_path, monkeypatch):
+    misbehave_in_the_child(monkeypatch, lambda: os._exit(3))
+    read = kineto._read_in_pieces(str(NCCL_A100))
+    assert pids(split) == [PARENT] and read_on(split) == [False]  # its copy of the second reader died with it
+    assert_same(kineto._trace(str(NCCL_A100), *read), whole(plain(tmp_path, NCCL_A100)))
 
 
 def test_a_bomb_is_refused_in_the_gzips_second_half_too(split, tmp_path):

@@ -72,10 +72,11 @@ def read_array(f: Readable, key: str, decode_piece: Callable[[bytes], T],
 
 
 def read_rest(f: Readable, reopen: bytes, decode_piece: Callable[[bytes], T], decode_rest: Callable[[bytes], T],
-              chunk_bytes: int | None = None) -> Iterator[T]:
-    """The pieces of an array's elements from just after a boundary (`f` is there) to the end of
-    the document, as read_array gives them; `reopen` is what read_array returned."""
-    return _pieces(f.read, b"", decode_piece, lambda rest: decode_rest(b"".join((reopen, rest))),
+              chunk_bytes: int | None = None, read: bytes = b"") -> Iterator[T]:
+    """The pieces of an array's elements from just after a boundary to the end of the document, as
+    read_array gives them: `read` is the text already read past the boundary, `f` is where it ends;
+    `reopen` is what read_array returned."""
+    return _pieces(f.read, read, decode_piece, lambda rest: decode_rest(b"".join((reopen, rest))),
                    chunk_bytes or CHUNK_BYTES)
 
 

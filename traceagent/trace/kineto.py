@@ -17,7 +17,8 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter, is_not, itemgetter
 from types import GenericAlias
@@ -475,16 +476,19 @@ def _read_in_pieces(path: str, max_bytes: int | None = None) -> _Read:
     its structs, not the file. A large plain file is read by two processes at once (the second
     half in a forked child) where that is safe. Raises chunked.NotChunkable for anything it does
     not handle."""
-    with storage.open_binary(path) as f:
+    with storage.open_binary(path) as f, ExitStack() as split_files:
         stream = reading.TraceStream(f, path, max_bytes)
-        stop = _gzip_split_point(path, f, max_bytes) if stream.gzipped else _split_point(f)
+        gzip_split = _gzip_split(path, f, max_bytes, split_files) if stream.gzipped else None
+        stop = gzip_split.stop if gzip_split is not None else None if stream.gzipped else _split_point(f)
         head, reopen, pieces = chunked.read_array(stream, "traceEvents", _decode_piece, _decode_last_piece, stop=stop)
         try:
             doc = msgspec.json.decode(head, type=_Document) if head is not None else _Document()
         except msgspec.DecodeError:  # "traceEvents" was not the top-level key
             raise chunked.NotChunkable("traceEvents is not a top-level key") from None
         strings: dict[tuple[str, str], _Strings] = defaultdict(_Strings)
-        tail = forked.Forked(_columns_after, path, stop + 1, reopen, max_bytes) if stop is not None else None
+        reading_on = (gzip_split.stream, gzip_split.read) if gzip_split is not None else None
+        tail = forked.Forked(_columns_after, path, stop + 1, reopen, max_bytes, reading_on) if stop is not None else None
+        split_files.close()  # the child has its own copy of the gzip's second reader
         try:
             started = time.monotonic()
             parts, skipped, events, after = _columns(pieces, strings)
@@ -528,11 +532,21 @@ def _split_point(f) -> int | None:
     return chunked.boundary_after(f, int(size * 0.52))
 
 
-def _gzip_split_point(path: str, f, max_bytes: int | None) -> int | None:
-    """The byte of text where a large local gzip is split between two readers, or None. Each half
-    is inflated by its own reader (ISA-L inflates the half it skips in a few tens of ms), so a
-    gzip is read by two processes as a plain file is. Its text size is the gzip's own record of it
-    (ISIZE, the length mod 4 GiB of its last member: only where the split falls)."""
+@dataclass(frozen=True)
+class _GzipSplit:
+    """Where a gzip is split between two readers, and the second reader, already there."""
+
+    stop: int  # the byte of text where the first reader stops (a boundary's comma)
+    stream: reading.TraceStream  # the second reader, inflated past the boundary: the child reads on from it
+    read: bytes  # the text it read past the boundary
+
+
+def _gzip_split(path: str, f, max_bytes: int | None, files: ExitStack) -> _GzipSplit | None:
+    """Where a large local gzip is split between two readers, or None. The second reader inflates
+    up to the split here to find it (ISA-L: a few tens of ms), and the forked child reads on from
+    it, not from the start again; the first half is inflated by the first reader. Its text size is
+    the gzip's own record of it (ISIZE, the length mod 4 GiB of its last member: only where the split
+    falls). The second reader's file stays open in `files` until the child is forked."""
     try:
         compressed = os.fstat(f.fileno()).st_size
         isize = int.from_bytes(os.pread(f.fileno(), 4, compressed - 4), "little")
@@ -541,14 +555,13 @@ def _gzip_split_point(path: str, f, max_bytes: int | None) -> int | None:
     text = isize if isize > compressed else compressed * 12  # a wrapped ISIZE: a typical ratio instead
     if text < SPLIT_BYTES or not forked.fork_is_safe():
         return None
-    with storage.open_binary(path) as again:
-        stream = reading.TraceStream(again, path, max_bytes)
-        at = int(text * 0.52)
-        if reading.skip(stream, at) < at:
-            return None
-        window = stream.read(1 << 20)
+    stream = reading.TraceStream(files.enter_context(storage.open_binary(path)), path, max_bytes)
+    at = int(text * 0.52)
+    if reading.skip(stream, at) < at:
+        return None
+    window = stream.read(1 << 20)
     found = chunked.BOUNDARY.search(window)
-    return at + found.start(1) if found else None
+    return _GzipSplit(at + found.start(1), stream, window[found.start(1) + 1:]) if found else None
 
 
 def _columns(pieces: Iterator[tuple], strings: dict[tuple[str, str], _Strings]) -> tuple[list, int, int, dict]:
@@ -565,23 +578,28 @@ def _columns(pieces: Iterator[tuple], strings: dict[tuple[str, str], _Strings]) 
     return parts, skipped, events, after
 
 
-def _columns_after(path: str, offset: int, reopen: bytes,
-                   max_bytes: int | None = None) -> tuple[list, dict[tuple[str, str], list], int, int, dict]:
+def _columns_after(path: str, offset: int, reopen: bytes, max_bytes: int | None = None,
+                   reading_on: tuple[reading.TraceStream, bytes] | None = None
+                   ) -> tuple[list, dict[tuple[str, str], list], int, int, dict]:
     """The columns of the events from byte `offset` of the text (just after a boundary) to the end,
     with their own string dictionaries (as lists, in code order); the rest as _columns gives it.
-    The second half of a split file: in the child, or here if it failed. A gzip is inflated from
-    its start with every check of the stream reader (budget, bomb ratio, NUL runs) up to there."""
+    The second half of a split file: in the child, or here if it failed. A gzip is read on from
+    `reading_on` (its second reader past the boundary, and the text it read beyond it: the child's
+    copy), else inflated from its start; either way with every check of the stream reader (budget,
+    bomb ratio, NUL runs)."""
     strings: dict[tuple[str, str], _Strings] = defaultdict(_Strings)
-    with storage.open_binary(path) as f:
-        if f.read(2) == b"\x1f\x8b":
+    with ExitStack() as files:
+        if reading_on is not None:
+            stream, read = reading_on
+        elif (f := files.enter_context(storage.open_binary(path))).read(2) == b"\x1f\x8b":
             f.seek(0)
-            stream = reading.TraceStream(f, path, max_bytes)
+            stream, read = reading.TraceStream(f, path, max_bytes), b""
             reading.skip(stream, offset)
         else:
             f.seek(offset)
-            stream = reading.TraceStream(f, path, max_bytes=1 << 62)  # the size was checked before the split
-        parts, skipped, events, after = _columns(chunked.read_rest(stream, reopen, _decode_piece, _decode_last_piece),
-                                                 strings)
+            stream, read = reading.TraceStream(f, path, max_bytes=1 << 62), b""  # the size was checked before the split
+        parts, skipped, events, after = _columns(
+            chunked.read_rest(stream, reopen, _decode_piece, _decode_last_piece, read=read), strings)
     return parts, {key: known.values() for key, known in strings.items()}, skipped, events, after
 
 
