@@ -85,6 +85,12 @@ def busy_by_gpu(ctx) -> list[float]:
     return [b.busy_us for r in ctx.analysis.ranks for b in r.breakdown.devices.values()]
 
 
+def slowest_module(ctx):
+    """The module type with the longest mean call among those called more than once, found here from the
+    modules detector's rows."""
+    return max((m for m in focus(ctx).results["modules"].modules if m.calls > 1), key=lambda m: m.mean_device_us)
+
+
 def longest_span(ctx):
     """The rank whose GPU span is the longest, from each rank's breakdown."""
     return max(ctx.analysis.ranks, key=lambda r: r.breakdown.total.span_us)
@@ -797,6 +803,14 @@ TABLE = [
                 f"**What this trace does say:** {focus(c).verdict.headline}."]),
     ("R", "Is the loss going down?", "not_recorded", {},
      lambda c: ["**The trace does not record loss or accuracy values**"]),
+    # module types named: each one's time first; the slowest asked: the longest mean call, and its longest instance
+    ("Q", "What's the time spent in attention vs MLP?", "detector:modules", {},
+     lambda c: [f"**`{module(c, 'Qwen2Attention').name}`: {duration(module(c, 'Qwen2Attention').device_us)} of device "
+                f"time** ({percent(module(c, 'Qwen2Attention').share_pct)} of the rank's",
+                f"**`Qwen2MLP`: {duration(module(c, 'Qwen2MLP').device_us)} of device time**"]),
+    ("Q", "Which module is slowest?", "detector:modules", {},
+     lambda c: [f"**`{slowest_module(c).name}` has the longest calls: {duration(slowest_module(c).mean_device_us)} of "
+                f"device time a call**", f"its longest call is `{slowest_module(c).longest_call}`'s"]),
     # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
     ("R", "How much idle time is there per step?", "steps", {},
      lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],

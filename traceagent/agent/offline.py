@@ -36,6 +36,7 @@ from ..detect.detectors.libraries import DETECTOR as LIBRARIES_DETECTOR
 from ..detect.detectors.libraries import library_named, library_sentence
 from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.modules import DETECTOR as MODULES_DETECTOR
+from ..detect.detectors.modules import ModulesResult
 from ..detect.detectors.op_time import DETECTOR as OP_TIME_DETECTOR
 from ..detect.detectors.op_time import OpTimeResult
 from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
@@ -81,7 +82,7 @@ from .answers import (
 from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
-from .question import FP8, NOT_RECORDED, OP_NAME, PRECISION, RUN_LENGTH, Question, classes_named, understand
+from .question import FP8, NOT_RECORDED, OP_NAME, PRECISION, RUN_LENGTH, Question, classes_named, modules_named, understand
 from .tools import NO_ANNOTATIONS, NO_MEMORY, NO_STEPS, AnalysisContext, ToolInputError, dumps, tool_functions
 
 NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from templates over the detectors. "
@@ -1099,11 +1100,24 @@ class OfflineAnalyst:
         return Plan(calls, write)
 
     def _modules(self, q: Question, answer: DetectorAnswer) -> str:
-        """Device time by module, led by the model's layer count where the question asks it."""
+        """Device time by module, led by the model's layer count where the question asks it, or by each
+        module type it names ("attention vs MLP")."""
         asked = re.search(r"\bhow many\b.{0,20}\b(?:layers?|blocks?)\b", q.text, re.I)
-        return self._led(MODULES_DETECTOR, q, answer, lambda r: (
-            f"**{counted(r.layers, 'layer')}** of `{r.layer}` (the distinct instances of the model's repeated block "
-            "that the trace ran)." if asked and r.layers is not None else None))
+
+        def lead(r: ModulesResult) -> str | None:
+            if asked and r.layers is not None:
+                return (f"**{counted(r.layers, 'layer')}** of `{r.layer}` (the distinct instances of the model's "
+                        "repeated block that the trace ran).")
+            by_name = {m.name: m for m in r.modules}
+            if _SLOWEST.search(q.text) and (slow := by_name.get(r.slowest_per_call or "")) is not None:
+                return (f"**{code(slow.name)} has the longest calls: {duration(slow.mean_device_us)} of device time a "
+                        f"call** ({counted(slow.calls, 'call')}; of the modules called more than once)"
+                        + (f"; its longest call is {code(slow.longest_call)}'s, {duration(slow.max_device_us)}."
+                           if slow.longest_call else "."))
+            return " ".join(f"**{code(m.name)}: {duration(m.device_us)} of device time** ({percent(m.share_pct)} of "
+                            f"the rank's, {counted(m.calls, 'call')}, {duration(m.mean_device_us)} a call)."
+                            for m in (by_name[n] for n in modules_named(q.text, by_name))) or None
+        return self._led(MODULES_DETECTOR, q, answer, lead)
 
     def _grid_fill(self, q: Question, answer: DetectorAnswer) -> str:
         """Grids that cannot fill the GPU, led by the achieved occupancy where the question asks it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..detect.registry import DETECTORS
@@ -474,14 +475,26 @@ def named_module(text: str, ctx: AnalysisContext) -> str | None:
     names: as written, or by the end of its name past the model's prefix ("RMSNorm", "the MLP")."""
     types = {m.name for r in ctx.analysis.ranks if (found := r.results.get("modules")) is not None
              for m in found.modules}
+    named = modules_named(text, types)
+    return named[0] if named else None
+
+
+def modules_named(text: str, types: Iterable[str]) -> list[str]:
+    """The module types the question names, the best named first: a type is named by a word (or two
+    run together: "self attention") its name ends with; the longest such word wins, and of the types
+    it names, the shortest ("attention": BertAttention, not BertSelfAttention)."""
     words = [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9]*", text)]
     said = {w for w in words if len(w) >= 3} - _ENGLISH - _GENERIC_MODULE_WORDS
     said |= {a + b for a, b in itertools.pairwise(words)}  # "self attention": SelfAttention
     said |= {w[:-1] for w in said if w.endswith("s")}  # "the samplers"
-    # the type the longest word names; of those, the shortest ("attention": BertAttention, not BertSelfAttention)
-    scored = [(max(len(w) for w in said if t.lower().endswith(w)), -len(t), t) for t in types
-              if any(t.lower().endswith(w) for w in said)]
-    return max(scored)[2] if scored else None
+    best: dict[str, tuple[int, int, str]] = {}  # each word's best type
+    for t in types:
+        for w in said:
+            if t.lower().endswith(w):
+                best[w] = max(best.get(w, (0, 0, "")), (len(w), -len(t), t))
+    # a word inside a longer one that names a type ("attention" in "selfattention") names nothing of its own
+    kept = [w for w in best if not any(w != v and w in v for v in best)]
+    return list(dict.fromkeys(best[w][2] for w in sorted(kept, key=lambda w: best[w], reverse=True)))
 
 
 def named_kernel(text: str, ctx: AnalysisContext) -> str | None:
