@@ -811,6 +811,11 @@ TABLE = [
     ("Q", "Which module is slowest?", "detector:modules", {},
      lambda c: [f"**`{slowest_module(c).name}` has the longest calls: {duration(slowest_module(c).mean_device_us)} of "
                 f"device time a call**", f"its longest call is `{slowest_module(c).longest_call}`'s"]),
+    # the job's size: the GPUs in the trace, and the ranks its distributed info says the job ran (one rank's trace here)
+    ("B", "How many GPUs are used?", "summary", {},
+     lambda c: [f"**1 GPU in this trace** (1 rank); the job ran {c.analysis.trace_info().world_size} ranks"]),
+    ("N", "How many GPUs are used?", "summary", {},
+     lambda c: [f"**{len(busy_by_gpu(c))} GPUs in this trace** (1 rank)."]),
     # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
     ("R", "How much idle time is there per step?", "steps", {},
      lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],

@@ -1718,6 +1718,13 @@ class OfflineAnalyst:
         lines = [f"A {a.format} trace with {len(a.ranks)} rank(s) on {', '.join(a.devices) or 'no GPU'}."]
         if steps is not None:  # "how long is the trace?", "the total training time?": the window it records first
             lines[:0] = [self._run_length(overview, steps), ""]
+        if _GPUS_COUNTED.search(q.text):  # "how many GPUs?": those in the trace, and the job's size where it says more
+            gpus = sum(len(r.devices) for r in overview.ranks)
+            world = overview.trace.world_size
+            lines[:0] = [f"**{counted(gpus, 'GPU')} in {'this trace' if len(a.ranks) == 1 else 'these traces'}** "
+                         f"({counted(len(a.ranks), 'rank')})"
+                         + (f"; the job ran {world} ranks (the trace's distributed info): load the directory with every "
+                            "rank's trace to see the others." if world and world > len(a.ranks) else "."), ""]
         for r in overview.ranks[:8]:
             lines += [f"- {line}" for line in device_lines(r.source)]
             lines.append(f"  rank {r.rank}: limiter {r.limiter} ({r.root_cause})")
@@ -1778,6 +1785,9 @@ _BALANCE_ASKED = re.compile(r"\b(?:balanced?|imbalance\w*|unbalanced|even(?:ly)?
                             re.I)
 #: the least device work of any GPU, as a share of the most, that still reads as balanced
 BALANCED_WORK = 0.9
+#: the job's size asked ("how many GPUs are used?", "how many ranks?")
+_GPUS_COUNTED = re.compile(r"\bhow many (?:gpus|ranks|devices|nodes|workers|processes)\b|\bnumber of (?:gpus|ranks|devices)\b",
+                           re.I)
 #: idle asked of the steps ("how much idle time is there per step?", "is the GPU idle between iterations?")
 _IDLE_ASKED = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
 _BUSY_ASKED = re.compile(r"\bbusy\b|\butili[sz]\w*", re.I)
