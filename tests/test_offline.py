@@ -816,6 +816,9 @@ TABLE = [
      lambda c: [f"**1 GPU in this trace** (1 rank); the job ran {c.analysis.trace_info().world_size} ranks"]),
     ("N", "How many GPUs are used?", "summary", {},
      lambda c: [f"**{len(busy_by_gpu(c))} GPUs in this trace** (1 rank)."]),
+    # what the program does: the kind of job, then the trace in short (its verdict); only the kind when that is asked
+    ("T", "What is this program doing?", "detector:workload", {},
+     lambda c: ["**Workload.**", f"**Verdict:** {focus(c).verdict.headline}."]),
     # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
     ("R", "How much idle time is there per step?", "steps", {},
      lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],

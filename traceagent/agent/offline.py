@@ -47,6 +47,7 @@ from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult
 from ..detect.detectors.time_by_class import DETECTOR as CLASSES_DETECTOR
 from ..detect.detectors.training_phases import DETECTOR as TRAINING_PHASES_DETECTOR
 from ..detect.detectors.training_phases import TrainingPhasesResult
+from ..detect.detectors.workload import DETECTOR as WORKLOAD_DETECTOR
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
@@ -232,6 +233,10 @@ class OfflineAnalyst:
             "detector:libraries": Plan(partial(_own_tool, "libraries"), self._libraries),
             # "how long does the optimizer take?", "the backward to forward ratio?": that phase or the ratio first
             "detector:training_phases": Plan(partial(_own_tool, "training_phases"), self._training_phases),
+            # "what is this program doing?": the kind of job, then the trace in short
+            "detector:workload": Plan(lambda q, at: _own_tool("workload", q, at)
+                                      + ([("overview", {}), ("verdict", at)] if _WHOLE_TRACE_ASKED.search(q.text) else []),
+                                      self._workload),
             # "which op launches the most kernels?": that op first, not the most time
             "detector:op_time": Plan(partial(_own_tool, "op_time"), self._op_time),
         }
@@ -1157,6 +1162,11 @@ class OfflineAnalyst:
                             for name in said) or None
         return self._led(TRAINING_PHASES_DETECTOR, q, answer, lead)
 
+    def _workload(self, q: Question, answer: DetectorAnswer, *summary: Any) -> str:
+        """The kind of job; asked what the trace or program does, the trace in short after it."""
+        said = self._registered(WORKLOAD_DETECTOR, q, answer)
+        return f"{said}\n\n{self._summary(q, *summary)}" if summary else said
+
     def _op_time(self, q: Question, answer: DetectorAnswer) -> str:
         """GPU time by op, led by the op that launched the most device ops where the question asks for it."""
         def lead(r: OpTimeResult) -> str | None:
@@ -1785,6 +1795,8 @@ _BALANCE_ASKED = re.compile(r"\b(?:balanced?|imbalance\w*|unbalanced|even(?:ly)?
                             re.I)
 #: the least device work of any GPU, as a share of the most, that still reads as balanced
 BALANCED_WORK = 0.9
+#: what the whole trace shows asked ("what is this program doing?"), not only its kind of job
+_WHOLE_TRACE_ASKED = re.compile(r"\bwhat (?:is|does) this (?:trace|job|program|workload|run)\b", re.I)
 #: the job's size asked ("how many GPUs are used?", "how many ranks?")
 _GPUS_COUNTED = re.compile(r"\bhow many (?:gpus|ranks|devices|nodes|workers|processes)\b|\bnumber of (?:gpus|ranks|devices)\b",
                            re.I)
