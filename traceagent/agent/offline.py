@@ -366,8 +366,8 @@ class OfflineAnalyst:
             return []
         s = idle.sync_sites[0]
         return [f"Synchronizations: `{s.call}`" + (f" under `{s.op}`" if s.op else "")
-                + (f" at `{s.python}`" if s.python else "") + f", {_times(s.count)}, "
-                f"{duration(s.idle_us)} of idle after them."]
+                + (f" at `{s.python}`" if s.python else "") + f": {duration(s.idle_us)} of idle in the "
+                f"{counted(s.count, 'gap')} after it."]
 
     def _optimize_first(self, q: Question, verdict: VerdictAnswer) -> str:
         v, savings = verdict.verdict, verdict.savings
@@ -840,12 +840,12 @@ class OfflineAnalyst:
         s = sites[0]
         where = f"`{s.python}`" if s.python else None
         lines = [f"{who}" + (f"**{where}**: " if where else "") + f"`{s.call}`" + (f" under `{s.op}`" if s.op else "")
-                 + f" blocks the host {_times(s.count)}, leaving the GPU idle {duration(s.idle_us)} after them."]
+                 + f" blocks the host, and the GPU idles {duration(s.idle_us)} in the {counted(s.count, 'gap')} after it."]
         if not where:
             lines.append("The trace has no Python frames, so the line is unknown: profile with "
                          "`torch.profiler.profile(with_stack=True)` to get it.")
         lines += [f"- `{o.call}`" + (f" under `{o.op}`" if o.op else "") + (f" at `{o.python}`" if o.python else "")
-                  + f": {_times(o.count)}, {duration(o.idle_us)}" for o in sites[1:4]]
+                  + f": {duration(o.idle_us)} in {counted(o.count, 'gap')}" for o in sites[1:4]]
         lines += ["", "Common causes: `.item()`, `.cpu()`, `print(tensor)` or a `torch.cuda.synchronize()` in the loop. "
                       "Keep values on the GPU, or read them every N steps."]
         return "\n".join(lines)

@@ -169,7 +169,7 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
                           for g in idle.top_gaps[:TOP_GAPS]])]
     if idle.sync_sites:
         out += ["", "Synchronizations that stalled the device:", "",
-                md_table(["call", "op", "Python line", "times", "idle after"],
+                md_table(["call", "op", "Python line", "gaps after it", "idle in them"],
                          [[code(s.call), code(s.op) if s.op else "-", code(s.python) if s.python else "-",
                            str(s.count), duration(s.idle_us)]
                           for s in idle.sync_sites])]
