@@ -83,7 +83,18 @@ from .answers import (
 from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
-from .question import FP8, NOT_RECORDED, OP_NAME, PRECISION, RUN_LENGTH, Question, classes_named, modules_named, understand
+from .question import (
+    FP8,
+    IDLE_WORDS,
+    NOT_RECORDED,
+    OP_NAME,
+    PRECISION,
+    RUN_LENGTH,
+    Question,
+    classes_named,
+    modules_named,
+    understand,
+)
 from .tools import NO_ANNOTATIONS, NO_MEMORY, NO_STEPS, AnalysisContext, ToolInputError, dumps, tool_functions
 
 NO_LLM = ("_Offline analyst: no LLM is configured, so this answer comes from templates over the detectors. "
@@ -1151,7 +1162,7 @@ class OfflineAnalyst:
         forward where it weighs the two."""
         def lead(r: TrainingPhasesResult) -> str | None:
             named = re.findall(r"\b(forward|backward|optimi[sz]er)\b", q.text, re.I)
-            if len({n.lower() for n in named}) == 2 and {n.lower() for n in named} == {"forward", "backward"}:
+            if {n.lower() for n in named} == {"forward", "backward"}:
                 return (f"**The backward takes {r.backward_per_forward_x:g}× the forward** (device time, collectives "
                         "left out; about twice is usual)." if r.backward_per_forward_x is not None else None)
             phases = {p.name: p for p in r.phases}
@@ -1297,7 +1308,7 @@ class OfflineAnalyst:
         steps = answer.steps
         if not steps or not steps.count:
             return _unavailable(answer.unavailable or NO_STEPS)
-        if _IDLE_ASKED.search(q.text):  # "how much idle time is there per step?": each step's own idle first
+        if IDLE_WORDS.search(q.text):  # "how much idle time is there per step?": each step's own idle first
             return self._idle_by_step(answer) + "\n\n" + self._steps(replace(q, text=""), answer)
         if steps.count == 1:  # one step: no mean, median or slowest to speak of
             return f"{self._who(answer.scope)}1 step (step {steps.slowest}): **{duration(steps.mean_us)}**." + \
@@ -1789,7 +1800,6 @@ _BOTH_RUNS = re.compile(r"\bdid (?:the |my |its |our )?(?!change\b|fix\b)\w+(?: 
 _ABOUT_AFTER = re.compile(r"\b(?:now|still|anymore|any more|remaining|left over|second run|after run|new run)\b", re.I)
 #: a question about what the host does while the GPU waits ("what does the CPU do while the GPU is idle?")
 _HOST_DURING_IDLE = re.compile(r"\b(?:cpu|host|python|thread)\b.{0,30}\b(?:do|does|doing|did)\b", re.I)
-#: a question about how busy the GPU is ("what's the GPU busy time on GPU 1?", "GPU utilization")
 #: the load across GPUs asked about ("are the two GPUs balanced?", "is the work even across GPUs?")
 _BALANCE_ASKED = re.compile(r"\b(?:balanced?|imbalance\w*|unbalanced|even(?:ly)?|uneven\w*|equal(?:ly)?|same (?:load|work))\b",
                             re.I)
@@ -1800,15 +1810,15 @@ _WHOLE_TRACE_ASKED = re.compile(r"\bwhat (?:is|does) this (?:trace|job|program|w
 #: the job's size asked ("how many GPUs are used?", "how many ranks?")
 _GPUS_COUNTED = re.compile(r"\bhow many (?:gpus|ranks|devices|nodes|workers|processes)\b|\bnumber of (?:gpus|ranks|devices)\b",
                            re.I)
-#: idle asked of the steps ("how much idle time is there per step?", "is the GPU idle between iterations?")
-_IDLE_ASKED = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
+#: a question about how busy the GPU is ("what's the GPU busy time on GPU 1?", "GPU utilization")
 _BUSY_ASKED = re.compile(r"\bbusy\b|\butili[sz]\w*", re.I)
 #: a question about kernels that asks which to work on ("which kernel should I tune first?")
 _WHAT_TO_TUNE = re.compile(r"\b(?:tune|optimi[sz]e|speed up|focus on|work on|improve|rewrite|fuse)\b", re.I)
 #: the ranks a question about every rank lists, at most
 _RANKS_LISTED = 32
+#: a question about every rank ("across all ranks", "which rank communicates the most?": every rank's, to rank them)
 _EVERY_RANK = re.compile(r"\b(?:across|each|every|per|all|between|among) (?:the )?(?:\d+ )?ranks?\b|\branks'|"
-                         r"\bwhich ranks?\b", re.I)  # "which rank communicates the most?": every rank's, to rank
+                         r"\bwhich ranks?\b", re.I)
 
 
 def _upper_first(text: str) -> str:

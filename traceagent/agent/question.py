@@ -34,7 +34,8 @@ CLASS_WORDS = [("memory_bound", r"memory[- ]bound"),
 _CLASSES_SAID = "|".join(words for name, words in CLASS_WORDS if name != "memory_bound")
 #: what a question puts between two things it compares ("step 5 vs 6", "rank 0 compared to rank 1")
 _VERSUS = r"vs\.?|versus|against|compared (?:to|with)"
-_IDLE_WORDS = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
+#: idle asked about in words ("why is the GPU idle?", "how much idle time is there per step?")
+IDLE_WORDS = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
 _PHASE_WORDS = re.compile(r"\b(?:prefill|pre-fill|decode|decoding)\b", re.I)
 #: what a run's or step's time goes to, asked in words: "what's eating my step time?", "where does the
 #: iteration time go?", "break down the step time", "what is the step made of?"
@@ -388,7 +389,7 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "bound" and op and not limits and not classes_named(text):
         intent = "op_bound"  # "is the MoE layer the bottleneck?": that op's kernels, replayed faster
     # a question about the GPU's idle time stays the idle answer, whatever it names ("why is the GPU idle in decode?")
-    named_over = intent in (None, "summary", "kernels", "slow_kernel") or (intent == "idle" and not _IDLE_WORDS.search(text))
+    named_over = intent in (None, "summary", "kernels", "slow_kernel") or (intent == "idle" and not IDLE_WORDS.search(text))
     if kernel and named_over:
         intent = "kernel"  # "why is dgrad_engine so slow?": about that kernel
     elif op and (named_over or intent == "detector:host_ops"
