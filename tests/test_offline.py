@@ -819,6 +819,10 @@ TABLE = [
     # what the program does: the kind of job, then the trace in short (its verdict); only the kind when that is asked
     ("T", "What is this program doing?", "detector:workload", {},
      lambda c: ["**Workload.**", f"**Verdict:** {focus(c).verdict.headline}."]),
+    # the batch size of an inference server: its decode step's tokens, one per request (the phases detector's)
+    ("S", "What is the batch size?", "phases", {},
+     lambda c: [f"**{decode_phase(c).tokens} requests** in the decode step"]),
+    ("S", "Should I increase the batch size?", "batch_size", {}, lambda c: ["The trace does not record the batch size"]),
     # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
     ("R", "How much idle time is there per step?", "steps", {},
      lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],

@@ -1894,7 +1894,8 @@ def _collective_named(text: str) -> list[_Collective]:
 
 #: the batch of an inference server's step asked as requests ("how many requests are in the batch?")
 _REQUESTS_ASKED = re.compile(r"\bhow many (?:requests|sequences|prompts)\b|\brequests? (?:are )?(?:in|per) (?:the |a |each )?"
-                             r"(?:batch|step)\b|\bconcurrent requests\b", re.I)
+                             r"(?:batch|step)\b|\bconcurrent requests\b|\bbatch[- ]?size\b|"
+                             r"\b(?:how (?:big|large) is|size of) the (?:decode |decoding )?batch\b", re.I)
 #: "how many kernels ran?": every kernel counted, not only those linked to a launch call
 _KERNELS_COUNTED = re.compile(r"\b(?:how many|number of|count of)\b.{0,20}\bkernels?\b(?!.{0,20}\b(?:per|a|each) "
                               r"(?:step|iteration)\b)", re.I)

@@ -34,6 +34,10 @@ CLASS_WORDS = [("memory_bound", r"memory[- ]bound"),
 _CLASSES_SAID = "|".join(words for name, words in CLASS_WORDS if name != "memory_bound")
 #: what a question puts between two things it compares ("step 5 vs 6", "rank 0 compared to rank 1")
 _VERSUS = r"vs\.?|versus|against|compared (?:to|with)"
+#: a change of batch size, or a judgement of it, asked about ("should I increase the batch size?", "is my batch
+#: size too small?"), not the batch size itself
+_BATCH_CHANGED = (r"\bif\b|\bwould\b|\bshould\b|\btoo (?:small|large|big)\b|\benough\b|\boptimal\b|"
+                  r"\b(?:bigger|larger|smaller|double\w*|halv\w*|increas\w*|decreas\w*|rais\w*)\b")
 #: idle asked about in words ("why is the GPU idle?", "how much idle time is there per step?")
 IDLE_WORDS = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
 _PHASE_WORDS = re.compile(r"\b(?:prefill|pre-fill|decode|decoding)\b", re.I)
@@ -357,6 +361,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
         intent = "most_idle"  # "is the load balanced between the GPUs?" of one rank on several GPUs: each GPU's
     if intent == "phases" and about.results.get("phases") is None and re.search(r"\bbatch", words, re.I):
         intent = "batch_size"  # "how many tokens are in the batch?" of a training loop: what its trace says of batches
+    elif intent == "batch_size" and about.results.get("phases") is not None and not re.search(_BATCH_CHANGED, words, re.I):
+        intent = "phases"  # "what is the batch size?" of an inference server: its decode steps' tokens say it
     if ctx.other is not None and intent not in ("rank_vs_rank", "step_vs_step") and _CHANGED.search(words):
         intent = "compare"  # two runs loaded: "what got slower?", "was the prediction right?" are about the change
     if intent == "compare" and ctx.other is None and ranks and len(ctx.analysis.ranks) > 1:
