@@ -41,7 +41,8 @@ TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", Non
           "C": (RESNET_NW0, RESNET_NW4), "B": (B200, None), "Q": (H100_QWEN, None),
           "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None), "A": (NCCL_A100, None),
           "T": (DATA / "test-cuda" / "report1.sqlite", None), "H": (DATA / "hta" / "alexnet_critical_path.json.gz", None),
-          "V": (DATA / "tracelens" / "mi300_vllm_prefilldecode_piecewise_graph_capture.json.gz", None)}
+          "V": (DATA / "tracelens" / "mi300_vllm_prefilldecode_piecewise_graph_capture.json.gz", None),
+          "W": (RESNET_NW4, None)}
 
 
 def context(key: str) -> AnalysisContext:
@@ -823,6 +824,11 @@ TABLE = [
     ("S", "What is the batch size?", "phases", {},
      lambda c: [f"**{decode_phase(c).tokens} requests** in the decode step"]),
     ("S", "Should I increase the batch size?", "batch_size", {}, lambda c: ["The trace does not record the batch size"]),
+    # whether a fix worked, asked of one trace: yes where the GPU no longer waits (and no where it still does)
+    ("W", "Did using 4 workers fix the data loading?", "dataloader", {},
+     lambda c: ["**Yes:** the GPU never waits for data loading in this trace."]),
+    ("R", "Did using 4 workers fix the data loading?", "dataloader", {}, lambda c: ["**No:** the GPU waits for data loading"]),
+    ("W", "Would more dataloader workers help?", "dataloader", {}, lambda c: ["**No:** the GPU never waits"]),
     # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
     ("R", "How much idle time is there per step?", "steps", {},
      lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],

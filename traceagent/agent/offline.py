@@ -821,8 +821,8 @@ class OfflineAnalyst:
         waited = idle.totals.by_cause_us.get("dataloader", 0.0)
         who = self._who(idle.scope)
         # "does it wait for data?" is yes where it waits; "is the loader fast enough?", "is it fixed?" are then no
-        keeps_up = bool(re.search(r"\benough\b|\bkeep(?:s|ing)? up\b|\b(?:fine|ok|okay|good|fixed|solved|resolved|gone)\b",
-                                  q.text, re.I))
+        keeps_up = bool(re.search(r"\benough\b|\bkeep(?:s|ing)? up\b|\b(?:fine|ok|okay|good|fix(?:ed|es)?|solv\w*|resolv\w*|"
+                                  r"gone)\b|\bdid\b.{0,40}\bhelp\b", q.text, re.I))
         said = ("**Yes:** ", "**No:** ") if keeps_up else ("**No:** ", "**Yes:** ")
         if idle.matching_gaps is None:  # no device work: nothing waited for data, and no yes or no to give
             return (f"{who}**There is no GPU work here to wait for data:** {v.headline}. {v.next_step}")
