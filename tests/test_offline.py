@@ -829,6 +829,8 @@ TABLE = [
      lambda c: ["**Yes:** the GPU never waits for data loading in this trace."]),
     ("R", "Did using 4 workers fix the data loading?", "dataloader", {}, lambda c: ["**No:** the GPU waits for data loading"]),
     ("W", "Would more dataloader workers help?", "dataloader", {}, lambda c: ["**No:** the GPU never waits"]),
+    # whether graphs helped, asked of a run that replays none: none ran (not whether they would help)
+    ("W", "Did CUDA graphs help?", "launch", {}, lambda c: ["**This trace replays no CUDA graphs**"]),
     # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
     ("R", "How much idle time is there per step?", "steps", {},
      lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],

@@ -1444,6 +1444,11 @@ class OfflineAnalyst:
                         f"({percent(graphs.share_of_kernel_time_pct)} of kernel time), saving "
                         f"{graphs.launch_calls_saved} launch calls." + (" More of the step could be captured: launch "
                                                                         "overhead still limits it." if bound else ""))
+            elif re.search(r"\bdid\b|\bhas\b|\bhave\b", q.text, re.I):  # "did CUDA graphs help?" of a run without them
+                head = ("**This trace replays no CUDA graphs**, so they did nothing in it: check that the capture ran "
+                        "(torch.compile(mode='reduce-overhead') falls back to eager where it cannot capture). "
+                        + ("Launch overhead does limit it: graphs would help." if bound else
+                           "Launch overhead is not what limits it either."))
             else:
                 head = ("**Yes:** the host cannot launch kernels fast enough, and a CUDA graph launches a whole step "
                         "at once." if bound else "**Not for speed here:** launch overhead is not what limits this trace.")
