@@ -1247,3 +1247,10 @@ def test_on_a_trace_with_no_device_work_the_ops_time_is_the_hosts():
     assert understand("What takes the most time?", ctx).intent == "detector:host_ops"
     assert f"({top.kind}) {duration(top.self_us)}" in answer(ctx, "What takes the most time?").text
     assert understand("What takes the most time?", context("R")).intent == "summary"
+    # why it is slow, and what to optimize first: where the host's time goes too, said to be all there is
+    for question in ("Why is my training slow?", "What should I optimize first?"):
+        assert understand(question, ctx).intent == "detector:host_ops"
+        said = answer(ctx, question).text
+        assert said.startswith("**No GPU work in this trace** (CPU activities only)")
+        assert f"({top.kind}) {duration(top.self_us)}" in said
+    assert understand("Why is my training slow?", context("R")).intent == "idle"

@@ -354,9 +354,10 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if asked == "op_time" and about.results.get("op_time") is None and about.results.get("host_ops") is not None:
         asked = "host_ops"  # a trace with no device work: its ops' time is host time ("which op takes the most time?")
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
-    if intent == "summary" and about.verdict.limiter is None and about.results.get("host_ops") is not None \
-            and re.search(_TIME_GOES_TO, words, re.I):
-        intent = "detector:host_ops"  # "what takes the most time?" of a CPU-only trace: its host time by event
+    if about.verdict.limiter is None and about.results.get("host_ops") is not None and (
+            intent in ("idle", "optimize_first", "bound") or intent == "summary" and re.search(_TIME_GOES_TO, words, re.I)):
+        # "what takes the most time?", "why is my training slow?" of a CPU-only trace: its host time by event
+        intent = "detector:host_ops"
     if intent == "straggler" and len(ctx.analysis.ranks) == 1 and re.search(r"\b(?:gpus|devices)\b", words, re.I):
         intent = "most_idle"  # "is the load balanced between the GPUs?" of one rank on several GPUs: each GPU's
     if intent == "phases" and about.results.get("phases") is None and re.search(r"\bbatch", words, re.I):
