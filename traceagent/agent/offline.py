@@ -1095,7 +1095,7 @@ class OfflineAnalyst:
                 lines.append("**The trace does not measure CPU utilization:** a profiler records the events on the "
                              "host's threads, not how loaded its cores are. What it says is where those threads' time in "
                              "events goes:")
-            rank = self._rank_at(answer.scope or {})
+            rank = self._rank_at(dict(answer.scope or {}))
             if rank is not None and rank.verdict.limiter is None and not lines:  # a CPU-only trace: all its time is the host's
                 lines.append(f"**No GPU work in this trace** (CPU activities only): its time is the host's, by op below. "
                              f"{rank.verdict.next_step}")

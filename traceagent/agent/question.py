@@ -355,7 +355,7 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
         asked = "host_ops"  # a trace with no device work: its ops' time is host time ("which op takes the most time?")
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
     if about.verdict.limiter is None and about.results.get("host_ops") is not None and (
-            intent in ("idle", "optimize_first", "bound") or intent == "summary" and re.search(_TIME_GOES_TO, words, re.I)):
+            intent in ("idle", "optimize_first", "bound") or (intent == "summary" and re.search(_TIME_GOES_TO, words, re.I))):
         # "what takes the most time?", "why is my training slow?" of a CPU-only trace: its host time by event
         intent = "detector:host_ops"
     if intent == "straggler" and len(ctx.analysis.ranks) == 1 and re.search(r"\b(?:gpus|devices)\b", words, re.I):
