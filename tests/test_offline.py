@@ -92,6 +92,12 @@ def slowest_module(ctx):
     return max((m for m in focus(ctx).results["modules"].modules if m.calls > 1), key=lambda m: m.mean_device_us)
 
 
+def overlap_word(ctx) -> str:
+    """The overlap judgement for the focus rank's exposed share of collective time (50% and 10% the lines)."""
+    exposed = focus(ctx).findings.comm.exposed_of_comm_pct
+    return "Mostly not" if exposed >= 50 else "Partly" if exposed >= 10 else "Yes"
+
+
 def longest_span(ctx):
     """The rank whose GPU span is the longest, from each rank's breakdown."""
     return max(ctx.analysis.ranks, key=lambda r: r.breakdown.total.span_us)
@@ -831,6 +837,13 @@ TABLE = [
     ("W", "Would more dataloader workers help?", "dataloader", {}, lambda c: ["**No:** the GPU never waits"]),
     # whether graphs helped, asked of a run that replays none: none ran (not whether they would help)
     ("W", "Did CUDA graphs help?", "launch", {}, lambda c: ["**This trace replays no CUDA graphs**"]),
+    # overlap asked: the judgement from the exposed share first; the mean message size: the sizes per call
+    ("A", "Is NCCL overlapping with compute?", "communication", {},
+     lambda c: [f"**{overlap_word(c)}:** {percent(focus(c).findings.comm.exposed_of_comm_pct)} of the collectives' time "
+                "runs with no compute beside it."]),
+    ("A", "What is the average all-reduce size?", "communication", {},
+     lambda c: [f"**Message sizes** (median per call): all_reduce on group {collectives(c).rows[0].group} "
+                f"{size(collectives(c).rows[0].median_bytes)}"]),
     # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
     ("R", "How much idle time is there per step?", "steps", {},
      lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],

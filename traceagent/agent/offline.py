@@ -916,6 +916,11 @@ class OfflineAnalyst:
         if bandwidth.result is not None:
             lines.append(_bandwidth_lines(bandwidth.result))
             lines[:0] = _collectives_asked(q, bandwidth.result)
+        if _OVERLAP_ASKED.search(q.text):  # "is NCCL overlapping with compute?": the judgement first
+            exposed = c.exposed_of_comm_pct
+            said = "Mostly not" if exposed >= 50 else "Partly" if exposed >= 10 else "Yes"
+            lines[:0] = [f"{self._who(answer.scope)}**{said}:** {percent(exposed)} of the collectives' time runs with no "
+                         "compute beside it.", ""]
         elif q.intent == "interconnect" and bandwidth.unavailable:
             lines.append(_unavailable(bandwidth.unavailable, "the collectives' bandwidth"))
         measured = [w for w in links.result.windows if w.during == "collectives"] if links.result is not None else []
@@ -1809,6 +1814,8 @@ _BOTH_RUNS = re.compile(r"\bdid (?:the |my |its |our )?(?!change\b|fix\b)\w+(?: 
 _ABOUT_AFTER = re.compile(r"\b(?:now|still|anymore|any more|remaining|left over|second run|after run|new run)\b", re.I)
 #: a question about what the host does while the GPU waits ("what does the CPU do while the GPU is idle?")
 _HOST_DURING_IDLE = re.compile(r"\b(?:cpu|host|python|thread)\b.{0,30}\b(?:do|does|doing|did)\b", re.I)
+#: whether communication overlaps compute, asked ("is NCCL overlapping with compute?", "is the all-reduce hidden?")
+_OVERLAP_ASKED = re.compile(r"\boverlap\w*|\bhidden\b|\bhid(?:e|es|ing)\b", re.I)
 #: the load across GPUs asked about ("are the two GPUs balanced?", "is the work even across GPUs?")
 _BALANCE_ASKED = re.compile(r"\b(?:balanced?|imbalance\w*|unbalanced|even(?:ly)?|uneven\w*|equal(?:ly)?|same (?:load|work))\b",
                             re.I)
@@ -2063,7 +2070,10 @@ def _collectives_asked(q: Question, c: CollectivesResult) -> list[str]:
         yes = c.bound == asked.group(1).lower()
         lead.append(f"**{'Yes' if yes else 'No'}: {said}** ({percent(c.small_time_pct)} of the collectives' time is "
                     f"in messages under {size(c.small_bytes)}).")
-    if re.search(r"\b(?:message|payload|buffer|transfer)s?\s*sizes?\b|\bhow (?:big|large)\b|\bsizes? of\b", q.text, re.I):
+    if re.search(r"\b(?:message|payload|buffer|transfer)s?\s*sizes?\b|\bhow (?:big|large)\b|\bsizes? of\b|"
+                 r"\b(?:average|mean|median|typical)\b.{0,25}\bsizes?\b|"
+                 r"\b(?:all-?reduce|all-?gather|reduce-?scatter|all-?to-?all|broadcast|collective|nccl|rccl)s? sizes?\b",
+                 q.text, re.I):
         lead.append("**Message sizes** (median per call): " + "; ".join(
             f"{r.collective} on group {r.group} {size(r.median_bytes)} ({counted(r.calls, 'call')})" for r in c.rows[:5])
             + ". By size: " + "; ".join(f"{b.size}: {counted(b.calls, 'call')}, {percent(b.time_pct)} of the time"
