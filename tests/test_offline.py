@@ -894,6 +894,10 @@ TABLE = [
     ("Q", "How long do D2H copies take?", "copies", {},
      lambda c: [f"**DtoH (device-to-host): {counted(copies_of(c, 'DtoH').count, 'copy', 'copies')}**, "
                 f"{size(copies_of(c, 'DtoH').bytes)} in {duration(copies_of(c, 'DtoH').us)}."]),
+    # a direction said in words ("copied to the GPU"): that kind of copy first
+    ("R", "How much data is copied to the GPU per step?", "copies", {},
+     lambda c: [f"**HtoD (host-to-device): {counted(copies_of(c, 'HtoD').count, 'copy', 'copies')}**, "
+                f"{size(copies_of(c, 'HtoD').bytes)} in {duration(copies_of(c, 'HtoD').us)}."]),
     ("Q", "What PyTorch version made this trace?", None, {}, lambda c: ["I did not recognize"]),
     # what the host does while the GPU waits: the largest gap of each cause, with the launching thread's events
     ("R", "What does the CPU do while the GPU is idle?", "idle", {},

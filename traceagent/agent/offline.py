@@ -1923,8 +1923,10 @@ _RATIO_ASKED = re.compile(r"\bratio\b|\b(?:vs\.?|versus|against|compar\w*|relati
 
 
 #: the kinds of copy as questions name them ("host to device", "H2D", "GPU to CPU"), in the memcpy detector's keys
-_COPY_KINDS_SAID = [("HtoD", r"\bhost[- ]to[- ]device\b|\bh2d\b|\bhtod\b|\bcpu[- ]to[- ]gpu\b"),
-                    ("DtoH", r"\bdevice[- ]to[- ]host\b|\bd2h\b|\bdtoh\b|\bgpu[- ]to[- ]cpu\b"),
+_COPY_KINDS_SAID = [("HtoD", r"\bhost[- ]to[- ]device\b|\bh2d\b|\bhtod\b|\bcpu[- ]to[- ]gpu\b|"
+                             r"\b(?:copied|copies|moved|sent|transferred|uploaded) (?:on)?to the (?:gpu|device)\b"),
+                    ("DtoH", r"\bdevice[- ]to[- ]host\b|\bd2h\b|\bdtoh\b|\bgpu[- ]to[- ]cpu\b|"
+                             r"\b(?:copied|copies|moved|sent|transferred) (?:back )?to the (?:cpu|host)\b"),
                     ("DtoD", r"\bdevice[- ]to[- ]device\b|\bd2d\b|\bdtod\b"),
                     ("PtoP", r"\bpeer[- ]to[- ]peer\b|\bp2p\b|\bptop\b|\bgpu[- ]to[- ]gpu\b")]
 _COPY_KIND_WORDS = {"HtoD": "host-to-device", "DtoH": "device-to-host", "DtoD": "device-to-device",
