@@ -98,6 +98,11 @@ def overlap_word(ctx) -> str:
     return "Mostly not" if exposed >= 50 else "Partly" if exposed >= 10 else "Yes"
 
 
+def step_at(ctx, t_us: float) -> int:
+    """The step whose host range holds a time (µs from the trace's first event), from the steps detector's rows."""
+    return next(r.step for r in focus(ctx).findings.steps.steps if r.start_us <= t_us <= r.start_us + r.host_us)
+
+
 def longest_span(ctx):
     """The rank whose GPU span is the longest, from each rank's breakdown."""
     return max(ctx.analysis.ranks, key=lambda r: r.breakdown.total.span_us)
@@ -844,6 +849,13 @@ TABLE = [
     ("A", "What is the average all-reduce size?", "communication", {},
      lambda c: [f"**Message sizes** (median per call): all_reduce on group {collectives(c).rows[0].group} "
                 f"{size(collectives(c).rows[0].median_bytes)}"]),
+    # a moment or a stretch named by its time: the step it falls in (found here from the step rows) and the host's
+    # busiest events there
+    ("R", "What is happening at 500 ms?", "window", {"window": (499_500.0, 500_500.0)},
+     lambda c: [f"**From {duration(499_500.0)} to {duration(500_500.0)}** (from the trace's first event), in step "
+                f"{step_at(c, 500_000.0)}, the host was busiest in:"]),
+    ("R", "What runs between 100 and 200 ms?", "window", {"window": (100_000.0, 200_000.0)},
+     lambda c: [f"across steps {step_at(c, 100_000.0)} to {step_at(c, 200_000.0)}"]),
     # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
     ("R", "How much idle time is there per step?", "steps", {},
      lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],

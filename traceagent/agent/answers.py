@@ -210,6 +210,8 @@ class HostActivityAnswer(Projection):
     window_us: float
     events: list[HostEvent]  # the busiest host events in the window
     note: str | None = None
+    start_us: float | None = None  # the window, µs from the trace's first event (as asked)
+    end_us: float | None = None
 
 
 @dataclass(frozen=True)

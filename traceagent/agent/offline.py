@@ -66,6 +66,7 @@ from .answers import (
     DetectorAnswer,
     FlopsAnswer,
     GapRow,
+    HostActivityAnswer,
     IdleGapsAnswer,
     InstancesAnswer,
     KernelProfilesAnswer,
@@ -145,6 +146,9 @@ class OfflineAnalyst:
                          self._idle),
             "optimize_first": Plan(lambda q, at: [("verdict", at)], self._optimize_first),
             "not_recorded": Plan(lambda q, at: [("verdict", at)], self._not_recorded),
+            # "what is happening at 500 ms?": the host's busiest events there, and the step it falls in
+            "window": Plan(lambda q, at: [("host_activity", at | {"start_us": q.window[0], "end_us": q.window[1]}),
+                                          ("steps", at)] if q.window else [], self._window),
             "saving": Plan(lambda q, at: [("verdict", at)], self._saving),
             "whatif": Plan(lambda q, at: [("what_if", {"change": self._change(q)} | _rank(at))], self._what_if),
             "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)]
@@ -1581,6 +1585,22 @@ class OfflineAnalyst:
                  "(`ncu --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed`)."]
         if precision.result is not None:  # the kernels' names still say their precision
             lines += ["", f"**Tensor cores:** {md_prose(precision_sentence(precision.result))}"]
+        return "\n".join(lines)
+
+    def _window(self, q: Question, host: HostActivityAnswer, steps: StepsAnswer) -> str:
+        """A stretch of the trace: the step it falls in (by the steps' starts) and the host's busiest events
+        in it."""
+        lo, hi = host.start_us or 0.0, host.end_us or 0.0
+        lines = [f"{self._who(host.scope)}**From {duration(lo)} to {duration(hi)}** (from the trace's first event)"]
+        inside = [r for r in steps.rows if r.start_us <= hi and r.start_us + r.host_us >= lo]
+        lines[0] += (f", in step {inside[0].step}" if len(inside) == 1 else
+                     f", across steps {inside[0].step} to {inside[-1].step}" if inside else ", outside the profiled steps")
+        if not host.events:
+            return lines[0] + f": {host.note or 'no host events were recorded there'}."
+        lines[0] += ", the host was busiest in:"
+        lines += [f"- {code(shorten(e.name, 80))} ({e.kind}): {duration(e.overlap_us)}" for e in host.events[:8]]
+        lines += ["", "To see the GPU there, open the trace in Perfetto (ui.perfetto.dev) or the chat app's timeline; "
+                  "ask about the gaps or a step by number for their causes."]
         return "\n".join(lines)
 
     def _not_recorded(self, q: Question, verdict: VerdictAnswer) -> str:

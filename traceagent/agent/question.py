@@ -295,6 +295,14 @@ _STEPS = re.compile(rf"\bsteps?\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|-|–|,)\s*"
                     r"(?:step\s*#?)?(\d+))?", re.I)
 _THRESHOLD = re.compile(r"\b(?:longer|more|over|above|at least|bigger|larger) than\s*(\d+(?:\.\d+)?)\s*(µs|us|ms|s)\b", re.I)
 _SCALE = {"µs": 1.0, "us": 1.0, "ms": 1e3, "s": 1e6}
+#: a stretch of the trace named by its times ("between 100 and 200 ms", "at 500 ms"), µs from its first event
+_BETWEEN = re.compile(r"\b(?:between|from)\s*(\d+(?:\.\d+)?)\s*(µs|us|ms|s)?\s*(?:and|to|-|–)\s*"
+                      r"(\d+(?:\.\d+)?)\s*(µs|us|ms|s)\b", re.I)
+_AT_TIME = re.compile(r"\b(?:at|around|near)\s*(?:t\s*=\s*)?(\d+(?:\.\d+)?)\s*(µs|us|ms|s)\b", re.I)
+#: the stretch of trace read around a moment named alone ("what is happening at 500 ms?"), µs each side
+MOMENT_US = 500.0
+#: what asks what happens in a stretch of the trace, once it names one
+_HAPPENING = re.compile(r"\b(?:happen\w*|going on|runs?|running|ran|doing|did|busy|active|executing|there)\b", re.I)
 _ORDINAL_STEP = re.compile(r"\b(first|second|third|last|final) (?:training |profiled )?(?:step|iteration)\b", re.I)
 #: parts of op names that name no block of work of their own (namespaces, directions, plain tensor ops,
 #: question words): a question saying them does not name an op
@@ -335,6 +343,7 @@ class Question:
     limits: tuple[str, ...] = ()  # every bound the question names ("compute- or memory-bound?"), `limit` first
     ranks: tuple[int, ...] = ()  # every rank the question names, in order, once each ("rank 0 vs 1": 0, 1)
     devices: tuple[int, ...] = ()  # every GPU the question names, in order, once each ("GPU 0 and 1": 0, 1)
+    window: tuple[float, float] | None = None  # a stretch of the trace it names, µs from its first event
 
 
 def understand(text: str, ctx: AnalysisContext) -> Question:
@@ -383,6 +392,9 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
         if steps and intent in (None, "idle", "steps", "summary"):
             intent = "one_step"
     min_us = float(m.group(1)) * _SCALE[m.group(2).lower()] if (m := _THRESHOLD.search(text)) else None
+    window = _window(text)
+    if window is not None and intent in (None, "summary", "kernels", "idle") and _HAPPENING.search(words):
+        intent = "window"  # "what is happening at 500 ms?": the host's and the step's view of that stretch
     limits = _limits(text) if intent == "bound" else ()
     limit = limits[0] if limits else None
     kernel = named_kernel(text, ctx)
@@ -413,7 +425,20 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
         intent = "straggler"  # "rank 3 and its neighbours": about ranks, with one named
     if intent == "device_vs_device" and len(devices) < 2:
         intent = "idle"  # "GPU 1 and its copies": about one GPU
-    return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks, devices)
+    return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks, devices, window)
+
+
+def _window(text: str) -> tuple[float, float] | None:
+    """The stretch of the trace a question names by its times, µs from its first event: "between 100 and
+    200 ms" (the first number takes the second's unit where it has none), or MOMENT_US each side of "at 500 ms"."""
+    if m := _BETWEEN.search(text):
+        lo = float(m.group(1)) * _SCALE[(m.group(2) or m.group(4)).lower()]
+        hi = float(m.group(3)) * _SCALE[m.group(4).lower()]
+        return (lo, hi) if hi > lo else None
+    if m := _AT_TIME.search(text):
+        at = float(m.group(1)) * _SCALE[m.group(2).lower()]
+        return max(0.0, at - MOMENT_US), at + MOMENT_US
+    return None
 
 
 def _numbers_named(pattern: re.Pattern, text: str) -> tuple[int, ...]:

@@ -305,7 +305,7 @@ def host_activity(ctx: AnalysisContext,
     lo, hi = origin + int(start_us * 1000), origin + int(end_us * 1000)
     events = host_events_in(r.trace, lo, hi, top=_top(top))
     return HostActivityAnswer(scope, round(end_us - start_us, 3), events,
-                              None if events else "no host events were recorded in this window")
+                              None if events else "no host events were recorded in this window", start_us, end_us)
 
 
 def data_movement(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
