@@ -107,6 +107,30 @@ def test_host_work_and_nothing_on_the_host(tmp_path):
     assert idle.by_cause_us == {"no_host_activity": 510}
 
 
+
+def test_idle_by_line_puts_each_gap_at_the_launching_threads_line_and_a_syncs_at_the_line_that_waited(tmp_path):
+    """By hand: kernels 0-100, 800-900, 1500-1550, 2000-2050. Gap 100-800 (700 µs): the thread is in
+    train.py(12) at its middle (450). Gap 900-1500 (600 µs): in train.py(20) at 1200. Gap 1550-2000 (450 µs)
+    follows a sync called at train.py(30) (1540-1555): the sync's line owns it, though the thread sits in
+    train.py(31) at its middle. Library frames (torch/...) name no line."""
+    b = TraceBuilder()
+    b.python("train.py(10): <module>", 0, 2100)
+    b.python("train.py(12): load", 100, 600)
+    b.python("torch/utils/data.py(5): fetch", 120, 500)
+    b.python("train.py(20): log", 1000, 450)
+    b.python("train.py(30): step", 1535, 25)
+    b.op("aten::item", 1538, 20)
+    b.runtime("cudaStreamSynchronize", 1540, 15)
+    b.python("train.py(31): report", 1560, 420)
+    b.kernel("k1", 0, 100, launch_at=0, launch_dur=5)
+    b.kernel("k2", 800, 100, launch_at=790, launch_dur=5)
+    b.kernel("k3", 1500, 50, launch_at=1490, launch_dur=5)
+    b.kernel("k4", 2000, 50, launch_at=1990, launch_dur=5)
+    idle = analyze_trace(b.load(tmp_path)).findings.idle
+    assert [(r.python, r.idle_us, r.gaps, r.cause) for r in idle.by_line] == [
+        ("train.py(12): load", 700.0, 1, "host_other"), ("train.py(20): log", 600.0, 1, "host_other"),
+        ("train.py(30): step", 450.0, 1, "sync")]
+
 @pytest.mark.parametrize(("returned_at", "event_recorded_at", "cause"),
                          [(115, None, "device_stall"), (520, None, "host_other"), (115, 590, "host_other")])
 def test_work_queued_through_a_gap_is_a_stalled_device_not_the_hosts(tmp_path, returned_at, event_recorded_at, cause):

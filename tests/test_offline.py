@@ -103,6 +103,11 @@ def step_at(ctx, t_us: float) -> int:
     return next(r.step for r in focus(ctx).findings.steps.steps if r.start_us <= t_us <= r.start_us + r.host_us)
 
 
+def idle_line(ctx):
+    """The user's line with the most idle on the focus rank, as the idle detector has it."""
+    return focus(ctx).findings.idle.by_line[0]
+
+
 def longest_span(ctx):
     """The rank whose GPU span is the longest, from each rank's breakdown."""
     return max(ctx.analysis.ranks, key=lambda r: r.breakdown.total.span_us)
@@ -701,7 +706,9 @@ TABLE = [
     ("R", "Why does the GPU go idle every step?", "idle", {}, idle_lead),
     ("R", "Why are there gaps after the optimizer step?", "idle", {},
      idle_lead),
-    ("R", "Which line of my code causes the most idle time?", "sync", {}, lambda c: [idle(c).sync_sites[0].python]),
+    # the line with the most idle of any cause (the loader's here), not only a sync's line
+    ("R", "Which line of my code causes the most idle time?", "idle", {},
+     lambda c: [f"**`{idle_line(c).python}` leaves the GPU idle the most", f"`{idle(c).sync_sites[0].python}`"]),
     # an op (not a class of work) asked about as the bottleneck: its kernels replayed twice as fast
     ("B", "Is the MoE layer the bottleneck?", "op_bound", {"op": "moe"},
      lambda c: ["**Yes.**" if ops_replayed(c, "moe").saving_pct >= 10 else "**No.**",
@@ -856,6 +863,12 @@ TABLE = [
                 f"{step_at(c, 500_000.0)}, the host was busiest in:"]),
     ("R", "What runs between 100 and 200 ms?", "window", {"window": (100_000.0, 200_000.0)},
      lambda c: [f"across steps {step_at(c, 100_000.0)} to {step_at(c, 200_000.0)}"]),
+    # the lines of the user's code the GPU idles over (the idle detector's by_line), or why the trace cannot say
+    ("R", "Which line of my code makes the GPU wait?", "idle", {},
+     lambda c: [f"**`{idle_line(c).python}` leaves the GPU idle the most: {duration(idle_line(c).idle_us)} in "
+                f"{counted(idle_line(c).gaps, 'gap')}**, mostly {label(GAP_CAUSES, idle_line(c).cause)}."]),
+    ("N", "Which python line causes the most idle time?", "idle", {},
+     lambda c: ["**The trace cannot tie the idle time to lines of code:** this trace has no Python frames."]),
     # idle asked of the steps: each step's own idle (the one idle-per-step rule) before the step times
     ("R", "How much idle time is there per step?", "steps", {},
      lambda c: ["**Idle by step**", *[f"- step {r.step}: {duration(r.idle_us)} idle" for r in focus(c).findings.steps.steps],

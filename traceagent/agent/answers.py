@@ -21,7 +21,7 @@ from ..detect.detectors.breakdown import Breakdown
 from ..detect.detectors.comm import CommResult
 from ..detect.detectors.flops import FlopsResult, KernelFlops
 from ..detect.detectors.graphs import GraphsResult
-from ..detect.detectors.idle import SyncSite
+from ..detect.detectors.idle import IdleLine, SyncSite
 from ..detect.detectors.kernel_profiles import KernelProfile, KernelProfilesResult
 from ..detect.detectors.kernels import HotKernel, KernelsResult, OpHost, short_name
 from ..detect.detectors.launch import LaunchResult
@@ -202,6 +202,7 @@ class IdleGapsAnswer(Projection):
     matching_idle_us: float | None
     top_gaps: list[GapRow]
     note: str | None = None
+    by_line: list[IdleLine] = field(default_factory=list)  # the rank's (whole-rank scope only): idle by the user's line
 
 
 @dataclass(frozen=True)

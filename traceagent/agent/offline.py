@@ -87,6 +87,7 @@ from .numbers import unverified
 from .question import (
     FP8,
     IDLE_WORDS,
+    LINE_ASKED,
     NOT_RECORDED,
     OP_NAME,
     PRECISION,
@@ -343,7 +344,22 @@ class OfflineAnalyst:
                   + f"{', ' if c in pcts else ''}{counted(t.by_cause_count[c], 'gap')})" for c, us in causes[:5] if us > 0]
         lines += self._largest_gap(idle, 3 if _HOST_DURING_IDLE.search(q.text) else 1) + self._sync_line(idle)
         lines += ["", f"**Next step:** {v.next_step}", *_saving(v)]
+        if re.search(LINE_ASKED, q.text, re.I):  # "which line of my code makes the GPU wait?": the lines first
+            lines[:0] = [*self._idle_lines(idle), ""]
         return "\n".join(lines)
+
+    def _idle_lines(self, idle: IdleGapsAnswer) -> list[str]:
+        """The user's lines the GPU idles over most (the launching thread's line during each gap, a sync's at
+        the line that waited), or why the trace cannot say."""
+        if not idle.by_line:
+            u = idle.unavailable
+            return ["**The trace cannot tie the idle time to lines of code:** " + (
+                f"{u['why']}. To get it: {u['how_to_get_it']}." if u else "no gap falls on a line of code it records.")]
+        top = idle.by_line[0]
+        return ([f"{self._who(idle.scope)}**`{top.python}` leaves the GPU idle the most: {duration(top.idle_us)} in "
+                 f"{counted(top.gaps, 'gap')}**, mostly {label(GAP_CAUSES, top.cause)}. By line (launch latency aside):"]
+                + [f"- `{r.python}`: {duration(r.idle_us)} in {counted(r.gaps, 'gap')}, mostly {label(GAP_CAUSES, r.cause)}"
+                   for r in idle.by_line[:5]])
 
     def _busy_lines(self, q: Question, overview: OverviewAnswer) -> list[str]:
         """"How busy is GPU 1?": each GPU asked about (of the rank asked about), busy first, over its own span."""

@@ -38,6 +38,9 @@ _VERSUS = r"vs\.?|versus|against|compared (?:to|with)"
 #: size too small?"), not the batch size itself
 _BATCH_CHANGED = (r"\bif\b|\bwould\b|\bshould\b|\btoo (?:small|large|big)\b|\benough\b|\boptimal\b|"
                   r"\b(?:bigger|larger|smaller|double\w*|halv\w*|increas\w*|decreas\w*|rais\w*)\b")
+#: a line of the user's code asked about ("which python line causes the most idle?", "where in my code?")
+LINE_ASKED = (r"\b(?:which|what) (?:python |source )?lines?\b|\bpython lines?\b|"
+              r"\b(?:line|part|where) (?:of|in) (?:my |the )?code\b")
 #: idle asked about in words ("why is the GPU idle?", "how much idle time is there per step?")
 IDLE_WORDS = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
 _PHASE_WORDS = re.compile(r"\b(?:prefill|pre-fill|decode|decoding)\b", re.I)
@@ -367,6 +370,9 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
             intent in ("idle", "optimize_first", "bound") or (intent == "summary" and re.search(_TIME_GOES_TO, words, re.I))):
         # "what takes the most time?", "why is my training slow?" of a CPU-only trace: its host time by event
         intent = "detector:host_ops"
+    if intent == "sync" and re.search(LINE_ASKED, words, re.I) and not re.search(r"\bsync|synchroni|\.?item\(|\bblock",
+                                                                                 words, re.I):
+        intent = "idle"  # "which line of my code makes the GPU wait?": the idle by line, not only a sync's
     if intent == "straggler" and len(ctx.analysis.ranks) == 1 and re.search(r"\b(?:gpus|devices)\b", words, re.I):
         intent = "most_idle"  # "is the load balanced between the GPUs?" of one rank on several GPUs: each GPU's
     if intent == "phases" and about.results.get("phases") is None and re.search(r"\bbatch", words, re.I):

@@ -267,7 +267,7 @@ def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
         totals = IdleTotals(one.idle_us, one.span_us, None, one.idle_pct, len(gaps), one.by_cause_us, None,
                             {c: int(counts[c]) for c in one.by_cause_us})
     answer = partial(IdleGapsAnswer, totals, scope, r.params.idle.launch_gap_us, idle.sync_sites,
-                     None if idle.has_python_frames else NO_FRAMES)
+                     None if idle.has_python_frames else NO_FRAMES, by_line=idle.by_line if device is None else [])
     trace, origin = r.trace, r.trace.origin_ns()
     if gaps.empty and not trace.has_device_activity:
         return answer(matching_gaps=None, matching_idle_us=None, top_gaps=[], note="no device activity in this trace")

@@ -7,6 +7,7 @@ import re
 
 from ..detect.analysis import Analysis, RankAnalysis
 from ..detect.compare.diff import DiffResult
+from ..detect.core.vocabulary import GAP_CAUSES, label
 from ..detect.detectors.kernel_profiles import SOL_PCT, KernelProfilesResult, profile_sentence
 from ..detect.detectors.kernels import short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
@@ -173,6 +174,12 @@ def _rank_sections(r: RankAnalysis, several: bool, fold: tuple[str, str] = FULL_
                          [[code(s.call), code(s.op) if s.op else "-", code(s.python) if s.python else "-",
                            str(s.count), duration(s.idle_us)]
                           for s in idle.sync_sites])]
+    if idle.by_line:
+        out += ["", "Lines of code the GPU idles over (the launching thread's line in each gap, a sync's where it "
+                "waited; launch latency aside):", "",
+                md_table(["Python line", "idle", "gaps", "mostly"],
+                         [[code(r.python), duration(r.idle_us), str(r.gaps), label(GAP_CAUSES, r.cause)]
+                          for r in idle.by_line])]
     out += ["", f"## Data movement{who}", ""]
     if copies.count:
         out += [f"Copies ran {percent(copies.share_pct)} {of}; {percent(copies.exposed_pct)} {of} "

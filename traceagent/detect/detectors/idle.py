@@ -88,6 +88,17 @@ class Gap:
 
 
 @dataclass(frozen=True)
+class IdleLine:
+    """A line of the user's code and the idle it leaves the GPU: the gaps (launch latency aside) the
+    launching thread spent there, a sync's gaps at the line that waited."""
+
+    python: str
+    idle_us: float
+    gaps: int
+    cause: str  # the cause with the most of its idle
+
+
+@dataclass(frozen=True)
 class SyncSite:
     """Where synchronizations stalled the device: the call, the op and the Python line."""
 
@@ -140,6 +151,9 @@ class IdleResult:
     has_python_frames: bool
     devices: dict[int, DeviceIdle] = field(default_factory=dict)
     launch_bound: list[LaunchBound] = field(default_factory=list)  # who launched too slowly
+    # 2.14: the user's lines the GPU idles over most ("which line of my code makes the GPU wait?"); empty
+    # without Python frames
+    by_line: list[IdleLine] = field(default_factory=list)
 
     def cause_pct(self, cause: str) -> float:
         """A cause's idle time as a share of device time."""
@@ -375,6 +389,7 @@ def detect_idle(trace: Trace, params: IdleParams = IdleParams(), gaps: pd.DataFr
         by_cause_us=by_cause_us, by_cause_pct={c: pct(by_cause.loc[c, "sum"], span) for c in by_cause_us},
         by_cause_count=by_cause_count, top_gaps=top_gaps,
         sync_sites=_sync_sites(details), has_python_frames=trace.meta.has_python_frames,
+        by_line=_idle_by_line(trace, gaps, details, params.top) if trace.meta.has_python_frames else [],
     )
 
 
@@ -447,6 +462,24 @@ def _line_during(trace: Trace, gaps: pd.DataFrame) -> np.ndarray:
                            "tid": launch["tid"].to_numpy(np.int64, na_value=-1)[known], "start": middle[known]})
         found[mine[known]] = python_line_above(trace, at)
     return found
+
+
+def _idle_by_line(trace: Trace, gaps: pd.DataFrame, details: pd.DataFrame, top: int) -> list[IdleLine]:
+    """The user's lines with the most idle: each gap (launch latency aside: millions of short gaps, no line
+    to blame) at the line the launching thread was in at its middle, a sync's at the line that waited."""
+    long = gaps[gaps["cause"] != "launch_latency"]
+    if long.empty:
+        return []
+    line = pd.Series(_line_during(trace, long), index=long.index, dtype=object)
+    waited = details["python"].reindex(long.index)
+    line = waited.where(waited.notna(), line)
+    table = pd.DataFrame({"line": line, "cause": long["cause"].astype(str), "dur": long["dur"]}).dropna(subset=["line"])
+    if table.empty:
+        return []
+    by_cause = table.groupby(["line", "cause"])["dur"].sum()
+    totals = table.groupby("line")["dur"].agg(["sum", "size"]).sort_values("sum", ascending=False, kind="stable")
+    return [IdleLine(str(name), us(r["sum"]), int(r["size"]), str(by_cause.loc[name].idxmax()))
+            for name, r in totals.head(top).iterrows()]
 
 
 def _sync_sites(details: pd.DataFrame, top: int = 10) -> list[SyncSite]:
