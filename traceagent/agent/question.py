@@ -68,7 +68,8 @@ NOT_RECORDED: list[tuple[str, str, str]] = [
      "`optimizer.param_groups[0]['lr']`, or the run's logs (TensorBoard, W&B)"),
     ("loss or accuracy values",
      r"\b(?:training|validation|val|test|eval) (?:loss|accuracy)\b|\bwhat(?:'s| is) the (?:loss|accuracy)\b|"
-     r"\bloss (?:value|curve)s?\b|\bis (?:the|my) (?:loss|model) (?:going down|decreasing|converg\w*)|\bconverg\w*\b",
+     r"\bloss (?:value|curve)s?\b|\bis (?:the|my) (?:loss|model) (?:going down|decreasing|converg\w*)|"
+     r"\b(?:loss|model|training) (?:\w+ )?converg\w*",
      "the run's logs (TensorBoard, W&B, the script's prints)"),
     ("how many epochs the run trains", r"\b(?:how many|number of) epochs\b|\bepochs? (?:count|number)\b",
      "the training script's arguments or its logs; the trace records only the steps it profiled"),
