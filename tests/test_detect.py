@@ -108,6 +108,24 @@ def test_host_work_and_nothing_on_the_host(tmp_path):
 
 
 
+def test_a_window_gives_each_gpus_busy_time_idle_and_top_ops_inside_it(tmp_path):
+    """By hand: kernels a 0-100 and 150-300, b 400-500, a copy 520-600 (µs). The window [50, 450): busy
+    50 + 150 + 50 = 250 µs, 62.5% of its 400 µs; the gaps 100-150 and 300-400 lie inside it (150 µs of idle);
+    a has 200 µs in it over 2 runs, b 50 µs; the copy is outside."""
+    from traceagent.detect.detectors.window import device_window
+
+    b = TraceBuilder()
+    b.kernel("a", 0, 100, launch_at=0)
+    b.kernel("a", 150, 150, launch_at=140)
+    b.kernel("b", 400, 100, launch_at=390)
+    b.memcpy(520, 80, 1 << 20)
+    ra = analyze_trace(b.load(tmp_path))
+    origin = ra.trace.origin_ns()
+    (gpu,) = device_window(ra.trace, ra.gaps, origin + 50_000, origin + 450_000)
+    assert (gpu.busy_us, gpu.busy_pct, sum(gpu.idle_by_cause_us.values())) == (250.0, 62.5, 150.0)
+    assert [(o.name, o.kind, o.count, o.time_us) for o in gpu.top] == [("a", "kernel", 2, 200.0), ("b", "kernel", 1, 50.0)]
+
+
 def test_idle_by_line_puts_each_gap_at_the_launching_threads_line_and_a_syncs_at_the_line_that_waited(tmp_path):
     """By hand: kernels 0-100, 800-900, 1500-1550, 2000-2050. Gap 100-800 (700 µs): the thread is in
     train.py(12) at its middle (450). Gap 900-1500 (600 µs): in train.py(20) at 1200. Gap 1550-2000 (450 µs)

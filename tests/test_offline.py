@@ -856,11 +856,11 @@ TABLE = [
     ("A", "What is the average all-reduce size?", "communication", {},
      lambda c: [f"**Message sizes** (median per call): all_reduce on group {collectives(c).rows[0].group} "
                 f"{size(collectives(c).rows[0].median_bytes)}"]),
-    # a moment or a stretch named by its time: the step it falls in (found here from the step rows) and the host's
-    # busiest events there
+    # a moment or a stretch named by its time: the step it falls in (found here from the step rows), each GPU's
+    # work there (by hand in test_detect) and the host's busiest events
     ("R", "What is happening at 500 ms?", "window", {"window": (499_500.0, 500_500.0)},
      lambda c: [f"**From {duration(499_500.0)} to {duration(500_500.0)}** (from the trace's first event), in step "
-                f"{step_at(c, 500_000.0)}, the host was busiest in:"]),
+                f"{step_at(c, 500_000.0)}:", "- GPU 0: busy ", "The host was busiest in:"]),
     ("R", "What runs between 100 and 200 ms?", "window", {"window": (100_000.0, 200_000.0)},
      lambda c: [f"across steps {step_at(c, 100_000.0)} to {step_at(c, 200_000.0)}"]),
     # the lines of the user's code the GPU idles over (the idle detector's by_line), or why the trace cannot say

@@ -29,6 +29,7 @@ from ..detect.detectors.memcpy import MemcpyResult
 from ..detect.detectors.memory import DeviceMemory, MemoryResult
 from ..detect.detectors.steps import StepRow, StepsResult
 from ..detect.detectors.stragglers import RankComparison
+from ..detect.detectors.window import DeviceWindow
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.savings import Saving
 from ..detect.verdict.whatif import WhatIfResult
@@ -213,6 +214,14 @@ class HostActivityAnswer(Projection):
     note: str | None = None
     start_us: float | None = None  # the window, µs from the trace's first event (as asked)
     end_us: float | None = None
+
+
+@dataclass(frozen=True)
+class DeviceActivityAnswer(Projection):
+    scope: Scope
+    start_us: float  # the window, µs from the trace's first event (as asked)
+    end_us: float
+    devices: list[DeviceWindow]  # each GPU asked about: its busy time, idle by cause and top ops in the window
 
 
 @dataclass(frozen=True)
@@ -450,7 +459,7 @@ class KernelProfilesAnswer(Projection):
              unmatched=(p.unmatched or None) if p else None)
 
 
-Answer = (OverviewAnswer | VerdictAnswer | IdleGapsAnswer | HostActivityAnswer | CopiesAnswer | CommAnswer
-          | KernelsAnswer | InstancesAnswer | LaunchesAnswer | StepsAnswer | FlopsAnswer | MemoryAnswer
+Answer = (OverviewAnswer | VerdictAnswer | IdleGapsAnswer | HostActivityAnswer | DeviceActivityAnswer | CopiesAnswer
+          | CommAnswer | KernelsAnswer | InstancesAnswer | LaunchesAnswer | StepsAnswer | FlopsAnswer | MemoryAnswer
           | AnnotationsAnswer | CompareAnswer | ScalingAnswer | DetectorAnswer | CalcAnswer | KernelProfilesAnswer
           | WhatIfAnswer)

@@ -64,6 +64,7 @@ from .answers import (
     CompareAnswer,
     CopiesAnswer,
     DetectorAnswer,
+    DeviceActivityAnswer,
     FlopsAnswer,
     GapRow,
     HostActivityAnswer,
@@ -148,8 +149,9 @@ class OfflineAnalyst:
             "optimize_first": Plan(lambda q, at: [("verdict", at)], self._optimize_first),
             "not_recorded": Plan(lambda q, at: [("verdict", at)], self._not_recorded),
             # "what is happening at 500 ms?": the host's busiest events there, and the step it falls in
-            "window": Plan(lambda q, at: [("host_activity", at | {"start_us": q.window[0], "end_us": q.window[1]}),
-                                          ("steps", at)] if q.window else [], self._window),
+            "window": Plan(lambda q, at: [(tool, at | {"start_us": q.window[0], "end_us": q.window[1]})
+                                          for tool in ("device_activity", "host_activity")] + [("steps", at)]
+                           if q.window else [], self._window),
             "saving": Plan(lambda q, at: [("verdict", at)], self._saving),
             "whatif": Plan(lambda q, at: [("what_if", {"change": self._change(q)} | _rank(at))], self._what_if),
             "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)]
@@ -1603,20 +1605,26 @@ class OfflineAnalyst:
             lines += ["", f"**Tensor cores:** {md_prose(precision_sentence(precision.result))}"]
         return "\n".join(lines)
 
-    def _window(self, q: Question, host: HostActivityAnswer, steps: StepsAnswer) -> str:
-        """A stretch of the trace: the step it falls in (by the steps' starts) and the host's busiest events
-        in it."""
-        lo, hi = host.start_us or 0.0, host.end_us or 0.0
-        lines = [f"{self._who(host.scope)}**From {duration(lo)} to {duration(hi)}** (from the trace's first event)"]
+    def _window(self, q: Question, gpus: DeviceActivityAnswer, host: HostActivityAnswer, steps: StepsAnswer) -> str:
+        """A stretch of the trace: the step it falls in (by the steps' starts), what each GPU did there (busy,
+        idle by cause, its top ops) and the host's busiest events."""
+        lo, hi = gpus.start_us, gpus.end_us
         inside = [r for r in steps.rows if r.start_us <= hi and r.start_us + r.host_us >= lo]
-        lines[0] += (f", in step {inside[0].step}" if len(inside) == 1 else
-                     f", across steps {inside[0].step} to {inside[-1].step}" if inside else ", outside the profiled steps")
-        if not host.events:
-            return lines[0] + f": {host.note or 'no host events were recorded there'}."
-        lines[0] += ", the host was busiest in:"
-        lines += [f"- {code(shorten(e.name, 80))} ({e.kind}): {duration(e.overlap_us)}" for e in host.events[:8]]
-        lines += ["", "To see the GPU there, open the trace in Perfetto (ui.perfetto.dev) or the chat app's timeline; "
-                  "ask about the gaps or a step by number for their causes."]
+        lines = [f"{self._who(gpus.scope)}**From {duration(lo)} to {duration(hi)}** (from the trace's first event)"
+                 + (f", in step {inside[0].step}" if len(inside) == 1 else
+                    f", across steps {inside[0].step} to {inside[-1].step}" if inside else ", outside the profiled steps")
+                 + ":"]
+        for d in gpus.devices:
+            idle = sorted(d.idle_by_cause_us.items(), key=lambda kv: -kv[1])
+            lines.append(f"- GPU {d.device}: busy {duration(d.busy_us)} ({percent(d.busy_pct)} of the window)"
+                         + (f"; idle mostly {label(GAP_CAUSES, idle[0][0])} ({duration(idle[0][1])})" if idle else "")
+                         + ("; " + ", ".join(f"{code(shorten(o.name, 60))} {duration(o.time_us)} ({counted(o.count, 'run')})"
+                                             for o in d.top[:3]) if d.top else "; no device work there"))
+        if host.events:
+            lines += ["", "The host was busiest in:"]
+            lines += [f"- {code(shorten(e.name, 80))} ({e.kind}): {duration(e.overlap_us)}" for e in host.events[:6]]
+        else:
+            lines += ["", f"The host: {host.note or 'no host events were recorded there'}."]
         return "\n".join(lines)
 
     def _not_recorded(self, q: Question, verdict: VerdictAnswer) -> str:

@@ -36,6 +36,7 @@ from ..detect.core.vocabulary import GAP_CAUSES
 from ..detect.detectors.annotations import detect_annotations
 from ..detect.detectors.idle import DeviceIdle, IdleResult, gap_host_activity
 from ..detect.detectors.kernels import loosely, op_host
+from ..detect.detectors.window import device_window
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import detect_critical_path, range_window, step_window
@@ -50,6 +51,7 @@ from .answers import (
     CompareAnswer,
     CopiesAnswer,
     DetectorAnswer,
+    DeviceActivityAnswer,
     FlopsAnswer,
     GapRow,
     HostActivityAnswer,
@@ -306,6 +308,21 @@ def host_activity(ctx: AnalysisContext,
     events = host_events_in(r.trace, lo, hi, top=_top(top))
     return HostActivityAnswer(scope, round(end_us - start_us, 3), events,
                               None if events else "no host events were recorded in this window", start_us, end_us)
+
+
+def device_activity(ctx: AnalysisContext,
+                    start_us: Annotated[float, Field(description="window start, µs from the trace's first event")],
+                    end_us: Annotated[float, Field(description="window end, µs from the trace's first event")],
+                    rank: Rank = None, device: Device = None, top: Top = 5) -> DeviceActivityAnswer:
+    """What the GPUs were doing in a window (µs from the trace's first event, as gaps report them): each
+    GPU's busy time there, its idle by cause, and the kernels, copies and memsets with the most time
+    inside it. host_activity gives the host's side of the same window."""
+    if end_us <= start_us:
+        raise ToolInputError("end_us must be after start_us")
+    r, scope = ctx.scoped(rank, device)
+    origin = r.trace.origin_ns()
+    return DeviceActivityAnswer(scope, start_us, end_us, device_window(
+        r.trace, r.gaps, origin + int(start_us * 1000), origin + int(end_us * 1000), device, _top(top)))
 
 
 def data_movement(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
@@ -622,7 +639,7 @@ def what_if(ctx: AnalysisContext,
     return WhatIfAnswer(result, scope)
 
 
-TOOL_FUNCTIONS: list[Callable[..., Answer]] = [overview, verdict, idle_gaps, host_activity, data_movement,
+TOOL_FUNCTIONS: list[Callable[..., Answer]] = [overview, verdict, idle_gaps, host_activity, device_activity, data_movement,
                                              communication, hot_kernels, kernel_profiles, critical_path, kernel_instances,
                                              launches,
                                              steps,
