@@ -300,11 +300,7 @@ def host_activity(ctx: AnalysisContext,
     """What the host (CPU) was doing in a window (µs from the trace's first event, as gaps report
     them): the host events that spent the most time in it. Host events belong to the rank (its
     process); `device` only checks the GPU exists."""
-    if end_us <= start_us:
-        raise ToolInputError("end_us must be after start_us")
-    r, scope = ctx.scoped(rank, device)
-    origin = r.trace.origin_ns()
-    lo, hi = origin + int(start_us * 1000), origin + int(end_us * 1000)
+    r, scope, lo, hi = _window(ctx, start_us, end_us, rank, device)
     events = host_events_in(r.trace, lo, hi, top=_top(top))
     return HostActivityAnswer(scope, round(end_us - start_us, 3), events,
                               None if events else "no host events were recorded in this window", start_us, end_us)
@@ -317,12 +313,18 @@ def device_activity(ctx: AnalysisContext,
     """What the GPUs were doing in a window (µs from the trace's first event, as gaps report them): each
     GPU's busy time there, its idle by cause, and the kernels, copies and memsets with the most time
     inside it. host_activity gives the host's side of the same window."""
+    r, scope, lo, hi = _window(ctx, start_us, end_us, rank, device)
+    return DeviceActivityAnswer(scope, start_us, end_us, device_window(r.trace, r.gaps, lo, hi, device, _top(top)))
+
+
+def _window(ctx: AnalysisContext, start_us: float, end_us: float, rank: int | None,
+            device: int | None) -> tuple[RankAnalysis, Scope, int, int]:
+    """The rank and scope a window tool reads, and the window in ns on the trace's clock."""
     if end_us <= start_us:
         raise ToolInputError("end_us must be after start_us")
     r, scope = ctx.scoped(rank, device)
     origin = r.trace.origin_ns()
-    return DeviceActivityAnswer(scope, start_us, end_us, device_window(
-        r.trace, r.gaps, origin + int(start_us * 1000), origin + int(end_us * 1000), device, _top(top)))
+    return r, scope, origin + int(start_us * 1000), origin + int(end_us * 1000)
 
 
 def data_movement(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
