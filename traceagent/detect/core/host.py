@@ -407,7 +407,7 @@ class _HostColumns:
     def overlaps(self, at: np.ndarray, lo: int, hi: int) -> _Overlaps:
         """The events at these positions grouped by name, kind and thread: one name's events on one
         thread merged (a thread does one thing at a time at each depth)."""
-        overlap = np.minimum(self.end[at], hi) - np.maximum(self.start[at], lo)
+        overlap = iv.inside(self.start[at], self.end[at], lo, hi)
         keys = np.stack([self.name_code[at], self.kind_code[at], self.pid[at], self.tid[at]], axis=1)  # the window's only
         groups, inverse = np.unique(keys, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)

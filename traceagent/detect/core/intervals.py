@@ -100,6 +100,11 @@ def _read_only(values: np.ndarray) -> np.ndarray:
     return view
 
 
+def inside(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """How much of each interval (not a set: any, in any order) lies inside [lo, hi), 0 for none."""
+    return np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0, None)
+
+
 def covered(iv: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For each query [start, end), how much of it the set covers (ns)."""
     return _cumulative(iv, np.asarray(ends, dtype=np.int64)) - _cumulative(iv, np.asarray(starts, dtype=np.int64))

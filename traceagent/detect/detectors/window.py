@@ -40,11 +40,11 @@ def device_window(trace: Trace, gaps: pd.DataFrame, lo: int, hi: int, device: in
     for view in views_of(trace, device):
         busy = iv.length(iv.clip(view.busy, lo, hi))
         mine = gaps[gaps["device"] == view.device]
-        inside = _inside(mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64), lo, hi)
+        inside = iv.inside(mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64), lo, hi)
         held = inside > 0
         idle = pd.Series(inside[held]).groupby(mine["cause"].to_numpy()[held], observed=True).sum()
         work = view.work
-        overlap = _inside(work["start"].to_numpy(np.int64), work["end"].to_numpy(np.int64), lo, hi)
+        overlap = iv.inside(work["start"].to_numpy(np.int64), work["end"].to_numpy(np.int64), lo, hi)
         ran = np.flatnonzero(overlap > 0)  # a window holds few of a trace's ops: the rest are never read
         ops = pd.DataFrame({"name": work["name"].to_numpy()[ran], "kind": work["kind"].to_numpy()[ran],
                             "time": overlap[ran]})
@@ -55,8 +55,3 @@ def device_window(trace: Trace, gaps: pd.DataFrame, lo: int, hi: int, device: in
                                 [WindowOp(short_name(str(name)), str(kind), int(r["size"]), us(int(r["sum"])))
                                  for (name, kind), r in by_op.iterrows()]))
     return out
-
-
-def _inside(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """How much of each interval lies inside [lo, hi) (0 for none)."""
-    return np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0, None)
