@@ -97,3 +97,33 @@ def test_each_side_panel_finding_of_a_registered_detector_asks_a_question_it_ans
     assert len(asked) >= 4  # the registered detectors this trace has results for
     for name, question in asked:
         assert understand(question, ctx).intent == f"detector:{name}", question
+
+
+#: a question each detector with a lead hook answers with a lead of its own
+LED = {"precision": "Are tensor cores used?", "host_ops": "How many threads launch work?",
+       "modules": "How many layers does the model have?", "grid_fill": "What is the achieved occupancy?",
+       "time_by_class": "How much time does convolution take?", "libraries": "How much time is in cuDNN?",
+       "training_phases": "How long does the optimizer take?", "op_time": "Which op launches the most kernels?"}
+
+
+@pytest.mark.parametrize("name", sorted(LED))
+def test_a_detectors_lead_hook_starts_the_offline_answer_to_what_was_asked_of_it(name):
+    """The offline analyst answers a registered detector's questions with what its `lead` hook says of the
+    result first, then its sentence: no plan of its own. Expected: the hook called here on the same result."""
+    from conftest import B200, RESNET_NW0, analyzed, offline_answer
+
+    detector = next(d for d in registry.DETECTORS if d.name == name)
+    question = LED[name]
+    led = [(a, first) for a in map(analyzed, (RESNET_NW0, B200))
+           if (first := detector.lead_for(a.focus.results.get(name), question)) is not None]
+    assert led, f"no trace here gives {name}'s lead for {question!r}"
+    analysis, first = led[0]
+    assert understand(question, AnalysisContext(analysis)).intent == f"detector:{name}"
+    said = offline_answer(analysis, question)
+    assert said.startswith(f"{first}\n\n**{detector.title}.**")
+
+
+def test_every_detector_with_a_lead_names_the_questions_it_answers():
+    # a lead is what the offline analyst's answer to its questions starts with: without questions it never runs
+    assert {d.name for d in registry.DETECTORS if d.lead is not None} == set(LED)
+    assert all(d.asks and d.tool for d in registry.DETECTORS if d.lead is not None)

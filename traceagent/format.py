@@ -59,6 +59,11 @@ def shorten(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def upper_first(text: str) -> str:
+    """The text with its first letter capitalised, the rest as written ("rank 0, GPU 1" → "Rank 0, GPU 1")."""
+    return text[:1].upper() + text[1:]
+
+
 def shorten_middle(text: str, width: int = 60) -> str:
     """At most `width` characters, its start and end kept (a kernel's template arguments differ at
     either end: `Kernel2<cutlass_80_…_128x2_tn_align8>`)."""

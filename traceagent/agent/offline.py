@@ -20,40 +20,30 @@ from typing import Any
 from ..detect.analysis import Analysis, RankAnalysis
 from ..detect.compare.diff import DiffResult, OpChange, Prediction, work_note
 from ..detect.compare.scaling import PARTS
+from ..detect.core.asked import SLOWEST, asks_yes_or_no
 from ..detect.core.peaks import peak_for
 from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, label
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
 from ..detect.detectors.flops import roofline, uncounted_sentence
 from ..detect.detectors.graphs import capture_sentence
-from ..detect.detectors.grid_fill import DETECTOR as GRID_FILL_DETECTOR
-from ..detect.detectors.host_ops import DETECTOR as HOST_OPS_DETECTOR
-from ..detect.detectors.host_ops import THREADS_ASKED, UTILIZATION_ASKED, HostOpsResult, threads_read
+from ..detect.detectors.host_ops import API_NAMED, api_time
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import is_op_name, op_kernels, short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
-from ..detect.detectors.libraries import DETECTOR as LIBRARIES_DETECTOR
-from ..detect.detectors.libraries import library_named, library_sentence
+from ..detect.detectors.libraries import library_named
 from ..detect.detectors.memory import memory_peak
-from ..detect.detectors.modules import DETECTOR as MODULES_DETECTOR
-from ..detect.detectors.modules import ModulesResult
-from ..detect.detectors.op_time import DETECTOR as OP_TIME_DETECTOR
-from ..detect.detectors.op_time import OpTimeResult
-from ..detect.detectors.precision import DETECTOR as PRECISION_DETECTOR
-from ..detect.detectors.precision import SHOWN_PCT, PrecisionResult, precision_sentence
+from ..detect.detectors.precision import precision_sentence
 from ..detect.detectors.steps import StepRow
 from ..detect.detectors.stragglers import RankCollectives, RankComparison
-from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult
-from ..detect.detectors.time_by_class import DETECTOR as CLASSES_DETECTOR
-from ..detect.detectors.training_phases import DETECTOR as TRAINING_PHASES_DETECTOR
-from ..detect.detectors.training_phases import TrainingPhasesResult
+from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult, classes_named
 from ..detect.detectors.workload import DETECTOR as WORKLOAD_DETECTOR
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import ALL_KERNELS, whatif_sentence
-from ..format import counted, duration, flop_rate, of_span, percent, rate, scope, shorten, size
+from ..format import counted, duration, flop_rate, of_span, percent, rate, scope, shorten, size, upper_first
 from ..sentences import device_lines, gpu_behind, slowest_step_sentence, straggler_sentence
 from ..text import code, md_prose
 from ..trace.model import GPU_METRICS
@@ -94,8 +84,6 @@ from .question import (
     PRECISION,
     RUN_LENGTH,
     Question,
-    classes_named,
-    modules_named,
     understand,
 )
 from .tools import NO_ANNOTATIONS, NO_MEMORY, NO_STEPS, AnalysisContext, ToolInputError, dumps, tool_functions
@@ -189,7 +177,7 @@ class OfflineAnalyst:
                                   + [("hot_kernels", at | kind.filters) for kind in _collective_named(q.text)]
                                   # "which collective is slowest?": the collective kernels by time per call
                                   + ([("hot_kernels", at | {"collectives": True, "order_by": _slow_order(q), "top": 3})]
-                                     if _SLOWEST.search(q.text) and not _collective_named(q.text) else []),
+                                     if SLOWEST.search(q.text) and not _collective_named(q.text) else []),
                                   self._communication_asked),
             "critical_path": Plan(lambda q, at: [("critical_path", at | ({"step": q.steps[0]} if q.steps else {}))],
                                   self._critical_path),
@@ -237,26 +225,10 @@ class OfflineAnalyst:
             # each registered detector that names the questions it answers (Detector.asks)
             **{f"detector:{d.name}": Plan(partial(_own_tool, d.name), partial(self._registered, d))
                for d in DETECTORS if d.asks and d.tool},
-            # precision asked yes or no ("is it using fp8?", "are tensor cores used?"): the answer first
-            "detector:precision": Plan(partial(_own_tool, "precision"), self._precision),
-            # a runtime API named ("how much time is spent in cudaMalloc?"): its calls and host time first
-            "detector:host_ops": Plan(partial(_own_tool, "host_ops"), self._host_ops),
-            # "how many layers?": the model's repeated block counted first
-            "detector:modules": Plan(partial(_own_tool, "modules"), self._modules),
-            # occupancy asked about: Kineto's estimate first
-            "detector:grid_fill": Plan(partial(_own_tool, "grid_fill"), self._grid_fill),
-            # a class of work asked about ("how much time does attention take?"): its share first
-            "detector:time_by_class": Plan(partial(_own_tool, "time_by_class"), self._time_by_class),
-            # one library asked about ("how much time is in cuDNN?"): its share first
-            "detector:libraries": Plan(partial(_own_tool, "libraries"), self._libraries),
-            # "how long does the optimizer take?", "the backward to forward ratio?": that phase or the ratio first
-            "detector:training_phases": Plan(partial(_own_tool, "training_phases"), self._training_phases),
             # "what is this program doing?": the kind of job, then the trace in short
             "detector:workload": Plan(lambda q, at: _own_tool("workload", q, at)
                                       + ([("overview", {}), ("verdict", at)] if _WHOLE_TRACE_ASKED.search(q.text) else []),
                                       self._workload),
-            # "which op launches the most kernels?": that op first, not the most time
-            "detector:op_time": Plan(partial(_own_tool, "op_time"), self._op_time),
         }
 
     async def answer(self, question: str, note: str = NO_LLM, lead: str = "") -> AsyncIterator:
@@ -368,7 +340,7 @@ class OfflineAnalyst:
         rank = q.rank if q.rank is not None else self.ctx.analysis.focus.rank
         gpus = [(r.rank, d, b) for r in overview.ranks if r.rank == rank for d, b in r.devices.items()
                 if q.device in (None, d)]
-        return [f"**{_upper_first(scope(r, d))}: busy {percent(b.busy_pct)}** of its span ({duration(b.busy_us)} of "
+        return [f"**{upper_first(scope(r, d))}: busy {percent(b.busy_pct)}** of its span ({duration(b.busy_us)} of "
                 f"{duration(b.span_us)}), idle {percent(b.idle_pct)}." for r, d, b in gpus[:16]] + [""] if gpus else []
 
     def _largest_gap(self, idle: IdleGapsAnswer, count: int = 1) -> list[str]:
@@ -1061,79 +1033,25 @@ class OfflineAnalyst:
         return "\n".join(lines)
 
     def _registered(self, detector: Detector, q: Question, answer: DetectorAnswer) -> str:
-        """A registered detector's answer: its sentence (its own words), or why the trace cannot say."""
+        """A registered detector's answer: what the question asks of it (its lead) and its sentence (its own
+        words), or why the trace cannot say."""
         if answer.result is None:
             return _unavailable(answer.unavailable, detector.title.lower()) if answer.unavailable else \
                 f"This trace has nothing for {detector.title.lower()}."
+        who = self._who(answer.scope)
         said = detector.say(answer.result, self.ctx.analysis.focus.params.params_for(detector))
-        return f"{self._who(answer.scope)}**{detector.title}.** {said or ''}".rstrip()
-
-    def _precision(self, q: Question, answer: DetectorAnswer) -> str:
-        """The precision detector's sentence, led by a yes or a no where the question asks one about
-        tensor cores or a format ("is TF32 on?", "am I using AMP?")."""
-        said = self._registered(PRECISION_DETECTOR, q, answer)
-        r: PrecisionResult | None = answer.result
-        named = [f for f, pattern in _FORMATS_ASKED if re.search(pattern, q.text, re.I)]
-        asked = named[0] if named else None
-        if r is None or asked is None or not _yes_no(q):
-            return said
-        choices = [f for f in named if f not in ("tensor cores", "mixed precision")]
-        if len(choices) > 1 and re.search(r"\bor\b", q.text, re.I):  # "fp8 or fp4?": each one's share, most first
-            shares = sorted((p for p in r.precisions if p.precision in choices and p.share_pct >= SHOWN_PCT),
-                            key=lambda p: -p.share_pct)
-            lead = (f"**Mostly {shares[0].precision}:** " + ", ".join(f"{p.precision} takes {percent(p.share_pct)}"
-                                                                      for p in shares)
-                    + " of the math kernels' time." if shares else
-                    f"**Neither:** no math kernel's name says {' or '.join(choices)}"
-                    + (f"; the most math time is {top.precision}'s ({percent(top.share_pct)})."
-                       if (top := next((p for p in r.precisions if p.precision != "unknown"), None)) else "."))
-        elif asked == "tensor cores":
-            lead = (f"**Yes:** {percent(r.tensor_core_pct)} of the math kernels' time runs on tensor cores."
-                    if r.tensor_core_pct >= 50 else
-                    f"**Partly:** {percent(r.tensor_core_pct)} of the math kernels' time runs on tensor cores."
-                    if r.tensor_core_pct >= SHOWN_PCT else "**No:** none of the math kernels' time runs on tensor cores.")
-        else:
-            formats = ("bf16", "fp16", "fp8", "fp4") if asked == "mixed precision" else (asked,)
-            shares = [p for p in r.precisions if p.precision in formats and p.share_pct >= SHOWN_PCT]
-            unsaid = next((p.share_pct for p in r.precisions if p.precision == "unknown"), 0.0)
-            lead = ("**Yes:** " + ", ".join(f"{p.precision} takes {percent(p.share_pct)}" for p in shares)
-                    + " of the math kernels' time." if shares else
-                    f"**No:** no math kernel's name says {' or '.join(formats)}"
-                    + (f" (for {percent(unsaid)} of their time the names say no format)"
-                       if unsaid >= SHOWN_PCT else "") + ".")
-        return f"{lead}\n\n{said}"
-
-    def _led(self, detector: Detector, q: Question, answer: DetectorAnswer, lead: Callable[[Any], str | None]) -> str:
-        """A registered detector's answer, led by what the question asks of its result (`lead` gives it,
-        or None where the question asks nothing in particular of it)."""
-        said = self._registered(detector, q, answer)
-        first = lead(answer.result) if answer.result is not None else None
-        return f"{self._who(answer.scope)}{first}\n\n{said}" if first else said
-
-    def _host_ops(self, q: Question, answer: DetectorAnswer) -> str:
-        """Host time by op, led by each runtime or driver API the question names: its calls and self time."""
-        def lead(r: HostOpsResult) -> str | None:
-            lines = []
-            if re.search(THREADS_ASKED, q.text, re.I):
-                lines.append(f"**{counted(r.threads, 'thread')} {'launch' if r.threads > 1 else 'launches'} GPU work.**"
-                             if r.launching_only else f"**{counted(r.threads, 'thread')}** with host events; none launches "
-                             "GPU work.")
-            if re.search(UTILIZATION_ASKED, q.text, re.I):
-                lines.append("**The trace does not measure CPU utilization:** a profiler records the events on the "
-                             "host's threads, not how loaded its cores are. What it says is where those threads' time in "
-                             "events goes:")
-            rank = self._rank_at(dict(answer.scope or {}))
-            if rank is not None and rank.verdict.limiter is None and not lines:  # a CPU-only trace: all its time is the host's
-                lines.append(f"**No GPU work in this trace** (CPU activities only): its time is the host's, by op below. "
-                             f"{rank.verdict.next_step}")
-            return " ".join(lines + _api_time(q, r)) or None
-        return self._led(HOST_OPS_DETECTOR, q, answer, lead)
+        said = f"{who}**{detector.title}.** {said or ''}".rstrip()
+        # what the question asks of the result first (the detector's lead), then its sentence
+        first = detector.lead_for(answer.result, q.text)
+        if first is None and q.host_only and (rank := self._rank_at(dict(answer.scope or {}))) is not None:
+            first = f"{_NO_GPU_WORK} {rank.verdict.next_step}"
+        return f"{who}{first}\n\n{said}" if first else said
 
     def _with_api_time(self, plan: Plan) -> Plan:
         """A plan whose answer leads with the host time of each runtime API the question names, where it asks
         how long they take ("how much time is spent in cudaLaunchKernel?" is the launch answer, led by that)."""
         def asked(q: Question) -> bool:
-            return bool(_API_NAMED.search(q.text) and _TIME_ASKED.search(q.text))
+            return bool(API_NAMED.search(q.text) and _TIME_ASKED.search(q.text))
 
         def calls(q: Question, at: dict) -> list[tuple[str, dict]]:
             return plan.calls(q, at) + ([("host_ops", _rank(at))] if asked(q) else [])
@@ -1142,82 +1060,14 @@ class OfflineAnalyst:
             if not asked(q):
                 return plan.write(q, *answers)
             *own, host = answers
-            lead = " ".join(_api_time(q, host.result)) if host.result is not None else ""
+            lead = " ".join(api_time(host.result, q.text)) if host.result is not None else ""
             return (f"{self._who(host.scope)}{lead}\n\n" if lead else "") + plan.write(q, *own)
         return Plan(calls, write)
-
-    def _modules(self, q: Question, answer: DetectorAnswer) -> str:
-        """Device time by module, led by the model's layer count where the question asks it, or by each
-        module type it names ("attention vs MLP")."""
-        asked = re.search(r"\bhow many\b.{0,20}\b(?:layers?|blocks?)\b", q.text, re.I)
-
-        def lead(r: ModulesResult) -> str | None:
-            if asked and r.layers is not None:
-                return (f"**{counted(r.layers, 'layer')}** of `{r.layer}` (the distinct instances of the model's "
-                        "repeated block that the trace ran).")
-            by_name = {m.name: m for m in r.modules}
-            if _SLOWEST.search(q.text) and (slow := by_name.get(r.slowest_per_call or "")) is not None:
-                return (f"**{code(slow.name)} has the longest calls: {duration(slow.mean_device_us)} of device time a "
-                        f"call** ({counted(slow.calls, 'call')}; of the modules called more than once)"
-                        + (f"; its longest call is {code(slow.longest_call)}'s, {duration(slow.max_device_us)}."
-                           if slow.longest_call else "."))
-            return " ".join(f"**{code(m.name)}: {duration(m.device_us)} of device time** ({percent(m.share_pct)} of "
-                            f"the rank's, {counted(m.calls, 'call')}, {duration(m.mean_device_us)} a call)."
-                            for m in (by_name[n] for n in modules_named(q.text, by_name))) or None
-        return self._led(MODULES_DETECTOR, q, answer, lead)
-
-    def _grid_fill(self, q: Question, answer: DetectorAnswer) -> str:
-        """Grids that cannot fill the GPU, led by the achieved occupancy where the question asks it."""
-        asked = re.search(r"\boccupancy\b", q.text, re.I)
-        return self._led(GRID_FILL_DETECTOR, q, answer, lambda r: (
-            f"**Achieved occupancy: {percent(r.occupancy_pct)}** of the SMs' warps (Kineto's estimate, weighted by "
-            "kernel time)." if asked and r.occupancy_pct is not None else None))
-
-    def _time_by_class(self, q: Question, answer: DetectorAnswer) -> str:
-        """The classes' shares, led by the time of each class the question names."""
-        def lead(r: TimeByClassResult) -> str | None:
-            by_name = {c.name: c for c in r.classes}
-            return " ".join(f"**{_upper_first(c.label)}: {percent(c.share_pct)} of device time** ({duration(c.time_us)} "
-                            f"in {counted(c.ops, 'op')}" + (f", led by {code(shorten(c.top[0], 60))}" if c.top else "")
-                            + ")." if (c := by_name.get(name)) is not None else
-                            f"**No {CLASSES[name].label} kernels** in this scope." for name in classes_named(q.text)) or None
-        return self._led(CLASSES_DETECTOR, q, answer, lead)
-
-    def _libraries(self, q: Question, answer: DetectorAnswer) -> str:
-        """The libraries' shares, led by the share of the one the question names."""
-        asked = library_named(q.text)
-        return self._led(LIBRARIES_DETECTOR, q, answer, lambda r: library_sentence(r, asked) if asked else None)
-
-    def _training_phases(self, q: Question, answer: DetectorAnswer) -> str:
-        """Forward, backward and optimizer, led by the phase the question names, or by the backward over the
-        forward where it weighs the two."""
-        def lead(r: TrainingPhasesResult) -> str | None:
-            named = re.findall(r"\b(forward|backward|optimi[sz]er)\b", q.text, re.I)
-            if {n.lower() for n in named} == {"forward", "backward"}:
-                return (f"**The backward takes {r.backward_per_forward_x:g}× the forward** (device time, collectives "
-                        "left out; about twice is usual)." if r.backward_per_forward_x is not None else None)
-            phases = {p.name: p for p in r.phases}
-            said = [("optimizer" if n.lower().startswith("optimi") else n.lower()) for n in dict.fromkeys(named)]
-            return " ".join(f"**{_upper_first(name)}: {duration(p.time_us)}, {percent(p.share_pct)} of device time** "
-                            f"({counted(p.ops, 'device op')}" + (f", led by {code(shorten(p.top[0], 60))}" if p.top else "")
-                            + ")." if (p := phases.get(name)) is not None else f"**No {name} work** in this trace."
-                            for name in said) or None
-        return self._led(TRAINING_PHASES_DETECTOR, q, answer, lead)
 
     def _workload(self, q: Question, answer: DetectorAnswer, *summary: Any) -> str:
         """The kind of job; asked what the trace or program does, the trace in short after it."""
         said = self._registered(WORKLOAD_DETECTOR, q, answer)
         return f"{said}\n\n{self._summary(q, *summary)}" if summary else said
-
-    def _op_time(self, q: Question, answer: DetectorAnswer) -> str:
-        """GPU time by op, led by the op that launched the most device ops where the question asks for it."""
-        def lead(r: OpTimeResult) -> str | None:
-            if not _MOST_LAUNCHED.search(q.text) or (o := r.most_device_ops) is None:
-                return None
-            return (f"**{code(shorten(o.name, 60))} launched the most device ops: {o.device_ops}** (its kernels, copies "
-                    f"and memsets, for {duration(o.time_us)} of device time, {percent(o.share_pct)} of the rank's"
-                    + (f"; {counted(o.calls, 'call')} of the op" if o.calls else "") + ").")
-        return self._led(OP_TIME_DETECTOR, q, answer, lead)
 
     def _scaling(self, q: Question, answer: CommAnswer, scaled: ScalingAnswer | None = None) -> str:
         """Two runs loaded: how the job scales between them; one: what in it grows with more GPUs,
@@ -1881,23 +1731,11 @@ _EVERY_RANK = re.compile(r"\b(?:across|each|every|per|all|between|among) (?:the 
                          r"\bwhich ranks?\b", re.I)
 
 
-def _upper_first(text: str) -> str:
-    """The text with its first letter capitalised, the rest as written ("rank 0, GPU 1" → "Rank 0, GPU 1")."""
-    return text[:1].upper() + text[1:]
-
-
 def _own_tool(name: str, q: Question, at: dict) -> list[tuple[str, dict]]:
     """A registered detector's plan: its own tool, on the rank and GPU the question names."""
     return [(name, at)]
 
 
-#: what a yes-or-no question about precision asks after, as it says it (precision.PRECISIONS' names)
-_FORMATS_ASKED = [("tensor cores", r"\b(?:tensor|matrix)[- ]?cores?\b"), ("tf32", r"\btf32\b"),
-                  ("mixed precision", r"\b(?:amp|autocast|mixed[- ]precision)\b"),
-                  ("fp8", r"\b(?:fp8|float8|e4m3|e5m2)\b"), ("fp4", r"\b(?:fp4|nvfp4|mxfp4)\b"),
-                  ("bf16", r"\b(?:bf16|bfloat16)\b"), ("fp16", r"\b(?:fp16|float16|half[- ]precision)\b"),
-                  ("int8", r"\bint8\b"), ("fp32", r"\b(?:fp32|float32|single[- ]precision|full[- ]precision)\b"),
-                  ("fp64", r"\b(?:fp64|float64|double[- ]precision)\b")]
 #: the inference phases (phases.ORDER) as a question says them
 _PHASE_WORDS = [("prefill", r"\bpre-?fill"), ("mixed", r"\bmixed\b|chunked prefill"), ("decode", r"\bdecod")]
 _PHASE_WINDOWS = {"prefill": "new requests arriving while it records",
@@ -1928,22 +1766,10 @@ _COLLECTIVES = [_Collective("All-reduce", r"all[- _]?reduce", {"name_filter": "a
                 _Collective("Broadcast", r"broadcast", {"name_filter": "broadcast"}, "broadcast")]
 
 
-def _api_time(q: Question, r: HostOpsResult) -> list[str]:
-    """Each runtime or driver API the question names (and its variants: cudaMallocAsync), its calls and host
-    time, or that there are none."""
-    lines = []
-    for name in dict.fromkeys(_API_NAMED.findall(q.text)):
-        found = [c for c in r.runtime_calls if c.name.lower().startswith(name.lower())]
-        lines += [f"**`{c.name}`: {counted(c.calls, 'call')}, {duration(c.self_us)} on the host** "
-                  f"({percent(c.share_pct)} of the time in host events on {threads_read(r)})." for c in found] or [
-            f"**No `{shorten(name, 60)}` calls** on {threads_read(r)} in this trace."]
-    return lines
-
-
-#: a CUDA/HIP runtime or driver API written as code (cudaLaunchKernel, hipMemcpyAsync, cuMemAlloc)
-_API_NAMED = re.compile(r"\b(?:cuda|hip|cu)[A-Z]\w+")
 #: how long something takes, asked
 _TIME_ASKED = re.compile(r"\bhow (?:much|long)\b|\btime (?:is )?spent\b|\btotal time\b", re.I)
+#: what a rank that ran no GPU work is, said before where its host time goes
+_NO_GPU_WORK = "**No GPU work in this trace** (CPU activities only): its time is the host's, by op below."
 
 
 def _collective_named(text: str) -> list[_Collective]:
@@ -1959,8 +1785,6 @@ _REQUESTS_ASKED = re.compile(r"\bhow many (?:requests|sequences|prompts)\b|\breq
 #: "how many kernels ran?": every kernel counted, not only those linked to a launch call
 _KERNELS_COUNTED = re.compile(r"\b(?:how many|number of|count of)\b.{0,20}\bkernels?\b(?!.{0,20}\b(?:per|a|each) "
                               r"(?:step|iteration)\b)", re.I)
-#: "which collective is slowest?", "the longest NCCL call": collectives ranked per call
-_SLOWEST = re.compile(r"\b(?:slowest|longest)\b|\bper (?:call|launch)\b", re.I)
 #: communication weighed against computation: "comm to compute ratio", "communication vs compute time"
 _RATIO_ASKED = re.compile(r"\bratio\b|\b(?:vs\.?|versus|against|compar\w*|relative)\b.{0,25}\bcomput|"
                           r"\bcomput\w*\b.{0,25}\b(?:vs\.?|versus|against|compar\w*|relative)\b", re.I)
@@ -1989,9 +1813,6 @@ def _slow_order(q: Question) -> str:
 #: one kernel named by its rank ("the slowest kernel", "the top kernel"): the hottest, by total time
 _ONE_TOP_KERNEL = re.compile(r"\bthe (?:slowest|hottest|top|biggest|largest|longest|heaviest|most expensive|costliest|"
                              r"main|dominant) kernel\b(?!s)", re.I)
-#: "which op launches the most kernels?": counted, not timed
-_MOST_LAUNCHED = re.compile(r"\bmost\b.{0,20}\b(?:kernels?|launch\w*|device ops?)\b|\blaunch\w* the most\b|"
-                            r"\b(?:kernels?|launches) (?:per|by) (?:op|operator)s?\b", re.I)
 _TYPICAL_KERNEL = re.compile(r"\b(?:average|mean|median|typical)\b.{0,20}\bkernels?\b|"
                              r"\bkernels?\b.{0,20}\b(?:average|mean|median|typical)\b|how long (?:is|does) a kernel", re.I)
 _FACTOR = re.compile(r"\b(\d+(?:\.\d+)?)\s*(?:x|×|times)\b", re.I)
@@ -2078,7 +1899,7 @@ def _what_grew(d: DiffResult) -> str:
 
 def _yes_no(q: Question) -> bool:
     """Whether the question asks for a yes or a no ("did it help?", "is it faster?")."""
-    return bool(re.match(r"\s*(?:did|does|do|is|are|was|were|has|have|can|could|should|will|would|am)\b", q.text, re.I))
+    return asks_yes_or_no(q.text)
 
 
 #: copies under this share of the span: pinning their memory saves little, whatever share is pageable

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..detect.core.asked import ENGLISH
+from ..detect.detectors.modules import modules_named
+from ..detect.detectors.time_by_class import CLASS_WORDS, classes_named
 from ..detect.registry import DETECTORS
 from .tools import AnalysisContext
 
@@ -20,17 +22,6 @@ PRECISION = r"mixed[- ]precision|autocast|amp|bf16|bfloat16|fp16|float16|half[- 
 FP8 = r"fp8|float8|e4m3|e5m2|transformer engine"
 OTHER_GPU = r"(?:a |an )?(?:faster|newer|bigger|better) gpu|h100|h200|h800|a100|a10g?|l40s?|l4|b200|b100|gb200|mi300x?|" \
             r"mi325x?|mi250x?|v100|t4|rtx ?\d{4}"
-#: classes of work (time_by_class.CLASSES, and the memory-bound nature) as questions say them; a
-#: collective's name is not an indexing kernel ("all-gathers", "reduce-scatter")
-CLASS_WORDS = [("memory_bound", r"memory[- ]bound"),
-               ("attention", r"attention|attn\b|flash|sdpa|kv[- _]?cache|paged[- ]?attention"),
-               ("convolution", r"conv(?:olution)?s?\b"),
-               ("gemm", r"matmuls?\b|gemms?\b|linear layers?|mat(?:rix)?[- ]?mul\w*"),
-               ("normalization", r"(?:layer|batch|group|rms)[ -]?norms?\b|normali[sz]ations?"),
-               ("elementwise", r"element-?wise|pointwise"), ("reduction", r"softmax|reductions?\b"),
-               ("indexing", r"embeddings?\b|(?<!all)(?<!all[- _])gathers?\b|(?<!reduce)(?<!reduce[- _])scatters?\b|"
-                            r"indexing"),
-               ("optimizer", r"optimi[sz]er\b|adam\w*")]
 _CLASSES_SAID = "|".join(words for name, words in CLASS_WORDS if name != "memory_bound")
 #: what a question puts between two things it compares ("step 5 vs 6", "rank 0 compared to rank 1")
 _VERSUS = r"vs\.?|versus|against|compared (?:to|with)"
@@ -289,9 +280,6 @@ _CHANGED = re.compile(r"\b(?:got|get|gets|getting|became|become|went|go|goes|gon
 SHORTHAND = {"mem": "memory", "bw": "bandwidth", "util": "utilization", "perf": "performance", "avg": "average",
              "comms": "communication", "comm": "communication", "xfer": "transfer", "xfers": "transfers"}
 _SHORTHAND = re.compile(rf"\b(?:{'|'.join(SHORTHAND)})\b", re.I)
-# a question with none of these words, and no intent found, is taken to be in another language
-_ENGLISH = set("the a an is are was why what how which where who my our this that it of to in on for with does do "
-               "did can should i we me you be slow fast time would could will help use using much many more".split())
 _RANKS = re.compile(rf"\brank\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|with|or)\s*#?(\d+))?", re.I)
 _DEVICES = re.compile(rf"\b(?:gpu|device|cuda:)\s*#?(\d+)(?:\s*(?:{_VERSUS}|and|to|with|or|than)\s*"
                       r"(?:(?:gpu|device|cuda:)\s*)?#?(\d+))?", re.I)
@@ -314,7 +302,7 @@ _GENERIC_OP_WORDS = set(("all aten prims c10d nccl rccl cuda hip cudnn miopen na
                           "function forward backward step copy add mul sub div view empty fill zero clone contiguous "
                           "item linear matmul conv softmax norm layer layers model time kernel kernels and inside into "
                           "from gpu gpus device rank ranks vllm sglang call calls data loader take batch batches token "
-                          "tokens size").split()) | _ENGLISH
+                          "tokens size").split()) | ENGLISH
 #: a statistic said of a measure ("the mean kernel time", "max step duration"): not the op of that name
 _STATISTIC = re.compile(r"\b(?:mean|average|max|min|sum|median)\s+(?=(?:kernel|time|duration|latency|step|launch|gap|"
                         r"idle|length|runtime|run|iteration|value|bandwidth|throughput)s?\b)")
@@ -324,8 +312,6 @@ _GENERIC_KERNEL_WORDS = {"kernel", "kernels", "native", "void", "float", "const"
                          "pytorch", "torch", "version", "model", "layers", "sequence", "length",
                          "memset", "gemm", "gemms", "sgemm", "matmul", "reduce", "tensor", "tensorop", "attention",
                          "softmax", "convolution", "batch", "stream", "launch", "params", "arguments", "policy"}
-#: words that end many module types' names without naming one ("layer" of every *DecoderLayer)
-_GENERIC_MODULE_WORDS = {"layer", "layers", "model", "block", "module", "list", "dict", "sequential", "head", "time"}
 OP_NAME = re.compile(r"[A-Za-z_][\w.]*::[\w.:]+")  # an op as the profiler names it: aten::mm, vllm::moe_forward
 
 
@@ -348,6 +334,8 @@ class Question:
     ranks: tuple[int, ...] = ()  # every rank the question names, in order, once each ("rank 0 vs 1": 0, 1)
     devices: tuple[int, ...] = ()  # every GPU the question names, in order, once each ("GPU 0 and 1": 0, 1)
     window: tuple[float, float] | None = None  # a stretch of the trace it names, µs from its first event
+    # the host's time asked of a rank that ran no GPU work: the answer says that it has none
+    host_only: bool = False
 
 
 def understand(text: str, ctx: AnalysisContext) -> Question:
@@ -426,13 +414,14 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
         # kernels, calls and host time
         intent = "op"
     letters = [c for c in text if c.isalpha()]
-    english = len(set(re.findall(r"[a-z]+", text.lower())) & _ENGLISH)
+    english = len(set(re.findall(r"[a-z]+", text.lower())) & ENGLISH)
     foreign = bool(letters) and (sum(c.isascii() for c in letters) < len(letters) / 2 or (not english and intent is None))
     if intent == "rank_vs_rank" and len(ranks) < 2:
         intent = "straggler"  # "rank 3 and its neighbours": about ranks, with one named
     if intent == "device_vs_device" and len(devices) < 2:
         intent = "idle"  # "GPU 1 and its copies": about one GPU
-    return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks, devices, window)
+    return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks, devices, window,
+                    intent == "detector:host_ops" and about.verdict.limiter is None)
 
 
 def _window(text: str) -> tuple[float, float] | None:
@@ -451,13 +440,6 @@ def _window(text: str) -> tuple[float, float] | None:
 def _numbers_named(pattern: re.Pattern, text: str) -> tuple[int, ...]:
     """The numbers a pattern's groups find in the text (ranks, GPUs), in order, once each."""
     return tuple(dict.fromkeys(int(n) for m in pattern.finditer(text) for n in m.groups() if n))
-
-
-def classes_named(text: str, natures: bool = False) -> list[str]:
-    """The classes of work a question names in words ("a 2x faster conv", "attention and matmuls"),
-    and with `natures` the memory-bound nature too."""
-    return [name for name, words in CLASS_WORDS if (natures or name != "memory_bound")
-            and re.search(rf"\b(?:{words})", text, re.I)]
 
 
 def _step_by_order(word: str, ctx: AnalysisContext) -> list[int]:
@@ -519,24 +501,6 @@ def named_module(text: str, ctx: AnalysisContext) -> str | None:
     return named[0] if named else None
 
 
-def modules_named(text: str, types: Iterable[str]) -> list[str]:
-    """The module types the question names, the best named first: a type is named by a word (or two
-    run together: "self attention") its name ends with; the longest such word wins, and of the types
-    it names, the shortest ("attention": BertAttention, not BertSelfAttention)."""
-    words = [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9]*", text)]
-    said = {w for w in words if len(w) >= 3} - _ENGLISH - _GENERIC_MODULE_WORDS
-    said |= {a + b for a, b in itertools.pairwise(words)}  # "self attention": SelfAttention
-    said |= {w[:-1] for w in said if w.endswith("s")}  # "the samplers"
-    best: dict[str, tuple[int, int, str]] = {}  # each word's best type
-    for t in types:
-        for w in said:
-            if t.lower().endswith(w):
-                best[w] = max(best.get(w, (0, 0, "")), (len(w), -len(t), t))
-    # a word inside a longer one that names a type ("attention" in "selfattention") names nothing of its own
-    kept = [w for w in best if not any(w != v and w in v for v in best)]
-    return list(dict.fromkeys(best[w][2] for w in sorted(kept, key=lambda w: best[w], reverse=True)))
-
-
 def named_kernel(text: str, ctx: AnalysisContext) -> str | None:
     """The hot kernel (short name) of this trace that the question names, longest first."""
     words = set(re.findall(r"[A-Za-z_][\w:.]{3,}", text))
@@ -557,7 +521,7 @@ def kernel_word(text: str, ctx: AnalysisContext) -> str | None:
     question that names no kernel, op or module otherwise: the kernels whose name holds it are what it asks about.
     Two words said as one name first ("rotary embedding": rotary_embedding_kernel), then the word fewest names hold."""
     said = [w.lower() for w in re.findall(r"[A-Za-z]+", text)]
-    asked = {w for w in said if len(w) >= 5} - _ENGLISH - _GENERIC_OP_WORDS - _GENERIC_KERNEL_WORDS
+    asked = {w for w in said if len(w) >= 5} - ENGLISH - _GENERIC_OP_WORDS - _GENERIC_KERNEL_WORDS
     if not asked:
         return None
     kernels = {str(c).lower() for r in ctx.analysis.ranks for c in r.trace.gpu["name"].cat.categories}

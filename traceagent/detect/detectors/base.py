@@ -2,9 +2,9 @@
 NAME.PARAM=VALUE`), what it reads (the rank's events and other detectors' results, by name), its
 parameters, its result type, how it runs, and its optional hooks: the sentence reports and the chat
 app say about it, a report section, a side-panel finding, the words of the questions the offline
-analyst answers with it, and whether the agent gets a tool for it. Each analysis module defines its
-detectors as module-level `Detector`s; the registry finds them and runs them in the order their
-reads ask for (detect/registry.py), so adding one is its module and its test."""
+analyst answers with it and what its answer leads with, and whether the agent gets a tool for it.
+Each analysis module defines its detectors as module-level `Detector`s; the registry finds them and
+runs them in the order their reads ask for (detect/registry.py), so adding one is its module and its test."""
 
 from __future__ import annotations
 
@@ -62,6 +62,9 @@ class Detector:
     # the words of the questions it answers (a regex, case-insensitive): the offline analyst answers
     # them with its sentence, before its own intents; "" for none
     asks: str = ""
+    # (result, question) -> the first line of the offline analyst's answer where the question asks
+    # something in particular of the result ("how many layers?": the count), else None; its sentence follows
+    lead: Callable[[Any, str], str | None] | None = None
     reads: tuple[str, ...] = ()  # the detectors whose results it reads (Inputs[name]); the runner runs those first
     # its keys in a rank of `analyze --json`; None: one key, its name, holding the result or null
     keys: tuple[Key, ...] | None = None
@@ -95,6 +98,10 @@ class Detector:
         if self.findings is not None:
             return self.findings(result, on)
         return [(self.title.lower(), f"Tell me about the {self.title.lower()}{on}.")] if self.asks and self.tool else []
+
+    def lead_for(self, result: Any, question: str) -> str | None:
+        """What its answer to a question leads with (its `lead` hook), or None."""
+        return None if result is None or self.lead is None else self.lead(result, question)
 
     def say(self, result: Any, params: Any) -> str | None:
         """Its sentence for a result, or None where it has nothing to say."""

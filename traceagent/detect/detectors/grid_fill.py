@@ -11,6 +11,7 @@ empty. One bincount over the kernels' names.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,6 +129,14 @@ def grid_fill_findings(result: GridFillResult, on: str) -> list[tuple[str, str]]
         if result.top else []
 
 
+def grid_fill_lead(result: GridFillResult, question: str) -> str | None:
+    """The achieved occupancy where the question asks it, or None."""
+    if not re.search(r"\boccupancy\b", question, re.I) or result.occupancy_pct is None:
+        return None
+    return (f"**Achieved occupancy: {percent(result.occupancy_pct)}** of the SMs' warps (Kineto's estimate, weighted by "
+            "kernel time).")
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("grid_fill", "Grids that cannot fill the GPU",
                     "Kernel time in launches with fewer blocks than the GPU has SMs (Kineto's 'blocks per SM' under "
@@ -142,4 +151,4 @@ DETECTOR = Detector("grid_fill", "Grids that cannot fill the GPU",
                          r"using) (?:all )?(?:the |my )?(?:gpu|sms|streaming multiprocessors)\b.{0,20}$|"
                          r"\b(?:under-?fill\w*|under-?occup\w*)\b|\bsm (?:utili[sz]ation|occupancy|usage|efficiency)\b|"
                          r"\bhow many sms\b|\bidle sms\b",
-                    section=grid_fill_section, findings=grid_fill_findings, place=67)
+                    lead=grid_fill_lead, section=grid_fill_section, findings=grid_fill_findings, place=67)

@@ -221,6 +221,36 @@ def host_ops_section(result: HostOpsResult, params: HostOpsParams) -> list[str]:
             md_table(["host event", "kind", "calls", "self time", "share", "total (with what it calls)"], rows)]
 
 
+#: a CUDA/HIP runtime or driver API written as code (cudaLaunchKernel, hipMemcpyAsync, cuMemAlloc)
+API_NAMED = re.compile(r"\b(?:cuda|hip|cu)[A-Z]\w+")
+
+
+def api_time(result: HostOpsResult, question: str) -> list[str]:
+    """Each runtime or driver API the question names (and its variants: cudaMallocAsync), its calls and host
+    time, or that there are none."""
+    lines = []
+    for name in dict.fromkeys(API_NAMED.findall(question)):
+        found = [c for c in result.runtime_calls if c.name.lower().startswith(name.lower())]
+        lines += [f"**`{c.name}`: {counted(c.calls, 'call')}, {duration(c.self_us)} on the host** "
+                  f"({percent(c.share_pct)} of the time in host events on {threads_read(result)})." for c in found] or [
+            f"**No `{shorten(name, 60)}` calls** on {threads_read(result)} in this trace."]
+    return lines
+
+
+def host_ops_lead(result: HostOpsResult, question: str) -> str | None:
+    """How many threads launch work, that a trace does not measure CPU utilization, and each runtime API's
+    host time, as far as the question asks them; else None."""
+    lines = []
+    if re.search(THREADS_ASKED, question, re.I):
+        lines.append(f"**{counted(result.threads, 'thread')} {'launch' if result.threads > 1 else 'launches'} GPU work.**"
+                     if result.launching_only else
+                     f"**{counted(result.threads, 'thread')}** with host events; none launches GPU work.")
+    if re.search(UTILIZATION_ASKED, question, re.I):
+        lines.append("**The trace does not measure CPU utilization:** a profiler records the events on the host's "
+                     "threads, not how loaded its cores are. What it says is where those threads' time in events goes:")
+    return " ".join(lines + api_time(result, question)) or None
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) time goes, by self time: each host event "
                     "(op, Python function, annotation, runtime call) by name, its calls, its self time (less the events "
@@ -242,4 +272,4 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                          r"\bcu(?!\w*(?:Launch|Memcpy|Memset))[A-Z][a-z]\w+)|"
                          r"^(?!.*\b(?:idle|sync\w*|wait\w*|stall\w*|gaps?)\b).*"  # the line behind idle time: sync's
                          r"\b(?:which|what) (?:python )?(?:functions?|lines?) (?:in|of) (?:my|the) (?:code|script|program)\b)",
-                    section=host_ops_section, place=66)
+                    lead=host_ops_lead, section=host_ops_section, place=66)

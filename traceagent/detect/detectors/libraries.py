@@ -235,6 +235,12 @@ def libraries_findings(result: LibrariesResult, on: str) -> list[tuple[str, str]
     return [(f"{lead.label} kernels {percent(lead.share_pct)}", f"Which libraries do my kernels come from{on}?")]
 
 
+def libraries_lead(result: LibrariesResult, question: str) -> str | None:
+    """The share of the library the question names ("how much time is in cuDNN?"), or None."""
+    asked = library_named(question)
+    return library_sentence(result, asked) if asked else None
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("libraries", "Kernel time by library",
                     "Kernel time by the library that wrote the kernels (cuBLAS/hipBLASLt, cuDNN/MIOpen, "
@@ -250,4 +256,4 @@ DETECTOR = Detector("libraries", "Kernel time by library",
                          r".*\b(?:cudnn|cublas(?:lt)?|hipblas(?:lt)?|rocblas|miopen|triton|cutlass|composable kernel|"
                          r"flash[- ]?attn|flash[- ]?attention|flashinfer|xformers|aten kernels?|"
                          r"(?:kernel |gpu |cuda |math )?librar(?:y|ies))\b",
-                    section=libraries_section, findings=libraries_findings, place=68)
+                    lead=libraries_lead, section=libraries_section, findings=libraries_findings, place=68)

@@ -10,7 +10,9 @@ Each call's time is one range sum over the launches in thread-time order, never 
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +22,7 @@ from ...format import counted, duration, percent, shorten
 from ...text import code, md_prose, md_table
 from ...trace.model import Trace, matches, rows_where
 from ...trace.normalize import thread_time
+from ..core.asked import ENGLISH, SLOWEST
 from ..core.bounds import Count
 from ..core.host import launch_points
 from ..core.view import pct, us
@@ -158,6 +161,47 @@ def modules_section(result: ModulesResult, params: ModulesParams) -> list[str]:
             md_table(["module", "calls", "device time", "share", "per call", "longest", "host time"], rows)]
 
 
+#: words that end many module types' names without naming one ("layer" of every *DecoderLayer)
+_GENERIC_MODULE_WORDS = {"layer", "layers", "model", "block", "module", "list", "dict", "sequential", "head", "time"}
+
+
+def modules_named(text: str, types: Iterable[str]) -> list[str]:
+    """The module types the question names, the best named first: a type is named by a word (or two
+    run together: "self attention") its name ends with; the longest such word wins, and of the types
+    it names, the shortest ("attention": BertAttention, not BertSelfAttention)."""
+    words = [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z0-9]*", text)]
+    said = {w for w in words if len(w) >= 3} - ENGLISH - _GENERIC_MODULE_WORDS
+    said |= {a + b for a, b in itertools.pairwise(words)}  # "self attention": SelfAttention
+    said |= {w[:-1] for w in said if w.endswith("s")}  # "the samplers"
+    best: dict[str, tuple[int, int, str]] = {}  # each word's best type
+    for t in types:
+        for w in said:
+            if t.lower().endswith(w):
+                best[w] = max(best.get(w, (0, 0, "")), (len(w), -len(t), t))
+    # a word inside a longer one that names a type ("attention" in "selfattention") names nothing of its own
+    kept = [w for w in best if not any(w != v and w in v for v in best)]
+    return list(dict.fromkeys(best[w][2] for w in sorted(kept, key=lambda w: best[w], reverse=True)))
+
+_LAYERS_COUNTED = re.compile(r"\bhow many\b.{0,20}\b(?:layers?|blocks?)\b", re.I)
+
+
+def modules_lead(result: ModulesResult, question: str) -> str | None:
+    """The model's layer count where the question asks it, the module with the longest calls where it asks
+    for the slowest, or the time of each module type it names ("attention vs MLP"); else None."""
+    if _LAYERS_COUNTED.search(question) and result.layers is not None:
+        return (f"**{counted(result.layers, 'layer')}** of `{result.layer}` (the distinct instances of the model's "
+                "repeated block that the trace ran).")
+    by_name = {m.name: m for m in result.modules}
+    if SLOWEST.search(question) and (slow := by_name.get(result.slowest_per_call or "")) is not None:
+        return (f"**{code(slow.name)} has the longest calls: {duration(slow.mean_device_us)} of device time a "
+                f"call** ({counted(slow.calls, 'call')}; of the modules called more than once)"
+                + (f"; its longest call is {code(slow.longest_call)}'s, {duration(slow.max_device_us)}."
+                   if slow.longest_call else "."))
+    return " ".join(f"**{code(m.name)}: {duration(m.device_us)} of device time** ({percent(m.share_pct)} of "
+                    f"the rank's, {counted(m.calls, 'call')}, {duration(m.mean_device_us)} a call)."
+                    for m in (by_name[n] for n in modules_named(question, by_name))) or None
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("modules", "Modules", "Device time by nn.Module type in the forward pass (a module's calls, the device "
                     "time of the ops launched inside them with their children's, per call, the longest call, host time, "
@@ -171,4 +215,4 @@ DETECTOR = Detector("modules", "Modules", "Device time by nn.Module type in the 
                          r"\b(?:layers?|modules?)\b.{0,30}\b(?:slow\w*|take|takes|took|cost\w*|expensive)\b|"
                          r"\bper (?:layer|module)\b|\bnn\.module\b|\bby (?:layer|module)\b|"
                          r"\bhow many (?:\w+ )?(?:layers?|modules?|blocks?)\b",
-                    section=modules_section, place=64)
+                    lead=modules_lead, section=modules_section, place=64)

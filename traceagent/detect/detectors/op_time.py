@@ -10,6 +10,7 @@ device time is the op's over them. One bincount over the op codes; no loop per e
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +115,20 @@ def op_time_section(result: OpTimeResult, params: OpTimeParams) -> list[str]:
             md_table(["op", "calls", "device time", "share", "per call", "top kernel"], rows)]
 
 
+#: "which op launches the most kernels?": counted, not timed
+MOST_LAUNCHED = re.compile(r"\bmost\b.{0,20}\b(?:kernels?|launch\w*|device ops?)\b|\blaunch\w* the most\b|"
+                           r"\b(?:kernels?|launches) (?:per|by) (?:op|operator)s?\b", re.I)
+
+
+def op_time_lead(result: OpTimeResult, question: str) -> str | None:
+    """The op that launched the most device ops where the question asks for it, or None."""
+    if not MOST_LAUNCHED.search(question) or (o := result.most_device_ops) is None:
+        return None
+    return (f"**{code(shorten(o.name, 60))} launched the most device ops: {o.device_ops}** (its kernels, copies "
+            f"and memsets, for {duration(o.time_us)} of device time, {percent(o.share_pct)} of the rank's"
+            + (f"; {counted(o.calls, 'call')} of the op" if o.calls else "") + ").")
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("op_time", "GPU time by op", "Device time by the op that launched it (the op around each kernel's, "
                     "copy's or memset's launch call): each op's device ops, time, share of the rank's device time, "
@@ -127,4 +142,4 @@ DETECTOR = Detector("op_time", "GPU time by op", "Device time by the op that lau
                          r"\b(?:slowest|most expensive|costliest|heaviest|hottest|top)\s+(?:aten\s+)?(?:ops?|"
                          r"operators?)\b|\b(?:gpu|device|cuda) time (?:by|per) (?:op|operator)s?\b|\b(?:ops?|operators?)"
                          r" by (?:gpu|device|cuda) time\b)",
-                    section=op_time_section, place=64)
+                    lead=op_time_lead, section=op_time_section, place=64)

@@ -23,6 +23,7 @@ import pandas as pd
 from ...format import percent, shorten
 from ...text import code, md_prose, md_table
 from ...trace.model import Trace, rows_where
+from ..core.asked import asks_yes_or_no
 from ..core.peaks import autocast_dtype, peak_for
 from ..core.view import pct, us
 from .base import Detector
@@ -202,6 +203,46 @@ def precision_findings(result: PrecisionResult, on: str) -> list[tuple[str, str]
     return [(f"math on tensor cores {percent(result.tensor_core_pct)}", f"Is the math on tensor cores{on}?")]
 
 
+#: what a yes-or-no question about precision asks after, as it says it (PRECISIONS' names)
+FORMATS_ASKED = [("tensor cores", r"\b(?:tensor|matrix)[- ]?cores?\b"), ("tf32", r"\btf32\b"),
+                 ("mixed precision", r"\b(?:amp|autocast|mixed[- ]precision)\b"),
+                 ("fp8", r"\b(?:fp8|float8|e4m3|e5m2)\b"), ("fp4", r"\b(?:fp4|nvfp4|mxfp4)\b"),
+                 ("bf16", r"\b(?:bf16|bfloat16)\b"), ("fp16", r"\b(?:fp16|float16|half[- ]precision)\b"),
+                 ("int8", r"\bint8\b"), ("fp32", r"\b(?:fp32|float32|single[- ]precision|full[- ]precision)\b"),
+                 ("fp64", r"\b(?:fp64|float64|double[- ]precision)\b")]
+
+
+def precision_lead(result: PrecisionResult, question: str) -> str | None:
+    """A yes or a no where the question asks one about tensor cores or a format ("is TF32 on?", "am I using
+    AMP?"), each format's share where it asks which of several ("fp8 or fp4?"); else None."""
+    named = [f for f, pattern in FORMATS_ASKED if re.search(pattern, question, re.I)]
+    if not named or not asks_yes_or_no(question):
+        return None
+    choices = [f for f in named if f not in ("tensor cores", "mixed precision")]
+    if len(choices) > 1 and re.search(r"\bor\b", question, re.I):  # "fp8 or fp4?": each one's share, most first
+        shares = sorted((p for p in result.precisions if p.precision in choices and p.share_pct >= SHOWN_PCT),
+                        key=lambda p: -p.share_pct)
+        if shares:
+            return (f"**Mostly {shares[0].precision}:** "
+                    + ", ".join(f"{p.precision} takes {percent(p.share_pct)}" for p in shares) + " of the math kernels' time.")
+        top = next((p for p in result.precisions if p.precision != "unknown"), None)
+        return (f"**Neither:** no math kernel's name says {' or '.join(choices)}"
+                + (f"; the most math time is {top.precision}'s ({percent(top.share_pct)})." if top else "."))
+    if named[0] == "tensor cores":
+        return (f"**Yes:** {percent(result.tensor_core_pct)} of the math kernels' time runs on tensor cores."
+                if result.tensor_core_pct >= 50 else
+                f"**Partly:** {percent(result.tensor_core_pct)} of the math kernels' time runs on tensor cores."
+                if result.tensor_core_pct >= SHOWN_PCT else "**No:** none of the math kernels' time runs on tensor cores.")
+    formats = ("bf16", "fp16", "fp8", "fp4") if named[0] == "mixed precision" else (named[0],)
+    shares = [p for p in result.precisions if p.precision in formats and p.share_pct >= SHOWN_PCT]
+    if shares:
+        return ("**Yes:** " + ", ".join(f"{p.precision} takes {percent(p.share_pct)}" for p in shares)
+                + " of the math kernels' time.")
+    unsaid = next((p.share_pct for p in result.precisions if p.precision == "unknown"), 0.0)
+    return (f"**No:** no math kernel's name says {' or '.join(formats)}"
+            + (f" (for {percent(unsaid)} of their time the names say no format)" if unsaid >= SHOWN_PCT else "") + ".")
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("precision", "Precision and tensor cores",
                     "The math kernels' (matmul, attention, convolution) precision and whether they run on tensor "
@@ -217,4 +258,4 @@ DETECTOR = Detector("precision", "Precision and tensor cores",
                          r".*(?:\b(?:tensor|matrix)[- ]?cores?\b|\btf32\b|\bprecisions?\b|\bdtypes?\b|\bdata ?types?\b|"
                          r"\b(?:fp32|float32|fp16|float16|bf16|bfloat16|fp8|fp4|int8|fp64|autocast|amp)\b|"
                          r"\b(?:half|single|full|double)[- ]precision\b)",
-                    section=precision_section, findings=precision_findings, place=66)
+                    lead=precision_lead, section=precision_section, findings=precision_findings, place=66)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ...format import duration, percent, shorten
+from ...format import counted, duration, percent, shorten, upper_first
 from ...text import code, md_prose, md_table
 from ...trace.model import Trace, per_category, rows_where
 from ..core.view import pct, us
@@ -239,6 +239,34 @@ _ASKED_CLASSES = (r"(?:attention|gemms?|matmuls?|convolutions?|elementwise|norma
                   r"embeddings?|indexing|kv[- _]?cache)")
 
 
+#: classes of work (time_by_class.CLASSES, and the memory-bound nature) as questions say them; a
+#: collective's name is not an indexing kernel ("all-gathers", "reduce-scatter")
+CLASS_WORDS = [("memory_bound", r"memory[- ]bound"),
+               ("attention", r"attention|attn\b|flash|sdpa|kv[- _]?cache|paged[- ]?attention"),
+               ("convolution", r"conv(?:olution)?s?\b"),
+               ("gemm", r"matmuls?\b|gemms?\b|linear layers?|mat(?:rix)?[- ]?mul\w*"),
+               ("normalization", r"(?:layer|batch|group|rms)[ -]?norms?\b|normali[sz]ations?"),
+               ("elementwise", r"element-?wise|pointwise"), ("reduction", r"softmax|reductions?\b"),
+               ("indexing", r"embeddings?\b|(?<!all)(?<!all[- _])gathers?\b|(?<!reduce)(?<!reduce[- _])scatters?\b|"
+                            r"indexing"),
+               ("optimizer", r"optimi[sz]er\b|adam\w*")]
+
+
+def classes_named(text: str, natures: bool = False) -> list[str]:
+    """The classes of work a question names in words ("a 2x faster conv", "attention and matmuls"),
+    and with `natures` the memory-bound nature too."""
+    return [name for name, words in CLASS_WORDS if (natures or name != "memory_bound")
+            and re.search(rf"\b(?:{words})", text, re.I)]
+
+def time_by_class_lead(result: TimeByClassResult, question: str) -> str | None:
+    """The time of each class the question names ("how much time does attention take?"), or None."""
+    by_name = {c.name: c for c in result.classes}
+    return " ".join(f"**{upper_first(c.label)}: {percent(c.share_pct)} of device time** ({duration(c.time_us)} "
+                    f"in {counted(c.ops, 'op')}" + (f", led by {code(shorten(c.top[0], 60))}" if c.top else "")
+                    + ")." if (c := by_name.get(name)) is not None else
+                    f"**No {CLASSES[name].label} kernels** in this scope." for name in classes_named(question)) or None
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("time_by_class", "GPU time by class", "Device time by class of work (matmul, attention, convolution, "
                     "normalization, elementwise, reductions, indexing, optimizer, communication, copies, other), each "
@@ -252,4 +280,4 @@ DETECTOR = Detector("time_by_class", "GPU time by class", "Device time by class 
                          r"\bbreakdown of (?:the )?(?:kernel|gpu|device) time\b|\bwhat kinds? of (?:kernels|work|ops)\b|"
                          rf"\b(?:how much|fraction|percent(?:age)?|share|proportion)\b.{{0,40}}\b{_ASKED_CLASSES}\b|"
                          rf"\b{_ASKED_CLASSES}\b.{{0,30}}\b(?:take|takes|took|spend|spent|share|fraction|percent(?:age)?)\b",
-                    section=time_by_class_section, place=62)
+                    lead=time_by_class_lead, section=time_by_class_section, place=62)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...format import duration, percent, shorten
+from ...format import counted, duration, percent, shorten, upper_first
+from ...text import code
 from ...trace.model import Trace, among, matches, rows_where
 from ...trace.normalize import innermost_enclosing
 from ..core.bounds import Percent, Times
@@ -119,6 +120,21 @@ def training_phases_sentence(result: TrainingPhasesResult) -> str:
     return " ".join([text, *result.advice])
 
 
+def training_phases_lead(result: TrainingPhasesResult, question: str) -> str | None:
+    """The phase the question names ("how long does the optimizer take?"), or the backward over the forward
+    where it weighs the two; else None."""
+    named = re.findall(r"\b(forward|backward|optimi[sz]er)\b", question, re.I)
+    if {n.lower() for n in named} == {"forward", "backward"}:
+        return (f"**The backward takes {result.backward_per_forward_x:g}× the forward** (device time, collectives "
+                "left out; about twice is usual)." if result.backward_per_forward_x is not None else None)
+    phases = {p.name: p for p in result.phases}
+    said = [("optimizer" if n.lower().startswith("optimi") else n.lower()) for n in dict.fromkeys(named)]
+    return " ".join(f"**{upper_first(name)}: {duration(p.time_us)}, {percent(p.share_pct)} of device time** "
+                    f"({counted(p.ops, 'device op')}" + (f", led by {code(shorten(p.top[0], 60))}" if p.top else "")
+                    + ")." if (p := phases.get(name)) is not None else f"**No {name} work** in this trace."
+                    for name in said) or None
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("training_phases", "Forward, backward and optimizer",
                     "A training rank's device time by the phase that launched it (forward, backward, optimizer, no "
@@ -136,4 +152,4 @@ DETECTOR = Detector("training_phases", "Forward, backward and optimizer",
                          r"\b(?:time|long|share|spent|goes|go)\b.{0,30}\boptimi[sz]er\b|"
                          r"\btraining phases?\b|\bforward, backward and optimi[sz]er\b|\bforward and backward\b|"
                          r"\bbackward and forward\b",
-                    place=63)
+                    lead=training_phases_lead, place=63)
