@@ -835,6 +835,9 @@ TABLE = [
      lambda c: [f"**1 GPU in this trace** (1 rank); the job ran {c.analysis.trace_info().world_size} ranks"]),
     ("N", "How many GPUs are used?", "summary", {},
      lambda c: [f"**{len(busy_by_gpu(c))} GPUs in this trace** (1 rank)."]),
+    ("D", "What is the number of GPUs?", "summary", {},
+     lambda c: [f"**{sum(len(r.trace.meta.devices) for r in c.analysis.ranks)} GPUs in these traces** "
+                f"({len(c.analysis.ranks)} ranks)."]),
     # what the program does: the kind of job, then the trace in short (its verdict); only the kind when that is asked
     ("T", "What is this program doing?", "detector:workload", {},
      lambda c: ["**Workload.**", f"**Verdict:** {focus(c).verdict.headline}."]),

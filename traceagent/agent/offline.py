@@ -77,6 +77,7 @@ from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
 from .question import (
     FP8,
+    GPUS_COUNTED,
     IDLE_WORDS,
     LINE_ASKED,
     NOT_RECORDED,
@@ -1647,7 +1648,7 @@ class OfflineAnalyst:
         lines = [f"A {a.format} trace with {len(a.ranks)} rank(s) on {', '.join(a.devices) or 'no GPU'}."]
         if steps is not None:  # "how long is the trace?", "the total training time?": the window it records first
             lines[:0] = [self._run_length(overview, steps), ""]
-        if _GPUS_COUNTED.search(q.text):  # "how many GPUs?": those in the trace, and the job's size where it says more
+        if re.search(GPUS_COUNTED, q.text, re.I):  # "how many GPUs?": those in the trace, and the job's size where it says more
             gpus = sum(len(r.devices) for r in overview.ranks)
             world = overview.trace.world_size
             lines[:0] = [f"**{counted(gpus, 'GPU')} in {'this trace' if len(a.ranks) == 1 else 'these traces'}** "
@@ -1717,9 +1718,6 @@ _BALANCE_ASKED = re.compile(r"\b(?:balanced?|imbalance\w*|unbalanced|even(?:ly)?
 BALANCED_WORK = 0.9
 #: what the whole trace shows asked ("what is this program doing?"), not only its kind of job
 _WHOLE_TRACE_ASKED = re.compile(r"\bwhat (?:is|does) this (?:trace|job|program|workload|run)\b", re.I)
-#: the job's size asked ("how many GPUs are used?", "how many ranks?")
-_GPUS_COUNTED = re.compile(r"\bhow many (?:gpus|ranks|devices|nodes|workers|processes)\b|\bnumber of (?:gpus|ranks|devices)\b",
-                           re.I)
 #: a question about how busy the GPU is ("what's the GPU busy time on GPU 1?", "GPU utilization")
 _BUSY_ASKED = re.compile(r"\bbusy\b|\butili[sz]\w*", re.I)
 #: a question about kernels that asks which to work on ("which kernel should I tune first?")

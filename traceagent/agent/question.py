@@ -41,6 +41,8 @@ _TIME_GOES_TO = (r"(?:\b(?:eat\w*|consum\w*|tak\w* up|us\w* up|dominat\w*)\b.{0,
                  r"\bwhat (?:takes|is taking|uses|is using|spends) (?:up )?(?:the )?most (?:of the )?time\b|"
                  r"\bbreak\w* down\b.{0,25}\btime\b|\bwhere (?:is|does) (?:the |my )?(?:step |iteration |run )?time "
                  r"(?:going|go)\b|\bwhat (?:is|are) (?:the |a |my )?(?:steps?|iterations?) made of\b)")
+#: the job's size asked ("how many GPUs are used?", "the number of ranks")
+GPUS_COUNTED = r"\bhow many (?:gpus|ranks|devices|nodes|workers|processes)\b|\bnumber of (?:gpus|ranks|devices)\b"
 #: how long the trace or the run lasted ("what is the total training time?", "how long is the trace?"): a
 #: profile records a window of the run, which the summary says first
 RUN_LENGTH = (r"\bhow long (?:was|is|did|does) (?:the |this |my )?(?:profile|profiling|trace|recording|capture|run|"
@@ -251,7 +253,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 + RUN_LENGTH + "|"
                 # the hardware: the summary's first line names the ranks and their GPUs
                 r"\b(?:amd|nvidia|rocm|cuda) or (?:amd|nvidia|rocm|cuda)\b|\bwhich (?:gpu )?vendor\b|"
-                r"\bhow many (?:gpus|ranks|devices|nodes|workers)\b|^(?!.*\b(?:slow\w*|fast\w*|idle|busy|bottleneck|"
+                + GPUS_COUNTED + r"|^(?!.*\b(?:slow\w*|fast\w*|idle|busy|bottleneck|"
                 r"straggl\w*|wait\w*|most|least|behind|worst|best)\b).*\b(?:what|which) (?:kind of |type of |model of )?"
                 r"(?:gpus?|hardware|accelerators?)\b(?: \w+){0,5}\s*\??\s*$|"
                 r"\b(?:gpu|accelerator) (?:model|type|name)\b"),
