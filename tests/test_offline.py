@@ -816,6 +816,13 @@ TABLE = [
                 f"device time** ({counted(phase(c, 'optimizer').ops, 'device op')}", "**Forward, backward and optimizer.**"]),
     ("R", "What's the backward to forward ratio?", "detector:training_phases", {},
      lambda c: [f"**The backward takes {focus(c).results['training_phases'].backward_per_forward_x:g}× the forward**"]),
+    ("R", "What fraction of the step is spent in the backward pass?", "detector:training_phases", {},
+     lambda c: [f"**Backward: {duration(phase(c, 'backward').time_us)}, {percent(phase(c, 'backward').share_pct)} of "
+                "device time**"]),
+    # an op on the host asked: host time by op (C++'s operator() in kernels' names names no kernel here)
+    ("R", "What is the longest running operator on the CPU?", "detector:host_ops", {},
+     lambda c: ["On the host, by self time", f"`{focus(c).results['host_ops'].top[0].name}`"]),
+    ("R", "What is the slowest op on the host?", "detector:host_ops", {}, lambda c: ["On the host, by self time"]),
     # what no profiler trace records: said so, where to read it, and what the trace does say
     ("R", "How many parameters does the model have?", "not_recorded", {},
      lambda c: ["**The trace does not record the model's parameter count**", "p.numel()",

@@ -313,7 +313,9 @@ _GENERIC_KERNEL_WORDS = {"kernel", "kernels", "native", "void", "float", "const"
                          "namespace", "vectorized", "elementwise", "functor", "cutlass", "device", "global", "memcpy",
                          "pytorch", "torch", "version", "model", "layers", "sequence", "length",
                          "memset", "gemm", "gemms", "sgemm", "matmul", "reduce", "tensor", "tensorop", "attention",
-                         "softmax", "convolution", "batch", "stream", "launch", "params", "arguments", "policy"}
+                         "softmax", "convolution", "batch", "stream", "launch", "params", "arguments", "policy",
+                         # C++'s operator() is in many kernels' names: a question's "operator" is an op
+                         "operator", "operators", "function", "functions", "running"}
 OP_NAME = re.compile(r"[A-Za-z_][\w.]*::[\w.:]+")  # an op as the profiler names it: aten::mm, vllm::moe_forward
 
 

@@ -262,6 +262,9 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                     # the critical path's host share is the path's ("how much of the critical path is host time?")
                     asks=r"^(?!.*\bcritical path\b).*?(?:"
                          r"\b(?:which|what) (?:ops?|functions?|calls?|python (?:functions?|code))\b.{0,40}\b(?:cpu|host)\b|"
+                         # "what is the longest running operator on the CPU?"
+                         r"\b(?:which|what)\b.{0,30}\b(?:ops?|operators?|functions?|calls?)\b.{0,20}"
+                         r"\b(?:on|in) the (?:cpu|host)\b|"
                          r"\b(?:cpu|host)(?: side)? (?:time|ops?|hotspots?|profile)\b|\b(?:where|how) does the (?:cpu|host) "
                          r"spend\b|\bself (?:cpu )?time\b|\bwhy is (?:the |my )?(?:cpu|host)(?: side)? (?:so )?(?:slow|busy)\b|"
                          r"\btime (?:is )?spent (?:on|in) the (?:cpu|host)\b|"

@@ -147,7 +147,8 @@ DETECTOR = Detector("training_phases", "Forward, backward and optimizer",
                            "profile a training step with CPU activities on (torch.profiler records autograd's ops), or "
                            "under Nsight Systems inside torch.autograd.profiler.emit_nvtx()"),
                     asks=r"\b(?:forward|backward)(?: pass)?\b.{0,40}\b(?:take|takes|took|time|long|share|slow\w*|vs|"
-                         r"versus|ratio|compar\w*)\b|\b(?:take|takes|took|time|long|share)\b.{0,40}\b(?:forward|backward) pass|"
+                         r"versus|ratio|compar\w*)\b|\b(?:take|takes|took|time|long|share|fraction|percent\w*|proportion|spent|spend)\b.{0,40}"
+                         r"\b(?:forward|backward) pass|"
                          r"\boptimi[sz]er(?: step)?\b.{0,30}\b(?:take|takes|took|time|long|share|slow\w*)\b|"
                          r"\b(?:time|long|share|spent|goes|go)\b.{0,30}\boptimi[sz]er\b|"
                          r"\btraining phases?\b|\bforward, backward and optimi[sz]er\b|\bforward and backward\b|"
