@@ -816,6 +816,11 @@ TABLE = [
                 f"device time** ({counted(phase(c, 'optimizer').ops, 'device op')}", "**Forward, backward and optimizer.**"]),
     ("R", "What's the backward to forward ratio?", "detector:training_phases", {},
      lambda c: [f"**The backward takes {focus(c).results['training_phases'].backward_per_forward_x:g}× the forward**"]),
+    # data loading asked per step: each step's own wait for it (the gaps each step owns)
+    ("R", "How much time does the data loader take per step?", "dataloader", {},
+     lambda c: ["**Waiting for data loading by step**"] + [
+         f"- step {r.step}: {duration(w) if (w := r.idle_by_cause_us.get('dataloader', 0)) else 'none'} of a "
+         f"{duration(r.host_us)} step" for r in focus(c).findings.steps.steps]),
     ("R", "What fraction of the step is spent in the backward pass?", "detector:training_phases", {},
      lambda c: [f"**Backward: {duration(phase(c, 'backward').time_us)}, {percent(phase(c, 'backward').share_pct)} of "
                 "device time**"]),

@@ -168,8 +168,9 @@ class OfflineAnalyst:
             # a runtime API's time asked ("how much time is spent in cudaMemcpyAsync?"): led by its host time
             "copies": self._with_api_time(Plan(lambda q, at: [("data_movement", at), ("interconnect", at)], self._copies)),
             "memory": Plan(lambda q, at: [("memory", at)], self._memory),
-            "dataloader": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})],
-                               self._dataloader),
+            # "how long does the data loader take per step?": each step's wait for data too
+            "dataloader": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | {"cause": "dataloader", "top": 3})]
+                               + ([("steps", at)] if _PER_STEP.search(q.text) else []), self._dataloader),
             "sync": self._with_api_time(Plan(lambda q, at: [("idle_gaps", at | {"cause": "sync", "top": 3})], self._sync)),
             # "the communication time across all ranks": each rank's (the first _RANKS_LISTED)
             "communication": Plan(lambda q, at: [("communication", {"rank": r.rank})
@@ -811,7 +812,7 @@ class OfflineAnalyst:
                          "history()` shows who allocated each block.")
         return "\n".join(lines)
 
-    def _dataloader(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer) -> str:
+    def _dataloader(self, q: Question, verdict: VerdictAnswer, idle: IdleGapsAnswer, steps: StepsAnswer | None = None) -> str:
         v = verdict.verdict
         waited = idle.totals.by_cause_us.get("dataloader", 0.0)
         who = self._who(idle.scope)
@@ -829,6 +830,8 @@ class OfflineAnalyst:
                  + f" GPU waits for data loading {duration(waited)}"
                  + (f" ({percent(pct)} {self._of(idle.scope)})" if pct is not None else "")
                  + f", in {counted(idle.totals.by_cause_count['dataloader'], 'gap')}."]
+        if steps is not None and steps.steps and steps.steps.count:
+            lines += ["", self._idle_by_step(steps, "dataloader")]
         lines += self._largest_gap(idle)
         if v.root_cause == "dataloader":
             lines += ["", v.hypothesis, "", f"**Next step:** {v.next_step}", *_saving(v)]
@@ -1209,14 +1212,20 @@ class OfflineAnalyst:
                 f"from {duration(steps.min_us)} to {duration(steps.max_us)} (slowest: step {steps.slowest})."
                 + (f" {said}" if (said := slowest_step_sentence(steps)) else "") + gpu_behind(steps))
 
-    def _idle_by_step(self, answer: StepsAnswer) -> str:
-        """Each step's idle (the gaps it owns, by the one rule every section uses) and its largest cause."""
-        lines = [f"{self._who(answer.scope)}**Idle by step** (the GPU's gaps each step owns, every GPU of the rank; a step "
+    def _idle_by_step(self, answer: StepsAnswer, cause: str | None = None) -> str:
+        """Each step's idle (the gaps it owns, by the one rule every section uses) and its largest cause, or its
+        idle of one cause."""
+        said = f"{upper_first(label(GAP_CAUSES, cause))} by step" if cause else "Idle by step"
+        lines = [f"{self._who(answer.scope)}**{said}** (the GPU's gaps each step owns, every GPU of the rank; a step "
                  "owns the gap before its first device work):"]
         for row in answer.rows:
-            cause = max(row.idle_by_cause_us.items(), key=lambda kv: kv[1], default=None)
+            if cause:
+                waited = row.idle_by_cause_us.get(cause, 0.0)
+                lines.append(f"- step {row.step}: {duration(waited) if waited else 'none'} of a {duration(row.host_us)} step")
+                continue
+            most = max(row.idle_by_cause_us.items(), key=lambda kv: kv[1], default=None)
             lines.append(f"- step {row.step}: {duration(row.idle_us)} idle" + (
-                f", mostly {label(GAP_CAUSES, cause[0])} ({duration(cause[1])})" if cause and cause[1] else "")
+                f", mostly {label(GAP_CAUSES, most[0])} ({duration(most[1])})" if most and most[1] else "")
                 + f", of a {duration(row.host_us)} step")
         if answer.steps is not None and answer.steps.count > len(answer.rows):
             lines.append(f"- and {answer.steps.count - len(answer.rows)} more steps (ask about one by number)")
@@ -1764,6 +1773,8 @@ _COLLECTIVES = [_Collective("All-reduce", r"all[- _]?reduce", {"name_filter": "a
                 _Collective("Broadcast", r"broadcast", {"name_filter": "broadcast"}, "broadcast")]
 
 
+#: each step asked about ("how long does the data loader take per step?")
+_PER_STEP = re.compile(r"\b(?:per|each|every|a) (?:training )?(?:step|iteration)\b|\bby step\b", re.I)
 #: how long something takes, asked
 _TIME_ASKED = re.compile(r"\bhow (?:much|long)\b|\btime (?:is )?spent\b|\btotal time\b", re.I)
 #: what a rank that ran no GPU work is, said before where its host time goes
