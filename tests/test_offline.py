@@ -816,6 +816,13 @@ TABLE = [
                 f"device time** ({counted(phase(c, 'optimizer').ops, 'device op')}", "**Forward, backward and optimizer.**"]),
     ("R", "What's the backward to forward ratio?", "detector:training_phases", {},
      lambda c: [f"**The backward takes {focus(c).results['training_phases'].backward_per_forward_x:g}× the forward**"]),
+    # one step recorded: steps compared ("how variable?", "is the first slower?") are said to need more
+    ("B", "How variable are the step times?", "steps", {},
+     lambda c: [f"1 step (step {focus(c).findings.steps.slowest}): **{duration(focus(c).findings.steps.mean_us)}**.",
+                "The trace records one step, so there is nothing to weigh it against"]),
+    ("B", "Is the first step slower than the rest?", "one_step", {},
+     lambda c: [f"step {focus(c).findings.steps.slowest}: {duration(focus(c).findings.steps.mean_us)} on the host, ",
+                "The trace records one step"]),
     # data loading asked per step: each step's own wait for it (the gaps each step owns)
     ("R", "How much time does the data loader take per step?", "dataloader", {},
      lambda c: ["**Waiting for data loading by step**"] + [

@@ -1196,8 +1196,8 @@ class OfflineAnalyst:
         if IDLE_WORDS.search(q.text):  # "how much idle time is there per step?": each step's own idle first
             return self._idle_by_step(answer) + "\n\n" + self._steps(replace(q, text=""), answer)
         if steps.count == 1:  # one step: no mean, median or slowest to speak of
-            return f"{self._who(answer.scope)}1 step (step {steps.slowest}): **{duration(steps.mean_us)}**." + \
-                gpu_behind(steps)
+            return (f"{self._who(answer.scope)}1 step (step {steps.slowest}): **{duration(steps.mean_us)}**."
+                    + gpu_behind(steps) + (f" {_ONE_STEP}" if _COMPARED_STEPS.search(q.text) else ""))
         warm = ""
         if re.search(r"\bwarm-?up\b|\bfirst (?:profiled |training )?(?:step|iteration)s? (?:is |are )?slow", q.text, re.I):
             # "is the warm-up step slower?": whether the first step recorded is the slowest
@@ -1275,10 +1275,10 @@ class OfflineAnalyst:
     @staticmethod
     def _step_line(answer: StepsAnswer, row: StepRow) -> str:
         causes = sorted(((c, v) for c, v in row.idle_by_cause_us.items() if v), key=lambda kv: -kv[1])
-        vs_median = answer.vs_median_pct(row)
-        return (f"step {row.step}: {duration(row.host_us)} on the host ("
-                + (f"{vs_median:+.2f}%" if vs_median is not None else "-") + " against the "
-                f"median step), {duration(row.device_us)} of device work, idle {duration(row.idle_us)}"
+        vs_median = answer.vs_median_pct(row) if answer.steps and answer.steps.count > 1 else None
+        return (f"step {row.step}: {duration(row.host_us)} on the host"
+                + (f" ({vs_median:+.2f}% against the median step)" if vs_median is not None else "")
+                + f", {duration(row.device_us)} of device work, idle {duration(row.idle_us)}"
                 + (" (" + ", ".join(f"{label(GAP_CAUSES, c)} {duration(v)}" for c, v in causes[:3]) + ")" if causes else ""))
 
     def _step_vs_step(self, q: Question, answer: StepsAnswer) -> str:
@@ -1308,7 +1308,9 @@ class OfflineAnalyst:
         except LookupError as exc:
             return f"I cannot answer that: {exc}."
         lines = [f"{self._who(answer.scope)}{self._step_line(answer, row)}."]
-        if answer.steps and row.step == answer.steps.slowest:
+        if answer.steps and answer.steps.count == 1:  # nothing to weigh it against
+            lines.append(_ONE_STEP)
+        elif answer.steps and row.step == answer.steps.slowest:
             lines.append("It is the slowest step.")
         elif answer.steps and re.search(r"\bslow", q.text, re.I):  # "why is the first step slower?"
             lines.append(f"It is not the slowest step: step {answer.steps.slowest} is.")
@@ -1773,6 +1775,12 @@ _COLLECTIVES = [_Collective("All-reduce", r"all[- _]?reduce", {"name_filter": "a
                 _Collective("Broadcast", r"broadcast", {"name_filter": "broadcast"}, "broadcast")]
 
 
+#: steps weighed against each other ("how variable are the step times?", "is the first step slower?")
+_COMPARED_STEPS = re.compile(r"\bvar(?:y|ies|iable|iance|iation)\b|\bjitter\b|\bstable\b|\bconsistent\b|\bstd\b|"
+                             r"\bstandard deviation\b|\bslow(?:er|est)\b|\bfast(?:er|est)\b|\bwarm-?up\b|\bdiffer", re.I)
+#: what one step recorded says of steps compared
+_ONE_STEP = ("The trace records one step, so there is nothing to weigh it against: record several (a profiler "
+             "schedule's `active=5`) to see how steps vary.")
 #: each step asked about ("how long does the data loader take per step?")
 _PER_STEP = re.compile(r"\b(?:per|each|every|a) (?:training )?(?:step|iteration)\b|\bby step\b", re.I)
 #: how long something takes, asked
