@@ -103,7 +103,8 @@ def test_each_side_panel_finding_of_a_registered_detector_asks_a_question_it_ans
 LED = {"precision": "Are tensor cores used?", "host_ops": "How many threads launch work?",
        "modules": "How many layers does the model have?", "grid_fill": "What is the achieved occupancy?",
        "time_by_class": "How much time does convolution take?", "libraries": "How much time is in cuDNN?",
-       "training_phases": "How long does the optimizer take?", "op_time": "Which op launches the most kernels?"}
+       "training_phases": "How long does the optimizer take?", "op_time": "Which op launches the most kernels?",
+       "streams": "Do kernels overlap across streams?"}
 
 
 @pytest.mark.parametrize("name", sorted(LED))

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from builder import TraceBuilder
+from conftest import offline_answer
 
 from traceagent import analyze
 from traceagent.agent.tools import AnalysisContext, build_tools
@@ -84,3 +85,59 @@ def test_a_full_launch_queue_blocks_the_host_by_hand(tmp_path, origin):
     # the curve from the first kernel's start (the first event) to the last one's end, 1200 µs later
     assert len(stream.curve) == 64 and stream.curve[0] == (0.0, 1) and stream.curve[-1] == (1200.0, 0)
     assert "blocked in launch calls on a full queue" in launch_queue_sentence(result)
+
+
+def test_the_time_two_or_more_streams_of_a_gpu_run_at_once_by_hand(tmp_path):
+    # GPU 0: stream 7 runs 0-100 and 100-200 (touching: one stretch) and 300-400; stream 9 runs 150-350;
+    # stream 11 runs 180-320. Streams busy at once: 1 over 0-150, 2 over 150-180, 3 over 180-200, 2 over
+    # 200-300, 3 over 300-320, 2 over 320-350, 1 over 350-400: busy 400 µs, two or more 200 µs.
+    # GPU 1: stream 7 runs 0-50 and stream 8 50-100: they touch, never overlap: busy 100 µs, at once 0.
+    b = TraceBuilder()
+    for start, stream in ((0, 7), (100, 7), (300, 7)):
+        b.kernel("gemm", start, 100, stream=stream)
+    b.kernel("side", 150, 200, stream=9)
+    b.kernel("other_side", 180, 140, stream=11)
+    b.kernel("gemm", 0, 50, device=1)
+    b.kernel("gemm", 50, 50, stream=8, device=1)
+    result = detect_streams(b.load(tmp_path))
+    assert (result.busy_us, result.concurrent_us, result.concurrent_pct) == (500.0, 200.0, 40.0)
+    assert "Two or more streams of a GPU run at once for 200.0 µs, 40.0% of the time the GPUs are busy." in \
+        streams_sentence(result)
+    # asked, the offline analyst's answer leads with it
+    said = offline_answer(analyze(b.write(tmp_path / "at_once.json")), "Do kernels overlap across streams?")
+    assert said.startswith("**Yes: two or more streams of a GPU run at once for 200.0 µs**, 40.0% of the 500.0 µs")
+
+
+def test_streams_that_take_turns_never_run_at_once(tmp_path):
+    b = TraceBuilder()
+    b.kernel("gemm", 0, 100)
+    b.kernel("side", 100, 100, stream=9)  # starts as the other ends
+    result = detect_streams(b.load(tmp_path))
+    assert (result.busy_us, result.concurrent_us, result.concurrent_pct) == (200.0, 0.0, 0.0)
+    said = offline_answer(analyze(b.write(tmp_path / "turns.json")), "Do kernels run in parallel on different streams?")
+    assert said.startswith("**No:** the 2 streams never run at once on a GPU: they take turns.")
+
+
+def test_streams_at_once_on_real_ranks_against_a_nanosecond_count():
+    """Each DLRM rank runs its work on four streams; expected: every nanosecond of each GPU marked busy
+    per stream, then counted (an independent reader of the same rows)."""
+    import numpy as np
+    from conftest import DLRM_8RANK, analyzed
+
+    for rank in analyzed(DLRM_8RANK).ranks[:2]:
+        gpu = rank.trace.gpu
+        ops = gpu[gpu["kind"] != "sync"]
+        origin = int(ops["start"].min())
+        busy = at_once = 0
+        for _, on_device in ops.groupby("device", observed=True):
+            length = int(on_device["end"].max()) - origin
+            streams_busy = np.zeros(length, dtype=np.int8)
+            for _, on_stream in on_device.groupby("stream", observed=True):
+                marked = np.zeros(length, dtype=bool)
+                for start, end in zip(on_stream["start"] - origin, on_stream["end"] - origin):
+                    marked[start:end] = True
+                streams_busy += marked
+            busy += int((streams_busy >= 1).sum())
+            at_once += int((streams_busy >= 2).sum())
+        result = rank.results["streams"]
+        assert at_once > 0 and (result.busy_us, result.concurrent_us) == (busy / 1000, at_once / 1000)

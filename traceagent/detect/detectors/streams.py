@@ -16,16 +16,19 @@ there cannot overlap compute, however the code is written.
 
 from __future__ import annotations
 
+import itertools
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ...format import duration
+from ...format import duration, percent
 from ...trace.model import Trace, per_trace, rows_where
+from ..core import intervals as iv
 from ..core.bounds import Count, Micros
 from ..core.host import launch_calls
-from ..core.view import index_type, pct, us
+from ..core.view import index_type, pct, us, views_of
 from .base import Detector
 
 
@@ -76,6 +79,11 @@ class StreamsResult:
     host_wait_us: float  # over every stream
     kernel_wait_us: float
     other_wait_us: float
+    # 2.15: the time some stream of a GPU is busy, and the time two or more of its streams are busy at
+    # once, each added up over the rank's GPUs ("do kernels overlap across streams?")
+    busy_us: float = 0.0
+    concurrent_us: float = 0.0
+    concurrent_pct: float = 0.0  # of busy_us
 
 
 SHARED_FIX = ("run collectives on a stream of their own: DDP and FSDP do; for torch.distributed calls of your own, "
@@ -99,6 +107,28 @@ def shared_streams(trace: Trace) -> list[SharedStream]:
             for (d, s), r in mixed.sort_values("comm_ns", ascending=False).iterrows()]
 
 
+def _at_once_ns(device: np.ndarray, start: np.ndarray, ended: np.ndarray, same: np.ndarray) -> int:
+    """ns with two or more streams of a GPU busy at once, added up over GPUs; the ops are by GPU, stream and
+    start, `ended` the latest end on their stream so far. Each stream's ops merge into busy stretches; by
+    start across a GPU's streams, a stretch overlaps those before it from its start to the earlier of its
+    end and theirs (the latest so far), and those pieces' union is the time. A GPU with one stream has none."""
+    at_once = 0
+    edges = np.r_[0, np.flatnonzero(device[1:] != device[:-1]) + 1, len(device)]  # each GPU's run of ops
+    for lo, hi in itertools.pairwise(edges.tolist()):
+        if same[lo + 1:hi].all():  # one stream on this GPU (a GPU's loop, not an event's)
+            continue
+        s, e = start[lo:hi], ended[lo:hi]
+        opens = ~same[lo:hi]
+        opens[1:] |= s[1:] > e[:-1]
+        first = np.flatnonzero(opens)
+        begins, ends = s[first], np.maximum.reduceat(e, first)
+        by_start = np.argsort(begins, kind="stable")
+        begins, ends = begins[by_start], ends[by_start]
+        piece_ends = np.minimum(ends[1:], np.maximum.accumulate(ends)[:-1])
+        at_once += iv.length(iv.union(begins[1:], piece_ends))  # union drops the empty pieces
+    return at_once
+
+
 def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> StreamsResult | None:
     """None when the trace has no device work. The ops are read as arrays by stream and start, and
     each per-op array is summed by stream and let go before the next is made: ten million ops hold
@@ -107,13 +137,14 @@ def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> Str
     rows = np.flatnonzero((gpu["kind"] != "sync").to_numpy()).astype(index_type(len(gpu)))
     if not len(rows):
         return None
+    busy = sum(iv.length(v.busy) for v in views_of(trace))
     device, stream = gpu["device"].to_numpy(np.int64)[rows], gpu["stream"].to_numpy(np.int64)[rows]
     rows = rows[np.lexsort((gpu["start"].to_numpy(np.int64)[rows], stream, device))]  # each stream a run, by start
     device, stream = gpu["device"].to_numpy(np.int64)[rows], gpu["stream"].to_numpy(np.int64)[rows]
     same = np.r_[False, (device[1:] == device[:-1]) & (stream[1:] == stream[:-1])]  # a previous op on this stream
     firsts = np.flatnonzero(~same)  # each stream's first op
     devices, streams_of, ops = device[firsts].tolist(), stream[firsts].tolist(), np.diff(np.append(firsts, len(rows))).tolist()
-    del device, stream
+    del stream
 
     def per_stream(values: np.ndarray) -> np.ndarray:
         return np.add.reduceat(values, firsts, dtype=np.int64)
@@ -126,6 +157,8 @@ def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> Str
     # what each stream had done before each op: the end of its latest op so far (ops may overlap by ns)
     ended = pd.Series(end).groupby(np.cumsum(~same)).cummax().to_numpy()
     del end
+    concurrent = _at_once_ns(device, start, ended, same)
+    del device
     launch = launch_calls(trace, gpu["correlation"].to_numpy()[rows], ("start",))["start"]
     launched = launch.notna().to_numpy()
     queued = np.zeros(len(rows), dtype=bool)  # launched before the stream was done with the op before it (exact ns)
@@ -148,7 +181,8 @@ def detect_streams(trace: Trace, params: StreamsParams = StreamsParams()) -> Str
                for d, s, n, k, c, span, i, h, q, o, u in columns]
     streams.sort(key=lambda r: -r.busy_us)
     return StreamsResult(len(streams), streams[:params.top], list(shared_streams(trace)), us(int(host_wait.sum())),
-                         us(int(kernel_wait.sum())), us(int(other_wait.sum())))
+                         us(int(kernel_wait.sum())), us(int(other_wait.sum())), us(busy), us(concurrent),
+                         pct(concurrent, busy))
 
 
 def streams_sentence(result: StreamsResult) -> str | None:
@@ -170,8 +204,27 @@ def streams_sentence(result: StreamsResult) -> str | None:
     else:
         idle = f"; of its {duration(busiest.idle_us)} idle, most waits for {why}: {duration(waits[why])}"
     many = f"{result.streams} streams; the busiest, " if result.streams > 1 else "One stream, "
+    at_once = (f" Two or more streams of a GPU run at once for {duration(result.concurrent_us)}, "
+               f"{percent(result.concurrent_pct)} of the time the GPUs are busy." if result.concurrent_us else "")
     return text + (f"{many}GPU {busiest.device} stream {busiest.stream}, is busy {busiest.busy_of_span_pct:.1f}% of "
-                   f"its span{idle}.")
+                   f"its span{idle}.{at_once}")
+
+
+#: whether streams run at once, asked ("do kernels overlap across streams?", "is there any concurrency?")
+_AT_ONCE_ASKED = re.compile(r"\boverlap\w*|\bconcurren\w*|\bin parallel\b|\bat (?:the same time|once)\b|\bsimultaneous\w*",
+                            re.I)
+
+
+def streams_lead(result: StreamsResult, question: str) -> str | None:
+    """Whether two or more streams of a GPU run at once, and for how long, where the question asks it; else None."""
+    if not _AT_ONCE_ASKED.search(question):
+        return None
+    if result.concurrent_us:
+        return (f"**Yes: two or more streams of a GPU run at once for {duration(result.concurrent_us)}**, "
+                f"{percent(result.concurrent_pct)} of the {duration(result.busy_us)} the GPUs are busy.")
+    if result.streams == 1:
+        return "**No:** one stream runs all the device work, so nothing runs beside it."
+    return f"**No:** the {result.streams} streams never run at once on a GPU: they take turns."
 
 
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
@@ -183,4 +236,5 @@ DETECTOR = Detector("streams", "Streams", "Each GPU stream over its own span: op
                     lambda r, p: streams_sentence(r), since="2.0",
                     needs=("the trace has no device work", "profile with CUDA (or ROCm) activities on"),
                     asks=r"\bstreams?\b|host wait|kernel wait|\bconcurren\w*|\bkernels? (?:run(?:ning)? )?(?:overlap\w*|"
-                         r"in parallel|at (?:the same|once))|\boverlapping kernels\b")
+                         r"in parallel|at (?:the same|once))|\boverlapping kernels\b",
+                    lead=streams_lead)
