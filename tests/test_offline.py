@@ -816,6 +816,14 @@ TABLE = [
                 f"device time** ({counted(phase(c, 'optimizer').ops, 'device op')}", "**Forward, backward and optimizer.**"]),
     ("R", "What's the backward to forward ratio?", "detector:training_phases", {},
      lambda c: [f"**The backward takes {focus(c).results['training_phases'].backward_per_forward_x:g}× the forward**"]),
+    # "converge" is no convolution; a class of work asked "efficient" is the math's rate (or why the trace cannot say)
+    ("S", "Does the step time converge after warm-up?", "steps", {}, lambda c: ["The trace records one step"]),
+    ("S", "Is the KV cache read efficiently?", "mfu", {}, lambda c: ["**The trace cannot say:**"]),
+    ("R", "How efficient are the convolutions?", "mfu", {}, lambda c: ["**MFU "]),
+    # attention and the MLP where no module type has those names: the classes of work, replayed faster
+    ("S", "Is attention or MLP the bottleneck in decode?", "bound", {},
+     lambda c: ["With matmul (GEMM) and attention kernels 2× faster",
+                f"attention {percent(next(k for k in classes(c).classes if k.name == 'attention').share_pct)}"]),
     # one step recorded: steps compared ("how variable?", "is the first slower?") are said to need more
     ("B", "How variable are the step times?", "steps", {},
      lambda c: [f"1 step (step {focus(c).findings.steps.slowest}): **{duration(focus(c).findings.steps.mean_us)}**.",

@@ -120,8 +120,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("mfu", r"\b(?:mfu|t?flop/?s|t?flops|model flops|tensor ?cores?|tensor core utili[sz]ation|"
             r"achieved (?:t?flop|throughput))\b|"
             # the math's rate asked in words: "the throughput of the matmul kernels"
-            r"\b(?:throughput|efficien\w*)\b.{0,20}\b(?:matmuls?|gemms?|math)\b|"
-            r"\b(?:matmuls?|gemms?|math|convolutions?|convs?|tensor cores?)\b.{0,20}\b(?:throughput|efficien\w*)|"
+            r"\b(?:throughput|efficien\w*)\b.{0,20}\b(?:matmuls?|gemms?|math|convolutions?|attention|kv[- ]?cache)\b|"
+            r"\b(?:matmuls?|gemms?|math|convolutions?|convs?|tensor cores?|attention|kv[- ]?cache)\b.{0,20}"
+            r"\b(?:throughput|efficien\w*)|"
             r"\bclose to (?:the )?peak\b|\b(?:of|vs\.?|versus|against) (?:the )?(?:hardware )?peak\b"),
     ("interconnect", r"\b(?:interconnect|network|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
                      r"(?:collective|nccl|rccl|all-?reduce|all-?gather|communication)s?\b.{0,40}\b(?:bandwidth|latency)|"
@@ -222,7 +223,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     # the time between kernels is idle time, not the kernels': "why are there gaps between kernels?"
     ("kernels", r"\b(?:eat\w*|consum\w*|tak\w* up|us\w* up)\b.{0,20}\b(?:gpu|device)(?: time)?\b|"
                 r"^(?!.*\b(?:gaps?|idle|bubbles?|between kernels)\b).*"
-                r"\b(?:kernel|hot|gemm|matmul|hotspot|conv|what runs|most time on the gpu|compute)"),
+                r"\b(?:kernel|hot|gemm|matmul|hotspot|conv(?!erg)|what runs|most time on the gpu|compute)"),
     ("one_step", r"\bstep\s*#?\d+"),
     # why the GPU idles, said of a step ("why does the GPU go idle every step?"), is the idle answer's
     # what the step's time goes to ("what's eating my step time?") is the summary's, not the step list;
@@ -356,6 +357,9 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     named = [d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, words, re.I)]
     about = next((r for r in ctx.analysis.ranks if r.rank == rank), ctx.analysis.focus)
     asked = next((n for n in named if about.results.get(n) is not None), named[0] if named else None)
+    if asked == "modules" and classes_named(words) and not named_module(words, ctx):
+        # "is attention or the MLP the bottleneck?" where no module type has those names: the classes of work say it
+        asked = next((n for n in named if n != "modules" and about.results.get(n) is not None), None)
     if asked == "op_time" and about.results.get("op_time") is None and about.results.get("host_ops") is not None:
         asked = "host_ops"  # a trace with no device work: its ops' time is host time ("which op takes the most time?")
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)

@@ -244,7 +244,8 @@ _ASKED_CLASSES = (r"(?:attention|gemms?|matmuls?|convolutions?|elementwise|norma
 CLASS_WORDS = [("memory_bound", r"memory[- ]bound"),
                ("attention", r"attention|attn\b|flash|sdpa|kv[- _]?cache|paged[- ]?attention"),
                ("convolution", r"conv(?:olution)?s?\b"),
-               ("gemm", r"matmuls?\b|gemms?\b|linear layers?|mat(?:rix)?[- ]?mul\w*"),
+               # an MLP (feed-forward) block is its matmuls, as far as classes of work go
+               ("gemm", r"matmuls?\b|gemms?\b|linear layers?|mat(?:rix)?[- ]?mul\w*|mlps?\b|ffns?\b|feed-?forward"),
                ("normalization", r"(?:layer|batch|group|rms)[ -]?norms?\b|normali[sz]ations?"),
                ("elementwise", r"element-?wise|pointwise"), ("reduction", r"softmax|reductions?\b"),
                ("indexing", r"embeddings?\b|(?<!all)(?<!all[- _])gathers?\b|(?<!reduce)(?<!reduce[- _])scatters?\b|"
