@@ -275,6 +275,19 @@ def test_compute_bound_names_the_hot_kernel(tmp_path):
     assert "`traceagent profile --ncu 'Kernel' -- python train.py`" in ra.verdict.next_step
 
 
+def test_an_amd_gpus_hot_kernel_is_profiled_with_rocm_compute_profiler_not_nsight(tmp_path):
+    """Nsight Compute does not run on AMD GPUs: the same compute-bound trace on an MI300X is told AMD's profiler."""
+    b = TraceBuilder(device_name="AMD Instinct MI300X")
+    b.op("aten::mm", 0, 10)
+    b.kernel("Cijk_Alik_Bljk_BBS_BH_MT256x32x64", 0, 900, launch_at=1)
+    b.kernel("elementwise_kernel", 900, 100)
+    ra = analyze_trace(b.load(tmp_path))
+    assert ra.trace.meta.amd and (ra.verdict.limiter, ra.verdict.root_cause) == ("compute", "hot_kernel")
+    step = ra.verdict.next_step
+    assert "`rocprof-compute profile -n hot_kernel -k 'Cijk_Alik_Bljk_BBS_BH_MT256x32x64' -- python train.py`" in step
+    assert "ncu" not in step and "Nsight" not in step
+
+
 def test_short_kernel_names():
     assert short_name("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
                       "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)") \

@@ -824,6 +824,10 @@ TABLE = [
     ("S", "Is attention or MLP the bottleneck in decode?", "bound", {},
      lambda c: ["With matmul (GEMM) and attention kernels 2× faster",
                 f"attention {percent(next(k for k in classes(c).classes if k.name == 'attention').share_pct)}"]),
+    # an AMD GPU's kernels are profiled with ROCm Compute Profiler (Nsight Compute does not run there)
+    ("S", "What should I profile next?", "profile_next", {},
+     lambda c: [f"2. The hot kernel, with ROCm Compute Profiler: `rocprof-compute profile -n hot_kernel -k "
+                f"{top_kernel(c).short_name!r} -- python train.py`."]),
     # one step recorded: steps compared ("how variable?", "is the first slower?") are said to need more
     ("B", "How variable are the step times?", "steps", {},
      lambda c: [f"1 step (step {focus(c).findings.steps.slowest}): **{duration(focus(c).findings.steps.mean_us)}**.",

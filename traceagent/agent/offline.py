@@ -39,7 +39,7 @@ from ..detect.detectors.stragglers import RankCollectives, RankComparison
 from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult, classes_named
 from ..detect.detectors.workload import DETECTOR as WORKLOAD_DETECTOR
 from ..detect.registry import DETECTORS, Detector
-from ..detect.verdict.advice import profile_line
+from ..detect.verdict.advice import kernel_profiler, profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
 from ..detect.verdict.whatif import ALL_KERNELS, whatif_sentence
@@ -277,6 +277,11 @@ class OfflineAnalyst:
         checked = unverified(text, self.ctx.sources) if answers else []  # the note is ours, not a claim
         for final in _streamed(text + "\n\n" + note, checked):
             yield final
+
+    @property
+    def _amd(self) -> bool:
+        """Whether the focus rank's GPUs are AMD's (their kernels' profiler is ROCm's, not Nsight)."""
+        return self.ctx.analysis.focus.trace.meta.amd
 
     def _of_run(self, run: Analysis) -> OfflineAnalyst:
         """The analyst of one of the two runs loaded, alone (the same sources: its numbers check)."""
@@ -638,7 +643,7 @@ class OfflineAnalyst:
                  f"{counted(t.count, 'call')}, {percent(t.share_of_busy_pct)} of busy time.", "", listed]
         lines += [f"{i}. `{shorten(r.kernel.label, 80)}`: {said}, {counted(r.kernel.count, 'call')}"
                   for i, (r, said) in enumerate(zip(per_call.top[:5], shown), 1)]
-        lines += ["", _why_slow([t.name, k.name], profiled)]
+        lines += ["", _why_slow([t.name, k.name], profiled, self._amd)]
         return "\n".join(lines)
 
     def _kernel(self, q: Question, kernels: KernelsAnswer, instances: InstancesAnswer,
@@ -658,7 +663,7 @@ class OfflineAnalyst:
                 f"{duration(i.dur_us)} at {duration(i.start_us)} (GPU {i.device}, stream {i.stream})"
                 for i in inst) + ".")
         lines += ["", f"If it ran twice as fast it would save at most {duration(k.saving_2x_us)}.",
-                  _why_slow([k.name], profiled)]
+                  _why_slow([k.name], profiled, self._amd)]
         return "\n".join(lines)
 
     def _module(self, q: Question, modules: DetectorAnswer) -> str:
@@ -732,7 +737,7 @@ class OfflineAnalyst:
         lines += [f"{i}. `{shorten(h.label, 80)}`: {duration(h.total_us)}, {percent(h.share_of_busy_pct)} of "
                   f"busy time, {counted(h.count, 'launch', 'launches')}, mean {duration(h.mean_us)}"
                   + (f", from `{shorten(h.op, 40)}`" if h.op else "") for i, h in enumerate(top, 1)]
-        lines += ["", _why_slow([h.name for h in top], profiled)]
+        lines += ["", _why_slow([h.name for h in top], profiled, self._amd)]
         return "\n".join(lines)
 
     def _copies(self, q: Question, movement: CopiesAnswer, links: DetectorAnswer) -> str:
@@ -1461,8 +1466,9 @@ class OfflineAnalyst:
                  + (f", and the top kernel, `{shorten(top.label, 80)}`, takes "
                     f"{percent(top.share_of_busy_pct)} of busy time." if top else "."), "",
                  "To measure it: profile with `torch.profiler.profile(record_shapes=True)` (PyTorch ≥ 2.1 for "
-                 "convolutions), or run the hot kernel under Nsight Compute "
-                 "(`ncu --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed`)."]
+                 "convolutions), or read the hot kernel's counters: "
+                 + ("`rocprof-compute profile -n hot_kernel -k NAME -- python train.py` (ROCm Compute Profiler)."
+                    if self._amd else "`ncu --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed` (Nsight Compute).")]
         if precision.result is not None:  # the kernels' names still say their precision
             lines += ["", f"**Tensor cores:** {md_prose(precision_sentence(precision.result))}"]
         return "\n".join(lines)
@@ -1564,13 +1570,15 @@ class OfflineAnalyst:
         lines = [f"**{v.headline}.**", ""]
         missing = [u for u in overview.unavailable if u["what"] not in ("GPU memory use",)]
         top = kernels.top[0].kernel.short_name if kernels.top else None
-        if v.limiter == "compute" and top:
-            lines.append(f"1. The hot kernel, with Nsight Compute: `{profile_line('--ncu', repr(top))}`.")
+        profiler = kernel_profiler(top, self._amd) if top else None
+        if v.limiter == "compute" and profiler:
+            lines.append(f"1. The hot kernel, with {profiler[1]}: `{profiler[0]}`.")
         else:
             lines.append("1. The whole timeline with Nsight Systems, to see the host and the GPU together: "
-                         f"`{profile_line('--nsys')}`.")
-            if top:
-                lines.append(f"2. The hot kernel, with Nsight Compute: `{profile_line('--ncu', repr(top))}`.")
+                         f"`{profile_line('--nsys')}`." if not self._amd else
+                         f"1. The whole timeline again, more steps of it: `{profile_line()}` (torch.profiler, on ROCm too).")
+            if profiler:
+                lines.append(f"2. The hot kernel, with {profiler[1]}: `{profiler[0]}`.")
         if missing:
             lines += ["", "What this trace lacks, and how to record it:"]
             lines += [f"- {u['what']}: {u['why']}; {u['how_to_get_it']}." for u in missing[:4]]
@@ -1929,17 +1937,22 @@ def _asks_advice(q: Question) -> bool:
     return bool(re.match(r"\s*(?:should|would|will|could|do\s+(?:i|we)\s+need|is\s+it\s+worth)\b", q.text, re.I))
 
 
-def _ncu(kernel: str) -> str:
-    return (f"To see why `{shorten(kernel, 50)}` takes that long: `{profile_line('--ncu', repr(kernel))}` runs it under "
-            "Nsight Compute and joins the reading to the trace (or `ncu --kernel-name regex:NAME --set full --csv --page "
+def _how_to_profile(kernel: str, amd: bool) -> str:
+    """How to see why a kernel takes the time it does: its hardware counters, with the GPU maker's profiler."""
+    line, profiler = kernel_profiler(kernel, amd)
+    if amd:
+        return (f"To see why `{shorten(kernel, 50)}` takes that long: `{line}` reads its counters with {profiler} "
+                "(then `rocprof-compute analyze -p workloads/hot_kernel/...`).")
+    return (f"To see why `{shorten(kernel, 50)}` takes that long: `{line}` runs it under "
+            f"{profiler} and joins the reading to the trace (or `ncu --kernel-name regex:NAME --set full --csv --page "
             "details --log-file ncu.csv python train.py`, then `traceagent analyze TRACE --kernels ncu.csv`).")
 
 
-def _why_slow(names: list[str], profiled: KernelProfilesAnswer) -> str:
+def _why_slow(names: list[str], profiled: KernelProfilesAnswer, amd: bool) -> str:
     """Nsight Compute's reading of the first of these kernels it profiled, or how to get one."""
     found = next((p for name in names for p in profiled.kernels if same_kernel(p.name, name)), None)
     if found is None:
-        return _ncu(short_name(names[0]))
+        return _how_to_profile(short_name(names[0]), amd)
     return f"Nsight Compute ({profiled.profiles.path if profiled.profiles else 'export'}): {profile_sentence(found)}"
 
 

@@ -191,7 +191,8 @@ NO_COUNTERS = unavailable("memory bandwidth of kernels, occupancy, warp stalls, 
                           "a timeline trace records when kernels ran, not hardware counters",
                           f"profile the hot kernel with Nsight Compute: `{profile_line('--ncu', 'NAME')}` (or ncu "
                           "--kernel-name regex:NAME --set full --csv --page details --log-file ncu.csv, then "
-                          "traceagent analyze TRACE --kernels ncu.csv)")
+                          "traceagent analyze TRACE --kernels ncu.csv); on AMD GPUs with ROCm Compute Profiler: "
+                          "rocprof-compute profile -n hot_kernel -k NAME -- python train.py")
 NO_SHAPES = unavailable("FLOPs, achieved TFLOP/s and MFU", "the trace has no recorded shapes",
                         f"record with `{profile_line()}` (it sets record_shapes=True), or profile with "
                         "torch.profiler.profile(record_shapes=True) (PyTorch ≥ 2.1 also records the convolutions' stride "

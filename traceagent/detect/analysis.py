@@ -144,7 +144,7 @@ class RankAnalysis:
     @cached_property
     def findings(self) -> Findings:
         """The results the verdict and the presentation read by type."""
-        return Findings.of(self.results, self.meta.has_python_frames, self.has_device_activity)
+        return Findings.of(self.results, self.meta.has_python_frames, self.has_device_activity, self.meta.amd)
 
     @property
     def breakdown(self) -> BreakdownResult:

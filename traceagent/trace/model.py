@@ -218,6 +218,10 @@ def _default_column(dtype: str, n: int):
     raise ValueError(dtype)
 
 
+#: an AMD GPU as devices name themselves ("AMD Instinct MI300X", "AMD Radeon PRO W7900")
+_AMD_GPU = re.compile(r"\bAMD\b|\bInstinct\b|\bRadeon\b|\bMI[123]\d{2}X?\b")
+
+
 @dataclass
 class TraceMeta:
     """What the trace says about itself, and what the loader noticed while reading it."""
@@ -232,6 +236,11 @@ class TraceMeta:
     has_python_frames: bool = False
     has_flows: bool = False  # flow events (Chrome phase "s" starts one): arrows between events, e.g. launch → kernel
     warnings: list[str] = field(default_factory=list)  # e.g. "truncated: loaded 91% of the file"
+
+    @property
+    def amd(self) -> bool:
+        """Whether its GPUs are AMD's (ROCm): their kernels are profiled with AMD's tools, not Nsight."""
+        return any(_AMD_GPU.search(name) for name in self.devices.values())
 
 
 @dataclass(eq=False)  # identity semantics: detectors memoize per-trace work in weak maps

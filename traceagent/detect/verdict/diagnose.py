@@ -209,9 +209,11 @@ class Findings:
     precision: PrecisionResult | None = None  # the math kernels' precision: whether fp32 math misses the tensor cores
     grid_fill: GridFillResult | None = None  # whether the hot kernel's grid leaves SMs empty
     layout: LayoutResult | None = None  # the convolutions' layout: time converting channels-first tensors
+    amd: bool = False  # AMD GPUs: kernels are profiled with ROCm Compute Profiler, not Nsight Compute
 
     @classmethod
-    def of(cls, results: Mapping[str, Any], has_python_frames: bool, has_device_activity: bool) -> Findings:
+    def of(cls, results: Mapping[str, Any], has_python_frames: bool, has_device_activity: bool,
+           amd: bool = False) -> Findings:
         """The findings among detectors' results by name (registry.run_all); those the verdict does
         not read (throughput, memory, graphs, annotations) may be absent."""
         return cls(idle=results["idle"], memcpy=results["memcpy"], comm=results["comm"], kernels=results["kernels"],
@@ -220,7 +222,7 @@ class Findings:
                    critical_path=results["critical_path"], flops=results.get("flops"), memory=results.get("memory"),
                    graphs=results.get("graphs"), annotations=results.get("annotations"),
                    classes=results.get("time_by_class"), precision=results.get("precision"),
-                   grid_fill=results.get("grid_fill"), layout=results.get("layout"))
+                   grid_fill=results.get("grid_fill"), layout=results.get("layout"), amd=amd)
 
 
 def no_device_verdict(runtime_calls: int = 0) -> Verdict:
@@ -531,8 +533,9 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
     dtype = (f". It runs in {said[0]} on tensor cores already (its name says so): look at its shape and how full it "
              "keeps them" if said and said[1] == 1 and said[0] != "unknown" else
              ", and check it runs in a fast dtype (bf16/TF32) and shape")
-    step = (f"Profile that kernel: `{advice.profile_line('--ncu', repr(top.short_name))}` (Nsight Compute on it, "
-            f"joined to the trace){dtype}.")
+    profiler, profiler_name = advice.kernel_profiler(top.short_name, f.amd)
+    step = (f"Profile that kernel: `{profiler}` ({profiler_name} on it" + ("" if f.amd else ", joined to the trace")
+            + f"){dtype}.")
     sparse = next((k for k in (f.grid_fill.top if f.grid_fill else []) if k.kernel == top.name
                    and k.blocks_per_sm <= SPARSE_GRID_BLOCKS_PER_SM and k.share_pct >= SPARSE_GRID_MIN_PCT), None)
     if sparse is not None:
@@ -541,14 +544,14 @@ def _compute_verdict(f: Findings, also: list[str]) -> Verdict:
                        "idle while it runs.")
         step = (f"Give {top.label} more blocks per launch: a larger batch or more tokens per step, several small "
                 "launches fused or grouped into one, split-K or stream-K for a small matmul; then profile it: "
-                f"`{advice.profile_line('--ncu', repr(top.short_name))}`.")
+                f"`{profiler}`.")
     p = f.precision
     if p is not None and p.advice and p.plain_core_pct >= ADVISED_PCT and said is not None and said[1] == 0:
         # fp32 math off the tensor cores: the dtype, not the kernel, is the first fix
         hypothesis += (f" It runs in fp32 on the plain cores, as does {p.plain_core_pct:.1f}% of the math kernels' time: "
                        "the GPU's tensor cores sit unused.")
         step = (f"{TENSOR_CORE_STEP}: {p.advice}; `traceagent whatif TRACE --change amp` predicts what it "
-                f"buys. Then profile what stays hot: `{advice.profile_line('--ncu', repr(top.short_name))}`.")
+                f"buys. Then profile what stays hot: `{profiler}`.")
     rated = next((k for k in (f.flops.by_kernel if f.flops else []) if k.name == top.name and k.mfu_pct is not None), None)
     if rated is not None and rated.mfu_pct is not None and rated.mfu_pct >= NEAR_PEAK_PCT:
         # a kernel near its peak has little left to give: the gain is in doing less of it
@@ -655,7 +658,7 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
 def rank_verdict(inputs: Inputs, params: VerdictParams) -> Verdict:
     """The verdict of one rank, drawn from the results of the detectors it reads."""
     trace = inputs.trace
-    findings = Findings.of(inputs.results, trace.meta.has_python_frames, trace.has_device_activity)
+    findings = Findings.of(inputs.results, trace.meta.has_python_frames, trace.has_device_activity, trace.meta.amd)
     return replace(diagnose(findings, params), rank=trace.meta.rank)
 
 
