@@ -102,3 +102,9 @@ def test_a_tables_header_gives_its_column_a_unit(sources):
     table = ("| cause | idle (ms) | share (%) | gaps |\n|---|---:|---:|---:|\n"
              "| dataloader | 285.21 | 28.62 | 5 |\n| magic | 17.5 | 3.3 | 7 |")
     assert unverified(table, sources) == ["17.5 ms", "3.3 %"]  # 285.21 ms and 28.62% are the tool's
+
+
+def test_a_label_ends_its_line(sources):
+    # "…of a 47 ms step" closing a list, then "1 step (step 6)" opening the next paragraph: no step 1 is named
+    assert "step 1" not in unverified("- step 6: idle, of a step\n\n1 step (step 6) in all.", sources)
+    assert unverified("Step 42 is slow.", sources) == ["Step 42"]

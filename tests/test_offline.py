@@ -29,7 +29,7 @@ from traceagent.agent.question import named_op, understand
 from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.compare.diff import diff
-from traceagent.detect.core.vocabulary import GAP_CAUSES, ROOT_CAUSES, label
+from traceagent.detect.core.vocabulary import BOUNDS, GAP_CAUSES, ROOT_CAUSES, label
 from traceagent.detect.detectors.kernels import detect_hot_kernels, op_host
 from traceagent.detect.verdict.whatif import parse_change, simulate
 from traceagent.format import counted, duration, percent, shorten, size
@@ -215,6 +215,12 @@ def why_slow(ctx, rank: int) -> list[str]:
 
 def steps_of(ctx) -> list[int]:
     return [int(n) for n in focus(ctx).trace.steps["step"]]
+
+
+def most_launched_count(ctx) -> int:
+    """The most launches of one kernel name, counted from the focus rank's rows."""
+    gpu = focus(ctx).trace.gpu
+    return int(gpu[gpu["kind"] == "kernel"].groupby("name", observed=True).size().max())
 
 
 def classes(ctx):
@@ -824,6 +830,18 @@ TABLE = [
     ("S", "Is attention or MLP the bottleneck in decode?", "bound", {},
      lambda c: ["With matmul (GEMM) and attention kernels 2× faster",
                 f"attention {percent(next(k for k in classes(c).classes if k.name == 'attention').share_pct)}"]),
+    # the host and the device weighed: which one, not a yes or a no
+    *[(key, "Is the host or the device the bottleneck?", "bound", {},
+       lambda c: ["**The host (CPU).**" if {focus(c).verdict.limiter, focus(c).verdict.root_cause} & BOUNDS["host"].means
+                  else "**The GPU, not the host.**"]) for key in ("Q", "R")],
+    # the kernels launched most often: ranked by their count (expected: counted by name from the trace's rows)
+    ("Q", "Which kernels are launched the most?", "kernels", {},
+     lambda c: ["Launched most often:\n1. ", f"{most_launched_count(c)} launches"]),
+    # which ops to fuse: the classes fusing shortens, not a yes
+    ("Q", "Which operator should I fuse?", "compile", {},
+     lambda c: [f"**Fusing shortens the kernels memory-bound by nature:** elementwise "
+                f"{percent(next(k for k in classes(c).classes if k.name == 'elementwise').share_pct)} of device time"]),
+    ("Q", "What is the GPU utilization per step?", "steps", {}, lambda c: ["**Idle by step**"]),
     # an AMD GPU's kernels are profiled with ROCm Compute Profiler (Nsight Compute does not run there)
     ("S", "What should I profile next?", "profile_next", {},
      lambda c: [f"2. The hot kernel, with ROCm Compute Profiler: `rocprof-compute profile -n hot_kernel -k "

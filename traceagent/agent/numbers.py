@@ -76,8 +76,9 @@ _UNDER = re.compile(r"(?:<|≤|\bunder|\bless than|\bbelow|\bfewer than)\s*$", r
 
 _CONNECT = r"(?:\s*(?:,|and|or|to|-|–|&)\s*\d+)*\s*(?:,|and|or|to|-|–|&)?\s*"
 _HYPOTHETICAL = re.compile(r"\b(?:if|would|could|might|should|can|aim|target|goal|expect)\b", re.I)
-_KNOWN_LABEL = re.compile(  # "rank 3", "GPU #1", "ranks 0, 3 and 5" (only a plural takes a list)
-    rf"\b(?:(?P<label>rank|gpu|device|cuda:|step|iteration|iter|profilerstep\s*#|stream)\s*[#:]?\s*"
+_KNOWN_LABEL = re.compile(  # "rank 3", "GPU #1", "ranks 0, 3 and 5" (only a plural takes a list); on one line:
+    # "…of a 47 ms step\n\n1 step" names no step 1
+    rf"\b(?:(?P<label>rank|gpu|device|cuda:|step|iteration|iter|profilerstep\s*#|stream)[ \t]*[#:]?[ \t]*"
     rf"|(?P<labels>ranks|gpus|devices|steps|iterations|streams)\s*(?:\d+{_CONNECT})?)$", re.I)
 _ASKED = re.compile(r"\b(?P<label>ranks?|gpus?|devices?|steps?|iterations?|streams?)\s*#?\s*"
                     r"(?P<numbers>\d+(?:\s*(?:,|and|or|to|-|–|&|vs\.?|versus)\s*\d+)*)", re.I)

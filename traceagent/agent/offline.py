@@ -36,7 +36,7 @@ from ..detect.detectors.memory import memory_peak
 from ..detect.detectors.precision import precision_sentence
 from ..detect.detectors.steps import StepRow
 from ..detect.detectors.stragglers import RankCollectives, RankComparison
-from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult, classes_named
+from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult, classes_named, memory_kernel_classes
 from ..detect.detectors.workload import DETECTOR as WORKLOAD_DETECTOR
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import kernel_profiler, profile_line
@@ -80,6 +80,7 @@ from .question import (
     GPUS_COUNTED,
     IDLE_WORDS,
     LINE_ASKED,
+    MOST_CALLED_KERNELS,
     NOT_RECORDED,
     OP_NAME,
     PRECISION,
@@ -162,7 +163,9 @@ class OfflineAnalyst:
             "module": Plan(lambda q, at: [("modules", _rank(at))], self._module),
             "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5}), ("host_ops", _rank(at)),
                                       ("op_time", _rank(at))], self._op),
-            "kernels": Plan(lambda q, at: [("hot_kernels", at), ("kernel_profiles", {})]
+            "kernels": Plan(lambda q, at: [("hot_kernels", at | ({"order_by": "count"} if re.search(MOST_CALLED_KERNELS, q.text,
+                                                                                                   re.I) else {})),
+                                           ("kernel_profiles", {})]
                             + ([("launches", at)] if _TYPICAL_KERNEL.search(q.text) else [])
                             + ([("verdict", at)] if _WHAT_TO_TUNE.search(q.text) else []), self._kernels),
             # a runtime API's time asked ("how much time is spent in cudaMemcpyAsync?"): led by its host time
@@ -580,6 +583,9 @@ class OfflineAnalyst:
                 or "none in this trace") + f".** It is limited by {what}.")
         elif not asked or None in said.values():
             head = f"It is limited by **{what}**."
+        elif asked == ["host"] and _HOST_OR_DEVICE.search(q.text):  # "is the host or the device the bottleneck?"
+            head = (f"**The host (CPU).** It is limited by {what}." if yes else
+                    f"**The GPU, not the host.** It is limited by {what}.")
         elif len(asked) == 1:
             head = (f"**Yes.** It is limited by {what}." if yes else
                     f"**No.** It is limited by {what}, not by {BOUNDS[asked[0]].label}.")
@@ -733,7 +739,7 @@ class OfflineAnalyst:
                       f"{duration(n.median_launch_us)} for a launch call; {percent(n.short_kernel_pct)} of kernels are "
                       "shorter than their own launch.", ""]
         lines += [f"{'' if lines else self._who(kernels.scope)}{k.kernels} kernels ({k.distinct} distinct names) ran "
-                  f"{duration(k.total_us)}. The hottest:"]
+                  f"{duration(k.total_us)}. " + ("Launched most often:" if kernels.order_by == "count" else "The hottest:")]
         lines += [f"{i}. `{shorten(h.label, 80)}`: {duration(h.total_us)}, {percent(h.share_of_busy_pct)} of "
                   f"busy time, {counted(h.count, 'launch', 'launches')}, mean {duration(h.mean_us)}"
                   + (f", from `{shorten(h.op, 40)}`" if h.op else "") for i, h in enumerate(top, 1)]
@@ -1198,7 +1204,7 @@ class OfflineAnalyst:
         steps = answer.steps
         if not steps or not steps.count:
             return _unavailable(answer.unavailable or NO_STEPS)
-        if IDLE_WORDS.search(q.text):  # "how much idle time is there per step?": each step's own idle first
+        if IDLE_WORDS.search(q.text) or _BUSY_ASKED.search(q.text):  # "idle time per step?", "utilization per step?"
             return self._idle_by_step(answer) + "\n\n" + self._steps(replace(q, text=""), answer)
         if steps.count == 1:  # one step: no mean, median or slowest to speak of
             return (f"{self._who(answer.scope)}1 step (step {steps.slowest}): **{duration(steps.mean_us)}**."
@@ -1551,6 +1557,13 @@ class OfflineAnalyst:
                          (True, True): "**Compiling would answer what limits this trace.**",
                          (False, True): "**Compiling would not answer what limits this trace first.**"}
                         [helps, asked_if_compiled] + f" {v.headline}.")
+        fused = memory_kernel_classes(by_class) if by_class is not None else []
+        if fused and re.match(r"\s*(?:which|what)\b", q.text, re.I) and re.search(r"\bfus", q.text, re.I):
+            # "which ops should I fuse?": what fusing shortens, the kernels memory-bound by nature, not a yes
+            verdict_line = (f"{self._who(classes.scope)}**Fusing shortens the kernels memory-bound by nature:** "
+                            + "; ".join(f"{c.label} {percent(c.share_pct)} of device time"
+                                        + (f" (led by {code(shorten(c.top[0], 60))})" if c.top else "") for c in fused)
+                            + f". {v.headline}.")
         lines = [now, "", verdict_line] if asked_if_compiled else [verdict_line, *(["", now] if now else [])]
         lines += ["", "torch.compile helps in two ways:"]
         if by_class is not None:
@@ -1789,6 +1802,9 @@ _COMPARED_STEPS = re.compile(r"\bvar(?:y|ies|iable|iance|iation)\b|\bjitter\b|\b
 #: what one step recorded says of steps compared
 _ONE_STEP = ("The trace records one step, so there is nothing to weigh it against: record several (a profiler "
              "schedule's `active=5`) to see how steps vary.")
+#: the host and the device weighed against each other ("is the CPU or the GPU the bottleneck?")
+_HOST_OR_DEVICE = re.compile(r"\b(?:cpu|host)(?:[- ]bound)? or (?:the )?(?:gpu|device)\b|"
+                             r"\b(?:gpu|device)(?:[- ]bound)? or (?:the )?(?:cpu|host)\b", re.I)
 #: each step asked about ("how long does the data loader take per step?")
 _PER_STEP = re.compile(r"\b(?:per|each|every|a) (?:training )?(?:step|iteration)\b|\bby step\b", re.I)
 #: how long something takes, asked

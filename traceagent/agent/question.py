@@ -41,6 +41,9 @@ _TIME_GOES_TO = (r"(?:\b(?:eat\w*|consum\w*|tak\w* up|us\w* up|dominat\w*)\b.{0,
                  r"\bwhat (?:takes|is taking|uses|is using|spends) (?:up )?(?:the )?most (?:of the )?time\b|"
                  r"\bbreak\w* down\b.{0,25}\btime\b|\bwhere (?:is|does) (?:the |my )?(?:step |iteration |run )?time "
                  r"(?:going|go)\b|\bwhat (?:is|are) (?:the |a |my )?(?:steps?|iterations?) made of\b)")
+#: the kernels launched most often asked ("which kernels are launched the most?", "the most frequent kernels")
+MOST_CALLED_KERNELS = (r"\bkernels?\b.{0,20}\b(?:launched|called|run|invoked|executed)\b.{0,10}\b(?:the )?most\b(?! time)|"
+                       r"\bmost (?:frequent(?:ly)?|often|commonly|called|launched)\b.{0,20}\bkernels?\b")
 #: the job's size asked ("how many GPUs are used?", "the number of ranks")
 GPUS_COUNTED = r"\bhow many (?:gpus|ranks|devices|nodes|workers|processes)\b|\bnumber of (?:gpus|ranks|devices)\b"
 #: how long the trace or the run lasted ("what is the total training time?", "how long is the trace?"): a
@@ -197,6 +200,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                        r"\bwhat(?:'s| is| are)? (?:the |my )?next steps?\b(?! times?)|"
                        r"\bwhat would help(?: the)? most\b|\binefficien\w*)"),
     # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
+    # "which kernels are launched the most?": the kernels by their count, not launch overhead
+    ("kernels", MOST_CALLED_KERNELS),
     ("launch", r"\bhow many kernels\b|\bkernels (?:per|a|each) (?:step|iteration)\b|"
                r"\b(?:outside|inside|out of) (?:the )?(?:cuda |hip )?graphs?\b|\bgraph (?:replay|capture)s?\b|"
                r"\bgraphs? (?:were |was |are )?(?:captured|replayed)\b|"
@@ -357,9 +362,11 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     named = [d.name for d in DETECTORS if d.asks and d.tool and re.search(d.asks, words, re.I)]
     about = next((r for r in ctx.analysis.ranks if r.rank == rank), ctx.analysis.focus)
     asked = next((n for n in named if about.results.get(n) is not None), named[0] if named else None)
-    if asked == "modules" and classes_named(words) and not named_module(words, ctx):
-        # "is attention or the MLP the bottleneck?" where no module type has those names: the classes of work say it
-        asked = next((n for n in named if n != "modules" and about.results.get(n) is not None), None)
+    if asked == "modules" and classes_named(words) and not named_module(words, ctx) and any(
+            pattern.search(words) for _, pattern in INTENTS):
+        # "is attention or the MLP the bottleneck?" where no module type has those names: the question's own intent
+        # (a bound, answered by the classes of work)
+        asked = None
     if asked == "op_time" and about.results.get("op_time") is None and about.results.get("host_ops") is not None:
         asked = "host_ops"  # a trace with no device work: its ops' time is host time ("which op takes the most time?")
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
