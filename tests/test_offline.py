@@ -830,6 +830,10 @@ TABLE = [
     ("S", "Is attention or MLP the bottleneck in decode?", "bound", {},
      lambda c: ["With matmul (GEMM) and attention kernels 2× faster",
                 f"attention {percent(next(k for k in classes(c).classes if k.name == 'attention').share_pct)}"]),
+    # the typical gap: the mean from the idle totals (idle over gaps), the median of the gap table's lengths
+    ("R", "What is the average gap between kernels?", "gaps", {},
+     lambda c: [f"**A gap lasts {duration(idle(c).idle_us / idle(c).gaps)} on average, "
+                f"{duration(float(focus(c).gaps['dur'].median()) / 1000)} at the median** ({idle(c).gaps} gaps"]),
     # the host and the device weighed: which one, not a yes or a no
     *[(key, "Is the host or the device the bottleneck?", "bound", {},
        lambda c: ["**The host (CPU).**" if {focus(c).verdict.limiter, focus(c).verdict.root_cause} & BOUNDS["host"].means

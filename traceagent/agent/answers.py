@@ -204,6 +204,9 @@ class IdleGapsAnswer(Projection):
     top_gaps: list[GapRow]
     note: str | None = None
     by_line: list[IdleLine] = field(default_factory=list)  # the rank's (whole-rank scope only): idle by the user's line
+    # the matching gaps' mean and median length ("what is the average gap between kernels?"); None without gaps
+    mean_gap_us: float | None = None
+    median_gap_us: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1409,6 +1409,10 @@ class OfflineAnalyst:
             return f"{who}There are no idle gaps{which} in this scope."
         lines = [f"{who}{counted(idle.matching_gaps or 0, 'gap')}{which}, {duration(idle.matching_idle_us)} of idle "
                  "time in all. The largest:"]
+        if _TYPICAL.search(q.text) and idle.mean_gap_us is not None:  # "what is the average gap between kernels?"
+            lines[:0] = [f"{who}**A gap lasts {duration(idle.mean_gap_us)} on average, {duration(idle.median_gap_us)} at "
+                         f"the median** ({counted(idle.matching_gaps or 0, 'gap')}{which}: every stretch a GPU "
+                         "idles between its work, whatever the cause).", ""]
         for i, g in enumerate(idle.top_gaps, 1):
             host = ", ".join(f"`{shorten(h.name, 50)}`" for h in (g.host.host if g.host else [])[:2])
             lines.append(f"{i}. {duration(g.dur_us)} at {duration(g.start_us)} on GPU {g.device}: "
@@ -1805,6 +1809,8 @@ _ONE_STEP = ("The trace records one step, so there is nothing to weigh it agains
 #: the host and the device weighed against each other ("is the CPU or the GPU the bottleneck?")
 _HOST_OR_DEVICE = re.compile(r"\b(?:cpu|host)(?:[- ]bound)? or (?:the )?(?:gpu|device)\b|"
                              r"\b(?:gpu|device)(?:[- ]bound)? or (?:the )?(?:cpu|host)\b", re.I)
+#: a typical value asked ("what is the average gap?", "the median gap length")
+_TYPICAL = re.compile(r"\b(?:average|mean|median|typical)\b", re.I)
 #: each step asked about ("how long does the data loader take per step?")
 _PER_STEP = re.compile(r"\b(?:per|each|every|a) (?:training )?(?:step|iteration)\b|\bby step\b", re.I)
 #: how long something takes, asked

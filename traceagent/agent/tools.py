@@ -291,7 +291,9 @@ def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
                      None if g.cause == "launch_latency" else
                      gap_host_activity(trace, g))
               for g in gaps.nlargest(_top(top), "dur").itertuples()]
-    return answer(matching_gaps=len(gaps), matching_idle_us=us(gaps["dur"].sum()), top_gaps=listed)
+    return answer(matching_gaps=len(gaps), matching_idle_us=us(gaps["dur"].sum()), top_gaps=listed,
+                  mean_gap_us=us(gaps["dur"].mean()) if len(gaps) else None,
+                  median_gap_us=us(gaps["dur"].median()) if len(gaps) else None)
 
 
 def host_activity(ctx: AnalysisContext,
