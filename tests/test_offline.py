@@ -830,6 +830,11 @@ TABLE = [
     ("S", "Is attention or MLP the bottleneck in decode?", "bound", {},
      lambda c: ["With matmul (GEMM) and attention kernels 2× faster",
                 f"attention {percent(next(k for k in classes(c).classes if k.name == 'attention').share_pct)}"]),
+    # two runs: the speedup leads with the step time; what to do next is the second run's own answer
+    ("C", "What is the speedup?", "compare", {},
+     lambda c: [f"**{percent(abs(diff(c.analysis, c.other).slower_pct))} faster:** step time (mean) "
+                f"{duration(c.analysis.focus.findings.steps.step_time_us)} → "
+                f"{duration(c.other.focus.findings.steps.step_time_us)}."]),
     # the typical gap: the mean from the idle totals (idle over gaps), the median of the gap table's lengths
     ("R", "What is the average gap between kernels?", "gaps", {},
      lambda c: [f"**A gap lasts {duration(idle(c).idle_us / idle(c).gaps)} on average, "
@@ -1099,6 +1104,8 @@ TABLE = [
     ("C", "Is the GPU still idle?", "idle", {},
      lambda c: ["**In the second run** (after the change):",
                 f"The GPU is idle **{percent(c.other.focus.results['idle'].idle_pct)}**"]),
+    ("C", "What should I do next?", "optimize_first", {},
+     lambda c: ["**In the second run** (after the change):", f"**Next step:** {c.other.verdict.next_step}"]),
     ("C", "Is there a new problem?", "compare", {},
      lambda c: ["**The run is not slower**, but these grew:", f"- {diff(c.analysis, c.other).new_problems[0]}"]),
     ("C", "Is it worth keeping the change?", "compare", {}, lambda c: ["**Yes:**"]),

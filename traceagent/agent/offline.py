@@ -1620,6 +1620,12 @@ class OfflineAnalyst:
             lines += _prediction_checked(d.prediction, d), ""
         elif grew:
             lines += _what_grew(d), ""
+        elif _SPEEDUP_ASKED.search(q.text) and not q.op and d.metrics:  # "what is the speedup?": the step time first
+            m = d.metrics[0]
+            moved = ("about the same" if abs(d.slower_pct) < d.noise_pct else
+                     f"{percent(abs(d.slower_pct))} {'faster' if d.slower_pct < 0 else 'slower'}")
+            lines += [f"**{upper_first(moved)}:** {m.name} {_value(m.unit, m.before)} → {_value(m.unit, m.after)}. "
+                      f"{upper_first(d.headline)}.", ""]
         elif _yes_no(q) and not q.op:  # "did it help?", "is it faster?": the answer first
             if d.helped:
                 verdict = "**Yes:**"
@@ -1742,7 +1748,10 @@ _FIRST_RUN, _SECOND_RUN = "**In the first run** (before the change):\n\n", "**In
 #: a question asked of both runs: "did the comm to compute ratio change?", "X before and after"
 _BOTH_RUNS = re.compile(r"\bdid (?:the |my |its |our )?(?!change\b|fix\b)\w+(?: \w+){0,6} change\b|\bbefore and after\b|"
                         r"\b(?:in )?(?:both|each) runs?\b", re.I)
-_ABOUT_AFTER = re.compile(r"\b(?:now|still|anymore|any more|remaining|left over|second run|after run|new run)\b", re.I)
+_ABOUT_AFTER = re.compile(r"\b(?:now|still|anymore|any more|remaining|left over|second run|after run|new run|next)\b",
+                          re.I)
+#: how much the change bought, asked ("what is the speedup?", "how much faster is the second run?")
+_SPEEDUP_ASKED = re.compile(r"\bspeed-?ups?\b|\bhow much (?:faster|slower|quicker)\b|\bhow many times faster\b", re.I)
 #: a question about what the host does while the GPU waits ("what does the CPU do while the GPU is idle?")
 _HOST_DURING_IDLE = re.compile(r"\b(?:cpu|host|python|thread)\b.{0,30}\b(?:do|does|doing|did)\b", re.I)
 #: whether communication overlaps compute, asked ("is NCCL overlapping with compute?", "is the all-reduce hidden?")
