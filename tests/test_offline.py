@@ -830,6 +830,11 @@ TABLE = [
     ("S", "Is attention or MLP the bottleneck in decode?", "bound", {},
      lambda c: ["With matmul (GEMM) and attention kernels 2× faster",
                 f"attention {percent(next(k for k in classes(c).classes if k.name == 'attention').share_pct)}"]),
+    # copies "between GPUs" are peer-to-peer ones; a model "too small for the GPU" is what a too-small batch looks like
+    ("N", "Is there any memory copy between GPUs?", "copies", {},
+     lambda c: ["**No peer-to-peer (PtoP) copies** in this scope." if "PtoP" not in focus(c).findings.memcpy.by_kind
+                else "**PtoP (peer-to-peer): "]),
+    ("N", "Is the model too small for this GPU?", "batch_size", {}, lambda c: ["The trace does not record the batch size"]),
     # two runs: the speedup leads with the step time; what to do next is the second run's own answer
     ("C", "What is the speedup?", "compare", {},
      lambda c: [f"**{percent(abs(diff(c.analysis, c.other).slower_pct))} faster:** step time (mean) "

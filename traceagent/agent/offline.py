@@ -1852,7 +1852,8 @@ _COPY_KINDS_SAID = [("HtoD", r"\bhost[- ]to[- ]device\b|\bh2d\b|\bhtod\b|\bcpu[-
                     ("DtoH", r"\bdevice[- ]to[- ]host\b|\bd2h\b|\bdtoh\b|\bgpu[- ]to[- ]cpu\b|"
                              r"\b(?:copied|copies|moved|sent|transferred) (?:back )?to the (?:cpu|host)\b"),
                     ("DtoD", r"\bdevice[- ]to[- ]device\b|\bd2d\b|\bdtod\b"),
-                    ("PtoP", r"\bpeer[- ]to[- ]peer\b|\bp2p\b|\bptop\b|\bgpu[- ]to[- ]gpu\b")]
+                    ("PtoP", r"\bpeer[- ]to[- ]peer\b|\bp2p\b|\bptop\b|\bgpu[- ]to[- ]gpu\b|"
+                             r"\bbetween (?:the )?(?:gpus|devices)\b")]
 _COPY_KIND_WORDS = {"HtoD": "host-to-device", "DtoH": "device-to-host", "DtoD": "device-to-device",
                     "PtoP": "peer-to-peer"}
 

@@ -165,7 +165,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                      r"\b(?:profile next|what (?:should|do|can) i profile|how (?:do|should|can) i profile|which profiler|"
                      r"nsight|\bncu\b|\bnsys\b|measure next|dig deeper|more detail|what (?:else )?to measure)"),
     # before whatif: the replay cannot change the batch size ("what if I doubled the batch size?")
-    ("batch_size", r"\bbatch[- ]?sizes?\b|\bbigger batch|\blarger batch|\bmore per batch"),
+    # a workload too small for the GPU is what a too-small batch looks like ("is the model too small for this GPU?")
+    ("batch_size", r"\bbatch[- ]?sizes?\b|\bbigger batch|\blarger batch|\bmore per batch|"
+                   r"\b(?:model|workload|job|network)\b.{0,20}\btoo (?:small|little)\b|\btoo small for (?:the|this|my) gpu\b|"
+                   r"\b(?:gpu|device) (?:is )?too (?:big|large|powerful)\b|\bunder-?fe[de]\w*"),
     ("whatif", r"\bwhat if\b|\bwhat (?:would|will) happen if\b|\bif (?:i|we) (?:removed?|used?|switch(?:ed)?|made|make|"
                r"turn(?:ed)?|enabled?|add(?:ed)?|pinn?(?:ed)?|drop(?:ped)?|fix(?:ed)?|sped|speed)\b|\bsimulat\w*|"
                r"\bpredict\w*|\bwhatif\b|\bwhat (?:would|will|could) (?!fixing|removing|getting)(?:\w+ ){1,4}?"
