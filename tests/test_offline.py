@@ -830,6 +830,10 @@ TABLE = [
     ("S", "Is attention or MLP the bottleneck in decode?", "bound", {},
      lambda c: ["With matmul (GEMM) and attention kernels 2× faster",
                 f"attention {percent(next(k for k in classes(c).classes if k.name == 'attention').share_pct)}"]),
+    # the time of a thing nothing in the trace is named: said so, with how to make it appear
+    ("R", "How much time is spent in the sampler?", None, {},
+     lambda c: ["Nothing in this trace is named `sampler`", "record_function('sampler')"]),
+    ("R", "How long does the tokenizer take?", None, {}, lambda c: ["Nothing in this trace is named `tokenizer`"]),
     # copies "between GPUs" are peer-to-peer ones; a model "too small for the GPU" is what a too-small batch looks like
     ("N", "Is there any memory copy between GPUs?", "copies", {},
      lambda c: ["**No peer-to-peer (PtoP) copies** in this scope." if "PtoP" not in focus(c).findings.memcpy.by_kind

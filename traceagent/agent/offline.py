@@ -281,6 +281,13 @@ class OfflineAnalyst:
         for final in _streamed(text + "\n\n" + note, checked):
             yield final
 
+    def _named_in_trace(self, word: str) -> bool:
+        """Whether a kernel, op or host event (module ranges among them) of any rank has the word in its name."""
+        word = word.lower()
+        return any(word in str(name).lower() for r in self.ctx.analysis.ranks
+                   for column in (r.trace.gpu["name"], r.trace.gpu["op"], r.trace.cpu["name"])
+                   for name in column.cat.categories)
+
     @property
     def _amd(self) -> bool:
         """Whether the focus rank's GPUs are AMD's (their kernels' profiler is ROCm's, not Nsight)."""
@@ -1732,6 +1739,11 @@ class OfflineAnalyst:
             led = ", ".join(code(o.name) for o in ops.top[:5]) if ops is not None else ""
             lead = (f"This trace has no op {code(written[0].rstrip('.?'))} that launched device work"
                     + (f"; the ops with the most device time are {led}" if led else "") + ". Here is the trace in short:")
+        elif (asked := _TIME_IN.search(q.text)) and not self._named_in_trace(what := asked["what"] or asked["what2"]):
+            # "how much time is spent in the sampler?" of a trace where nothing is called that: said, not guessed
+            lead = (f"Nothing in this trace is named {code(what)}: no kernel, op, module or host event holds that word, "
+                    "so its time cannot be read here (code the profiler does not record by name can be wrapped in "
+                    f"`torch.profiler.record_function({what!r})` to appear). Here is the trace in short:")
         else:
             lead = "I did not recognize that question, so here is the trace in short:"
         return "\n".join([lead, "", self._summary(q, overview, verdict), "",
@@ -1818,6 +1830,10 @@ _ONE_STEP = ("The trace records one step, so there is nothing to weigh it agains
 #: the host and the device weighed against each other ("is the CPU or the GPU the bottleneck?")
 _HOST_OR_DEVICE = re.compile(r"\b(?:cpu|host)(?:[- ]bound)? or (?:the )?(?:gpu|device)\b|"
                              r"\b(?:gpu|device)(?:[- ]bound)? or (?:the )?(?:cpu|host)\b", re.I)
+#: the time of one named thing asked ("how much time is spent in the sampler?", "how long does the tokenizer take?")
+_TIME_IN = re.compile(r"\bhow (?:much time|long)\b.{0,25}?\b(?:in|on|by|for|to) (?:the |my |our )?"
+                      r"(?P<what>[A-Za-z_]\w{3,})\b\W*$|"
+                      r"\bhow long (?:does|do|did) (?:the |my |our )?(?P<what2>[A-Za-z_]\w{3,}) take\b", re.I)
 #: a typical value asked ("what is the average gap?", "the median gap length")
 _TYPICAL = re.compile(r"\b(?:average|mean|median|typical)\b", re.I)
 #: each step asked about ("how long does the data loader take per step?")
