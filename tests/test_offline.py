@@ -1368,3 +1368,17 @@ def test_on_a_trace_with_no_device_work_the_ops_time_is_the_hosts():
         assert said.startswith("**No GPU work in this trace** (CPU activities only)")
         assert f"({top.kind}) {duration(top.self_us)}" in said
     assert understand("Why is my training slow?", context("R")).intent == "idle"
+
+
+def test_what_to_optimize_first_starts_with_the_verdicts_fix_then_the_rest_by_what_each_is_expected_to_save():
+    """DLRM's job: the straggler's cost first (the verdict's why and next step follow it), then rank 7's own
+    findings by the replay's prediction where there is one, else the bound: its sync, bounded at 28% but
+    replayed at 0.1%, no longer comes second."""
+    ctx = context("D")
+    v = ctx.analysis.verdict
+    text = answer(ctx, "What should I change in my code?").text
+    assert text.startswith(f"Start with **{v.saving.finding}**") and f"**Next step:** {v.next_step}" in text
+    listed = [s for s in ctx.analysis.rank(v.rank).findings.savings if s.sentence in text.split("Then, by")[1]]
+    expected = [s.simulated_pct if s.simulated_pct is not None else s.step_pct if s.step_pct is not None else s.pct
+                for s in sorted(listed, key=lambda s: text.index(s.sentence))]
+    assert len(expected) >= 3 and expected == sorted(expected, reverse=True)

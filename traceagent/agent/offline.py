@@ -395,12 +395,16 @@ class OfflineAnalyst:
         v, savings = verdict.verdict, verdict.savings
         if not savings:
             return f"**{v.headline}.** {v.next_step}"
-        first = savings[0]
+        # the verdict's own first (its why and next step follow; a job's: its straggler's cost), then the rest by
+        # what fixing each is expected to save: a replay's prediction of 0.1% does not come before one of 6%
+        first = v.saving or savings[0]
+        rest = sorted((s for s in savings if not s.fixes_the_same(first)), key=lambda s: -s.expected_pct)
         lines = [f"Start with **{first.finding}**: {first.sentence}", "", f"Why: {v.hypothesis}",
                  "", f"**Next step:** {v.next_step}"]
-        if len(savings) > 1:
-            lines += ["", "Then, by what fixing each would save at most:"]
-            lines += [f"{i}. {s.sentence}" for i, s in enumerate(savings[1:5], 2)]
+        if rest:
+            lines += ["", "Then, by what fixing each would save (the replay's prediction where there is one, else "
+                          "its upper bound):"]
+            lines += [f"{i}. {s.sentence}" for i, s in enumerate(rest[:4], 2)]
         return "\n".join(lines)
 
     def _change(self, q: Question) -> str:

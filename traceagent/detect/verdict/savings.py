@@ -58,6 +58,15 @@ class Saving:
         return self.step_pct if self.step_pct is not None else self.pct
 
     @property
+    def expected_pct(self) -> float:
+        """The best figure for what fixing it saves: the replay's prediction where there is one, else the bound."""
+        return self.simulated_pct if self.simulated_pct is not None else self.bound_pct
+
+    def fixes_the_same(self, other: Saving) -> bool:
+        """Whether fixing it is fixing the other (one root cause; each hot kernel is a fix of its own)."""
+        return self.root_cause == other.root_cause and (self.root_cause != "hot_kernel" or self.change == other.change)
+
+    @property
     def bound(self) -> str:
         if self.step_pct is not None:
             return f"{self.step_pct:.1f}% of step time" + (f" on each of {self.gpus} GPUs" if self.gpus > 1 else "")
