@@ -299,6 +299,22 @@ def test_the_report_sets_each_prediction_beside_its_bound():
     assert f"| `dataloader=0` | {saving.simulated_pct:.1f}% | {saving.step_pct:.1f}% |" in text
 
 
+def test_the_reports_fixes_come_most_expected_first():
+    """DLRM's rank 7: each fix's row in the order of what it is expected to save, the replay's prediction where
+    there is one, else the bound (its sync, bounded at 28% but replayed at 0.1%, comes after the 6% ones)."""
+    from conftest import DLRM_8RANK
+
+    from traceagent.report.markdown import savings_section
+
+    rank = analyzed(DLRM_8RANK).focus
+    table = "\n".join(savings_section(rank))
+    shown = sorted((s for s in rank.findings.savings if f"| {s.finding} |" in table.replace("\\", "")),
+                   key=lambda s: table.replace("\\", "").index(f"| {s.finding} |"))
+    expected = [s.simulated_pct if s.simulated_pct is not None else s.step_pct if s.step_pct is not None else s.pct
+                for s in shown]
+    assert len(shown) >= 4 and expected == sorted(expected, reverse=True)
+
+
 def test_the_simulated_trace_reads_back_as_the_prediction(tmp_path, capsys):
     # the loading loop replayed without data loading: 700 µs a step (worked out above), read back
     # by traceagent's own loader from the written trace, and comparable with diff

@@ -42,6 +42,7 @@ from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import kernel_profiler, profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict
+from ..detect.verdict.savings import by_expected
 from ..detect.verdict.whatif import ALL_KERNELS, whatif_sentence
 from ..format import counted, duration, flop_rate, of_span, percent, rate, scope, shorten, size, upper_first
 from ..sentences import device_lines, gpu_behind, slowest_step_sentence, straggler_sentence
@@ -398,7 +399,7 @@ class OfflineAnalyst:
         # the verdict's own first (its why and next step follow; a job's: its straggler's cost), then the rest by
         # what fixing each is expected to save: a replay's prediction of 0.1% does not come before one of 6%
         first = v.saving or savings[0]
-        rest = sorted((s for s in savings if not s.fixes_the_same(first)), key=lambda s: -s.expected_pct)
+        rest = by_expected([s for s in savings if not s.fixes_the_same(first)])
         lines = [f"Start with **{first.finding}**: {first.sentence}", "", f"Why: {v.hypothesis}",
                  "", f"**Next step:** {v.next_step}"]
         if rest:

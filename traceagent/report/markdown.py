@@ -12,6 +12,7 @@ from ..detect.detectors.kernel_profiles import SOL_PCT, KernelProfilesResult, pr
 from ..detect.detectors.kernels import short_name
 from ..detect.detectors.launch import NO_LAUNCHES, latency_note
 from ..detect.registry import DETECTORS
+from ..detect.verdict.savings import by_expected
 from ..format import counted, duration, of_span, percent, scope, shorten, size
 from ..sentences import further_findings, gap_evidence, gpu_behind, slowest_step_sentence, straggler_sentence
 from ..text import code, md_literal, md_prose, md_table, visible
@@ -103,9 +104,9 @@ def render_markdown(analysis: Analysis, summary: str | None = None,
 
 
 def savings_section(rank: RankAnalysis, top: int = 6) -> list[str]:
-    """What fixing each finding would buy on the verdict's rank: the what-if replay's prediction where
-    the finding has a change to replay (`traceagent whatif`), and the upper bound beside it."""
-    savings = rank.findings.savings[:top]
+    """What fixing each finding would buy on the verdict's rank, the most expected first: the what-if replay's
+    prediction where the finding has a change to replay (`traceagent whatif`), and the upper bound beside it."""
+    savings = by_expected(rank.findings.savings)[:top]
     if not savings:
         return []
     whole = "step" if any(s.step_pct is not None for s in savings) else "span"

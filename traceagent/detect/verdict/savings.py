@@ -148,6 +148,12 @@ def estimate_savings(idle: IdleResult, copies: MemcpyResult, comm: CommResult, k
     return sorted(out, key=lambda s: -s.upper_bound_us)
 
 
+def by_expected(savings: list[Saving]) -> list[Saving]:
+    """The savings, the most expected first (the replay's prediction where there is one, else the bound): what
+    to fix first. A finding bounded at 28% whose replay saves 0.1% comes after one replayed at 6%."""
+    return sorted(savings, key=lambda s: -s.expected_pct)
+
+
 def saving_for(savings: list[Saving], root_cause: str, kernel: str | None = None) -> Saving | None:
     """The verdict's saving: every finding of its root cause together (e.g. idle from launch
     overhead and launch latency), or None. Hot kernels are each a fix of their own: with `kernel`
