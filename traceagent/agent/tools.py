@@ -40,6 +40,7 @@ from ..detect.detectors.window import device_window
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import profile_line
 from ..detect.verdict.critical_path import detect_critical_path, range_window, step_window
+from ..detect.verdict.savings import by_expected
 from ..detect.verdict.whatif import CHANGES, parse_change, simulate
 from ..trace.model import matches
 from .answers import (
@@ -236,16 +237,18 @@ def _top(n: int) -> int:
 
 def verdict(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> VerdictAnswer:
     """The diagnosis: limiter, root cause, headline, one-sentence hypothesis, the next step to
-    take, the evidence numbers, what fixing it would save (and every finding's saving, largest
-    first: what to optimize first), and what the trace lacks. Without
+    take, the evidence numbers, what fixing it would save (and every finding's saving, the most
+    expected first: a replay's prediction, else the bound; what to optimize first), and what the
+    trace lacks. Without
     `rank`, the job's verdict (its `rank` says which rank it is about); with `device`, also that
     GPU's breakdown."""
     v = ctx.rank(rank).verdict if rank is not None else ctx.analysis.verdict
     about = ctx.rank(rank if rank is not None else v.rank)
+    savings = by_expected(about.findings.savings)
     if device is None:
-        return VerdictAnswer(v, about.findings.savings)
+        return VerdictAnswer(v, savings)
     r, scope = ctx.scoped(v.rank if rank is None else rank, device)
-    return VerdictAnswer(v, about.findings.savings, r.breakdown.devices[device], scope)
+    return VerdictAnswer(v, savings, r.breakdown.devices[device], scope)
 
 
 def idle_gaps(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
