@@ -461,7 +461,7 @@ TABLE = [
      lambda c: ["**Not for what limits this trace first.**",
                 f"here they take {percent(classes(c).memory_kernels_pct)} of device time"]),
     ("R", "What fraction of time is elementwise?", "detector:time_by_class", {},
-     lambda c: [f"elementwise {percent(next(k for k in classes(c).classes if k.name == 'elementwise').share_pct)}"]),
+     lambda c: [f"elementwise {percent(work_class(c, 'elementwise').share_pct)}"]),
     ("R", "How does the forward compare with the backward?", "detector:training_phases", {},
      lambda c: [f"The backward takes {focus(c).results['training_phases'].backward_per_forward_x:g}× the forward"]),
     ("R", "Is it compute-bound or memory-bound?", "bound", {"limits": ("memory_bound", "compute")},
@@ -829,7 +829,7 @@ TABLE = [
     # attention and the MLP where no module type has those names: the classes of work, replayed faster
     ("S", "Is attention or MLP the bottleneck in decode?", "bound", {},
      lambda c: ["With matmul (GEMM) and attention kernels 2× faster",
-                f"attention {percent(next(k for k in classes(c).classes if k.name == 'attention').share_pct)}"]),
+                f"attention {percent(work_class(c, 'attention').share_pct)}"]),
     # the time of a thing nothing in the trace is named: said so, with how to make it appear
     ("R", "How much time is spent in the sampler?", None, {},
      lambda c: ["Nothing in this trace is named `sampler`", "record_function('sampler')"]),
@@ -858,7 +858,7 @@ TABLE = [
     # which ops to fuse: the classes fusing shortens, not a yes
     ("Q", "Which operator should I fuse?", "compile", {},
      lambda c: [f"**Fusing shortens the kernels memory-bound by nature:** elementwise "
-                f"{percent(next(k for k in classes(c).classes if k.name == 'elementwise').share_pct)} of device time"]),
+                f"{percent(work_class(c, 'elementwise').share_pct)} of device time"]),
     ("Q", "What is the GPU utilization per step?", "steps", {}, lambda c: ["**Idle by step**"]),
     # an AMD GPU's kernels are profiled with ROCm Compute Profiler (Nsight Compute does not run there)
     ("S", "What should I profile next?", "profile_next", {},
@@ -1235,7 +1235,7 @@ TABLE = [
     ("S", "Is the decode phase compute-bound or memory-bound?", "bound", {"limits": ("memory_bound", "compute")},
      lambda c: [f"{percent(classes(c).compute_pct)} of device time is in compute-heavy"]),
     ("S", "Is the KV cache the bottleneck?", "bound", {},
-     lambda c: [f"attention {percent(next(k for k in classes(c).classes if k.name == 'attention').share_pct)}",
+     lambda c: [f"attention {percent(work_class(c, 'attention').share_pct)}",
                 "The KV cache is read and written by the attention kernels"]),
 ]
 # Known gaps: questions an engineer asks that the table's reading does not handle yet.
