@@ -32,7 +32,7 @@ from traceagent.detect.compare.diff import diff
 from traceagent.detect.core.vocabulary import BOUNDS, GAP_CAUSES, ROOT_CAUSES, label
 from traceagent.detect.detectors.kernels import detect_hot_kernels, op_host
 from traceagent.detect.verdict.whatif import parse_change, simulate
-from traceagent.format import counted, duration, percent, shorten, size
+from traceagent.format import counted, duration, percent, rate, shorten, size
 
 H100_QWEN = DATA / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", None),
@@ -221,6 +221,13 @@ def most_launched_count(ctx) -> int:
     """The most launches of one kernel name, counted from the focus rank's rows."""
     gpu = focus(ctx).trace.gpu
     return int(gpu[gpu["kind"] == "kernel"].groupby("name", observed=True).size().max())
+
+
+def busbw_judged(ctx) -> str:
+    """The judgement of the collectives' bus bandwidth a yes-or-no question gets: near the peak from 60% of it."""
+    c = collectives(ctx)
+    return ("**Yes: near the links' peak**" if c.peak_pct >= 60 else "**Low, but latency-bound**" if c.bound == "latency"
+            else "**No: well below the links' peak**")
 
 
 def classes(ctx):
@@ -830,6 +837,10 @@ TABLE = [
     ("S", "Is attention or MLP the bottleneck in decode?", "bound", {},
      lambda c: ["With matmul (GEMM) and attention kernels 2× faster",
                 f"attention {percent(work_class(c, 'attention').share_pct)}"]),
+    # the collectives' bandwidth judged against the links' peak (the collectives detector's figures; near it from 60%)
+    ("A", "Is the all-reduce bandwidth good?", "interconnect", {},
+     lambda c: [busbw_judged(c), f"({rate(collectives(c).busbw_gbps)} bus bandwidth over {collectives(c).calls} "
+                f"collectives, {percent(collectives(c).peak_pct)} of the links' peak"]),
     # the time of a thing nothing in the trace is named: said so, with how to make it appear
     ("R", "How much time is spent in the sampler?", None, {},
      lambda c: ["Nothing in this trace is named `sampler`", "record_function('sampler')"]),

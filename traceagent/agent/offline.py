@@ -1980,6 +1980,8 @@ def _yes_no(q: Question) -> bool:
     return asks_yes_or_no(q.text)
 
 
+#: collectives' bus bandwidth at this share of the links' peak or more is near it (nccl-tests reach 80-90% on large messages)
+GOOD_BUSBW_PCT = 60.0
 #: copies under this share of the span: pinning their memory saves little, whatever share is pageable
 LITTLE_COPIES_PCT = 1.0
 
@@ -2020,6 +2022,16 @@ def _collectives_asked(q: Question, c: CollectivesResult) -> list[str]:
         yes = c.bound == asked.group(1).lower()
         lead.append(f"**{'Yes' if yes else 'No'}: {said}** ({percent(c.small_time_pct)} of the collectives' time is "
                     f"in messages under {size(c.small_bytes)}).")
+    elif re.search(r"\b(?:bandwidth|busbw|throughput)\b", q.text, re.I) and (
+            _yes_no(q) or re.search(r"\bhow (?:good|fast|high|low)\b", q.text, re.I)):
+        # "is the all-reduce bandwidth good?": judged against the links' peak, small messages said apart
+        yes, no = ("Yes: near", "No: well below") if _yes_no(q) else ("Near", "Well below")
+        said = (f"**{yes} the links' peak**" if c.peak_pct >= GOOD_BUSBW_PCT else
+                "**Low, but latency-bound**" if c.bound == "latency" else f"**{no} the links' peak**")
+        lead.append(f"{said} ({rate(c.busbw_gbps)} bus bandwidth over {counted(c.calls, 'collective')}, "
+                    f"{percent(c.peak_pct)} of the links' peak" + (
+                        f"; {percent(c.small_time_pct)} of their time is in messages under {size(c.small_bytes)}, "
+                        "which no link speed shortens" if c.bound == "latency" else "") + ").")
     if re.search(r"\b(?:message|payload|buffer|transfer)s?\s*sizes?\b|\bhow (?:big|large)\b|\bsizes? of\b|"
                  r"\b(?:average|mean|median|typical)\b.{0,25}\bsizes?\b|"
                  r"\b(?:all-?reduce|all-?gather|reduce-?scatter|all-?to-?all|broadcast|collective|nccl|rccl)s? sizes?\b",
