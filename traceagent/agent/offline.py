@@ -2025,9 +2025,9 @@ def _collectives_asked(q: Question, c: CollectivesResult) -> list[str]:
     elif re.search(r"\b(?:bandwidth|busbw|throughput)\b", q.text, re.I) and (
             _yes_no(q) or re.search(r"\bhow (?:good|fast|high|low)\b", q.text, re.I)):
         # "is the all-reduce bandwidth good?": judged against the links' peak, small messages said apart
-        yes, no = ("Yes: near", "No: well below") if _yes_no(q) else ("Near", "Well below")
-        said = (f"**{yes} the links' peak**" if c.peak_pct >= GOOD_BUSBW_PCT else
-                "**Low, but latency-bound**" if c.bound == "latency" else f"**{no} the links' peak**")
+        near, below = ("Yes: near", "No: well below") if _yes_no(q) else ("Near", "Well below")
+        said = (f"**{near} the links' peak**" if c.peak_pct >= GOOD_BUSBW_PCT else
+                "**Low, but latency-bound**" if c.bound == "latency" else f"**{below} the links' peak**")
         lead.append(f"{said} ({rate(c.busbw_gbps)} bus bandwidth over {counted(c.calls, 'collective')}, "
                     f"{percent(c.peak_pct)} of the links' peak" + (
                         f"; {percent(c.small_time_pct)} of their time is in messages under {size(c.small_bytes)}, "
