@@ -15,6 +15,7 @@ from traceagent import analyze
 from traceagent.agent.question import understand
 from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.detectors.layout import layout_sentence
+from traceagent.format import duration
 
 MIXED_CONV = "sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nchw_tilesize128x128x32_execute_kernel_cudnn"
 TO_NHWC = "void cudnn::ops::nchwToNhwcKernel<__half, __half, float, false, true>(cudnn::ops::nchw2nhwc_params_t<float>)"
@@ -59,6 +60,10 @@ def test_channels_first_work_and_its_conversions_are_worked_out_by_hand(tmp_path
     assert said.startswith("Channels-first, converted: the model's tensors are channels-first (NCHW), and kernels convert")
     assert "2 conversion kernels take 30.0 µs, 6.0% of the rank's device time" in said
     assert "memory_format=torch.channels_last" in said
+    # asked yes or no: the model's tensors are channels-first, converted around the convolutions
+    assert offline_answer(analyze(channels_first_trace(tmp_path)), "Am I using channels_last?").startswith(
+        "**No:** the model's tensors are channels-first (NCHW); 2 kernels convert them to and from channels-last around "
+        "the convolutions (30.0 µs).")
 
 
 def test_channels_last_work_without_conversions_is_a_yes_with_no_advice(tmp_path):
@@ -73,6 +78,8 @@ def test_channels_last_work_without_conversions_is_a_yes_with_no_advice(tmp_path
                                                                                             0.0, None)
     assert layout_sentence(result).startswith("Channels-last: the kernels that name a layout run channels-last (NHWC): "
                                               "100.0 µs, 100.0% of their time")
+    assert offline_answer(analyze(tmp_path / "nhwc.json"), "Is it using NHWC?").startswith(
+        "**Yes:** the kernels that name a layout run channels-last (NHWC) for 100.0 µs of 100.0 µs.")
 
 
 def test_the_mi300_resnet_converts_around_its_convolutions_as_an_independent_reader_sums_them():
@@ -94,7 +101,11 @@ def test_the_question_is_answered_no_on_the_channels_first_resnet_and_the_b200_h
     question = "Are my convolutions using channels_last?"
     assert understand(question, AnalysisContext(analysis)).intent == "detector:layout"
     answer = offline_answer(analysis, question)
-    assert answer.startswith("**Memory layout.** Channels-first: the kernels that name a layout run channels-first (NCHW)")
+    # the no first (the detector's lead), its sentence after
+    named = result.channels_first_us + result.channels_last_us
+    assert answer.startswith(f"**No:** the kernels that name a layout run channels-last (NHWC) for "
+                             f"{duration(result.channels_last_us)} of {duration(named)}.\n\n**Memory layout.** "
+                             "Channels-first: the kernels that name a layout run channels-first (NCHW)")
     assert f"convolution kernels take {result.convolution_pct:.1f}% of the rank's device time" in answer
     assert not any("Layout conversions" in line for line in analysis.ranks[0].verdict.other_losses)  # 0.1%: too little
     assert analyzed(B200).ranks[0].results["layout"] is None

@@ -104,7 +104,8 @@ LED = {"precision": "Are tensor cores used?", "host_ops": "How many threads laun
        "modules": "How many layers does the model have?", "grid_fill": "What is the achieved occupancy?",
        "time_by_class": "How much time does convolution take?", "libraries": "How much time is in cuDNN?",
        "training_phases": "How long does the optimizer take?", "op_time": "Which op launches the most kernels?",
-       "streams": "Do kernels overlap across streams?"}
+       "streams": "Do kernels overlap across streams?", "layout": "Am I using channels_last?",
+       "launch_queue": "Is the launch queue full?"}
 
 
 @pytest.mark.parametrize("name", sorted(LED))

@@ -5,6 +5,7 @@ said in the verdict with the fix. Traces built here; every number worked out by 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from builder import TraceBuilder
@@ -65,7 +66,12 @@ def test_collectives_on_their_own_stream_are_not_shared(tmp_path):
 # at 0, and at Kineto's µs since the epoch, which pass 2**53 as ns (a float holds them to 256 ns)
 @pytest.mark.parametrize("origin", [0, 1_694_128_201_426_674], ids=["zero", "epoch"])
 def test_a_full_launch_queue_blocks_the_host_by_hand(tmp_path, origin):
-    from traceagent.detect.detectors.launch_queue import LaunchQueueParams, detect_launch_queue, launch_queue_sentence
+    from traceagent.detect.detectors.launch_queue import (
+        LaunchQueueParams,
+        detect_launch_queue,
+        launch_queue_lead,
+        launch_queue_sentence,
+    )
 
     # 12 kernels of 100 µs back to back (kernel i runs 100·i to 100·(i+1)) and a queue that holds 5.
     # One host thread launches them: launches 0-4 at t = 0..4, 1 µs each (queued at 1..5); launch 5
@@ -85,6 +91,11 @@ def test_a_full_launch_queue_blocks_the_host_by_hand(tmp_path, origin):
     # the curve from the first kernel's start (the first event) to the last one's end, 1200 µs later
     assert len(stream.curve) == 64 and stream.curve[0] == (0.0, 1) and stream.curve[-1] == (1200.0, 0)
     assert "blocked in launch calls on a full queue" in launch_queue_sentence(result)
+    # "is the launch queue full?": yes, and for how long the host blocked on it (the detector's lead)
+    assert launch_queue_lead(result, "Is the launch queue full?") == (
+        "**Yes:** the host blocked 695.0 µs in launch calls on a full queue (at most 5 ops waited).")
+    assert launch_queue_lead(replace(result, blocked_us=0.0), "Is the queue ever full?").startswith("**No:**")
+    assert launch_queue_lead(result, "How deep is the launch queue?") is None
 
 
 def test_the_time_two_or_more_streams_of_a_gpu_run_at_once_by_hand(tmp_path):

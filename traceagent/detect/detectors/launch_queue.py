@@ -8,6 +8,7 @@ pace, and launch-side fixes (CUDA graphs, fewer launches) buy nothing there.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from ...format import duration
 from ...trace.model import Trace, rows_where
 from ..core import intervals as iv
+from ..core.asked import asks_yes_or_no
 from ..core.bounds import Count
 from ..core.host import calls_by_correlation, launch_calls
 from ..core.view import us
@@ -134,6 +136,16 @@ def launch_queue_sentence(result: LaunchQueueResult) -> str | None:
     return text + "."
 
 
+def launch_queue_lead(result: LaunchQueueResult, question: str) -> str | None:
+    """Whether the launch queue filled, where the question asks ("is the launch queue full?"), else None."""
+    if not re.search(r"\bfull\b", question, re.I) or not asks_yes_or_no(question):
+        return None
+    if result.blocked_us:
+        return (f"**Yes:** the host blocked {duration(result.blocked_us)} in launch calls on a full queue (at most "
+                f"{result.max_queue} ops waited).")
+    return f"**No:** no launch call waited on a full queue (at most {result.max_queue} ops waited)."
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("launch_queue", "Launch queue", "Per stream, the launched ops not yet finished over time (the most, "
                     "the time-weighted mean, a curve), and the host time spent blocked in launch calls on a full queue (the "
@@ -147,4 +159,5 @@ DETECTOR = Detector("launch_queue", "Launch queue", "Per stream, the launched op
                          r"|\bhow (?:deep|long|full) is the (?:launch |kernel )?queue\b"
                          # how far the host runs ahead of the device: "is there CPU-GPU overlap?"
                          r"|\b(?:cpu|host)\b.{0,15}\b(?:gpu|device)\b.{0,10}\boverlap|\boverlap\w*\b.{0,20}\b(?:cpu|host)\b"
-                         r".{0,15}\b(?:gpu|device)\b|\b(?:cpu|host) (?:runs? |get(?:s|ting)? )?ahead")
+                         r".{0,15}\b(?:gpu|device)\b|\b(?:cpu|host) (?:runs? |get(?:s|ting)? )?ahead",
+                    lead=launch_queue_lead)

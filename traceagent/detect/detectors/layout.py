@@ -21,6 +21,7 @@ import numpy as np
 from ...format import duration, percent, shorten
 from ...text import code, md_prose
 from ...trace.model import Trace, rows_where
+from ..core.asked import asks_yes_or_no
 from ..core.view import pct, us
 from .base import Detector
 from .kernels import distinct_labels, short_name
@@ -165,6 +166,23 @@ def layout_findings(result: LayoutResult, on: str) -> list[tuple[str, str]]:
     return [(what, f"Are the convolutions channels-last{on}?")]
 
 
+def layout_lead(result: LayoutResult, question: str) -> str | None:
+    """A yes or a no where the question asks whether a layout is used ("am I using channels_last?"), else None."""
+    asked = re.search(r"channels?[ _-]?(last|first)|\b(nhwc|nchw)\b", question, re.I)
+    if not asked or not asks_yes_or_no(question) or result.layout == "unknown":
+        return None
+    last = (asked[1] or "").lower() == "last" or (asked[2] or "").lower() == "nhwc"
+    if result.conversion_pct >= CONVERTING_PCT:  # channels-first tensors, converted around the convolutions
+        return (f"**{'No' if last else 'Yes'}:** the model's tensors are channels-first (NCHW); {result.conversions} "
+                f"kernels convert them to and from channels-last around the convolutions ({duration(result.conversion_us)}).")
+    used = result.layout in (("channels_last", "mixed") if last else ("channels_first", "mixed"))
+    time = result.channels_last_us if last else result.channels_first_us
+    word = "channels-last (NHWC)" if last else "channels-first (NCHW)"
+    return (f"**{'Yes' if used else 'No'}:** the kernels that name a layout run {word} for {duration(time)} of "
+            f"{duration(result.channels_first_us + result.channels_last_us)}" + (
+                "" if result.layout != "mixed" else " (the rest the other way)") + ".")
+
+
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
 DETECTOR = Detector("layout", "Memory layout",
                     "The convolution work's memory layout, from kernel names: channels-first (NCHW) or channels-last "
@@ -175,4 +193,4 @@ DETECTOR = Detector("layout", "Memory layout",
                            "profile with CUDA (or ROCm) activities on"),
                     asks=r"channels?[ _-]?(?:last|first)|memory[ _-]?format|\bnhwc\b|\bnchw\b|\b(?:memory|tensor|data) "
                          r"layouts?\b|\blayouts?\b.*\bconv",
-                    section=layout_section, findings=layout_findings, place=67)
+                    lead=layout_lead, section=layout_section, findings=layout_findings, place=67)
