@@ -202,9 +202,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                        r"^\s*(?:fix(?:es)?|next steps?|what next|now what)\s*\??\s*$|"
                        r"\bwhat(?:'s| is| are)? (?:the |my )?next steps?\b(?! times?)|"
                        r"\bwhat would help(?: the)? most\b|\binefficien\w*)"),
-    # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
     # "which kernels are launched the most?": the kernels by their count, not launch overhead
     ("kernels", MOST_CALLED_KERNELS),
+    # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
     ("launch", r"\bhow many kernels\b|\bkernels (?:per|a|each) (?:step|iteration)\b|"
                r"\b(?:outside|inside|out of) (?:the )?(?:cuda |hip )?graphs?\b|\bgraph (?:replay|capture)s?\b|"
                r"\bgraphs? (?:were |was |are )?(?:captured|replayed)\b|"
