@@ -1131,6 +1131,11 @@ TABLE = [
     ("C", "Is it worth keeping the change?", "compare", {}, lambda c: ["**Yes:**"]),
     ("C", "What are the hot kernels?", "kernels", {}, lambda c: [f"1. `{top_kernel(c).label}`"]),
     ("B", "Should I use CUDA graphs?", "launch", {}, lambda c: ["**Yes:**"]),
+    # how it is asked, not advice: whether graphs replay, first (the launch detector's graphs: none here)
+    ("B", "Are CUDA graphs used?", "launch", {},
+     lambda c: ["**It already uses them:**" if focus(c).findings.graphs.used else
+                "**No: this trace replays no CUDA graphs.** Launch overhead "
+                + ("does limit it" if c.analysis.verdict.root_cause == "launch_overhead" else "is not what limits it")]),
     ("B", "Are the kernels too small?", "launch", {},
      lambda c: ["**Yes, launch overhead limits it.**",
                 f"{percent(focus(c).findings.launch.short_kernel_pct)} of kernels are shorter than their own launch"]),

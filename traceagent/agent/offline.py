@@ -1365,6 +1365,10 @@ class OfflineAnalyst:
                         "(torch.compile(mode='reduce-overhead') falls back to eager where it cannot capture). "
                         + ("Launch overhead does limit it: graphs would help." if bound else
                            "Launch overhead is not what limits it either."))
+            elif _yes_no(q) and not _asks_advice(q):  # "are the kernels replayed from CUDA graphs?": how it is, first
+                head = ("**No: this trace replays no CUDA graphs.** " + (
+                    "Launch overhead does limit it: capturing the step in one would help." if bound else
+                    "Launch overhead is not what limits it either, so capturing them is not the first fix."))
             else:
                 head = ("**Yes:** the host cannot launch kernels fast enough, and a CUDA graph launches a whole step "
                         "at once." if bound else "**Not for speed here:** launch overhead is not what limits this trace.")
