@@ -31,6 +31,7 @@ from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.compare.diff import diff
 from traceagent.detect.core.vocabulary import BOUNDS, GAP_CAUSES, ROOT_CAUSES, label
 from traceagent.detect.detectors.kernels import detect_hot_kernels, op_host
+from traceagent.detect.verdict.diagnose import replayed_little
 from traceagent.detect.verdict.whatif import parse_change, simulate
 from traceagent.format import counted, duration, percent, rate, shorten, size
 
@@ -1131,6 +1132,12 @@ TABLE = [
     ("C", "Is it worth keeping the change?", "compare", {}, lambda c: ["**Yes:**"]),
     ("C", "What are the hot kernels?", "kernels", {}, lambda c: [f"1. `{top_kernel(c).label}`"]),
     ("B", "Should I use CUDA graphs?", "launch", {}, lambda c: ["**Yes:**"]),
+    # the verdict's own fix replays to little (a wait that does not pace the span): where the verdict points leads
+    ("H", "What should I change in my code?", "optimize_first", {},
+     lambda c: [f"Start where the verdict points: **{c.analysis.verdict.headline}**.", "Its own fix alone: "]
+     if c.analysis.verdict.root_cause == "sync" and replayed_little(c.analysis.verdict.saving,
+                                                                    c.analysis.focus.params.verdict) else
+     [f"Start with **{c.analysis.verdict.saving.finding}**"]),
     # how it is asked, not advice: whether graphs replay, first (the launch detector's graphs: none here)
     ("B", "Are CUDA graphs used?", "launch", {},
      lambda c: ["**It already uses them:**" if focus(c).findings.graphs.used else

@@ -41,7 +41,7 @@ from ..detect.detectors.workload import DETECTOR as WORKLOAD_DETECTOR
 from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import kernel_profiler, profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
-from ..detect.verdict.diagnose import Verdict
+from ..detect.verdict.diagnose import Verdict, replayed_little
 from ..detect.verdict.savings import by_expected
 from ..detect.verdict.whatif import ALL_KERNELS, whatif_sentence
 from ..format import counted, duration, flop_rate, of_span, percent, rate, scope, shorten, size, upper_first
@@ -402,6 +402,11 @@ class OfflineAnalyst:
         rest = by_expected([s for s in savings if not s.fixes_the_same(first)])
         lines = [f"Start with **{first.finding}**: {first.sentence}", "", f"Why: {v.hypothesis}",
                  "", f"**Next step:** {v.next_step}"]
+        if first.root_cause == "sync" and replayed_little(first, self.ctx.analysis.focus.params.verdict):
+            # a sync whose removal replays to little does not pace the step: the verdict then points at the host's
+            # work first (diagnose's sync branch), and so does this answer
+            lines = [f"Start where the verdict points: **{v.headline}**.", "", f"Why: {v.hypothesis}", "",
+                     f"**Next step:** {v.next_step}", "", f"Its own fix alone: {first.sentence}"]
         if rest:
             lines += ["", "Then, by what fixing each would save (the replay's prediction where there is one, else "
                           "its upper bound):"]

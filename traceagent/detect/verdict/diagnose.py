@@ -377,7 +377,7 @@ def _idle_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
         hypothesis = (f"The host blocks on the GPU{where} ({kind.label}), so it cannot queue work ahead and the GPU "
                       "drains while the host catches up.")
         step = f"Remove the wait{at_line}: {kind.fix}."
-        replayed = _replayed_little(saving_for(f.savings, "sync"), params)
+        replayed = replayed_little(saving_for(f.savings, "sync"), params)
         if replayed is not None:  # the host's own work between the waits is as long as the step: it paces the GPU
             saving, simulated = replayed
             host_work = f" at {site.after}" if site and site.after else " between the waits"
@@ -438,7 +438,7 @@ def _idle_verdict(f: Findings, params: VerdictParams, also: list[str]) -> Verdic
                    evidence, also)
 
 
-def _replayed_little(saving: Saving | None, params: VerdictParams) -> tuple[Saving, float] | None:
+def replayed_little(saving: Saving | None, params: VerdictParams) -> tuple[Saving, float] | None:
     """The saving and its replayed share where the replay of its fix predicts under `replayed_share`
     of its bound (what the bound counts is real, but something else paces the step once it is
     gone); None otherwise, or where nothing was replayed."""
