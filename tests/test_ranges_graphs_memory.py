@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 from builder import TraceBuilder
-from conftest import DATA, NSYS_BEFORE, RESNET_NW0, analyzed
+from conftest import DATA, NSYS_BEFORE, RESNET_NW0, analyzed, offline_answer
 
 import traceagent
 from traceagent import analyze
@@ -86,6 +86,33 @@ def test_memory_that_grows_every_step_is_a_leak(tmp_path):
     assert memory.allocator_calls == 1 and memory.allocator_idle_us == 300.0  # the call lies inside the gap
 
 
+def test_the_peak_is_a_share_of_the_gpus_memory_from_its_device_properties(tmp_path):
+    """By hand: the allocator holds 2,000,000 B reserved at its peak on a GPU of 8,000,000 B (deviceProperties'
+    totalGlobalMem): 25.0%. "Am I running out of memory?" is answered no with that share, first."""
+    b = TraceBuilder(deviceProperties=[{"id": 0, "name": "Test GPU", "totalGlobalMem": 8_000_000}])
+    b.kernel("work", 10, 500, launch_at=5)
+    b.memory(20, 4096, allocated=1_000_000, reserved=2_000_000)
+    b.memory(40, -4096, allocated=995_904, reserved=2_000_000)
+    analysis = analyze(b.write(tmp_path / "m.json"), use_cache=False)
+    (gpu,) = analysis.ranks[0].findings.memory.devices
+    assert (gpu.total_bytes, gpu.peak_share_pct) == (8_000_000, 25.0)
+    assert offline_answer(analysis, "Am I running out of memory?").startswith(
+        "**No: at its peak the allocator holds 25.0% of GPU 0's 8.00 MB**.")
+    assert offline_answer(analysis, "Is there enough GPU memory?").startswith("**Yes: at its peak")
+
+
+def test_a_gpus_memory_is_read_by_the_ids_its_work_uses():
+    from traceagent.trace.model import TraceMeta
+
+    listed = [{"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 205_822_885_888}]
+    # an AMD trace: one device listed as 0, its work on GPU 9 (the same GPU, as its name is read)
+    assert TraceMeta("kineto", "t", devices={9: "AMD Instinct MI300X"}, device_properties=listed).memory_bytes == {
+        9: 205_822_885_888}
+    # a total the trace left out or wrote oddly gives none, not an error
+    odd = [{"id": 0, "name": "a"}, {"id": "x", "totalGlobalMem": 5}, {"id": 1, "totalGlobalMem": "many"}]
+    assert TraceMeta("kineto", "t", devices={0: "a", 1: "b"}, device_properties=odd).memory_bytes == {}
+
+
 def test_memory_on_a_real_trace():
     raw = [e for e in raw_events(H100_QWEN) if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1]
     (gpu,) = analyzed(H100_QWEN).ranks[0].findings.memory.devices
@@ -93,6 +120,11 @@ def test_memory_on_a_real_trace():
     assert gpu.peak_allocated_bytes == max(e["args"]["Total Allocated"] for e in raw)
     assert gpu.peak_reserved_bytes == max(e["args"]["Total Reserved"] for e in raw)
     assert gpu.net_bytes == sum(e["args"]["Bytes"] for e in raw)
+    # the GPU's memory, as the file's deviceProperties gives it
+    with gzip.open(H100_QWEN) as f:
+        (props,) = json.load(f)["deviceProperties"]
+    assert gpu.total_bytes == props["totalGlobalMem"] and gpu.peak_share_pct == round(
+        100 * gpu.peak_reserved_bytes / props["totalGlobalMem"], 2)
 
 
 def test_an_old_trace_without_totals_gets_its_peak_reconstructed_from_the_bytes():

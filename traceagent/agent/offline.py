@@ -821,6 +821,16 @@ class OfflineAnalyst:
         else:
             lead = "**No sign of a memory problem:** no growth across steps and no synchronizing allocator calls."
         lines = [lead, ""]
+        shares = [d for d in devices if d.peak_share_pct is not None and d.total_bytes is not None]
+        if _OUT_OF_MEMORY_ASKED.search(q.text) and shares:
+            # "am I running out of memory?": the peak against the GPU's memory, first
+            fullest = max(shares, key=lambda d: d.peak_share_pct or 0.0)
+            share, total = fullest.peak_share_pct or 0.0, fullest.total_bytes or 0
+            # "running out?" is answered no where there is room, "is there enough?" yes
+            room = "Yes" if re.search(r"\benough\b|\bfits?\b|\bheadroom\b", q.text, re.I) else "No"
+            lines[:0] = [f"**{'Close' if share >= NEAR_FULL_PCT else room}: at its peak the allocator holds "
+                         f"{share:.1f}% of GPU {fullest.device}'s {size(total)}**"
+                         + (", and memory grows every step" if leaks else "") + ".", ""]
         if re.search(r"\b(?:peak|max(?:imum)?|how much|usage|footprint)\b", q.text, re.I) and not leaks and devices:
             # "what is the peak memory?": the figure first, then whether anything is wrong
             lines[:0] = ["**Peak memory:** " + "; ".join(f"{self._who(answer.scope)}GPU {d.device}: {memory_peak(d)}"
@@ -1991,6 +2001,11 @@ def _yes_no(q: Question) -> bool:
 
 #: collectives' bus bandwidth at this share of the links' peak or more is near it (nccl-tests reach 80-90% on large messages)
 GOOD_BUSBW_PCT = 60.0
+#: running out of GPU memory asked ("am I running out of memory?", "will it OOM?", "does it fit?")
+_OUT_OF_MEMORY_ASKED = re.compile(r"\bout of memory\b|\boom\b|\benough (?:gpu )?memory\b|\brun(?:ning)? out\b|"
+                                  r"\bmemory (?:full|limit|headroom|pressure)\b|\bfits?\b|\bheadroom\b", re.I)
+#: a GPU whose allocator holds this share of its memory at the peak is close to running out
+NEAR_FULL_PCT = 90.0
 #: copies under this share of the span: pinning their memory saves little, whatever share is pageable
 LITTLE_COPIES_PCT = 1.0
 

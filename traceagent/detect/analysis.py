@@ -56,7 +56,8 @@ from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdic
 #: host_ops.runtime_calls (each runtime and driver API's calls and self time); modules.layer and modules.layers;
 #: graphs.captures, capture_us and instantiate_us. 2.14: op_time.most_device_ops (the op that launched
 #: the most); kernels.mean_us; idle.by_line (the user's lines the GPU idles over). 2.15: streams.busy_us,
-#: concurrent_us and concurrent_pct (two or more streams of a GPU busy at once).
+#: concurrent_us and concurrent_pct (two or more streams of a GPU busy at once); memory.devices[].total_bytes and
+#: peak_share_pct (the GPU's memory from the trace's device properties, and the peak's share of it).
 SCHEMA_VERSION = max(["2.15", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 

@@ -238,6 +238,22 @@ class TraceMeta:
     warnings: list[str] = field(default_factory=list)  # e.g. "truncated: loaded 91% of the file"
 
     @property
+    def memory_bytes(self) -> dict[int, int]:
+        """Each GPU's memory (Kineto's deviceProperties totalGlobalMem), by the ids `devices` uses: a trace that
+        lists one device and ran work on one other id names the same GPU (as `normalize.device_names` reads it)."""
+        listed: dict[int, int] = {}
+        for p in self.device_properties:
+            try:
+                total = int(p["totalGlobalMem"])
+                if total > 0:
+                    listed[int(p["id"])] = total
+            except (KeyError, TypeError, ValueError):  # a property the trace left out or wrote oddly: no total
+                continue
+        if len(listed) == 1 and len(self.devices) == 1 and next(iter(self.devices)) not in listed:
+            return {next(iter(self.devices)): next(iter(listed.values()))}
+        return {d: listed[d] for d in self.devices if d in listed}
+
+    @property
     def amd(self) -> bool:
         """Whether its GPUs are AMD's (ROCm): their kernels are profiled with AMD's tools, not Nsight."""
         return any(_AMD_GPU.search(name) for name in self.devices.values())

@@ -12,7 +12,7 @@ memory that grows in every step; churn is allocations per step.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -20,7 +20,7 @@ import pandas as pd
 from ...format import duration, size
 from ...trace.model import Trace, among, matches
 from ..core import intervals as iv
-from ..core.view import us
+from ..core.view import pct, us
 from .base import Detector
 
 #: allocator calls that synchronize the device (the async and stream-ordered ones do not)
@@ -43,6 +43,10 @@ class DeviceMemory:
     leak: bool
     allocations_per_step: float | None
     reconstructed: bool = False  # peak_allocated_bytes is the running sum of the events' bytes, not the trace's totals
+    # 2.15: the GPU's memory (the trace's device properties), and the peak the allocator held (reserved, else
+    # allocated) as a share of it ("am I running out of memory?"); None where the trace does not say
+    total_bytes: int | None = None
+    peak_share_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,8 @@ def detect_memory(trace: Trace, gaps: pd.DataFrame) -> MemoryResult:
     """Memory over time per GPU, and the synchronizing allocator calls with the idle they cost."""
     mem = trace.memory[trace.memory["device"] >= 0]
     steps = trace.steps.sort_values("start")
-    devices = [_device(int(d), group, steps) for d, group in mem.groupby("device")]
+    totals = trace.meta.memory_bytes
+    devices = [_with_total(_device(int(d), group, steps), totals.get(int(d))) for d, group in mem.groupby("device")]
     cpu = trace.cpu
     calls = cpu[among(cpu["kind"], ["runtime", "driver"]) & matches(cpu["name"], ALLOCATOR_CALLS)]
     call_iv = iv.union(calls["start"].to_numpy(np.int64), calls["end"].to_numpy(np.int64))
@@ -94,16 +99,29 @@ def _device(device: int, events: pd.DataFrame, steps: pd.DataFrame) -> DeviceMem
                         bool(leak), round(allocations / len(steps), 1) if len(steps) else None, reconstructed)
 
 
+def _with_total(device: DeviceMemory, total: int | None) -> DeviceMemory:
+    """The device with its memory and the share of it the peak took."""
+    held = device.peak_reserved_bytes if device.peak_reserved_bytes is not None else device.peak_allocated_bytes
+    return replace(device, total_bytes=total, peak_share_pct=pct(held, total) if total and held is not None else None)
+
+
 def memory_peak(device: DeviceMemory) -> str:
     """One GPU's peak memory: the allocator's totals, or growth from the trace's start without them."""
     if device.peak_allocated_bytes is None:
         return f"up to {size(device.growth_bytes)} above the start"
     if device.reconstructed:
         return (f"peak {size(device.peak_allocated_bytes)} allocated (reconstructed from the events' bytes: "
-                "the trace has no allocator totals)")
+                "the trace has no allocator totals)" + _of_total(device))
     reserved = device.peak_reserved_bytes
     return (f"peak {size(device.peak_allocated_bytes)} allocated"
-            + (f", {size(reserved)} reserved" if reserved is not None else ""))
+            + (f", {size(reserved)} reserved" if reserved is not None else "") + _of_total(device))
+
+
+def _of_total(device: DeviceMemory) -> str:
+    """', of the GPU's 34.09 GB: 8.2%' where the trace gives the GPU's memory."""
+    if device.total_bytes is None or device.peak_share_pct is None:
+        return ""
+    return f", of the GPU's {size(device.total_bytes)}: {device.peak_share_pct:.1f}%"
 
 
 def memory_sentence(memory: MemoryResult | None) -> str | None:
