@@ -224,6 +224,11 @@ def most_launched_count(ctx) -> int:
     return int(gpu[gpu["kind"] == "kernel"].groupby("name", observed=True).size().max())
 
 
+def gpu_memory(ctx):
+    """The focus rank's first GPU's memory, as the memory detector has it."""
+    return focus(ctx).findings.memory.devices[0]
+
+
 def busbw_judged(ctx) -> str:
     """The judgement of the collectives' bus bandwidth a yes-or-no question gets: near the peak from 60% of it."""
     c = collectives(ctx)
@@ -851,6 +856,10 @@ TABLE = [
      lambda c: ["**No peer-to-peer (PtoP) copies** in this scope." if "PtoP" not in focus(c).findings.memcpy.by_kind
                 else "**PtoP (peer-to-peer): "]),
     ("N", "Is the model too small for this GPU?", "batch_size", {}, lambda c: ["The trace does not record the batch size"]),
+    # the room a larger batch needs: the peak against the GPU's memory (the memory detector's figures)
+    ("Q", "Will a bigger batch fit in memory?", "batch_size", {},
+     lambda c: [f"- memory: at its peak the allocator holds {gpu_memory(c).peak_share_pct:.1f}% of GPU "
+                f"{gpu_memory(c).device}'s {size(gpu_memory(c).total_bytes)}"]),
     # two runs: the speedup leads with the step time; what to do next is the second run's own answer
     ("C", "What is the speedup?", "compare", {},
      lambda c: [f"**{percent(abs(diff(c.analysis, c.other).slower_pct))} faster:** step time (mean) "

@@ -215,7 +215,9 @@ class OfflineAnalyst:
             "longest_gap": Plan(lambda q, at: [("idle_gaps", at | {"top": 1} | _min(q))], self._longest_gap),
             "gaps": Plan(lambda q, at: [("idle_gaps", at | {"top": 5} | _min(q))], self._gaps),
             "annotations": Plan(lambda q, at: [("annotations", at)], self._annotations),
-            "batch_size": Plan(lambda q, at: [("verdict", at), ("launches", at), ("overview", {})], self._batch_size),
+            # the memory a larger batch would need room in, too
+            "batch_size": Plan(lambda q, at: [("verdict", at), ("launches", at), ("overview", {}), ("memory", at)],
+                               self._batch_size),
             "compile": Plan(lambda q, at: [("verdict", at), ("launches", at), ("time_by_class", at), ("workload", at)],
                             self._compile),
             "mfu": Plan(lambda q, at: [("flops", at), ("overview", at), ("hot_kernels", at | {"top": 1}),
@@ -1546,7 +1548,8 @@ class OfflineAnalyst:
                   f"**What this trace does say:** {verdict.verdict.headline}.", f"**Next step:** {verdict.verdict.next_step}"]
         return "\n".join(lines)
 
-    def _batch_size(self, q: Question, verdict: VerdictAnswer, launches: LaunchesAnswer, overview: OverviewAnswer) -> str:
+    def _batch_size(self, q: Question, verdict: VerdictAnswer, launches: LaunchesAnswer, overview: OverviewAnswer,
+                    memory: MemoryAnswer) -> str:
         """What the trace says of the batch size, which it does not record: a small batch shows as short
         kernels the host cannot launch fast enough and a GPU that is mostly idle."""
         v, la = verdict.verdict, launches.launch
@@ -1561,6 +1564,12 @@ class OfflineAnalyst:
                          + (f"; launch-bound gaps leave the GPU idle {percent(launches.launch_overhead_idle_pct)} of "
                             "device time" if launches.launch_overhead_idle_pct is not None else "") + ";")
         lines += [f"- busy and idle: {line}" for r in overview.ranks[:4] for line in device_lines(r.source)]
+        # the room a larger batch needs: each GPU's peak against its memory, where the trace records both
+        lines += [f"- memory: at its peak the allocator holds {d.peak_share_pct:.1f}% of GPU {d.device}'s "
+                  f"{size(d.total_bytes)}" + (" (close to full: a larger batch may not fit)"
+                                              if d.peak_share_pct >= NEAR_FULL_PCT else "")
+                  for d in (memory.devices if memory.memory is not None else [])
+                  if d.peak_share_pct is not None and d.total_bytes is not None]
         lines += ["", "A larger batch (or more tokens per step) makes each kernel longer at the same launch cost; where "
                   "memory allows it, try doubling it and compare: `traceagent diff before.json after.json`. CUDA "
                   "graphs or torch.compile(mode=\"reduce-overhead\") remove the launch cost at the same batch size.",
