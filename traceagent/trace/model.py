@@ -218,6 +218,18 @@ def _default_column(dtype: str, n: int):
     raise ValueError(dtype)
 
 
+_Listed = TypeVar("_Listed")
+
+
+def listed_for(used: list[int], listed: dict[int, _Listed]) -> dict[int, _Listed]:
+    """What a trace lists per device (a name, its memory), for the devices that ran work. When it lists one
+    device and the work ran on one other id (AMD traces number GPUs by their system index, 2 or 9, while
+    deviceProperties says 0), that one listed device is the one in use."""
+    if len(listed) == 1 and len(used) == 1 and used[0] not in listed:
+        return {used[0]: next(iter(listed.values()))}
+    return {d: listed[d] for d in used if d in listed}
+
+
 #: an AMD GPU as devices name themselves ("AMD Instinct MI300X", "AMD Radeon PRO W7900")
 _AMD_GPU = re.compile(r"\bAMD\b|\bInstinct\b|\bRadeon\b|\bMI[123]\d{2}X?\b")
 
@@ -239,8 +251,8 @@ class TraceMeta:
 
     @property
     def memory_bytes(self) -> dict[int, int]:
-        """Each GPU's memory (Kineto's deviceProperties totalGlobalMem), by the ids `devices` uses: a trace that
-        lists one device and ran work on one other id names the same GPU (as `normalize.device_names` reads it)."""
+        """Each GPU's memory (Kineto's deviceProperties totalGlobalMem), by the ids `devices` uses (`listed_for`,
+        as the names are read)."""
         listed: dict[int, int] = {}
         for p in self.device_properties:
             try:
@@ -249,9 +261,7 @@ class TraceMeta:
                     listed[int(p["id"])] = total
             except (KeyError, TypeError, ValueError):  # a property the trace left out or wrote oddly: no total
                 continue
-        if len(listed) == 1 and len(self.devices) == 1 and next(iter(self.devices)) not in listed:
-            return {next(iter(self.devices)): next(iter(listed.values()))}
-        return {d: listed[d] for d in self.devices if d in listed}
+        return listed_for(list(self.devices), listed)
 
     @property
     def amd(self) -> bool:

@@ -23,6 +23,7 @@ from .model import (
     among,
     categorical,
     in_order_of_appearance,
+    listed_for,
     matches,
     typed_frame,
 )
@@ -460,13 +461,10 @@ def attributed_replays(gpu: pd.DataFrame, cpu: pd.DataFrame, captured: dict[str,
 
 
 def device_names(used: list[int], listed: dict[int, str]) -> dict[int, str]:
-    """Names for the devices that ran work. When the trace lists one device and work ran on one
-    other id (AMD traces number GPUs by their system index, 2 or 9, while deviceProperties says
-    0), that one listed device is the one in use. A device listed without a name (an empty one, as
-    some ROCm traces write) is named by its id."""
-    if len(listed) == 1 and len(used) == 1 and used[0] not in listed:
-        return {used[0]: next(iter(listed.values())) or f"GPU {used[0]}"}
-    return {d: listed.get(d) or f"GPU {d}" for d in used}
+    """Names for the devices that ran work, as the trace lists them (`listed_for`). A device listed
+    without a name (an empty one, as some ROCm traces write), or not listed, is named by its id."""
+    names = listed_for(used, listed)
+    return {d: names.get(d) or f"GPU {d}" for d in used}
 
 
 def _comm_flags(gpu: pd.DataFrame) -> np.ndarray:
