@@ -42,7 +42,6 @@ from ..detect.registry import DETECTORS, Detector
 from ..detect.verdict.advice import kernel_profiler, profile_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict, replayed_little
-from ..detect.verdict.savings import by_expected
 from ..detect.verdict.whatif import ALL_KERNELS, whatif_sentence
 from ..format import counted, duration, flop_rate, of_span, percent, rate, scope, shorten, size, upper_first
 from ..sentences import device_lines, gpu_behind, slowest_step_sentence, straggler_sentence
@@ -398,10 +397,11 @@ class OfflineAnalyst:
         v, savings = verdict.verdict, verdict.savings
         if not savings:
             return f"**{v.headline}.** {v.next_step}"
-        # the verdict's own first (its why and next step follow; a job's: its straggler's cost), then the rest by
-        # what fixing each is expected to save: a replay's prediction of 0.1% does not come before one of 6%
+        # the verdict's own first (its why and next step follow; a job's: its straggler's cost), then the rest as the
+        # verdict tool gives them, by what fixing each is expected to save (`by_expected`): a replay's prediction of
+        # 0.1% does not come before one of 6%
         first = v.saving or savings[0]
-        rest = by_expected([s for s in savings if not s.fixes_the_same(first)])
+        rest = [s for s in savings if not s.fixes_the_same(first)]
         lines = [f"Start with **{first.finding}**: {first.sentence}", "", f"Why: {v.hypothesis}",
                  "", f"**Next step:** {v.next_step}"]
         if first.root_cause == "sync" and replayed_little(first, self.ctx.analysis.focus.params.verdict):
@@ -1568,8 +1568,7 @@ class OfflineAnalyst:
         lines += [f"- memory: at its peak the allocator holds {d.peak_share_pct:.1f}% of GPU {d.device}'s "
                   f"{size(d.total_bytes)}" + (" (close to full: a larger batch may not fit)"
                                               if d.peak_share_pct >= NEAR_FULL_PCT else "")
-                  for d in (memory.devices if memory.memory is not None else [])
-                  if d.peak_share_pct is not None and d.total_bytes is not None]
+                  for d in memory.devices if d.peak_share_pct is not None and d.total_bytes is not None]
         lines += ["", "A larger batch (or more tokens per step) makes each kernel longer at the same launch cost; where "
                   "memory allows it, try doubling it and compare: `traceagent diff before.json after.json`. CUDA "
                   "graphs or torch.compile(mode=\"reduce-overhead\") remove the launch cost at the same batch size.",
