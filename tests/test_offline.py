@@ -935,8 +935,18 @@ TABLE = [
     ("S", "Should I increase the batch size?", "batch_size", {}, lambda c: ["The trace does not record the batch size"]),
     # whether a fix worked, asked of one trace: yes where the GPU no longer waits (and no where it still does)
     ("W", "Did using 4 workers fix the data loading?", "dataloader", {},
-     lambda c: ["**Yes:** the GPU never waits for data loading in this trace."]),
-    ("R", "Did using 4 workers fix the data loading?", "dataloader", {}, lambda c: ["**No:** the GPU waits for data loading"]),
+     lambda c: ["**Yes:** the GPU never waits for data loading in this trace, so faster loading would not shorten a step."]),
+    # how to speed up one thing: that thing's answer, not the trace's first fix
+    ("W", "How can I speed up data loading?", "dataloader", {},
+     lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
+                f"{focus(c).verdict.headline}."]),
+    ("R", "How can I speed up data loading?", "dataloader", {},
+     lambda c: [f"The GPU waits for data loading {duration(idle(c).by_cause_us['dataloader'])}"]),
+    ("W", "How do I make the copies faster?", "copies", {}, lambda c: ["Pin the memory (`DataLoader(pin_memory=True)`"]),
+    ("D", "How can I make the allreduce faster?", "communication", {},
+     lambda c: [f"**All-reduce: {kind(c, 'all_reduce').kernels} kernels, {duration(kind(c, 'all_reduce').time_us)}**"]),
+    ("W", "What should I optimize first: the dataloader or the kernels?", "optimize_first", {},
+     lambda c: [f"Start with **{(focus(c).verdict.saving or focus(c).findings.savings[0]).finding}**"]),
     ("W", "Would more dataloader workers help?", "dataloader", {}, lambda c: ["**No:** the GPU never waits"]),
     # whether graphs helped, asked of a run that replays none: none ran (not whether they would help)
     ("W", "Did CUDA graphs help?", "launch", {}, lambda c: ["**This trace replays no CUDA graphs**"]),
@@ -1093,6 +1103,10 @@ TABLE = [
     ("N", "Which kernel takes the most time?", "kernels", {}, lambda c: ["flash_fwd_kernel"]),
     # the longest single run, from the kernels' rows here: not the kernel slowest on average
     ("R", "How long is the longest kernel?", "slow_kernel", {},
+     lambda c: ["The longest single kernel run is of **`", f"`**: {duration(longest_kernel_us(c))} (mean"]),
+    ("S", "What's the max kernel duration?", "slow_kernel", {},
+     lambda c: ["The longest single kernel run is of **`", f"`**: {duration(longest_kernel_us(c))} (mean"]),
+    ("B", "What is the longest single kernel?", "slow_kernel", {},
      lambda c: ["The longest single kernel run is of **`", f"`**: {duration(longest_kernel_us(c))} (mean"]),
     ("N", "Are there any NCCL collectives?", "communication", {}, lambda c: ["ncclDevKernel_SendRecv"]),
     # two GPUs of the rank side by side, by the breakdown's idle of each over its own span

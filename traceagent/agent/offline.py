@@ -864,7 +864,8 @@ class OfflineAnalyst:
             return (f"{who}**There is no GPU work here to wait for data:** {v.headline}. {v.next_step}")
         if not waited:
             return (f"{who}{said[0] if _yes_no(q) else ''}" + ("the" if who or _yes_no(q) else "The")
-                    + f" GPU never waits for data loading in this trace. {v.headline}.")
+                    + f" GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
+                    f"{v.headline}.")
         pct = (idle.totals.by_cause_pct or {}).get("dataloader")
         lines = [f"{who}{said[1] if _yes_no(q) else ''}" + ("the" if who or _yes_no(q) else "The")
                  + f" GPU waits for data loading {duration(waited)}"
@@ -1909,7 +1910,7 @@ _COPY_KIND_WORDS = {"HtoD": "host-to-device", "DtoH": "device-to-host", "DtoD": 
 def _slow_order(q: Question) -> str:
     """How "the slowest kernel" is ranked: by its longest single run where the question asks for the
     longest ("how long is the longest kernel?"), else by its time per call."""
-    longest = re.search(r"\blongest\b", q.text, re.I)
+    longest = re.search(r"\blongest\b|\bmax(?:imum)? (?:single )?kernel\b", q.text, re.I)
     per_call = re.search(r"\bper (?:call|launch)\b|\b(?:average|mean)\b", q.text, re.I)
     return "max" if longest and not per_call else "mean"
 

@@ -227,7 +227,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                       r"broadcast|collective|overlap|exposed|(?:tensor|data|pipeline|expert|sequence)[- ]parallel\w*|"
                       r"ddp\b|fsdp\b)"),
     ("annotations", r"\b(?:nvtx|annotation|record_function|ranges?\b|regions?\b|sections? of (?:my )?code)"),
-    ("slow_kernel", r"\b(?:slowest|longest) kernel|\bper (?:call|launch)\b|kernel\b.*\b(?:slow|long)"),
+    # "the longest single kernel", "the max kernel duration": one kernel's own runs, not the hottest by total
+    ("slow_kernel", r"\b(?:slowest|longest)(?:[- ]running)?(?: single| individual)? kernel|\bper (?:call|launch)\b|"
+                    r"\b(?:max(?:imum)?|peak) (?:single )?kernel (?:duration|time|runtime|latency)\b|"
+                    r"kernel\b.*\b(?:slow|long)"),
     # the time between kernels is idle time, not the kernels': "why are there gaps between kernels?"
     ("kernels", r"\b(?:eat\w*|consum\w*|tak\w* up|us\w* up)\b.{0,20}\b(?:gpu|device)(?: time)?\b|"
                 r"^(?!.*\b(?:gaps?|idle|bubbles?|between kernels)\b).*"
@@ -377,6 +380,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
             intent in ("idle", "optimize_first", "bound") or (intent == "summary" and re.search(_TIME_GOES_TO, words, re.I))):
         # "what takes the most time?", "why is my training slow?" of a CPU-only trace: its host time by event
         intent = "detector:host_ops"
+    if intent == "optimize_first" and (topic := _topic_to_speed_up(words)):
+        intent = topic  # "how can I speed up data loading?": that topic's answer, not the trace's first fix
     if intent == "sync" and re.search(LINE_ASKED, words, re.I) and not re.search(r"\bsync|synchroni|\.?item\(|\bblock",
                                                                                  words, re.I):
         intent = "idle"  # "which line of my code makes the GPU wait?": the idle by line, not only a sync's
@@ -458,6 +463,23 @@ def _window(text: str) -> tuple[float, float] | None:
 def _numbers_named(pattern: re.Pattern, text: str) -> tuple[int, ...]:
     """The numbers a pattern's groups find in the text (ranks, GPUs), in order, once each."""
     return tuple(dict.fromkeys(int(n) for m in pattern.finditer(text) for n in m.groups() if n))
+
+
+#: what a "how do I speed up …?" question names after its verb ("speed up data loading", "make the copies faster")
+_SPED_UP = re.compile(r"\b(?:speed up|speed-up|accelerate|optimi[sz]e|improve|fix|make|get)\s+(?P<what>.+?)"
+                      r"(?:\s+(?:faster|quicker|go faster|run faster))?\s*[?.!]*$", re.I)
+#: the topics whose own answer says how to speed them up, in the order INTENTS tries them
+_SPEED_UP_TOPICS = ("launch", "sync", "dataloader", "copies", "memory", "communication", "kernels")
+
+
+def _topic_to_speed_up(words: str) -> str | None:
+    """The topic a request to speed something up names ("how can I make the copies faster?": copies), or
+    None where it names none, or weighs several ("should I fix the dataloader or the kernels first?")."""
+    if re.search(r"\bor\b|\bfirst\b|\b(?:most|biggest|best|largest|main|top)\b", words, re.I):
+        return None
+    if not (m := _SPED_UP.search(words)):
+        return None
+    return next((name for name, pattern in INTENTS if name in _SPEED_UP_TOPICS and pattern.search(m.group("what"))), None)
 
 
 def _step_by_order(word: str, ctx: AnalysisContext) -> list[int]:
