@@ -388,6 +388,24 @@ def test_a_slowest_step_whose_idle_did_not_grow_is_not_explained_by_it(tmp_path)
         "span longer. The rest is time on the host that did not leave the GPU idle longer.")
 
 
+def test_a_steps_kernels_are_those_inside_its_device_work(tmp_path):
+    """Built by hand: step 1 launches three kernels, step 2 one that runs after the host's step 2 ended
+    (still its work: launched inside it), and a copy and a kernel launched outside any step count in none.
+    So 3 and 1 kernels, 2 a step; the copy is no kernel. Of GPU 1, which runs one of step 1's: 1 and 0."""
+    b = TraceBuilder(deviceProperties=[{"id": 0, "name": "Test GPU"}, {"id": 1, "name": "Test GPU"}])
+    b.op("ProfilerStep#1", 0, 1000)
+    for start, device in ((100, 0), (300, 1), (500, 0)):
+        b.kernel("k", start, 100, launch_at=start - 50, device=device)
+    b.memcpy(700, 50, 1 << 10, launch_at=650)
+    b.op("ProfilerStep#2", 1000, 1000)
+    b.kernel("late", 2100, 100, launch_at=1900)
+    b.kernel("outside", 2600, 100, launch_at=2500)
+    rank = analyze_trace(b.load(tmp_path))
+    steps, gpu1 = rank.findings.steps, rank.steps(1)
+    assert [s.kernels for s in steps.steps] == [3, 1] and steps.kernels_per_step == 2.0
+    assert [s.kernels for s in gpu1.steps] == [1, 0] and gpu1.kernels_per_step == 0.5
+
+
 def test_a_gpu_behind_the_host_sets_the_step_time(tmp_path):
     """The host queues each step's work in 1 ms and moves on; the GPU takes 2.5 ms a step, then a
     1 ms copy no compute hides. Worked by hand: the steps' GPU work ends at 8,510 µs, 5,510 after

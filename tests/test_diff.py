@@ -191,3 +191,30 @@ def test_captures_of_one_length_holding_different_work_are_compared_per_that_wor
     # the same work in both: spans as they are
     same = diff(capture("a.json", 4, 50), capture("b.json", 4, 150))
     assert same.work is None and same.slower_pct == pytest.approx(100 * (1050 - 750) / 750, abs=0.01)
+
+
+def test_peak_memory_is_compared_where_both_runs_record_it(tmp_path):
+    """Built by hand: one step whose allocator reaches 3 GB before (1 GB, then 2 GB more) and 1.5 GB after
+    (activation checkpointing's kind of change): the diff's memory row is 3e9 → 1.5e9 bytes, -50%; the report
+    shows it; a trace without memory events gives no row."""
+    from builder import TraceBuilder
+
+    import traceagent
+
+    def run(name: str, allocations: tuple[int, ...], memory: bool = True):
+        b = TraceBuilder()
+        b.op("ProfilerStep#1", 0, 1000)
+        b.kernel("gemm", 10, 900, launch_at=5)
+        total = 0
+        for i, nbytes in enumerate(allocations if memory else ()):
+            total += nbytes
+            b.memory(20 + i, nbytes, allocated=total, reserved=total)
+        return traceagent.analyze(b.write(tmp_path / name))
+
+    before, after = run("before.json", (10**9, 2 * 10**9)), run("after.json", (10**9, 5 * 10**8))
+    (row,) = [m for m in diff(before, after).metrics if m.unit == "bytes"]
+    assert (row.name, row.before_bytes, row.after_bytes, row.change_bytes, row.change_pct) == (
+        "peak memory allocated (the most of any GPU)", 3 * 10**9, 15 * 10**8, -15 * 10**8, -50.0)
+    assert ("| peak memory allocated (the most of any GPU) | 3.00 GB | 1.50 GB | -1.50 GB (-50.0%) |"
+            in render_diff_markdown(diff(before, after)))
+    assert not [m for m in diff(before, run("none.json", (), memory=False)).metrics if m.unit == "bytes"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 
+import pandas as pd
 import pytest
 from builder import TraceBuilder
 from conftest import (
@@ -58,6 +59,21 @@ def pin_advice(c) -> str:
     tail = (f", though copies take only {percent(m.share_pct)} of the span: pinning them will save little."
             if m.share_pct < 1.0 else ".")
     return f"**Yes, for {m.pageable_count} of the {host} host copies:** they come from pageable memory{tail}"
+
+
+def row(ctx, name: str):
+    """The diff's row (before → after) whose name starts with `name`."""
+    return next(m for m in diff(ctx.analysis, ctx.other).metrics if m.name.startswith(name))
+
+
+def peak(analysis) -> int:
+    """The most memory allocated at once on any GPU, read here from each GPU's memory result."""
+    return max(d.peak_allocated_bytes for r in analysis.ranks for d in r.findings.memory.devices)
+
+
+def straggler(ctx) -> int:
+    """The job's straggler, as the cross-rank comparison names it."""
+    return ctx.analysis.comparison.straggler
 
 
 def focus(ctx):
@@ -156,9 +172,11 @@ def hot(ctx, name: str):
     return detect_hot_kernels(focus(ctx).trace, top=1, name_filter=name).top[0]
 
 
-def most_changed(ctx) -> dict:
-    """The diff's kernel row whose time per step changed most (both traces list it)."""
-    rows = [k for k in diff(ctx.analysis, ctx.other).kernels if k["before_us"] is not None and k["after_us"] is not None]
+def most_changed(ctx, way: int = 0) -> dict:
+    """The diff's kernel row whose time per step changed most (both traces list it); way 1: of those that got
+    slower, -1: of those that got faster."""
+    rows = [k for k in diff(ctx.analysis, ctx.other).kernels if k["before_us"] is not None and k["after_us"] is not None
+            and (k["after_us"] - k["before_us"]) * way >= 0]
     return max(rows, key=lambda k: abs(k["after_us"] - k["before_us"]))
 
 
@@ -278,8 +296,13 @@ def most_launching_op(ctx) -> tuple[str, int]:
 
 
 def kernels_a_step(ctx) -> float:
-    """The launch detector's kernels over the steps detector's count, worked out here."""
-    return round(focus(ctx).findings.launch.kernels / focus(ctx).findings.steps.count, 1)
+    """The mean over the focus rank's steps of the kernels that start inside each step's device work (its
+    gpu_start to gpu_end in the step table), counted here step by step from the device table."""
+    trace = focus(ctx).trace
+    kernels = trace.gpu[trace.gpu["kind"] == "kernel"]
+    counts = [int(((kernels["start"] >= s.gpu_start) & (kernels["start"] < s.gpu_end)).sum()) if pd.notna(s.gpu_start)
+              else 0 for s in trace.steps.itertuples()]
+    return round(sum(counts) / len(counts), 1)
 
 
 def first_step(ctx) -> int:
@@ -937,6 +960,11 @@ TABLE = [
     ("W", "Did using 4 workers fix the data loading?", "dataloader", {},
      lambda c: ["**Yes:** the GPU never waits for data loading in this trace, so faster loading would not shorten a step."]),
     # how to speed up one thing: that thing's answer, not the trace's first fix
+    # how much the job waits: the other ranks' waiting first, and the straggler's part of it
+    ("D", "How much time is wasted waiting on other ranks?", "straggler", {},
+     lambda c: [f"**The other ranks wait {duration(c.analysis.comparison.others_waiting_us)} in the matched collectives**, "
+                f"{duration(next(r.caused_waiting_us for r in c.analysis.comparison.ranks if r.rank == straggler(c)))} "
+                f"of it for rank {straggler(c)}, the straggler."]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),
@@ -997,7 +1025,8 @@ TABLE = [
                 f"({counted(focus(c).findings.kernels.distinct, 'distinct name')}, "
                 f"{duration(focus(c).findings.kernels.total_us)} in all)."]),
     ("R", "How many kernels per step?", "launch", {},
-     lambda c: [f"**About {kernels_a_step(c):g} kernels a step** (its kernels over its steps)."]),
+     lambda c: [f"**About {kernels_a_step(c):g} kernels a step** (the mean over its steps of the kernels that start "
+                "inside each step's device work)."]),
     # launches counted, by the API named or all, and their latency asked: the figures first
     ("R", "How many cudaLaunchKernel calls are there?", "launch", {},
      lambda c: [f"**{focus(c).findings.launch.by_call['cudaLaunchKernel']} `cudaLaunchKernel` calls** launched kernels"]),
@@ -1099,6 +1128,25 @@ TABLE = [
                 f"{diff(c.analysis, c.other).kernels[0]['before_count']} before"]),
     ("N", "Did my change make the step faster?", "compare", {}, lambda c: [diff(c.analysis, c.other).headline]),
     ("N", "what changed?", "compare", {}, lambda c: [f"**{diff(c.analysis, c.other).headline}.**"]),
+    # one measure asked of two runs: its row of the diff first, yes or no by its direction (worked out here)
+    ("N", "Did the idle time go down?", "compare", {},
+     lambda c: [f"**{'Yes' if row(c, 'idle').change_points < -1 else 'No'}:** {row(c, 'idle').name} "
+                f"{percent(row(c, 'idle').before_pct)} → {percent(row(c, 'idle').after_pct)}, "
+                f"{row(c, 'idle').change_points:+.1f} points."]),
+    ("C", "Is the GPU busier now?", "compare", {},
+     lambda c: [f"**{'Yes' if row(c, 'busy').change_points > 1 else 'No'}:** busy {percent(row(c, 'busy').before_pct)} → "
+                f"{percent(row(c, 'busy').after_pct)}"]),
+    # the allocator's peak: 131 kB apart of 2.79 GB is the same (under 1%); the Nsight exports record no memory
+    ("C", "Is the new version using less memory?", "compare", {},
+     lambda c: [f"**About the same:** peak memory allocated (the most of any GPU) "
+                f"{size(peak(c.analysis))} → {size(peak(c.other))}"]),
+    ("N", "Is the new version using less memory?", "compare", {}, lambda c: ["**The two traces do not both record memory**"]),
+    ("N", "How much faster is the step now?", "compare", {},
+     lambda c: [f"**{percent(diff(c.analysis, c.other).slower_pct)} slower:**"]),
+    # which kernels got faster: those whose time went down, and only those
+    ("N", "Which kernels got faster?", "compare", {},
+     lambda c: ["Kernels that got faster, device time per span (before → after), most changed first:\n- "
+                f"`{most_changed(c, -1)['label']}`"]),
     ("N", "How much time goes to memcpy?", "copies", {}, lambda c: ["mostly DtoD"]),
     ("N", "Which kernel takes the most time?", "kernels", {}, lambda c: ["flash_fwd_kernel"]),
     # the longest single run, from the kernels' rows here: not the kernel slowest on average
@@ -1126,6 +1174,10 @@ TABLE = [
     ("C", "What got faster?", "compare", {}, lambda c: [diff(c.analysis, c.other).headline]),
     # kernels asked of two runs: the diff's kernel rows, most changed first; an op: its kernels per step in each
     ("C", "Which kernels got slower?", "compare", {},
+     lambda c: ["Kernels that got slower, device time per step (before → after), most changed first:",
+                f"- `{most_changed(c, 1)['label']}`: {duration(most_changed(c, 1)['before_us'])} → "
+                f"{duration(most_changed(c, 1)['after_us'])}"]),
+    ("C", "Which kernels changed the most?", "compare", {},
      lambda c: [f"- `{most_changed(c)['label']}`: {duration(most_changed(c)['before_us'])} → "
                 f"{duration(most_changed(c)['after_us'])}"]),
     ("C", "Did aten::convolution get faster?", "compare", {"op": "aten::convolution"},
@@ -1175,7 +1227,7 @@ TABLE = [
      lambda c: ["**It does not run compiled now:**", "**Compiling would not answer what limits this trace first.**"]),
     ("B", "How long do launches take?", "launch", {},
      lambda c: ["**Launch overhead limits this trace.**",
-                f"the launch call takes {duration(focus(c).findings.launch.median_launch_us)} (median)"]),
+                f"linked to their launch call: the call takes {duration(focus(c).findings.launch.median_launch_us)} (median)"]),
     ("B", "Which annotation ranges take the most GPU time?", "annotations", {}, lambda c: ["execute_context_1"]),
     ("B", "Is memory a problem?", "memory", {}, lambda c: ["profile_memory=True"]),
     ("R", "Is memory a problem?", "memory", {}, lambda c: ["**No sign of a memory problem:**", "per step"]),

@@ -334,7 +334,7 @@ class LaunchesAnswer(Projection):
     launch_overhead_idle_pct: float | None  # of the rank's device time (None for one GPU of several)
     graphs: GraphsResult | None  # None (left out): the trace replays no CUDA graph
     note: str | None = None
-    kernels_per_step: float | None = None  # the linked kernels over the trace's steps (None without steps)
+    kernels_per_step: float | None = None  # the steps' mean kernels (StepsResult.kernels_per_step; None without steps)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from ..detect.analysis import Analysis, RankAnalysis
-from ..detect.compare.diff import DiffResult, OpChange, Prediction, work_note
+from ..detect.compare.diff import DiffResult, OpChange, Prediction, ShareMetric, TimeMetric, work_note
 from ..detect.compare.scaling import PARTS
 from ..detect.core.asked import SLOWEST, asks_yes_or_no
 from ..detect.core.peaks import peak_for
@@ -1161,6 +1161,11 @@ class OfflineAnalyst:
         elif rank is None:
             lead = (("**Yes:** " if balanced else "") + "**No rank is a straggler**: no rank enters most "
                     "collectives last.")
+        elif re.search(r"\bhow (?:much|long)\b|\b(?:share|fraction|percent\w*) of\b", q.text, re.I):
+            # "how much time is wasted waiting on other ranks?": the waiting first, then who causes it
+            for_it = next((r.caused_waiting_us for r in ranks.ranks if r.rank == rank), 0.0)
+            lead = (f"**The other ranks wait {duration(ranks.others_waiting_us)} in the matched collectives**, "
+                    f"{duration(for_it)} of it for rank {rank}, the straggler.")
         else:
             lead = ("**No:** " if balanced else "") + f"**Rank {rank}** is the straggler."
         lines = [lead, straggler_sentence(ranks), "", "Waiting for the last rank, by rank (exposed: no compute beside it):"]
@@ -1391,7 +1396,7 @@ class OfflineAnalyst:
                 head = ("**Yes:** the host cannot launch kernels fast enough, and a CUDA graph launches a whole step "
                         "at once." if bound else "**Not for speed here:** launch overhead is not what limits this trace.")
         elif answer.kernels_per_step and re.search(r"\bkernels?\b.{0,20}\b(?:per|a|each) (?:step|iteration)\b", q.text, re.I):
-            head = f"**About {answer.kernels_per_step:g} kernels a step** (its kernels over its steps)."
+            head = f"**About {answer.kernels_per_step:g} kernels a step** ({_KERNELS_A_STEP})."
         elif calls := [(api, n) for api, n in la.by_call.items() if re.search(rf"\b{re.escape(api)}\b", q.text, re.I)]:
             # "how many cudaLaunchKernel calls?": that API's count, as the launch detector linked them
             head = " ".join(f"**{counted(n, f'`{api}` call')}** launched kernels the trace records." for api, n in calls)
@@ -1411,11 +1416,12 @@ class OfflineAnalyst:
             head = ("**Launch overhead limits this trace.**" if bound
                     else "**Launch overhead is not the main limit.**")
         lines = [*([counted_kernels] if counted_kernels else []), head, "",
-                 f"{self._who(answer.scope)}{la.kernels} kernels: the launch call takes {duration(la.median_launch_us)} "
+                 f"{self._who(answer.scope)}{counted(la.kernels, 'kernel')} linked to their launch call: the call takes "
+                 f"{duration(la.median_launch_us)} "
                  f"(median), a kernel runs {duration(la.median_kernel_us)} (median), and "
                  f"{percent(la.short_kernel_pct)} of kernels are shorter than their own launch call. Launch-to-start "
                  f"latency: median {duration(la.median_latency_us)}, p90 {duration(la.p90_latency_us)}."
-                 + (f" About {answer.kernels_per_step:g} kernels a step (its kernels over its steps)."
+                 + (f" About {answer.kernels_per_step:g} kernels a step ({_KERNELS_A_STEP})."
                     if answer.kernels_per_step else "") + (f" {md_prose(note)}" if (note := latency_note(la)) else ""),
                  f"Launch-bound gaps leave the GPU idle {duration(answer.launch_overhead_idle_us)}"
                  + (f" ({percent(share)} of the span)." if share is not None else "."),
@@ -1656,15 +1662,18 @@ class OfflineAnalyst:
         grew = (not checked and not q.op and not re.search(r"\bkernels?\b", q.text, re.I)
                 and bool(re.search(r"\b(?:slower|worse|regress\w*|grew|grown|increased|went up|new (?:problems?|"
                                    r"issues?|bottlenecks?|limiters?))\b", q.text, re.I)))
+        asked = None if checked or q.op else _metric_asked(q.text, d)
         if checked and d.prediction:
             lines += _prediction_checked(d.prediction, d), ""
+        elif asked is not None:  # "did the idle time go down?", "does it use less memory?": that row first
+            lines += [asked, ""]
         elif grew:
             lines += _what_grew(d), ""
         elif _SPEEDUP_ASKED.search(q.text) and not q.op and d.metrics:  # "what is the speedup?": the step time first
             m = d.metrics[0]
             moved = ("about the same" if abs(d.slower_pct) < d.noise_pct else
                      f"{percent(abs(d.slower_pct))} {'faster' if d.slower_pct < 0 else 'slower'}")
-            lines += [f"**{upper_first(moved)}:** {m.name} {_value(m.unit, m.before)} → {_value(m.unit, m.after)}. "
+            lines += [f"**{upper_first(moved)}:** {m.name} {m.shown(m.before)} → {m.shown(m.after)}. "
                       f"{upper_first(d.headline)}.", ""]
         elif _yes_no(q) and not q.op:  # "did it help?", "is it faster?": the answer first
             if d.helped:
@@ -1677,11 +1686,17 @@ class OfflineAnalyst:
         else:
             lines += [f"**{d.headline}.**" if not q.op else f"The run: {d.headline}.", ""]
         if re.search(r"\bkernels?\b", q.text, re.I) and d.kernels:  # "which kernels got slower?": the diff's rows
-            changed = sorted(d.kernels, key=lambda k: -abs((k["after_us"] or 0.0) - (k["before_us"] or 0.0)))[:5]
-            lines += [f"Kernels, device time per {d.time_basis} (before → after), most changed first:"]
+            # "which kernels got faster?": those whose time went down only (slower: up), most changed first
+            way = (-1 if re.search(r"\b(?:faster|quicker|shorter|improv\w*|sped up)\b", q.text, re.I) else
+                   1 if re.search(r"\b(?:slower|longer|worse|regress\w*)\b", q.text, re.I) else 0)
+            by_change = [(k, (k["after_us"] or 0.0) - (k["before_us"] or 0.0)) for k in d.kernels]
+            changed = [k for k, by in sorted(by_change, key=lambda kb: -abs(kb[1])) if not way or by * way > 0][:5]
+            which = {-1: " that got faster", 1: " that got slower", 0: ""}[way]
+            lines += [f"Kernels{which}, device time per {d.time_basis} (before → after), most changed first:"
+                      if changed else f"**No kernel of the diff's rows{which}.**"]
             lines += [f"- {code(shorten(k['label'], 80))}: {_or_absent(k['before_us'])} → {_or_absent(k['after_us'])}"
                       for k in changed] + ["", "The run:"]
-        lines += [f"- {m.name}: {_value(m.unit, m.before)} → {_value(m.unit, m.after)}" for m in d.metrics[:6]]
+        lines += [f"- {m.name}: {m.shown(m.before)} → {m.shown(m.after)}" for m in d.metrics[:6]]
         if d.work:  # two captures holding different work: said, since the spans above are not the raw ones
             lines += ["", md_prose(work_note(d.work))]
         if d.prediction and not checked:
@@ -1907,6 +1922,10 @@ _COPY_KIND_WORDS = {"HtoD": "host-to-device", "DtoH": "device-to-host", "DtoD": 
                     "PtoP": "peer-to-peer"}
 
 
+#: how a step's kernels are counted (StepsResult.kernels_per_step)
+_KERNELS_A_STEP = "the mean over its steps of the kernels that start inside each step's device work"
+
+
 def _slow_order(q: Question) -> str:
     """How "the slowest kernel" is ranked: by its longest single run where the question asks for the
     longest ("how long is the longest kernel?"), else by its time per call."""
@@ -2114,12 +2133,39 @@ def _unavailable(u: Unavailable, what: str | None = None) -> str:
     return f"This trace cannot say {what or u['what']}: {u['why']}. To get it: {u['how_to_get_it']}."
 
 
+#: a diff row a question names, by the start of its name ("idle" is the total idle, before "idle: sync")
+_METRICS_ASKED = [(re.compile(r"\bmemory\b|\bvram\b|\boom\b", re.I), "peak memory"),
+                  (re.compile(r"\bidle\b", re.I), "idle"),
+                  (re.compile(r"\bbus(?:y|ier)\b|\butili[sz]\w*", re.I), "busy"),
+                  (re.compile(r"\btensor cores?\b", re.I), "math on tensor cores"),
+                  (re.compile(r"\bcop(?:y|ies)\b|\bmemcpy\b", re.I), "exposed copies"),
+                  (re.compile(r"\bcommunicat\w*|\bnccl\b|\bcollectives?\b", re.I), "exposed communication")]
+_LESS = re.compile(r"\b(?:down|less|lower|fewer|smaller|decreas\w*|reduc\w*|drop\w*|shr[iu]nk\w*|cut)\b", re.I)
+_MORE = re.compile(r"\b(?:up|more|higher|larger|bigger|busier|increas\w*|gr[eo]w\w*|rais\w*)\b", re.I)
+
+
+def _metric_asked(text: str, d: DiffResult) -> str | None:
+    """The diff's row for the one measure a question asks about ("did the idle time go down?"), with a yes or no
+    where it asks for a direction; None where it names no measure of the diff's."""
+    name = next((name for pattern, name in _METRICS_ASKED if pattern.search(text)), None)
+    if name is None:
+        return None
+    m = next((m for m in d.metrics if m.name.startswith(name)), None)
+    if m is None:
+        return ("**The two traces do not both record memory**, so its change cannot be read here: profile both runs "
+                "with `torch.profiler.profile(profile_memory=True)`." if name == "peak memory" else None)
+    row = f"{m.name} {m.shown(m.before)} → {m.shown(m.after)}, {m.change_shown()}."
+    wants = -1 if _LESS.search(text) else 1 if _MORE.search(text) else 0
+    if not (wants and asks_yes_or_no(text)) or m.change is None:
+        return f"**{upper_first(row)}**"
+    # a change inside the runs' noise (times), under 1% (memory) or under a point (shares) is no change
+    same = (abs(m.change) < 1.0 if isinstance(m, ShareMetric) else
+            m.change_pct is not None and abs(m.change_pct) < (d.noise_pct if isinstance(m, TimeMetric) else 1.0))
+    return ("**About the same:** " if same else "**Yes:** " if m.change * wants > 0 else "**No:** ") + row
+
+
 def _times(n: int) -> str:
     return "once" if n == 1 else f"{n} times"
-
-
-def _value(unit: str, value: float | None) -> str:
-    return duration(value) if unit == "us" else percent(value)
 
 
 def _tensor_cores(dtype: str | None) -> str:

@@ -288,7 +288,9 @@ _CHANGED = re.compile(r"\b(?:got|get|gets|getting|became|become|went|go|goes|gon
                       r"(?:the |this |that |my )?change|\b(?:increased|decreased|dropped|rose|grew|shrank|shrunk)\b|"
                       r"\b(?:new|old|first|second|previous|last) (?:run|trace|profile|version)\b|"
                       r"\bnew (?:problems?|issues?|bottlenecks?|limiters?)\b|"
-                      r"\b(?:fixed|solved|resolved)\b", re.I)
+                      r"\b(?:fixed|solved|resolved)\b|"
+                      # "is the GPU busier now?", "how much faster is the step now?": a comparison with the run before
+                      r"\b(?:faster|slower|quicker|better|worse|busier|less|fewer|more|lower|higher)\b.{0,40}\bnow\b", re.I)
 #: words engineers shorten, read as the words the intents know ("gpu util?", "mem bw", "comms"); whole
 #: words only, so a kernel's `bn_bw_` or an op's `mem_efficient` stays as written
 SHORTHAND = {"mem": "memory", "bw": "bandwidth", "util": "utilization", "perf": "performance", "avg": "average",

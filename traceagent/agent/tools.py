@@ -492,7 +492,7 @@ def launches(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> 
                           idle.by_cause_us.get("launch_latency", 0.0), r.params.idle.launch_gap_us, share,
                           r.findings.graphs,
                           None if launch.kernels else "no kernel is linked to its launch call in this trace",
-                          round(launch.kernels / stepped.count, 1) if stepped and stepped.count else None)
+                          stepped.kernels_per_step if stepped and stepped.count else None)
 
 
 def steps(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> StepsAnswer:

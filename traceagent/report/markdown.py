@@ -298,7 +298,7 @@ def render_diff_markdown(d: DiffResult) -> str:
         out += ["", f"The after trace is {percent(d.slower_pct)} slower: the change did not help"
                     + (f"; {md_literal(d.grew)} grew most." if d.grew else ".")]
     out += ["", md_table(["metric", "before", "after", "change"],
-                         [[m.name, _value(m.unit, m.before), _value(m.unit, m.after), _change(m)] for m in d.metrics])]
+                         [[m.name, m.shown(m.before), m.shown(m.after), m.change_shown()] for m in d.metrics])]
     # what the tables below are over
     per = "per step" if d.time_basis == "step" else "for the before's work" if d.work else "in the trace"
     if d.kernels:
@@ -323,16 +323,3 @@ def render_diff_markdown(d: DiffResult) -> str:
     out += [f"- {md_literal(p)}" for p in d.new_problems]
     out += [f"\n_{md_prose(n)}_" for n in d.notes]  # a note may quote a kernel's name
     return "\n".join(out) + "\n"
-
-
-def _value(unit: str, value: float | None) -> str:
-    return duration(value) if unit == "us" else percent(value)
-
-
-def _change(m) -> str:
-    if m.change is None:
-        return "-"
-    if m.unit == "us":
-        share = f" ({m.change_pct:+.1f}%)" if m.change_pct is not None else ""  # none of a zero before
-        return f"{'+' if m.change >= 0 else '-'}{duration(abs(m.change))}{share}"
-    return f"{m.change:+.1f} points"

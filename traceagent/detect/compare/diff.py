@@ -57,6 +57,55 @@ class TimeMetric:
     def change(self) -> float | None:
         return self.change_us
 
+    def shown(self, value: float | None) -> str:
+        """A value of this metric in words ("-" where a trace lacks it)."""
+        return duration(value)
+
+    def change_shown(self) -> str:
+        if self.change_us is None:
+            return "-"
+        share = f" ({self.change_pct:+.1f}%)" if self.change_pct is not None else ""  # none of a zero before
+        return f"{'+' if self.change_us >= 0 else '-'}{duration(abs(self.change_us))}{share}"
+
+
+@dataclass(frozen=True)
+class BytesMetric:
+    """An amount of memory before and after (bytes), its change and that change as a share of before."""
+
+    name: str
+    before_bytes: int | None
+    after_bytes: int | None
+    change_bytes: int | None = field(init=False, default=None)
+    change_pct: float | None = field(init=False, default=None)
+    unit: ClassVar[str] = "bytes"
+
+    def __post_init__(self) -> None:
+        if self.before_bytes is not None and self.after_bytes is not None:
+            object.__setattr__(self, "change_bytes", self.after_bytes - self.before_bytes)
+            if self.before_bytes:
+                object.__setattr__(self, "change_pct", pct(self.after_bytes - self.before_bytes, self.before_bytes))
+
+    @property
+    def before(self) -> float | None:
+        return self.before_bytes
+
+    @property
+    def after(self) -> float | None:
+        return self.after_bytes
+
+    @property
+    def change(self) -> float | None:
+        return self.change_bytes
+
+    def shown(self, value: float | None) -> str:
+        return size(value) if value is not None else "-"
+
+    def change_shown(self) -> str:
+        if self.change_bytes is None:
+            return "-"
+        share = f" ({self.change_pct:+.1f}%)" if self.change_pct is not None else ""
+        return f"{'+' if self.change_bytes >= 0 else '-'}{size(abs(self.change_bytes))}{share}"
+
 
 @dataclass(frozen=True)
 class ShareMetric:
@@ -84,8 +133,14 @@ class ShareMetric:
     def change(self) -> float | None:
         return self.change_points
 
+    def shown(self, value: float | None) -> str:
+        return percent(value)
 
-Metric = TimeMetric | ShareMetric
+    def change_shown(self) -> str:
+        return f"{self.change_points:+.1f} points" if self.change_points is not None else "-"
+
+
+Metric = TimeMetric | ShareMetric | BytesMetric
 
 
 class TraceSide(TypedDict):
@@ -321,6 +376,14 @@ def _cause_share(s: dict[str, Any], a: Analysis, root: str | None, kernel: str |
     return 0.0
 
 
+def peak_allocated_bytes(a: Analysis) -> int | None:
+    """The most memory the caching allocator gave out at once on any GPU of the job (its tensors' memory), or
+    None where no GPU records it (a trace profiled without profile_memory=True)."""
+    peaks = [d.peak_allocated_bytes for r in a.ranks if (m := r.findings.memory) is not None for d in m.devices
+             if d.peak_allocated_bytes is not None]
+    return max(peaks) if peaks else None
+
+
 def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
     b, a = _summary(before), _summary(after)
     basis = "step" if b["step_us"] and a["step_us"] else "span"
@@ -349,6 +412,8 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         metrics.append(ShareMetric("math on tensor cores", b["tensor_core_pct"], a["tensor_core_pct"]))
     for cause in sorted(set(b["cause_pct"]) | set(a["cause_pct"])):
         metrics.append(ShareMetric(f"idle: {cause}", b["cause_pct"].get(cause, 0.0), a["cause_pct"].get(cause, 0.0)))
+    if (peak_b := peak_allocated_bytes(before)) is not None and (peak_a := peak_allocated_bytes(after)) is not None:
+        metrics.append(BytesMetric("peak memory allocated (the most of any GPU)", peak_b, peak_a))
 
     root = before.verdict.root_cause
     kernel = before.verdict.hot_kernel()

@@ -29,6 +29,7 @@ class StepRow:
     idle_by_cause_us: dict[str, float]
     ts_us: float
     start_us: float = 0.0
+    kernels: int = 0  # 2.16: the kernels that start inside its device work (first to last work launched in it)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class StepsResult:
     # what the slowest step spent more time on than the median step: host_us (its extra time), device_us
     # (its device work's span), idle_us and idle_<cause>_us; a key only where it grew
     slowest_vs_median: dict[str, float]
+    # 2.16: the kernels a step runs (StepRow.kernels), the mean over every step (not only the rows listed)
+    kernels_per_step: float = 0.0
 
 
 def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(),
@@ -80,6 +83,7 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
     diff = (table.drop(columns="step").iloc[slowest_row] - median)
     # the slowest step's extra host time, and what of its device span and idle by cause grew
     diff = {k: round(float(v), 3) for k, v in diff.items() if v > 0}
+    table["kernels"] = kernels = _kernels_in_steps(trace, device)
     return StepsResult(
         count=len(steps), mean_us=us(host_mean), step_time_us=us(step_time),
         steps_per_s=round(1e9 / step_time, 3) if step_time else 0.0,
@@ -87,8 +91,24 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
         min_us=us(host.min()), max_us=us(host.max()), slowest=int(steps["step"].iloc[slowest_row]),
         steps=[_row(row, us(start), us(start - origin)) for row, start
                in zip(table.head(limit).to_dict("records"), steps["start"].to_numpy())],
-        slowest_vs_median=diff,
+        slowest_vs_median=diff, kernels_per_step=round(float(kernels.mean()), 1),
     )
+
+
+def _kernels_in_steps(trace: Trace, device: int | None) -> np.ndarray:
+    """Each step's kernels (of every GPU, or of one): those that start inside its device work, from the first
+    to the last work launched in it (the steps' gpu_start and gpu_end); 0 for a step with none."""
+    gpu, steps = trace.gpu, trace.steps
+    mask = (gpu["kind"] == "kernel").to_numpy()
+    if device is not None:
+        mask = mask & (gpu["device"] == device).to_numpy()
+    starts = np.sort(gpu["start"].to_numpy(np.int64)[mask])
+    first, last = steps["gpu_start"].to_numpy("float64"), steps["gpu_end"].to_numpy("float64")
+    known = ~np.isnan(first)
+    counts = np.zeros(len(steps), np.int64)
+    counts[known] = (np.searchsorted(starts, last[known].astype(np.int64), "left")
+                     - np.searchsorted(starts, first[known].astype(np.int64), "left"))
+    return counts
 
 
 def step_time_ns(steps: pd.DataFrame) -> float:
@@ -105,7 +125,7 @@ def _row(row: dict[str, Any], ts_us: float, start_us: float) -> StepRow:
     return StepRow(int(row["step"]), round(float(row["host_us"]), 3), None if device != device else device,
                    round(float(row["idle_us"]), 3),
                    {k.removeprefix("idle_").removesuffix("_us"): round(float(v), 3) for k, v in row.items()
-                    if k.startswith("idle_") and k != "idle_us"}, ts_us, start_us)
+                    if k.startswith("idle_") and k != "idle_us"}, ts_us, start_us, int(row["kernels"]))
 
 
 @dataclass(frozen=True)
