@@ -955,6 +955,11 @@ TABLE = [
     # the batch size of an inference server: its decode step's tokens, one per request (the phases detector's)
     ("S", "What is the batch size?", "phases", {},
      lambda c: [f"**{decode_phase(c).tokens} requests** in the decode step"]),
+    # CUDA graphs asked of a phase: its share of kernel time replayed from them, yes or no first
+    ("S", "Are CUDA graphs used for decode?", "phases", {},
+     lambda c: [f"**{'Yes' if decode_phase(c).graph_kernel_pct >= 50 else 'No'}:** "
+                f"{percent(decode_phase(c).graph_kernel_pct)} of decode's kernel time is replayed from CUDA graphs."]),
+    ("P", "Are CUDA graphs used for decode?", "phases", {}, lambda c: ["**This trace has no decode steps:**"]),
     ("S", "Should I increase the batch size?", "batch_size", {}, lambda c: ["The trace does not record the batch size"]),
     # whether a fix worked, asked of one trace: yes where the GPU no longer waits (and no where it still does)
     ("W", "Did using 4 workers fix the data loading?", "dataloader", {},

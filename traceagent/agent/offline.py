@@ -1052,6 +1052,14 @@ class OfflineAnalyst:
             lines.insert(0, f"**This trace has no {' or '.join(missing)} steps** to weigh against "
                             f"{' and '.join(w for w in asked if w in present)}: profile a window in which the server runs "
                             f"{' or '.join(missing)} ({windows}).\n")
+        # "are CUDA graphs used for decode?": each phase asked (none named: every phase), yes or no first; a phase
+        # the trace lacks is said above
+        graphed = [p for p in answer.result.phases if p.phase in asked or not asked]
+        if graphed and asks_yes_or_no(q.text) and re.search(r"\b(?:cuda |hip )?graphs?\b", q.text, re.I):
+            shares = [p.graph_kernel_pct for p in graphed]
+            head = "**Yes:**" if min(shares) >= 50 else "**Partly:**" if max(shares) > 0 else "**No:**"
+            lines.insert(0, f"{head} " + "; ".join(f"{percent(p.graph_kernel_pct)} of {p.phase}'s kernel time is "
+                                                    "replayed from CUDA graphs" for p in graphed) + ".\n")
         decode = next((p for p in answer.result.phases if p.phase == "decode" and p.tokens), None)
         if decode is not None and _REQUESTS_ASKED.search(q.text):  # a decode step makes one token for each request
             lines.insert(0, (f"**{decode.tokens} requests** in the decode step" if decode.steps == 1 else
