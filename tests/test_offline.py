@@ -71,6 +71,18 @@ def peak(analysis) -> int:
     return max(d.peak_allocated_bytes for r in analysis.ranks for d in r.findings.memory.devices)
 
 
+def host_time_us(ctx, name: str) -> float:
+    """The host time of the focus rank's events of that name (none nested in another), µs, from its host table."""
+    cpu = focus(ctx).trace.cpu
+    rows = cpu[cpu["name"] == name]
+    return float((rows["end"] - rows["start"]).sum()) / 1000.0
+
+
+def host_calls(ctx, name: str) -> int:
+    cpu = focus(ctx).trace.cpu
+    return int((cpu["name"] == name).sum())
+
+
 def straggler(ctx) -> int:
     """The job's straggler, as the cross-rank comparison names it."""
     return ctx.analysis.comparison.straggler
@@ -970,6 +982,17 @@ TABLE = [
      lambda c: [f"**The other ranks wait {duration(c.analysis.comparison.others_waiting_us)} in the matched collectives**, "
                 f"{duration(next(r.caused_waiting_us for r in c.analysis.comparison.ranks if r.rank == straggler(c)))} "
                 f"of it for rank {straggler(c)}, the straggler."]),
+    # the cost of a host range named by a word of its name: its calls and host time, read here from the host table
+    ("R", "How much does zero_grad cost?", "named_range", {"range_name": "zero_grad"},
+     lambda c: [f"**`Optimizer.zero_grad#SGD.zero_grad`: {duration(host_time_us(c, 'Optimizer.zero_grad#SGD.zero_grad'))} "
+                f"on the host** over {host_calls(c, 'Optimizer.zero_grad#SGD.zero_grad')} calls"]),
+    ("R", "How long does zero_grad take?", "named_range", {"range_name": "zero_grad"}, lambda c: ["on the host** over"]),
+    ("R", "How much time is spent in the sampler?", None, {}, lambda c: ["Nothing in this trace is named `sampler`"]),
+    # a class of work named in one word (batchnorm), the forward's share, what the optimizer does: their detectors
+    ("R", "How much time is spent in batchnorm?", "detector:time_by_class", {},
+     lambda c: [f"**Normalization: {percent(share(c, 'normalization'))} of device time**"]),
+    ("R", "What fraction of the step is forward?", "detector:training_phases", {}, lambda c: ["**Forward: "]),
+    ("R", "What is the optimizer doing?", "detector:training_phases", {}, lambda c: ["**Optimizer: "]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

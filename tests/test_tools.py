@@ -90,6 +90,24 @@ def test_annotations_give_the_gpu_time_launched_inside_each_range():
         assert (r["count"], r["gpu_us"]) == (len(ranges), pytest.approx(gpu, abs=0.01)), r["name"]
 
 
+def test_a_name_asked_finds_host_ranges_of_any_kind(tmp_path):
+    """Built by hand: two 300 µs `Optimizer.zero_grad#SGD.zero_grad` ops (record_function as older traces record
+    it: an op, no annotation), each launching one 20 µs fill kernel, and an annotation elsewhere. Asked by a word
+    of its name: 2 calls, 600 µs on the host, 40 µs of GPU work from 2 kernels; a word nothing holds: no range."""
+    b = TraceBuilder()
+    b.op("ProfilerStep#1", 0, 2000)
+    for start in (100, 1100):
+        b.op("Optimizer.zero_grad#SGD.zero_grad", start, 300)
+        b.kernel("fill_kernel", start + 50, 20, launch_at=start + 10)
+    b.op("forward", 500, 400, cat="user_annotation")
+    tools = {t.name: t for t in build_tools(AnalysisContext(analyze(b.write(tmp_path / "t.json"))))}
+    (found,) = call(tools, "annotations", name_filter="zero_grad")["ranges"]
+    assert (found["name"], found["count"], found["host_us"], found["gpu_us"], found["kernels"]) == (
+        "Optimizer.zero_grad#SGD.zero_grad", 2, 600.0, 40.0, 2)
+    assert call(tools, "annotations", name_filter="sampler")["ranges"] == []
+    assert [r["name"] for r in call(tools, "annotations")["ranges"]] == []  # unfiltered: annotations only (none ran GPU work)
+
+
 def test_a_trace_without_annotations_says_how_to_get_them():
     data = call(tools_of(RESNET_NW0), "annotations")
     assert data["ranges"] == [] and "record_function" in data["unavailable"]["how_to_get_it"]

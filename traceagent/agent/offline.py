@@ -85,7 +85,9 @@ from .question import (
     OP_NAME,
     PRECISION,
     RUN_LENGTH,
+    TIME_OF_NAMED,
     Question,
+    named_of,
     understand,
 )
 from .tools import NO_ANNOTATIONS, NO_MEMORY, NO_STEPS, AnalysisContext, ToolInputError, dumps, tool_functions
@@ -214,6 +216,8 @@ class OfflineAnalyst:
             "longest_gap": Plan(lambda q, at: [("idle_gaps", at | {"top": 1} | _min(q))], self._longest_gap),
             "gaps": Plan(lambda q, at: [("idle_gaps", at | {"top": 5} | _min(q))], self._gaps),
             "annotations": Plan(lambda q, at: [("annotations", at)], self._annotations),
+            "named_range": Plan(lambda q, at: [("annotations", at | {"name_filter": q.range_name, "top": 5})],
+                                self._named_range),
             # the memory a larger batch would need room in, too
             "batch_size": Plan(lambda q, at: [("verdict", at), ("launches", at), ("overview", {}), ("memory", at)],
                                self._batch_size),
@@ -1486,6 +1490,20 @@ class OfflineAnalyst:
                       f"({percent(r.share_of_idle_pct)} of the idle time), {_times(r.count)}" for r in waiting]
         return "\n".join(lines).strip()
 
+    def _named_range(self, q: Question, answer: AnnotationsAnswer) -> str:
+        """The host ranges whose name holds the word asked: each one's calls, host time, the GPU work launched
+        inside it and how idle the GPU was while it ran."""
+        ranges = answer.annotations.ranges if answer.annotations else []
+        if not ranges:
+            return f"Nothing on the host is named {code(q.range_name or '')} in this scope."
+        r = ranges[0]
+        lines = [f"{self._who(answer.scope)}**`{shorten(r.name, 80)}`: {duration(r.host_us)} on the host** over "
+                 f"{counted(r.count, 'call')}, launching {duration(r.gpu_us)} of GPU work ({counted(r.kernels, 'kernel')}, "
+                 f"{percent(r.share_of_busy_pct)} of busy time); the GPU was idle {percent(r.idle_pct)} of the time it ran."]
+        lines += [f"- `{shorten(o.name, 60)}`: {duration(o.host_us)} on the host over {counted(o.count, 'call')}, "
+                  f"{duration(o.gpu_us)} of GPU work launched inside it" for o in ranges[1:5]]
+        return "\n".join(lines)
+
     def _mfu(self, q: Question, answer: FlopsAnswer, overview: OverviewAnswer, kernels: KernelsAnswer,
              precision: DetectorAnswer) -> str:
         flops = answer.flops
@@ -1795,7 +1813,7 @@ class OfflineAnalyst:
             led = ", ".join(code(o.name) for o in ops.top[:5]) if ops is not None else ""
             lead = (f"This trace has no op {code(written[0].rstrip('.?'))} that launched device work"
                     + (f"; the ops with the most device time are {led}" if led else "") + ". Here is the trace in short:")
-        elif (asked := _TIME_IN.search(q.text)) and not self._named_in_trace(what := asked["what"] or asked["what2"]):
+        elif (asked := TIME_OF_NAMED.search(q.text)) and not self._named_in_trace(what := named_of(asked)):
             # "how much time is spent in the sampler?" of a trace where nothing is called that: said, not guessed
             lead = (f"Nothing in this trace is named {code(what)}: no kernel, op, module or host event holds that word, "
                     "so its time cannot be read here (code the profiler does not record by name can be wrapped in "
@@ -1887,9 +1905,6 @@ _ONE_STEP = ("The trace records one step, so there is nothing to weigh it agains
 _HOST_OR_DEVICE = re.compile(r"\b(?:cpu|host)(?:[- ]bound)? or (?:the )?(?:gpu|device)\b|"
                              r"\b(?:gpu|device)(?:[- ]bound)? or (?:the )?(?:cpu|host)\b", re.I)
 #: the time of one named thing asked ("how much time is spent in the sampler?", "how long does the tokenizer take?")
-_TIME_IN = re.compile(r"\bhow (?:much time|long)\b.{0,25}?\b(?:in|on|by|for|to) (?:the |my |our )?"
-                      r"(?P<what>[A-Za-z_]\w{3,})\b\W*$|"
-                      r"\bhow long (?:does|do|did) (?:the |my |our )?(?P<what2>[A-Za-z_]\w{3,}) take\b", re.I)
 #: a typical value asked ("what is the average gap?", "the median gap length")
 _TYPICAL = re.compile(r"\b(?:average|mean|median|typical)\b", re.I)
 #: each step asked about ("how long does the data loader take per step?")

@@ -354,6 +354,7 @@ class Question:
     window: tuple[float, float] | None = None  # a stretch of the trace it names, µs from its first event
     # the host's time asked of a rank that ran no GPU work: the answer says that it has none
     host_only: bool = False
+    range_name: str | None = None  # the word of a host range's name whose cost is asked ("how much does zero_grad cost?")
 
 
 def understand(text: str, ctx: AnalysisContext) -> Question:
@@ -375,6 +376,9 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
         # "is attention or the MLP the bottleneck?" where no module type has those names: the question's own intent
         # (a bound, answered by the classes of work)
         asked = None
+    if asked == "time_by_class" and re.search(r"\b(?:batch|layer|group|rms)norms?\b", words, re.I) and (
+            named_module(words, ctx) or kernel_word(words, ctx)):
+        asked = None  # "how long does RMSNorm take?" where a module or kernels bear the name: theirs, not the class's
     if asked == "op_time" and about.results.get("op_time") is None and about.results.get("host_ops") is not None:
         asked = "host_ops"  # a trace with no device work: its ops' time is host time ("which op takes the most time?")
     intent = f"detector:{asked}" if asked else next((name for name, pattern in INTENTS if pattern.search(words)), None)
@@ -441,12 +445,15 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     letters = [c for c in text if c.isalpha()]
     english = len(set(re.findall(r"[a-z]+", text.lower())) & ENGLISH)
     foreign = bool(letters) and (sum(c.isascii() for c in letters) < len(letters) / 2 or (not english and intent is None))
+    range_name = None
+    if intent is None and (m := TIME_OF_NAMED.search(text)) and host_range_named(word := named_of(m), ctx):
+        intent, range_name = "named_range", word  # "how much does zero_grad cost?": the host ranges named so
     if intent == "rank_vs_rank" and len(ranks) < 2:
         intent = "straggler"  # "rank 3 and its neighbours": about ranks, with one named
     if intent == "device_vs_device" and len(devices) < 2:
         intent = "idle"  # "GPU 1 and its copies": about one GPU
     return Question(text, intent, rank, device, steps, kernel, op, min_us, limit, foreign, limits, ranks, devices, window,
-                    intent == "detector:host_ops" and about.verdict.limiter is None)
+                    intent == "detector:host_ops" and about.verdict.limiter is None, range_name)
 
 
 def _window(text: str) -> tuple[float, float] | None:
@@ -465,6 +472,31 @@ def _window(text: str) -> tuple[float, float] | None:
 def _numbers_named(pattern: re.Pattern, text: str) -> tuple[int, ...]:
     """The numbers a pattern's groups find in the text (ranks, GPUs), in order, once each."""
     return tuple(dict.fromkeys(int(n) for m in pattern.finditer(text) for n in m.groups() if n))
+
+
+#: the cost of one named thing asked ("how much time is spent in the sampler?", "how much does zero_grad cost?",
+#: "how long does train_step take?"): the name, in `what`
+_WORD = r"`?(?P<what>[A-Za-z_][\w.#]{3,}?)(?:\(\))?`?"
+TIME_OF_NAMED = re.compile(r"\bhow (?:much time|long)\b.{0,25}?\b(?:in|on|by|for|to) (?:the |my |our )?" + _WORD + r"\W*$|"
+                           r"\bhow (?:long|much(?: time)?) (?:does|do|did) (?:the |my |our )?" + _WORD.replace("what", "what2")
+                           + r" (?:take|cost|last)\b|"
+                           r"\bwhat does (?:the |my |our )?" + _WORD.replace("what", "what3") + r" cost\b|"
+                           r"\bhow expensive (?:is|are) (?:the |my |our )?" + _WORD.replace("what", "what4") + r"\W*$", re.I)
+
+
+def named_of(match: re.Match[str]) -> str:
+    """The name a TIME_OF_NAMED match asks about."""
+    return next(n for n in match.group("what", "what2", "what3", "what4") if n)
+
+
+def host_range_named(word: str, ctx: AnalysisContext) -> bool:
+    """Whether a host range (annotation, op, Python function, batch) of any rank has the word in its name."""
+    from ..detect.detectors.annotations import HOST_RANGES
+    from ..trace.model import among, matches
+
+    pattern = re.compile(re.escape(word), re.I)
+    return any(bool((among(r.trace.cpu["kind"], HOST_RANGES) & matches(r.trace.cpu["name"], pattern)).any())
+               for r in ctx.analysis.ranks)
 
 
 #: what a "how do I speed up …?" question names after its verb ("speed up data loading", "make the copies faster")

@@ -524,14 +524,16 @@ def memory(ctx: AnalysisContext, rank: Rank = None, device: Device = None) -> Me
 
 
 def annotation_ranges(ctx: AnalysisContext, rank: Rank = None, device: Device = None,
-                      name_filter: Annotated[str | None, Field(description="only ranges whose name contains this")]
+                      name_filter: Annotated[str | None, Field(description="only ranges whose name contains this; "
+                                                                   "then ops and Python functions count too")]
                       = None, top: Top = 10) -> AnnotationsAnswer:
     """User annotations (record_function / NVTX ranges) by name: how many times each ran, host
     time, the GPU time of the kernels launched inside it and its share of busy time, and the
-    device's idle share while it ran; and each step's top ranges. On a rank's GPUs or one of them
-    (a nested range counts in its parent too)."""
+    device's idle share while it ran; and each step's top ranges. With name_filter, every host range
+    whose name holds it (an op such as Optimizer.zero_grad#SGD.zero_grad, a Python function). On a
+    rank's GPUs or one of them (a nested range counts in its parent too)."""
     r, scope = ctx.scoped(rank, device)
-    if not _has_annotations(r):
+    if not name_filter and not _has_annotations(r):
         return AnnotationsAnswer(None, scope, NO_ANNOTATIONS)
     busy = r.breakdown.total.busy_us if device is None else r.breakdown.devices[device].busy_us
     return AnnotationsAnswer(detect_annotations(r.trace, r.gaps, busy, top=_top(top), device=device,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -9,7 +10,7 @@ import pandas as pd
 from typing_extensions import TypedDict  # pydantic reads these (the JSON Schema) on Python < 3.12
 
 from ...format import duration, percent, shorten
-from ...trace.model import Trace
+from ...trace.model import Trace, among, matches
 from ..core import intervals as iv
 from ..core.host import kernel_launches, reach_of_earlier
 from ..core.view import on_device, pct, us
@@ -36,14 +37,23 @@ def launched_gpu_ns(trace: Trace, ranges: pd.DataFrame, device: int | None = Non
     return gpu_ns, count
 
 
-def range_instances(trace: Trace, device: int | None = None, gaps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every annotation range: name, start, host ns, the device ns and count of the kernels
-    launched inside it on its thread (on every GPU, or one), and the device idle ns while it ran
-    (from `gaps`). Each counts only the time no earlier instance of its name on its thread already
-    covers: a range nested in another of its name (a module called inside itself) adds nothing twice,
-    so a name's sums stay within its thread's time."""
+#: host events that are ranges of the user's code, which a name asked can mean: a record_function or NVTX range, an
+#: op (older traces record record_function as one: `Optimizer.zero_grad#SGD.zero_grad`), a Python function, a batch
+HOST_RANGES = ("annotation", "op", "python", "dataloader")
+
+
+def range_instances(trace: Trace, device: int | None = None, gaps: pd.DataFrame | None = None,
+                    name_filter: str | None = None) -> pd.DataFrame:
+    """Every annotation range (with `name_filter`: every host range whose name holds it, whatever its kind):
+    name, start, host ns, the device ns and count of the kernels launched inside it on its thread (on every
+    GPU, or one), and the device idle ns while it ran (from `gaps`). Each counts only the time no earlier
+    instance of its name on its thread already covers: a range nested in another of its name (a module called
+    inside itself) adds nothing twice, so a name's sums stay within its thread's time."""
     cpu = trace.cpu
-    ranges = cpu[cpu["kind"] == "annotation"]
+    if name_filter is None:
+        ranges = cpu[cpu["kind"] == "annotation"]
+    else:
+        ranges = cpu[among(cpu["kind"], HOST_RANGES) & matches(cpu["name"], re.compile(re.escape(name_filter), re.I))]
     start, end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
     own_start = np.minimum(np.maximum(start, reach_of_earlier(ranges)), end)  # [own_start, end): its own time
     own = ranges.assign(start=own_start)
@@ -110,11 +120,9 @@ def detect_annotations(trace: Trace, gaps: pd.DataFrame, busy_us: float, top: in
     """record_function / NVTX ranges by name: the top by GPU time launched inside them, and the
     top by device idle time while they ran; either way, every range over `min_share_pct` of the
     rank's busy (or idle) time is kept."""
-    instances = range_instances(trace, device, gaps)
+    instances = range_instances(trace, device, gaps, name_filter)
     table = annotation_table(instances)
     per_step = _per_step(trace.steps, instances, top=3) if not name_filter else []
-    if name_filter:
-        table = table[table["name"].str.contains(name_filter, case=False, regex=False)]
     chosen = (gaps if device is None else gaps[gaps["device"] == device]) if len(gaps) else gaps
     idle_total_us = float(chosen["dur"].sum()) / 1000.0 if len(chosen) else 0.0
 
@@ -122,8 +130,10 @@ def detect_annotations(trace: Trace, gaps: pd.DataFrame, busy_us: float, top: in
         if not len(table):
             return []
         share = 100.0 * table[column] / whole_us if whole_us else table[column] * 0.0
-        rows = table[(table[column] > 0) & ((table[column].rank(ascending=False, method="first") <= top)
-                                            | (share >= min_share_pct))].sort_values(column, ascending=False)
+        # a name asked keeps its ranges that launched nothing too (their host time is the answer)
+        rows = table[((table[column] > 0) | bool(name_filter))
+                     & ((table[column].rank(ascending=False, method="first") <= top)
+                        | (share >= min_share_pct))].sort_values(column, ascending=False)
         return [AnnotatedRange(str(t.name), int(t.count), us(t.host_ns), round(float(t.gpu_us), 3), int(t.kernels),
                                pct(float(t.gpu_us), busy_us), pct(float(t.idle_us), t.host_ns / 1000.0),
                                round(float(t.idle_us), 3), pct(float(t.idle_us), idle_total_us))

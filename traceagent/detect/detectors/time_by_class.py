@@ -235,7 +235,8 @@ def time_by_class_section(result: TimeByClassResult, params: None) -> list[str]:
 
 
 #: the classes as questions name them ("how much time does attention take?")
-_ASKED_CLASSES = (r"(?:attention|gemms?|matmuls?|convolutions?|elementwise|normali[sz]ations?|norms?|softmax|reductions?|"
+_ASKED_CLASSES = (r"(?:attention|gemms?|matmuls?|convolutions?|elementwise|normali[sz]ations?|(?:batch|layer|group|rms)?"
+                  r"[ _-]?norms?|softmax|reductions?|"
                   r"embeddings?|indexing|kv[- _]?cache)")
 
 

@@ -151,6 +151,9 @@ DETECTOR = Detector("training_phases", "Forward, backward and optimizer",
                          r"\b(?:forward|backward) pass|"
                          r"\boptimi[sz]er(?: step)?\b.{0,30}\b(?:take|takes|took|time|long|share|slow\w*)\b|"
                          r"\b(?:time|long|share|spent|goes|go)\b.{0,30}\boptimi[sz]er\b|"
+                         # "what fraction of the step is forward?", "what is the optimizer doing?"
+                         r"\b(?:share|fraction|percent\w*|proportion|how much)\b.{0,40}\b(?:forward|backward)\b|"
+                         r"\bwhat (?:is|does) the optimi[sz]er\b|"
                          r"\btraining phases?\b|\bforward, backward and optimi[sz]er\b|\bforward and backward\b|"
                          r"\bbackward and forward\b",
                     lead=training_phases_lead, place=63)
