@@ -83,6 +83,11 @@ def host_calls(ctx, name: str) -> int:
     return int((cpu["name"] == name).sum())
 
 
+def hot_top(ctx) -> list:
+    """The focus rank's hottest kernels, as the kernels detector ranks them."""
+    return focus(ctx).findings.kernels.top
+
+
 def straggler(ctx) -> int:
     """The job's straggler, as the cross-rank comparison names it."""
     return ctx.analysis.comparison.straggler
@@ -993,6 +998,10 @@ TABLE = [
      lambda c: [f"**Normalization: {percent(share(c, 'normalization'))} of device time**"]),
     ("R", "What fraction of the step is forward?", "detector:training_phases", {}, lambda c: ["**Forward: "]),
     ("R", "What is the optimizer doing?", "detector:training_phases", {}, lambda c: ["**Optimizer: "]),
+    # how many asked: that many rows, the hottest (or slowest per call) first, as the kernels detector ranks them
+    ("R", "What are the top 3 kernels?", "kernels", {},
+     lambda c: [f"3. `{shorten(hot_top(c)[2].label, 80)}`", "The hottest:\n1. "]),
+    ("R", "What are the three slowest kernels?", "slow_kernel", {}, lambda c: ["\n3. `"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),
@@ -1394,6 +1403,13 @@ def test_each_question_is_read_and_answered(key, question, intent, entities, fac
         assert fact in result.text, fact
     assert result.unverified == [], "an offline answer states only tool figures"
     assert "no LLM is configured" in result.text
+
+
+@pytest.mark.parametrize(("question", "listed"), [("What are the top 3 kernels?", 3), ("List the ten hottest kernels", 10),
+                                                   ("What are the two slowest kernels per call?", 2),
+                                                   ("What are the hot kernels?", 5)])
+def test_as_many_kernels_are_listed_as_asked(question, listed):
+    assert len(re.findall(r"^\d+\. `", answer(context("R"), question).text, re.M)) == listed
 
 
 def test_words_that_only_run_into_an_op_name_do_not_name_it():

@@ -156,7 +156,7 @@ class OfflineAnalyst:
             "op_bound": Plan(lambda q, at: [("verdict", at), ("hot_kernels", at | {"op_filter": q.op, "top": 3})]
                              + [("what_if", {"change": change} | _rank(at)) for change in [self._op_change(q, at)] if change],
                              self._op_bound),
-            "slow_kernel": Plan(lambda q, at: [("hot_kernels", at | {"order_by": _slow_order(q), "top": 5}),
+            "slow_kernel": Plan(lambda q, at: [("hot_kernels", at | {"order_by": _slow_order(q), "top": _how_many(q, 5)}),
                                                ("hot_kernels", at | {"top": 3}), ("kernel_profiles", {})],
                                 self._slow_kernel),
             "kernel": Plan(lambda q, at: [("hot_kernels", at | {"name_filter": q.kernel, "top": 3}),
@@ -165,8 +165,8 @@ class OfflineAnalyst:
             "module": Plan(lambda q, at: [("modules", _rank(at))], self._module),
             "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5}), ("host_ops", _rank(at)),
                                       ("op_time", _rank(at))], self._op),
-            "kernels": Plan(lambda q, at: [("hot_kernels", at | ({"order_by": "count"} if re.search(MOST_CALLED_KERNELS, q.text,
-                                                                                                   re.I) else {})),
+            "kernels": Plan(lambda q, at: [("hot_kernels", at | {"top": max(10, _how_many(q, 5))}
+                                            | ({"order_by": "count"} if re.search(MOST_CALLED_KERNELS, q.text, re.I) else {})),
                                            ("kernel_profiles", {})]
                             + ([("launches", at)] if _TYPICAL_KERNEL.search(q.text) else [])
                             + ([("verdict", at)] if _WHAT_TO_TUNE.search(q.text) else []), self._kernels),
@@ -662,16 +662,16 @@ class OfflineAnalyst:
         if per_call.order_by == "max":  # "how long is the longest kernel?": the longest single run
             head = (f"The longest single kernel run is of **`{shorten(k.label, 80)}`**: {duration(k.max_us)} (mean "
                     f"{duration(k.mean_us)} over {counted(k.count, 'call')}).")
-            listed, shown = "Longest single runs:", [f"longest {duration(r.kernel.max_us)}" for r in per_call.top[:5]]
+            listed, shown = "Longest single runs:", [f"longest {duration(r.kernel.max_us)}" for r in per_call.top]
         else:
             head = (f"Per call, the slowest kernel is **`{shorten(k.label, 80)}`**: mean {duration(k.mean_us)}, longest "
                     f"{duration(k.max_us)}, {counted(k.count, 'call')}.")
-            listed, shown = "Slowest per call:", [f"mean {duration(r.kernel.mean_us)}" for r in per_call.top[:5]]
+            listed, shown = "Slowest per call:", [f"mean {duration(r.kernel.mean_us)}" for r in per_call.top]
         lines = [f"{self._who(per_call.scope)}{head}",
                  f"By total time it is `{shorten(t.label, 80)}`: {duration(t.total_us)} over "
                  f"{counted(t.count, 'call')}, {percent(t.share_of_busy_pct)} of busy time.", "", listed]
         lines += [f"{i}. `{shorten(r.kernel.label, 80)}`: {said}, {counted(r.kernel.count, 'call')}"
-                  for i, (r, said) in enumerate(zip(per_call.top[:5], shown), 1)]
+                  for i, (r, said) in enumerate(zip(per_call.top, shown), 1)]
         lines += ["", _why_slow([t.name, k.name], profiled, self._amd)]
         return "\n".join(lines)
 
@@ -741,7 +741,7 @@ class OfflineAnalyst:
 
     def _kernels(self, q: Question, kernels: KernelsAnswer, profiled: KernelProfilesAnswer,
                  *more: LaunchesAnswer | VerdictAnswer) -> str:
-        top = [row.kernel for row in kernels.top[:5]]
+        top = [row.kernel for row in kernels.top[:_how_many(q, 5)]]  # "what are the top 3 kernels?": three
         if not top:
             return "There are no kernels in this trace."
         k = kernels.kernels
@@ -1947,6 +1947,22 @@ _COPY_KIND_WORDS = {"HtoD": "host-to-device", "DtoH": "device-to-host", "DtoD": 
 
 #: how a step's kernels are counted (StepsResult.kernels_per_step)
 _KERNELS_A_STEP = "the mean over its steps of the kernels that start inside each step's device work"
+
+
+_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+                 "ten": 10, "twenty": 20}
+#: how many items a question asks for ("the top 3 kernels", "the ten slowest kernels", "top-20")
+_HOW_MANY = re.compile(r"\btop[- ]?(\d{1,2}|" + "|".join(_NUMBER_WORDS) + r")\b|"
+                       r"\b(\d{1,2}|" + "|".join(_NUMBER_WORDS) + r") (?:hottest|slowest|biggest|largest|longest|"
+                       r"heaviest|most expensive|costliest|most (?:called|launched)|top)\b", re.I)
+
+
+def _how_many(q: Question, default: int) -> int:
+    """The number of items the question asks for, within MAX_ITEMS, or `default`."""
+    if not (m := _HOW_MANY.search(q.text)):
+        return default
+    said = (m.group(1) or m.group(2)).lower()
+    return max(1, min(int(said) if said.isdigit() else _NUMBER_WORDS[said], MAX_ITEMS))
 
 
 def _slow_order(q: Question) -> str:
