@@ -1002,6 +1002,12 @@ TABLE = [
     ("R", "What are the top 3 kernels?", "kernels", {},
      lambda c: [f"3. `{shorten(hot_top(c)[2].label, 80)}`", "The hottest:\n1. "]),
     ("R", "What are the three slowest kernels?", "slow_kernel", {}, lambda c: ["\n3. `"]),
+    ("A", "Are the messages small?", "communication", {},
+     lambda c: [f"**{'Yes' if collectives(c).small_time_pct >= 50 else 'No'}:** {percent(collectives(c).small_time_pct)} "
+                f"of the collectives' time is in messages under {size(collectives(c).small_bytes)}"]),
+    ("A", "How big are the messages?", "communication", {},
+     lambda c: [f"**Message sizes** (median per call): {collectives(c).rows[0].collective} on group "
+                f"{collectives(c).rows[0].group} {size(collectives(c).rows[0].median_bytes)}"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

@@ -2124,10 +2124,14 @@ def _collectives_asked(q: Question, c: CollectivesResult) -> list[str]:
                         f"; {percent(c.small_time_pct)} of their time is in messages under {size(c.small_bytes)}, "
                         "which no link speed shortens" if c.bound == "latency" else "") + ").")
     if re.search(r"\b(?:message|payload|buffer|transfer)s?\s*sizes?\b|\bhow (?:big|large)\b|\bsizes? of\b|"
-                 r"\b(?:average|mean|median|typical)\b.{0,25}\bsizes?\b|"
+                 r"\b(?:average|mean|median|typical)\b.{0,25}\bsizes?\b|\bmessages?\b.{0,20}\b(?:small|large|big|tiny)\b|"
                  r"\b(?:all-?reduce|all-?gather|reduce-?scatter|all-?to-?all|broadcast|collective|nccl|rccl)s? sizes?\b",
                  q.text, re.I):
-        lead.append("**Message sizes** (median per call): " + "; ".join(
+        # "are the messages small?": yes where most of the collectives' time is in messages the link's latency sets
+        small = "" if not (asks_yes_or_no(q.text) and re.search(r"\b(?:small|tiny)\b", q.text, re.I)) else (
+            f"**{'Yes' if c.small_time_pct >= 50 else 'No'}:** {percent(c.small_time_pct)} of the collectives' time is in "
+            f"messages under {size(c.small_bytes)}, where the link's latency, not its bandwidth, sets the time. ")
+        lead.append(small + "**Message sizes** (median per call): " + "; ".join(
             f"{r.collective} on group {r.group} {size(r.median_bytes)} ({counted(r.calls, 'call')})" for r in c.rows[:5])
             + ". By size: " + "; ".join(f"{b.size}: {counted(b.calls, 'call')}, {percent(b.time_pct)} of the time"
                                         for b in c.sizes) + ".")

@@ -225,7 +225,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("memory", r"\b(?:memory|oom|out of memory|leak|allocat|vram|cudamalloc|cudafree|empty_cache|fragment)"),
     ("communication", r"\b(?:communicat|nccl|rccl|all[- _]?reduce|all[- _]?gather|reduce[- _]?scatter|all[- _]?to[- _]?all|"
                       r"broadcast|collective|overlap|exposed|(?:tensor|data|pipeline|expert|sequence)[- ]parallel\w*|"
-                      r"ddp\b|fsdp\b)"),
+                      r"ddp\b|fsdp\b|messages?\b|payloads?\b)"),
     ("annotations", r"\b(?:nvtx|annotation|record_function|ranges?\b|regions?\b|sections? of (?:my )?code)"),
     # "the longest single kernel", "the max kernel duration": one kernel's own runs, not the hottest by total
     ("slow_kernel", r"\b(?:slowest|longest)(?:[- ]running)?(?: single| individual)? kernel|\bper (?:call|launch)\b|"
