@@ -1008,6 +1008,11 @@ TABLE = [
     ("A", "How big are the messages?", "communication", {},
      lambda c: [f"**Message sizes** (median per call): {collectives(c).rows[0].collective} on group "
                 f"{collectives(c).rows[0].group} {size(collectives(c).rows[0].median_bytes)}"]),
+    # the runtime API calls asked about as a whole: the host_ops detector's, by host time
+    ("T", "Which CUDA API call takes the longest?", "detector:host_ops", {},
+     lambda c: ["**Runtime and driver API calls by host time:** "
+                f"`{focus(c).results['host_ops'].runtime_calls[0].name}` "
+                f"{duration(focus(c).results['host_ops'].runtime_calls[0].self_us)}"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

@@ -248,7 +248,16 @@ def host_ops_lead(result: HostOpsResult, question: str) -> str | None:
     if re.search(UTILIZATION_ASKED, question, re.I):
         lines.append("**The trace does not measure CPU utilization:** a profiler records the events on the host's "
                      "threads, not how loaded its cores are. What it says is where those threads' time in events goes:")
-    return " ".join(lines + api_time(result, question)) or None
+    named = api_time(result, question)
+    if not named and re.search(_APIS_ASKED, question, re.I):  # "which CUDA API call takes the longest?": the top ones
+        named = [("**Runtime and driver API calls by host time:** " + "; ".join(
+            f"`{c.name}` {duration(c.self_us)} ({counted(c.calls, 'call')})" for c in result.runtime_calls[:5]) + ".")
+            if result.runtime_calls else "**No runtime or driver API calls** are recorded on the host."]
+    return " ".join(lines + named) or None
+
+
+#: the runtime and driver APIs asked about as a whole ("which CUDA API call takes the longest?")
+_APIS_ASKED = r"\b(?:cuda|hip|runtime|driver) (?:api|runtime)(?: calls?)?\b|\bapi calls?\b|\b(?:cuda|hip) calls\b"
 
 
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks
@@ -268,7 +277,7 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                          r"\b(?:cpu|host)(?: side)? (?:time|ops?|hotspots?|profile)\b|\b(?:where|how) does the (?:cpu|host) "
                          r"spend\b|\bself (?:cpu )?time\b|\bwhy is (?:the |my )?(?:cpu|host)(?: side)? (?:so )?(?:slow|busy)\b|"
                          r"\btime (?:is )?spent (?:on|in) the (?:cpu|host)\b|"
-                         rf"{UTILIZATION_ASKED}|{THREADS_ASKED}|"
+                         rf"{UTILIZATION_ASKED}|{THREADS_ASKED}|{_APIS_ASKED}|"
                          # a runtime or driver API named as written (cudaMalloc, hipFree, cuMemAlloc); syncs, launches
                          # and copies have answers of their own
                          r"(?-i:\b(?:cuda|hip)(?!\w*(?:Synchroni|Launch|Memcpy|Memset))[A-Z]\w+|"
