@@ -165,7 +165,8 @@ class OfflineAnalyst:
             "module": Plan(lambda q, at: [("modules", _rank(at))], self._module),
             "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5}), ("host_ops", _rank(at)),
                                       ("op_time", _rank(at))], self._op),
-            "kernels": Plan(lambda q, at: [("hot_kernels", at | {"top": max(10, _how_many(q, 5))}
+            # more than the tool's 10 asked ("the top 20 kernels"): that many
+            "kernels": Plan(lambda q, at: [("hot_kernels", at | ({"top": n} if (n := _how_many(q, 0)) > 10 else {})
                                             | ({"order_by": "count"} if re.search(MOST_CALLED_KERNELS, q.text, re.I) else {})),
                                            ("kernel_profiles", {})]
                             + ([("launches", at)] if _TYPICAL_KERNEL.search(q.text) else [])
