@@ -31,6 +31,7 @@ from traceagent.agent.session import Answer, Session
 from traceagent.agent.tools import AnalysisContext
 from traceagent.detect.compare.diff import diff
 from traceagent.detect.core.vocabulary import BOUNDS, GAP_CAUSES, ROOT_CAUSES, label
+from traceagent.detect.detectors.flops import roofline
 from traceagent.detect.detectors.kernels import detect_hot_kernels, op_host
 from traceagent.detect.verdict.diagnose import replayed_little
 from traceagent.detect.verdict.whatif import parse_change, simulate
@@ -1013,6 +1014,16 @@ TABLE = [
      lambda c: ["**Runtime and driver API calls by host time:** "
                 f"`{focus(c).results['host_ops'].runtime_calls[0].name}` "
                 f"{duration(focus(c).results['host_ops'].runtime_calls[0].self_us)}"]),
+    # the roofline by name: each counted op's FLOP per byte against the GPU's ridge point (the flops detector's words)
+    ("Q", "What is the arithmetic intensity?", "bound", {},
+     lambda c: [roofline(focus(c).findings.flops).strip()]),
+    ("Q", "How far from peak am I?", "mfu", {}, lambda c: [f"**MFU {percent(focus(c).findings.flops.mfu_pct)}**"]),
+    ("Q", "Is my training efficient?", "summary", {}, lambda c: [f"**Verdict:** {focus(c).verdict.headline}."]),
+    # how to reduce one thing: that thing's answer; the step time: the first fix
+    ("R", "How can I reduce the step time?", "optimize_first", {},
+     lambda c: [f"Start with **{(focus(c).verdict.saving or focus(c).findings.savings[0]).finding}**"]),
+    ("R", "How do I reduce idle time?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("R", "How can I lower the number of kernels?", "launch", {}, lambda c: ["linked to their launch call"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

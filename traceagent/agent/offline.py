@@ -148,7 +148,8 @@ class OfflineAnalyst:
             "whatif": Plan(lambda q, at: [("what_if", {"change": self._change(q)} | _rank(at))], self._what_if),
             "bound": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at)]
                           + ([("time_by_class", at), ("flops", at)]
-                             if {"compute", "memory_bound"} & set(q.limits) or classes_named(q.text) else [])
+                             if {"compute", "memory_bound"} & set(q.limits) or classes_named(q.text)
+                             or _ROOFLINE_ASKED.search(q.text) else [])
                           + [("what_if", {"change": f"class:{','.join(classes)}=x{BOTTLENECK_SPEEDUP:g}"} | _rank(at))
                              for classes in [self._classes_asked(q, at)] if classes and not q.limits],
                           lambda q, *answers: self._absent_phase(q) + self._bound(q, *answers)),
@@ -1950,6 +1951,9 @@ _COPY_KIND_WORDS = {"HtoD": "host-to-device", "DtoH": "device-to-host", "DtoD": 
 _KERNELS_A_STEP = "the mean over its steps of the kernels that start inside each step's device work"
 
 
+#: the roofline asked by name ("what is the arithmetic intensity?"): the bound answer with the kernels' classes and
+#: each counted op's FLOP per byte against the GPU's ridge point
+_ROOFLINE_ASKED = re.compile(r"\barithmetic intensity\b|\broofline\b|\bflops? per byte\b|\bridge point\b", re.I)
 _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
                  "ten": 10, "twenty": 20}
 #: how many items a question asks for ("the top 3 kernels", "the ten slowest kernels", "top-20")

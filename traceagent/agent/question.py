@@ -126,7 +126,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
             r"\b(?:throughput|efficien\w*)\b.{0,20}\b(?:matmuls?|gemms?|math|convolutions?|attention|kv[- ]?cache)\b|"
             r"\b(?:matmuls?|gemms?|math|convolutions?|convs?|tensor cores?|attention|kv[- ]?cache)\b.{0,20}"
             r"\b(?:throughput|efficien\w*)|"
-            r"\bclose to (?:the )?peak\b|\b(?:of|vs\.?|versus|against) (?:the )?(?:hardware )?peak\b"),
+            r"\bclose to (?:the )?peak\b|\b(?:of|vs\.?|versus|against) (?:the )?(?:hardware )?peak\b|"
+            # "how far from peak am I?", "what is the theoretical peak?" (of compute; memory's peak is memory's)
+            r"^(?!.*\bmemory\b).*(?:\bfar (?:from|off|below) (?:the )?peak\b|\btheoretical peak\b|"
+            r"\bpeak (?:t?flop/?s|t?flops|compute|performance)\b)"),
     ("interconnect", r"\b(?:interconnect|network|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
                      r"(?:collective|nccl|rccl|all-?reduce|all-?gather|communication)s?\b.{0,40}\b(?:bandwidth|latency)|"
                      r"(?:bandwidth|latency)\b.{0,40}\b(?:collective|nccl|rccl|all-?reduce|all-?gather|communication))"),
@@ -153,7 +156,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
               # the kernels against the memory's bandwidth (not copies against a link)
               r"|^(?!.*\b(?:cop(?:y|ies)|memcpy|transfers?|pcie|nvlink)\b).*\b(?:memory|dram|hbm) bandwidth\b.{0,30}"
               r"\b(?:saturat\w*|limit\w*|bound|bottleneck\w*|maxed|utili[sz]\w*|used)"
-              r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)|"
+              r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)|\barithmetic intensity\b|\broofline\b|"
               r"\bwhat(?:'s| is)? (?:limiting|limits|holding back|slowing down|slows down)\b|"
               # a class of work called costly: "is softmax expensive?", "are the convolutions slow?"
               rf"^\s*(?:is|are)\b.{{0,30}}\b(?:{_CLASSES_SAID}).{{0,30}}\b(?:expensive|costly|slow|heavy|a problem|"
@@ -196,7 +199,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                        r"priorit|most impact|fix first|what (?:should|do|can) i (?:fix|optimi[sz]e|change|do)|"
                        r"how (?:do|can|to) (?:i )?(?:fix|speed|make it faster)|what would (?:it )?save|"
                        r"\b(?:make|get) (?:it|this|things|the (?:job|run|model|training|code)|my \w+)(?: run| go)? faster\b|"
-                       r"\bspeed (?:it|this|things|my \w+) up\b|\bhow (?:can|do|could|should|would) (?:i|we) (?:speed up|"
+                       r"\bspeed (?:it|this|things|my \w+) up\b|"
+                       r"\bhow (?:can|do|could|should|would) (?:i|we) (?:reduce|cut|lower|shorten|decrease)\b|"
+                       r"\bhow (?:can|do|could|should|would) (?:i|we) (?:speed up|"
                        r"accelerate|optimi[sz]e)\b|\bmake (?:\w+ ){0,3}?(?:faster|quicker)\b|\bimprove (?:the )?performance\b|"
                        r"\b(?:tips|advice|suggestions?|recommend\w*|ideas)\b|\bwhat (?:should|do|can) i look at\b|"
                        r"^\s*(?:fix(?:es)?|next steps?|what next|now what)\s*\??\s*$|"
@@ -206,6 +211,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
     ("kernels", MOST_CALLED_KERNELS),
     # a runtime call names its kind of work too: cudaLaunchKernel, cudaStreamSynchronize, hipMemcpyAsync
     ("launch", r"\bhow many kernels\b|\bkernels (?:per|a|each) (?:step|iteration)\b|"
+               r"\b(?:number|count) of (?:kernels|launches)\b|"
                r"\b(?:outside|inside|out of) (?:the )?(?:cuda |hip )?graphs?\b|\bgraph (?:replay|capture)s?\b|"
                r"\bgraphs? (?:were |was |are )?(?:captured|replayed)\b|"
                r"(?:\b|cuda|hip)(?:launch|cuda ?graphs?|too many kernels|(?:small|tiny|short) kernels|kernel overhead|"
@@ -261,6 +267,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"report)|\bwhat does (?:the|my|this) (?:trace|timeline|run|profile|job) look like\b|"
                 r"\bwhat(?:'s| is| does)? (?:in|inside) (?:the|my|this) (?:trace|profile|file)\b|"
                 r"\bwhere (?:is|does) (?:the |my )?time (?:going|go)\b|\bhow efficient\b|" + _TIME_GOES_TO + "|"
+                r"\b(?:is|are) (?:my|the|this|it)(?: \w+){0,2} (?:efficient|running well|healthy)\b|"
                 r"\bwhat (?:limits|is limiting|holds back|caps)\b|"
                 + RUN_LENGTH + "|"
                 # the hardware: the summary's first line names the ranks and their GPUs
@@ -500,7 +507,8 @@ def host_range_named(word: str, ctx: AnalysisContext) -> bool:
 
 
 #: what a "how do I speed up …?" question names after its verb ("speed up data loading", "make the copies faster")
-_SPED_UP = re.compile(r"\b(?:speed up|speed-up|accelerate|optimi[sz]e|improve|fix|make|get)\s+(?P<what>.+?)"
+_SPED_UP = re.compile(r"\b(?:speed up|speed-up|accelerate|optimi[sz]e|improve|fix|make|get|reduce|cut|lower|shorten|"
+                      r"decrease|shrink)\s+(?P<what>.+?)"
                       r"(?:\s+(?:faster|quicker|go faster|run faster))?\s*[?.!]*$", re.I)
 #: the topics whose own answer says how to speed them up, in the order INTENTS tries them
 _SPEED_UP_TOPICS = ("launch", "sync", "dataloader", "copies", "memory", "communication", "kernels")
@@ -513,7 +521,10 @@ def _topic_to_speed_up(words: str) -> str | None:
         return None
     if not (m := _SPED_UP.search(words)):
         return None
-    return next((name for name, pattern in INTENTS if name in _SPEED_UP_TOPICS and pattern.search(m.group("what"))), None)
+    what = m.group("what")
+    if re.search(r"\bidle\b|\bgaps?\b|\bbubbles?\b", what, re.I):
+        return "idle"  # "how do I reduce the idle time?": why the GPU idles, by cause, and the next step
+    return next((name for name, pattern in INTENTS if name in _SPEED_UP_TOPICS and pattern.search(what)), None)
 
 
 def _step_by_order(word: str, ctx: AnalysisContext) -> list[int]:
