@@ -1024,6 +1024,14 @@ TABLE = [
      lambda c: [f"Start with **{(focus(c).verdict.saving or focus(c).findings.savings[0]).finding}**"]),
     ("R", "How do I reduce idle time?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
     ("R", "How can I lower the number of kernels?", "launch", {}, lambda c: ["linked to their launch call"]),
+    # each rank's kernels side by side: by count where launches are counted, else by time (each rank's own table)
+    ("D", "Which rank launches the most kernels?", "kernels", {},
+     lambda c: [f"**Rank {max(c.analysis.ranks, key=lambda r: r.findings.kernels.kernels).rank} runs the most kernels: "
+                f"{max(r.findings.kernels.kernels for r in c.analysis.ranks)} kernels**"]),
+    ("D", "Which rank spends the most time in kernels?", "kernels", {},
+     lambda c: [f"**Rank {max(c.analysis.ranks, key=lambda r: r.findings.kernels.total_us).rank} spends the most time in "
+                f"kernels: {duration(max(r.findings.kernels.total_us for r in c.analysis.ranks))}**"]),
+    ("D", "Which rank waits the most?", "straggler", {}, lambda c: ["Waiting for the last rank, by rank"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

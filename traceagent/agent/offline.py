@@ -166,8 +166,11 @@ class OfflineAnalyst:
             "module": Plan(lambda q, at: [("modules", _rank(at))], self._module),
             "op": Plan(lambda q, at: [("hot_kernels", at | {"op_filter": q.op, "top": 5}), ("host_ops", _rank(at)),
                                       ("op_time", _rank(at))], self._op),
-            # more than the tool's 10 asked ("the top 20 kernels"): that many
-            "kernels": Plan(lambda q, at: [("hot_kernels", at | ({"top": n} if (n := _how_many(q, 0)) > 10 else {})
+            # more than the tool's 10 asked ("the top 20 kernels"): that many; "which rank runs the most kernels?": each
+            # rank's (the first _RANKS_LISTED)
+            "kernels": Plan(lambda q, at: [("hot_kernels", {"rank": r.rank, "top": 1})
+                                           for r in self.ctx.analysis.ranks[:_RANKS_LISTED]] if self._every_rank(q) else
+                            [("hot_kernels", at | ({"top": n} if (n := _how_many(q, 0)) > 10 else {})
                                             | ({"order_by": "count"} if re.search(MOST_CALLED_KERNELS, q.text, re.I) else {})),
                                            ("kernel_profiles", {})]
                             + ([("launches", at)] if _TYPICAL_KERNEL.search(q.text) else [])
@@ -741,8 +744,11 @@ class OfflineAnalyst:
                   + (f", from `{r.python}`" if r.python else "") for i, r in enumerate(kernels.top, 1)]
         return "\n".join(lines)
 
-    def _kernels(self, q: Question, kernels: KernelsAnswer, profiled: KernelProfilesAnswer,
-                 *more: LaunchesAnswer | VerdictAnswer) -> str:
+    def _kernels(self, q: Question, kernels: KernelsAnswer, *more: KernelProfilesAnswer | LaunchesAnswer | VerdictAnswer
+                 | KernelsAnswer) -> str:
+        if each := [a for a in more if isinstance(a, KernelsAnswer)]:
+            return self._kernels_by_rank(q, [kernels, *each])
+        profiled = next(a for a in more if isinstance(a, KernelProfilesAnswer))
         top = [row.kernel for row in kernels.top[:_how_many(q, 5)]]  # "what are the top 3 kernels?": three
         if not top:
             return "There are no kernels in this trace."
@@ -977,6 +983,24 @@ class OfflineAnalyst:
         elif answer.unavailable:
             lines.append(_unavailable(answer.unavailable))
         return "\n".join(lines)
+
+    def _kernels_by_rank(self, q: Question, answers: list[KernelsAnswer]) -> str:
+        """Each rank's kernels: how many ran and their time, the most first (by count where the question
+        counts launches, else by time), with each rank's hottest kernel."""
+        by_count = bool(re.search(r"\b(?:launch\w*|how many|number of|count)\b|\b(?:most|fewest|more|fewer) kernels\b",
+                                  q.text, re.I))
+        rows = sorted(answers, key=lambda a: -(a.kernels.kernels if by_count else a.kernels.total_us))
+        (most, least) = rows[0], rows[-1]
+        said = (lambda a: counted(a.kernels.kernels, "kernel")) if by_count else (lambda a: duration(a.kernels.total_us))
+        lines = [f"**Rank {(most.scope or {}).get('rank')} runs the most kernels: {said(most)}**; rank "
+                 f"{(least.scope or {}).get('rank')} the fewest, {said(least)}." if by_count else
+                 f"**Rank {(most.scope or {}).get('rank')} spends the most time in kernels: {said(most)}**; rank "
+                 f"{(least.scope or {}).get('rank')} the least, {said(least)}.", "", "By rank (its kernels, their time, "
+                 "its hottest):"]
+        lines += [f"- rank {(a.scope or {}).get('rank')}: {counted(a.kernels.kernels, 'kernel')}, "
+                  f"{duration(a.kernels.total_us)}" + (f", led by `{shorten(a.top[0].kernel.label, 60)}`" if a.top else "")
+                  for a in rows]
+        return "\n".join(lines + self._more_ranks(len(answers)))
 
     def _comm_by_rank(self, q: Question, answers: list[CommAnswer]) -> str:
         """Each rank's collective time and its exposed part, most first; of the kind of collective the

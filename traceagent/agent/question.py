@@ -100,7 +100,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                 r"\b(?:the|a|any|what|got|get|measured|real|actual) speed-?up\b"
                 r"|did (?:my|our|the|this|that) (?:\w+ )?(?:change|fix|patch|commit|edit|update)s?\b[^?.]{0,40}?"
                 r"\b(?:faster|slower|help|work|improve|fix|speed))"),
-    ("straggler", r"\b(?:straggler|which rank(?! (?:is |has |sits )?(?:the )?(?:busiest|idlest|busier|most|least|more|less)\b)|"
+    # "which rank launches the most kernels?" is about kernels; "which rank waits the most?" the straggler's
+    ("straggler", r"\b(?:straggler|which rank(?! (?:is |has |sits |(?!waits)\w+s )?(?:the )?(?:busiest|idlest|busier|"
+                  r"most|least|more|less|fewest|fewer)\b)|"
                   r"slowest rank|late rank|load imbalance|imbalance|balanced|barriers?|skew\w*|"
                   r"(?:ranks|workers) (?:wait|waits|waiting)|rank\s*#?\d+ (?:the )?(?:problem|culprit|bottleneck)|"
                   r"(?:same|equal|even|similar) (?:on|across|for) (?:all|every|each|the) ranks?|waits? (?:for|on) "
@@ -398,6 +400,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "sync" and re.search(LINE_ASKED, words, re.I) and not re.search(r"\bsync|synchroni|\.?item\(|\bblock",
                                                                                  words, re.I):
         intent = "idle"  # "which line of my code makes the GPU wait?": the idle by line, not only a sync's
+    if intent == "launch" and len(ctx.analysis.ranks) > 1 and re.search(r"\bwhich rank\b.*\bkernels\b", words, re.I):
+        intent = "kernels"  # "which rank launches the most kernels?": each rank's kernels, side by side
     if intent == "straggler" and len(ctx.analysis.ranks) == 1 and re.search(r"\b(?:gpus|devices)\b", words, re.I):
         intent = "most_idle"  # "is the load balanced between the GPUs?" of one rank on several GPUs: each GPU's
     if intent == "phases" and about.results.get("phases") is None and re.search(r"\bbatch", words, re.I):
