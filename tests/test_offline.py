@@ -1032,6 +1032,10 @@ TABLE = [
      lambda c: [f"**Rank {max(c.analysis.ranks, key=lambda r: r.findings.kernels.total_us).rank} spends the most time in "
                 f"kernels: {duration(max(r.findings.kernels.total_us for r in c.analysis.ranks))}**"]),
     ("D", "Which rank waits the most?", "straggler", {}, lambda c: ["Waiting for the last rank, by rank"]),
+    # each rank's step time, and the straggler's part in it (it has the shortest step here: the others wait for it)
+    ("D", "Which rank has the longest step?", "steps", {},
+     lambda c: [f"on rank {max(c.analysis.ranks, key=lambda r: r.findings.steps.mean_us).rank}.",
+                f"Rank {straggler(c)} is the straggler (it enters most matched collectives last)"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

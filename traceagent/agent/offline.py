@@ -1327,6 +1327,12 @@ class OfflineAnalyst:
         lines += [f"- rank {r}: {duration(x.mean_us)} (step {x.slowest})" if x.count == 1 else
                   f"- rank {r}: mean {duration(x.mean_us)} over {x.count} steps (slowest: step {x.slowest}, "
                   f"{duration(x.max_us)})" for r, x in timed]
+        straggler = c.straggler if (c := self.ctx.analysis.comparison) is not None else None
+        if straggler is not None and straggler != slow:
+            # ranks in step with each other: the ones that wait for the straggler inside collectives take longer
+            lines += ["", f"Rank {straggler} is the straggler (it enters most matched collectives last): the other "
+                          "ranks' steps hold their wait for it, so a longer step here is a rank that waits, not a slower "
+                          "one. Ask “which rank is the straggler?” for its cause."]
         return "\n".join(lines + self._more_ranks(len(answers)))
 
     def _serving(self, at: dict) -> bool:

@@ -400,6 +400,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "sync" and re.search(LINE_ASKED, words, re.I) and not re.search(r"\bsync|synchroni|\.?item\(|\bblock",
                                                                                  words, re.I):
         intent = "idle"  # "which line of my code makes the GPU wait?": the idle by line, not only a sync's
+    if intent == "straggler" and len(ctx.analysis.ranks) > 1 and re.search(r"\bsteps?\b|\biterations?\b", words, re.I):
+        intent = "steps"  # "which rank has the longest step?", "is the step time the same on all ranks?": each rank's steps
     if intent == "launch" and len(ctx.analysis.ranks) > 1 and re.search(r"\bwhich rank\b.*\bkernels\b", words, re.I):
         intent = "kernels"  # "which rank launches the most kernels?": each rank's kernels, side by side
     if intent == "straggler" and len(ctx.analysis.ranks) == 1 and re.search(r"\b(?:gpus|devices)\b", words, re.I):
