@@ -1036,6 +1036,10 @@ TABLE = [
     ("D", "Which rank has the longest step?", "steps", {},
      lambda c: [f"on rank {max(c.analysis.ranks, key=lambda r: r.findings.steps.mean_us).rank}.",
                 f"Rank {straggler(c)} is the straggler (it enters most matched collectives last)"]),
+    # pinning asked of the replay: the host copies from pinned memory (copies=pinned), not a kernel named "memory"
+    ("W", "What if I pinned memory?", "whatif", {"kernel": None},
+     lambda c: [f"**With copies=pinned: step {duration(replayed(c, 'copies=pinned').measured_us)} → "
+                f"{duration(replayed(c, 'copies=pinned').predicted_us)}"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

@@ -428,6 +428,8 @@ class OfflineAnalyst:
         """The change a what-if question names, in the words of the vocabulary (data loading, syncs,
         launches, a hot kernel made F times faster); else the one that fixes the verdict's root cause."""
         factor = float(m.group(1)) if (m := _FACTOR.search(q.text)) else 2.0
+        if re.search(r"\bpin(?:ned|ning)?\b|pin_?memory|\bpageable\b|non[_ -]?blocking", q.text, re.I):
+            return "copies=pinned"  # "what if I pinned memory?": the host copies from pinned memory, asynchronous
         if q.kernel:
             return f"kernel:{re.escape(q.kernel)}=x{factor:g}"
         if re.search(rf"\b(?:{FP8})\b", q.text, re.I):

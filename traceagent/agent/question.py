@@ -338,7 +338,9 @@ _GENERIC_KERNEL_WORDS = {"kernel", "kernels", "native", "void", "float", "const"
                          "memset", "gemm", "gemms", "sgemm", "matmul", "reduce", "tensor", "tensorop", "attention",
                          "softmax", "convolution", "batch", "stream", "launch", "params", "arguments", "policy",
                          # C++'s operator() is in many kernels' names: a question's "operator" is an op
-                         "operator", "operators", "function", "functions", "running"}
+                         "operator", "operators", "function", "functions", "running",
+                         # PyTorch's template namespaces (at::native::memory::LoadWithoutCast, at::detail::Array)
+                         "memory", "detail", "array"}
 OP_NAME = re.compile(r"[A-Za-z_][\w.]*::[\w.:]+")  # an op as the profiler names it: aten::mm, vllm::moe_forward
 
 
