@@ -1040,6 +1040,13 @@ TABLE = [
     ("W", "What if I pinned memory?", "whatif", {"kernel": None},
      lambda c: [f"**With copies=pinned: step {duration(replayed(c, 'copies=pinned').measured_us)} → "
                 f"{duration(replayed(c, 'copies=pinned').predicted_us)}"]),
+    # the allocator asked about: its allocations a step, its reserve where the trace records allocator totals
+    ("R", "How many allocations per step?", "memory", {},
+     lambda c: [f"**Allocations:** GPU 0: {gpu_memory(c).allocations_per_step:g} a step, {gpu_memory(c).allocations} in all."]),
+    ("Q", "How much memory is reserved?", "memory", {},
+     lambda c: [f"**GPU 0: the caching allocator reserved at most {size(gpu_memory(c).peak_reserved_bytes)}**, its "
+                f"tensors at most {size(gpu_memory(c).peak_allocated_bytes)}"]),
+    ("R", "How much memory is reserved?", "memory", {}, lambda c: ["**GPU 0: the trace records no allocator totals**"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

@@ -851,6 +851,21 @@ class OfflineAnalyst:
             # "what is the peak memory?": the figure first, then whether anything is wrong
             lines[:0] = ["**Peak memory:** " + "; ".join(f"{self._who(answer.scope)}GPU {d.device}: {memory_peak(d)}"
                                                           for d in devices) + ".", ""]
+        if re.search(r"\breserved\b|\bcach(?:ed|ing) allocator\b", q.text, re.I) and devices:
+            # "how much memory is reserved?": the allocator's own peak where the trace records it, and that it is not
+            # the tensors' (the two peaks need not fall at one moment)
+            lines[:0] = [" ".join(
+                f"**{self._who(answer.scope)}GPU {d.device}: the caching allocator reserved at most "
+                f"{size(d.peak_reserved_bytes)}**, its tensors at most {size(d.peak_allocated_bytes)} (two peaks, not "
+                "necessarily at one moment)." if d.peak_reserved_bytes is not None and d.peak_allocated_bytes is not None
+                else f"**{self._who(answer.scope)}GPU {d.device}: the trace records no allocator totals**, so what the "
+                     "caching allocator reserves cannot be read here (PyTorch's newer profilers write them on each "
+                     "[memory] event)." for d in devices), ""]
+        if re.search(r"\ballocations?\b", q.text, re.I) and devices:  # "how many allocations per step?": the counts
+            lines[:0] = ["**Allocations:** " + "; ".join(
+                f"{self._who(answer.scope)}GPU {d.device}: " + (f"{d.allocations_per_step:g} a step, "
+                                                               if d.allocations_per_step is not None else "")
+                + f"{d.allocations} in all" for d in devices) + ".", ""]
         for d in devices:
             peak = memory_peak(d) + (" (the trace has no allocator totals)" if d.peak_allocated_bytes is None else "")
             lines.append(f"- {self._who(answer.scope)}GPU {d.device}: {peak}; {d.allocations} allocations"
