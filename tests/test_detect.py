@@ -383,6 +383,8 @@ def test_a_slowest_step_whose_idle_did_not_grow_is_not_explained_by_it(tmp_path)
         b.kernel("k", n * 1000 + 10, 500, launch_at=n * 1000 + 5)
     steps = analyze_trace(b.load(tmp_path)).findings.steps
     assert (steps.slowest, steps.slowest_vs_median) == (3, {"host_us": 400})
+    # the tail by hand, interpolated between the closest steps (1000, 1000, 1400 µs): 1000 + 0.8 × 400 and 0.98 × 400
+    assert (steps.p90_us, steps.p99_us) == (1320.0, 1392.0)
     assert slowest_step_sentence(steps) == (
         "The slowest step took 400.0 µs more than the median step; no cause of idle grew, nor did its device work "
         "span longer. The rest is time on the host that did not leave the GPU idle longer.")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 from builder import TraceBuilder
@@ -87,6 +88,12 @@ def host_calls(ctx, name: str) -> int:
 def hot_top(ctx) -> list:
     """The focus rank's hottest kernels, as the kernels detector ranks them."""
     return focus(ctx).findings.kernels.top
+
+
+def step_percentile(ctx, q: float) -> float:
+    """A percentile of the focus rank's host step times, µs, from its step table (numpy's linear interpolation)."""
+    steps = focus(ctx).trace.steps
+    return round(float(np.percentile((steps["end"] - steps["start"]).to_numpy() / 1000.0, q)), 3)
 
 
 def straggler(ctx) -> int:
@@ -1047,6 +1054,9 @@ TABLE = [
      lambda c: [f"**GPU 0: the caching allocator reserved at most {size(gpu_memory(c).peak_reserved_bytes)}**, its "
                 f"tensors at most {size(gpu_memory(c).peak_allocated_bytes)}"]),
     ("R", "How much memory is reserved?", "memory", {}, lambda c: ["**GPU 0: the trace records no allocator totals**"]),
+    # the step time's tail: p90 and p99 over the steps' host times, worked out here from the step table
+    ("R", "What is the p90 step time?", "steps", {},
+     lambda c: [f"**Step time p90 {duration(step_percentile(c, 90))}, p99 {duration(step_percentile(c, 99))}** over "]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

@@ -1308,6 +1308,12 @@ class OfflineAnalyst:
                     f"**No: the first profiled step, step {first}, is not the slowest**: step {steps.slowest} is "
                     f"({duration(steps.max_us)}, against a median {duration(steps.median_us)}).") + (
                     " The profiler's own warm-up steps are not in the trace: a schedule records after them.\n\n")
+        if re.search(r"\bp(?:9[059]|50)\b|\bpercentile|\btail\b", q.text, re.I):
+            # "what is the p90 step time?": the tail first (over few steps, close to the slowest step)
+            warm = (f"{self._who(answer.scope)}**Step time p90 {duration(steps.p90_us)}, p99 {duration(steps.p99_us)}** "
+                    f"over {steps.count} steps (median {duration(steps.median_us)}, slowest {duration(steps.max_us)})"
+                    + (": with so few steps the tail is the slowest steps; profile more for a steadier tail" if
+                       steps.count < 20 else "") + ".\n\n")
         return (f"{warm}{self._who(answer.scope)}{steps.count} steps: mean **{duration(steps.mean_us)}**, "
                 f"median {duration(steps.median_us)}, "
                 f"from {duration(steps.min_us)} to {duration(steps.max_us)} (slowest: step {steps.slowest})."

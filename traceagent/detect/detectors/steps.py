@@ -52,6 +52,9 @@ class StepsResult:
     slowest_vs_median: dict[str, float]
     # 2.16: the kernels a step runs (StepRow.kernels), the mean over every step (not only the rows listed)
     kernels_per_step: float = 0.0
+    # 2.16: the host step time's tail, over every step (numpy's linear interpolation between the closest steps)
+    p90_us: float = 0.0
+    p99_us: float = 0.0
 
 
 def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(),
@@ -92,6 +95,7 @@ def detect_steps(trace: Trace, limit: int = 50, params: IdleParams = IdleParams(
         steps=[_row(row, us(start), us(start - origin)) for row, start
                in zip(table.head(limit).to_dict("records"), steps["start"].to_numpy())],
         slowest_vs_median=diff, kernels_per_step=round(float(kernels.mean()), 1),
+        p90_us=us(np.percentile(host, 90)), p99_us=us(np.percentile(host, 99)),
     )
 
 
