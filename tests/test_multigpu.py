@@ -310,6 +310,24 @@ def test_a_gpu_listed_with_an_empty_name_is_named_by_its_id(tmp_path, device):
     assert trace.meta.devices == {device: f"GPU {device}"}
 
 
+MI300X = {"warpSize": 64, "computeMajor": 9, "computeMinor": 4, "numSms": 304, "totalGlobalMem": 206141652992}
+
+
+@pytest.mark.parametrize(("properties", "named"), [
+    (MI300X, "AMD Instinct MI300X (by its properties)"),  # TraceLens' vLLM trace's: 192 GiB
+    (MI300X | {"totalGlobalMem": 256 * 10**9}, "AMD Instinct MI325X (by its properties)"),
+    ({"warpSize": 32, "computeMajor": 9, "computeMinor": 0, "numSms": 132, "totalGlobalMem": 85 * 10**9},
+     "NVIDIA H100 SXM (by its properties)"),
+    (MI300X | {"numSms": 999}, "AMD GPU"),  # an AMD GPU the table does not know: AMD's, by its 64-wide wavefront
+    ({"warpSize": 32, "computeMajor": 12, "computeMinor": 0, "numSms": 1}, "GPU 0"),  # nothing known: its id
+])
+def test_a_gpu_listed_without_a_name_is_named_by_its_properties(tmp_path, properties, named):
+    b = TraceBuilder(deviceProperties=[{"id": 0, "name": ""} | properties])
+    b.kernel("gemm", 0, 100, launch_at=0)
+    trace = b.load(tmp_path)
+    assert trace.meta.devices == {0: named} and trace.meta.amd == named.startswith("AMD")
+
+
 @pytest.mark.parametrize("name", ["multimem_all_reduce_kernel<bf16>", "ncclDevKernel_Generic",
                                   "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
                                   "two_shot_all_reduce_kernel"])

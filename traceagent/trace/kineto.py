@@ -846,6 +846,34 @@ def _concat(parts: list[dict]) -> dict:
 _MAX_PROPERTIES_CHARS = 1 << 16
 
 
+#: GPUs known by their properties, for a trace that lists them without a name (some ROCm traces write ""): (warp
+#: size, compute capability or gfx major and minor, SMs or CUs) → the name, and the memory (GiB) above which it is
+#: the larger sibling
+_BY_PROPERTIES: dict[tuple[int, int, int, int], tuple[str, float, str]] = {
+    (64, 9, 4, 304): ("AMD Instinct MI300X", 200, "AMD Instinct MI325X"),  # gfx942: 192 GiB, or 256 GB
+    (64, 9, 0, 110): ("AMD Instinct MI250X", 0, ""),  # gfx90a, one of its two dies
+    (32, 9, 0, 132): ("NVIDIA H100 SXM", 100, "NVIDIA H200"),  # 80 GB, or 141 GB
+    (32, 9, 0, 114): ("NVIDIA H100 PCIe", 0, ""),
+    (32, 8, 0, 108): ("NVIDIA A100 40GB", 45, "NVIDIA A100 80GB"),
+    (32, 10, 0, 148): ("NVIDIA B200", 0, ""),
+    (32, 7, 0, 80): ("Tesla V100", 0, ""),
+}
+
+
+def named_by_properties(p: dict[str, Any]) -> str | None:
+    """A GPU's name from its properties where the trace gives none, said as inferred; an AMD GPU (a 64-wide
+    wavefront) the table does not know is named AMD (its kernels are profiled with AMD's tools); else None."""
+    try:
+        key = (int(p["warpSize"]), int(p["computeMajor"]), int(p["computeMinor"]), int(p["numSms"]))
+        gib = int(p.get("totalGlobalMem") or 0) / 2**30
+    except (KeyError, TypeError, ValueError):
+        return None
+    if key in _BY_PROPERTIES:
+        name, above_gib, larger = _BY_PROPERTIES[key]
+        return f"{larger if above_gib and gib > above_gib else name} (by its properties)"
+    return "AMD GPU" if key[0] == 64 else None
+
+
 def _meta(doc, path: str, warnings: list[str], has_flows: bool) -> TraceMeta:
     dist = doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {}
     if doc.distributedInfo is not None and not dist:
@@ -855,7 +883,8 @@ def _meta(doc, path: str, warnings: list[str], has_flows: bool) -> TraceMeta:
         warnings.append("deviceProperties is not a list; ignored (GPUs are named by their id)")
     # each device's properties are a few hundred bytes: a larger entry is damage (or hostile), kept out of the cache
     props = [p for p in listed if isinstance(p, dict) and len(json.dumps(p, default=str)) <= _MAX_PROPERTIES_CHARS]
-    devices = {int(p["id"]): str(p.get("name", f"GPU {p['id']}")) for p in props
+    # no name: by its properties, else "" (named by the id it ran work on: normalize.device_names)
+    devices = {int(p["id"]): str(p.get("name") or named_by_properties(p) or "") for p in props
                if isinstance(p.get("id"), int) and not isinstance(p.get("id"), bool)}
     rank = dist.get("rank")
     world = dist.get("world_size")
