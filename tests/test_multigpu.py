@@ -116,7 +116,9 @@ def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0,
     offset by a different amount (as on different hosts). The late rank (`late_ranks`: each step's), by `how`:
     - "dataloader": its host loads data for `delay` µs before launching its compute;
     - "host_work": its host runs other work (an op that launches nothing) for `delay` µs first;
-    - "slow_kernel": its compute kernel runs `delay` µs longer.
+    - "slow_kernel": its compute kernel runs `delay` µs longer;
+    - "sync_then_host": it runs a short kernel, waits for it (cudaStreamSynchronize), then runs other host work for
+      the rest of `delay` before launching its compute: idle after a sync, which the host's work paces.
     Every other rank enters the all-reduce on time and sits in it until the late rank arrives."""
     folder.mkdir(parents=True, exist_ok=True)
     for rank in range(ranks):
@@ -125,9 +127,13 @@ def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0,
         for k in range(STEPS):
             t = clock + k * STEP
             late = rank == (late_ranks[k] if late_ranks else late_rank)
-            host_first = late and how in ("dataloader", "host_work")
+            host_first = late and how in ("dataloader", "host_work", "sync_then_host")
             start = t + (delay if host_first else 0)
-            if host_first:
+            if host_first and how == "sync_then_host":
+                b.kernel("fill_kernel", t, 20, launch_at=t - 5)
+                b.runtime("cudaStreamSynchronize", t + 2, 20)
+                b.op("aten::copy_checkpoint_to_disk", t + 25, delay - 30, cat="cpu_op")
+            elif host_first:
                 b.op(LOADER if how == "dataloader" else "aten::copy_checkpoint_to_disk", t, delay,
                      cat="user_annotation" if how == "dataloader" else "cpu_op")
             dur = COMPUTE + (delay if late and how == "slow_kernel" else 0)
@@ -141,6 +147,20 @@ def write_job(folder: Path, late_rank: int | None = None, delay: float = 2000.0,
                 b.kernel(ALLREDUCE, entry, last_entry + COMM - entry, launch_at=entry - 5)
         b.write(folder / f"rank{rank}.json")
     return folder
+
+
+def test_a_straggler_late_after_syncs_its_host_work_paces_is_told_to_cut_that_work(tmp_path):
+    """Rank 2 waits on a 20 µs kernel, then works on its host for the rest of 2000 µs before its compute: idle after a
+    sync makes it late, yet its own replay without the waits is hardly shorter (the host's work paces it), so the
+    job's next step is that work (its own verdict's), not removing the sync."""
+    analysis = traceagent.analyze(write_job(tmp_path / "job", late_rank=2, how="sync_then_host"))
+    assert (analysis.comparison.straggler, analysis.comparison.straggler_cause) == (2, "sync")
+    replayed = next(s for s in analysis.rank(2).findings.savings if s.root_cause == "sync").simulated_pct
+    assert replayed is not None and replayed < 5
+    v = analysis.verdict
+    assert f"replayed without the waits (`sync=0`), the step is only {replayed:.1f}% shorter" in v.hypothesis
+    assert v.next_step == f"Look at rank 2 first (`traceagent analyze` on its trace). {analysis.rank(2).verdict.next_step}"
+    assert v.next_step.split(". ", 1)[1].startswith("Cut the host's work")
 
 
 @pytest.mark.parametrize("how, cause, words", [("dataloader", "dataloader", "data loading"),

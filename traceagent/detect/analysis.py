@@ -407,7 +407,7 @@ def _job_verdict(ranks: list[RankAnalysis], comparison: RankComparison | None, p
         return ranks[0].verdict
     if comparison and comparison.straggler is not None and comparison.others_exposed_waiting_pct >= params.comm_pct:
         late = next(r for r in ranks if r.rank == comparison.straggler)
-        return straggler_verdict(comparison, late.findings, late.verdict, late.timeline.frames)
+        return straggler_verdict(comparison, late.findings, late.verdict, late.timeline.frames, params)
     counts: dict[str, int] = {}
     for r in active:
         if r.verdict.limiter is not None:  # `active` holds only those

@@ -623,10 +623,12 @@ _STRAGGLER_STEPS = {
 
 
 def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: Verdict,
-                      frames: dict[str, str] | None = None) -> Verdict:
+                      frames: dict[str, str] | None = None, params: VerdictParams = VerdictParams()) -> Verdict:
     """The job's verdict when one rank makes the others wait: named by that rank and by what it
     was doing before the collectives it entered last (with the user's line or range that held
-    that rank's idle of that cause, from `frames`); its own verdict and losses follow."""
+    that rank's idle of that cause, from `frames`); its own verdict and losses follow. Where that is
+    host synchronizations whose removal the rank's replay finds saves little, its host's own work
+    paces it, and the next step is the rank's own (cut that work first)."""
     rank, cause = comparison.straggler, comparison.straggler_cause or "host_other"
     limiter = "compute" if cause == "hot_kernel" else "idle"
     what = ROOT_CAUSES[cause].label if cause != "hot_kernel" else "longer compute on its GPU"
@@ -642,14 +644,23 @@ def straggler_verdict(comparison: RankComparison, late: Findings, late_verdict: 
                                  lateness_by_cause_us=comparison.straggler_cause_us, rank=rank)
     if where:
         evidence["python"] = where
+    hypothesis = (f"Collectives cannot finish before every rank joins, so the other ranks sit inside them while rank "
+                  f"{rank} is still busy with {what}: their waiting is rank {rank}'s cost, not slow communication.")
+    step = _STRAGGLER_STEPS[cause]
+    if cause == "sync" and (replayed := replayed_little(saving_for(late.savings, "sync"), params)) is not None:
+        # its waits are real but do not pace it: replayed without them, its step is hardly shorter
+        shorter = f"only {replayed[1]:.1f}% shorter" if replayed[1] >= 0.05 else "no shorter"
+        hypothesis += (f" Yet on rank {rank} itself, replayed without the waits (`sync=0`), the step is {shorter}: its "
+                       "host's own work between the waits paces it, so that work is what makes it late.")
+        # the rank's own verdict says which host work where it is the sync's (else: the host work, as a straggler's)
+        step = late_verdict.next_step if late_verdict.root_cause == "sync" else _STRAGGLER_STEPS["host_other"]
     return Verdict(
         limiter, "straggler",
         f"Rank {rank} is the straggler: it causes {comparison.caused_waiting_pct:.0f}% of the ranks' waiting in "
         f"collectives (last into {comparison.straggler_last_pct:.0f}% of them), delayed by {what}; the other ranks "
         f"wait in collectives {comparison.others_exposed_waiting_pct:.1f}% of their device time",
-        f"Collectives cannot finish before every rank joins, so the other ranks sit inside them while rank {rank} "
-        f"is still busy with {what}: their waiting is rank {rank}'s cost, not slow communication.",
-        f"Look at rank {rank} first (`traceagent analyze` on its trace). " + _STRAGGLER_STEPS[cause],
+        hypothesis,
+        f"Look at rank {rank} first (`traceagent analyze` on its trace). " + step,
         evidence, _missing(late), [f"On rank {rank} itself: {late_verdict.headline}.", *late_verdict.other_losses],
         rank=rank, saving=saving,
     )
