@@ -271,7 +271,8 @@ class TraceMeta:
 
 @dataclass(eq=False)  # identity semantics: detectors memoize per-trace work in weak maps
 class Trace:
-    """One rank's trace: device activity, host events, steps and metadata."""
+    """One rank's trace: device activity, host events, steps and metadata. The device and host rows are in
+    order of start (finish_trace sorts them), which detectors may rely on."""
 
     gpu: pd.DataFrame
     cpu: pd.DataFrame

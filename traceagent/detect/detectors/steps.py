@@ -106,7 +106,7 @@ def _kernels_in_steps(trace: Trace, device: int | None) -> np.ndarray:
     mask = (gpu["kind"] == "kernel").to_numpy()
     if device is not None:
         mask = mask & (gpu["device"] == device).to_numpy()
-    starts = np.sort(gpu["start"].to_numpy(np.int64)[mask])
+    starts = gpu["start"].to_numpy(np.int64)[mask]  # in order: the device table is sorted by start (normalize)
     first, last = steps["gpu_start"].to_numpy("float64"), steps["gpu_end"].to_numpy("float64")
     known = ~np.isnan(first)
     counts = np.zeros(len(steps), np.int64)
