@@ -12,9 +12,11 @@ import re
 from dataclasses import dataclass, field
 
 from ..detect.core.asked import ENGLISH
+from ..detect.detectors.annotations import HOST_RANGES
 from ..detect.detectors.modules import modules_named
 from ..detect.detectors.time_by_class import CLASS_WORDS, classes_named
 from ..detect.registry import DETECTORS
+from ..trace.model import among, matches
 from .tools import AnalysisContext
 
 #: what a question calls mixed precision, and another GPU (by its name in the peak table's words)
@@ -402,7 +404,8 @@ def understand(text: str, ctx: AnalysisContext) -> Question:
     if intent == "sync" and re.search(LINE_ASKED, words, re.I) and not re.search(r"\bsync|synchroni|\.?item\(|\bblock",
                                                                                  words, re.I):
         intent = "idle"  # "which line of my code makes the GPU wait?": the idle by line, not only a sync's
-    if intent == "straggler" and len(ctx.analysis.ranks) > 1 and re.search(r"\bsteps?\b|\biterations?\b", words, re.I):
+    if (intent == "straggler" and len(ctx.analysis.ranks) > 1 and re.search(r"\bsteps?\b|\biterations?\b", words, re.I)
+            and not re.search(r"\bstraggl", words, re.I)):
         intent = "steps"  # "which rank has the longest step?", "is the step time the same on all ranks?": each rank's steps
     if intent == "launch" and len(ctx.analysis.ranks) > 1 and re.search(r"\bwhich rank\b.*\bkernels\b", words, re.I):
         intent = "kernels"  # "which rank launches the most kernels?": each rank's kernels, side by side
@@ -506,9 +509,6 @@ def named_of(match: re.Match[str]) -> str:
 
 def host_range_named(word: str, ctx: AnalysisContext) -> bool:
     """Whether a host range (annotation, op, Python function, batch) of any rank has the word in its name."""
-    from ..detect.detectors.annotations import HOST_RANGES
-    from ..trace.model import among, matches
-
     pattern = re.compile(re.escape(word), re.I)
     return any(bool((among(r.trace.cpu["kind"], HOST_RANGES) & matches(r.trace.cpu["name"], pattern)).any())
                for r in ctx.analysis.ranks)
