@@ -1057,6 +1057,10 @@ TABLE = [
     # the step time's tail: p90 and p99 over the steps' host times, worked out here from the step table
     ("R", "What is the p90 step time?", "steps", {},
      lambda c: [f"**Step time p90 {duration(step_percentile(c, 90))}, p99 {duration(step_percentile(c, 99))}** over "]),
+    # a phase the trace lacks, asked of a registered detector: said first, since what follows is the whole trace's
+    ("P", "How much time is in attention during decode?", "detector:time_by_class", {},
+     lambda c: ["**This trace has no decode steps** (it holds prefill steps only): what follows is about the whole "
+                f"trace.\n\n**Attention: {percent(share(c, 'attention'))} of device time**"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

@@ -1145,7 +1145,8 @@ class OfflineAnalyst:
         first = detector.lead_for(answer.result, q.text)
         if first is None and q.host_only and (rank := self._rank_at(dict(answer.scope or {}))) is not None:
             first = f"{_NO_GPU_WORK} {rank.verdict.next_step}"
-        return f"{who}{first}\n\n{said}" if first else said
+        # "how much time is attention in decode?" of a trace without decode steps: said first, the result is the trace's
+        return self._absent_phase(q) + (f"{who}{first}\n\n{said}" if first else said)
 
     def _with_api_time(self, plan: Plan) -> Plan:
         """A plan whose answer leads with the host time of each runtime API the question names, where it asks
