@@ -50,6 +50,8 @@ def test_self_times_of_nested_and_crossing_events_are_worked_out_by_hand(tmp_pat
     assert got == {"aten::D": (1, 49.5, 33.0), "X": (1, 40.0, 26.67), "aten::A": (1, 30.0, 20.0),
                    "aten::B": (1, 15.0, 10.0), "aten::C": (1, 10.0, 6.67), "cudaLaunchKernel": (2, 5.5, 3.67)}
     assert [o.name for o in result.top][:2] == ["aten::D", "X"]  # by self time, not by total
+    # by kind, the same self times added up: ops A 30, B 15, C 10, D 49.5; the annotation X 40; the launches 5.5
+    assert result.self_by_kind_us == {"op": 104.5, "annotation": 40.0, "runtime": 5.5}
     assert next(o for o in result.top if o.name == "aten::A").total_us == 100.0
 
 
@@ -130,6 +132,9 @@ def _threads_time_in_events(path) -> float:
 def test_on_a_real_trace_self_times_add_up_to_the_threads_time_in_events():
     result = analyzed(BERT).ranks[0].results["host_ops"]
     assert abs(result.host_time_us - _threads_time_in_events(BERT)) < 0.01
+    # every kind's own time, added up, is that time too (each µs rounded once per kind)
+    assert abs(sum(result.self_by_kind_us.values()) - _threads_time_in_events(BERT)) < 0.01 * len(result.self_by_kind_us)
+    assert result.self_by_kind_us["python"] > 0  # the BERT trace records Python frames
 
 
 def test_the_question_the_report_and_a_trace_without_host_events(tmp_path):

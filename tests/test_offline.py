@@ -1061,6 +1061,12 @@ TABLE = [
     ("P", "How much time is in attention during decode?", "detector:time_by_class", {},
      lambda c: ["**This trace has no decode steps** (it holds prefill steps only): what follows is about the whole "
                 f"trace.\n\n**Attention: {percent(share(c, 'attention'))} of device time**"]),
+    # the time in Python: the python functions' own time, from the host_ops detector (none recorded: said so)
+    ("B", "How much time is spent in Python?", "detector:host_ops", {},
+     lambda c: [f"**Python functions: {duration(focus(c).results['host_ops'].self_by_kind_us['python'])} of their own "
+                "time on the host**"]),
+    ("R", "How much time is spent in Python?", "detector:host_ops", {},
+     lambda c: ["**The trace records no Python functions** (profile with `with_stack=True`)"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

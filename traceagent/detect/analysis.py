@@ -59,7 +59,7 @@ from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdic
 #: concurrent_us and concurrent_pct (two or more streams of a GPU busy at once); memory.devices[].total_bytes and
 #: peak_share_pct (the GPU's memory from the trace's device properties, and the peak's share of it). 2.16:
 #: steps.kernels_per_step and steps.steps[].kernels (the kernels that start inside each step's device work);
-#: steps.p90_us and p99_us (the step time's tail).
+#: steps.p90_us and p99_us (the step time's tail); host_ops.self_by_kind_us (each kind of host event's own time).
 SCHEMA_VERSION = max(["2.16", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 

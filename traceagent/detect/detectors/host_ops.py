@@ -69,6 +69,9 @@ class HostOpsResult:
     # 2.13: every CUDA/HIP runtime and driver API called on those threads (cudaMalloc, cudaMemcpyAsync,
     # cuLaunchKernel...), by self time, up to RUNTIME_CALLS of them: "how much time is spent in cudaMalloc?"
     runtime_calls: list[HostOpTime] = field(default_factory=list)
+    # 2.16: the self time of each kind of host event (op, python, annotation, runtime, driver, dataloader), µs: "how
+    # much time is spent in Python?" is the python functions' own time, outside the ops they call
+    self_by_kind_us: dict[str, float] = field(default_factory=dict)
 
 
 #: how many runtime and driver APIs a result lists (a trace calls a few dozen at most)
@@ -77,6 +80,8 @@ RUNTIME_CALLS = 40
 #: which a trace does not measure, and how many threads launch work
 UTILIZATION_ASKED = r"\b(?:cpu|host) (?:utili[sz]ation|usage|load)\b"
 THREADS_ASKED = r"\bhow many (?:cpu |host |python )?threads\b"
+#: the time in Python asked ("how much time is spent in Python?", "is there Python overhead?")
+PYTHON_ASKED = r"\b(?:time|spent|spend|overhead|much)\b.{0,30}\bin python\b|\bpython (?:time|overhead)\b"
 
 
 def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> HostOpsResult | None:
@@ -116,7 +121,10 @@ def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> Ho
     def row(i: int) -> HostOpTime:
         return HostOpTime(str(names.categories[found[i] // (len(kinds.categories) + 1)]), str(kinds.categories[kind_of[i]]),
                           int(calls_by[i]), us(int(own_by[i])), us(total_by[i]), pct(own_by[i], host_time))
-    return HostOpsResult(us(host_time), len(known), bool(len(launching)), [row(i) for i in best], [row(i) for i in calls])
+    own_by_kind = np.bincount(kind_of, weights=own_by, minlength=len(kinds.categories) + 1)
+    by_kind = {str(k): us(int(own_by_kind[i])) for i, k in enumerate(kinds.categories) if own_by_kind[i] > 0}
+    return HostOpsResult(us(host_time), len(known), bool(len(launching)), [row(i) for i in best], [row(i) for i in calls],
+                         by_kind)
 
 
 def _open_time(code: np.ndarray, chosen: list[int], thread: np.ndarray, start: np.ndarray,
@@ -245,6 +253,13 @@ def host_ops_lead(result: HostOpsResult, question: str) -> str | None:
         lines.append(f"**{counted(result.threads, 'thread')} {'launch' if result.threads > 1 else 'launches'} GPU work.**"
                      if result.launching_only else
                      f"**{counted(result.threads, 'thread')}** with host events; none launches GPU work.")
+    if re.search(PYTHON_ASKED, question, re.I):
+        python = result.self_by_kind_us.get("python")
+        lines.append(f"**Python functions: {duration(python)} of their own time on the host**, of "
+                     f"{duration(result.host_time_us)} in host events on {threads_read(result)} (the ops they call "
+                     "are the ops', not theirs)." if python else
+                     "**The trace records no Python functions** (profile with `with_stack=True`): its host time is "
+                     "in ops and runtime calls only.")
     if re.search(UTILIZATION_ASKED, question, re.I):
         lines.append("**The trace does not measure CPU utilization:** a profiler records the events on the host's "
                      "threads, not how loaded its cores are. What it says is where those threads' time in events goes:")
@@ -277,7 +292,7 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                          r"\b(?:cpu|host)(?: side)? (?:time|ops?|hotspots?|profile)\b|\b(?:where|how) does the (?:cpu|host) "
                          r"spend\b|\bself (?:cpu )?time\b|\bwhy is (?:the |my )?(?:cpu|host)(?: side)? (?:so )?(?:slow|busy)\b|"
                          r"\btime (?:is )?spent (?:on|in) the (?:cpu|host)\b|"
-                         rf"{UTILIZATION_ASKED}|{THREADS_ASKED}|{_APIS_ASKED}|"
+                         rf"{UTILIZATION_ASKED}|{THREADS_ASKED}|{_APIS_ASKED}|{PYTHON_ASKED}|"
                          # a runtime or driver API named as written (cudaMalloc, hipFree, cuMemAlloc); syncs, launches
                          # and copies have answers of their own
                          r"(?-i:\b(?:cuda|hip)(?!\w*(?:Synchroni|Launch|Memcpy|Memset))[A-Z]\w+|"
