@@ -46,7 +46,7 @@ TRACES = {"S": (DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz", Non
           "G": (DATA / "hta" / "negative_queue_rank0.json.gz", None), "A": (NCCL_A100, None),
           "T": (DATA / "test-cuda" / "report1.sqlite", None), "H": (DATA / "hta" / "alexnet_critical_path.json.gz", None),
           "V": (DATA / "tracelens" / "mi300_vllm_prefilldecode_piecewise_graph_capture.json.gz", None),
-          "W": (RESNET_NW4, None)}
+          "W": (RESNET_NW4, None), "U": (CPU_ONLY, None)}
 
 
 def context(key: str) -> AnalysisContext:
@@ -1067,6 +1067,10 @@ TABLE = [
                 "time on the host**"]),
     ("R", "How much time is spent in Python?", "detector:host_ops", {},
      lambda c: ["**The trace records no Python functions** (profile with `with_stack=True`)"]),
+    # whether the GPU is used at all: its idle (a CPU-only trace: that it has no GPU work); all the SMs: the grids' fill
+    ("U", "Is there any GPU work?", "detector:host_ops", {}, lambda c: ["**No GPU work in this trace** (CPU activities only)"]),
+    ("R", "Does it use the GPU?", "idle", {}, lambda c: [f"The GPU is idle **{percent(idle(c).idle_pct)}**"]),
+    ("R", "Does it use all the SMs?", "detector:grid_fill", {}, lambda c: ["**Grids that cannot fill the GPU.**"]),
     ("W", "How can I speed up data loading?", "dataloader", {},
      lambda c: ["The GPU never waits for data loading in this trace, so faster loading would not shorten a step. "
                 f"{focus(c).verdict.headline}."]),

@@ -255,7 +255,10 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
               r"(?!.*" + _TIME_GOES_TO + r").*"
               r"\b(?:steps?|iterations?|step time|per step|slowest step|warm-?up)\b"),
     ("gaps", r"^(?!.*\bwhy\b).*\b(?:gaps?|bubbles?)\b"),
-    ("idle", r"\bschedul(?:er|ing) overhead\b|\b(?:where|what) (?:does|is) (?:rank\s*#?\d+|"
+    ("idle", r"\bschedul(?:er|ing) overhead\b|"
+             # "is there any GPU work?", "was the GPU used?": how busy it is (a CPU-only trace: that it has none)
+             r"\b(?:any|no) (?:gpu|device|cuda) (?:work|activity|kernels?)\b|\b(?:is|was) the gpu (?:used|in use)\b|"
+             r"\b(?:use|uses|used|using) the gpu\b|\b(?:where|what) (?:does|is) (?:rank\s*#?\d+|"
              r"(?:the |my )?(?:gpu|device|job|run|rank)(?:\s*#?\d+)?)\b.{0,20}\bspend(?:s|ing)?\b|"
              r"\bwhat (?:is|are|was|were) (?:the |my )?(?:gpus?|devices?|(?:rank|gpu|device)\s*#?\d+) doing\b|"
              # what the host does while the GPU waits: the gaps' causes and the host's evidence

@@ -147,8 +147,11 @@ DETECTOR = Detector("grid_fill", "Grids that cannot fill the GPU",
                     needs=("the trace records no kernel's launch configuration (blocks per SM)",
                            "profile with torch.profiler (Kineto records each kernel's grid and blocks per SM)"),
                     asks=r"\boccupancy\b|\bblocks? per sm\b|\bgrid (?:size|dim\w*)s?\b|\bgrids?\b.{0,20}\b(?:too )?(?:small|"
-                         r"large|big|full|fill\w*)\b|\b(?:fill|fills|filling|use|uses|"
-                         r"using) (?:all )?(?:the |my )?(?:gpu|sms|streaming multiprocessors)\b.{0,20}$|"
+                         r"large|big|full|fill\w*)\b|\b(?:fill|fills|filling)(?: all)? (?:the |my )?(?:gpu|sms|streaming "
+                         r"multiprocessors)\b.{0,20}$|"
+                         # "does it use all the SMs?", "is the whole GPU used?"; not "does it use the GPU?" (whether at all)
+                         r"\b(?:use|uses|using) (?:all (?:of )?(?:the |my )?(?:gpu|sms|streaming multiprocessors)|"
+                         r"(?:the |my )?(?:sms|streaming multiprocessors)|the (?:whole|full|entire) gpu)\b.{0,20}$|"
                          r"\b(?:under-?fill\w*|under-?occup\w*)\b|\bsm (?:utili[sz]ation|occupancy|usage|efficiency)\b|"
                          r"\bhow many sms\b|\bidle sms\b",
                     lead=grid_fill_lead, section=grid_fill_section, findings=grid_fill_findings, place=67)
