@@ -39,7 +39,7 @@ from ..detect.detectors.stragglers import RankCollectives, RankComparison
 from ..detect.detectors.time_by_class import CLASSES, NATURES, TimeByClassResult, classes_named, memory_kernel_classes
 from ..detect.detectors.workload import DETECTOR as WORKLOAD_DETECTOR
 from ..detect.registry import DETECTORS, Detector
-from ..detect.verdict.advice import kernel_profiler, profile_line
+from ..detect.verdict.advice import kernel_profiler, profile_line, rocprof_line
 from ..detect.verdict.critical_path import critical_path_sentence
 from ..detect.verdict.diagnose import Verdict, replayed_little
 from ..detect.verdict.whatif import ALL_KERNELS, whatif_sentence
@@ -1599,7 +1599,7 @@ class OfflineAnalyst:
                     f"{percent(top.share_of_busy_pct)} of busy time." if top else "."), "",
                  "To measure it: profile with `torch.profiler.profile(record_shapes=True)` (PyTorch ≥ 2.1 for "
                  "convolutions), or read the hot kernel's counters: "
-                 + ("`rocprof-compute profile -n hot_kernel -k NAME -- python train.py` (ROCm Compute Profiler)."
+                 + (f"`{rocprof_line('NAME')}` (ROCm Compute Profiler)."
                     if self._amd else "`ncu --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed` (Nsight Compute).")]
         if precision.result is not None:  # the kernels' names still say their precision
             lines += ["", f"**Tensor cores:** {md_prose(precision_sentence(precision.result))}"]

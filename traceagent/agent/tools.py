@@ -38,7 +38,7 @@ from ..detect.detectors.idle import DeviceIdle, IdleResult, gap_host_activity
 from ..detect.detectors.kernels import loosely, op_host
 from ..detect.detectors.window import device_window
 from ..detect.registry import DETECTORS, Detector
-from ..detect.verdict.advice import profile_line
+from ..detect.verdict.advice import profile_line, rocprof_line
 from ..detect.verdict.critical_path import detect_critical_path, range_window, step_window
 from ..detect.verdict.savings import by_expected
 from ..detect.verdict.whatif import CHANGES, parse_change, simulate
@@ -193,7 +193,7 @@ NO_COUNTERS = unavailable("memory bandwidth of kernels, occupancy, warp stalls, 
                           f"profile the hot kernel with Nsight Compute: `{profile_line('--ncu', 'NAME')}` (or ncu "
                           "--kernel-name regex:NAME --set full --csv --page details --log-file ncu.csv, then "
                           "traceagent analyze TRACE --kernels ncu.csv); on AMD GPUs with ROCm Compute Profiler: "
-                          "rocprof-compute profile -n hot_kernel -k NAME -- python train.py")
+                          f"{rocprof_line('NAME')}")
 NO_SHAPES = unavailable("FLOPs, achieved TFLOP/s and MFU", "the trace has no recorded shapes",
                         f"record with `{profile_line()}` (it sets record_shapes=True), or profile with "
                         "torch.profiler.profile(record_shapes=True) (PyTorch ≥ 2.1 also records the convolutions' stride "

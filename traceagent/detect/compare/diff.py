@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -26,6 +27,14 @@ from ..detectors.time_by_class import memory_kernels_us
 GONE_BELOW_PCT = 2.0
 # a loss that grows by this many points of the span is a new problem
 NEW_PROBLEM_POINTS = 5.0
+
+
+def _signed_change(change: float | None, change_pct: float | None, said: Callable[[float], str]) -> str:
+    """A change in words with its sign, and its share of before where there is one ("-13.26 ms (-8.7%)")."""
+    if change is None:
+        return "-"
+    share = f" ({change_pct:+.1f}%)" if change_pct is not None else ""  # none of a zero before
+    return f"{'+' if change >= 0 else '-'}{said(abs(change))}{share}"
 
 
 @dataclass(frozen=True)
@@ -62,10 +71,7 @@ class TimeMetric:
         return duration(value)
 
     def change_shown(self) -> str:
-        if self.change_us is None:
-            return "-"
-        share = f" ({self.change_pct:+.1f}%)" if self.change_pct is not None else ""  # none of a zero before
-        return f"{'+' if self.change_us >= 0 else '-'}{duration(abs(self.change_us))}{share}"
+        return _signed_change(self.change_us, self.change_pct, duration)
 
 
 @dataclass(frozen=True)
@@ -101,10 +107,7 @@ class BytesMetric:
         return size(value) if value is not None else "-"
 
     def change_shown(self) -> str:
-        if self.change_bytes is None:
-            return "-"
-        share = f" ({self.change_pct:+.1f}%)" if self.change_pct is not None else ""
-        return f"{'+' if self.change_bytes >= 0 else '-'}{size(abs(self.change_bytes))}{share}"
+        return _signed_change(self.change_bytes, self.change_pct, size)
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,16 @@ def profile_line(*options: str) -> str:
     return " ".join(["traceagent profile", *options, "-- python train.py"])
 
 
+def rocprof_line(kernel: str) -> str:
+    """ROCm Compute Profiler's command line for one kernel (`kernel` as written in the command: quoted, or NAME)."""
+    return f"rocprof-compute profile -n hot_kernel -k {kernel} -- python train.py"
+
+
 def kernel_profiler(kernel: str, amd: bool = False) -> tuple[str, str]:
     """The command that reads one kernel's hardware counters, and the profiler's name: Nsight Compute through
     `traceagent profile --ncu` (its reading joins the trace), or on AMD GPUs ROCm Compute Profiler."""
     if amd:
-        return f"rocprof-compute profile -n hot_kernel -k {kernel!r} -- python train.py", "ROCm Compute Profiler"
+        return rocprof_line(repr(kernel)), "ROCm Compute Profiler"
     return profile_line("--ncu", repr(kernel)), "Nsight Compute"
 
 
