@@ -1007,14 +1007,13 @@ class OfflineAnalyst:
         by_count = bool(re.search(r"\b(?:launch\w*|how many|number of|count)\b|\b(?:most|fewest|more|fewer) kernels\b",
                                   q.text, re.I))
         rows = sorted(answers, key=lambda a: -(a.kernels.kernels if by_count else a.kernels.total_us))
-        (most, least) = rows[0], rows[-1]
-        said = (lambda a: counted(a.kernels.kernels, "kernel")) if by_count else (lambda a: duration(a.kernels.total_us))
-        lines = [f"**Rank {(most.scope or {}).get('rank')} runs the most kernels: {said(most)}**; rank "
-                 f"{(least.scope or {}).get('rank')} the fewest, {said(least)}." if by_count else
-                 f"**Rank {(most.scope or {}).get('rank')} spends the most time in kernels: {said(most)}**; rank "
-                 f"{(least.scope or {}).get('rank')} the least, {said(least)}.", "", "By rank (its kernels, their time, "
+        (most, least), rank = (rows[0], rows[-1]), (lambda a: (a.scope or {}).get("rank"))
+        lines = [f"**Rank {rank(most)} runs the most kernels: {counted(most.kernels.kernels, 'kernel')}**; rank "
+                 f"{rank(least)} the fewest, {counted(least.kernels.kernels, 'kernel')}." if by_count else
+                 f"**Rank {rank(most)} spends the most time in kernels: {duration(most.kernels.total_us)}**; rank "
+                 f"{rank(least)} the least, {duration(least.kernels.total_us)}.", "", "By rank (its kernels, their time, "
                  "its hottest):"]
-        lines += [f"- rank {(a.scope or {}).get('rank')}: {counted(a.kernels.kernels, 'kernel')}, "
+        lines += [f"- rank {rank(a)}: {counted(a.kernels.kernels, 'kernel')}, "
                   f"{duration(a.kernels.total_us)}" + (f", led by `{shorten(a.top[0].kernel.label, 60)}`" if a.top else "")
                   for a in rows]
         return "\n".join(lines + self._more_ranks(len(answers)))
@@ -1102,7 +1101,7 @@ class OfflineAnalyst:
         # "are CUDA graphs used for decode?": each phase asked (none named: every phase), yes or no first; a phase
         # the trace lacks is said above
         graphed = [p for p in answer.result.phases if p.phase in asked or not asked]
-        if graphed and asks_yes_or_no(q.text) and re.search(r"\b(?:cuda |hip )?graphs?\b", q.text, re.I):
+        if graphed and _yes_no(q) and re.search(r"\b(?:cuda |hip )?graphs?\b", q.text, re.I):
             shares = [p.graph_kernel_pct for p in graphed]
             head = "**Yes:**" if min(shares) >= 50 else "**Partly:**" if max(shares) > 0 else "**No:**"
             lines.insert(0, f"{head} " + "; ".join(f"{percent(p.graph_kernel_pct)} of {p.phase}'s kernel time is "
@@ -1960,7 +1959,6 @@ _ONE_STEP = ("The trace records one step, so there is nothing to weigh it agains
 #: the host and the device weighed against each other ("is the CPU or the GPU the bottleneck?")
 _HOST_OR_DEVICE = re.compile(r"\b(?:cpu|host)(?:[- ]bound)? or (?:the )?(?:gpu|device)\b|"
                              r"\b(?:gpu|device)(?:[- ]bound)? or (?:the )?(?:cpu|host)\b", re.I)
-#: the time of one named thing asked ("how much time is spent in the sampler?", "how long does the tokenizer take?")
 #: a typical value asked ("what is the average gap?", "the median gap length")
 _TYPICAL = re.compile(r"\b(?:average|mean|median|typical)\b", re.I)
 #: each step asked about ("how long does the data loader take per step?")
@@ -2187,7 +2185,7 @@ def _collectives_asked(q: Question, c: CollectivesResult) -> list[str]:
                  r"\b(?:all-?reduce|all-?gather|reduce-?scatter|all-?to-?all|broadcast|collective|nccl|rccl)s? sizes?\b",
                  q.text, re.I):
         # "are the messages small?": yes where most of the collectives' time is in messages the link's latency sets
-        small = "" if not (asks_yes_or_no(q.text) and re.search(r"\b(?:small|tiny)\b", q.text, re.I)) else (
+        small = "" if not (_yes_no(q) and re.search(r"\b(?:small|tiny)\b", q.text, re.I)) else (
             f"**{'Yes' if c.small_time_pct >= 50 else 'No'}:** {percent(c.small_time_pct)} of the collectives' time is in "
             f"messages under {size(c.small_bytes)}, where the link's latency, not its bandwidth, sets the time. ")
         lead.append(small + "**Message sizes** (median per call): " + "; ".join(

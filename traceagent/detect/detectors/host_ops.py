@@ -80,6 +80,8 @@ RUNTIME_CALLS = 40
 #: which a trace does not measure, and how many threads launch work
 UTILIZATION_ASKED = r"\b(?:cpu|host) (?:utili[sz]ation|usage|load)\b"
 THREADS_ASKED = r"\bhow many (?:cpu |host |python )?threads\b"
+#: the runtime and driver APIs asked about as a whole ("which CUDA API call takes the longest?")
+_APIS_ASKED = r"\b(?:cuda|hip|runtime|driver) (?:api|runtime)(?: calls?)?\b|\bapi calls?\b|\b(?:cuda|hip) calls\b"
 #: the time in Python asked ("how much time is spent in Python?", "is there Python overhead?")
 PYTHON_ASKED = r"\b(?:time|spent|spend|overhead|much)\b.{0,30}\bin python\b|\bpython (?:time|overhead)\b"
 
@@ -270,9 +272,6 @@ def host_ops_lead(result: HostOpsResult, question: str) -> str | None:
             if result.runtime_calls else "**No runtime or driver API calls** are recorded on the host."]
     return " ".join(lines + named) or None
 
-
-#: the runtime and driver APIs asked about as a whole ("which CUDA API call takes the longest?")
-_APIS_ASKED = r"\b(?:cuda|hip|runtime|driver) (?:api|runtime)(?: calls?)?\b|\bapi calls?\b|\b(?:cuda|hip) calls\b"
 
 
 #: this analysis, as the registry finds it (detect/registry.py): its key, parameters, result, hooks

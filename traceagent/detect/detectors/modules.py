@@ -182,6 +182,7 @@ def modules_named(text: str, types: Iterable[str]) -> list[str]:
     kept = [w for w in best if not any(w != v and w in v for v in best)]
     return list(dict.fromkeys(best[w][2] for w in sorted(kept, key=lambda w: best[w], reverse=True)))
 
+
 _LAYERS_COUNTED = re.compile(r"\bhow many\b.{0,20}\b(?:layers?|blocks?)\b", re.I)
 
 
