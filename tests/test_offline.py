@@ -1021,6 +1021,12 @@ TABLE = [
      lambda c: ["**Runtime and driver API calls by host time:** "
                 f"`{focus(c).results['host_ops'].runtime_calls[0].name}` "
                 f"{duration(focus(c).results['host_ops'].runtime_calls[0].self_us)}"]),
+    # how often a runtime API runs, or the host waits for the GPU: the calls, counted from the trace's host table
+    ("R", "How many times is cudaStreamSynchronize called?", "sync", {},
+     lambda c: [f"**`cudaStreamSynchronize`: {host_calls(c, 'cudaStreamSynchronize')} calls, "]),
+    ("R", "How many syncs are there per step?", "sync", {},
+     lambda c: [f"**{sum(host_calls(c, n) for n in ('cudaStreamSynchronize', 'cudaDeviceSynchronize'))} calls that wait "
+                f"for the GPU**", f"`cudaDeviceSynchronize` {host_calls(c, 'cudaDeviceSynchronize')} call"]),
     # the roofline by name: each counted op's FLOP per byte against the GPU's ridge point (the flops detector's words)
     ("Q", "What is the arithmetic intensity?", "bound", {},
      lambda c: [roofline(focus(c).findings.flops).strip()]),

@@ -26,7 +26,7 @@ from ..detect.core.vocabulary import BOUNDS, GAP_CAUSES, LIMITERS, ROOT_CAUSES, 
 from ..detect.detectors.collectives import CollectivesResult, collectives_sentence
 from ..detect.detectors.flops import roofline, uncounted_sentence
 from ..detect.detectors.graphs import capture_sentence
-from ..detect.detectors.host_ops import API_NAMED, api_time
+from ..detect.detectors.host_ops import API_NAMED, COUNT_ASKED, SYNCS_COUNTED, api_time, sync_call_counts
 from ..detect.detectors.interconnect import interconnect_sentence
 from ..detect.detectors.kernel_profiles import profile_sentence, same_kernel
 from ..detect.detectors.kernels import is_op_name, op_kernels, short_name
@@ -1148,10 +1148,12 @@ class OfflineAnalyst:
         return self._absent_phase(q) + (f"{who}{first}\n\n{said}" if first else said)
 
     def _with_api_time(self, plan: Plan) -> Plan:
-        """A plan whose answer leads with the host time of each runtime API the question names, where it asks
-        how long they take ("how much time is spent in cudaLaunchKernel?" is the launch answer, led by that)."""
+        """A plan whose answer leads with the calls and host time of each runtime API the question names, where it
+        asks how long they take or how often they run ("how much time is spent in cudaLaunchKernel?" is the launch
+        answer, led by that), or with the calls that wait for the GPU where it counts syncs."""
         def asked(q: Question) -> bool:
-            return bool(API_NAMED.search(q.text) and _TIME_ASKED.search(q.text))
+            return bool(API_NAMED.search(q.text) and (_TIME_ASKED.search(q.text) or re.search(COUNT_ASKED, q.text, re.I))
+                        or re.search(SYNCS_COUNTED, q.text, re.I))
 
         def calls(q: Question, at: dict) -> list[tuple[str, dict]]:
             return plan.calls(q, at) + ([("host_ops", _rank(at))] if asked(q) else [])
@@ -1160,7 +1162,9 @@ class OfflineAnalyst:
             if not asked(q):
                 return plan.write(q, *answers)
             *own, host = answers
-            lead = " ".join(api_time(host.result, q.text)) if host.result is not None else ""
+            said = (api_time(host.result, q.text) if API_NAMED.search(q.text) else [sync_call_counts(host.result)]
+                    ) if host.result is not None else []
+            lead = " ".join(said)
             return (f"{self._who(host.scope)}{lead}\n\n" if lead else "") + plan.write(q, *own)
         return Plan(calls, write)
 

@@ -31,6 +31,7 @@ from ...trace.normalize import (
     thread_keys,
 )
 from ..core.bounds import Count
+from ..core.vocabulary import BLOCKING_NAME
 from ..core.host import launching_threads
 from ..core.view import index_type, pct, us
 from .base import Detector
@@ -235,6 +236,12 @@ def host_ops_section(result: HostOpsResult, params: HostOpsParams) -> list[str]:
 API_NAMED = re.compile(r"\b(?:cuda|hip|cu)[A-Z]\w+")
 
 
+#: how often something is called ("how many times is cudaStreamSynchronize called?", "the number of syncs")
+COUNT_ASKED = r"\bhow (?:many|often)\b|\bnumber of\b|\bcount\b"
+#: host synchronizations counted without an API named ("how many syncs are there per step?")
+SYNCS_COUNTED = r"\b(?:how many|how often|number of|count of)\b.{0,30}\bsync\w*|\bsync\w* (?:count|calls)\b"
+
+
 def api_time(result: HostOpsResult, question: str) -> list[str]:
     """Each runtime or driver API the question names (and its variants: cudaMallocAsync), its calls and host
     time, or that there are none."""
@@ -245,6 +252,16 @@ def api_time(result: HostOpsResult, question: str) -> list[str]:
                   f"({percent(c.share_pct)} of the time in host events on {threads_read(result)})." for c in found] or [
             f"**No `{shorten(name, 60)}` calls** on {threads_read(result)} in this trace."]
     return lines
+
+
+def sync_call_counts(result: HostOpsResult) -> str:
+    """The calls that make the host wait for the GPU (vocabulary.BLOCKING_CALLS), each with its count and host time."""
+    waits = [c for c in result.runtime_calls if BLOCKING_NAME.match(c.name)]
+    if not waits:
+        return f"**No call that waits for the GPU** (synchronize, synchronous copy or memset) on {threads_read(result)}."
+    calls = sum(c.calls for c in waits)
+    return (f"**{counted(calls, 'call')} that {'wait' if calls > 1 else 'waits'} for the GPU** on {threads_read(result)}: "
+            + "; ".join(f"`{c.name}` {counted(c.calls, 'call')} ({duration(c.self_us)} on the host)" for c in waits) + ".")
 
 
 def host_ops_lead(result: HostOpsResult, question: str) -> str | None:
