@@ -55,6 +55,25 @@ def test_self_times_of_nested_and_crossing_events_are_worked_out_by_hand(tmp_pat
     assert next(o for o in result.top if o.name == "aten::A").total_us == 100.0
 
 
+def test_the_calls_that_wait_for_the_gpu_are_counted_by_hand(tmp_path):
+    """On the launching thread: two stream syncs, a synchronous cudaMemcpy and a cudaFree wait (4); a launch and
+    an async copy do not. A stream sync on a thread that launches nothing is left out with that thread."""
+    b = TraceBuilder()
+    b.kernel("gemm", 10, 5, launch_at=1, launch_dur=1)
+    for at in (20, 40):
+        b.runtime("cudaStreamSynchronize", at, 2)
+    b.runtime("cudaMemcpy", 50, 3)
+    b.runtime("cudaFree_v2", 60, 1)
+    b.runtime("cudaMemcpyAsync", 70, 1)
+    b.runtime("cudaStreamSynchronize", 80, 1, tid=300)
+    analysis = analyze(b.write(tmp_path / "waits.json"))
+    assert analysis.ranks[0].results["host_ops"].waits_for_gpu == 4
+    said = offline_answer(analysis, "How many syncs are there?")
+    assert ("**4 calls that wait for the GPU** on the thread that launches GPU work: `cudaStreamSynchronize` 2 calls "
+            "(4.0 µs on the host); `cudaMemcpy` 1 call (3.0 µs on the host); `cudaFree_v2` 1 call (1.0 µs on the host)."
+            in said)  # most host time first
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 40), st.integers(1, 20)), min_size=1, max_size=25))
 def test_self_times_match_a_brute_force_reader(events):

@@ -1027,6 +1027,13 @@ TABLE = [
     ("R", "How many syncs are there per step?", "sync", {},
      lambda c: [f"**{sum(host_calls(c, n) for n in ('cudaStreamSynchronize', 'cudaDeviceSynchronize'))} calls that wait "
                 f"for the GPU**", f"`cudaDeviceSynchronize` {host_calls(c, 'cudaDeviceSynchronize')} call"]),
+    # the GIL: no lock in a trace; the threads that share it, Python's own time, and how to measure it
+    ("R", "Is the GIL a problem?", "detector:host_ops", {},
+     lambda c: ["**The trace cannot show the GIL:**",
+                f"Here {focus(c).results['host_ops'].threads} threads launch GPU work", "py-spy record --gil"]),
+    ("Q", "Could the global interpreter lock slow my training?", "detector:host_ops", {},
+     lambda c: ["Here one thread launches GPU work",
+                f"Python functions take {duration(focus(c).results['host_ops'].self_by_kind_us['python'])} of their own"]),
     # the roofline by name: each counted op's FLOP per byte against the GPU's ridge point (the flops detector's words)
     ("Q", "What is the arithmetic intensity?", "bound", {},
      lambda c: [roofline(focus(c).findings.flops).strip()]),

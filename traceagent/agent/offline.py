@@ -1152,8 +1152,8 @@ class OfflineAnalyst:
         asks how long they take or how often they run ("how much time is spent in cudaLaunchKernel?" is the launch
         answer, led by that), or with the calls that wait for the GPU where it counts syncs."""
         def asked(q: Question) -> bool:
-            return bool(API_NAMED.search(q.text) and (_TIME_ASKED.search(q.text) or re.search(COUNT_ASKED, q.text, re.I))
-                        or re.search(SYNCS_COUNTED, q.text, re.I))
+            named = API_NAMED.search(q.text) and (_TIME_ASKED.search(q.text) or re.search(COUNT_ASKED, q.text, re.I))
+            return bool(named or re.search(SYNCS_COUNTED, q.text, re.I))
 
         def calls(q: Question, at: dict) -> list[tuple[str, dict]]:
             return plan.calls(q, at) + ([("host_ops", _rank(at))] if asked(q) else [])

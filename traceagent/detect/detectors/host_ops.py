@@ -31,9 +31,9 @@ from ...trace.normalize import (
     thread_keys,
 )
 from ..core.bounds import Count
-from ..core.vocabulary import BLOCKING_NAME
 from ..core.host import launching_threads
 from ..core.view import index_type, pct, us
+from ..core.vocabulary import BLOCKING_NAME
 from .base import Detector
 
 #: runtime calls whose time is mostly a wait on the GPU or the driver
@@ -73,6 +73,9 @@ class HostOpsResult:
     # 2.16: the self time of each kind of host event (op, python, annotation, runtime, driver, dataloader), µs: "how
     # much time is spent in Python?" is the python functions' own time, outside the ops they call
     self_by_kind_us: dict[str, float] = field(default_factory=dict)
+    # 2.17: the calls on those threads that make the host wait for the GPU (vocabulary.BLOCKING_CALLS: synchronize,
+    # synchronous copies and memsets, frees), of every name: "how many syncs are there?"
+    waits_for_gpu: int = 0
 
 
 #: how many runtime and driver APIs a result lists (a trace calls a few dozen at most)
@@ -84,6 +87,8 @@ THREADS_ASKED = r"\bhow many (?:cpu |host |python )?threads\b"
 #: the runtime and driver APIs asked about as a whole ("which CUDA API call takes the longest?")
 _APIS_ASKED = r"\b(?:cuda|hip|runtime|driver) (?:api|runtime)(?: calls?)?\b|\bapi calls?\b|\b(?:cuda|hip) calls\b"
 #: the time in Python asked ("how much time is spent in Python?", "is there Python overhead?")
+#: the GIL asked about ("is the GIL a problem?"): a trace records threads' events, not the lock
+GIL_ASKED = r"\bgil\b|\bglobal interpreter lock\b"
 PYTHON_ASKED = r"\b(?:time|spent|spend|overhead|much)\b.{0,30}\bin python\b|\bpython (?:time|overhead)\b"
 
 
@@ -126,8 +131,10 @@ def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> Ho
                           int(calls_by[i]), us(int(own_by[i])), us(total_by[i]), pct(own_by[i], host_time))
     own_by_kind = np.bincount(kind_of, weights=own_by, minlength=len(kinds.categories) + 1)
     by_kind = {str(k): us(int(own_by_kind[i])) for i, k in enumerate(kinds.categories) if own_by_kind[i] > 0}
+    api = np.flatnonzero(is_api)  # a name each: matched once per name, not per call
+    waits = [i for i in api if BLOCKING_NAME.match(str(names.categories[found[i] // (len(kinds.categories) + 1)]))]
     return HostOpsResult(us(host_time), len(known), bool(len(launching)), [row(i) for i in best], [row(i) for i in calls],
-                         by_kind)
+                         by_kind, int(calls_by[waits].sum()))
 
 
 def _open_time(code: np.ndarray, chosen: list[int], thread: np.ndarray, start: np.ndarray,
@@ -256,12 +263,34 @@ def api_time(result: HostOpsResult, question: str) -> list[str]:
 
 def sync_call_counts(result: HostOpsResult) -> str:
     """The calls that make the host wait for the GPU (vocabulary.BLOCKING_CALLS), each with its count and host time."""
-    waits = [c for c in result.runtime_calls if BLOCKING_NAME.match(c.name)]
-    if not waits:
+    if not result.waits_for_gpu:
         return f"**No call that waits for the GPU** (synchronize, synchronous copy or memset) on {threads_read(result)}."
-    calls = sum(c.calls for c in waits)
-    return (f"**{counted(calls, 'call')} that {'wait' if calls > 1 else 'waits'} for the GPU** on {threads_read(result)}: "
-            + "; ".join(f"`{c.name}` {counted(c.calls, 'call')} ({duration(c.self_us)} on the host)" for c in waits) + ".")
+    calls = result.waits_for_gpu
+    waits = [c for c in result.runtime_calls if BLOCKING_NAME.match(c.name)]  # those listed (most host time first)
+    return (f"**{counted(calls, 'call')} that {'wait' if calls > 1 else 'waits'} for the GPU** on {threads_read(result)}"
+            + (": " + "; ".join(f"`{c.name}` {counted(c.calls, 'call')} ({duration(c.self_us)} on the host)"
+                                for c in waits) if waits else "") + ".")
+
+
+def gil_lines(result: HostOpsResult) -> str:
+    """What a trace can say about the GIL: no lock events, but how many threads share it and how much of their
+    time is Python's own; and how to measure the contention."""
+    if result.launching_only and result.threads > 1:
+        threads = (f"Here {counted(result.threads, 'thread')} launch GPU work; Python code on them takes turns under "
+                   "one GIL (PyTorch's ops and autograd's backward thread run in C++ and release it). ")
+    elif result.launching_only:
+        threads = ("Here one thread launches GPU work: the GIL costs it only where other threads of the process run "
+                   "Python beside it. ")
+    else:
+        threads = f"Here {counted(result.threads, 'thread')} record host events and none launches GPU work. "
+    python = result.self_by_kind_us.get("python")
+    own = (f"Python functions take {duration(python)} of their own time of {duration(result.host_time_us)} in host "
+           f"events on {threads_read(result)}. " if python else "")
+    return ("**The trace cannot show the GIL:** a profiler records when each thread ran ops and calls, not which one "
+            "held the lock or waited for it. " + threads + own
+            + "To measure it: `py-spy record --gil -o gil.svg --pid PID` samples only the thread holding the GIL; "
+              "compare with `py-spy record --idle` (every thread). A DataLoader with `num_workers > 0` loads in worker "
+              "processes, each with its own GIL.")
 
 
 def host_ops_lead(result: HostOpsResult, question: str) -> str | None:
@@ -282,6 +311,8 @@ def host_ops_lead(result: HostOpsResult, question: str) -> str | None:
     if re.search(UTILIZATION_ASKED, question, re.I):
         lines.append("**The trace does not measure CPU utilization:** a profiler records the events on the host's "
                      "threads, not how loaded its cores are. What it says is where those threads' time in events goes:")
+    if re.search(GIL_ASKED, question, re.I):
+        lines.append(gil_lines(result))
     named = api_time(result, question)
     if not named and re.search(_APIS_ASKED, question, re.I):  # "which CUDA API call takes the longest?": the top ones
         named = [("**Runtime and driver API calls by host time:** " + "; ".join(
@@ -308,7 +339,7 @@ DETECTOR = Detector("host_ops", "Host time by op", "Where the host's (CPU's) tim
                          r"\b(?:cpu|host)(?: side)? (?:time|ops?|hotspots?|profile)\b|\b(?:where|how) does the (?:cpu|host) "
                          r"spend\b|\bself (?:cpu )?time\b|\bwhy is (?:the |my )?(?:cpu|host)(?: side)? (?:so )?(?:slow|busy)\b|"
                          r"\btime (?:is )?spent (?:on|in) the (?:cpu|host)\b|"
-                         rf"{UTILIZATION_ASKED}|{THREADS_ASKED}|{_APIS_ASKED}|{PYTHON_ASKED}|"
+                         rf"{UTILIZATION_ASKED}|{THREADS_ASKED}|{_APIS_ASKED}|{PYTHON_ASKED}|{GIL_ASKED}|"
                          # a runtime or driver API named as written (cudaMalloc, hipFree, cuMemAlloc); syncs, launches
                          # and copies have answers of their own
                          r"(?-i:\b(?:cuda|hip)(?!\w*(?:Synchroni|Launch|Memcpy|Memset))[A-Z]\w+|"
