@@ -1016,6 +1016,15 @@ TABLE = [
     ("A", "How big are the messages?", "communication", {},
      lambda c: [f"**Message sizes** (median per call): {collectives(c).rows[0].collective} on group "
                 f"{collectives(c).rows[0].group} {size(collectives(c).rows[0].median_bytes)}"]),
+    # one kind of collective's bandwidth: its rows (each process group), or that it has none; "all-to-all" is a
+    # collective, not a copy
+    ("A", "What is the all-reduce bandwidth?", "interconnect", {},
+     lambda c: [f"**All-reduce on group {r.group} ({r.group_size} ranks): busbw {rate(r.busbw_gbps)}** (best call "
+                f"{rate(r.best_busbw_gbps)})" for r in collectives(c).rows if r.collective == "all_reduce"]),
+    ("A", "What is the all-gather bandwidth?", "interconnect", {},
+     lambda c: ["**No all-gather with a recorded payload** in this scope: its collectives are "
+                + ", ".join(sorted({r.collective for r in collectives(c).rows}))]),
+    ("D", "What is the all-to-all bandwidth?", "interconnect", {}, lambda c: ["cannot say the collectives' bandwidth"]),
     # the runtime API calls asked about as a whole: the host_ops detector's, by host time
     ("T", "Which CUDA API call takes the longest?", "detector:host_ops", {},
      lambda c: ["**Runtime and driver API calls by host time:** "

@@ -1229,7 +1229,7 @@ class OfflineAnalyst:
             lead = ("**No:** " if balanced else "") + f"**Rank {rank}** is the straggler."
         lines = [lead, straggler_sentence(ranks), "", "Waiting for the last rank, by rank (exposed: no compute beside it):"]
         lines += [f"- rank {r.rank}: {duration(r.exposed_waiting_us)} exposed waiting, "
-                  f"{percent(r.exposed_waiting_pct)} of its device time; entered {r.last_count} collectives last"
+                  f"{percent(r.exposed_waiting_pct)} of its device time; entered {counted(r.last_count, 'collective')} last"
                   for r in rows[:8]]
         if verdict is not None and verdict.verdict.root_cause == "straggler":  # "what would fixing it save?"
             lines += _saving(verdict.verdict)
@@ -1259,7 +1259,8 @@ class OfflineAnalyst:
                     f"of its device time, compute {duration(t.compute_us)}; limiter {r.limiter} ({r.root_cause})")
             if (w := wa if r is a else wb) is not None:
                 line += (f"; waits {duration(w.exposed_waiting_us)} with no compute beside it "
-                         f"({percent(w.exposed_waiting_pct)} of its device time), entered {w.last_count} collectives last")
+                         f"({percent(w.exposed_waiting_pct)} of its device time), entered "
+                         f"{counted(w.last_count, 'collective')} last")
             lines.append(line)
         return "\n".join(lines)
 
@@ -2184,6 +2185,16 @@ def _collectives_asked(q: Question, c: CollectivesResult) -> list[str]:
                     f"{percent(c.peak_pct)} of the links' peak" + (
                         f"; {percent(c.small_time_pct)} of their time is in messages under {size(c.small_bytes)}, "
                         "which no link speed shortens" if c.bound == "latency" else "") + ").")
+    named = _collective_named(q.text)
+    if named and re.search(r"\b(?:bandwidth|busbw|algbw|throughput|fast|slow)\b", q.text, re.I):
+        # "what is the all-gather bandwidth?": that kind's rows first (each process group's), or that it has none
+        rows = [r for r in c.rows if r.collective == named[0].kind]
+        lead += [f"**{named[0].label} on group {r.group} ({r.group_size} ranks): busbw {rate(r.busbw_gbps)}** (best call "
+                 f"{rate(r.best_busbw_gbps)}), {percent(r.peak_pct)} of {c.links[r.link].kind}'s "
+                 f"{c.links[r.link].peak_gbps:g} GB/s, over {counted(r.calls, 'call')} moving {size(r.bytes)}."
+                 for r in rows] or [
+            f"**No {named[0].label.lower()} with a recorded payload** in this scope: its collectives are "
+            + ", ".join(dict.fromkeys(r.collective for r in c.rows)) + "."]
     if re.search(r"\b(?:message|payload|buffer|transfer)s?\s*sizes?\b|\bhow (?:big|large)\b|\bsizes? of\b|"
                  r"\b(?:average|mean|median|typical)\b.{0,25}\bsizes?\b|\bmessages?\b.{0,20}\b(?:small|large|big|tiny)\b|"
                  r"\b(?:all-?reduce|all-?gather|reduce-?scatter|all-?to-?all|broadcast|collective|nccl|rccl)s? sizes?\b",

@@ -27,6 +27,9 @@ OTHER_GPU = r"(?:a |an )?(?:faster|newer|bigger|better) gpu|h100|h200|h800|a100|
 _CLASSES_SAID = "|".join(words for name, words in CLASS_WORDS if name != "memory_bound")
 #: what a question puts between two things it compares ("step 5 vs 6", "rank 0 compared to rank 1")
 _VERSUS = r"vs\.?|versus|against|compared (?:to|with)"
+#: communication named, by a collective's name as people write it ("all-to-all", "reduce scatter", "alltoall")
+COLLECTIVES_SAID = (r"collectives?|nccl|rccl|communication|all[- ]?reduces?|all[- ]?gathers?|reduce[- ]?scatters?|"
+                    r"all[- ]?to[- ]?alls?|broadcasts?|send[- ]?recvs?")
 #: a change of batch size, or a judgement of it, asked about ("should I increase the batch size?", "is my batch
 #: size too small?"), not the batch size itself
 _BATCH_CHANGED = (r"\bif\b|\bwould\b|\bshould\b|\btoo (?:small|large|big)\b|\benough\b|\boptimal\b|"
@@ -135,8 +138,8 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
             r"^(?!.*\bmemory\b).*(?:\bfar (?:from|off|below) (?:the )?peak\b|\btheoretical peak\b|"
             r"\bpeak (?:t?flop/?s|t?flops|compute|performance)\b)"),
     ("interconnect", r"\b(?:interconnect|network|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
-                     r"(?:collective|nccl|rccl|all-?reduce|all-?gather|communication)s?\b.{0,40}\b(?:bandwidth|latency)|"
-                     r"(?:bandwidth|latency)\b.{0,40}\b(?:collective|nccl|rccl|all-?reduce|all-?gather|communication))"),
+                     rf"(?:{COLLECTIVES_SAID})\b.{{0,40}}\b(?:bandwidth|latency)|"
+                     rf"(?:bandwidth|latency)\b.{{0,40}}\b(?:{COLLECTIVES_SAID}))"),
     ("critical_path", r"\b(?:critical path|on the (?:critical )?path|what (?:sets|determines) (?:the )?(?:step|run) ?time|"
                       r"would (?:it|that) save|worth (?:optimi[sz]ing|speeding))"),
     # a bound asked of a phase ("is the decode memory-bound?") is the bound intent's: phases say no bound
