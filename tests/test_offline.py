@@ -178,6 +178,12 @@ def links(ctx):
     return focus(ctx).results["interconnect"]
 
 
+def collective_calls(ctx) -> int:
+    """The focus rank's collective kernels that carry a payload (PyTorch's 'Collective name' arg), from its kernels."""
+    gpu = focus(ctx).trace.gpu
+    return int(gpu["collective"].notna().sum())
+
+
 def collectives(ctx):
     return focus(ctx).results["collectives"]
 
@@ -1025,6 +1031,9 @@ TABLE = [
      lambda c: ["**No all-gather with a recorded payload** in this scope: its collectives are "
                 + ", ".join(sorted({r.collective for r in collectives(c).rows}))]),
     ("D", "What is the all-to-all bandwidth?", "interconnect", {}, lambda c: ["cannot say the collectives' bandwidth"]),
+    # collectives a step: the payload calls over the steps, counted from the trace's kernels and steps here
+    ("A", "How many collectives per step?", "communication", {},
+     lambda c: [f"**{collective_calls(c) / len(focus(c).trace.steps):g} collectives a step** ({collective_calls(c)} calls"]),
     # the runtime API calls asked about as a whole: the host_ops detector's, by host time
     ("T", "Which CUDA API call takes the longest?", "detector:host_ops", {},
      lambda c: ["**Runtime and driver API calls by host time:** "

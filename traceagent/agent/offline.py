@@ -2185,6 +2185,9 @@ def _collectives_asked(q: Question, c: CollectivesResult) -> list[str]:
                     f"{percent(c.peak_pct)} of the links' peak" + (
                         f"; {percent(c.small_time_pct)} of their time is in messages under {size(c.small_bytes)}, "
                         "which no link speed shortens" if c.bound == "latency" else "") + ").")
+    if c.calls_per_step is not None and re.search(r"\b(?:per|a|each) (?:training )?(?:step|iteration)\b", q.text, re.I):
+        lead.append(f"**{c.calls_per_step:g} collectives a step** ({counted(c.calls, 'call')} with a recorded payload, "
+                    "over the trace's steps).")
     named = _collective_named(q.text)
     if named and re.search(r"\b(?:bandwidth|busbw|algbw|throughput|fast|slow)\b", q.text, re.I):
         # "what is the all-gather bandwidth?": that kind's rows first (each process group's), or that it has none
