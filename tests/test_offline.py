@@ -1034,6 +1034,12 @@ TABLE = [
     # collectives a step: the payload calls over the steps, counted from the trace's kernels and steps here
     ("A", "How many collectives per step?", "communication", {},
      lambda c: [f"**{collective_calls(c) / len(focus(c).trace.steps):g} collectives a step** ({collective_calls(c)} calls"]),
+    # occupancy where the trace has no estimate (an Nsight export): said so, and where to measure it; Unified Memory
+    # faults, which no trace traceagent reads records
+    ("T", "What is the SM occupancy?", "detector:grid_fill", {},
+     lambda c: ["**This trace records no achieved occupancy**", "traceagent profile --ncu KERNEL"]),
+    ("T", "Are there unified memory page faults?", "not_recorded", {},
+     lambda c: ["**The trace does not record Unified Memory page faults or migrations**", "--cuda-um-gpu-page-faults=true"]),
     # the runtime API calls asked about as a whole: the host_ops detector's, by host time
     ("T", "Which CUDA API call takes the longest?", "detector:host_ops", {},
      lambda c: ["**Runtime and driver API calls by host time:** "

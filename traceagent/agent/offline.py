@@ -1637,7 +1637,8 @@ class OfflineAnalyst:
         asked = [(what, where) for what, said, where in NOT_RECORDED if re.search(said, q.text, re.I)]
         lines = [f"**The trace does not record {what}**: see {where}." for what, where in asked]
         lines += ["", "A profiler trace records what the run did on the host and the GPUs (ops, kernels, copies, "
-                  "collectives) and when, not the model's settings or the training's values.", "",
+                  "collectives) and when, as far as its profiler was set to: not the model's settings or the training's "
+                  "values.", "",
                   f"**What this trace does say:** {verdict.verdict.headline}.", f"**Next step:** {verdict.verdict.next_step}"]
         return "\n".join(lines)
 

@@ -74,6 +74,11 @@ NOT_RECORDED: list[tuple[str, str, str]] = [
      "the run's logs (TensorBoard, W&B, the script's prints)"),
     ("how many epochs the run trains", r"\b(?:how many|number of) epochs\b|\bepochs? (?:count|number)\b",
      "the training script's arguments or its logs; the trace records only the steps it profiled"),
+    # Nsight Systems records them where asked to; traceagent reads no fault table, a Kineto trace has none
+    ("Unified Memory page faults or migrations",
+     r"\bpage[- ]?faults?\b|\b(?:unified|managed) memory\b|\bcudaMallocManaged\b|\bum (?:migrations?|faults?)\b",
+     "`nsys profile --cuda-um-cpu-page-faults=true --cuda-um-gpu-page-faults=true`, which records them; prefetching "
+     "managed memory before the kernels use it (`cudaMemPrefetchAsync`) avoids them"),
 ]
 # (intent, pattern): the order is the priority
 INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for name, pattern in [

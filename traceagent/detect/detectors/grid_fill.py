@@ -130,9 +130,13 @@ def grid_fill_findings(result: GridFillResult, on: str) -> list[tuple[str, str]]
 
 
 def grid_fill_lead(result: GridFillResult, question: str) -> str | None:
-    """The achieved occupancy where the question asks it, or None."""
-    if not re.search(r"\boccupancy\b", question, re.I) or result.occupancy_pct is None:
+    """The achieved occupancy where the question asks it (or that the trace records none), else None."""
+    if not re.search(r"\boccupancy\b", question, re.I):
         return None
+    if result.occupancy_pct is None:  # an Nsight Systems export, or a Kineto trace without the estimate
+        return ("**This trace records no achieved occupancy** (PyTorch's profiler estimates it for each kernel; an "
+                "Nsight Systems export has none): Nsight Compute measures it, `traceagent profile --ncu KERNEL`. What "
+                "the trace does say is how the grids fill the SMs:")
     return (f"**Achieved occupancy: {percent(result.occupancy_pct)}** of the SMs' warps (Kineto's estimate, weighted by "
             "kernel time).")
 
