@@ -11,6 +11,7 @@ from conftest import DATA
 from rawtrace import events, length, union
 
 import traceagent
+from traceagent.detect.detectors.phases import phases_sentence
 
 SGLANG_DECODE = DATA / "tracelens" / "mi300_sglang_Qwen3-8B_decode.json.gz"
 SGLANG_PREFILL = DATA / "tracelens" / "mi300_sglang_Qwen3-8B_prefilldecode.json.gz"
@@ -62,6 +63,16 @@ def test_a_vllm_step_with_prefill_and_decode_requests_is_mixed_and_replayed_from
     assert (p.phase, p.tokens) == ("mixed", 8192)  # execute_8192_context_9(…)_generation_37(…)
     assert p.graph_kernel_pct > 90 and not p.launch_bound
     assert analysis.verdict.limiter != "idle" and analysis.verdict.root_cause != "launch_overhead"
+    # its graph-replayed matmuls have no op with shapes: the phase's MFU counts one aten::mm and says it is a lower bound,
+    # as the rank's MFU does (most of the rank's matmul time ran outside the counted ops)
+    assert analysis.focus.findings.flops.uncounted_pct > 90
+    assert p.mfu_pct is not None and p.mfu_lower_bound
+    assert f"MFU {p.mfu_pct:.1f}% (a lower bound)" in phases_sentence(analysis.focus.results["phases"])
+
+
+def test_a_phase_whose_matmuls_are_counted_has_an_mfu_that_is_not_a_bound():
+    [p] = traceagent.analyze(SGLANG_PREFILL).focus.results["phases"].phases
+    assert p.mfu_pct is not None and not p.mfu_lower_bound
 
 
 def decode_steps(tmp_path: Path, graphed: bool) -> Path:

@@ -1117,7 +1117,8 @@ class OfflineAnalyst:
                     + (f" ({p.tokens_per_s:g} tokens/s over its steps)" if p.tokens_per_s else "")
                     + f", mean step {duration(p.mean_step_us)}; busy {percent(p.busy_pct)}, idle {percent(p.idle_pct)}, "
                     f"launch gaps {percent(p.launch_idle_pct)}; {percent(p.graph_kernel_pct)} of kernel time replayed "
-                    "from CUDA graphs" + (f"; MFU {percent(p.mfu_pct)}" if p.mfu_pct is not None else ""))
+                    "from CUDA graphs" + (f"; MFU {percent(p.mfu_pct)}" + (" (a lower bound)" if p.mfu_lower_bound else "")
+                                       if p.mfu_pct is not None else ""))
             if p.top_kernels:
                 k = p.top_kernels[0]
                 line += f"; led by `{shorten(k.short_name, 50)}` ({percent(k.share_pct)} of its kernel time)"

@@ -60,7 +60,7 @@ from .verdict.diagnose import Findings, Verdict, VerdictParams, no_device_verdic
 #: peak_share_pct (the GPU's memory from the trace's device properties, and the peak's share of it). 2.16:
 #: steps.kernels_per_step and steps.steps[].kernels (the kernels that start inside each step's device work);
 #: steps.p90_us and p99_us (the step time's tail); host_ops.self_by_kind_us (each kind of host event's own time).
-#: 2.17: host_ops.waits_for_gpu (the calls that make the host wait for the GPU).
+#: 2.17: host_ops.waits_for_gpu (the calls that make the host wait for the GPU); phases[].mfu_lower_bound.
 SCHEMA_VERSION = max(["2.17", *(d.since for d in DETECTORS)], key=lambda v: tuple(map(int, v.split("."))))
 
 

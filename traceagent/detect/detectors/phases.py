@@ -10,7 +10,7 @@ unless its kernels already replay from graphs: then the launches are not what it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -22,7 +22,7 @@ from ..core.bounds import Percent
 from ..core.peaks import peak_for
 from ..core.view import pct, us, views_of
 from .base import Detector
-from .flops import COUNTED, op_flops, per_op
+from .flops import COUNTED, FlopsResult, op_flops, per_op, uncounted_sentence
 from .graphs import replayed
 from .kernels import short_name
 
@@ -66,6 +66,9 @@ class Phase:
     top_kernels: list[PhaseKernel]
     next_step: str | None
     tokens_per_s: float | None = None  # its tokens over its steps' windows: a GPU behind its host is not faster
+    # 2.17: the MFU leaves out most of the work: the rank's matmul, attention and convolution kernels ran mostly outside
+    # the counted ops (CUDA graph replays, custom ops: flops.uncounted_pct), as the rank's MFU says of itself
+    mfu_lower_bound: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,9 @@ class PhasesResult:
     phases: list[Phase]  # prefill, mixed, decode, those present
 
 
-def detect_phases(trace: Trace, gaps: pd.DataFrame, params: PhasesParams = PhasesParams()) -> PhasesResult | None:
-    """None when the trace has no inference server steps."""
+def detect_phases(trace: Trace, gaps: pd.DataFrame, params: PhasesParams = PhasesParams(),
+                  flops: FlopsResult | None = None) -> PhasesResult | None:
+    """None when the trace has no inference server steps. `flops`, the rank's: whether its MFU is a lower bound."""
     steps = trace.steps[trace.steps["phase"].notna().to_numpy()]
     if steps.empty:
         return None
@@ -86,6 +90,8 @@ def detect_phases(trace: Trace, gaps: pd.DataFrame, params: PhasesParams = Phase
         mine = steps[(steps["phase"] == phase).to_numpy()]
         if len(mine):
             out.append(_phase(trace, gaps, phase, mine, kernels, in_graph, params))
+    if flops is not None and uncounted_sentence(flops) is not None:
+        out = [replace(p, mfu_lower_bound=True) if p.mfu_pct is not None else p for p in out]
     return PhasesResult(out)
 
 
@@ -173,7 +179,7 @@ def phases_sentence(result: PhasesResult) -> str | None:
                 + f", mean {duration(p.mean_step_us)}, busy {p.busy_pct:.1f}%, launch gaps "
                 f"{p.launch_idle_pct:.1f}%, {p.graph_kernel_pct:.0f}% of kernel time in CUDA graphs")
         if p.mfu_pct is not None:
-            text += f", MFU {p.mfu_pct:.1f}%"
+            text += f", MFU {p.mfu_pct:.1f}%" + (" (a lower bound)" if p.mfu_lower_bound else "")
         if p.top_kernels:
             text += f", led by {shorten(p.top_kernels[0].short_name, 50)} ({p.top_kernels[0].share_pct:.1f}%)"
         if p.next_step:
@@ -187,8 +193,8 @@ DETECTOR = Detector("phases", "Inference phases", "An inference server's steps (
                     "execute_N_context_C(…)_generation_G(…)) split into prefill, decode and mixed: per phase the steps and "
                     "tokens, busy and idle time, launch gaps, the share of kernel time replayed from CUDA graphs, whether it "
                     "is launch-bound (and CUDA-graph advice), FLOP/s and MFU, and its hot kernels.",
-                    PhasesParams(), PhasesResult, lambda i, p: detect_phases(i.trace, i["gaps"], p),
-                    lambda r, p: phases_sentence(r), reads=("gaps",), since="1.4",
+                    PhasesParams(), PhasesResult, lambda i, p: detect_phases(i.trace, i["gaps"], p, i["flops"]),
+                    lambda r, p: phases_sentence(r), reads=("gaps", "flops"), since="1.4",
                     needs=("the trace has no inference server steps (SGLang's step[...] or vLLM's execute_... ranges)",
                            "profile the server with its own profiler hooks (SGLang /start_profile, vLLM --profiler-config), "
                            "which record those ranges"))
