@@ -1279,6 +1279,17 @@ TABLE = [
     ("C", "Is the GPU busier now?", "compare", {},
      lambda c: [f"**{'Yes' if row(c, 'busy').change_points > 1 else 'No'}:** busy {percent(row(c, 'busy').before_pct)} → "
                 f"{percent(row(c, 'busy').after_pct)}"]),
+    # a fix named by what it fixed ("the sync fix"): that cause's idle row, yes where it went down past a point of
+    # the span (worked out here); the before run's own root cause is the run's answer, which says it
+    ("C", "Did the data loading fix work?", "compare", {},  # the before run's root cause: the run's yes, its headline
+     lambda c: [f"**{'Yes' if row(c, 'idle: dataloader').change_points < -1 else 'No'}:** idle from data loading: "
+                f"{percent(row(c, 'idle: dataloader').before_pct)} → {percent(row(c, 'idle: dataloader').after_pct)}"]),
+    ("C", "Did the sync fix help?", "compare", {},
+     lambda c: [f"**{'About the same' if abs(row(c, 'idle: sync').change_points) < 1 else 'Yes'}:** idle: sync "
+                f"{percent(row(c, 'idle: sync').before_pct)} → {percent(row(c, 'idle: sync').after_pct)}"]),
+    ("C", "Did the pinned-memory change help?", "compare", {},
+     lambda c: [f"exposed copies {percent(row(c, 'exposed copies').before_pct)} → "
+                f"{percent(row(c, 'exposed copies').after_pct)}"]),
     # the allocator's peak: 131 kB apart of 2.79 GB is the same (under 1%); the Nsight exports record no memory
     ("C", "Is the new version using less memory?", "compare", {},
      lambda c: [f"**About the same:** peak memory allocated (the most of any GPU) "

@@ -1750,7 +1750,9 @@ class OfflineAnalyst:
         grew = (not checked and not q.op and not re.search(r"\bkernels?\b", q.text, re.I)
                 and bool(re.search(r"\b(?:slower|worse|regress\w*|grew|grown|increased|went up|new (?:problems?|"
                                    r"issues?|bottlenecks?|limiters?))\b", q.text, re.I)))
-        asked = None if checked or q.op else _metric_asked(q.text, d)
+        # a fix of the before run's own root cause ("did the data loading fix work?") is the run's yes or no below,
+        # which says that cause's change, the step's and the prediction's; another measure's row leads
+        asked = None if checked or q.op or _names_root_cause(q.text, d) else _metric_asked(q.text, d)
         if checked and d.prediction:
             lines += _prediction_checked(d.prediction, d), ""
         elif asked is not None:  # "did the idle time go down?", "does it use less memory?": that row first
@@ -2253,21 +2255,34 @@ def _unavailable(u: Unavailable, what: str | None = None) -> str:
     return f"This trace cannot say {what or u['what']}: {u['why']}. To get it: {u['how_to_get_it']}."
 
 
-#: a diff row a question names, by the start of its name ("idle" is the total idle, before "idle: sync")
-_METRICS_ASKED = [(re.compile(r"\bmemory\b|\bvram\b|\boom\b", re.I), "peak memory"),
-                  (re.compile(r"\bidle\b", re.I), "idle"),
-                  (re.compile(r"\bbus(?:y|ier)\b|\butili[sz]\w*", re.I), "busy"),
-                  (re.compile(r"\btensor cores?\b", re.I), "math on tensor cores"),
-                  (re.compile(r"\bcop(?:y|ies)\b|\bmemcpy\b", re.I), "exposed copies"),
-                  (re.compile(r"\bcommunicat\w*|\bnccl\b|\bcollectives?\b", re.I), "exposed communication")]
+#: a diff row a question names, by the start of its name, and which way is better (-1: less): a cause of idle
+#: ("did the sync fix help?": "idle: sync") before the total idle; pinned memory is the copies', not the peak's
+_METRICS_ASKED = [(re.compile(r"\bsyncs?\b|\bsynchroni[sz]\w*", re.I), "idle: sync", -1),
+                  (re.compile(r"\bdata ?load\w*|\bdataloader\b|\binput pipeline\b|\bnum_workers\b", re.I),
+                   "idle: dataloader", -1),
+                  (re.compile(r"\blaunch(?:es|ing)?\b", re.I), "idle: launch_overhead", -1),
+                  (re.compile(r"\bpin(?:ned|ning)?[- _]memory\b|\bcop(?:y|ies)\b|\bmemcpy\b", re.I), "exposed copies", -1),
+                  (re.compile(r"\bmemory\b|\bvram\b|\boom\b", re.I), "peak memory", -1),
+                  (re.compile(r"\bidle\b", re.I), "idle", -1),
+                  (re.compile(r"\bbus(?:y|ier)\b|\butili[sz]\w*", re.I), "busy", 1),
+                  (re.compile(r"\btensor cores?\b", re.I), "math on tensor cores", 1),
+                  (re.compile(r"\bcommunicat\w*|\bnccl\b|\bcollectives?\b", re.I), "exposed communication", -1)]
+#: a change asked whether it worked ("did the sync fix help?"): yes where its measure moved the better way
+_WORKED = re.compile(r"\b(?:help\w*|work\w*|improv\w*|better|worse|succeed\w*|pay off|paid off)\b", re.I)
 _LESS = re.compile(r"\b(?:down|less|lower|fewer|smaller|decreas\w*|reduc\w*|drop\w*|shr[iu]nk\w*|cut)\b", re.I)
 _MORE = re.compile(r"\b(?:up|more|higher|larger|bigger|busier|increas\w*|gr[eo]w\w*|rais\w*)\b", re.I)
+
+
+def _names_root_cause(text: str, d: DiffResult) -> bool:
+    """Whether the measure a question names is the idle of the before run's root cause ("the data loading fix")."""
+    name = next((name for pattern, name, _ in _METRICS_ASKED if pattern.search(text)), None)
+    return name is not None and name == f"idle: {d.root_cause['cause']}"
 
 
 def _metric_asked(text: str, d: DiffResult) -> str | None:
     """The diff's row for the one measure a question asks about ("did the idle time go down?"), with a yes or no
     where it asks for a direction; None where it names no measure of the diff's."""
-    name = next((name for pattern, name in _METRICS_ASKED if pattern.search(text)), None)
+    name, better = next(((name, better) for pattern, name, better in _METRICS_ASKED if pattern.search(text)), (None, 0))
     if name is None:
         return None
     m = next((m for m in d.metrics if m.name.startswith(name)), None)
@@ -2275,7 +2290,7 @@ def _metric_asked(text: str, d: DiffResult) -> str | None:
         return ("**The two traces do not both record memory**, so its change cannot be read here: profile both runs "
                 "with `torch.profiler.profile(profile_memory=True)`." if name == "peak memory" else None)
     row = f"{m.name} {m.shown(m.before)} → {m.shown(m.after)}, {m.change_shown()}."
-    wants = -1 if _LESS.search(text) else 1 if _MORE.search(text) else 0
+    wants = -1 if _LESS.search(text) else 1 if _MORE.search(text) else better if _WORKED.search(text) else 0
     if not (wants and asks_yes_or_no(text)) or m.change is None:
         return f"**{upper_first(row)}**"
     # a change inside the runs' noise (times), under 1% (memory) or under a point (shares) is no change

@@ -101,14 +101,14 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
                       # the ranks ranked by their communication ("which rank communicates the most?"), not the straggler
                       r"\bwhich (?:ranks?|gpus?|workers?) (?:communicates?|(?:spends?|has|have|does|do) (?:the )?(?:most|least|"
                       r"more|less)\b.{0,25}\b(?:communication|collectives?|nccl|rccl|all-?reduce))"),
-    ("compare", r"\b(?:did (?:it|that|this|the (?:\w+ )?(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
+    ("compare", r"\b(?:did (?:it|that|this|the (?:[\w-]+ ){0,3}(?:fix|change))\s+(?:help|work|fix|improve)|is it (?:any )?"
                 r"(?:faster|slower|better|worse)|(?:faster|slower) now|what changed|compar|before and after|"
                 r"after the (?:fix|change)|improv(?:ed|es)\b|improvements? (?:from|after|since|over|between)|"
                 r"\b(?:any|an|the|much|no) improvement\b(?! (?:can|could|should|would|to) (?:i|we|make)\b)|"
                 r"\bdid\b.{0,40}\bimprove\b|regress|\bdiff\b|did \w+ (?:fix|help)|"
                 # the speedup measured, not one to find ("how can I speed up training?" is optimize_first's)
                 r"\b(?:the|a|any|what|got|get|measured|real|actual) speed-?up\b"
-                r"|did (?:my|our|the|this|that) (?:\w+ )?(?:change|fix|patch|commit|edit|update)s?\b[^?.]{0,40}?"
+                r"|did (?:my|our|the|this|that) (?:[\w-]+ ){0,3}(?:change|fix|patch|commit|edit|update)s?\b[^?.]{0,40}?"
                 r"\b(?:faster|slower|help|work|improve|fix|speed))"),
     # "which rank launches the most kernels?" is about kernels; "which rank waits the most?" the straggler's
     ("straggler", r"\b(?:straggler|which rank(?! (?:is |has |sits |(?!waits)\w+s )?(?:the )?(?:busiest|idlest|busier|"
