@@ -62,15 +62,15 @@ def analyzed(path: Path) -> traceagent.Analysis:
     return traceagent.analyze(path)
 
 
-def offline_answer(analysis: traceagent.Analysis, question: str) -> str:
-    """The offline analyst's answer to one question about an analysis (its last event's text)."""
+def offline_answer(analysis: traceagent.Analysis, question: str, other: traceagent.Analysis | None = None) -> str:
+    """The offline analyst's answer to one question about an analysis, or two runs (its last event's text)."""
     import asyncio
 
     from traceagent.agent.offline import OfflineAnalyst
     from traceagent.agent.tools import AnalysisContext
 
     async def run() -> str:
-        return [e async for e in OfflineAnalyst(AnalysisContext(analysis)).answer(question)][-1].text
+        return [e async for e in OfflineAnalyst(AnalysisContext(analysis, other)).answer(question)][-1].text
     return asyncio.run(run())
 
 

@@ -218,3 +218,30 @@ def test_peak_memory_is_compared_where_both_runs_record_it(tmp_path):
     assert ("| peak memory allocated (the most of any GPU) | 3.00 GB | 1.50 GB | -1.50 GB (-50.0%) |"
             in render_diff_markdown(diff(before, after)))
     assert not [m for m in diff(before, run("none.json", (), memory=False)).metrics if m.unit == "bytes"]
+
+
+def test_the_step_times_spread_is_compared_and_answers_whether_the_run_is_steadier(tmp_path):
+    """Built by hand: four steps of 1000 and 1200 µs in turn before (population standard deviation 100 µs) and of
+    1000 and 1400 µs after (200 µs): the spread row is 100 → 200 µs, +100%; 'is it more stable now?' is no, 'does it
+    vary more?' yes. One step a run has no spread: no row."""
+    from builder import TraceBuilder
+    from conftest import offline_answer
+
+    import traceagent
+
+    def run(name: str, lengths: tuple[float, ...]):
+        b = TraceBuilder()
+        t = 0.0
+        for step, length in enumerate(lengths):
+            b.op(f"ProfilerStep#{step}", t, length)
+            b.kernel("gemm", t + 10, length - 20, launch_at=t + 5)
+            t += length
+        return traceagent.analyze(b.write(tmp_path / name))
+
+    before, after = run("before.json", (1000, 1200) * 2), run("after.json", (1000, 1400) * 2)
+    (row,) = [m for m in diff(before, after).metrics if m.name.startswith("step time spread")]
+    assert (row.before_us, row.after_us, row.change_pct) == (100.0, 200.0, 100.0)
+    assert offline_answer(before, "Is the step time more stable now?", after).startswith("**No:** step time spread")
+    assert offline_answer(before, "Does the step time vary more now?", after).startswith("**Yes:** step time spread")
+    assert not [m for m in diff(run("one.json", (1000,)), run("one_more.json", (1200,))).metrics
+                if m.name.startswith("step time spread")]

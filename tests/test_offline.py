@@ -63,6 +63,12 @@ def pin_advice(c) -> str:
     return f"**Yes, for {m.pageable_count} of the {host} host copies:** they come from pageable memory{tail}"
 
 
+def step_std(analysis) -> float:
+    """The focus rank's host step times' population standard deviation, µs, from its step table."""
+    steps = analysis.focus.trace.steps
+    return float(((steps["end"] - steps["start"]).to_numpy() / 1000.0).std())
+
+
 def row(ctx, name: str):
     """The diff's row (before → after) whose name starts with `name`."""
     return next(m for m in diff(ctx.analysis, ctx.other).metrics if m.name.startswith(name))
@@ -1290,6 +1296,11 @@ TABLE = [
     ("C", "Did the pinned-memory change help?", "compare", {},
      lambda c: [f"exposed copies {percent(row(c, 'exposed copies').before_pct)} → "
                 f"{percent(row(c, 'exposed copies').after_pct)}"]),
+    # steadier steps: the spread row, whose words run the other way ("more stable" is less spread); the ResNet run
+    # with workers varies more (its standard deviation from the host step table, worked out here)
+    ("C", "Is the step time more stable now?", "compare", {},
+     lambda c: [f"**{'No' if step_std(c.other) > step_std(c.analysis) else 'Yes'}:** step time spread (standard deviation "
+                f"across steps) {duration(step_std(c.analysis))} → {duration(step_std(c.other))}"]),
     # the allocator's peak: 131 kB apart of 2.79 GB is the same (under 1%); the Nsight exports record no memory
     ("C", "Is the new version using less memory?", "compare", {},
      lambda c: [f"**About the same:** peak memory allocated (the most of any GPU) "

@@ -2257,7 +2257,10 @@ def _unavailable(u: Unavailable, what: str | None = None) -> str:
 
 #: a diff row a question names, by the start of its name, and which way is better (-1: less): a cause of idle
 #: ("did the sync fix help?": "idle: sync") before the total idle; pinned memory is the copies', not the peak's
-_METRICS_ASKED = [(re.compile(r"\bsyncs?\b|\bsynchroni[sz]\w*", re.I), "idle: sync", -1),
+_METRICS_ASKED = [(re.compile(r"\bstab(?:le|ility)\b|\bstead(?:y|ier|iness)\b|\bconsisten\w*|\bvar(?:y|ies|iance|iation|"
+                              r"iability|iable)\b|\bjitter\w*|\bspread\b|\bnois(?:y|ier|e)\b|\bfluctuat\w*", re.I),
+                   "step time spread", -1),
+                  (re.compile(r"\bsyncs?\b|\bsynchroni[sz]\w*", re.I), "idle: sync", -1),
                   (re.compile(r"\bdata ?load\w*|\bdataloader\b|\binput pipeline\b|\bnum_workers\b", re.I),
                    "idle: dataloader", -1),
                   (re.compile(r"\blaunch(?:es|ing)?\b", re.I), "idle: launch_overhead", -1),
@@ -2269,6 +2272,10 @@ _METRICS_ASKED = [(re.compile(r"\bsyncs?\b|\bsynchroni[sz]\w*", re.I), "idle: sy
                   (re.compile(r"\bcommunicat\w*|\bnccl\b|\bcollectives?\b", re.I), "exposed communication", -1)]
 #: a change asked whether it worked ("did the sync fix help?"): yes where its measure moved the better way
 _WORKED = re.compile(r"\b(?:help\w*|work\w*|improv\w*|better|worse|succeed\w*|pay off|paid off)\b", re.I)
+#: the step time's spread asked to have grown ("is it less stable?", "does it vary more?"); "more stable" is less
+_SPREAD_GREW = re.compile(r"\b(?:less|un)\s?(?:stable|steady|consistent)\b|\b(?:more|higher|larger|bigger) (?:variab\w*|"
+                          r"jitter\w*|nois\w*|spread|variance|fluctuat\w*)|\b(?:var(?:y|ies)|jitters?|fluctuates?) more\b|"
+                          r"\b(?:noisier|jitterier)\b", re.I)
 _LESS = re.compile(r"\b(?:down|less|lower|fewer|smaller|decreas\w*|reduc\w*|drop\w*|shr[iu]nk\w*|cut)\b", re.I)
 _MORE = re.compile(r"\b(?:up|more|higher|larger|bigger|busier|increas\w*|gr[eo]w\w*|rais\w*)\b", re.I)
 
@@ -2290,7 +2297,10 @@ def _metric_asked(text: str, d: DiffResult) -> str | None:
         return ("**The two traces do not both record memory**, so its change cannot be read here: profile both runs "
                 "with `torch.profiler.profile(profile_memory=True)`." if name == "peak memory" else None)
     row = f"{m.name} {m.shown(m.before)} → {m.shown(m.after)}, {m.change_shown()}."
-    wants = -1 if _LESS.search(text) else 1 if _MORE.search(text) else better if _WORKED.search(text) else 0
+    if name == "step time spread":  # its words run the other way: "more stable" asks for less spread
+        wants = 1 if _SPREAD_GREW.search(text) else -1
+    else:
+        wants = -1 if _LESS.search(text) else 1 if _MORE.search(text) else better if _WORKED.search(text) else 0
     if not (wants and asks_yes_or_no(text)) or m.change is None:
         return f"**{upper_first(row)}**"
     # a change inside the runs' noise (times), under 1% (memory) or under a point (shares) is no change

@@ -334,6 +334,10 @@ def _summary(a: Analysis) -> dict[str, Any]:
         "idle_pct": pct(span - busy, span),
         "cause_pct": {c: pct(v, span) for c, v in causes.items()},
         "step_us": sum(steps) / len(steps) if len(steps) == len(ranks) and steps else None,
+        # how much the host step time varies, where every rank has two steps or more (a mean over ranks)
+        "step_std_us": (sum(spread) / len(spread) if len(spread := [r.findings.steps.std_us for r in ranks
+                                                                     if r.findings.steps and r.findings.steps.count > 1])
+                        == len(ranks) else None),
         "compute_us": sum(r.breakdown.total.compute_us for r in ranks),
         "memcpy_exposed_pct": pct(sum(r.findings.memcpy.exposed_us for r in ranks), span),
         "pageable_pct": pct(sum(r.findings.memcpy.pageable_bytes for r in ranks), copies_bytes),
@@ -415,6 +419,9 @@ def diff(before: Analysis, after: Analysis, top: int = 10) -> DiffResult:
         metrics.append(ShareMetric("math on tensor cores", b["tensor_core_pct"], a["tensor_core_pct"]))
     for cause in sorted(set(b["cause_pct"]) | set(a["cause_pct"])):
         metrics.append(ShareMetric(f"idle: {cause}", b["cause_pct"].get(cause, 0.0), a["cause_pct"].get(cause, 0.0)))
+    if basis == "step" and b["step_std_us"] is not None and a["step_std_us"] is not None:  # "is it steadier?"
+        metrics.append(TimeMetric(f"step time spread (standard deviation across steps{over and ', mean over ranks'})",
+                                  round(b["step_std_us"], 3), round(a["step_std_us"], 3)))
     if (peak_b := peak_allocated_bytes(before)) is not None and (peak_a := peak_allocated_bytes(after)) is not None:
         metrics.append(BytesMetric("peak memory allocated (the most of any GPU)", peak_b, peak_a))
 
