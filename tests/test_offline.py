@@ -1459,6 +1459,16 @@ TABLE = [
      lambda c: [f"{duration(module(c, 'Qwen2DecoderLayer').mean_device_us)} a call"]),
     ("S", "How much time does the sampler take?", "module", {"op": "Sampler"},
      lambda c: [f"{duration(module(c, 'Sampler').host_us)} on the host"]),
+    # a block called by another name: the experts are the MoE layer (FusedMoE), the feed-forward layers the MLP block
+    ("B", "How long do the experts take?", "module", {"op": "FusedMoE"},
+     lambda c: [f"**`FusedMoE`: {counted(module(c, 'FusedMoE').calls, 'call')}, "
+                f"{duration(module(c, 'FusedMoE').device_us)} of device time**"]),
+    ("B", "How much time goes to the feed-forward layers?", "module", {"op": "MLPBlock"},
+     lambda c: [f"{duration(module(c, 'MLPBlock').device_us)} of device time"]),
+    # which expert gets which tokens is the router's, not the trace's (a fused MoE kernel runs them together)
+    ("B", "Is there any load imbalance between experts?", "not_recorded", {},
+     lambda c: ["**The trace does not record how tokens are routed among the experts", "torch.bincount(topk_ids"]),
+    ("B", "Which experts are hot?", "not_recorded", {}, lambda c: ["how tokens are routed among the experts"]),
     # a distinctive word of kernels' names (no kernel, op or module named otherwise): those kernels
     ("S", "How much time does RMSNorm take?", "kernel", {"kernel": "rmsnorm"},
      lambda c: [f"ran {hot(c, 'rmsnorm').count} times for {duration(hot(c, 'rmsnorm').total_us)}"]),

@@ -74,6 +74,14 @@ NOT_RECORDED: list[tuple[str, str, str]] = [
      "the run's logs (TensorBoard, W&B, the script's prints)"),
     ("how many epochs the run trains", r"\b(?:how many|number of) epochs\b|\bepochs? (?:count|number)\b",
      "the training script's arguments or its logs; the trace records only the steps it profiled"),
+    # a fused MoE kernel runs every expert at once: which expert got which tokens is the router's, in the model
+    ("how tokens are routed among the experts (their load balance)",
+     r"\bexperts?\b.{0,40}\b(?:imbalanc\w*|unbalanc\w*|balanc\w*|routing|routed|skew\w*|load(?:s|ed)?\b(?! (?:time|from)))|"
+     r"\b(?:imbalanc\w*|unbalanc\w*|load[- ]balanc\w*|routing|skew\w*)\b.{0,40}\bexperts?\b|\bhot experts?\b|"
+     r"\b(?:which|what) experts?\b",
+     "the router's choices in the model: count each step's tokens per expert (`torch.bincount(topk_ids.flatten(), "
+     "minlength=num_experts)`), or the serving engine's expert-load statistics; the trace times the MoE kernels, "
+     "which run the experts together"),
     # Nsight Systems records them where asked to; traceagent reads no fault table, a Kineto trace has none
     ("Unified Memory page faults or migrations",
      r"\bpage[- ]?faults?\b|\b(?:unified|managed) memory\b|\bcudaMallocManaged\b|\bum (?:migrations?|faults?)\b",

@@ -165,6 +165,12 @@ def modules_section(result: ModulesResult, params: ModulesParams) -> list[str]:
 _GENERIC_MODULE_WORDS = {"layer", "layers", "model", "block", "module", "list", "dict", "sequential", "head", "time"}
 
 
+#: what people call a block that models name otherwise: the experts of a mixture-of-experts layer (FusedMoE,
+#: Qwen3MoeSparseMoeBlock), the feed-forward block (LlamaMLP, GPT2MLP)
+_ALIASES = {"expert": ("moe", "moeblock", "experts"), "experts": ("moe", "moeblock"), "feedforward": ("mlp", "mlpblock", "ffn"),
+            "ffn": ("mlp", "mlpblock", "feedforward")}
+
+
 def modules_named(text: str, types: Iterable[str]) -> list[str]:
     """The module types the question names, the best named first: a type is named by a word (or two
     run together: "self attention") its name ends with; the longest such word wins, and of the types
@@ -173,6 +179,7 @@ def modules_named(text: str, types: Iterable[str]) -> list[str]:
     said = {w for w in words if len(w) >= 3} - ENGLISH - _GENERIC_MODULE_WORDS
     said |= {a + b for a, b in itertools.pairwise(words)}  # "self attention": SelfAttention
     said |= {w[:-1] for w in said if w.endswith("s")}  # "the samplers"
+    said |= {alias for w in list(said) for alias in _ALIASES.get(w, ())}  # "the experts": FusedMoE
     best: dict[str, tuple[int, int, str]] = {}  # each word's best type
     for t in types:
         for w in said:
