@@ -76,6 +76,7 @@ from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
 from .question import (
+    COLLECTIVES_SAID,
     FP8,
     GPUS_COUNTED,
     IDLE_WORDS,
@@ -2204,7 +2205,7 @@ def _collectives_asked(q: Question, c: CollectivesResult) -> list[str]:
             + ", ".join(dict.fromkeys(r.collective for r in c.rows)) + "."]
     if re.search(r"\b(?:message|payload|buffer|transfer)s?\s*sizes?\b|\bhow (?:big|large)\b|\bsizes? of\b|"
                  r"\b(?:average|mean|median|typical)\b.{0,25}\bsizes?\b|\bmessages?\b.{0,20}\b(?:small|large|big|tiny)\b|"
-                 r"\b(?:all-?reduce|all-?gather|reduce-?scatter|all-?to-?all|broadcast|collective|nccl|rccl)s? sizes?\b",
+                 rf"\b(?:{COLLECTIVES_SAID}) sizes?\b",
                  q.text, re.I):
         # "are the messages small?": yes where most of the collectives' time is in messages the link's latency sets
         small = "" if not (_yes_no(q) and re.search(r"\b(?:small|tiny)\b", q.text, re.I)) else (

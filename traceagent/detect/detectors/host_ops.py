@@ -87,9 +87,9 @@ THREADS_ASKED = r"\bhow many (?:cpu |host |python )?threads\b"
 #: the runtime and driver APIs asked about as a whole ("which CUDA API call takes the longest?")
 _APIS_ASKED = r"\b(?:cuda|hip|runtime|driver) (?:api|runtime)(?: calls?)?\b|\bapi calls?\b|\b(?:cuda|hip) calls\b"
 #: the time in Python asked ("how much time is spent in Python?", "is there Python overhead?")
+PYTHON_ASKED = r"\b(?:time|spent|spend|overhead|much)\b.{0,30}\bin python\b|\bpython (?:time|overhead)\b"
 #: the GIL asked about ("is the GIL a problem?"): a trace records threads' events, not the lock
 GIL_ASKED = r"\bgil\b|\bglobal interpreter lock\b"
-PYTHON_ASKED = r"\b(?:time|spent|spend|overhead|much)\b.{0,30}\bin python\b|\bpython (?:time|overhead)\b"
 
 
 def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> HostOpsResult | None:
