@@ -18,7 +18,7 @@ from traceagent import analyze
 from traceagent.agent.question import understand
 from traceagent.agent.tools import AnalysisContext
 from traceagent.cli import main
-from traceagent.detect.detectors.host_ops import _self_ns
+from traceagent.detect.detectors.host_ops import _dense, _self_ns
 
 BERT = DATA / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
 
@@ -220,3 +220,14 @@ def test_runtime_calls_are_each_listed_with_their_calls_and_self_time_and_a_ques
     launches = offline_answer(analysis, "How long do the cudaLaunchKernel calls take?")
     assert launches.startswith("**`cudaLaunchKernel`: 1 call, 5.0 µs on the host**")
     assert "**1 `cudaLaunchKernel` call** launched kernels the trace records" in launches
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=200))
+def test_dense_codes_are_numpys_unique_with_its_inverse(codes):
+    """The (name, kind) groups numbered by a table over the codes' range (or by sorting, where the range is wider
+    than the codes): the same groups and the same numbering as np.unique gives, the independent reader here."""
+    code = np.array(codes, dtype=np.int64)
+    found, inverse = _dense(code)
+    want_found, want_inverse = np.unique(code, return_inverse=True)
+    assert found.tolist() == want_found.tolist() and inverse.tolist() == want_inverse.tolist()

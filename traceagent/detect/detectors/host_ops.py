@@ -115,7 +115,7 @@ def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> Ho
     # per (name, kind), by bincounts over their codes: no table of the rows is built
     names, kinds = cpu["name"].array, cpu["kind"].array
     code = names.codes[rows].astype(np.int64) * (len(kinds.categories) + 1) + kinds.codes[rows]
-    found, code = np.unique(code, return_inverse=True)
+    found, code = _dense(code)
     own_by = np.bincount(code, weights=own)
     calls_by = np.bincount(code)
     host_time = int(own.sum())
@@ -135,6 +135,18 @@ def detect_host_ops(trace: Trace, params: HostOpsParams = HostOpsParams()) -> Ho
     waits = [i for i in api if BLOCKING_NAME.match(str(names.categories[found[i] // (len(kinds.categories) + 1)]))]
     return HostOpsResult(us(host_time), len(known), bool(len(launching)), [row(i) for i in best], [row(i) for i in calls],
                          by_kind, int(calls_by[waits].sum()))
+
+
+def _dense(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(code, return_inverse=True) for non-negative codes: by a table over the codes' range where it is no
+    larger than the codes (a bincount, not a sort: names × kinds is a few thousand), else by sorting."""
+    top = int(code.max()) + 1 if len(code) else 0
+    if top > len(code):
+        return np.unique(code, return_inverse=True)
+    found = np.flatnonzero(np.bincount(code, minlength=top))
+    rank = np.zeros(top, dtype=index_type(len(found)))
+    rank[found] = np.arange(len(found), dtype=rank.dtype)
+    return found, rank[code]
 
 
 def _open_time(code: np.ndarray, chosen: list[int], thread: np.ndarray, start: np.ndarray,
@@ -200,8 +212,9 @@ def _nested_self_ns(s: np.ndarray, e: np.ndarray) -> np.ndarray | None:
     position = index_type(n)  # positions and depths in 32 bits: this runs over every host event
     depth = depth_in_start_order(s, e).astype(position)  # the events open at each start: its ancestors, where events nest
     above = np.flatnonzero(depth > 0).astype(position)
-    # each event's parent: the last event before it one level up, found by one search of (level, position)
-    by_level = np.argsort(depth, kind="stable").astype(position)
+    # each event's parent: the last event before it one level up, found by one search of (level, position); depths
+    # in 16 bits where they fit (a few levels, always in practice), which NumPy's stable sort orders by radix
+    by_level = np.argsort(depth.astype(np.int16) if depth.max() < 2**15 else depth, kind="stable").astype(position)
     keys = depth[by_level].astype(np.int64) * n + by_level
     parent = by_level[np.searchsorted(keys, (depth[above] - 1).astype(np.int64) * n + above) - 1]
     del by_level, keys
