@@ -2281,18 +2281,23 @@ _LESS = re.compile(r"\b(?:down|less|lower|fewer|smaller|decreas\w*|reduc\w*|drop
 _MORE = re.compile(r"\b(?:up|more|higher|larger|bigger|busier|increas\w*|gr[eo]w\w*|rais\w*)\b", re.I)
 
 
+def _measure_asked(text: str) -> tuple[str, int] | None:
+    """The diff row a question names (the start of its name) and which way is better, from _METRICS_ASKED."""
+    return next(((name, better) for pattern, name, better in _METRICS_ASKED if pattern.search(text)), None)
+
+
 def _names_root_cause(text: str, d: DiffResult) -> bool:
     """Whether the measure a question names is the idle of the before run's root cause ("the data loading fix")."""
-    name = next((name for pattern, name, _ in _METRICS_ASKED if pattern.search(text)), None)
-    return name is not None and name == f"idle: {d.root_cause['cause']}"
+    asked = _measure_asked(text)
+    return asked is not None and asked[0] == f"idle: {d.root_cause['cause']}"
 
 
 def _metric_asked(text: str, d: DiffResult) -> str | None:
     """The diff's row for the one measure a question asks about ("did the idle time go down?"), with a yes or no
     where it asks for a direction; None where it names no measure of the diff's."""
-    name, better = next(((name, better) for pattern, name, better in _METRICS_ASKED if pattern.search(text)), (None, 0))
-    if name is None:
+    if (asked := _measure_asked(text)) is None:
         return None
+    name, better = asked
     m = next((m for m in d.metrics if m.name.startswith(name)), None)
     if m is None:
         return ("**The two traces do not both record memory**, so its change cannot be read here: profile both runs "

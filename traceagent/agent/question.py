@@ -12,11 +12,10 @@ import re
 from dataclasses import dataclass, field
 
 from ..detect.core.asked import ENGLISH
-from ..detect.detectors.annotations import HOST_RANGES
+from ..detect.detectors.annotations import host_ranges_named
 from ..detect.detectors.modules import modules_named
 from ..detect.detectors.time_by_class import CLASS_WORDS, classes_named
 from ..detect.registry import DETECTORS
-from ..trace.model import among, matches
 from .tools import AnalysisContext
 
 #: what a question calls mixed precision, and another GPU (by its name in the peak table's words)
@@ -528,9 +527,7 @@ def named_of(match: re.Match[str]) -> str:
 
 def host_range_named(word: str, ctx: AnalysisContext) -> bool:
     """Whether a host range (annotation, op, Python function, batch) of any rank has the word in its name."""
-    pattern = re.compile(re.escape(word), re.I)
-    return any(bool((among(r.trace.cpu["kind"], HOST_RANGES) & matches(r.trace.cpu["name"], pattern)).any())
-               for r in ctx.analysis.ranks)
+    return any(bool(host_ranges_named(r.trace, word).any()) for r in ctx.analysis.ranks)
 
 
 #: what a "how do I speed up …?" question names after its verb ("speed up data loading", "make the copies faster")

@@ -320,6 +320,8 @@ def _summary(a: Analysis) -> dict[str, Any]:
         for cause, us in r.findings.idle.by_cause_us.items():
             causes[cause] = causes.get(cause, 0.0) + us
     steps = [r.findings.steps.step_time_us for r in ranks if r.findings.steps]
+    # how much the host step time varies, where every rank has two steps or more
+    spread = [r.findings.steps.std_us for r in ranks if r.findings.steps and r.findings.steps.count > 1]
     busy = sum(r.breakdown.total.busy_us for r in ranks)
     copies_bytes = sum(r.findings.memcpy.bytes for r in ranks)
     math = [p for r in ranks if (p := r.results.get("precision")) is not None]
@@ -334,10 +336,7 @@ def _summary(a: Analysis) -> dict[str, Any]:
         "idle_pct": pct(span - busy, span),
         "cause_pct": {c: pct(v, span) for c, v in causes.items()},
         "step_us": sum(steps) / len(steps) if len(steps) == len(ranks) and steps else None,
-        # how much the host step time varies, where every rank has two steps or more (a mean over ranks)
-        "step_std_us": (sum(spread) / len(spread) if len(spread := [r.findings.steps.std_us for r in ranks
-                                                                     if r.findings.steps and r.findings.steps.count > 1])
-                        == len(ranks) else None),
+        "step_std_us": sum(spread) / len(spread) if len(spread) == len(ranks) and spread else None,
         "compute_us": sum(r.breakdown.total.compute_us for r in ranks),
         "memcpy_exposed_pct": pct(sum(r.findings.memcpy.exposed_us for r in ranks), span),
         "pageable_pct": pct(sum(r.findings.memcpy.pageable_bytes for r in ranks), copies_bytes),

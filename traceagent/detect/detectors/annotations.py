@@ -42,6 +42,12 @@ def launched_gpu_ns(trace: Trace, ranges: pd.DataFrame, device: int | None = Non
 HOST_RANGES = ("annotation", "op", "python", "dataloader")
 
 
+def host_ranges_named(trace: Trace, word: str) -> np.ndarray:
+    """Which host events are ranges (HOST_RANGES) whose name holds `word`, in any case."""
+    cpu = trace.cpu
+    return among(cpu["kind"], HOST_RANGES) & matches(cpu["name"], re.compile(re.escape(word), re.I))
+
+
 def range_instances(trace: Trace, device: int | None = None, gaps: pd.DataFrame | None = None,
                     name_filter: str | None = None) -> pd.DataFrame:
     """Every annotation range (with `name_filter`: every host range whose name holds it, whatever its kind):
@@ -53,7 +59,7 @@ def range_instances(trace: Trace, device: int | None = None, gaps: pd.DataFrame 
     if name_filter is None:
         ranges = cpu[cpu["kind"] == "annotation"]
     else:
-        ranges = cpu[among(cpu["kind"], HOST_RANGES) & matches(cpu["name"], re.compile(re.escape(name_filter), re.I))]
+        ranges = cpu[host_ranges_named(trace, name_filter)]
     start, end = ranges["start"].to_numpy(np.int64), ranges["end"].to_numpy(np.int64)
     own_start = np.minimum(np.maximum(start, reach_of_earlier(ranges)), end)  # [own_start, end): its own time
     own = ranges.assign(start=own_start)
