@@ -15,7 +15,7 @@ import typing
 import numpy as np
 import pytest
 from builder import TraceBuilder
-from conftest import B200, DATA, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0
+from conftest import B200, DATA, DLRM_8RANK, MI300, NCCL_A100, NSYS_AFTER, NSYS_BEFORE, RESNET_NW0, write_trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rawtrace import events
@@ -276,3 +276,23 @@ def test_a_directory_of_only_unreadable_entries_says_why(tmp_path, capsys):
     assert main(["analyze", str(run)]) == 2
     err = capsys.readouterr().err
     assert "1 cannot: rank0.json: a symbolic link that loops" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("with_args", [False, True], ids=["gpu_only", "beside_kernels_with_args"])
+def test_kernels_without_args_take_device_and_stream_from_pid_and_tid(tmp_path, with_args):
+    # a GPU-only trace writes kernels with no args (or empty ones): every args field is its default,
+    # the device and stream then come from pid and tid. By hand: 3 such kernels on pid 2, tid 9.
+    bare = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 2, "tid": 9, "ts": 10 * i, "dur": 1.5}
+            for i in range(3)]
+    bare[1]["args"] = {}
+    given = [{"ph": "X", "cat": "kernel", "name": "g", "pid": 0, "tid": 0, "ts": 50, "dur": 2,
+              "args": {"device": 1, "stream": 7, "correlation": 5, "External id": 11}}] if with_args else []
+    gpu = traceagent.load(write_trace(tmp_path / "t.json", bare + given), use_cache=False).traces[0].gpu
+    gpu = gpu.sort_values("start").reset_index(drop=True)
+    assert gpu["name"].astype(str).tolist() == ["k0", "k1", "k2", *(["g"] if with_args else [])]
+    assert gpu["device"].tolist()[:3] == [2, 2, 2] and gpu["stream"].tolist()[:3] == [9, 9, 9]
+    assert gpu["correlation"].tolist()[:3] == [-1, -1, -1] and gpu["external_id"].tolist()[:3] == [-1, -1, -1]
+    assert gpu["bytes"].tolist()[:3] == [0, 0, 0] and gpu["collective"].isna().all()
+    assert (gpu["end"] - gpu["start"]).tolist()[:3] == [1500, 1500, 1500]
+    if with_args:
+        assert gpu.iloc[3][["device", "stream", "correlation", "external_id"]].tolist() == [1, 7, 5, 11]

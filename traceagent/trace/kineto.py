@@ -109,9 +109,17 @@ def _args_type(strict: bool, names: tuple[str, ...] | None = None):
     chosen = [a for a in _ARG_FIELDS if names is None or a[0] in names]
     chosen.sort(key=lambda a: names.index(a[0]) if names else 0)
     # gc=False: millions of short-lived structs that hold no cycles need no garbage-collector
-    # tracking, and the collector's passes over them were a good part of decoding time
+    # tracking, and the collector's passes over them were a good part of decoding time. Frozen: an
+    # event without args shares one default (_no_args), not a struct of its own
     return msgspec.defstruct(
-        "Args", [(f, kind(t), d) for f, t, d, _ in chosen], rename={f: j for f, _, _, j in chosen}, gc=False)
+        "Args", [(f, kind(t), d) for f, t, d, _ in chosen], rename={f: j for f, _, _, j in chosen}, gc=False,
+        frozen=True)
+
+
+def _no_args(args: Any) -> Any:
+    """The args field of an event type: one shared default instance (frozen), which an event
+    without args holds, so a batch of such events is told apart by identity (_ArgsOf)."""
+    return msgspec.field(default=args())
 
 
 def _event_type(strict: bool):
@@ -120,7 +128,7 @@ def _event_type(strict: bool):
     args = _args_type(strict)
     return msgspec.defstruct(
         "Event", [(f, kind(t), d) for f, t, d, _ in _EVENT_FIELDS]
-        + [("args", args, msgspec.field(default_factory=args))], gc=False)
+        + [("args", args, _no_args(args))], gc=False)
 
 
 # msgspec types built at import (typed Any: the type checker sees variables, not classes)
@@ -154,7 +162,7 @@ def _phase_union():
     read = []
     for phase, names in _READ_PHASES.items():
         args = _args_type(strict=True, names=names)
-        read.append(msgspec.defstruct(f"Event_{phase}", [*fields, ("args", args, msgspec.field(default_factory=args))],
+        read.append(msgspec.defstruct(f"Event_{phase}", [*fields, ("args", args, _no_args(args))],
                                       tag_field="ph", tag=phase, namespace={"ph": phase}, gc=False))
     skimmed = [msgspec.defstruct(f"Skimmed_{i}", [], tag_field="ph", tag=p, namespace={"ph": p}, gc=False)
                for i, p in enumerate(_SKIMMED_PHASES)]
@@ -701,25 +709,25 @@ def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tu
     index = np.flatnonzero(kind)
     items = _select(complete, index)
     kind = kind[index]
-    args = list(map(attrgetter("args"), items))
+    args = _ArgsOf.of(items)
     on_gpu = kind <= _LAST_GPU_KIND
     at_gpu = np.flatnonzero(on_gpu)
-    gpu_args = _select(args, at_gpu)
+    gpu_args = args.select(at_gpu)
     ts, dur = _numeric(items, "ts", float("nan")), _numeric(items, "dur", 0.0)
-    nbytes = _arg(gpu_args, "bytes")
+    nbytes = gpu_args.numeric("bytes")
     # times (and a copy's byte count) that can be real; the rest are dropped and counted
     ok = np.isfinite(ts) & np.isfinite(dur) & (np.abs(ts) < _MAX_US) & (dur >= 0) & (dur < _MAX_US)
     ok[at_gpu] &= (nbytes >= 0) & (nbytes < MAX_COPY_BYTES)
     start = _ns(ts[ok])
-    external = _arg(args, "external_id")
+    external = args.numeric("external_id")
     older = np.flatnonzero(external < 0)  # Kineto's 2021 schema's key, read only where the current one is absent
     if len(older):
         external = external.copy() if not external.flags.writeable else external  # the loose path's may be a view
-        external[older] = _arg(_select(args, older), "external_id_2021")
+        external[older] = args.select(older).numeric("external_id_2021")
     pid, tid = _ids(items, "pid")[ok], _ids(items, "tid")[ok]
     common = {"start": start, "end": start + np.rint(np.maximum(dur[ok], 0.0) * 1000.0).astype(np.int64),
-              "correlation": _arg(args, "correlation")[ok], "external_id": external[ok],
-              "rank_arg": _arg(args, "rank")[ok], "pid_raw": pid}
+              "correlation": args.numeric("correlation")[ok], "external_id": external[ok],
+              "rank_arg": args.numeric("rank")[ok], "pid_raw": pid}
     names = _texts(items, "name")
     g, c = on_gpu[ok], ~on_gpu[ok]
     gpu_ok = ok[at_gpu]
@@ -728,33 +736,58 @@ def _batch_columns(events: list, strings: dict[tuple[str, str], _Strings]) -> tu
     gpu["name"] = strings["gpu", "name"].codes(_select(names, at_gpu[gpu_ok]))
     kind = kind[ok]
     gpu["kind"] = kind[g]
-    device = _arg(gpu_args, "device")[gpu_ok]
+    device = gpu_args.numeric("device")[gpu_ok]
     gpu["device"] = np.where(device >= 0, device, pid[g])
-    stream = _arg(gpu_args, "stream")[gpu_ok]
+    stream = gpu_args.numeric("stream")[gpu_ok]
     gpu["stream"] = np.where(stream >= 0, stream, tid[g])
     gpu["bytes"] = nbytes[gpu_ok]
-    gpu["blocks_per_sm"] = _arg(gpu_args, "blocks_per_sm")[gpu_ok].astype(np.float32)
-    gpu["occupancy"] = _arg(gpu_args, "occupancy")[gpu_ok].astype(np.float32)
-    gpu["collective"] = strings["gpu", "collective"].codes(_collectives(_select(gpu_args, np.flatnonzero(gpu_ok))))
+    gpu["blocks_per_sm"] = gpu_args.numeric("blocks_per_sm")[gpu_ok].astype(np.float32)
+    gpu["occupancy"] = gpu_args.numeric("occupancy")[gpu_ok].astype(np.float32)
+    gpu["collective"] = strings["gpu", "collective"].codes(_collectives(gpu_args.select(np.flatnonzero(gpu_ok))))
 
     cpu = {key: values[c] for key, values in common.items()}
     cpu_at = np.flatnonzero(~on_gpu & ok)
     cpu["name"] = strings["cpu", "name"].codes(_select(names, cpu_at))
     cpu["kind"] = kind[c]
     cpu["pid"], cpu["tid"] = pid[c], tid[c]
-    cpu_args = _select(args, cpu_at)
-    cpu["stack"] = strings["cpu", "stack"].codes(_texts(cpu_args, "call_stack", missing=None))
-    cpu["kernel"] = strings["cpu", "kernel"].codes(_texts(cpu_args, "launched", missing=None))
+    cpu_args = args.select(cpu_at)
+    cpu["stack"] = strings["cpu", "stack"].codes(cpu_args.texts("call_stack"))
+    cpu["kernel"] = strings["cpu", "kernel"].codes(cpu_args.texts("launched"))
     shaped = np.flatnonzero(strings["cpu", "name"].matching(cpu["name"], SHAPED_OPS))
     cpu["shapes"] = np.full(len(cpu_at), -1, dtype=np.int32)
-    cpu["shapes"][shaped] = strings["cpu", "shapes"].codes(_shapes(_select(args, cpu_at[shaped])))
+    cpu["shapes"][shaped] = strings["cpu", "shapes"].codes(_shapes(args.select(cpu_at[shaped])))
     memory, memory_dropped = _memory(events, phases)
     return gpu, cpu, has_flows, _process_ranks(events, phases), int((~ok).sum()) + memory_dropped, memory
 
 
-def _arg(args: list, field: str) -> np.ndarray:
-    """A numeric args field of each event (its default where absent)."""
-    return _numeric(args, field, _ARG_DEFAULTS[field])
+@dataclass(frozen=True)
+class _ArgsOf:
+    """The args of a batch's events, or only their count where none of them has any (a GPU-only
+    trace's kernels: each holds its type's one default, _no_args): then every field is its
+    default, and no pass over the events reads it."""
+
+    items: list | None  # None: every event without args
+    count: int
+
+    @classmethod
+    def of(cls, events: list) -> _ArgsOf:
+        args = list(map(attrgetter("args"), events))
+        bare = bool(args) and args.count(type(events[0])().args) == len(args)  # equal to it: all defaults too
+        return cls(None if bare else args, len(args))
+
+    def select(self, index: np.ndarray) -> _ArgsOf:
+        return _ArgsOf(None if self.items is None else _select(self.items, index), len(index))
+
+    def numeric(self, field: str) -> np.ndarray:
+        """A numeric field of each event (its default where absent)."""
+        default = _ARG_DEFAULTS[field]
+        if self.items is None:
+            return np.full(self.count, default, dtype=np.float64 if isinstance(default, float) else np.int64)
+        return _numeric(self.items, field, default)
+
+    def texts(self, field: str) -> list:
+        """A text field of each event (None where absent)."""
+        return [None] * self.count if self.items is None else _texts(self.items, field, missing=None)
 
 
 _ARG_DEFAULTS: dict[str, Any] = {f: d for f, _, d, _ in _ARG_FIELDS}
@@ -779,11 +812,13 @@ def _memory(events: list, phases: np.ndarray) -> tuple[dict, int]:
             "pid_raw": _ids(items, "pid") if items else np.zeros(0, np.int64)}, int((~ok).sum())
 
 
-def _shapes(args: list) -> list[str | None]:
+def _shapes(args: _ArgsOf) -> list[str | None]:
     """[dims, types, concrete inputs] as JSON text, or None where the op has no dims. Called for
     the ops the FLOPs detector reads only: other events' shapes are never decoded."""
+    if args.items is None:
+        return [None] * args.count
     out: list[str | None] = []
-    for arg in args:
+    for arg in args.items:
         dims, types, concrete = arg.input_dims, arg.input_types, arg.concrete
         if type(dims) is msgspec.Raw and type(types) is msgspec.Raw and type(concrete) in (msgspec.Raw, type(None)):
             # the typed decoder's raw bytes: an op repeats its shapes every step, so each distinct
@@ -801,11 +836,14 @@ def _shape_text(dims: bytes, types: bytes, concrete: bytes) -> str | None:
     return f"[{parts[0]},{parts[1]},{parts[2]}]" if parts[0] != "null" else None
 
 
-def _collectives(args: list) -> list[str | None]:
+def _collectives(batch: _ArgsOf) -> list[str | None]:
     """Each collective kernel's payload as one JSON object text ({"name", "in_nelems", ...}, the
     values as the trace wrote them); None for every other event, whose payload is never decoded."""
+    out: list[str | None] = [None] * batch.count
+    if batch.items is None:
+        return out
+    args = batch.items
     names = list(map(attrgetter("coll_name"), args))
-    out: list[str | None] = [None] * len(names)
     if names.count(None) == len(names):
         return out
     for i in np.flatnonzero(np.fromiter(map(is_not, names, repeat(None)), bool, count=len(names))):  # collectives only
