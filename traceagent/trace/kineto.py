@@ -117,8 +117,8 @@ def _args_type(strict: bool, names: tuple[str, ...] | None = None):
 
 
 def _no_args(args: Any) -> Any:
-    """The args field of an event type: one shared default instance (frozen), which an event
-    without args holds, so a batch of such events is told apart by identity (_ArgsOf)."""
+    """The args field of an event type: one shared default instance (frozen), which every event
+    without args holds, so a batch of such events is found in one C-level count (_ArgsOf)."""
     return msgspec.field(default=args())
 
 
