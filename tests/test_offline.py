@@ -1268,6 +1268,11 @@ TABLE = [
                 f"({duration(focus(c).breakdown.devices[1].busy_us)} of "]),
     ("R", "What's the GPU utilization?", "idle", {},
      lambda c: [f"**Rank 0, GPU 0: busy {percent(focus(c).breakdown.devices[0].busy_pct)}**"]),
+    # the busy share asked in words leads with it too, not with the idle share alone
+    ("R", "What fraction of time is the GPU computing?", "idle", {},
+     lambda c: [f"**Rank 0, GPU 0: busy {percent(focus(c).breakdown.devices[0].busy_pct)}** of its span"]),
+    ("N", "What percentage of the time are the GPUs in use?", "idle", {},
+     lambda c: [f"**Rank 0, GPU {d}: busy {percent(focus(c).breakdown.devices[d].busy_pct)}** of its span" for d in (0, 1)]),
     ("N", "Why is GPU 1 idle?", "idle", {"device": 1},
      lambda c: [f"Rank 0, GPU 1: The GPU is idle **{percent(idle(c).devices[1].idle_pct)}**"]),
     ("N", "did it help?", "compare", {},

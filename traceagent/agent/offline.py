@@ -76,6 +76,7 @@ from .answers import Answer as ToolAnswer
 from .events import Answer, Token, ToolCall, ToolResult
 from .numbers import unverified
 from .question import (
+    BUSY_SAID,
     COLLECTIVES_SAID,
     FP8,
     GPUS_COUNTED,
@@ -137,7 +138,7 @@ class OfflineAnalyst:
             # a rank named ("why is rank 3 slow?"): where it stands among the ranks too
             "idle": Plan(lambda q, at: [("verdict", at), ("idle_gaps", at | _min(q))]
                          + ([("communication", at)] if q.rank is not None and len(self.ctx.analysis.ranks) > 1 else [])
-                         + ([("overview", {})] if _BUSY_ASKED.search(q.text) else []),
+                         + ([("overview", {})] if BUSY_SAID.search(q.text) else []),
                          self._idle),
             "optimize_first": Plan(lambda q, at: [("verdict", at)], self._optimize_first),
             "not_recorded": Plan(lambda q, at: [("verdict", at)], self._not_recorded),
@@ -1301,7 +1302,7 @@ class OfflineAnalyst:
         steps = answer.steps
         if not steps or not steps.count:
             return _unavailable(answer.unavailable or NO_STEPS)
-        if IDLE_WORDS.search(q.text) or _BUSY_ASKED.search(q.text):  # "idle time per step?", "utilization per step?"
+        if IDLE_WORDS.search(q.text) or BUSY_SAID.search(q.text):  # "idle time per step?", "utilization per step?"
             return self._idle_by_step(answer) + "\n\n" + self._steps(replace(q, text=""), answer)
         if steps.count == 1:  # one step: no mean, median or slowest to speak of
             return (f"{self._who(answer.scope)}1 step (step {steps.slowest}): **{duration(steps.mean_us)}**."
@@ -1914,8 +1915,6 @@ _BALANCE_ASKED = re.compile(r"\b(?:balanced?|imbalance\w*|unbalanced|even(?:ly)?
 BALANCED_WORK = 0.9
 #: what the whole trace shows asked ("what is this program doing?"), not only its kind of job
 _WHOLE_TRACE_ASKED = re.compile(r"\bwhat (?:is|does) this (?:trace|job|program|workload|run)\b", re.I)
-#: a question about how busy the GPU is ("what's the GPU busy time on GPU 1?", "GPU utilization")
-_BUSY_ASKED = re.compile(r"\bbusy\b|\butili[sz]\w*", re.I)
 #: a question about kernels that asks which to work on ("which kernel should I tune first?")
 _WHAT_TO_TUNE = re.compile(r"\b(?:tune|optimi[sz]e|speed up|focus on|work on|improve|rewrite|fuse)\b", re.I)
 #: the ranks a question about every rank lists, at most

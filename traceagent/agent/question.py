@@ -38,6 +38,12 @@ LINE_ASKED = (r"\b(?:which|what) (?:python |source )?lines?\b|\bpython lines?\b|
               r"\b(?:line|part|where) (?:of|in) (?:my |the )?code\b")
 #: idle asked about in words ("why is the GPU idle?", "how much idle time is there per step?")
 IDLE_WORDS = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
+#: the busy share asked in words: "what percentage of time is the GPU actually computing?"
+BUSY_IN_WORDS = (r"\b(?:gpus?|devices?)\b.{0,30}\b(?:actually |really )?"
+                 r"(?:comput(?:ing|es)|working|in use|doing (?:useful )?work)\b|"
+                 r"\b(?:percent(?:age)?|fraction|share|proportion) of (?:the )?time\b.{0,40}\b(?:gpus?|devices?)\b")
+#: how busy the GPU is, asked: "busy", "utilization", or in words
+BUSY_SAID = re.compile(r"\bbusy\b|\butili[sz]\w*|" + BUSY_IN_WORDS, re.I)
 _PHASE_WORDS = re.compile(r"\b(?:prefill|pre-fill|decode|decoding)\b", re.I)
 #: what a run's or step's time goes to, asked in words: "what's eating my step time?", "where does the
 #: iteration time go?", "break down the step time", "what is the step made of?"
@@ -279,10 +285,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
              # what the host does while the GPU waits: the gaps' causes and the host's evidence
              r"\bwhat (?:does|is|was|did) (?:the |my )?(?:cpu|host|python)\b.{0,20}\bdo(?:ing)?\b.{0,30}"
              r"\b(?:between|during|while|when the (?:gpu|device))\b|"
-             # the busy share asked in words: "what percentage of time is the GPU actually computing?"
-             r"\b(?:gpus?|devices?)\b.{0,30}\b(?:actually |really )?"
-             r"(?:comput(?:ing|es)|working|in use|doing (?:useful )?work)\b|"
-             r"\b(?:percent(?:age)?|fraction|share|proportion) of (?:the )?time\b.{0,40}\b(?:gpus?|devices?)\b|"
+             + BUSY_IN_WORDS + "|"
              r"\b(?:idle|wait\w*|stall\w*|gaps?|slow\w*|bottleneck\w*|utili[sz]\w*|starv\w*|underutil\w*|busy|why|"
              r"wast\w*)\b"),
     ("summary", r"\b(?:summar|overview|diagnos|what'?s wrong|tell me about|explain|what is (?:going on|happening)|"
