@@ -907,6 +907,11 @@ TABLE = [
     ("A", "Is the all-reduce bandwidth good?", "interconnect", {},
      lambda c: [busbw_judged(c), f"({rate(collectives(c).busbw_gbps)} bus bandwidth over {collectives(c).calls} "
                 f"collectives, {percent(collectives(c).peak_pct)} of the links' peak"]),
+    # whether the link is used to the full: the same judgement, asked in other words
+    ("A", "Is the network saturated?", "interconnect", {},
+     lambda c: [busbw_judged(c), f"{percent(collectives(c).peak_pct)} of the links' peak"]),
+    ("A", "Are the all-reduces at the link's peak?", "communication", {},
+     lambda c: [busbw_judged(c), f"{percent(collectives(c).peak_pct)} of the links' peak"]),
     # the time of a thing nothing in the trace is named: said so, with how to make it appear
     ("R", "How much time is spent in the sampler?", None, {},
      lambda c: ["Nothing in this trace is named `sampler`", "record_function('sampler')"]),

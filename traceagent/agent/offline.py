@@ -1908,6 +1908,9 @@ _SPEEDUP_ASKED = re.compile(r"\bspeed-?ups?\b|\bhow much (?:faster|slower|quicke
 _HOST_DURING_IDLE = re.compile(r"\b(?:cpu|host|python|thread)\b.{0,30}\b(?:do|does|doing|did)\b", re.I)
 #: whether communication overlaps compute, asked ("is NCCL overlapping with compute?", "is the all-reduce hidden?")
 _OVERLAP_ASKED = re.compile(r"\boverlap\w*|\bhidden\b|\bhid(?:e|es|ing)\b", re.I)
+#: whether the link is used to the full ("is the network saturated?", "is NVLink maxed out?")
+_SATURATED_ASKED = re.compile(r"\bsaturat\w*|\bmaxed\b|\bmax(?:ing)? out\b|\b(?:at|near|reach\w*) (?:its|the)"
+                              r"(?: \w+'s)? (?:limit|peak|max\w*|capacity)\b", re.I)
 #: the load across GPUs asked about ("are the two GPUs balanced?", "is the work even across GPUs?")
 _BALANCE_ASKED = re.compile(r"\b(?:balanced?|imbalance\w*|unbalanced|even(?:ly)?|uneven\w*|equal(?:ly)?|same (?:load|work))\b",
                             re.I)
@@ -2179,9 +2182,10 @@ def _collectives_asked(q: Question, c: CollectivesResult) -> list[str]:
         yes = c.bound == asked.group(1).lower()
         lead.append(f"**{'Yes' if yes else 'No'}: {said}** ({percent(c.small_time_pct)} of the collectives' time is "
                     f"in messages under {size(c.small_bytes)}).")
-    elif re.search(r"\b(?:bandwidth|busbw|throughput)\b", q.text, re.I) and (
-            _yes_no(q) or re.search(r"\bhow (?:good|fast|high|low)\b", q.text, re.I)):
-        # "is the all-reduce bandwidth good?": judged against the links' peak, small messages said apart
+    elif _SATURATED_ASKED.search(q.text) or (re.search(r"\b(?:bandwidth|busbw|throughput)\b", q.text, re.I) and (
+            _yes_no(q) or re.search(r"\bhow (?:good|fast|high|low)\b", q.text, re.I))):
+        # "is the all-reduce bandwidth good?", "is the network saturated?": judged against the links' peak, small
+        # messages said apart
         near, below = ("Yes: near", "No: well below") if _yes_no(q) else ("Near", "Well below")
         said = (f"**{near} the links' peak**" if c.peak_pct >= GOOD_BUSBW_PCT else
                 "**Low, but latency-bound**" if c.bound == "latency" else f"**{below} the links' peak**")
