@@ -938,6 +938,12 @@ TABLE = [
     *[(key, "Is the host or the device the bottleneck?", "bound", {},
        lambda c: ["**The host (CPU).**" if {focus(c).verdict.limiter, focus(c).verdict.root_cause} & BOUNDS["host"].means
                   else "**The GPU, not the host.**"]) for key in ("Q", "R")],
+    # the link asked as the limiter, in its own words: yes or no by the verdict (communication's limiters and causes)
+    *[(key, question, "bound", {},
+       lambda c: ["**Yes.**" if {focus(c).verdict.limiter, focus(c).verdict.root_cause} & BOUNDS["communication"].means
+                  else "**No.**", "communication"])
+      for key, question in (("N", "Is the network the bottleneck?"), ("A", "Is NVLink limiting us?"),
+                            ("N", "Is the interconnect holding us back?"))],
     # the kernels launched most often: ranked by their count (expected: counted by name from the trace's rows)
     ("Q", "Which kernels are launched the most?", "kernels", {},
      lambda c: ["Launched most often:\n1. ", f"{most_launched_count(c)} launches"]),

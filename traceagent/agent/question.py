@@ -155,7 +155,9 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
             # "how far from peak am I?", "what is the theoretical peak?" (of compute; memory's peak is memory's)
             r"^(?!.*\bmemory\b).*(?:\bfar (?:from|off|below) (?:the )?peak\b|\btheoretical peak\b|"
             r"\bpeak (?:t?flop/?s|t?flops|compute|performance)\b)"),
-    ("interconnect", r"\b(?:interconnect|network|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
+    # whether the link is what limits the job is the bound intent's ("is the network the bottleneck?")
+    ("interconnect", r"^(?!.*\b(?:bottleneck\w*|limiter|limiting|holding (?:\w+ )?back)\b)"
+                     r".*\b(?:interconnect|network|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
                      rf"(?:{COLLECTIVES_SAID})\b.{{0,40}}\b(?:bandwidth|latency)|"
                      rf"(?:bandwidth|latency)\b.{{0,40}}\b(?:{COLLECTIVES_SAID}))"),
     ("critical_path", r"\b(?:critical path|on the (?:critical )?path|what (?:sets|determines) (?:the )?(?:step|run) ?time|"
@@ -183,6 +185,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
               r"\b(?:saturat\w*|limit\w*|bound|bottleneck\w*|maxed|utili[sz]\w*|used)"
               r"|what(?:'s| is) (?:the|my) (?:main )?(?:bottleneck|limiter|limit)|\barithmetic intensity\b|\broofline\b|"
               r"\bwhat(?:'s| is)? (?:limiting|limits|holding back|slowing down|slows down)\b|"
+              r"^\s*(?:is|are)\b.{0,40}\b(?:limiting|holding (?:\w+ )?back)\b|"
               # a class of work called costly: "is softmax expensive?", "are the convolutions slow?"
               rf"^\s*(?:is|are)\b.{{0,30}}\b(?:{_CLASSES_SAID}).{{0,30}}\b(?:expensive|costly|slow|heavy|a problem|"
               r"significant|hurting)"),
@@ -306,8 +309,8 @@ LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kin
     # kernels bound by the GPU's memory bandwidth, not copies: "memory-bound", "bound by bandwidth"
     ("memory_bound", r"\b(?:memory|bandwidth|dram|hbm)[- ]bound|\bbound by (?:the )?(?:memory|bandwidth|dram|hbm)|"
                      r"\b(?:memory|dram|hbm) bandwidth\b"),
-    ("communication", r"\b(?:communication|comm|nccl|network|collective|all[- _]?(?:reduce|gather|to[- _]?all)|"
-                      r"reduce[- _]?scatter)"),
+    ("communication", r"\b(?:communication|comm|nccl|rccl|network|interconnect|nvlink|xgmi|infiniband|collective|"
+                      r"all[- _]?(?:reduce|gather|to[- _]?all)|reduce[- _]?scatter)"),
     ("launch", r"\b(?:launch|overhead)"),
     ("input", r"\b(?:input|data[- ]?load\w*|dataloader|i/?o)\b|\bdata[- ]bound"),
     ("host", r"\b(?:cpu|host|python)\b"),
