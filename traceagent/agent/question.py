@@ -38,6 +38,8 @@ LINE_ASKED = (r"\b(?:which|what) (?:python |source )?lines?\b|\bpython lines?\b|
               r"\b(?:line|part|where) (?:of|in) (?:my |the )?code\b")
 #: idle asked about in words ("why is the GPU idle?", "how much idle time is there per step?")
 IDLE_WORDS = re.compile(r"\b(?:idle|gaps?|bubbles?|stall\w*)\b", re.I)
+#: the links between GPUs and nodes named ("NVLink", "the interconnect", "InfiniBand")
+LINKS_SAID = r"interconnect|network|nvlink|xgmi|infinity fabric|infiniband|roce"
 #: the busy share asked in words: "what percentage of time is the GPU actually computing?"
 BUSY_IN_WORDS = (r"\b(?:gpus?|devices?)\b.{0,30}\b(?:actually |really )?"
                  r"(?:comput(?:ing|es)|working|in use|doing (?:useful )?work)\b|"
@@ -157,7 +159,7 @@ INTENTS: list[tuple[str, re.Pattern]] = [(name, re.compile(pattern, re.I)) for n
             r"\bpeak (?:t?flop/?s|t?flops|compute|performance)\b)"),
     # whether the link is what limits the job is the bound intent's ("is the network the bottleneck?")
     ("interconnect", r"^(?!.*\b(?:bottleneck\w*|limiter|limiting|holding (?:\w+ )?back)\b)"
-                     r".*\b(?:interconnect|network|nvlink|xgmi|infinity fabric|infiniband|roce|busbw|bus bandwidth|algbw|"
+                     rf".*\b(?:{LINKS_SAID}|busbw|bus bandwidth|algbw|"
                      rf"(?:{COLLECTIVES_SAID})\b.{{0,40}}\b(?:bandwidth|latency)|"
                      rf"(?:bandwidth|latency)\b.{{0,40}}\b(?:{COLLECTIVES_SAID}))"),
     ("critical_path", r"\b(?:critical path|on the (?:critical )?path|what (?:sets|determines) (?:the )?(?:step|run) ?time|"
@@ -309,7 +311,7 @@ LIMIT_WORDS: list[tuple[str, re.Pattern]] = [(kind, re.compile(p, re.I)) for kin
     # kernels bound by the GPU's memory bandwidth, not copies: "memory-bound", "bound by bandwidth"
     ("memory_bound", r"\b(?:memory|bandwidth|dram|hbm)[- ]bound|\bbound by (?:the )?(?:memory|bandwidth|dram|hbm)|"
                      r"\b(?:memory|dram|hbm) bandwidth\b"),
-    ("communication", r"\b(?:communication|comm|nccl|rccl|network|interconnect|nvlink|xgmi|infiniband|collective|"
+    ("communication", rf"\b(?:communication|comm|nccl|rccl|{LINKS_SAID}|collective|"
                       r"all[- _]?(?:reduce|gather|to[- _]?all)|reduce[- _]?scatter)"),
     ("launch", r"\b(?:launch|overhead)"),
     ("input", r"\b(?:input|data[- ]?load\w*|dataloader|i/?o)\b|\bdata[- ]bound"),
